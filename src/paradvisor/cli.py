@@ -1,0 +1,58 @@
+"""The `paradvisor` command line: argparse subcommands, errors turned into exit codes.
+
+Exit codes: 0 ok, 1 the action failed, 2 bad input (one line on stderr, never a traceback).
+Each subcommand lives in `paradvisor/commands/<name>.py` and imports its heavy parts lazily.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from paradvisor import __version__
+from paradvisor.errors import InputError, RunFailed
+
+COMMANDS = ("detect", "model", "gpus")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default prints the usage too)
+        sys.stderr.write(f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = _Parser(prog="paradvisor", description="Advisor and launcher for distributed-training parallelism. "
+                     "Run with no command for the interactive session.")
+    parser.add_argument("--version", action="version", version=f"paradvisor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"paradvisor.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.run(args) or 0)
+    except InputError as exc:
+        sys.stderr.write(f"paradvisor: error: {exc}\n")
+        return 2
+    except RunFailed as exc:
+        sys.stderr.write(f"paradvisor: failed: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("paradvisor: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

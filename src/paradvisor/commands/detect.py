@@ -1,0 +1,120 @@
+"""`paradvisor detect`: the hardware inventory (local NVML/psutil, ssh hosts, or a cluster file)."""
+
+from __future__ import annotations
+
+from paradvisor.hardware.types import Cluster, Node
+from paradvisor.units import fmt_bandwidth, fmt_bytes, fmt_latency
+
+SCHEMA = "paradvisor.inventory/1"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("detect", help="list GPUs, CPU and RAM of this machine, ssh hosts or a cluster file",
+                       description="Hardware inventory. Local GPUs through NVML (nvidia-ml-py), CPU and RAM "
+                                   "through psutil; remote nodes over ssh; or a cluster file you plan for.")
+    p.add_argument("--json", action="store_true", help="print one JSON document (schema paradvisor.inventory/1)")
+    p.add_argument("--host", action="append", default=[], metavar="H",
+                   help="probe [user@]host[:port] over ssh (repeatable); needs python3 there")
+    p.add_argument("--cluster", metavar="FILE", help="validate and show a cluster TOML file")
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh client config file (ssh -F)")
+    p.add_argument("--timeout", type=float, default=10.0, help="ssh connect timeout in seconds (default 10)")
+    p.add_argument("--no-local", action="store_true", help="with --host: do not probe this machine")
+    p.set_defaults(run=run)
+
+
+def inventory(args) -> Cluster:
+    from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster
+
+    if args.cluster:
+        return load_cluster(args.cluster)
+    nodes: list[Node] = []
+    if args.host:
+        from paradvisor.hardware.remote import probe_hosts
+
+        remote = probe_hosts(args.host, timeout=args.timeout, ssh_config=args.ssh_config)
+    else:
+        remote = []
+    if not (args.host and args.no_local):
+        from paradvisor.hardware.inventory import detect_local
+
+        nodes.append(detect_local())
+    nodes.extend(remote)
+    return cluster_from_nodes(nodes, name="detected")
+
+
+def to_doc(cluster: Cluster) -> dict:
+    return {"schema": SCHEMA, **cluster.to_dict(),
+            "offline": [{"name": n.name, "reason": n.reason} for n in cluster.nodes if not n.online]}
+
+
+def run(args) -> int:
+    cluster = inventory(args)
+    if args.json:
+        from paradvisor.output import emit_json
+
+        emit_json(to_doc(cluster))
+        return 0
+    show(cluster)
+    return 0
+
+
+def show(cluster: Cluster) -> None:
+    from paradvisor.output import console, table
+
+    con = console()
+    title = cluster.name + (f" — {cluster.description}" if cluster.description else "")
+    con.print(f"[bold]{title}[/bold]  ({len(cluster.nodes)} node(s), {cluster.gpu_count} GPU(s))")
+    for node in cluster.nodes:
+        head = f"[bold]{node.name}[/bold]"
+        if node.host and node.host != node.name:
+            head += f" ({node.host})"
+        if not node.online:
+            con.print(f"{head}: [red]offline[/red] — {node.reason}")
+            continue
+        facts = []
+        if node.cpu_logical:
+            facts.append(f"{node.cpu_logical} CPUs" + (f" ({node.cpu_model})" if node.cpu_model else ""))
+        if node.ram_total_bytes:
+            facts.append(f"RAM {fmt_bytes(node.ram_total_bytes)}"
+                         + (f", {fmt_bytes(node.ram_available_bytes)} free" if node.ram_available_bytes else ""))
+        if node.driver_version:
+            facts.append(f"driver {node.driver_version}, CUDA {node.cuda_version}")
+        link = node.intra_link
+        facts.append(f"GPU link {link.kind} {fmt_bandwidth(link.bandwidth)}, {fmt_latency(link.latency)}")
+        con.print(f"{head}: " + "; ".join(facts))
+        if node.gpus and node.source == "planned":
+            from collections import Counter
+
+            for name, n in Counter(g.name for g in node.gpus).items():
+                spec = next(g.spec for g in node.gpus if g.name == name)
+                tf = ", ".join(f"{k} {v:g}" for k, v in spec.tflops.items() if k in ("fp32", "fp16", "bf16", "fp8"))
+                con.print(f"  {n}x {name}: {spec.memory_bytes / 2**30:.0f} GiB, {spec.mem_bw / 1e9:.0f} GB/s, "
+                          f"TFLOPS {tf}")
+        elif node.gpus:
+            t = table(None, "#", "GPU", "catalog", "memory GiB", "free GiB", "util %", "CC", "fp16 TFLOPS",
+                      "bf16 TFLOPS")
+            for g in node.gpus:
+                tf = g.spec.tflops if g.spec else {}
+                t.add_row(str(g.index), g.name, g.spec.name if g.spec else "[yellow]unknown[/yellow]",
+                          f"{g.memory_bytes / 2**30:.1f}",
+                          "" if g.memory_free_bytes is None else f"{g.memory_free_bytes / 2**30:.1f}",
+                          "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}",
+                          g.compute_capability or "", str(tf.get("fp16", "—")), str(tf.get("bf16", "—")))
+            con.print(t)
+            for g in node.gpus:
+                for note in g.notes:
+                    con.print(f"  GPU {g.index}: {note}")
+            for t_ in node.topology:
+                if t_.get("nvlinks"):
+                    con.print(f"  GPU {t_['gpus'][0]} <-> {t_['gpus'][1]}: {t_['nvlinks']} NVLink(s)")
+        for note in node.notes:
+            con.print(f"  [yellow]{note}[/yellow]")
+    if len(cluster.nodes) > 1 and cluster.links:
+        kinds = {(lk.kind, lk.bandwidth, lk.latency) for lk in cluster.links.values()}
+        if len(kinds) == 1:
+            lk = next(iter(cluster.links.values()))
+            con.print(f"network (all {len(cluster.links)} node pairs): {lk.kind} {fmt_bandwidth(lk.bandwidth)}, "
+                      f"{fmt_latency(lk.latency)}")
+        else:
+            for (a, b), lk in cluster.links.items():
+                con.print(f"link {a} <-> {b}: {lk.kind} {fmt_bandwidth(lk.bandwidth)}, {fmt_latency(lk.latency)}")

@@ -1,0 +1,95 @@
+"""Probe remote machines over ssh with the system's `ssh` client.
+
+The probe's own source (`probe.py`, standard library only) is sent on standard input to
+`python3 -` on the remote machine, so paradvisor need not be installed there. Commands are argv
+lists (no shell), ssh runs in BatchMode (never prompts) with a connect timeout, and host strings
+are validated so that nothing can be read as an ssh option.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+
+from paradvisor.errors import InputError
+from paradvisor.hardware import catalog
+from paradvisor.hardware.inventory import node_from_probe
+from paradvisor.hardware.types import Node
+
+# [user@]host[:port] where host is a DNS name / ssh-config alias, IPv4, or [IPv6].
+_HOST_RE = re.compile(
+    r"^(?:(?P<user>[A-Za-z_][A-Za-z0-9._-]{0,31})@)?"
+    r"(?P<host>[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})|\[[0-9A-Fa-f:.]+\])"
+    r"(?::(?P<port>[0-9]{1,5}))?$"
+)
+
+
+def parse_host(text: str) -> tuple[str | None, str, int | None]:
+    """Validate '[user@]host[:port]'. Raises InputError for anything else (e.g. '-oProxyCommand=...')."""
+    m = _HOST_RE.match(text or "")
+    if not m or text.startswith("-"):
+        raise InputError(f"invalid host {text!r}: expected [user@]host[:port] with letters, digits, '.', '-', '_'")
+    port = int(m.group("port")) if m.group("port") else None
+    if port is not None and not 1 <= port <= 65535:
+        raise InputError(f"invalid host {text!r}: port must be 1..65535")
+    host = m.group("host").strip("[]")
+    return m.group("user"), host, port
+
+
+def ssh_argv(target: str, *, timeout: float, ssh_config: str | None = None) -> list[str]:
+    user, host, port = parse_host(target)
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2"]
+    if ssh_config:
+        argv += ["-F", ssh_config]
+    if port:
+        argv += ["-p", str(port)]
+    if user:
+        argv += ["-l", user]
+    return argv + ["--", host, "python3", "-"]
+
+
+def _probe_source() -> str:
+    src = resources.files("paradvisor.hardware").joinpath("probe.py").read_text()
+    return src + "\n"  # its __main__ block prints the JSON
+
+
+def _offline(target: str, reason: str) -> Node:
+    return Node(name=target, host=target, gpus=(), intra_link=catalog.link("loopback"), online=False,
+                reason=reason, source="ssh")
+
+
+def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = None) -> Node:
+    """Probe one host. Never raises for an unreachable host: returns an offline Node with the reason."""
+    argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)
+    try:
+        proc = subprocess.run(argv, input=_probe_source(), capture_output=True, text=True,
+                              timeout=timeout + 15)
+    except FileNotFoundError:
+        return _offline(target, "the ssh client is not installed on this machine")
+    except subprocess.TimeoutExpired:
+        return _offline(target, f"no answer within {timeout + 15:.0f} s")
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"ssh exited with code {proc.returncode}"
+        if proc.returncode == 127 or "python3: not found" in proc.stderr or "No such file" in why:
+            why = f"python3 not found on {target}: {why}"
+        return _offline(target, why)
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return _offline(target, "the remote probe returned no JSON")
+    return node_from_probe(data, name=target, host=target, source="ssh")
+
+
+def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | None = None) -> list[Node]:
+    """Probe hosts in parallel; order of the result follows `targets`."""
+    for t in targets:
+        parse_host(t)  # reject bad host strings before anything runs
+    if not targets:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        return list(pool.map(lambda t: probe_host(t, timeout=timeout, ssh_config=ssh_config), targets))

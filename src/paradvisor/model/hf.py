@@ -1,0 +1,77 @@
+"""Profiles of any Hugging Face config, counted on the meta device (no weights, no download).
+
+Imports torch and transformers, so only the path-to-config route comes here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.model.load import layer_entries_from_module, shape_from_config
+from paradvisor.model.profile import ModelProfile
+
+
+def read_config(path: Path) -> tuple[Path, dict]:
+    """Read and check config.json; InputError with file:line for every kind of breakage."""
+    cfg_file = path / "config.json" if path.is_dir() else path
+    if not path.exists():
+        raise InputError("no such file or folder (expected a folder holding config.json, or the file)",
+                         where=str(path))
+    if not cfg_file.is_file():
+        raise InputError("folder has no config.json", where=str(path))
+    try:
+        text = cfg_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", where=str(cfg_file)) from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{cfg_file}:{exc.lineno}") from None
+    if not isinstance(cfg, dict):
+        raise InputError("expected a JSON object", where=str(cfg_file))
+    if not isinstance(cfg.get("model_type"), str):
+        raise InputError("missing 'model_type' (e.g. \"bert\", \"llama\")", where=f"{cfg_file}: model_type")
+    return cfg_file, cfg
+
+
+def build_on_meta(cfg: dict, *, where: str = "config.json"):
+    """(architecture name, model on the meta device) for a HF config dict."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.for_model(**cfg)
+    except (ValueError, KeyError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"transformers cannot read this config: {msg}", where=where) from None
+    except TypeError as exc:
+        raise InputError(f"a value in the config has the wrong type: {exc}", where=where) from None
+    arch_names = cfg.get("architectures") or []
+    cls = getattr(transformers, arch_names[0], None) if arch_names else None
+    try:
+        with torch.device("meta"):
+            if cls is not None:
+                model = cls(config)
+                arch = arch_names[0]
+            else:
+                model = AutoModel.from_config(config)
+                arch = type(model).__name__
+    except Exception as exc:  # any failure of the model's own __init__ on a bad config
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"transformers could not build the model from this config: {msg}", where=where) from None
+    return arch, model
+
+
+def profile_from_config_path(path: Path) -> ModelProfile:
+    cfg_file, cfg = read_config(path)
+    arch, model = build_on_meta(cfg, where=str(cfg_file))
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    layers = layer_entries_from_module(model)
+    name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
+    return ModelProfile(name=str(name), architecture=arch, source=str(cfg_file), total_params=total,
+                        trainable_params=trainable, layers=tuple(layers), transformer=shape_from_config(cfg),
+                        description=f"{cfg['model_type']} from {cfg_file}", provenance=str(cfg_file))

@@ -1,0 +1,162 @@
+"""Resolve a model argument to a ModelProfile.
+
+- A built-in name (`paradvisor models`): counted analytically from its config; no torch import.
+- A path to a Hugging Face config (a folder holding `config.json`, or the file itself): the model
+  class is built on the meta device with transformers (no weights, no download) and counted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.model.families import FAMILIES
+from paradvisor.model.profile import LayerEntry, ModelProfile, TransformerShape
+from paradvisor.model.vision import vgg_profile
+
+_VISION = ("vgg16",)
+
+
+@lru_cache(maxsize=1)
+def _builtins() -> dict:
+    return json.loads(resources.files("paradvisor.model").joinpath("data", "builtins.json").read_text())
+
+
+def builtin_names() -> list[str]:
+    return list(_builtins()) + list(_VISION)
+
+
+def builtin_config(name: str) -> dict:
+    """The Hugging Face config dict of a built-in transformer (used by train/ to build it)."""
+    entry = _builtins().get(name)
+    if entry is None:
+        raise InputError(f"{name!r} is not a built-in transformer model")
+    return dict(entry["config"])
+
+
+def builtin_architecture(name: str) -> str:
+    return _builtins()[name]["architecture"]
+
+
+def _profile_from_family(name: str, entry: dict) -> ModelProfile:
+    cfg = entry["config"]
+    layers, shape = FAMILIES[cfg["model_type"]](cfg)
+    total = sum(e.params for e in layers)
+    notes = []
+    if shape.shared_layers:
+        notes.append(f"one set of layer weights is applied {shape.num_layers} times (ALBERT parameter sharing): "
+                     "parameters count once, compute and activations count per application")
+    return ModelProfile(name=name, architecture=entry["architecture"], source="builtin", total_params=total,
+                        trainable_params=total, layers=tuple(layers), transformer=shape,
+                        description=entry.get("description", ""), provenance=entry.get("source", ""),
+                        notes=tuple(notes))
+
+
+def _vision(name: str) -> ModelProfile:
+    spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", f"{name}.toml").read_text())
+    return vgg_profile(spec)
+
+
+def load_profile(model: str) -> ModelProfile:
+    """A built-in name or a path to a HF config folder/file. InputError (exit 2) otherwise."""
+    if model in _builtins():
+        return _profile_from_family(model, _builtins()[model])
+    if model in _VISION:
+        return _vision(model)
+    p = Path(model)
+    if p.exists() or "/" in model or model.endswith(".json"):
+        from paradvisor.model.hf import profile_from_config_path
+
+        return profile_from_config_path(p)
+    close = difflib.get_close_matches(model, builtin_names(), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise InputError(f"unknown model {model!r}{hint} (built-ins: `paradvisor models`; or give a path to a "
+                     "folder holding a Hugging Face config.json)")
+
+
+def shape_from_config(cfg: dict) -> TransformerShape | None:
+    """The transformer shape from the usual HF config keys, or None when they are missing."""
+
+    def get(*keys, default=None):
+        for k in keys:
+            if cfg.get(k) is not None:
+                return cfg[k]
+        return default
+
+    layers = get("num_hidden_layers", "n_layer", "num_layers")
+    hidden = get("hidden_size", "n_embd", "d_model")
+    heads = get("num_attention_heads", "n_head", "num_heads")
+    if not (isinstance(layers, int) and isinstance(hidden, int) and isinstance(heads, int)) or heads <= 0:
+        return None
+    mt = cfg.get("model_type", "unknown")
+    gated = mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral") or \
+        cfg.get("hidden_act") in ("silu", "swiglu")
+    causal = mt not in ("bert", "albert", "roberta", "distilbert", "electra", "deberta", "deberta-v2", "xlm-roberta")
+    return TransformerShape(
+        family=mt, num_layers=layers, hidden=hidden, heads=heads,
+        kv_heads=get("num_key_value_heads", default=heads), head_dim=get("head_dim", default=hidden // heads),
+        ffn=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden) or 4 * hidden,
+        vocab=get("vocab_size", default=0), max_positions=get("max_position_embeddings", "n_positions", default=2048),
+        causal=causal, gated_mlp=bool(gated), shared_layers=mt == "albert",
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), embedding_size=cfg.get("embedding_size"),
+    )
+
+
+def layer_entries_from_module(model) -> list[LayerEntry]:
+    """Walk a torch module into the per-layer table: containers holding a ModuleList are opened,
+    ModuleList/Sequential elements become one entry each, tied parameters count once."""
+    import torch.nn as nn
+
+    seen: set[int] = set()
+    out: list[LayerEntry] = []
+
+    def count(mod) -> int:
+        n = 0
+        for prm in mod.parameters():
+            if id(prm) not in seen:
+                seen.add(id(prm))
+                n += prm.numel()
+        return n
+
+    def has_list(mod) -> bool:
+        return any(isinstance(m, (nn.ModuleList, nn.Sequential)) for m in mod.modules())
+
+    def kind(mod, in_list: bool) -> str:
+        if in_list:
+            return "block"
+        if isinstance(mod, nn.Embedding) or any(isinstance(m, nn.Embedding) for m in mod.modules()):
+            return "embedding"
+        if "norm" in type(mod).__name__.lower():
+            return "norm"
+        if isinstance(mod, nn.Linear):
+            return "head"
+        return "other"
+
+    def walk(mod, prefix: str):
+        own = 0
+        for prm in mod.parameters(recurse=False):
+            if id(prm) not in seen:
+                seen.add(id(prm))
+                own += prm.numel()
+        if own:
+            out.append(LayerEntry(prefix.rstrip(".") or "(root)", "other", own))
+        for cname, child in mod.named_children():
+            if isinstance(child, (nn.ModuleList, nn.Sequential)):
+                for i, el in enumerate(child):
+                    n = count(el)
+                    if n:
+                        out.append(LayerEntry(f"{prefix}{cname}.{i}", kind(el, True), n))
+            elif has_list(child):
+                walk(child, f"{prefix}{cname}.")
+            else:
+                n = count(child)
+                if n:
+                    out.append(LayerEntry(f"{prefix}{cname}", kind(child, False), n))
+
+    walk(model, "")
+    return out

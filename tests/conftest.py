@@ -1,0 +1,34 @@
+"""Shared test helpers: running the real `paradvisor` command and locating repo files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "clusters"
+
+
+def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None):
+    """Run `python -m paradvisor ARGS` as a separate process; returns CompletedProcess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=cwd or str(REPO))
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def assert_one_line_error(proc, *fragments: str, code: int = 2):
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert "Traceback" not in err, err
+    assert len(err.splitlines()) == 1, err
+    for f in fragments:
+        assert f in err, (f, err)

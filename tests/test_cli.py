@@ -1,0 +1,33 @@
+"""The command line: help for every command, version, one-line errors with exit code 2."""
+
+import pytest
+
+from paradvisor import __version__
+from paradvisor.cli import COMMANDS
+from tests.conftest import assert_one_line_error
+
+
+def test_version(cli):
+    proc = cli("--version")
+    assert proc.returncode == 0 and __version__ in proc.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_for_every_command(cli, command):
+    proc = cli(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: paradvisor " + command in proc.stdout
+
+
+def test_top_level_help_lists_commands(cli):
+    out = cli("--help").stdout
+    for command in COMMANDS:
+        assert command in out
+
+
+def test_unknown_command_is_one_line_exit_2(cli):
+    assert_one_line_error(cli("frobnicate"), "invalid choice")
+
+
+def test_bad_option_value_is_one_line_exit_2(cli):
+    assert_one_line_error(cli("detect", "--timeout", "soon"), "invalid float value")

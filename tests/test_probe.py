@@ -1,0 +1,170 @@
+"""The local probe on this machine, and its NVML reading through a scripted NVML library.
+
+The scripted library stands in for the NVIDIA driver (absent on CI) so that the parsing of what
+NVML returns — MIG instances, NVLink pairs, unknown GPUs — is exercised; the real library is used
+wherever a GPU exists (see the device notes in the README).
+"""
+
+from types import SimpleNamespace
+
+import pytest
+
+from paradvisor.hardware.inventory import detect_local, node_from_probe
+from paradvisor.hardware.probe import probe
+
+
+def test_probe_on_this_machine_reports_cpu_and_ram():
+    data = probe()
+    assert data["schema"] == "paradvisor.probe/1"
+    assert data["cpu"]["logical"] >= 1
+    assert data["cpu"]["ram_total_bytes"] > 2**30
+    if data["nvidia"] is None:
+        assert any("no NVIDIA GPU found" in n for n in data["notes"])
+
+
+def test_detect_local_is_a_node_even_without_gpus():
+    node = detect_local()
+    assert node.online and node.source == "local"
+    assert node.ram_total_bytes > 0
+    if not node.gpus:
+        assert node.intra_link.kind == "loopback"
+        assert any("no NVIDIA GPU found" in n for n in node.notes)
+
+
+class ScriptedNVML:
+    """An NVML stand-in with the same function names as pynvml."""
+
+    NVML_NVLINK_MAX_LINKS = 4
+
+    def __init__(self, gpus, nvlink_pairs=(), fail_init=None):
+        self.gpus = gpus
+        self.nvlink_pairs = nvlink_pairs
+        self.fail_init = fail_init
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise RuntimeError(self.fail_init)
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("gpu", i)
+
+    def _g(self, h):
+        return self.gpus[h[1]] if h[0] == "gpu" else self.gpus[h[1]]["mig"][h[2]]
+
+    def nvmlDeviceGetName(self, h):
+        return self._g(h)["name"].encode()  # older bindings return bytes
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        g = self._g(h)
+        return SimpleNamespace(total=g["mem"], free=g["mem"] // 2, used=g["mem"] // 2)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (8, 0)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=37, memory=10)
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=f"0000:{h[1]:02x}:00.0")
+
+    def nvmlDeviceGetMigMode(self, h):
+        g = self._g(h)
+        if "mig" not in g:
+            raise RuntimeError("Not Supported")
+        return (1, 1)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j):
+        if j >= len(self._g(h)["mig"]):
+            raise RuntimeError("Not Found")
+        return ("mig", h[1], j)
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        peers = [b for a, b in self.nvlink_pairs if a == h[1]] + [a for a, b in self.nvlink_pairs if b == h[1]]
+        return 1 if link < len(peers) else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        peers = [b for a, b in self.nvlink_pairs if a == h[1]] + [a for a, b in self.nvlink_pairs if b == h[1]]
+        return SimpleNamespace(busId=f"0000:{peers[link]:02x}:00.0")
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return 10
+
+
+GiB = 2**30
+
+
+def test_nvml_gpus_nvlink_and_catalog_match():
+    nv = ScriptedNVML([{"name": "NVIDIA H100 80GB HBM3", "mem": 80 * GiB}] * 2, nvlink_pairs=[(0, 1)])
+    data = probe(nvml_module=nv)
+    assert data["nvidia"]["driver_version"] == "550.54.15"
+    assert data["nvidia"]["cuda_version"] == "12.4"
+    assert data["nvidia"]["topology"] == [{"gpus": [0, 1], "nvlinks": 1, "pcie_path": "pcie-single-switch"}]
+    node = node_from_probe(data)
+    assert [g.spec.name for g in node.gpus] == ["H100 SXM", "H100 SXM"]
+    assert node.gpus[0].utilization_pct == 37
+    assert node.intra_link.kind == "nvlink4"
+
+
+def test_nvml_without_nvlink_falls_back_to_pcie():
+    nv = ScriptedNVML([{"name": "NVIDIA H100 80GB HBM3", "mem": 80 * GiB}] * 2)
+    assert node_from_probe(probe(nvml_module=nv)).intra_link.kind.startswith("pcie")
+
+
+def test_mig_instances_become_devices():
+    nv = ScriptedNVML([{"name": "NVIDIA A30", "mem": 24 * GiB,
+                        "mig": [{"name": "NVIDIA A30 MIG 1g.6gb", "mem": 6 * GiB},
+                                {"name": "NVIDIA A30 MIG 2g.12gb", "mem": 12 * GiB}]}])
+    node = node_from_probe(probe(nvml_module=nv))
+    assert [g.spec.name for g in node.gpus] == ["A30 MIG 1g.6gb", "A30 MIG 2g.12gb"]
+    assert node.gpus[1].memory_bytes == 12 * GiB
+
+
+def test_unknown_gpu_is_listed_with_nvml_memory_and_a_note():
+    nv = ScriptedNVML([{"name": "NVIDIA Future GPU 9000", "mem": 96 * GiB}])
+    node = node_from_probe(probe(nvml_module=nv))
+    assert node.gpus[0].spec is None
+    assert node.gpus[0].memory_bytes == 96 * GiB
+    assert "speed figures unknown" in node.gpus[0].notes[0]
+
+
+def test_nvml_init_failure_is_a_note_not_an_error():
+    data = probe(nvml_module=ScriptedNVML([], fail_init="Driver Not Loaded"))
+    assert data["nvidia"] is None
+    assert data["notes"] == ["no NVIDIA GPU found: NVML could not start (Driver Not Loaded)"]
+
+
+def test_detect_cli_json(cli):
+    import json
+
+    proc = cli("detect", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "paradvisor.inventory/1"
+    assert doc["nodes"][0]["source"] == "local"
+    assert doc["nodes"][0]["cpu"]["logical"] >= 1
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/pwned", "a b", "host;rm", "user@@h", "h:99999", ""])
+def test_hostile_host_strings_are_rejected(cli, host):
+    from tests.conftest import assert_one_line_error
+
+    proc = cli("detect", "--host", host)
+    assert_one_line_error(proc, "invalid host")
