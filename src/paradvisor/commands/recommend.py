@@ -1,0 +1,188 @@
+"""`paradvisor recommend`: ranked, explained parallel plans for a model on a set of machines."""
+
+from __future__ import annotations
+
+import os
+
+from paradvisor.errors import InputError
+from paradvisor.units import fmt_seconds
+
+GiB = 1024**3
+
+
+def add_workload_args(p, *, model_required: bool = True) -> None:
+    """Options shared by recommend, launch and the TUI's headless paths."""
+    p.add_argument("--model", required=model_required, help="built-in model name or path to a HF config")
+    where = p.add_argument_group("machines (default: this machine)")
+    where.add_argument("--cluster", metavar="FILE", help="cluster TOML file")
+    where.add_argument("--gpus", type=int, metavar="N", help="N GPUs of --gpu-type in one node")
+    where.add_argument("--gpu-type", metavar="NAME", help="catalog GPU name (see `paradvisor gpus`)")
+    where.add_argument("--link", metavar="KIND", help="with --gpus: link between them (default from the catalog)")
+    p.add_argument("--seq-len", type=int, help="sequence length (default: min(model context, 2048))")
+    p.add_argument("--global-batch", type=int, help="samples per optimizer step (default: 8 per GPU)")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16", "fp8"])
+    p.add_argument("--attention", default="sdpa", choices=["sdpa", "eager"],
+                   help="sdpa: flash/memory-efficient kernels (no s x s activations); eager: plain softmax")
+    p.add_argument("--margin", type=float, default=0.10, help="memory safety margin (default 0.10 = keep 10%% free)")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("recommend", help="rank parallel plans (DDP, ZeRO/FSDP, TP, PP, DiLoCo) with memory and time",
+                       description="Search every dp x tp x pp layout with its sharding, micro-batch, checkpointing "
+                                   "and offload settings; keep what fits; rank by predicted step time; explain.")
+    add_workload_args(p)
+    p.add_argument("--top", type=int, default=5, metavar="K", help="how many plans to show (default 5)")
+    p.add_argument("--json", action="store_true", help="print one JSON document (schema paradvisor.recommendation/1)")
+    p.add_argument("--show-infeasible", action="store_true", help="list the plans that do not fit, with why")
+    p.add_argument("--save", metavar="FILE", help="save a plan as a preset TOML for `paradvisor launch`")
+    p.add_argument("--pick", type=int, default=1, metavar="N", help="with --save: which ranked plan (default 1)")
+    p.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
+    p.add_argument("--rules", action="append", default=[], metavar="DIR", help="extra rule folder (repeatable)")
+    p.add_argument("--no-rules", action="store_true", help="rank by the cost model alone")
+    p.set_defaults(run=run)
+
+
+def resolve_cluster(args):
+    from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster, single_node_cluster
+
+    if args.cluster and args.gpus:
+        raise InputError("give either --cluster or --gpus/--gpu-type, not both")
+    if args.cluster:
+        return load_cluster(args.cluster), {"file": os.path.relpath(args.cluster)}
+    if args.gpus is not None or args.gpu_type:
+        if args.gpus is None or not args.gpu_type:
+            raise InputError("--gpus and --gpu-type go together (e.g. --gpus 8 --gpu-type 'H100 SXM')")
+        c = single_node_cluster(args.gpu_type, args.gpus, link=args.link)
+        return c, {"gpus": args.gpus, "gpu_type": c.nodes[0].gpus[0].spec.name, "link": c.nodes[0].intra_link.kind}
+    from paradvisor.hardware.inventory import detect_local
+
+    node = detect_local()
+    if not node.gpus:
+        raise InputError("no GPU found on this machine to plan for; give --cluster FILE or --gpus N --gpu-type NAME")
+    return cluster_from_nodes([node], name=node.name), {"local": True}
+
+
+def resolve_workload(args, profile, cluster):
+    from paradvisor.plan.types import Workload
+
+    s = profile.transformer
+    seq = args.seq_len if args.seq_len is not None else (min(s.max_positions, 2048) if s else 1)
+    gb = args.global_batch if args.global_batch is not None else 8 * cluster.gpu_count
+    if not 0 <= args.margin < 1:
+        raise InputError(f"--margin must be in [0, 1), got {args.margin}")
+    return Workload(model=args.model, seq_len=seq, global_batch=gb, precision=args.precision, attention=args.attention)
+
+
+def load_rule_sets(args):
+    if getattr(args, "no_rules", False):
+        return None
+    try:
+        from paradvisor.rules.loader import load_rule_sets as _load
+    except ImportError:  # the rule engine is not part of this build
+        return None
+    return _load(args.rules)
+
+
+def compute(args):
+    from paradvisor.model.load import load_profile
+    from paradvisor.plan.search import recommend
+
+    profile = load_profile(args.model)
+    cluster, ref = resolve_cluster(args)
+    wl = resolve_workload(args, profile, cluster)
+    if args.top < 1:
+        raise InputError(f"--top must be at least 1, got {args.top}")
+    rec = recommend(profile, cluster, wl, top=max(args.top, args.pick), margin=args.margin,
+                    rule_sets=load_rule_sets(args))
+    return rec, ref
+
+
+def run(args) -> int:
+    from paradvisor.plan.report import to_doc
+
+    rec, ref = compute(args)
+    doc = to_doc(rec)
+    if args.save:
+        save(args, rec, ref)
+    if args.json:
+        from paradvisor.output import emit_json
+
+        doc["plans"] = doc["plans"][: args.top]
+        emit_json(doc)
+    else:
+        show(rec, doc, args)
+    return 0
+
+
+def save(args, rec, ref) -> None:
+    from paradvisor.launch.preset import preset_document, save_preset
+
+    if not rec.plans:
+        raise InputError("nothing fits, so there is no plan to save (see the nearest fix)")
+    if not 1 <= args.pick <= len(rec.plans):
+        raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
+    e = rec.plans[args.pick - 1]
+    name = os.path.splitext(os.path.basename(args.save))[0]
+    doc = preset_document(
+        plan=e.plan, workload=rec.workload, cluster_ref=ref, name=name,
+        description=f"{rec.profile.name}: {e.plan.label()} (rank {args.pick} of `paradvisor recommend`)",
+        prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
+                    "samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s,
+                    "memory_breakdown": {k: round(v) for k, v in e.memory.items()}})
+    path = save_preset(args.save, doc, force=args.force)
+    import sys
+
+    sys.stderr.write(f"saved plan {args.pick} ({e.plan.label()}) to {path}\n")
+
+
+def show(rec, doc, args) -> None:
+    from paradvisor.output import console, table
+
+    con = console()
+    p, wl = rec.profile, rec.workload
+    con.print(f"[bold]{p.name}[/bold] ({p.total_params / 1e6:.1f}M params) on [bold]{rec.cluster.name}[/bold] "
+              f"({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch {wl.global_batch}, {rec.precision}; "
+              f"{rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
+    for w in rec.warnings:
+        con.print(f"[yellow]warning:[/yellow] {w}")
+    if rec.plans:
+        t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s")
+        for i, e in enumerate(rec.plans[: args.top], 1):
+            pl = e.plan
+            t.add_row(str(i), pl.label(), f"{pl.micro_batch}x{pl.grad_accum}", pl.checkpointing,
+                      f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
+                      f"{e.samples_per_s:.3g}")
+        con.print(t)
+        for d in doc["plans"][: args.top]:
+            con.print(f"[bold]{d['rank']}. {d['label']}[/bold]: {d['reason']}")
+            mem = d["memory"]["breakdown"]
+            con.print("   memory: " + ", ".join(f"{k} {v / GiB:.2f}" for k, v in mem.items() if v) + " GiB")
+            tb = {k: v for k, v in d["time"]["breakdown"].items() if k not in ("dp_comm_total",) and v}
+            con.print("   time: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in tb.items()))
+            for n in d["notes"]:
+                con.print(f"   note: {n}")
+            for r in d["rules"]:
+                con.print(f"   rule {r['id']}: {r['effect']} — {r['title']} [dim]({r['source']})[/dim]")
+        if doc["allocation"]:
+            t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
+                      "local steps")
+            for a in doc["allocation"]:
+                t.add_row(a["node"], str(a["gpus"]), f"{a['tflops']:.1f}", f"{a['relative_speed']:.3f}",
+                          str(a["batch_per_gpu"]), f"{a['data_share']:.1%}", str(a.get("local_steps", "")))
+            con.print(t)
+    else:
+        con.print("[bold red]nothing fits[/bold red]")
+        fix = rec.nearest_fix
+        con.print(fix["closest"]["text"])
+        for f in fix["fixes"]:
+            con.print(f"  fix: {f['text']}")
+        if not fix["fixes"]:
+            con.print("  no fix found within 64x the GPUs or down to seq-len 64")
+    if args.show_infeasible or not rec.plans:
+        for item in rec.infeasible[: 10 if not args.show_infeasible else None]:
+            con.print(f"  [dim]does not fit:[/dim] {item['label']} — {item['why']}")
+    elif rec.infeasible:
+        con.print(f"[dim]{len(rec.infeasible)} layouts do not fit (--show-infeasible lists them)[/dim]")
+    for r in rec.fired_rules:
+        if r.get("scope") == "advice":
+            con.print(f"[cyan]advice[/cyan] {r['id']}: {r['message']} [dim]({r['source']})[/dim]")

@@ -1,0 +1,61 @@
+"""Compute time from FLOPs.
+
+Training FLOPs per token ≈ 6·N (Kaplan et al. 2020; Narayanan et al. 2021 §5.1) for the matmul
+parameters N that a token passes through, plus the attention term 6·2·s·d per layer (QKᵀ and AV,
+forward and twice in backward; halved for causal models under flash/SDPA kernels). Full
+recomputation adds one more forward (8·N), selective recomputation re-runs the attention core.
+Time = FLOPs / (peak FLOP/s for the dtype × efficiency); the efficiency is the achievable share of
+peak (model FLOPs utilisation), lower for narrow matmuls (small hidden size or heavy TP slicing).
+`paradvisor calibrate` replaces catalogue peaks with measured ones where present.
+"""
+
+from __future__ import annotations
+
+from paradvisor.model.profile import TransformerShape
+
+MAX_EFFICIENCY = 0.45
+
+
+def layer_matmul_params(shape: TransformerShape) -> int:
+    d_attn = shape.heads * shape.head_dim
+    kv = shape.kv_heads * shape.head_dim
+    attn = shape.hidden * d_attn + 2 * shape.hidden * kv + d_attn * shape.hidden
+    mlp = (3 if shape.gated_mlp else 2) * shape.hidden * shape.ffn
+    return attn + mlp
+
+
+def transformer_flops_per_token(shape: TransformerShape, *, seq: int, layers: int, lm_head: bool,
+                                checkpointing: str, attention: str = "sdpa") -> dict[str, float]:
+    """Training FLOPs per token for `layers` transformer layers (+ LM head), split fwd/bwd/recompute."""
+    mm = layer_matmul_params(shape)
+    attn_fwd = 4 * seq * shape.heads * shape.head_dim  # QK^T + AV, forward, per token per layer
+    if shape.causal and attention == "sdpa":
+        attn_fwd /= 2
+    fwd = layers * (2 * mm + attn_fwd) + (2 * shape.hidden * shape.vocab if lm_head else 0)
+    bwd = 2 * fwd
+    rec = 0.0
+    if checkpointing == "full":
+        rec = layers * (2 * mm + attn_fwd)
+    elif checkpointing == "selective" and attention == "eager":
+        rec = layers * attn_fwd
+    return {"forward": fwd, "backward": bwd, "recompute": rec}
+
+
+def efficiency(local_hidden: float, tokens_per_micro: float) -> float:
+    """Achievable fraction of peak: MAX_EFFICIENCY for wide matmuls, less for narrow or short ones."""
+    width = min(1.0, local_hidden / 2048) ** 0.3
+    length = min(1.0, tokens_per_micro / 1024) ** 0.2
+    return MAX_EFFICIENCY * width * length
+
+
+def effective_peak(tflops: dict[str, float], precision: str) -> float:
+    """FLOP/s for a precision: mixed precision never runs slower than fp32 (Pascal cards have a tiny
+    fp16 rate, and frameworks fall back to fp32 math there); fp8 falls back to bf16/fp16."""
+    fp32 = tflops.get("fp32", 0.0)
+    if precision == "fp32":
+        rate = max(tflops.get("tf32", 0.0), fp32)
+    elif precision == "fp8":
+        rate = tflops.get("fp8") or tflops.get("bf16") or tflops.get("fp16") or fp32
+    else:
+        rate = max(tflops.get(precision) or tflops.get("fp16", 0.0), fp32)
+    return rate * 1e12

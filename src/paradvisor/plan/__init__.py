@@ -1,0 +1,1 @@
+"""The planner: the strategy space, per-candidate estimates, heterogeneous allocation, ranking."""

@@ -1,0 +1,245 @@
+"""Estimate one candidate Plan: memory per GPU and step time, each with its breakdown.
+
+Pure arithmetic over `ModelFacts`, `Topology`, `Workload` and `Plan` (see `estimate/` for the
+formulas and their references). The step time model:
+  no pipeline   grad_accum x (compute + TP comm) + exposed DP comm + optimizer (+ offload traffic)
+  pipeline      (m + p - 1) x (stage compute + TP comm + p2p + per-micro-batch overhead) + ...
+so the bubble is (p-1)/(m+p-1) of the pipelined part (GPipe and 1F1B alike; 1F1B holds fewer
+micro-batches' activations). A synchronous step is as slow as its slowest rank unless the batch is
+split by speed. Data-parallel communication overlaps the backward pass (80% of it, the last
+bucket cannot); ZeRO-3/FSDP gathers overlap forward and backward of every micro-step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from paradvisor.estimate import comm
+from paradvisor.estimate.compute import MAX_EFFICIENCY, effective_peak, efficiency, transformer_flops_per_token
+from paradvisor.estimate.memory import (
+    FRAMEWORK_OVERHEAD,
+    act_bytes_for,
+    block_activation_bytes,
+    buffer_bytes,
+    edge_activation_bytes,
+    model_state_bytes,
+    offload_cpu_bytes,
+    vision_activation_bytes,
+)
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.types import Plan, Workload
+
+OVERLAP = 0.8
+PP_MICRO_OVERHEAD = 3e-4  # s per micro-batch per stage: kernel launches, schedule sync
+CPU_ADAM_BW = 10e9  # bytes/s of host memory traffic a CPU Adam step sustains
+HOST_LINK_BW = 12e9  # PCIe host<->GPU, bytes/s
+
+
+@dataclass
+class Estimate:
+    plan: Plan
+    memory: dict[str, float]
+    memory_total: float
+    capacity: float
+    usable: float
+    fits: bool
+    tight_gpu: str
+    time: dict[str, float]
+    step_time: float
+    samples_per_s: float
+    tokens_per_s: float
+    cpu_bytes_per_rank: float = 0.0
+    score: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    rules: list[dict] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.memory_total / self.usable if self.usable else float("inf")
+
+
+def _stage_layers(mf: ModelFacts, pp: int) -> int:
+    return mf.shape.num_layers // pp if mf.shape else 0
+
+
+def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int) -> dict:
+    """Worst pipeline stage's per-GPU bytes by term, and host bytes for offload."""
+    ab = act_bytes_for(precision)
+    psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
+    if plan.sharding == "hsdp":
+        shard = max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
+    elif plan.sharding == "none":
+        shard = 1
+    else:
+        shard = plan.dp
+    largest = mf.largest // plan.tp if mf.shape else mf.largest
+
+    def states(psi):
+        return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
+                                 offload=plan.offload, largest_layer=largest)
+
+    stages = []
+    if mf.shape is None:
+        acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=ab,
+                                       input_elems=_prod(mf.profile.input_shape or (1,)))
+        stages.append((states(psi_first), acts, psi_first))
+    else:
+        s = mf.shape
+        blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
+                                     sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
+                                     act_bytes=ab, attention=wl.attention)
+        edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
+                                      lm_head=mf.lm_head)
+        layers = _stage_layers(mf, plan.pp)
+        if plan.pp == 1:
+            acts = layers * blk["stored"] + edges["embedding"] + edges["head"] + blk["working"]
+            stages.append((states(psi_first), acts, psi_first))
+        else:
+            m = plan.grad_accum
+            inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
+            inflight_last = m if plan.pp_schedule == "gpipe" else 1
+            a_first = inflight_first * (layers * blk["stored"] + edges["embedding"]) + blk["working"]
+            a_last = inflight_last * (layers * blk["stored"] + edges["head"]) + blk["working"]
+            stages.append((states(psi_first), a_first, psi_first))
+            stages.append((states(psi_last), a_last, psi_last))
+    best = None
+    for st, acts, psi in stages:
+        buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len,
+                           micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
+        terms = {**st, "activations": acts, "buffers": buf, "overhead": FRAMEWORK_OVERHEAD}
+        total = sum(terms.values())
+        if best is None or total > best[1]:
+            best = (terms, total, psi)
+    cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload)
+    return {"terms": best[0], "total": best[1], "psi": best[2], "shard": shard, "cpu": cpu}
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict,
+                 micro_batch: int) -> dict[str, float]:
+    """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute."""
+    peak = effective_peak(peak_tflops, precision)
+    if mf.shape is None:
+        fwd = sum(e.fwd_flops or 0 for e in mf.profile.layers) * micro_batch
+        eff = MAX_EFFICIENCY * min(1.0, micro_batch / 32) ** 0.2
+        return {"forward": fwd / (peak * eff), "backward": 2 * fwd / (peak * eff), "recompute": 0.0}
+    s = mf.shape
+    layers = _stage_layers(mf, plan.pp)
+    f = transformer_flops_per_token(s, seq=wl.seq_len, layers=layers, lm_head=mf.lm_head,
+                                    checkpointing=plan.checkpointing, attention=wl.attention)
+    tokens = micro_batch * wl.seq_len
+    eff = efficiency(s.hidden / plan.tp, tokens)
+    scale = tokens / plan.tp / (peak * eff)
+    return {k: v * scale for k, v in f.items()}
+
+
+def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float) -> Estimate:
+    # Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own.
+    classes: dict[tuple[str, int], tuple] = {}
+    for r, spec in enumerate(topo.rank_spec):
+        mb = plan.rank_batches[r] if plan.rank_batches else plan.micro_batch
+        classes.setdefault((spec.name, mb), (spec, mb))
+
+    worst_mem, worst_ratio, tight = None, -1.0, ""
+    slowest = None
+    for spec, mb in classes.values():
+        need = memory_need(mf, topo, wl, plan, precision, mb)
+        usable = spec.memory_bytes * (1 - margin)
+        ratio = need["total"] / usable
+        if ratio > worst_ratio:
+            worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
+        ct = compute_time(mf, wl, plan, precision, spec.tflops, mb)
+        total_ct = sum(ct.values())
+        if slowest is None or total_ct > slowest[1]:
+            slowest = (ct, total_ct, spec)
+    need, capacity, usable = worst_mem
+    ct, t_micro, slow_spec = slowest
+
+    ab = act_bytes_for(precision)
+    tokens = plan.micro_batch * wl.seq_len
+    time: dict[str, float] = {"compute": ct["forward"] + ct["backward"], "recompute": ct["recompute"]}
+
+    # Tensor parallel: 2 all-reduces forward + 2 backward per layer, on the critical path.
+    t_tp = 0.0
+    if plan.tp > 1 and mf.shape is not None:
+        node0 = topo.intra[0]
+        ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, node0.latency)
+        t_tp = 4 * _stage_layers(mf, plan.pp) * ar
+
+    psi = need["psi"]
+    gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
+    pb = 2 if precision != "fp32" else 4
+    bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp) if plan.dp > 1 else (1.0, 0.0, False)
+    t_bwd = ct["backward"] + ct["recompute"]
+    dp_total = dp_exposed = 0.0
+    if plan.dp > 1:
+        if plan.sharding == "none":
+            dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
+            dp_exposed = max(0.0, dp_total - OVERLAP * t_bwd)
+        elif plan.sharding in ("zero1", "zero2"):
+            dp_total = comm.reduce_scatter(psi * gb, plan.dp, bw, lat) + comm.all_gather(psi * pb, plan.dp, bw, lat)
+            dp_exposed = max(0.0, dp_total - OVERLAP * t_bwd)
+        elif plan.sharding in ("zero3", "fsdp"):
+            per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(psi * gb, plan.dp, bw, lat)
+            dp_total = per_micro * plan.grad_accum
+            dp_exposed = max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum
+        else:  # hsdp: shard inside the node, replicate across nodes
+            s = need["shard"]
+            ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency
+            per_micro = 2 * comm.all_gather(psi * pb, s, ibw, ilat) + comm.reduce_scatter(psi * gb, s, ibw, ilat)
+            replicas = max(1, plan.dp // s)
+            across = comm.all_reduce(psi * gb / s, replicas, bw, lat)
+            dp_total = per_micro * plan.grad_accum + across
+            dp_exposed = max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(0.0, across - OVERLAP * t_bwd)
+
+    # Optimizer step: memory-bound over the local shard (fp32 master, m, v, grad: ~32 B/param moved).
+    shard = need["shard"]
+    t_opt = 32 * psi / shard / slow_spec.mem_bw
+    t_off = 0.0
+    if plan.offload != "none":
+        t_opt = 16 * psi / shard / CPU_ADAM_BW
+        t_off = 4 * psi / shard / HOST_LINK_BW
+        if plan.offload == "optimizer+params":
+            t_off += plan.grad_accum * 2 * pb * psi / HOST_LINK_BW
+
+    if plan.pp > 1:
+        pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
+        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, plat)
+        slot = t_micro + t_tp + t_p2p + PP_MICRO_OVERHEAD
+        m = plan.grad_accum
+        time["compute"] = m * (ct["forward"] + ct["backward"])
+        time["recompute"] = m * ct["recompute"]
+        time["tp_comm"] = m * t_tp
+        time["pp_p2p"] = m * (t_p2p + PP_MICRO_OVERHEAD)
+        time["pp_bubble"] = (plan.pp - 1) * slot
+    else:
+        m = plan.grad_accum
+        time["compute"] *= m
+        time["recompute"] *= m
+        time["tp_comm"] = m * t_tp
+    time["dp_comm_exposed"] = dp_exposed
+    time["optimizer"] = t_opt
+    time["offload_transfer"] = t_off
+    time = {k: v for k, v in time.items() if v > 0 or k == "compute"}
+    step = sum(time.values())
+    time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
+    fits = need["total"] <= usable
+    notes = []
+    if plan.offload != "none":
+        per_node = need["cpu"] * max(topo.node_sizes)
+        notes.append(f"offload needs {per_node / 2**30:.0f} GiB of host RAM per node")
+        for node in topo.cluster.online_nodes:
+            if node.ram_total_bytes and need["cpu"] * node.gpu_count > 0.9 * node.ram_total_bytes:
+                fits = False
+                notes.append(f"{node.name} has only {node.ram_total_bytes / 2**30:.0f} GiB of RAM")
+    return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
+                    fits=fits, tight_gpu=tight, time=time, step_time=step,
+                    samples_per_s=wl.global_batch / step, tokens_per_s=wl.global_batch * wl.seq_len / step,
+                    cpu_bytes_per_rank=need["cpu"], score=step, notes=notes)
+

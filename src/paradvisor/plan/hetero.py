@@ -1,0 +1,85 @@
+"""Per-node allocation for heterogeneous clusters: 001 (data share by speed) and 003 (Table 2).
+
+003_f884a432a3fcd491.txt, Table 2: a node's speed is the average peak TFLOPS of its GPUs (FP16;
+BF16 where that is what the GPU runs), normalised by the slowest node. Technique A scales the batch,
+technique C the local steps, by that normalised speed (rounded half up); technique B doubles the
+batch from the base while it still fits in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from paradvisor.estimate.compute import effective_peak
+from paradvisor.hardware.types import Node
+
+
+def round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def node_tflops(node: Node, precision: str) -> float:
+    """Average per-GPU peak TFLOPS of a node for `precision` (mixed precision: fp16/bf16 rate)."""
+    rates = []
+    for g in node.gpus:
+        if g.spec is None:
+            continue
+        if precision in ("fp16", "bf16", "auto"):
+            # 003 used each GPU's 16-bit tensor rate: FP16, or BF16 where only that is listed.
+            t = g.spec.tflops.get("fp16") or g.spec.tflops.get("bf16") or 0.0
+            rates.append(max(t, g.spec.tflops.get("fp32", 0.0)))
+        else:
+            rates.append(effective_peak(g.spec.tflops, precision) / 1e12)
+    return sum(rates) / len(rates) if rates else 0.0
+
+
+@dataclass(frozen=True)
+class NodeSpeed:
+    node: str
+    gpus: int
+    tflops: float
+    normalized: float
+    batch_a: int  # technique A
+    batch_b: int | None  # technique B (None: no memory model given)
+    local_steps_c: int  # technique C
+
+
+def allocate(nodes: list[Node], *, precision: str = "fp16", base_batch: int = 4, base_local_steps: int = 100,
+             fits: Callable[[Node, int], bool] | None = None, max_batch: int = 4096) -> list[NodeSpeed]:
+    """003's three techniques for every node. `fits(node, batch)` is the memory model for technique B."""
+    speeds = [node_tflops(n, precision) for n in nodes]
+    known = [s for s in speeds if s > 0]
+    slowest = min(known) if known else 1.0
+    out = []
+    for n, s in zip(nodes, speeds):
+        norm = s / slowest if s > 0 else 1.0
+        b = None
+        if fits is not None:
+            b = base_batch if fits(n, base_batch) else 0
+            while b and b * 2 <= max_batch and fits(n, b * 2):
+                b *= 2
+        out.append(NodeSpeed(node=n.name, gpus=n.gpu_count, tflops=s, normalized=norm,
+                             batch_a=round_half_up(base_batch * norm), batch_b=b,
+                             local_steps_c=round_half_up(base_local_steps * norm)))
+    return out
+
+
+def split_by_speed(total: int, speeds: list[float]) -> list[int]:
+    """Split `total` samples over ranks in proportion to speed (largest remainder, each >= 1)."""
+    n = len(speeds)
+    if total < n:
+        raise ValueError(f"cannot give {n} ranks at least one sample each from {total}")
+    s = sum(speeds)
+    raw = [total * x / s for x in speeds]
+    out = [max(1, int(r)) for r in raw]
+    while sum(out) > total:
+        i = max((k for k in range(n) if out[k] > 1), key=lambda k: out[k] - raw[k])
+        out[i] -= 1
+    order = sorted(range(n), key=lambda k: raw[k] - out[k], reverse=True)
+    k = 0
+    while sum(out) < total:
+        out[order[k % n]] += 1
+        k += 1
+    return out

@@ -1,0 +1,75 @@
+"""The recommendation as a JSON document (schema paradvisor.recommendation/1)."""
+
+from __future__ import annotations
+
+from paradvisor.plan.evaluate import Estimate
+from paradvisor.plan.search import Recommendation, explain
+
+SCHEMA = "paradvisor.recommendation/1"
+
+
+def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
+    return {
+        "rank": rank,
+        "label": e.plan.label(),
+        "plan": e.plan.to_dict(),
+        "memory": {
+            "per_gpu_bytes": round(e.memory_total),
+            "capacity_bytes": e.capacity,
+            "usable_bytes": round(e.usable),
+            "tightest_gpu": e.tight_gpu,
+            "breakdown": {k: round(v) for k, v in e.memory.items()},
+            "host_bytes_per_rank": round(e.cpu_bytes_per_rank),
+        },
+        "time": {
+            "step_time_s": e.step_time,
+            "breakdown": {k: v for k, v in e.time.items()},
+        },
+        "throughput": {"samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s},
+        "score": e.score,
+        "reason": explain(e, rec.cluster),
+        "notes": list(e.notes),
+        "rules": list(e.rules),
+    }
+
+
+def cluster_doc(rec: Recommendation) -> dict:
+    nodes = []
+    for n in rec.cluster.nodes:
+        counts: dict[str, int] = {}
+        for g in n.gpus:
+            counts[g.name] = counts.get(g.name, 0) + 1
+        nodes.append({"name": n.name, "online": n.online, "gpus": [{"type": k, "count": v} for k, v in counts.items()],
+                      "intra_link": n.intra_link.kind})
+    inter = rec.cluster.slowest_inter_link()
+    return {"name": rec.cluster.name, "source": rec.cluster.source, "gpu_count": rec.cluster.gpu_count,
+            "nodes": nodes, "slowest_inter_link": inter.to_dict() if inter else None}
+
+
+def to_doc(rec: Recommendation) -> dict:
+    p = rec.profile
+    allocation = None
+    for e in rec.plans:
+        if e.plan.nodes:
+            allocation = [n.to_dict() for n in e.plan.nodes]
+            break
+    return {
+        "schema": SCHEMA,
+        "model": {"name": p.name, "architecture": p.architecture, "total_params": p.total_params,
+                  "largest_layer": {"name": p.largest_layer.name, "params": p.largest_layer.params,
+                                    "share": round(p.largest_share, 6)},
+                  "one_layer_dominates": p.one_layer_dominates},
+        "cluster": cluster_doc(rec),
+        "workload": rec.workload.to_dict(),
+        "precision": rec.precision,
+        "margin": rec.margin,
+        "candidates_evaluated": rec.evaluated,
+        "feasible": rec.feasible,
+        "plans": [estimate_doc(e, i + 1, rec) for i, e in enumerate(rec.plans)],
+        "infeasible": rec.infeasible,
+        "nearest_fix": rec.nearest_fix,
+        "allocation": allocation,
+        "rules_fired": rec.fired_rules,
+        "warnings": rec.warnings,
+        "elapsed_s": rec.elapsed_s,
+    }

@@ -1,0 +1,239 @@
+"""Search the strategy space, keep what fits, rank it, explain it, and say what to change when
+nothing fits. `recommend()` is the one entry point used by the CLI, the TUI and the launcher."""
+
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass, field, replace
+
+from paradvisor.errors import InputError
+from paradvisor.hardware.types import Cluster, Device, Node
+from paradvisor.model.profile import ModelProfile
+from paradvisor.plan.diloco import diloco_candidates, wan_cluster
+from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.space import candidates
+from paradvisor.plan.types import Plan, Workload
+from paradvisor.units import fmt_bandwidth, fmt_seconds
+
+GiB = 1024**3
+
+
+@dataclass
+class Recommendation:
+    profile: ModelProfile
+    cluster: Cluster
+    workload: Workload
+    precision: str
+    margin: float
+    evaluated: int
+    plans: list[Estimate]  # feasible, ranked, one per distinct layout
+    infeasible: list[dict]  # the best attempt of each layout that does not fit, with why
+    nearest_fix: dict | None
+    warnings: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    fired_rules: list[dict] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return bool(self.plans)
+
+
+def choose_precision(cluster: Cluster, requested: str) -> str:
+    specs = [g.spec for n in cluster.online_nodes for g in n.gpus if g.spec]
+    if not specs:
+        return "fp32" if requested == "auto" else requested
+    if requested == "auto":
+        if all("bf16" in s.tflops for s in specs):
+            return "bf16"
+        if any(s.tflops.get("fp16", 0) > s.tflops.get("fp32", 0) for s in specs):
+            return "fp16"
+        return "fp32"
+    if requested in ("bf16", "fp8"):
+        lacking = sorted({s.name for s in specs if requested not in s.tflops})
+        if lacking:
+            alt = "fp16 or fp32" if requested == "bf16" else "bf16/fp16"
+            raise InputError(f"--precision {requested} is not supported by {', '.join(lacking)}; use {alt}")
+    return requested
+
+
+def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]:
+    warnings = []
+    if wl.seq_len < 1:
+        raise InputError(f"--seq-len must be at least 1, got {wl.seq_len}")
+    if wl.global_batch < 1:
+        raise InputError(f"--global-batch must be at least 1, got {wl.global_batch}")
+    s = profile.transformer
+    if s and wl.seq_len > s.max_positions:
+        if s.family in ("bert", "albert", "gpt2"):
+            raise InputError(f"--seq-len {wl.seq_len} exceeds {profile.name}'s {s.max_positions} learned positions")
+        warnings.append(f"seq-len {wl.seq_len} is beyond {profile.name}'s trained context ({s.max_positions})")
+    if cluster.gpu_count == 0:
+        raise InputError(f"cluster {cluster.name!r} has no online GPU to plan for "
+                         "(give --cluster FILE or --gpus N --gpu-type NAME)")
+    unknown = sorted({g.name for n in cluster.online_nodes for g in n.gpus if g.spec is None})
+    if unknown:
+        raise InputError(f"no speed figures for GPU {unknown[0]!r}: it is not in the catalog (see `paradvisor gpus`)")
+    offline = [n.name for n in cluster.nodes if not n.online]
+    if offline:
+        warnings.append(f"planning without offline node(s): {', '.join(offline)}")
+    return warnings
+
+
+def layout_key(p: Plan) -> tuple:
+    return (p.dp, p.tp, p.pp, p.sharding, p.offload, p.diloco, p.split_by_speed)
+
+
+def explain(e: Estimate, cluster: Cluster) -> str:
+    p = e.plan
+    t = {k: v for k, v in e.time.items() if k != "dp_comm_total"}
+    top = sorted(t.items(), key=lambda kv: -kv[1])[:2]
+    parts = [f"needs {e.memory_total / GiB:.1f} of {e.capacity / GiB:.0f} GiB on {e.tight_gpu}"]
+    biggest_mem = max((k for k in e.memory if k != "overhead"), key=lambda k: e.memory[k])
+    parts.append(f"mostly {biggest_mem.replace('_', ' ')}")
+    parts.append("step " + fmt_seconds(e.step_time) + " = " +
+                 " + ".join(f"{k.replace('_', ' ')} {fmt_seconds(v)}" for k, v in top) +
+                 (" + ..." if len(t) > 2 else ""))
+    if p.diloco:
+        parts.append(f"outer sync every {p.local_steps} local steps over {cluster.slowest_inter_link().kind}")
+    elif "dp_comm_exposed" in t and t["dp_comm_exposed"] > 0.2 * e.step_time:
+        link = cluster.slowest_inter_link() if len(cluster.online_nodes) > 1 else cluster.online_nodes[0].intra_link
+        parts.append(f"gradient sync is exposed on {link.kind} ({fmt_bandwidth(link.bandwidth)})")
+    if "pp_bubble" in t:
+        parts.append(f"pipeline bubble {(p.pp - 1) / (p.grad_accum + p.pp - 1):.0%}")
+    return "; ".join(parts)
+
+
+def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int = 5, margin: float = 0.10,
+              rule_sets=None, include_all: bool = False) -> Recommendation:
+    t0 = _time.perf_counter()
+    warnings = validate(profile, cluster, wl)
+    precision = choose_precision(cluster, wl.precision)
+    if precision == "fp16" and any("bf16" not in g.spec.tflops for n in cluster.online_nodes for g in n.gpus):
+        if wl.precision == "auto":
+            warnings.append("some GPUs have no bf16: planning fp16 mixed precision (loss scaling needed)")
+    mf = ModelFacts.of(profile)
+    topo = Topology.of(cluster)
+    estimates: list[Estimate] = []
+    n = 0
+    for plan in candidates(mf, topo, wl, precision):
+        estimates.append(evaluate(mf, topo, wl, plan, precision, margin))
+        n += 1
+    if wan_cluster(cluster):
+        for e in diloco_candidates(mf, topo, wl, precision, margin):
+            estimates.append(e)
+            n += 1
+    if n == 0:
+        raise InputError(f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
+                         f"use a multiple of {topo.world}")
+    if rule_sets is not None:
+        from paradvisor.rules.engine import apply_rules
+
+        fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo)
+    else:
+        fired = []
+    feasible = [e for e in estimates if e.fits]
+    feasible.sort(key=lambda e: (e.score, e.memory_total))
+    plans: list[Estimate] = []
+    seen = set()
+    same: dict[tuple, Estimate] = {}
+    for e in feasible:
+        k = layout_key(e.plan)
+        if k in seen and not include_all:
+            continue
+        seen.add(k)
+        # Layouts whose estimates are identical (ZeRO-1 and ZeRO-2 under DeepSpeed's accounting) are
+        # shown once, the first (simpler) one naming the other.
+        twin = (round(e.step_time, 9), round(e.memory_total), e.plan.tp, e.plan.pp, e.plan.offload, e.plan.diloco,
+                e.plan.split_by_speed)
+        if twin in same and not include_all:
+            same[twin].notes.append(f"{e.plan.label()} estimates the same")
+            continue
+        same[twin] = e
+        plans.append(e)
+    infeasible = summarize_infeasible(estimates, seen)
+    fix = None if plans else nearest_fix(profile, cluster, wl, precision, margin, estimates)
+    return Recommendation(profile=profile, cluster=cluster, workload=wl, precision=precision, margin=margin,
+                          evaluated=n, plans=plans if include_all else plans[:top], infeasible=infeasible,
+                          nearest_fix=fix, warnings=warnings, elapsed_s=_time.perf_counter() - t0,
+                          fired_rules=fired)
+
+
+def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> list[dict]:
+    best: dict[tuple, Estimate] = {}
+    for e in estimates:
+        if e.fits:
+            continue
+        k = layout_key(e.plan)
+        if k in feasible_layouts:
+            continue
+        if k not in best or e.memory_total < best[k].memory_total:
+            best[k] = e
+    out = []
+    for e in sorted(best.values(), key=lambda e: e.ratio):
+        out.append({"label": e.plan.label(), "needs_bytes": e.memory_total, "has_bytes": e.capacity,
+                    "usable_bytes": e.usable, "gpu": e.tight_gpu,
+                    "why": f"needs {e.memory_total / GiB:.1f} GiB per GPU, has {e.capacity / GiB:.0f} "
+                           f"({e.usable / GiB:.1f} usable) on {e.tight_gpu}", "plan": e.plan.to_dict()})
+    return out
+
+
+def _scaled_cluster(cluster: Cluster, factor: int) -> Cluster:
+    """The same cluster with every node's GPU count multiplied (for "how many GPUs would it take")."""
+    nodes = []
+    for n in cluster.online_nodes:
+        gpus = tuple(Device(index=i, name=g.name, spec=g.spec, memory_bytes=g.memory_bytes)
+                     for i, g in enumerate([g for g in n.gpus for _ in range(factor)]))
+        nodes.append(replace(n, gpus=gpus))
+    return replace(cluster, nodes=tuple(nodes))
+
+
+def _min_memory(profile, cluster, wl, precision, margin, shardings=("zero3", "fsdp")) -> Estimate | None:
+    mf, topo = ModelFacts.of(profile), Topology.of(cluster)
+    best = None
+    for plan in candidates(mf, topo, wl, precision):
+        if plan.sharding not in shardings and topo.world > 1:
+            continue
+        e = evaluate(mf, topo, wl, plan, precision, margin)
+        if best is None or e.ratio < best.ratio:
+            best = e
+    return best
+
+
+def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimate]) -> dict:
+    closest = min(estimates, key=lambda e: e.ratio)
+    fixes = []
+    # (a) more GPUs of the same kind, ZeRO-3/FSDP over all of them.
+    for factor in (2, 4, 8, 16, 32, 64):
+        bigger = _scaled_cluster(cluster, factor)
+        gb = max(wl.global_batch, bigger.gpu_count)
+        gb = -(-gb // bigger.gpu_count) * bigger.gpu_count
+        e = _min_memory(profile, bigger, replace(wl, global_batch=gb), precision, margin,
+                        shardings=("zero3", "fsdp", "none"))
+        if e is not None and e.fits:
+            fixes.append({"change": "more GPUs", "gpus": bigger.gpu_count,
+                          "text": f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
+                                  f"{e.memory_total / GiB:.1f} GiB per GPU"})
+            break
+    # (b) shorter sequences.
+    if profile.transformer is not None:
+        seq = wl.seq_len // 2
+        while seq >= 64:
+            e = _min_memory(profile, cluster, replace(wl, seq_len=seq), precision, margin,
+                            shardings=("zero3", "fsdp", "none", "zero1", "zero2", "hsdp"))
+            if e is not None and e.fits:
+                fixes.append({"change": "shorter sequence", "seq_len": seq,
+                              "text": f"--seq-len {seq} with {e.plan.label()} "
+                                      f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"})
+                break
+            seq //= 2
+    return {"closest": {"label": closest.plan.label(), "needs_bytes": closest.memory_total,
+                        "has_bytes": closest.capacity, "plan": closest.plan.to_dict(),
+                        "text": f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
+                                f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
+                                f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}"},
+            "fixes": fixes}
+
+
+def single_node_of(node: Node) -> Cluster:
+    return Cluster(name=node.name, nodes=(node,))

@@ -1,0 +1,120 @@
+"""The strategy space: every (dp, tp, pp) layout over all GPUs with its settings.
+
+Placement facts (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+Clusters using Megatron-LM", §3): tensor parallelism stays inside a node (it communicates in every
+layer), pipeline and data parallelism go across nodes. Sizes must divide: TP the attention heads,
+KV heads and FFN width; PP the number of layers; the per-replica batch must split into micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.hetero import split_by_speed
+from paradvisor.plan.types import Plan, Workload
+
+MAX_MICRO_BATCH = 64
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
+    s = mf.shape
+    if s is None:
+        return [1]
+    return [t for t in divisors(topo.min_gpus_per_node)
+            if s.heads % t == 0 and s.kv_heads % t == 0 and s.ffn % t == 0 and (s.vocab % t == 0 or not mf.lm_head)]
+
+
+def pp_options(mf: ModelFacts, rest: int) -> list[int]:
+    s = mf.shape
+    if s is None or s.shared_layers:
+        return [1]
+    return [p for p in divisors(rest) if s.num_layers % p == 0]
+
+
+def micro_batches(per_replica: int) -> list[int]:
+    return [d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH]
+
+
+def sharding_options(dp: int, tp: int, pp: int, multi_node: bool) -> list[str]:
+    if dp == 1:
+        # One GPU: ZeRO only matters for what it offloads (ZeRO-Offload / ZeRO-Infinity).
+        return ["none", "zero2", "zero3"] if tp == 1 and pp == 1 else ["none"]
+    if tp == 1 and pp == 1:
+        opts = ["none", "zero1", "zero2", "zero3", "fsdp"]
+        return opts + (["hsdp"] if multi_node else [])
+    return ["none", "fsdp"]  # TP/PP combined with DDP replicas or FSDP (2-D/3-D device mesh)
+
+
+def offload_options(sharding: str) -> list[str]:
+    if sharding in ("zero1", "zero2"):
+        return ["none", "optimizer"]
+    if sharding == "zero3":
+        return ["none", "optimizer", "optimizer+params"]
+    if sharding == "fsdp":
+        return ["none", "optimizer+params"]
+    return ["none"]
+
+
+def checkpoint_options(mf: ModelFacts, wl: Workload) -> list[str]:
+    if mf.shape is None:
+        return ["none"]
+    # With flash/SDPA attention there is no attention core to drop, so "selective" equals "none".
+    return ["none", "selective", "full"] if wl.attention == "eager" else ["none", "full"]
+
+
+def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> Iterator[Plan]:
+    world = topo.world
+    multi_node = len(topo.node_sizes) > 1
+    ckpts = checkpoint_options(mf, wl)
+    for tp in tp_options(mf, topo):
+        for pp in pp_options(mf, world // tp):
+            if world % (tp * pp):
+                continue
+            dp = world // (tp * pp)
+            if wl.global_batch % dp:
+                continue
+            per_replica = wl.global_batch // dp
+            for sharding in sharding_options(dp, tp, pp, multi_node):
+                for offload in offload_options(sharding):
+                    if dp == 1 and sharding != "none" and offload == "none":
+                        continue
+                    for ckpt in ckpts:
+                        for sp in ([False, True] if tp > 1 else [False]):
+                            for mb in micro_batches(per_replica):
+                                yield Plan(dp=dp, tp=tp, pp=pp, sharding=sharding, micro_batch=mb,
+                                           grad_accum=per_replica // mb, checkpointing=ckpt, precision=precision,
+                                           offload=offload, sequence_parallel=sp)
+    if not topo.homogeneous and world > 1:
+        yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
+
+
+def rank_speeds(topo: Topology, precision: str) -> list[float]:
+    from paradvisor.estimate.compute import effective_peak
+
+    return [effective_peak(s.tflops, precision) for s in topo.rank_spec]
+
+
+def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
+                           ckpts: list[str]) -> Iterator[Plan]:
+    """001: on unlike GPUs, give each rank a share of the batch in proportion to its speed."""
+    world = topo.world
+    speeds = rank_speeds(topo, precision)
+    for accum in divisors(wl.global_batch):
+        per_step = wl.global_batch // accum
+        if per_step < world:
+            continue
+        batches = split_by_speed(per_step, speeds)
+        if max(batches) > MAX_MICRO_BATCH or len(set(batches)) == 1:
+            continue  # an even split is the plain plan, already in the space
+        for sharding in sharding_options(world, 1, 1, len(topo.node_sizes) > 1):
+            if sharding == "hsdp":
+                continue
+            for ckpt in ckpts:
+                yield Plan(dp=world, sharding=sharding, micro_batch=max(batches), grad_accum=accum,
+                           checkpointing=ckpt, precision=precision, split_by_speed=True,
+                           rank_batches=tuple(batches))

@@ -1,0 +1,121 @@
+"""The Plan: one type from the planner to the preset file, the launcher, the trainer and the monitor.
+
+A Plan says how to train (the parallel layout and its settings); a Workload says what (model,
+sequence length, batch, steps). Both are plain frozen dataclasses with dict round-trips so that
+they can be written to TOML presets and read back by the launcher and the training entry point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
+CHECKPOINTING = ("none", "selective", "full")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+OFFLOADS = ("none", "optimizer", "optimizer+params")
+PP_SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class NodeAllocation:
+    """What one node does in a heterogeneous or geo-distributed plan (001 data share, 003 local steps)."""
+
+    node: str
+    gpus: int
+    tflops: float  # average per-GPU peak of this node for the plan's precision
+    relative_speed: float  # normalised by the slowest node
+    batch_per_gpu: int  # micro-batch each GPU of this node runs
+    data_share: float  # fraction of each global step's samples this node processes
+    local_steps: int | None = None  # DiLoCo: inner steps between outer syncs
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["local_steps"] is None:
+            del d["local_steps"]
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    sharding: str = "none"  # none (DDP replicas) | zero1 | zero2 | zero3 | fsdp | hsdp
+    micro_batch: int = 1  # per GPU, per forward/backward
+    grad_accum: int = 1  # micro-steps per optimizer step (= pipeline micro-batches when pp > 1)
+    checkpointing: str = "none"
+    precision: str = "bf16"
+    offload: str = "none"
+    sequence_parallel: bool = False
+    pp_schedule: str = "1f1b"
+    diloco: bool = False
+    local_steps: int | None = None  # DiLoCo inner steps (base; per node in `nodes`)
+    split_by_speed: bool = False  # heterogeneous: per-GPU batch in proportion to speed
+    rank_batches: tuple[int, ...] = ()  # with split_by_speed: micro-batch of each rank, in rank order
+    nodes: tuple[NodeAllocation, ...] = field(default_factory=tuple)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def engine(self) -> str:
+        """Which engine runs it: DeepSpeed for ZeRO stages, torch.distributed otherwise."""
+        return "deepspeed" if self.sharding.startswith("zero") else "torch"
+
+    @property
+    def zero_stage(self) -> int:
+        return {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "hsdp": 3}[self.sharding]
+
+    def label(self) -> str:
+        """Short human name, e.g. "TP4+SP x PP2(1f1b,m=16) x FSDP4 +offload(opt)"."""
+        parts = []
+        if self.diloco:
+            parts.append(f"DiLoCo(H={self.local_steps})")
+        shard = {"none": "DDP" if self.dp > 1 else "", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+                 "fsdp": "FSDP", "hsdp": "HSDP"}[self.sharding]
+        if self.tp > 1:
+            parts.append(f"TP{self.tp}" + ("+SP" if self.sequence_parallel else ""))
+        if self.pp > 1:
+            parts.append(f"PP{self.pp}({self.pp_schedule},m={self.grad_accum})")
+        if self.dp > 1:
+            parts.append(f"{shard}{self.dp}" if (self.tp > 1 or self.pp > 1) else f"{shard}x{self.dp}")
+        if not parts:
+            parts.append(f"{shard} (1 GPU)" if shard else "single GPU")
+        flags = []
+        if self.offload != "none":
+            flags.append("+offload(" + self.offload.replace("optimizer", "opt").replace("+", ",") + ")")
+        if self.split_by_speed:
+            flags.append("+split-by-speed")
+        return " ".join([" x ".join(parts), *flags])
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["nodes"] = [n.to_dict() for n in self.nodes]
+        d["rank_batches"] = list(self.rank_batches)
+        if d["local_steps"] is None:
+            del d["local_steps"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known and k not in ("nodes", "rank_batches")}
+        nodes = tuple(NodeAllocation(**n) for n in d.get("nodes", ()))
+        return cls(**kw, nodes=nodes, rank_batches=tuple(d.get("rank_batches", ())))
+
+    def with_(self, **changes) -> "Plan":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Workload:
+    model: str
+    seq_len: int = 512
+    global_batch: int = 32
+    precision: str = "auto"  # auto | fp32 | fp16 | bf16 | fp8
+    optimizer: str = "adamw"
+    attention: str = "sdpa"  # sdpa (flash / memory-efficient: no s^2 activations) | eager
+
+    def to_dict(self) -> dict:
+        return asdict(self)
