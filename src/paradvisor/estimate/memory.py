@@ -4,8 +4,10 @@ Model states (parameters, gradients, optimizer) — bytes per parameter Ψ, foll
 Rajbhandari et al. 2020 (ZeRO, §3) for mixed-precision Adam: 2 (16-bit params) + 2 (16-bit grads)
 + K=12 (fp32 master params, momentum, variance). With DeepSpeed, the per-stage figures below are the
 ones DeepSpeed's own estimators give (`estimate_zero2/3_model_states_mem_needs`), which also count
-the fp32 gradient partition (4Ψ/N):
-  ZeRO-1/2 (DeepSpeed)   4Ψ + 16Ψ/N            offload optimizer: 2Ψ
+the fp32 gradient partition (4Ψ/N); ZeRO-1 keeps the full 16-bit gradients:
+  ZeRO-1  (DeepSpeed)    4Ψ + 16Ψ/N            offload optimizer: 2Ψ
+  ZeRO-2  (DeepSpeed)    2Ψ + 18Ψ/N            offload optimizer: 2Ψ
+  (18 = 2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam m, v — DeepSpeed's own breakdown)
   ZeRO-3  (DeepSpeed)    18Ψ/N + 4·Λ           offload optimizer: 2Ψ/N + 4·Λ; + params: 4·Λ
   (Λ = parameters of the largest layer, gathered in 16-bit with its 16-bit gradient)
   fp32 training: 4 (params) + 4 (grads) + 8 (Adam m, v) with no master copy.
@@ -49,7 +51,8 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
         if mixed:
             if offload != "none":
                 return {"params": 2 * psi, "grads": 0, "optimizer": 0, "gathered": 0}
-            return {"params": 2 * psi, "grads": 2 * psi + 4 * psi / n, "optimizer": 12 * psi / n, "gathered": 0}
+            grads = (2 * psi + 4 * psi / n) if sharding == "zero1" else 6 * psi / n
+            return {"params": 2 * psi, "grads": grads, "optimizer": 12 * psi / n, "gathered": 0}
         grads = 4 * psi if sharding == "zero1" else 4 * psi / n
         if offload != "none":
             return {"params": 4 * psi, "grads": 0, "optimizer": 0, "gathered": 0}
