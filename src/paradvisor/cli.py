@@ -12,7 +12,7 @@ import sys
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
 
-COMMANDS = ("detect", "model", "gpus", "recommend")
+COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -76,10 +76,8 @@ def resolve_workload(args, profile, cluster):
 def load_rule_sets(args):
     if getattr(args, "no_rules", False):
         return None
-    try:
-        from paradvisor.rules.loader import load_rule_sets as _load
-    except ImportError:  # the rule engine is not part of this build
-        return None
+    from paradvisor.rules.loader import load_rule_sets as _load
+
     return _load(args.rules)
 
 

@@ -44,7 +44,7 @@ def transformer_flops_per_token(shape: TransformerShape, *, seq: int, layers: in
 def efficiency(local_hidden: float, tokens_per_micro: float) -> float:
     """Achievable fraction of peak: MAX_EFFICIENCY for wide matmuls, less for narrow or short ones."""
     width = min(1.0, local_hidden / 2048) ** 0.3
-    length = min(1.0, tokens_per_micro / 1024) ** 0.2
+    length = min(1.0, tokens_per_micro / 4096) ** 0.2
     return MAX_EFFICIENCY * width * length
 
 

@@ -126,12 +126,12 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     if n == 0:
         raise InputError(f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
                          f"use a multiple of {topo.world}")
-    if rule_sets is not None:
+    fired: list[dict] = []
+    if rule_sets:
         from paradvisor.rules.engine import apply_rules
 
-        fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo)
-    else:
-        fired = []
+        fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo,
+                            precision=precision, reevaluate=lambda p: evaluate(mf, topo, wl, p, precision, margin))
     feasible = [e for e in estimates if e.fits]
     feasible.sort(key=lambda e: (e.score, e.memory_total))
     plans: list[Estimate] = []
@@ -151,6 +151,19 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
             continue
         same[twin] = e
         plans.append(e)
+    # How the rules moved the shown plans: rank by the cost model alone vs. rank after rules.
+    by_time = sorted(plans, key=lambda e: (e.step_time, e.memory_total))
+    base_rank = {id(e): i + 1 for i, e in enumerate(by_time)}
+    for entry in fired:
+        entry["moved"] = []
+        if entry["scope"] != "plan":
+            continue
+        mine = [(i, e) for i, e in enumerate(plans) if any(r["id"] == entry["id"] for r in e.rules)]
+        if mine:  # the message as it reads on the best-ranked plan the rule fired on
+            entry["message"] = next(r["message"] for r in mine[0][1].rules if r["id"] == entry["id"])
+        if entry["effect"] in ("prefer", "avoid", "set"):
+            entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1}
+                              for i, e in mine if base_rank[id(e)] != i + 1]
     infeasible = summarize_infeasible(estimates, seen)
     fix = None if plans else nearest_fix(profile, cluster, wl, precision, margin, estimates)
     return Recommendation(profile=profile, cluster=cluster, workload=wl, precision=precision, margin=margin,

@@ -85,10 +85,12 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                         continue
                     for ckpt in ckpts:
                         for sp in ([False, True] if tp > 1 else [False]):
-                            for mb in micro_batches(per_replica):
-                                yield Plan(dp=dp, tp=tp, pp=pp, sharding=sharding, micro_batch=mb,
-                                           grad_accum=per_replica // mb, checkpointing=ckpt, precision=precision,
-                                           offload=offload, sequence_parallel=sp)
+                            for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
+                                for mb in micro_batches(per_replica):
+                                    yield Plan(dp=dp, tp=tp, pp=pp, sharding=sharding, micro_batch=mb,
+                                               grad_accum=per_replica // mb, checkpointing=ckpt,
+                                               precision=precision, offload=offload, sequence_parallel=sp,
+                                               pp_schedule=sched)
     if not topo.homogeneous and world > 1:
         yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
 

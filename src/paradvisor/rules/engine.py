@@ -1,0 +1,63 @@
+"""Apply rules to the planner's estimates: score nudges, settings, warnings and tips.
+
+Ranking stays the cost model's: a rule multiplies a candidate's score (its predicted step time) by
+(1 - weight) to prefer it or (1 + weight) to avoid it, so a rule can reorder close plans but not
+rescue a plan that is much slower. Every firing is recorded on the plan with the rule's citation,
+and `apply_rules` returns one summary per rule (how many plans it touched; advice messages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paradvisor.rules.loader import Rule
+from paradvisor.rules.vocabulary import base_facts, plan_facts
+
+
+def _fires(rule: Rule, facts: dict) -> bool:
+    try:
+        return bool(rule.when(facts))
+    except (ArithmeticError, TypeError, ValueError):
+        return False  # a condition that cannot be evaluated on these facts does not fire
+
+
+def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str,
+                reevaluate=None) -> list[dict]:
+    base = base_facts(profile, cluster, workload, precision)
+    summary: dict[str, dict] = {}
+
+    def record(rule: Rule, facts: dict, scope: str) -> dict:
+        entry = summary.setdefault(rule.id, {
+            "id": rule.id, "title": rule.title, "scope": scope, "effect": rule.effect,
+            "weight": rule.weight, "source": rule.cite(), "numbers": rule.source.get("numbers", {}),
+            "message": rule.message(facts), "fired_on": 0})
+        entry["fired_on"] += 1
+        return entry
+
+    for rule in rules:
+        if rule.scope == "advice" and _fires(rule, base):
+            record(rule, base, "advice")
+
+    plan_rules = [r for r in rules if r.scope == "plan"]
+    for i, e in enumerate(estimates):
+        facts = {**base, **plan_facts(e)}
+        for rule in plan_rules:
+            if not _fires(rule, facts):
+                continue
+            if rule.effect == "set" and reevaluate is not None:
+                changed = replace(e.plan, **rule.settings)
+                if changed != e.plan:
+                    new = reevaluate(changed)
+                    new.rules = list(e.rules)
+                    new.notes = list(e.notes)
+                    estimates[i] = e = new
+                    facts = {**base, **plan_facts(e)}
+            if rule.effect == "prefer":
+                e.score *= 1 - rule.weight
+            elif rule.effect == "avoid":
+                e.score *= 1 + rule.weight
+            e.rules.append({"id": rule.id, "effect": rule.effect if rule.effect not in ("prefer", "avoid")
+                            else f"{rule.effect} x{1 - rule.weight if rule.effect == 'prefer' else 1 + rule.weight:.2f}",
+                            "title": rule.title, "source": rule.cite(), "message": rule.message(facts)})
+            record(rule, facts, "plan")
+    return list(summary.values())
