@@ -93,3 +93,18 @@ def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | 
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
         return list(pool.map(lambda t: probe_host(t, timeout=timeout, ssh_config=ssh_config), targets))
+
+
+def check_reachable(target: str, *, timeout: float = 5.0, ssh_config: str | None = None) -> tuple[bool, str]:
+    """Can we run a command there over ssh (BatchMode)? (ok, reason)."""
+    argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)[:-2] + ["true"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return False, "the ssh client is not installed"
+    except subprocess.TimeoutExpired:
+        return False, f"no answer within {timeout + 10:.0f} s"
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        return False, lines[-1] if lines else f"ssh exited with code {proc.returncode}"
+    return True, ""

@@ -9,10 +9,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
+from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.tomlfile import KeyLocator, read_toml
 
 SCHEMA = "paradvisor.preset/1"
 
@@ -69,3 +72,187 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = f"# paradvisor preset, written by paradvisor {__version__} on {stamp}\n"
     return write_toml_atomic(path, doc, force=force, header=header)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading and validating presets.
+
+DATASETS = ("corpus", "reviews", "imdb", "text", "images")
+_TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction"}
+_WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
+_TRAIN = {"steps", "lr", "dataset", "data_path", "weights", "model_overrides", "seed", "log_every", "warmup_steps",
+          "weight_decay", "grad_clip", "device", "outer_lr", "outer_momentum", "num_labels", "image_size",
+          "hang_timeout_s"}
+_LAUNCH = {"nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend", "image"}
+_CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
+_PLAN = {f for f in Plan.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 20
+    lr: float = 3e-4
+    dataset: str = "corpus"
+    data_path: str | None = None
+    weights: str | None = None
+    model_overrides: dict = field(default_factory=dict)
+    seed: int = 0
+    log_every: int = 1
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    device: str = "auto"
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    num_labels: int = 2
+    image_size: int = 32
+    hang_timeout_s: float = 0.0  # 0: no hang detection
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    hosts: tuple[str, ...] = ()
+    master_port: int = 0
+    backend: str = "auto"
+    image: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    workload: Workload
+    train: TrainSettings
+    launch: LaunchSettings
+    plan: Plan
+    cluster: dict
+    prediction: dict
+    path: str | None = None
+
+    def to_doc(self) -> dict:
+        from dataclasses import asdict
+
+        launch = asdict(self.launch)
+        launch["hosts"] = list(self.launch.hosts)
+        return {"schema": SCHEMA, "name": self.name, "description": self.description,
+                "workload": self.workload.to_dict(), "train": asdict(self.train), "launch": launch,
+                "cluster": self.cluster, "plan": self.plan.to_dict(), "prediction": self.prediction}
+
+
+def _typed(value, typ, where: str, *, minimum=None):
+    ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if not ok:
+        names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a table",
+                 list: "a list"}
+        raise InputError(f"expected {names.get(typ, typ.__name__)}, got {value!r}", where=where)
+    if minimum is not None and value < minimum:
+        raise InputError(f"must be at least {minimum}, got {value!r}", where=where)
+    return value
+
+
+def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
+    sec = data.get(name, {})
+    if not isinstance(sec, dict):
+        raise InputError("expected a table", where=loc.where(None, 0, name, name))
+    for k in sec:
+        if k not in allowed:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(allowed))}",
+                             where=loc.where(name, 0, k, f"{name}.{k}"))
+
+    def where(key):
+        return loc.where(name, 0, key, f"{name}.{key}")
+
+    return sec, where
+
+
+def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Preset:
+    loc = KeyLocator(path, text)
+    for k in data:
+        if k not in _TOP:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(_TOP))}",
+                             where=loc.where(None, 0, k, k))
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise InputError(f"unsupported schema {data.get('schema')!r}; expected {SCHEMA!r}", where=f"{path}: schema")
+    w, ww = _section(data, "workload", _WORKLOAD, loc)
+    if "model" not in w:
+        raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
+    precision = w.get("precision", "fp32")
+    if precision not in ("auto", *PRECISIONS):
+        raise InputError(f"precision {precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
+                         where=ww("precision"))
+    attention = w.get("attention", "sdpa")
+    if attention not in ("sdpa", "eager"):
+        raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
+    workload = Workload(model=_typed(w["model"], str, ww("model")),
+                        seq_len=_typed(w.get("seq_len", 128), int, ww("seq_len"), minimum=1),
+                        global_batch=_typed(w.get("global_batch", 8), int, ww("global_batch"), minimum=1),
+                        precision=precision, attention=attention)
+
+    t, tw = _section(data, "train", _TRAIN, loc)
+    kw = {}
+    for key, f in TrainSettings.__dataclass_fields__.items():
+        if key not in t:
+            continue
+        typ = {"model_overrides": dict, "data_path": str, "weights": str}.get(key, type(f.default))
+        minimum = {"steps": 1, "lr": 0.0, "log_every": 1, "warmup_steps": 0, "num_labels": 2, "image_size": 8,
+                   "hang_timeout_s": 0.0, "grad_clip": 0.0, "weight_decay": 0.0}.get(key)
+        kw[key] = _typed(t[key], typ, tw(key), minimum=minimum)
+    if kw.get("dataset", "corpus") not in DATASETS:
+        raise InputError(f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset"))
+    if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
+        raise InputError("device must be auto, cpu or cuda", where=tw("device"))
+    if kw.get("dataset") in ("imdb", "text") and not kw.get("data_path"):
+        raise InputError(f"dataset {kw['dataset']!r} needs data_path", where=tw("data_path"))
+    train = TrainSettings(**kw)
+
+    lsec, lw = _section(data, "launch", _LAUNCH, loc)
+    lkw = {}
+    for key, f in LaunchSettings.__dataclass_fields__.items():
+        if key not in lsec:
+            continue
+        if key == "hosts":
+            hosts = _typed(lsec[key], list, lw(key))
+            if not all(isinstance(h, str) for h in hosts):
+                raise InputError("hosts must be a list of strings", where=lw(key))
+            lkw[key] = tuple(hosts)
+            continue
+        typ = str if key in ("rdzv_endpoint", "backend", "image") else int
+        lkw[key] = _typed(lsec[key], typ, lw(key), minimum={"nproc_per_node": 1, "nnodes": 1, "node_rank": 0,
+                                                              "master_port": 0}.get(key))
+    launch = LaunchSettings(**lkw)
+    if launch.node_rank >= launch.nnodes:
+        raise InputError(f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank"))
+    if launch.backend not in ("auto", "gloo", "nccl"):
+        raise InputError("backend must be auto, gloo or nccl", where=lw("backend"))
+    if not 0 <= launch.master_port <= 65535:
+        raise InputError("master_port must be 0..65535", where=lw("master_port"))
+
+    p, pw = _section(data, "plan", _PLAN, loc)
+    for key, allowed in (("sharding", SHARDINGS), ("checkpointing", CHECKPOINTING), ("precision", PRECISIONS),
+                         ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
+        if key in p and p[key] not in allowed:
+            raise InputError(f"{p[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    for key in ("dp", "tp", "pp", "micro_batch", "grad_accum"):
+        if key in p:
+            _typed(p[key], int, pw(key), minimum=1)
+    if "precision" not in p:
+        p = {**p, "precision": precision if precision != "auto" else "fp32"}
+    try:
+        plan = Plan.from_dict(p)
+    except TypeError as exc:
+        raise InputError(f"invalid plan: {exc}", where=pw("nodes")) from None
+    c, _ = _section(data, "cluster", _CLUSTER, loc)
+    name = data.get("name") or Path(path).stem
+    return Preset(name=str(name), description=str(data.get("description", "")), workload=workload, train=train,
+                  launch=launch, plan=plan, cluster=dict(c), prediction=dict(data.get("prediction", {})), path=path)
+
+
+def load_preset(path: str | os.PathLike) -> Preset:
+    data, text = read_toml(path)
+    return parse_preset(data, path=str(path), text=text)

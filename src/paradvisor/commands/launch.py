@@ -1,0 +1,127 @@
+"""`paradvisor launch`: run a preset (or the top recommendation) as a real distributed training run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from paradvisor.errors import InputError
+
+
+def add_parser(sub) -> None:
+    from paradvisor.commands.recommend import add_workload_args
+
+    p = sub.add_parser("launch", help="launch a preset (or a recommended plan) as a real training run",
+                       description="Builds the exact torchrun argv (DeepSpeed engine for ZeRO plans), starts it in "
+                                   "its own process group, records plan, command, per-rank logs, metrics and status "
+                                   "in a run directory. Exit code: 0 finished, 1 failed or cancelled, 2 bad input.")
+    p.add_argument("--preset", metavar="FILE", help="preset TOML (presets/*.toml)")
+    add_workload_args(p, model_required=False)
+    p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")
+    p.add_argument("--dry-run", action="store_true", help="print the command and stop")
+    p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default runs/)")
+    p.add_argument("--run-dir", metavar="DIR", help="use this run directory (multi-node: the same on every node)")
+    o = p.add_argument_group("overrides (flags win over the preset)")
+    o.add_argument("--steps", type=int)
+    o.add_argument("--lr", type=float)
+    o.add_argument("--seed", type=int)
+    o.add_argument("--dataset", choices=["corpus", "reviews", "imdb", "text", "images"])
+    o.add_argument("--data-path")
+    o.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    o.add_argument("--nproc-per-node", type=int)
+    o.add_argument("--nnodes", type=int)
+    o.add_argument("--node-rank", type=int)
+    o.add_argument("--rdzv-endpoint", metavar="HOST:PORT")
+    o.add_argument("--master-port", type=int)
+    o.add_argument("--hosts", metavar="H1,H2", help="comma-separated hosts (checked over ssh before launch)")
+    o.add_argument("--hang-timeout", type=float, metavar="S", help="fail the run after S seconds without progress")
+    e = p.add_argument_group("exports (write files instead of launching)")
+    e.add_argument("--export", choices=["kubeflow", "slurm", "hostfile"], action="append", default=[])
+    e.add_argument("--out", metavar="DIR", help="where exports go (default exports/<name>/)")
+    e.add_argument("--force", action="store_true", help="overwrite existing export files")
+    p.set_defaults(run=run)
+
+
+def preset_from_args(args):
+    from paradvisor.launch.preset import LaunchSettings, Preset, TrainSettings, load_preset
+
+    if args.preset:
+        if args.model:
+            raise InputError("give either --preset or --model, not both")
+        return load_preset(args.preset)
+    if not args.model:
+        raise InputError("give --preset FILE, or --model with machines to launch the top recommendation")
+    from paradvisor.commands.recommend import compute
+
+    args.top, args.rules, args.no_rules = max(args.pick, 1), [], False
+    rec, ref = compute(args)
+    if not rec.plans:
+        raise InputError("nothing fits on these machines, so there is nothing to launch (see `paradvisor recommend`)")
+    if not 1 <= args.pick <= len(rec.plans):
+        raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
+    e = rec.plans[args.pick - 1]
+    nodes = rec.cluster.online_nodes
+    family = rec.profile.transformer.family if rec.profile.transformer else "vgg"
+    dataset = {"bert": "reviews", "albert": "reviews", "vgg": "images"}.get(family, "corpus")
+    return Preset(name=f"{rec.profile.name}-{e.plan.label()}", description=f"rank {args.pick} of recommend",
+                  workload=replace(rec.workload, precision=rec.precision), train=TrainSettings(dataset=dataset),
+                  launch=LaunchSettings(nproc_per_node=max(n.gpu_count for n in nodes), nnodes=len(nodes)),
+                  plan=e.plan, cluster=ref,
+                  prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
+                              "samples_per_s": e.samples_per_s})
+
+
+def apply_overrides(preset, args):
+    t, lau = preset.train, preset.launch
+    tkw = {k: v for k, v in (("steps", args.steps), ("lr", args.lr), ("seed", args.seed), ("dataset", args.dataset),
+                             ("data_path", args.data_path), ("device", args.device),
+                             ("hang_timeout_s", args.hang_timeout)) if v is not None}
+    lkw = {k: v for k, v in (("nproc_per_node", args.nproc_per_node), ("nnodes", args.nnodes),
+                             ("node_rank", args.node_rank), ("rdzv_endpoint", args.rdzv_endpoint),
+                             ("master_port", args.master_port)) if v is not None}
+    if args.hosts:
+        lkw["hosts"] = tuple(h.strip() for h in args.hosts.split(",") if h.strip())
+    for k in ("steps", "nproc_per_node", "nnodes"):
+        v = tkw.get(k, lkw.get(k))
+        if v is not None and v < 1:
+            raise InputError(f"--{k.replace('_', '-')} must be at least 1")
+    if tkw.get("dataset") in ("imdb", "text") and not (tkw.get("data_path") or t.data_path):
+        raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
+    return replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw))
+
+
+def run(args) -> int:
+    from paradvisor.launch import runner
+
+    preset = apply_overrides(preset_from_args(args), args)
+    if args.export:
+        from paradvisor.launch.exports import write_exports
+
+        runner.validate(preset)
+        out = Path(args.out or os.path.join("exports", preset.name))
+        for path in write_exports(preset, args.export, out, force=args.force):
+            print(path)
+        return 0
+    if args.dry_run:
+        runner.validate(preset)
+        endpoint, preset = runner.endpoint_for(preset)
+        from paradvisor.launch.argv import torchrun_argv
+
+        lau = preset.launch
+        argv = torchrun_argv(args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name),
+                             nproc_per_node=lau.nproc_per_node, nnodes=lau.nnodes, node_rank=lau.node_rank,
+                             endpoint=endpoint, run_id=preset.name)
+        print(" ".join(argv))
+        sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es); nothing started\n")
+        return 0
+    launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None)
+    sys.stderr.write(f"run directory: {launch.run_dir}\n{' '.join(launch.argv)}\n")
+    doc = runner.run_blocking(launch)
+    line = f"{doc['status']}: {launch.run_dir}"
+    if doc["status"] == "failed":
+        line += f" — rank {doc.get('failed_rank')} exit code {doc.get('exit_code')}: {doc.get('reason')}"
+    sys.stderr.write(line + "\n")
+    print(launch.run_dir)
+    return runner.main_exit_code(doc)

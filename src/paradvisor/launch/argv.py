@@ -1,0 +1,46 @@
+"""Exact argv lists for torchrun and the DeepSpeed launcher (never a shell string)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+from paradvisor.errors import InputError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise InputError(f"port {port} on {host} is in use ({exc.strerror}); pick another launch.master_port "
+                             "or 0 for a free one") from None
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"rendezvous endpoint {endpoint!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
+                  endpoint: str, run_id: str) -> list[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+            "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+            "--rdzv-id", run_id, "--max-restarts", "0", "--monitor-interval", "0.5"]
+    if nnodes > 1:
+        argv += ["--node-rank", str(node_rank)]
+    return argv + ["-m", "paradvisor.train", "--run-dir", run_dir]
+
+
+def deepspeed_argv(run_dir: str, *, hostfile: str, master_addr: str, master_port: int) -> list[str]:
+    return ["deepspeed", "--hostfile", hostfile, "--master_addr", master_addr, "--master_port", str(master_port),
+            "--module", "paradvisor.train", "--run-dir", run_dir]

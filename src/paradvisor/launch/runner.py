@@ -1,0 +1,351 @@
+"""Run a Preset for real: validate, create the run directory, start torchrun in its own process
+group, watch it, and record what happened in status.json.
+
+Run directory (`runs/<timestamp>-<name>/`, mode 0700):
+  plan.toml            the preset as launched (CLI overrides applied)
+  command.json/.txt    the exact argv
+  launcher.log         torchrun's own output
+  rank-N.stdout.log    each rank's stdout / stderr
+  rank-N.stderr.log
+  rank-N.exit.json     each rank's exit code and error (absent if it was killed)
+  metrics.jsonl        one JSON object per logged step per rank
+  status.json          running | finished | failed | cancelled | interrupted, with the reason
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
+from paradvisor.launch.preset import Preset, write_toml_atomic
+
+TERMINAL = ("finished", "failed", "cancelled", "interrupted")
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def validate(preset: Preset) -> None:
+    """Everything that can be checked before a process starts (exit 2 on failure)."""
+    from paradvisor.train.data import check_data_path
+
+    plan, lau, wl = preset.plan, preset.launch, preset.workload
+    where = preset.path or "preset"
+    world = lau.nproc_per_node * lau.nnodes
+    if plan.world_size != world:
+        raise InputError(f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
+                         f"starts {lau.nproc_per_node} x {lau.nnodes} = {world} processes", where=f"{where}: plan")
+    if plan.diloco:
+        if plan.nodes and sum(n.gpus for n in plan.nodes) != world:
+            raise InputError(f"plan.nodes cover {sum(n.gpus for n in plan.nodes)} GPUs, the launch starts {world}",
+                             where=f"{where}: plan.nodes")
+    elif plan.split_by_speed:
+        if len(plan.rank_batches) != plan.dp:
+            raise InputError(f"rank_batches has {len(plan.rank_batches)} entries for {plan.dp} data ranks",
+                             where=f"{where}: plan.rank_batches")
+        if sum(plan.rank_batches) * plan.grad_accum != wl.global_batch:
+            raise InputError(f"sum(rank_batches) x grad_accum = {sum(plan.rank_batches) * plan.grad_accum} "
+                             f"!= global_batch {wl.global_batch}", where=f"{where}: plan")
+    elif plan.micro_batch * plan.grad_accum * plan.dp != wl.global_batch:
+        raise InputError(f"micro_batch x grad_accum x dp = {plan.micro_batch} x {plan.grad_accum} x {plan.dp} != "
+                         f"global_batch {wl.global_batch}", where=f"{where}: plan")
+    from paradvisor.train.models import profile_of, resolved_config
+
+    family, _ = resolved_config(preset)
+    prof = profile_of(preset)
+    s = prof.transformer
+    if plan.tp > 1 and s is not None:
+        for what, n in (("attention heads", s.heads), ("KV heads", s.kv_heads), ("FFN width", s.ffn)):
+            if n % plan.tp:
+                raise InputError(f"TP degree {plan.tp} does not divide {prof.name}'s {n} {what}",
+                                 where=f"{where}: plan.tp")
+    if plan.pp > 1 and s is not None and s.num_layers % plan.pp:
+        raise InputError(f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
+                         where=f"{where}: plan.pp")
+    if plan.tp > 1 and s is None:
+        raise InputError(f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp")
+    from paradvisor.train.parallelize import supported
+
+    why = supported(plan, family)
+    if why:
+        raise InputError(why, where=f"{where}: plan")
+    check_data_path(preset.train.dataset, preset.train.data_path)
+    if preset.train.weights and not Path(preset.train.weights).exists():
+        raise InputError("weights path does not exist", where=f"{where}: train.weights")
+    if lau.nnodes > 1 and not lau.rdzv_endpoint:
+        raise InputError("a multi-node launch needs launch.rdzv_endpoint = \"HOST:PORT\" (or --rdzv-endpoint)",
+                         where=f"{where}: launch")
+    hosts = [h for h in lau.hosts if h not in ("localhost", "127.0.0.1")]
+    if hosts:
+        from paradvisor.hardware.remote import check_reachable
+
+        for h in hosts:
+            ok, why = check_reachable(h)
+            if not ok:
+                raise InputError(f"host {h} is unreachable: {why}", where=f"{where}: launch.hosts")
+
+
+def endpoint_for(preset: Preset) -> tuple[str, Preset]:
+    lau = preset.launch
+    if lau.rdzv_endpoint:
+        host, port = split_endpoint(lau.rdzv_endpoint)
+        if lau.node_rank == 0 and host in ("127.0.0.1", "localhost", "0.0.0.0"):
+            check_port_free(host, port)
+        return lau.rdzv_endpoint, preset
+    port = lau.master_port or free_port()
+    if lau.master_port:
+        check_port_free("127.0.0.1", port)
+    return f"127.0.0.1:{port}", replace(preset, launch=replace(lau, master_port=port))
+
+
+def new_run_dir(runs_dir: Path, name: str) -> Path:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name)[:60] or "run"
+    for i in range(1000):
+        d = runs_dir / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
+        try:
+            d.mkdir(mode=0o700)  # exclusive: two launches never share a directory
+            return d
+        except FileExistsError:
+            continue
+    raise InputError(f"could not create a run directory under {runs_dir}")
+
+
+def _tail(path: Path, n: int = 20) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
+    """Which rank failed, with what exit code or signal, and its last log lines."""
+    codes = {}
+    for r in range(world):
+        f = run_dir / f"rank-{r}.exit.json"
+        if f.exists():
+            try:
+                codes[r] = json.loads(f.read_text())
+            except json.JSONDecodeError:
+                pass
+    log = (run_dir / "launcher.log").read_text(errors="replace") if (run_dir / "launcher.log").exists() else ""
+    failed_rank, exit_code, reason = None, returncode, None
+    bad = [r for r, d in sorted(codes.items()) if d.get("exit_code")]
+    if bad:
+        failed_rank = bad[0]
+        exit_code = codes[failed_rank]["exit_code"]
+        reason = codes[failed_rank].get("error")
+    else:
+        m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", log, re.S)
+        if m:
+            failed_rank, exit_code = int(m.group(1)), int(m.group(2))
+        missing = [r for r in range(world) if r not in codes]
+        if failed_rank is None and missing:
+            failed_rank = missing[0]
+        if exit_code is not None and exit_code < 0:
+            try:
+                reason = f"killed by signal {signal.Signals(-exit_code).name}"
+            except ValueError:
+                reason = f"killed by signal {-exit_code}"
+        elif "Signal" in log:
+            sm = re.search(r"Signal (\d+) \((\w+)\) received", log)
+            if sm:
+                reason = f"killed by {sm.group(2)}"
+    lines = _tail(run_dir / f"rank-{failed_rank}.stderr.log") if failed_rank is not None else _tail(run_dir / "launcher.log")
+    if not reason:
+        reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
+    return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
+            "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+
+
+def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _reap_ranks(run_dir: Path, world: int) -> None:
+    """Belt and braces: no rank outlives its run (a rank that escaped the process group is killed)."""
+    import psutil
+
+    for r in range(world):
+        f = run_dir / f"rank-{r}.pid"
+        try:
+            pid = int(f.read_text())
+            p = psutil.Process(pid)
+            if str(run_dir) in " ".join(p.cmdline()):
+                p.kill()
+        except (OSError, ValueError, psutil.Error):
+            continue
+
+
+class Launch:
+    """A started run: `wait()` blocks until it ends and returns the final status document."""
+
+    def __init__(self, preset: Preset, run_dir: Path, argv: list[str], proc: subprocess.Popen, status_name: str):
+        self.preset, self.run_dir, self.argv, self.proc = preset, run_dir, argv, proc
+        self.status_path = run_dir / status_name
+        self.cancel_requested = False
+        self.started = time.time()
+
+    def cancel(self) -> None:
+        self.cancel_requested = True
+
+    def status(self, **kw) -> dict:
+        doc = {"schema": "paradvisor.status/1", "status": "running", "run_dir": str(self.run_dir),
+               "name": self.preset.name, "pid": self.proc.pid, "started": self.started,
+               "world_size": self.preset.plan.world_size, "node_rank": self.preset.launch.node_rank,
+               "label": self.preset.plan.label(), "command": self.argv}
+        doc.update(kw)
+        return doc
+
+    def wait(self, poll: float = 0.2) -> dict:
+        hang = self.preset.train.hang_timeout_s
+        metrics = self.run_dir / "metrics.jsonl"
+        last_progress = time.monotonic()
+        last_size = -1
+        hung = False
+        while self.proc.poll() is None:
+            if self.cancel_requested:
+                _kill_group(self.proc)
+                break
+            if hang:
+                size = metrics.stat().st_size if metrics.exists() else 0
+                if size != last_size:
+                    last_size, last_progress = size, time.monotonic()
+                elif time.monotonic() - last_progress > hang:
+                    hung = True
+                    _kill_group(self.proc)
+                    break
+            time.sleep(poll)
+        rc = self.proc.wait()
+        _reap_ranks(self.run_dir, self.preset.plan.world_size)
+        ended = time.time()
+        common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
+        if self.cancel_requested:
+            doc = self.status(status="cancelled", reason="stopped by the user", **common)
+        elif hung:
+            d = diagnose(self.run_dir, self.preset.plan.world_size, rc)
+            doc = self.status(status="failed", **{**d, "reason": f"no progress for {hang:g} s (hung); all ranks stopped"},
+                              **common)
+        elif rc == 0:
+            doc = self.status(status="finished", **common)
+        else:
+            doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc), **common)
+        write_json_atomic(self.status_path, doc)
+        return doc
+
+
+def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None) -> Launch:
+    validate(preset)
+    endpoint, preset = endpoint_for(preset)
+    if run_dir is None:
+        run_dir = new_run_dir(Path(runs_dir), preset.name)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lau = preset.launch
+    argv = torchrun_argv(str(run_dir), nproc_per_node=lau.nproc_per_node, nnodes=lau.nnodes,
+                         node_rank=lau.node_rank, endpoint=endpoint, run_id=run_dir.name)
+    status_name = "status.json" if lau.node_rank == 0 else f"status-node{lau.node_rank}.json"
+    if lau.node_rank == 0 or not (run_dir / "plan.toml").exists():
+        write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
+                          header=f"# paradvisor run plan: {preset.plan.label()}\n")
+    write_json_atomic(run_dir / ("command.json" if lau.node_rank == 0 else f"command-node{lau.node_rank}.json"),
+                      {"argv": argv, "cwd": os.getcwd()})
+    (run_dir / "command.txt").write_text(" ".join(argv) + "\n")
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                "TORCHELASTIC_ERROR_FILE": str(run_dir / f"torchelastic-error-node{lau.node_rank}.json"),
+                **(env or {})}
+    if preset.train.device == "cpu":
+        full_env["CUDA_VISIBLE_DEVICES"] = ""
+        full_env["DS_ACCELERATOR"] = "cpu"
+    elif not _has_cuda():
+        full_env.setdefault("DS_ACCELERATOR", "cpu")
+    log = open(run_dir / ("launcher.log" if lau.node_rank == 0 else f"launcher-node{lau.node_rank}.log"), "ab")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
+                            start_new_session=True)
+    log.close()
+    launch = Launch(preset, run_dir, argv, proc, status_name)
+    write_json_atomic(launch.status_path, launch.status())
+    return launch
+
+
+def _has_cuda() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        return n > 0
+    except Exception:
+        return False
+
+
+def run_blocking(launch: Launch, *, on_signal=True) -> dict:
+    """Wait for a launch; SIGINT/SIGTERM cancel it (every rank ends, status `cancelled`)."""
+    old = {}
+    if on_signal:
+        def handler(signum, frame):
+            launch.cancel()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, handler)
+    try:
+        return launch.wait()
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def effective_status(run_dir: Path) -> dict:
+    """status.json, but a run left `running` whose processes are gone reads as `interrupted`."""
+    p = run_dir / "status.json"
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {"status": "unknown", "run_dir": str(run_dir), "reason": "no readable status.json"}
+    if doc.get("status") == "running":
+        import psutil
+
+        pid = doc.get("pid")
+        alive = False
+        if pid:
+            try:
+                alive = psutil.Process(pid).is_running() and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                alive = False
+        if not alive:
+            doc = {**doc, "status": "interrupted", "reason": "the launcher stopped without writing a final status"}
+    return doc
+
+
+def main_exit_code(doc: dict) -> int:
+    return 0 if doc.get("status") == "finished" else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use `paradvisor launch`")

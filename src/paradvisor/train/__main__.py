@@ -1,0 +1,51 @@
+"""`python -m paradvisor.train --run-dir DIR`: one rank of a launched run (torchrun sets RANK etc.)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+
+def _redirect(run_dir: Path, rank: int) -> None:
+    """This rank's stdout/stderr go to rank-N.stdout.log / rank-N.stderr.log in the run directory."""
+    for stream, name in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
+        stream.flush()
+        fd = os.open(str(run_dir / f"rank-{rank}.{name}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+
+
+def _marker(run_dir: Path, rank: int, doc: dict) -> None:
+    tmp = run_dir / f".rank-{rank}.exit.json.tmp"
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, run_dir / f"rank-{rank}.exit.json")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="paradvisor.train")
+    ap.add_argument("--run-dir", required=True)
+    args = ap.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    _redirect(run_dir, rank)
+    (run_dir / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    try:
+        from paradvisor.train.run import run
+
+        run(run_dir, rank)
+    except BaseException as exc:  # record why this rank died, then fail
+        traceback.print_exc()
+        sys.stderr.flush()
+        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+        _marker(run_dir, rank, {"rank": rank, "exit_code": code, "error": f"{type(exc).__name__}: {exc}"})
+        return code or 1
+    _marker(run_dir, rank, {"rank": rank, "exit_code": 0})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

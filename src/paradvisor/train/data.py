@@ -1,0 +1,178 @@
+"""Datasets that run offline: the shipped reviews and corpus, the IMDB `aclImdb/` layout, plain text
+files, and synthetic images; tokenizers trained on the data itself (no download).
+
+Each dataset yields examples; `RankStream` hands every data-parallel rank its own disjoint slice of
+each global step (uneven slices when the plan splits the batch by GPU speed, as in 001).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from importlib import resources
+from pathlib import Path
+
+from paradvisor.errors import InputError
+
+
+def shipped_reviews() -> list[tuple[str, int]]:
+    raw = gzip.decompress(resources.files("paradvisor").joinpath("data", "reviews.tsv.gz").read_bytes()).decode()
+    out = []
+    for line in raw.splitlines():
+        label, text = line.split("\t", 1)
+        out.append((text, int(label)))
+    return out
+
+
+def shipped_corpus() -> str:
+    return gzip.decompress(resources.files("paradvisor").joinpath("data", "corpus.txt.gz").read_bytes()).decode()
+
+
+def imdb_folder(path: str, split: str = "train") -> list[tuple[str, int]]:
+    """The Large Movie Review Dataset layout: aclImdb/{train,test}/{pos,neg}/*.txt."""
+    root = Path(path)
+    if (root / "aclImdb").is_dir():
+        root = root / "aclImdb"
+    base = root / split
+    pos, neg = base / "pos", base / "neg"
+    if not pos.is_dir() or not neg.is_dir():
+        raise InputError(f"not an aclImdb folder: expected {split}/pos and {split}/neg with .txt reviews", where=path)
+    out = []
+    for label, folder in ((1, pos), (0, neg)):
+        for f in sorted(folder.glob("*.txt")):
+            out.append((f.read_text(encoding="utf-8", errors="replace").replace("<br />", " "), label))
+    if not out:
+        raise InputError("no reviews (*.txt) found", where=path)
+    random.Random(0).shuffle(out)
+    return out
+
+
+def text_files(path: str) -> str:
+    p = Path(path)
+    if p.is_file():
+        return p.read_text(encoding="utf-8", errors="replace")
+    if p.is_dir():
+        files = sorted(p.rglob("*.txt"))
+        if files:
+            return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+        raise InputError("no .txt files in the folder", where=path)
+    raise InputError("no such file or folder", where=path)
+
+
+def check_data_path(dataset: str, data_path: str | None) -> None:
+    """Fail before launch (exit 2) when the data is not there."""
+    if dataset == "imdb":
+        imdb_folder(data_path)
+    elif dataset == "text":
+        text_files(data_path)
+
+
+class CharTokenizer:
+    def __init__(self, text: str):
+        self.chars = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(c, 0) for c in text]
+
+
+def train_subword_tokenizer(texts: list[str], kind: str, vocab_size: int, save_to: Path | None = None):
+    """A WordPiece (BERT/ALBERT) or byte-level BPE (GPT-2/LLaMA) tokenizer trained on the data itself."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>"],
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    if save_to is not None:
+        tok.save(str(save_to))
+    return tok
+
+
+def load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+class ClassificationData:
+    """(input_ids, attention_mask, label) rows, fixed length: [CLS] text [SEP] padded."""
+
+    def __init__(self, rows: list[tuple[str, int]], tokenizer, seq_len: int):
+        cls, sep, pad = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+        self.items = []
+        for text, label in rows:
+            ids = [cls] + tokenizer.encode(text).ids[: seq_len - 2] + [sep]
+            mask = [1] * len(ids) + [0] * (seq_len - len(ids))
+            self.items.append((ids + [pad] * (seq_len - len(ids)), mask, label))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class LMData:
+    """Contiguous token windows of seq_len + 1 (inputs and shifted targets)."""
+
+    def __init__(self, ids: list[int], seq_len: int):
+        if len(ids) < seq_len + 2:
+            raise InputError(f"the text has {len(ids)} tokens, fewer than one sequence of {seq_len}")
+        self.ids = ids
+        self.seq_len = seq_len
+        self.starts = list(range(0, len(ids) - seq_len - 1, max(1, seq_len // 2)))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+class ImageData:
+    """Synthetic labelled images of our own making: class k draws a bright square in quadrant k % 4
+    with a k-dependent colour on noise. Deterministic; enough signal for a loss to fall."""
+
+    def __init__(self, n: int, size: int, classes: int, seed: int = 0):
+        self.n, self.size, self.classes, self.seed = n, size, classes, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class RankStream:
+    """Disjoint per-rank slices of a shuffled index stream, step by step.
+
+    `batches[r]` samples per micro-step for data rank r; a global micro-step consumes sum(batches)
+    indices, rank r taking those after the ranks before it (like DistributedSampler, but uneven)."""
+
+    def __init__(self, n: int, batches: list[int], data_rank: int, seed: int):
+        self.n, self.batches, self.rank, self.seed = n, batches, data_rank, seed
+        self.offset = sum(batches[:data_rank])
+        self.per_step = sum(batches)
+        self._epoch, self._order = -1, []
+
+    def indices(self, micro_step: int) -> list[int]:
+        start = micro_step * self.per_step + self.offset
+        out = []
+        for k in range(self.batches[self.rank]):
+            g = start + k
+            epoch, pos = divmod(g, self.n)
+            if epoch != self._epoch:
+                self._order = list(range(self.n))
+                random.Random(self.seed * 1000003 + epoch).shuffle(self._order)
+                self._epoch = epoch
+            out.append(self._order[pos])
+        return out
+
+
+def describe(ds) -> str:
+    return json.dumps({"type": type(ds).__name__, "size": len(ds)})

@@ -1,0 +1,151 @@
+"""The training loops: synchronous steps (every engine) and DiLoCo's inner/outer rounds."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.distributed as dist
+
+from paradvisor.train.data import RankStream
+from paradvisor.train.metrics import count_bytes, cuda_peak
+
+
+def lr_at(step: int, total: int, base: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the base rate."""
+    if warmup and step <= warmup:
+        return base * step / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def data_layout(plan, rank: int, world: int) -> tuple[int, list[int]]:
+    """(this rank's data-parallel index, micro-batch of every data rank). Megatron order: tp fastest."""
+    if plan.pp > 1:
+        return 0, [plan.micro_batch * plan.grad_accum]
+    n_data = plan.dp if plan.tp > 1 else world
+    data_rank = rank // plan.tp if plan.tp > 1 else rank
+    batches = list(plan.rank_batches) if plan.rank_batches else [plan.micro_batch] * n_data
+    return data_rank, batches
+
+
+def memory_record(engine) -> dict:
+    groups = engine.last_groups or engine.memory_groups()
+    b = count_bytes(groups)
+    rec = {"mem_params_bytes": b["params"], "mem_grads_bytes": b["grads"], "mem_optimizer_bytes": b["optimizer"],
+           "mem_model_state_bytes": b["params"] + b["grads"] + b["optimizer"]}
+    peak = cuda_peak()
+    if peak is not None:
+        rec["cuda_max_allocated_bytes"] = peak
+    return rec
+
+
+def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, writer, *, progress=None) -> None:
+    plan, t = preset.plan, preset.train
+    data_rank, batches = data_layout(plan, rank, world)
+    stream = RankStream(len(task.dataset), batches, data_rank, t.seed)
+    my_batch = batches[data_rank]
+    scale = my_batch * len(batches) / sum(batches)  # uneven batches: weight each rank's loss by its samples
+    per_step = my_batch * (1 if kind == "pp" else plan.grad_accum)
+    for step in range(1, t.steps + 1):
+        t0 = time.perf_counter()
+        lr = lr_at(step, t.steps, t.lr, t.warmup_steps)
+        engine.set_lr(lr)
+        if kind == "pp":
+            inputs, targets = task.batch(stream.indices(step - 1), device)
+            loss = engine.pipeline_step(inputs, targets)
+        else:
+            loss = 0.0
+            for micro in range(plan.grad_accum):
+                inputs, targets = task.batch(stream.indices((step - 1) * plan.grad_accum + micro), device)
+                loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
+                                                scale=scale / plan.grad_accum) / plan.grad_accum
+        engine.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if step % t.log_every == 0 or step == t.steps:
+            rec = {"kind": "step", "step": step, "loss": loss, "lr": lr, "step_time_s": dt,
+                   "samples": per_step, "samples_per_s": per_step / dt,
+                   "tokens_per_s": per_step * task.seq_len / dt if task.kind != "image" else None,
+                   "global_samples_per_s": preset.workload.global_batch / dt, "sync_wait_s": 0.0,
+                   "world_size": world, "strategy": kind}
+            rec.update(memory_record(engine))
+            writer.write(rec)
+        if progress:
+            progress(step)
+
+
+def node_of_rank(plan, rank: int) -> int:
+    edge = 0
+    for i, n in enumerate(plan.nodes):
+        edge += n.gpus
+        if rank < edge:
+            return i
+    return len(plan.nodes) - 1
+
+
+def train_diloco(preset, build_inner, task, device, rank: int, world: int, writer) -> None:
+    """DiLoCo (Douillard et al. 2023): inner AdamW for H_i local steps on each node, then the outer
+    Nesterov SGD step on the averaged pseudo-gradients (start - current). H_i per node from the plan
+    (003 technique C). The time a rank waits for the others at each outer sync is recorded."""
+    plan, t = preset.plan, preset.train
+    nodes = plan.nodes
+    if not nodes:
+        from paradvisor.plan.types import NodeAllocation
+
+        nodes = tuple(NodeAllocation(node=f"rank{r}", gpus=1, tflops=0, relative_speed=1, batch_per_gpu=plan.micro_batch,
+                                     data_share=1 / world, local_steps=plan.local_steps or 10) for r in range(world))
+    groups, start = [], 0
+    for n in nodes:  # every rank creates every group, in the same order
+        groups.append(dist.new_group(list(range(start, start + n.gpus))))
+        start += n.gpus
+    my_node = node_of_rank(plan.with_(nodes=nodes), rank)
+    h = nodes[my_node].local_steps or plan.local_steps or 10
+    engine, kind = build_inner(groups[my_node])
+    model = engine.model
+    params = [p for p in model.parameters()]
+    outer_params = [p.detach().clone().cpu().float() for p in params]
+    outer_opt = torch.optim.SGD(outer_params, lr=t.outer_lr, momentum=t.outer_momentum, nesterov=True)
+    batches = [n.batch_per_gpu for n in nodes for _ in range(n.gpus)] if plan.nodes else [plan.micro_batch] * world
+    stream = RankStream(len(task.dataset), batches, rank, t.seed)
+    base_h = plan.local_steps or h
+    rounds = max(1, math.ceil(t.steps / base_h))
+    micro = 0
+    for rnd in range(1, rounds + 1):
+        for k in range(1, h + 1):
+            t0 = time.perf_counter()
+            step = (rnd - 1) * h + k
+            lr = lr_at(min(step, rounds * h), rounds * h, t.lr, t.warmup_steps)
+            engine.set_lr(lr)
+            inputs, targets = task.batch(stream.indices(micro), device)
+            micro += 1
+            loss = engine.forward_backward(inputs, targets, last=True, scale=1.0)
+            engine.step()
+            dt = time.perf_counter() - t0
+            if step % t.log_every == 0 or k == h:
+                rec = {"kind": "step", "step": step, "round": rnd, "loss": loss, "lr": lr, "step_time_s": dt,
+                       "samples": batches[rank], "samples_per_s": batches[rank] / dt,
+                       "tokens_per_s": batches[rank] * task.seq_len / dt if task.kind != "image" else None,
+                       "sync_wait_s": 0.0, "world_size": world, "strategy": "diloco", "local_steps": h,
+                       "node": nodes[my_node].node}
+                rec.update(memory_record(engine))
+                writer.write(rec)
+        # Outer step: wait for every node (measured), average pseudo-gradients, Nesterov SGD.
+        w0 = time.perf_counter()
+        dist.barrier()
+        wait = time.perf_counter() - w0
+        c0 = time.perf_counter()
+        for p, op in zip(params, outer_params):
+            delta = op - p.detach().cpu().float()
+            dist.all_reduce(delta)
+            op.grad = delta / world
+        outer_opt.step()
+        outer_opt.zero_grad()
+        with torch.no_grad():
+            for p, op in zip(params, outer_params):
+                p.copy_(op.to(p.device, p.dtype))
+        comm = time.perf_counter() - c0
+        writer.write({"kind": "outer", "round": rnd, "step": rnd * h, "sync_wait_s": wait, "outer_comm_s": comm,
+                      "local_steps": h, "node": nodes[my_node].node, "world_size": world, "strategy": "diloco"})

@@ -1,0 +1,78 @@
+"""metrics.jsonl (one JSON object per line, appended and flushed by every rank) and memory accounting.
+
+Model-state bytes are counted from the tensors a rank holds: parameters (local shards of FSDP
+DTensors, DeepSpeed ZeRO-3 partitions), gradients, and optimizer states (torch optimizer state,
+DeepSpeed's fp32 master partitions and their gradients). Tensors sharing storage are counted once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+
+class MetricsWriter:
+    def __init__(self, path, rank: int):
+        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.rank = rank
+
+    def write(self, record: dict) -> None:
+        record = {"rank": self.rank, "time": time.time(), **record}
+        os.write(self.fd, (json.dumps(record, default=float) + "\n").encode())  # one write: whole line or nothing
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _local(t):
+    if t is None:
+        return None
+    if hasattr(t, "to_local"):
+        t = t.to_local()
+    return t
+
+
+def _storage_key_and_bytes(t):
+    try:
+        st = t.untyped_storage()
+        return (st.data_ptr(), st.nbytes()) if st.nbytes() else None
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def count_bytes(groups: dict[str, list]) -> dict[str, int]:
+    """Bytes per category, each storage counted once (in the first category that holds it)."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensors in groups.items():
+        total = 0
+        for t in tensors:
+            t = _local(t)
+            if t is None or not hasattr(t, "untyped_storage"):
+                continue
+            kb = _storage_key_and_bytes(t)
+            if kb is None or kb[0] in seen:
+                continue
+            seen.add(kb[0])
+            total += kb[1]
+        out[name] = total
+    return out
+
+
+def optimizer_state_tensors(opt) -> list:
+    out = []
+    if opt is None:
+        return out
+    for state in getattr(opt, "state", {}).values():
+        if isinstance(state, dict):
+            out.extend(v for v in state.values() if hasattr(v, "untyped_storage") and getattr(v, "dim", lambda: 0)())
+    return out
+
+
+def cuda_peak() -> int | None:
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return None

@@ -1,0 +1,235 @@
+"""Build the model and its task (batches, loss) from the run's preset — no download.
+
+Built-in names map to their configs (`model/data/builtins.json`, with `model_overrides` applied):
+BERT/ALBERT -> sequence classification, GPT-2/LLaMA/Mistral -> causal LM (transformers), gpt-mini
+-> the minGPT-style model in `mingpt.py`, vgg16 -> a torch VGG from its layer list. A path to a
+Hugging Face config builds that architecture; `train.weights` loads local weights.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from paradvisor.errors import InputError
+from paradvisor.train import data as D
+
+HF_CLASSES = {"bert": "BertForSequenceClassification", "albert": "AlbertForSequenceClassification",
+              "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
+
+
+def resolved_config(preset) -> tuple[str, dict]:
+    """(family, config dict) of the preset's model with overrides applied."""
+    from paradvisor.model.load import _builtins, builtin_config
+
+    name = preset.workload.model
+    over = dict(preset.train.model_overrides)
+    if name == "vgg16":
+        spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", "vgg16.toml").read_text())
+        spec.update(over)
+        return "vgg", spec
+    if name in _builtins():
+        cfg = {**builtin_config(name), **over}
+        family = "mingpt" if name == "gpt-mini" else cfg["model_type"]
+        return family, cfg
+    from paradvisor.model.hf import read_config
+
+    _, cfg = read_config(Path(name))
+    cfg = {**cfg, **over}
+    return cfg["model_type"], cfg
+
+
+def profile_of(preset):
+    """The ModelProfile of what will actually train (overrides applied), counted without torch."""
+    from paradvisor.model.families import FAMILIES
+    from paradvisor.model.profile import ModelProfile
+    from paradvisor.model.vision import vgg_profile
+
+    family, cfg = resolved_config(preset)
+    if family == "vgg":
+        return vgg_profile(cfg)
+    fam = "gpt2" if family == "mingpt" else family
+    if fam in FAMILIES:
+        if fam == "gpt2" and family == "mingpt":
+            cfg = {**cfg, "tie_word_embeddings": False}
+        layers, shape = FAMILIES[fam](cfg)
+        total = sum(e.params for e in layers)
+        return ModelProfile(name=preset.workload.model, architecture=family, source="preset", total_params=total,
+                            trainable_params=total, layers=tuple(layers), transformer=shape)
+    from paradvisor.model.load import load_profile
+
+    return load_profile(preset.workload.model)
+
+
+class VGG(nn.Module):
+    def __init__(self, spec: dict, classes: int):
+        super().__init__()
+        layers, c = [], spec["input"][0]
+        for v in spec["features"]:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += [nn.Conv2d(c, int(v), 3, padding=1), nn.ReLU(inplace=True)]
+                c = int(v)
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(tuple(spec.get("avgpool", [7, 7])))
+        widths, fcs, inp = list(spec["classifier"]), [], c * spec.get("avgpool", [7, 7])[0] * spec.get("avgpool", [7, 7])[1]
+        for w in widths:
+            fcs += [nn.Linear(inp, w), nn.ReLU(inplace=True)]
+            inp = w
+        fcs.append(nn.Linear(inp, classes))
+        self.classifier = nn.Sequential(*fcs)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+@dataclass
+class Task:
+    kind: str  # cls | lm | image
+    dataset: object
+    seq_len: int
+    classes: int = 2
+
+    def batch(self, indices: list[int], device) -> tuple[dict, torch.Tensor]:
+        if self.kind == "cls":
+            rows = [self.dataset.items[i] for i in indices]
+            ids = torch.tensor([r[0] for r in rows])
+            mask = torch.tensor([r[1] for r in rows])
+            y = torch.tensor([r[2] for r in rows])
+            return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}, y.to(device)
+        if self.kind == "lm":
+            ds = self.dataset
+            win = torch.tensor([ds.ids[ds.starts[i]: ds.starts[i] + ds.seq_len + 1] for i in indices])
+            return {"input_ids": win[:, :-1].to(device)}, win[:, 1:].to(device)
+        ds = self.dataset
+        xs, ys = [], []
+        for i in indices:
+            g = torch.Generator().manual_seed(ds.seed * 7919 + i)
+            k = i % ds.classes
+            img = torch.rand(3, ds.size, ds.size, generator=g) * 0.3
+            h = ds.size // 2
+            r0, c0 = (k % 4 // 2) * h, (k % 2) * h
+            img[k % 3, r0: r0 + h, c0: c0 + h] += 0.7
+            xs.append(img)
+            ys.append(k)
+        return {"x": torch.stack(xs).to(device)}, torch.tensor(ys).to(device)
+
+
+def logits_of(model, inputs: dict):
+    if "x" in inputs:
+        return model(inputs["x"])
+    from paradvisor.train.mingpt import MinGPT
+
+    if isinstance(_unwrap(model), MinGPT):
+        return model(inputs["input_ids"])
+    return model(**inputs).logits
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)
+
+
+def loss_of(logits, targets):
+    if logits.dim() == 3:
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    return F.cross_entropy(logits.float(), targets)
+
+
+def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier) -> tuple[Task, int]:
+    """The task and the vocabulary size the model must have. Rank 0 trains the tokenizer, the others load it."""
+    t = preset.train
+    seq = preset.workload.seq_len
+    if family == "vgg":
+        classes = int(cfg.get("classes", 10))
+        return Task("image", D.ImageData(4096, t.image_size, classes, seed=t.seed), seq, classes), 0
+    if family in ("bert", "albert"):
+        if t.dataset == "reviews":
+            rows = D.shipped_reviews()
+        elif t.dataset == "imdb":
+            rows = D.imdb_folder(t.data_path)
+        else:
+            raise InputError(f"{family} is trained as a classifier: dataset must be 'reviews' or 'imdb'")
+        tok_path = run_dir / "tokenizer.json"
+        vocab = min(int(cfg["vocab_size"]), 4000)
+        if rank == 0 and not tok_path.exists():
+            D.train_subword_tokenizer([r[0] for r in rows], "wordpiece", vocab, tok_path)
+        barrier()
+        tok = D.load_tokenizer(tok_path)
+        return Task("cls", D.ClassificationData(rows, tok, seq), seq, t.num_labels), tok.get_vocab_size()
+    # causal language models
+    if t.dataset == "corpus":
+        text = D.shipped_corpus()
+    elif t.dataset == "text":
+        text = D.text_files(t.data_path)
+    elif t.dataset == "reviews":
+        text = "\n".join(r[0] for r in D.shipped_reviews())
+    elif t.dataset == "imdb":
+        text = "\n".join(r[0] for r in D.imdb_folder(t.data_path))
+    else:
+        raise InputError(f"dataset {t.dataset!r} does not fit a language model")
+    if family == "mingpt":
+        tok = D.CharTokenizer(text)
+        if tok.vocab_size > int(cfg["vocab_size"]):
+            raise InputError(f"the text has {tok.vocab_size} distinct characters, the model's vocab_size is "
+                             f"{cfg['vocab_size']}: raise it in train.model_overrides")
+        return Task("lm", D.LMData(tok.encode(text), seq), seq), tok.vocab_size
+    tok_path = run_dir / "tokenizer.json"
+    vocab = min(int(cfg["vocab_size"]), 4000)
+    if rank == 0 and not tok_path.exists():
+        D.train_subword_tokenizer(text.split("\n\n"), "bpe", vocab, tok_path)
+    barrier()
+    tok = D.load_tokenizer(tok_path)
+    return Task("lm", D.LMData(tok.encode(text).ids, seq), seq), tok.get_vocab_size()
+
+
+def build_model(preset, family: str, cfg: dict, task: Task):
+    torch.manual_seed(preset.train.seed)
+    if family == "vgg":
+        return VGG(cfg, task.classes)
+    if family == "mingpt":
+        from paradvisor.train.mingpt import from_config
+
+        return from_config({**cfg, "n_positions": max(int(cfg.get("n_positions", 128)), preset.workload.seq_len)})
+    import transformers
+
+    cls_name = HF_CLASSES.get(family)
+    arch = (cfg.get("architectures") or [None])[0]
+    if family in ("bert", "albert"):
+        cls_name = HF_CLASSES[family]
+    elif arch and hasattr(transformers, arch):
+        cls_name = arch
+    if cls_name is None:
+        raise InputError(f"no training recipe for model_type {family!r} (supported: {', '.join(HF_CLASSES)})")
+    kw = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
+    if task.kind == "cls":
+        kw["num_labels"] = task.classes
+    config = transformers.AutoConfig.for_model(family, **kw)
+    config._attn_implementation = "sdpa" if preset.workload.attention == "sdpa" else "eager"
+    cls = getattr(transformers, cls_name)
+    if preset.train.weights:
+        return cls.from_pretrained(preset.train.weights, config=config, local_files_only=True)
+    return cls(config)
+
+
+def blocks_of(model) -> list[nn.Module]:
+    """The repeated blocks (FSDP units, checkpointing units, pipeline slices)."""
+    m = _unwrap(model)
+    for path in ("blocks", "bert.encoder.layer", "model.layers", "transformer.h",
+                 "albert.encoder.albert_layer_groups"):
+        obj = m
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return list(obj)
+    if hasattr(m, "features"):
+        return [mod for mod in m.classifier if isinstance(mod, nn.Linear)]
+    return []

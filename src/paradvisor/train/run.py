@@ -1,0 +1,65 @@
+"""One rank's whole run: process group, model, data, engine, loop."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from paradvisor.launch.preset import load_preset
+from paradvisor.train.loop import train_diloco, train_sync
+from paradvisor.train.metrics import MetricsWriter
+from paradvisor.train.models import build_model, build_task, resolved_config
+from paradvisor.train.parallelize import build_engine
+
+
+def pick_device(preset, local_rank: int) -> torch.device:
+    want = preset.train.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def run(run_dir: Path, rank: int) -> None:
+    preset = load_preset(run_dir / "plan.toml")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(preset, local_rank)
+    backend = preset.launch.backend
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10))
+    try:
+        torch.manual_seed(preset.train.seed)
+        family, cfg = resolved_config(preset)
+        task, vocab = build_task(preset, family, cfg, run_dir, rank, dist.barrier)
+        if vocab and family not in ("vgg",):
+            key = "vocab_size"
+            if vocab > int(cfg[key]):
+                cfg[key] = vocab
+        model = build_model(preset, family, cfg, task)
+        writer = MetricsWriter(run_dir / "metrics.jsonl", rank)
+        writer.write({"kind": "start", "world_size": world, "device": str(device), "backend": backend,
+                      "params": sum(p.numel() for p in model.parameters()), "started": time.time()})
+        plan = preset.plan
+        if plan.diloco:
+            def inner(group):
+                return build_engine(model, family, plan.with_(dp=dist.get_world_size(group)), preset.train, device,
+                                    rank, world, inner_group=group)
+
+            train_diloco(preset, inner, task, device, rank, world, writer)
+        else:
+            engine, kind = build_engine(model, family, plan, preset.train, device, rank, world)
+            train_sync(preset, engine, kind, task, device, rank, world, writer)
+        writer.write({"kind": "end", "world_size": world})
+        writer.close()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
