@@ -35,7 +35,8 @@ def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_ra
                   endpoint: str, run_id: str) -> list[str]:
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-            "--rdzv-id", run_id, "--max-restarts", "0", "--monitor-interval", "0.5"]
+            "--rdzv-id", run_id, "--max-restarts", "0", "--monitor-interval", "0.5",
+            "--log-dir", f"{run_dir}/torchelastic"]
     if nnodes > 1:
         argv += ["--node-rank", str(node_rank)]
     return argv + ["-m", "paradvisor.train", "--run-dir", run_dir]

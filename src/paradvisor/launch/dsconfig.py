@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def deepspeed_config(plan, *, lr: float, weight_decay: float, grad_clip: float, world: int) -> dict:
+def deepspeed_config(plan, *, lr: float, weight_decay: float, grad_clip: float, world: int,
+                     include_optimizer: bool = True) -> dict:
     cfg = {
         "train_micro_batch_size_per_gpu": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,
@@ -15,6 +16,9 @@ def deepspeed_config(plan, *, lr: float, weight_decay: float, grad_clip: float, 
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+    if not include_optimizer:  # the trainer passes its own torch AdamW (no fused-op build on CPU)
+        del cfg["optimizer"]
+        cfg["zero_force_ds_cpu_optimizer"] = False
     if plan.offload != "none":
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
         if plan.offload == "optimizer+params" and plan.zero_stage == 3:

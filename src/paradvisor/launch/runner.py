@@ -144,27 +144,26 @@ def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
                 pass
     log = (run_dir / "launcher.log").read_text(errors="replace") if (run_dir / "launcher.log").exists() else ""
     failed_rank, exit_code, reason = None, returncode, None
-    bad = [r for r, d in sorted(codes.items()) if d.get("exit_code")]
-    if bad:
-        failed_rank = bad[0]
-        exit_code = codes[failed_rank]["exit_code"]
-        reason = codes[failed_rank].get("error")
+    # torchrun names the first failure it saw ("Root Cause"): that is the rank that broke the run;
+    # the others usually died of it (a peer's connection reset, torchrun's SIGTERM).
+    root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
+    m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
+    if m:
+        failed_rank, exit_code = int(m.group(1)), int(m.group(2))
     else:
-        m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", log, re.S)
-        if m:
-            failed_rank, exit_code = int(m.group(1)), int(m.group(2))
+        bad = [r for r, d in sorted(codes.items()) if d.get("exit_code")]
         missing = [r for r in range(world) if r not in codes]
-        if failed_rank is None and missing:
+        if bad:
+            failed_rank, exit_code = bad[0], codes[bad[0]]["exit_code"]
+        elif missing:
             failed_rank = missing[0]
-        if exit_code is not None and exit_code < 0:
-            try:
-                reason = f"killed by signal {signal.Signals(-exit_code).name}"
-            except ValueError:
-                reason = f"killed by signal {-exit_code}"
-        elif "Signal" in log:
-            sm = re.search(r"Signal (\d+) \((\w+)\) received", log)
-            if sm:
-                reason = f"killed by {sm.group(2)}"
+    if failed_rank in codes and codes[failed_rank].get("error"):
+        reason = codes[failed_rank]["error"]
+    elif exit_code is not None and exit_code < 0:
+        try:
+            reason = f"killed by signal {signal.Signals(-exit_code).name}"
+        except ValueError:
+            reason = f"killed by signal {-exit_code}"
     lines = _tail(run_dir / f"rank-{failed_rank}.stderr.log") if failed_rank is not None else _tail(run_dir / "launcher.log")
     if not reason:
         reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")

@@ -159,13 +159,22 @@ class TorchEngine:
 class DeepSpeedEngine:
     def __init__(self, model, plan, train, device, world: int):
         import deepspeed
+        import deepspeed.ops
+
+        if device.type == "cpu":
+            # DeepSpeed would JIT-compile a shared-memory all-reduce op for CPU runs (a minute, and a
+            # compiler); gloo's collectives are enough for what runs on CPU here.
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
         from paradvisor.launch.dsconfig import deepspeed_config
 
+        on_cpu = device.type == "cpu"
         cfg = deepspeed_config(plan, lr=train.lr, weight_decay=train.weight_decay, grad_clip=train.grad_clip,
-                               world=world)
+                               world=world, include_optimizer=not on_cpu)
         self.config = cfg
-        self.engine, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+        client_opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay) if on_cpu else None
+        self.engine, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg,
+                                                           optimizer=client_opt)
         self.model = self.engine
         self.last_groups = None
 

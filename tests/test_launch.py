@@ -1,0 +1,345 @@
+"""The launcher and the training entry point: presets, bad input, exports, and real 2-process CPU
+runs (gloo) for every strategy, multi-node, a killed rank and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import psutil
+import pytest
+import tomli_w
+import yaml
+
+from paradvisor.errors import InputError
+from paradvisor.launch.preset import load_preset, parse_preset
+from paradvisor.launch.runner import validate
+from tests.conftest import REPO, assert_one_line_error
+
+PRESETS = sorted((REPO / "presets").glob("*.toml"))
+SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
+REQUIRED = {"bert-imdb-ddp", "bert-imdb-tp", "albert-imdb-ddp", "albert-imdb-tp", "mingpt-shakespeare-hetero-ddp",
+            "llama150m-diloco-local-steps", "vgg16-sharded", "tiny-cpu-smoke"}
+STEP_FIELDS = {"step", "rank", "loss", "lr", "samples_per_s", "tokens_per_s", "step_time_s", "sync_wait_s",
+               "mem_params_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_model_state_bytes"}
+
+
+def variant(tmp_path: Path, name: str, plan: dict | None = None, train: dict | None = None,
+            launch: dict | None = None, base: Path = SMOKE) -> Path:
+    doc = tomllib.loads(base.read_text())
+    doc["name"] = name
+    doc["plan"] = {**doc["plan"], **(plan or {})}
+    doc["train"] = {**doc["train"], **(train or {})}
+    doc["launch"] = {**doc.get("launch", {}), **(launch or {})}
+    p = tmp_path / f"{name}.toml"
+    p.write_text(tomli_w.dumps(doc))
+    return p
+
+
+def launch(preset: Path, runs: Path, *extra: str, timeout: float = 300):
+    proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
+                           str(runs), *extra], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+    run_dir = Path(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
+    return proc, run_dir
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def steps_of(run_dir: Path, rank: int | None = None) -> list[dict]:
+    return [m for m in metrics(run_dir) if m["kind"] == "step" and (rank is None or m["rank"] == rank)]
+
+
+def leftover(run_dir: Path) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if str(run_dir) in " ".join(p.info["cmdline"] or []):
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+# ---- presets ----------------------------------------------------------------------------------------------
+
+def test_required_presets_ship():
+    assert REQUIRED <= {p.stem for p in PRESETS}
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+def test_every_preset_loads_and_validates(path):
+    preset = load_preset(path)
+    assert preset.name == path.stem
+    validate(preset)
+
+
+def test_preset_roundtrip_through_toml(tmp_path):
+    p = load_preset(REPO / "presets" / "llama150m-diloco-local-steps.toml")
+    from paradvisor.launch.preset import save_preset
+
+    out = save_preset(tmp_path / "copy.toml", p.to_doc())
+    q = load_preset(out)
+    assert q.plan == p.plan and q.train == p.train and q.workload == p.workload
+    assert [n.local_steps for n in q.plan.nodes] == [4, 6]
+
+
+@pytest.mark.parametrize("mutate,fragment", [
+    (lambda d: d["train"].update(stepz=3), "unknown key 'stepz'"),
+    (lambda d: d.update(extra=1), "unknown key 'extra'"),
+    (lambda d: d["plan"].update(sharding="zero9"), "'zero9'"),
+    (lambda d: d["plan"].update(micro_batch=0), "at least 1"),
+    (lambda d: d["train"].update(dataset="imdb"), "needs data_path"),
+    (lambda d: d["workload"].update(seq_len="long"), "expected an integer"),
+])
+def test_bad_preset_keys(tmp_path, cli, mutate, fragment):
+    doc = tomllib.loads(SMOKE.read_text())
+    mutate(doc)
+    p = tmp_path / "bad.toml"
+    p.write_text(tomli_w.dumps(doc))
+    with pytest.raises(InputError, match=fragment.replace("(", r"\(")):
+        load_preset(p)
+    assert_one_line_error(cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs")), fragment, str(p))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_broken_toml_names_the_line(tmp_path, cli):
+    p = tmp_path / "broken.toml"
+    p.write_text(SMOKE.read_text().replace('name = "tiny-cpu-smoke"', 'name = "tiny'))
+    assert_one_line_error(cli("launch", "--preset", str(p)), f"{p}:", "TOML syntax error")
+
+
+@pytest.mark.parametrize("plan,launch_kw,train,fragment", [
+    ({"dp": 1, "tp": 3, "micro_batch": 8}, {"nproc_per_node": 3}, None, "TP degree 3 does not divide"),
+    ({"dp": 1, "pp": 3, "micro_batch": 2, "grad_accum": 4}, {"nproc_per_node": 3}, None, "PP degree 3 does not divide"),
+    ({"dp": 4}, None, None, "the launch starts 2"),
+    (None, None, {"dataset": "imdb", "data_path": "/nonexistent/aclImdb"}, "not an aclImdb folder"),
+    (None, {"hosts": ["no-such-host.invalid"]}, None, "unreachable"),
+    ({"sequence_parallel": True, "dp": 1, "tp": 2, "micro_batch": 8}, None, None, "sequence parallelism"),
+])
+def test_impossible_plans_fail_before_anything_starts(tmp_path, cli, plan, launch_kw, train, fragment):
+    p = variant(tmp_path, "bad", plan, train, launch_kw)
+    proc = cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"), timeout=60)
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_port_in_use_is_refused(tmp_path, cli):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        p = variant(tmp_path, "busy", launch={"master_port": port})
+        assert_one_line_error(cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs")), "in use")
+
+
+def test_dry_run_prints_the_exact_argv_and_starts_nothing(tmp_path, cli):
+    proc = cli("launch", "--preset", str(SMOKE), "--dry-run", "--runs-dir", str(tmp_path / "runs"))
+    assert proc.returncode == 0, proc.stderr
+    argv = proc.stdout.split()
+    assert argv[1:4] == ["-m", "torch.distributed.run", "--nnodes"]
+    assert argv[argv.index("--nproc-per-node") + 1] == "2"
+    assert argv[-3:-1] == ["paradvisor.train", "--run-dir"] and "--log-dir" in argv
+    assert not (tmp_path / "runs").exists()
+
+
+def test_exports_parse(tmp_path, cli):
+    out = tmp_path / "exp"
+    proc = cli("launch", "--preset", str(REPO / "presets" / "bert-imdb-ddp.toml"), "--export", "kubeflow",
+               "--export", "slurm", "--export", "hostfile", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    cm, job = yaml.safe_load_all((out / "pytorchjob.yaml").read_text())
+    assert cm["kind"] == "ConfigMap" and tomllib.loads(cm["data"]["plan.toml"])["plan"]["dp"] == 2
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]
+    c = master["template"]["spec"]["containers"][0]
+    assert master["replicas"] == 1 and c["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert "--nproc-per-node 2" in c["command"][-1] and "paradvisor.train" in c["command"][-1]
+    sbatch = (out / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=1" in sbatch and "#SBATCH --gpus-per-node=2" in sbatch and "srun torchrun" in sbatch
+    embedded = sbatch.split("<<'PARADVISOR_PLAN'\n")[1].split("PARADVISOR_PLAN")[0]
+    assert tomllib.loads(embedded)["name"] == "bert-imdb-ddp"
+    ds = json.loads((out / "ds_config.json").read_text())
+    assert ds["train_micro_batch_size_per_gpu"] == 8 and ds["zero_optimization"]["stage"] == 0
+    assert (out / "hostfile").read_text() == "node0 slots=2\n"
+    assert "deepspeed --hostfile hostfile" in (out / "run.sh").read_text()
+    again = cli("launch", "--preset", str(REPO / "presets" / "bert-imdb-ddp.toml"), "--export", "slurm",
+                "--out", str(out))
+    assert_one_line_error(again, "already exists")
+
+
+# ---- real runs ---------------------------------------------------------------------------------------------
+
+STRATEGIES = {
+    "ddp": {},
+    "fsdp": {"sharding": "fsdp"},
+    "zero2": {"sharding": "zero2"},
+    "zero3": {"sharding": "zero3"},
+    "tp": {"dp": 1, "tp": 2, "micro_batch": 8},
+    "pp": {"dp": 1, "pp": 2, "micro_batch": 2, "grad_accum": 4},
+    "diloco": {"diloco": True, "local_steps": 3, "nodes": [
+        {"node": "slow", "gpus": 1, "tflops": 100.0, "relative_speed": 1.0, "batch_per_gpu": 4, "data_share": 0.4,
+         "local_steps": 3},
+        {"node": "fast", "gpus": 1, "tflops": 150.0, "relative_speed": 1.5, "batch_per_gpu": 4, "data_share": 0.6,
+         "local_steps": 5}]},
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One real 2-process run per strategy (tiny minGPT, 12 steps, gloo)."""
+    tmp = tmp_path_factory.mktemp("strategies")
+    out = {}
+    for name, plan in STRATEGIES.items():
+        p = variant(tmp, name, plan, train={"steps": 12})
+        proc, run_dir = launch(p, tmp / "runs")
+        out[name] = (proc, run_dir)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_strategy_trains_for_real(runs, name):
+    proc, run_dir = runs[name]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "finished"
+    for f in ("plan.toml", "command.json", "rank-0.stdout.log", "rank-1.stderr.log", "metrics.jsonl"):
+        assert (run_dir / f).exists(), f
+    steps = steps_of(run_dir)
+    assert {m["rank"] for m in steps} == {0, 1}
+    for m in steps:
+        assert STEP_FIELDS <= set(m), STEP_FIELDS - set(m)
+        assert m["mem_model_state_bytes"] > 0 and m["step_time_s"] > 0
+    r = next(m["rank"] for m in steps if m["loss"] is not None)  # with a pipeline only the last stage has one
+    losses = [m["loss"] for m in steps if m["loss"] is not None and m["rank"] == r]
+    assert len(losses) >= 6
+    assert all(map(lambda x: x == x and abs(x) < 1e6, losses))  # finite
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3  # falls over a short run
+    assert not leftover(run_dir)
+
+
+@pytest.mark.slow
+def test_model_state_bytes_fall_as_sharding_rises(runs):
+    def state(name):
+        return max(m["mem_model_state_bytes"] for m in steps_of(runs[name][1], 0))
+
+    assert state("ddp") > state("zero2") > state("zero3")
+    assert state("ddp") > state("fsdp")
+    assert state("fsdp") == pytest.approx(state("ddp") / 2, rel=0.02)  # 2 shards of params, grads, Adam
+
+
+@pytest.mark.slow
+def test_diloco_records_local_steps_and_sync_waits(runs):
+    run_dir = runs["diloco"][1]
+    outer = [m for m in metrics(run_dir) if m["kind"] == "outer"]
+    assert {m["rank"] for m in outer} == {0, 1}
+    assert all(m["sync_wait_s"] >= 0 and "outer_comm_s" in m for m in outer)
+    h = {m["rank"]: m["local_steps"] for m in outer}
+    assert h == {0: 3, 1: 5}
+    rounds = max(m["round"] for m in outer)
+    assert rounds == 4  # ceil(12 steps / base H 3)
+    inner = steps_of(run_dir)
+    assert max(m["step"] for m in inner if m["rank"] == 1) == rounds * 5
+
+
+@pytest.mark.slow
+def test_split_by_speed_gives_uneven_shares(tmp_path):
+    p = REPO / "presets" / "mingpt-shakespeare-hetero-ddp.toml"
+    proc, run_dir = launch(p, tmp_path / "runs", "--steps", "4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    per_rank = {m["rank"]: m["samples"] for m in steps_of(run_dir)}
+    assert per_rank == {0: 6, 1: 2}
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_train_together(tmp_path):
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    p_num = port.getsockname()[1]
+    port.close()
+    run_dir = tmp_path / "shared-run"
+    common = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(SMOKE), "--nnodes", "2",
+              "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{p_num}", "--run-dir", str(run_dir),
+              "--steps", "6"]
+    n0 = subprocess.Popen(common + ["--node-rank", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=str(REPO))
+    time.sleep(0.5)
+    n1 = subprocess.run(common + ["--node-rank", "1"], capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    out0, err0 = n0.communicate(timeout=300)
+    assert n0.returncode == 0 and n1.returncode == 0, (err0[-2000:], n1.stderr[-2000:])
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
+    assert json.loads((run_dir / "status-node1.json").read_text())["status"] == "finished"
+    starts = [m for m in metrics(run_dir) if m["kind"] == "start"]
+    assert {m["rank"] for m in starts} == {0, 1} and all(m["world_size"] == 2 for m in starts)
+
+
+def _start_long_run(tmp_path, name):
+    p = variant(tmp_path, name, train={"steps": 100000, "log_every": 1})
+    proc = subprocess.Popen([sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir",
+                             str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(REPO))
+    deadline = time.time() + 120
+    run_dir = None
+    while time.time() < deadline:
+        dirs = list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else []
+        if dirs and (dirs[0] / "metrics.jsonl").exists() and len(steps_of(dirs[0])) >= 4:
+            run_dir = dirs[0]
+            break
+        time.sleep(0.2)
+    assert run_dir is not None, "the run did not start"
+    return proc, run_dir
+
+
+@pytest.mark.slow
+def test_killing_a_rank_fails_the_run_with_its_reason(tmp_path):
+    proc, run_dir = _start_long_run(tmp_path, "victim")
+    before = len(steps_of(run_dir))
+    os.kill(int((run_dir / "rank-1.pid").read_text()), signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert status["failed_rank"] == 1
+    assert status["exit_code"] == -9 or "SIGKILL" in status["reason"]
+    assert "SIGKILL" in status["reason"]
+    assert len(steps_of(run_dir)) >= before  # nothing already logged is lost
+    time.sleep(0.5)
+    assert not leftover(run_dir)
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_every_rank(tmp_path):
+    proc, run_dir = _start_long_run(tmp_path, "cancelled")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "cancelled"
+    time.sleep(0.5)
+    assert not leftover(run_dir)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # every logged line is whole
+
+
+@pytest.mark.slow
+def test_a_crashing_rank_reports_its_error(tmp_path):
+    p = variant(tmp_path, "crash", train={"dataset": "reviews"})  # minGPT's char vocab cannot hold the reviews
+    doc = tomllib.loads(p.read_text())
+    doc["train"]["model_overrides"]["vocab_size"] = 8
+    p.write_text(tomli_w.dumps(doc))
+    proc, run_dir = launch(p, tmp_path / "runs")
+    assert proc.returncode == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed" and status["failed_rank"] in (0, 1)
+    assert status["exit_code"] == 1
+    assert "distinct characters" in status["reason"]
+    assert any("distinct characters" in ln for ln in status["last_log_lines"])
