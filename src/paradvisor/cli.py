@@ -12,7 +12,7 @@ import sys
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
 
-COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch")
+COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch", "monitor", "tui")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw = sys.argv[1:] if argv is None else argv
+    if not raw or raw[0].startswith("--") and raw[0] not in ("--help", "--version"):
+        # No command: the interactive session (its options may follow).
+        from paradvisor.commands import tui
+
+        raw = ["tui", *raw]
+    args = parser.parse_args(raw)
     if not getattr(args, "run", None):
         parser.print_help()
         return 0

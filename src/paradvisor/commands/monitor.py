@@ -1,0 +1,104 @@
+"""`paradvisor monitor RUN_DIR` (follow a run) and `paradvisor runs` (list run directories)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.units import fmt_bytes, fmt_seconds
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("monitor", help="follow a run directory: progress, loss, throughput, memory, status",
+                       description="Follows RUN_DIR until the run ends (or now, with --once) and exits with its "
+                                   "status: 0 finished, 1 failed / cancelled / interrupted.")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--json", action="store_true", help="print the final summary as JSON (schema paradvisor.monitor/1)")
+    p.add_argument("--once", action="store_true", help="report the current state and exit")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    p.set_defaults(run=run)
+    r = sub.add_parser("runs", help="list run directories with status and headline figures")
+    r.add_argument("--runs-dir", default="runs")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(run=run_list)
+
+
+def _line(s: dict) -> str:
+    parts = [f"{s['status']}", f"step {s['step']}/{s['total_steps'] or '?'}"]
+    if s["loss"] is not None:
+        parts.append(f"loss {s['loss']:.4f}")
+    if s["samples_per_s"]:
+        parts.append(f"{s['samples_per_s']:.1f} samples/s")
+    if s["model_state_bytes_per_rank"]:
+        parts.append(f"model states {fmt_bytes(s['model_state_bytes_per_rank'])}/rank")
+    if s["eta_s"] is not None:
+        parts.append(f"ETA {fmt_seconds(s['eta_s'])}")
+    return ", ".join(parts)
+
+
+def run(args) -> int:
+    from paradvisor.launch.runner import TERMINAL
+    from paradvisor.monitor.follow import MetricsFollower, summarize
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "status.json").exists() and not (run_dir / "plan.toml").exists():
+        raise InputError("not a run directory (no status.json or plan.toml)", where=str(run_dir))
+    if args.interval <= 0:
+        raise InputError("--interval must be positive")
+    follower = MetricsFollower(run_dir)
+    follower.poll()
+    s = summarize(run_dir, follower.records)
+    if not args.once and s["status"] not in TERMINAL and not args.json:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                      TimeElapsedColumn(), transient=False) as bar:
+            task = bar.add_task(s["name"], total=s["total_steps"] or None, info=_line(s))
+            while s["status"] not in TERMINAL:
+                time.sleep(args.interval)
+                follower.poll()
+                s = summarize(run_dir, follower.records)
+                bar.update(task, completed=s["step"], info=_line(s))
+    elif not args.once:
+        while s["status"] not in TERMINAL:
+            time.sleep(args.interval)
+            follower.poll()
+            s = summarize(run_dir, follower.records)
+    if args.json:
+        from paradvisor.output import emit_json
+
+        emit_json(s)
+    else:
+        print(f"{s['name']}: {_line(s)}")
+        if s["status"] == "failed":
+            print(f"rank {s['failed_rank']} exit code {s['exit_code']}: {s['reason']}")
+            for ln in s["last_log_lines"][-10:]:
+                print(f"  | {ln}")
+        if s["sync_wait_s_by_rank"]:
+            print("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s["sync_wait_s_by_rank"].items()))
+    return 0 if s["status"] == "finished" else 1
+
+
+def run_list(args) -> int:
+    from paradvisor.monitor.follow import list_runs
+
+    runs = list_runs(args.runs_dir)
+    if args.json:
+        from paradvisor.output import emit_json
+
+        emit_json({"schema": "paradvisor.runs/1", "runs_dir": args.runs_dir, "runs": runs})
+        return 0
+    if not runs:
+        print(f"no runs in {args.runs_dir}", file=sys.stderr)
+        return 0
+    from paradvisor.output import console, table
+
+    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    for s in runs:
+        t.add_row(Path(s["run_dir"]).name, s["label"] or "", s["status"], f"{s['step']}/{s['total_steps'] or '?'}",
+                  "" if s["loss"] is None else f"{s['loss']:.4f}",
+                  "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}", fmt_seconds(s["elapsed_s"]))
+    console().print(t)
+    return 0

@@ -1,0 +1,33 @@
+"""`paradvisor` (no command) or `paradvisor tui`: the interactive session."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tui", help="the interactive session (also: paradvisor with no command)")
+    add_tui_args(p)
+    p.set_defaults(run=run)
+
+
+def add_tui_args(p) -> None:
+    p.add_argument("--cluster", metavar="FILE", help="start with this cluster file instead of this machine")
+    p.add_argument("--model", default="bert-base-uncased", help="model to start with")
+    p.add_argument("--runs-dir", default="runs", metavar="DIR")
+    p.add_argument("--presets-dir", metavar="DIR", help="presets to offer (default: the repo's presets/)")
+    p.add_argument("--sample-interval", type=float, default=1.0, metavar="S", help="NVML/psutil sampling interval")
+
+
+def run(args) -> int:
+    from paradvisor.errors import InputError
+
+    if args.sample_interval <= 0:
+        raise InputError("--sample-interval must be positive")
+    if args.cluster:
+        from paradvisor.hardware.cluster import load_cluster
+
+        load_cluster(args.cluster)  # bad files fail here, before the screen opens
+    from paradvisor.tui.app import ParadvisorApp
+
+    ParadvisorApp(cluster=args.cluster, model=args.model, runs_dir=args.runs_dir, presets_dir=args.presets_dir,
+                  sample_interval=args.sample_interval).run()
+    return 0

@@ -1,0 +1,1 @@
+"""Watching runs: the NVML/psutil sampler, the metrics.jsonl follower, run summaries and listings."""

@@ -1,0 +1,1 @@
+"""The interactive Textual session: machines -> workload -> ranked plans -> launch -> live monitor."""

@@ -1,0 +1,158 @@
+"""The interactive session through Textual's Pilot: the whole flow, as a person would use it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from paradvisor.tui.app import ParadvisorApp
+from tests.conftest import EXAMPLES, REPO
+
+C000 = str(EXAMPLES / "paper000-two-servers.toml")
+
+
+async def settle(app, pilot, seconds: float = 0.3):
+    await pilot.pause(seconds)
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+
+
+async def wait_status(app, pilot, want: set[str], timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause(0.5)
+        s = app.run_summary
+        if s and s["status"] in want:
+            return s
+    raise AssertionError(f"run did not reach {want}: {app.run_summary}")
+
+
+def test_whole_flow(tmp_path):
+    """Load 000's cluster, pick bert-base-uncased, see plans ranked, open an explanation, launch the tiny
+    CPU preset and watch it finish, then stop a second run and see it cancelled."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    shutil.copy(REPO / "presets" / "tiny-cpu-smoke.toml", presets)
+    long = (REPO / "presets" / "tiny-cpu-smoke.toml").read_text().replace("steps = 10", "steps = 100000")
+    (presets / "long-run.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long-run"'))
+
+    async def flow():
+        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), model="gpt2", live=False)
+        async with app.run_test(size=(130, 42)) as pilot:
+            await settle(app, pilot)
+            # Hardware: this machine first, then the cluster file of paper 000
+            app.query_one("#cluster-path").focus()
+            await pilot.press(*C000)
+            await pilot.click("#load-cluster")
+            await settle(app, pilot)
+            assert app.cluster.name == "paper000-two-servers" and app.cluster.gpu_count == 6
+            hw = app.query_one("#hw-table")
+            assert hw.row_count == 6
+            # Workload: pick bert-base-uncased; plans re-rank
+            await pilot.press("2")
+            app.query_one("#model").value = "bert-base-uncased"
+            await settle(app, pilot)
+            assert app.rec.profile.name == "bert-base-uncased"
+            table = app.query_one("#plans-table")
+            assert table.row_count >= 5
+            times = [e.step_time for e in app.rec.plans]
+            assert app.selected is app.rec.plans[0]
+            assert "2.7/24" in str(table.get_row_at(0)[4]) or "/24" in str(table.get_row_at(0)[4])
+            # Changing the sequence length re-ranks at once
+            app.query_one("#seq-len").focus()
+            await pilot.press("2", "5", "6")
+            await settle(app, pilot)
+            assert app.rec.workload.seq_len == 256
+            assert [e.step_time for e in app.rec.plans] != times
+            # A plan's explanation
+            table.focus()
+            await pilot.press("down", "enter")
+            await pilot.pause(0.3)
+            from paradvisor.tui.screens import PlanDetailScreen
+
+            assert isinstance(app.screen, PlanDetailScreen)
+            assert "Memory per GPU" in app.screen.markdown and "Time per step" in app.screen.markdown
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+            # Launch the tiny CPU preset and watch the monitor reach `finished`
+            await pilot.press("3")
+            app.query_one("#preset-select").value = str(presets / "tiny-cpu-smoke.toml")
+            await pilot.pause(0.2)
+            app.query_one("#launch-preset").press()
+            await pilot.pause(0.5)
+            assert app.run_dir is not None, str(app.query_one("#launch-msg").render())
+            s = await wait_status(app, pilot, {"finished", "failed"})
+            assert s["status"] == "finished", s
+            assert app.query_one("#tabs").active == "monitor"
+            assert s["step"] == 10 and s["loss"] is not None
+            assert json.loads((app.run_dir / "status.json").read_text())["status"] == "finished"
+            first = app.run_dir
+            # A second, long run: stop it and see `cancelled`
+            app.query_one("#preset-select").value = str(presets / "long-run.toml")
+            app.action_launch_preset()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (app.run_summary and app.run_summary["step"] >= 2
+                                                       and app.run_dir != first):
+                await pilot.pause(0.3)
+            await pilot.press("s")
+            s = await wait_status(app, pilot, {"cancelled", "failed", "finished"})
+            assert s["status"] == "cancelled"
+            # help screen and theme toggle
+            await pilot.press("question_mark")
+            await pilot.pause(0.2)
+            from paradvisor.tui.screens import HelpScreen
+
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            before = app.theme
+            await pilot.press("t")
+            assert app.theme != before
+
+    asyncio.run(flow())
+
+
+def test_no_gpu_machine_says_so(tmp_path):
+    async def flow():
+        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot, 0.5)
+            if app.cluster.gpu_count:
+                pytest.skip("this machine has a GPU")
+            summary = str(app.query_one("#hw-summary").render())
+            assert "No GPU to plan for here" in summary
+            assert "no NVIDIA GPU found" in summary
+            assert "load a cluster file" in str(app.query_one("#plan-reason").render())
+
+    asyncio.run(flow())
+
+
+def test_bad_cluster_file_is_a_notification_not_a_crash(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[node]]\nname = 'a'\ngpus = [{ type = 'RTX 9999', count = 1 }]\n")
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            app.load_cluster(str(bad))
+            await pilot.pause(0.2)
+            assert app.cluster.name == "paper000-two-servers"  # unchanged
+            assert any("unknown GPU type" in n.message for n in app._notifications)
+
+    asyncio.run(flow())
+
+
+def test_sampler_feeds_the_live_view(tmp_path):
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=True, sample_interval=0.1)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(1.0)
+            assert len(app.samples) >= 3
+            assert "CPU" in str(app.query_one("#hw-live").render())
+
+    asyncio.run(flow())
