@@ -102,3 +102,10 @@ def fmt_seconds(s: float) -> str:
     if s >= 1:
         return f"{s:.2f} s"
     return f"{s * 1e3:.1f} ms"
+
+
+def half_up(x: float, places: int) -> str:
+    """Decimal rounding half up of the number as written (117.85 -> '117.9', where '%.1f' gives 117.8)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))

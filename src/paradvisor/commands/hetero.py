@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
-
 from paradvisor.errors import InputError
+from paradvisor.units import half_up
 
 # 003_f884a432a3fcd491.txt, Table 3: GPU idle time (s) per node and in total.
 PAPER_IDLE = {"baseline": [1.1, 0.0, 14.6, 4.9], "A": [11.9, 0.0, 14.7, 13.8], "B": [6.8, 7.2, 0.0, 14.4],
               "C": [2.1, 0.0, 8.6, 1.9]}
-
-
-def half_up(x: float, places: int) -> str:
-    q = Decimal(1).scaleb(-places)
-    return str(Decimal(repr(x)).quantize(q, rounding=ROUND_HALF_UP))
 
 
 def add_parser(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from paradvisor.errors import InputError
-from paradvisor.units import fmt_seconds
+from paradvisor.units import half_up, fmt_seconds
 
 GiB = 1024**3
 
@@ -165,7 +165,7 @@ def show(rec, doc, args) -> None:
             t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
                       "local steps")
             for a in doc["allocation"]:
-                t.add_row(a["node"], str(a["gpus"]), f"{a['tflops']:.1f}", f"{a['relative_speed']:.3f}",
+                t.add_row(a["node"], str(a["gpus"]), half_up(a['tflops'], 1), f"{a['relative_speed']:.3f}",
                           str(a["batch_per_gpu"]), f"{a['data_share']:.1%}", str(a.get("local_steps", "")))
             con.print(t)
     else:

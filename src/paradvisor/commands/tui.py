@@ -15,6 +15,7 @@ def add_tui_args(p) -> None:
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
     p.add_argument("--presets-dir", metavar="DIR", help="presets to offer (default: the repo's presets/)")
     p.add_argument("--sample-interval", type=float, default=1.0, metavar="S", help="NVML/psutil sampling interval")
+    p.add_argument("--open", metavar="RUN_DIR", help="open an existing run directory in the monitor")
 
 
 def run(args) -> int:
@@ -29,5 +30,5 @@ def run(args) -> int:
     from paradvisor.tui.app import ParadvisorApp
 
     ParadvisorApp(cluster=args.cluster, model=args.model, runs_dir=args.runs_dir, presets_dir=args.presets_dir,
-                  sample_interval=args.sample_interval).run()
+                  sample_interval=args.sample_interval, open_run=args.open).run()
     return 0

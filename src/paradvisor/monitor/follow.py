@@ -82,6 +82,13 @@ def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
     for r in outer:
         waits[r["rank"]] = waits.get(r["rank"], 0.0) + r.get("sync_wait_s", 0.0)
     pred = plan.get("prediction", {})
+    p = plan.get("plan", {})
+    rounds = total_rounds = None
+    if p.get("diloco"):  # progress in outer rounds: nodes run different numbers of local steps
+        import math
+
+        total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
+        rounds = max((r["round"] for r in outer), default=0)
     return {
         "schema": "paradvisor.monitor/1",
         "run_dir": str(run_dir),
@@ -94,7 +101,9 @@ def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
         "last_log_lines": status.get("last_log_lines", []),
         "step": last_step,
         "total_steps": total,
-        "progress": (last_step / total) if total else None,
+        "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
+        "round": rounds,
+        "total_rounds": total_rounds,
         "loss": last_loss,
         "loss_history": [r["loss"] for r in losses if r["rank"] == losses[-1]["rank"]][-200:] if losses else [],
         "step_time_s": step_time,

@@ -18,7 +18,7 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input,
                              Sparkline, Static, TabbedContent, TabPane)
 
 from paradvisor.errors import InputError
-from paradvisor.units import fmt_bandwidth, fmt_bytes, fmt_seconds
+from paradvisor.units import half_up, fmt_bandwidth, fmt_bytes, fmt_seconds
 
 GiB = 1024**3
 REPO = Path(__file__).resolve().parents[3]
@@ -45,8 +45,10 @@ class ParadvisorApp(App):
     ]
 
     def __init__(self, *, cluster: str | None = None, model: str = "bert-base-uncased", runs_dir: str = "runs",
-                 presets_dir: str | None = None, sample_interval: float = 1.0, live: bool = True):
+                 presets_dir: str | None = None, sample_interval: float = 1.0, live: bool = True,
+                 open_run: str | None = None):
         super().__init__()
+        self.open_run = open_run
         self.cluster_arg, self.model_arg, self.runs_dir = cluster, model, Path(runs_dir)
         self.presets_dir = Path(presets_dir) if presets_dir else (REPO / "presets")
         self.sample_interval, self.live = sample_interval, live
@@ -101,17 +103,18 @@ class ParadvisorApp(App):
                     yield Checkbox("show plans that do not fit (i)", id="show-infeasible")
                     yield Static(id="infeasible")
             with TabPane("Launch", id="launch"):
-                yield Static(id="launch-plan", classes="panel")
-                yield Static(id="launch-command", classes="panel")
-                with Horizontal(classes="row"):
-                    yield Input(placeholder="preset name to save the selected plan as", id="preset-name")
-                    yield Button("Save preset", id="save-preset")
-                    yield Button("Launch plan", id="launch-plan-btn")
-                with Horizontal(classes="row"):
-                    yield Select(self._preset_options(), id="preset-select", allow_blank=True,
-                                 prompt="choose a preset")
-                    yield Button("Launch preset", id="launch-preset", variant="success")
-                yield Static(id="launch-msg")
+                with VerticalScroll():
+                    with Horizontal(classes="row"):
+                        yield Select(self._preset_options(), id="preset-select", allow_blank=True,
+                                     prompt="choose a preset")
+                        yield Button("Launch preset", id="launch-preset", variant="success")
+                    yield Static(id="launch-msg")
+                    yield Static(id="launch-plan", classes="panel")
+                    with Horizontal(classes="row"):
+                        yield Input(placeholder="preset name to save the selected plan as", id="preset-name")
+                        yield Button("Save preset", id="save-preset")
+                        yield Button("Launch plan", id="launch-plan-btn")
+                    yield Static(id="launch-command", classes="panel")
             with TabPane("Monitor", id="monitor"):
                 with Horizontal(classes="row"):
                     yield Static(id="run-status")
@@ -128,30 +131,41 @@ class ParadvisorApp(App):
                 yield Log(id="run-log", max_lines=400)
         yield Footer()
 
+    def _w(self, selector: str, expect_type=None):
+        """A widget of the main screen (timers and workers may fire while a modal screen is on top)."""
+        base = self.screen_stack[0] if self.screen_stack else self.screen
+        return base.query_one(selector, expect_type) if expect_type else base.query_one(selector)
+
     def _preset_options(self) -> list[tuple[str, str]]:
         if not self.presets_dir.is_dir():
             return []
         return [(p.stem, str(p)) for p in sorted(self.presets_dir.glob("*.toml"))]
 
     def on_mount(self) -> None:
-        t = self.query_one("#hw-table", DataTable)
+        self.theme = "textual-dark"
+        t = self._w("#hw-table", DataTable)
         t.add_columns("node", "#", "GPU", "memory", "util", "link")
-        self.query_one("#plans-table", DataTable).add_columns("#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step",
+        self._w("#plans-table", DataTable).add_columns("#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step",
                                                              "samples/s", "rules")
-        self.query_one("#alloc-table", DataTable).add_columns("node", "GPUs", "TFLOPS", "speed", "batch/GPU",
+        self._w("#alloc-table", DataTable).add_columns("node", "GPUs", "TFLOPS", "speed", "batch/GPU",
                                                              "share", "local steps")
-        self.query_one("#alloc-table").display = False
+        self._w("#alloc-table").display = False
         opts = self._preset_options()
         smoke = next((v for k, v in opts if k == "tiny-cpu-smoke"), None)
         if smoke:
-            self.query_one("#preset-select", Select).value = smoke
+            self._w("#preset-select", Select).value = smoke
         if self.cluster_arg:
-            self.query_one("#cluster-path", Input).value = self.cluster_arg
+            self._w("#cluster-path", Input).value = self.cluster_arg
             self.load_cluster(self.cluster_arg)
         else:
             self.detect_local()
         if self.live:
             self.start_sampler()
+        if self.open_run:
+            from paradvisor.monitor.follow import MetricsFollower
+
+            self.run_dir = Path(self.open_run)
+            self.follower = MetricsFollower(self.run_dir)
         self.set_interval(0.5, self.refresh_monitor)
 
     # ------------------------------------------------------------------------------------------- hardware
@@ -190,7 +204,7 @@ class ParadvisorApp(App):
 
     def set_cluster(self, cluster, ref: dict) -> None:
         self.cluster, self.cluster_ref = cluster, ref
-        t = self.query_one("#hw-table", DataTable)
+        t = self._w("#hw-table", DataTable)
         t.clear()
         for n in cluster.nodes:
             if not n.online:
@@ -213,7 +227,7 @@ class ParadvisorApp(App):
                 lines.append(f"[yellow]{n.name}: {note}[/yellow]")
         if cluster.gpu_count == 0:
             lines.append("No GPU to plan for here: load a cluster file to see plans.")
-        self.query_one("#hw-summary", Static).update("\n".join(lines))
+        self._w("#hw-summary", Static).update("\n".join(lines))
         self.rerank()
 
     # ---------------------------------------------------------------------------------------------- plans
@@ -221,16 +235,16 @@ class ParadvisorApp(App):
         from paradvisor.model.load import load_profile
         from paradvisor.plan.types import Workload
 
-        path = self.query_one("#model-path", Input).value.strip()
-        model = path or str(self.query_one("#model", Select).value)
+        path = self._w("#model-path", Input).value.strip()
+        model = path or str(self._w("#model", Select).value)
         profile = load_profile(model)
         s = profile.transformer
-        seq_txt = self.query_one("#seq-len", Input).value.strip()
-        gb_txt = self.query_one("#global-batch", Input).value.strip()
+        seq_txt = self._w("#seq-len", Input).value.strip()
+        gb_txt = self._w("#global-batch", Input).value.strip()
         seq = int(seq_txt) if seq_txt else (min(s.max_positions, 2048) if s else 1)
         gb = int(gb_txt) if gb_txt else 8 * max(1, self.cluster.gpu_count if self.cluster else 1)
         return profile, Workload(model=model, seq_len=seq, global_batch=gb,
-                                 precision=str(self.query_one("#precision", Select).value))
+                                 precision=str(self._w("#precision", Select).value))
 
     def rerank(self) -> None:
         """Re-rank in a worker; only the newest request's result is shown."""
@@ -263,19 +277,19 @@ class ParadvisorApp(App):
         s = p.transformer
         shape = (f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads" if s else
                  f"input {'x'.join(map(str, p.input_shape or ()))}")
-        self.query_one("#profile", Static).update(
+        self._w("#profile", Static).update(
             f"[b]{p.name}[/b] ({p.architecture}): {p.total_params:,} parameters; {shape}; largest layer {big.name} "
             f"{big.params:,} ({p.largest_share:.0%})" + (" — [yellow]one layer dominates[/yellow]"
                                                          if p.one_layer_dominates else ""))
 
     def show_plans(self, rec, error: str | None) -> None:
         self.rec = rec
-        t = self.query_one("#plans-table", DataTable)
+        t = self._w("#plans-table", DataTable)
         t.clear()
-        info = self.query_one("#plan-reason", Static)
+        info = self._w("#plan-reason", Static)
         if error:
             info.update(f"[red]{error}[/red]")
-            self.query_one("#memory-bar", Static).update("")
+            self._w("#memory-bar", Static).update("")
             self.selected = None
             return
         for i, e in enumerate(rec.plans, 1):
@@ -290,11 +304,11 @@ class ParadvisorApp(App):
             text = ["[b red]nothing fits[/b red]", fix.get("closest", {}).get("text", "")]
             text += [f"fix: {f['text']}" for f in fix.get("fixes", [])]
             info.update("\n".join(text))
-            self.query_one("#memory-bar", Static).update("")
+            self._w("#memory-bar", Static).update("")
             self.selected = None
         adv = [f"[cyan]advice[/cyan] {r['id']}: {r['message']} [dim]({r['source']})[/dim]"
                for r in rec.fired_rules if r.get("scope") == "advice"]
-        self.query_one("#infeasible", Static).update(self._infeasible_text() + ("\n" + "\n".join(adv) if adv else ""))
+        self._w("#infeasible", Static).update(self._infeasible_text() + ("\n" + "\n".join(adv) if adv else ""))
         self.update_launch_tab()
 
     def _infeasible_text(self) -> str:
@@ -310,16 +324,16 @@ class ParadvisorApp(App):
         if not self.rec or not 0 <= index < len(self.rec.plans):
             return
         e = self.selected = self.rec.plans[index]
-        self.query_one("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
+        self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
         lines = [f"[b]{index + 1}. {e.plan.label()}[/b]: {explain(e, self.rec.cluster)}"]
         for r in e.rules:
             lines.append(f"  • {r['id']} ({r['effect']}): {r['title']} [dim]— {r['source']}[/dim]")
-        self.query_one("#plan-reason", Static).update("\n".join(lines))
-        alloc = self.query_one("#alloc-table", DataTable)
+        self._w("#plan-reason", Static).update("\n".join(lines))
+        alloc = self._w("#alloc-table", DataTable)
         alloc.clear()
         alloc.display = bool(e.plan.nodes)
         for n in e.plan.nodes:
-            alloc.add_row(n.node, str(n.gpus), f"{n.tflops:.1f}", f"{n.relative_speed:.3f}", str(n.batch_per_gpu),
+            alloc.add_row(n.node, str(n.gpus), half_up(n.tflops, 1), f"{n.relative_speed:.3f}", str(n.batch_per_gpu),
                           f"{n.data_share:.1%}", str(n.local_steps or ""))
         self.update_launch_tab()
 
@@ -356,7 +370,7 @@ class ParadvisorApp(App):
     @on(Checkbox.Changed, "#show-infeasible")
     def _toggle_infeasible(self, event: Checkbox.Changed) -> None:
         self.show_infeasible = event.value
-        self.query_one("#infeasible", Static).update(self._infeasible_text())
+        self._w("#infeasible", Static).update(self._infeasible_text())
 
     # --------------------------------------------------------------------------------------------- launch
     def plan_preset(self):
@@ -367,7 +381,7 @@ class ParadvisorApp(App):
         family = rec.profile.transformer.family if rec.profile.transformer else "vgg"
         dataset = {"bert": "reviews", "albert": "reviews", "vgg": "images"}.get(family, "corpus")
         nodes = rec.cluster.online_nodes
-        name = (self.query_one("#preset-name", Input).value.strip() or
+        name = (self._w("#preset-name", Input).value.strip() or
                 f"{rec.profile.name}-{e.plan.label()}".replace(" ", "").replace("(", "-").replace(")", ""))
         return Preset(name=name, description=f"{rec.profile.name}: {e.plan.label()} (from the TUI)",
                       workload=replace(rec.workload, precision=rec.precision), train=TrainSettings(dataset=dataset),
@@ -380,16 +394,17 @@ class ParadvisorApp(App):
         from paradvisor.launch.argv import torchrun_argv
 
         if self.selected is None or self.rec is None:
-            self.query_one("#launch-plan", Static).update("No plan selected: rank plans in tab 2.")
+            self._w("#launch-plan", Static).update("No plan selected: rank plans in tab 2.")
             return
         pr = self.plan_preset()
-        self.query_one("#launch-plan", Static).update(
+        self._w("#launch-plan", Static).update(
             f"[b]selected plan:[/b] {self.selected.plan.label()} for {self.rec.profile.name} on {self.rec.cluster.name} "
             f"({pr.launch.nnodes} node(s) x {pr.launch.nproc_per_node} process(es)); predicted "
             f"{self.selected.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(self.selected.step_time)}")
         argv = torchrun_argv(str(self.runs_dir / f"<timestamp>-{pr.name}"), nproc_per_node=pr.launch.nproc_per_node,
                              nnodes=pr.launch.nnodes, endpoint="127.0.0.1:<free port>", run_id=pr.name)
-        self.query_one("#launch-command", Static).update("[b]command:[/b] " + " ".join(argv))
+        argv[0] = Path(argv[0]).name  # the full interpreter path is in the run's command.json
+        self._w("#launch-command", Static).update("[b]command:[/b] " + " ".join(argv))
 
     def action_save_preset(self) -> None:
         from paradvisor.launch.preset import save_preset
@@ -404,21 +419,21 @@ class ParadvisorApp(App):
         except InputError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.query_one("#preset-select", Select).set_options(self._preset_options())
-        self.query_one("#launch-msg", Static).update(f"saved {path}")
+        self._w("#preset-select", Select).set_options(self._preset_options())
+        self._w("#launch-msg", Static).update(f"saved {path}")
         self.notify(f"saved {path}")
 
     def action_launch_preset(self) -> None:
         from paradvisor.launch.preset import load_preset
 
-        value = self.query_one("#preset-select", Select).value
+        value = self._w("#preset-select", Select).value
         if value is Select.BLANK or not value:
             self.notify("choose a preset first", severity="warning")
             return
         try:
             self.start_run(load_preset(str(value)))
         except InputError as exc:
-            self.query_one("#launch-msg", Static).update(f"[red]{exc}[/red]")
+            self._w("#launch-msg", Static).update(f"[red]{exc}[/red]")
             self.notify(str(exc), severity="error", timeout=8)
 
     def action_launch_plan(self) -> None:
@@ -428,7 +443,7 @@ class ParadvisorApp(App):
         try:
             self.start_run(self.plan_preset())
         except InputError as exc:
-            self.query_one("#launch-msg", Static).update(f"[red]{exc}[/red]")
+            self._w("#launch-msg", Static).update(f"[red]{exc}[/red]")
             self.notify(str(exc), severity="error", timeout=8)
 
     def start_run(self, preset) -> None:
@@ -440,8 +455,8 @@ class ParadvisorApp(App):
         launch = runner.start(preset, runs_dir=self.runs_dir)
         self.launch, self.run_dir = launch, launch.run_dir
         self.follower = MetricsFollower(launch.run_dir)
-        self.query_one("#run-log", Log).clear()
-        self.query_one("#launch-msg", Static).update(f"launched {preset.name}: {launch.run_dir}")
+        self._w("#run-log", Log).clear()
+        self._w("#launch-msg", Static).update(f"launched {preset.name}: {launch.run_dir}")
         self.wait_for_run(launch)
         self.action_tab("monitor")
 
@@ -461,21 +476,26 @@ class ParadvisorApp(App):
         from paradvisor.monitor.follow import summarize
 
         if self.run_dir is None or self.follower is None:
-            self.query_one("#run-status", Static).update("No run yet: launch a preset (tab 3, or L).")
+            self._w("#run-status", Static).update("No run yet: launch a preset (tab 3, or L).")
             return
         new = self.follower.poll()
         s = self.run_summary = summarize(self.run_dir, self.follower.records)
-        total = s["total_steps"] or 1
-        self.query_one("#run-progress", ProgressBar).update(total=total, progress=min(s["step"], total))
+        if s["total_rounds"]:
+            total, done = s["total_rounds"], s["round"]
+            where = f"round {done}/{total} (steps {s['step']})"
+        else:
+            total, done = s["total_steps"] or 1, s["step"]
+            where = f"step {s['step']}/{s['total_steps'] or '?'}"
+        self._w("#run-progress", ProgressBar).update(total=total, progress=min(done, total))
         colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(s["status"], "white")
-        head = [f"[b]{s['name']}[/b] {s['label'] or ''}: [{colour}]{s['status']}[/{colour}] — step "
-                f"{s['step']}/{s['total_steps'] or '?'}, elapsed {fmt_seconds(s['elapsed_s'])}"
+        head = [f"[b]{s['name']}[/b] {s['label'] or ''}: [{colour}]{s['status']}[/{colour}] — "
+                f"{where}, elapsed {fmt_seconds(s['elapsed_s'])}"
                 + (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")]
         if s["status"] == "failed":
             head.append(f"[red]rank {s['failed_rank']} exit code {s['exit_code']}: {s['reason']}[/red]")
-        self.query_one("#run-status", Static).update("\n".join(head))
-        self.query_one("#loss-spark", Sparkline).data = s["loss_history"] or [0]
-        self.query_one("#tput-spark", Sparkline).data = s["throughput_history"] or [0]
+        self._w("#run-status", Static).update("\n".join(head))
+        self._w("#loss-spark", Sparkline).data = s["loss_history"] or [0]
+        self._w("#tput-spark", Sparkline).data = s["throughput_history"] or [0]
         pred = s["predicted"]
         rows = ["[b]predicted vs measured[/b]"]
         if pred.get("step_time_s") and s["step_time_s"]:
@@ -492,8 +512,8 @@ class ParadvisorApp(App):
             rows.append(f"loss {s['loss']:.4f}; throughput {s['samples_per_s'] or 0:.1f} samples/s")
         if s["sync_wait_s_by_rank"]:
             rows.append("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s["sync_wait_s_by_rank"].items()))
-        self.query_one("#run-compare", Static).update("\n".join(rows))
-        log = self.query_one("#run-log", Log)
+        self._w("#run-compare", Static).update("\n".join(rows))
+        log = self._w("#run-log", Log)
         for rec in new:
             if rec.get("kind") == "step" and rec["rank"] == 0 or rec.get("kind") in ("outer", "start", "end"):
                 log.write_line(_log_line(rec))
@@ -509,7 +529,7 @@ class ParadvisorApp(App):
 
     def on_sample(self, s: dict) -> None:
         self.samples = (self.samples + [s])[-120:]
-        self.query_one("#cpu-spark", Sparkline).data = [x["cpu_pct"] for x in self.samples]
+        self._w("#cpu-spark", Sparkline).data = [x["cpu_pct"] for x in self.samples]
         text = f"CPU {s['cpu_pct']:.0f}%  RAM {fmt_bytes(s['ram_used_bytes'])}/{fmt_bytes(s['ram_total_bytes'])}"
         for g in s["gpus"]:
             if g.get("error"):
@@ -517,8 +537,8 @@ class ParadvisorApp(App):
             else:
                 text += (f"   GPU{g['index']} {g['util_pct']:.0f}% {fmt_bytes(g['mem_used_bytes'])}/"
                          f"{fmt_bytes(g['mem_total_bytes'])}")
-        self.query_one("#hw-live", Static).update(text)
-        self.query_one("#run-live", Static).update(text)
+        self._w("#hw-live", Static).update(text)
+        self._w("#run-live", Static).update(text)
 
     def on_unmount(self) -> None:
         if self.sampler is not None:
@@ -531,9 +551,9 @@ class ParadvisorApp(App):
     def _button(self, event: Button.Pressed) -> None:
         bid = event.button.id
         if bid == "load-cluster":
-            self.load_cluster(self.query_one("#cluster-path", Input).value.strip())
+            self.load_cluster(self._w("#cluster-path", Input).value.strip())
         elif bid == "add-host":
-            host = self.query_one("#ssh-host", Input).value.strip()
+            host = self._w("#ssh-host", Input).value.strip()
             if host:
                 self.add_host(host)
         elif bid == "use-local":
@@ -555,14 +575,14 @@ class ParadvisorApp(App):
 
     def action_tab(self, tab: str) -> None:
         # Move focus into the new pane too: a focused widget left in a hidden pane pulls its pane back.
-        self.query_one("#tabs", TabbedContent).active = tab
-        self.query_one(self.FOCUS_IN[tab]).focus()
+        self._w("#tabs", TabbedContent).active = tab
+        self._w(self.FOCUS_IN[tab]).focus()
 
     def action_rerank(self) -> None:
         self.rerank()
 
     def action_toggle_infeasible(self) -> None:
-        cb = self.query_one("#show-infeasible", Checkbox)
+        cb = self._w("#show-infeasible", Checkbox)
         cb.value = not cb.value
 
     def action_toggle_theme(self) -> None:

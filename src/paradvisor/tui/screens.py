@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from paradvisor.units import fmt_seconds
+from paradvisor.units import half_up, fmt_seconds
 
 GiB = 1024**3
 
@@ -34,7 +34,7 @@ def plan_markdown(e, cluster) -> str:
         lines += ["## Per-node allocation", "", "| node | GPUs | TFLOPS | speed | batch/GPU | share | local steps |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for n in p.nodes:
-            lines.append(f"| {n.node} | {n.gpus} | {n.tflops:.1f} | {n.relative_speed:.3f} | {n.batch_per_gpu} | "
+            lines.append(f"| {n.node} | {n.gpus} | {half_up(n.tflops, 1)} | {n.relative_speed:.3f} | {n.batch_per_gpu} | "
                          f"{n.data_share:.1%} | {n.local_steps or ''} |")
         lines.append("")
     if e.rules:

@@ -1,0 +1,64 @@
+"""Drive the real `paradvisor` binary in tmux, as a person would: look at the plans, launch the tiny
+CPU preset from the keyboard, and read `finished` off the screen."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES, REPO
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux missing")
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=30).stdout
+
+
+def screen(session: str) -> str:
+    return tmux("capture-pane", "-p", "-t", session)
+
+
+def wait_for(session: str, text: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        out = screen(session)
+        if text in out:
+            return out
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} never appeared; screen:\n{out}")
+
+
+def test_recommend_and_launch_round_in_tmux(tmp_path):
+    assert shutil.which("tmux"), ".ci/run installs tmux"
+    session = f"pa-{uuid.uuid4().hex[:8]}"
+    exe = shutil.which("paradvisor") or f"{sys.executable} -m paradvisor"
+    # pytest exports COLUMNS/LINES; the app would believe them instead of the tmux window.
+    cmd = (f"unset COLUMNS LINES; cd {REPO} && {exe} --cluster {EXAMPLES / 'paper000-two-servers.toml'} --runs-dir {tmp_path / 'runs'}"
+           f" ; sleep 30")
+    tmux("new-session", "-d", "-s", session, "-x", "130", "-y", "40", cmd)
+    tmux("resize-window", "-t", session, "-x", "130", "-y", "40")
+    try:
+        wait_for(session, "paper000-two-servers")
+        tmux("send-keys", "-t", session, "2")
+        out = wait_for(session, "mb x acc")
+        assert "HSDPx6" in out or "DDPx6" in out or "PP" in out  # ranked plans on screen
+        tmux("send-keys", "-t", session, "3")
+        wait_for(session, "tiny-cpu-smoke")
+        tmux("send-keys", "-t", session, "L")
+        out = wait_for(session, "finished", timeout=180)
+        assert "tiny-cpu-smoke" in out and "step 10/10" in out
+        tmux("send-keys", "-t", session, "q")
+        time.sleep(1.0)
+        runs = list((tmp_path / "runs").iterdir())
+        assert len(runs) == 1 and '"finished"' in (runs[0] / "status.json").read_text()
+    finally:
+        tmux("kill-session", "-t", session)
