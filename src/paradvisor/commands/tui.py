@@ -24,9 +24,13 @@ def run(args) -> int:
     if args.sample_interval <= 0:
         raise InputError("--sample-interval must be positive")
     if args.cluster:
-        from paradvisor.hardware.cluster import load_cluster
+        from pathlib import Path
 
-        load_cluster(args.cluster)  # bad files fail here, before the screen opens
+        from paradvisor.hardware.cluster import load_cluster
+        from paradvisor.tui.app import REPO
+
+        path = args.cluster if Path(args.cluster).exists() or not (REPO / args.cluster).exists() else REPO / args.cluster
+        load_cluster(path)  # bad files fail here, before the screen opens
     from paradvisor.tui.app import ParadvisorApp
 
     ParadvisorApp(cluster=args.cluster, model=args.model, runs_dir=args.runs_dir, presets_dir=args.presets_dir,

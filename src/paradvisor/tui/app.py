@@ -180,12 +180,15 @@ class ParadvisorApp(App):
     def load_cluster(self, path: str) -> None:
         from paradvisor.hardware.cluster import load_cluster
 
+        if path and not Path(path).exists() and (REPO / path).exists():
+            path = str(REPO / path)  # the shipped examples, from any working directory
         try:
             c = load_cluster(path)
         except InputError as exc:
             self.notify(str(exc), severity="error", timeout=8)
             return
-        self.set_cluster(c, {"file": os.path.relpath(path)})
+        self.set_cluster(c, {"file": os.path.relpath(path) if not Path(path).is_relative_to(REPO)
+                             else str(Path(path).relative_to(REPO))})
 
     @work(thread=True, exclusive=True, group="hardware")
     def add_host(self, host: str) -> None:
@@ -473,6 +476,14 @@ class ParadvisorApp(App):
 
     # -------------------------------------------------------------------------------------------- monitor
     def refresh_monitor(self) -> None:
+        from textual.css.query import NoMatches
+
+        try:
+            self._refresh_monitor()
+        except NoMatches:  # the app is closing: its widgets are already gone
+            pass
+
+    def _refresh_monitor(self) -> None:
         from paradvisor.monitor.follow import summarize
 
         if self.run_dir is None or self.follower is None:
@@ -528,6 +539,14 @@ class ParadvisorApp(App):
         self.sampler.start()
 
     def on_sample(self, s: dict) -> None:
+        from textual.css.query import NoMatches
+
+        try:
+            self._on_sample(s)
+        except NoMatches:
+            pass
+
+    def _on_sample(self, s: dict) -> None:
         self.samples = (self.samples + [s])[-120:]
         self._w("#cpu-spark", Sparkline).data = [x["cpu_pct"] for x in self.samples]
         text = f"CPU {s['cpu_pct']:.0f}%  RAM {fmt_bytes(s['ram_used_bytes'])}/{fmt_bytes(s['ram_total_bytes'])}"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from paradvisor.tui.app import REPO, ParadvisorApp
 
-CLUSTER = str(REPO / "examples" / "clusters" / "paper000-two-servers.toml")
-GEO = str(REPO / "examples" / "clusters" / "paper003-geo-four-nodes.toml")
+# Relative paths (resolved against the checkout by the app) so that screens do not show where it lives.
+CLUSTER = "examples/clusters/paper000-two-servers.toml"
+GEO = "examples/clusters/paper003-geo-four-nodes.toml"
 SIZE = (120, 40)
 
 
