@@ -78,7 +78,7 @@ def test_llama70b_on_8_h100_needs_sharding():
 
 
 def test_nothing_fits_gives_nearest_fix(cli):
-    proc = cli("recommend", "--model", "llama-3-70b", "--gpus", "1", "--gpu-type", "A30 MIG 1g.6gb",
+    proc = cli("recommend", "--model", "llama-2-13b", "--gpus", "1", "--gpu-type", "A30 MIG 1g.6gb",
                "--seq-len", "8192", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -86,7 +86,7 @@ def test_nothing_fits_gives_nearest_fix(cli):
     assert doc["feasible"] is False and doc["plans"] == []
     assert doc["nearest_fix"]["closest"]["needs_bytes"] > doc["nearest_fix"]["closest"]["has_bytes"] * 0.9
     assert doc["nearest_fix"]["fixes"], doc["nearest_fix"]
-    human = cli("recommend", "--model", "llama-3-70b", "--gpus", "1", "--gpu-type", "A30 MIG 1g.6gb",
+    human = cli("recommend", "--model", "llama-2-13b", "--gpus", "1", "--gpu-type", "A30 MIG 1g.6gb",
                 "--seq-len", "8192")
     assert human.returncode == 0 and "nothing fits" in human.stdout and "fix:" in human.stdout
 

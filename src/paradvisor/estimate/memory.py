@@ -10,7 +10,7 @@ the fp32 gradient partition (4Ψ/N); ZeRO-1 keeps the full 16-bit gradients:
   (18 = 2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam m, v — DeepSpeed's own breakdown)
   ZeRO-3  (DeepSpeed)    18Ψ/N + 4·Λ           offload optimizer: 2Ψ/N + 4·Λ; + params: 4·Λ
   (Λ = parameters of the largest layer, gathered in 16-bit with its 16-bit gradient)
-  fp32 training: 4 (params) + 4 (grads) + 8 (Adam m, v) with no master copy.
+  fp32 training: 4 (params) + 4 (grads) + 8 (Adam m, v); DeepSpeed adds its fp32 master partition (4/N).
 torch engines keep fp32 parameters (DDP, TP, PP with autocast; FSDP2 shards them):
   DDP/TP/PP              4Ψ + 4Ψ + 8Ψ, + 2Ψ autocast weight cache when mixed precision
   FSDP/HSDP (FSDP2)      16Ψ/S + 3·b·Λ (gathered 16-bit params of the current and prefetched
@@ -56,7 +56,8 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
         grads = 4 * psi if sharding == "zero1" else 4 * psi / n
         if offload != "none":
             return {"params": 4 * psi, "grads": 0, "optimizer": 0, "gathered": 0}
-        return {"params": 4 * psi, "grads": grads, "optimizer": 8 * psi / n, "gathered": 0}
+        # DeepSpeed keeps its own fp32 master partition even when the model is fp32: 4 + 8 (Adam m, v)
+        return {"params": 4 * psi, "grads": grads, "optimizer": 12 * psi / n, "gathered": 0}
     if sharding == "zero3":
         pb = 2 if mixed else 4
         gathered = 2 * pb * lam
@@ -66,7 +67,7 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
             return {"params": pb * psi / n, "grads": 0, "optimizer": 0, "gathered": gathered}
         if mixed:
             return {"params": 2 * psi / n, "grads": 4 * psi / n, "optimizer": 12 * psi / n, "gathered": gathered}
-        return {"params": 4 * psi / n, "grads": 4 * psi / n, "optimizer": 8 * psi / n, "gathered": gathered}
+        return {"params": 4 * psi / n, "grads": 4 * psi / n, "optimizer": 12 * psi / n, "gathered": gathered}
     if sharding in ("fsdp", "hsdp"):
         cb = 2 if mixed else 4
         gathered = 3 * cb * lam
@@ -129,8 +130,8 @@ def edge_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: int
     emb = tokens * (act_bytes * shape.hidden + (shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0))
     head = 0.0
     if lm_head:
-        # logits in the activation dtype + the fp32 copy the loss makes; vocab-parallel under TP
-        head = tokens * shape.vocab * (act_bytes + 4) / max(1, tp) + tokens * act_bytes * shape.hidden
+        # logits in the activation dtype + the fp32 copy the loss makes (the head is replicated under TP)
+        head = tokens * shape.vocab * (act_bytes + 4) + tokens * act_bytes * shape.hidden
     return {"embedding": emb, "head": head}
 
 

@@ -72,7 +72,7 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         shard = 1
     else:
         shard = plan.dp
-    largest = mf.largest // plan.tp if mf.shape else mf.largest
+    largest = max(mf.block_params // plan.tp, mf.largest_nonblock) if mf.shape else mf.largest
 
     def states(psi):
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,

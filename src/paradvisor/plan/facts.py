@@ -19,6 +19,7 @@ class ModelFacts:
     last_params: int  # final norm, pooler, head (last stage)
     replicated_params: int  # norms etc. that TP does not split
     lm_head: bool
+    largest_nonblock: int = 0  # biggest module outside the blocks (embeddings, head): TP does not split it
 
     @classmethod
     def of(cls, p: ModelProfile) -> "ModelFacts":
@@ -33,7 +34,9 @@ class ModelFacts:
         replicated = sum(e.params for e in p.layers if e.kind in ("norm", "pooler", "other"))
         block = sum(e.params for e in blocks) // len(blocks)
         lm_head = s.causal  # causal LMs compute logits over the vocabulary
-        return cls(p, p.total_params, p.largest_layer.params, block, len(blocks), first, last, replicated, lm_head)
+        nonblock = max((e.params for e in p.layers if e.kind != "block"), default=0)
+        return cls(p, p.total_params, p.largest_layer.params, block, len(blocks), first, last, replicated, lm_head,
+                   nonblock)
 
     @property
     def shape(self):
@@ -43,14 +46,14 @@ class ModelFacts:
         """(params on the first stage, params on the last stage) for one TP rank."""
         if self.shape is None:
             return self.total, self.total
-        if self.shape.shared_layers:  # ALBERT: every stage would hold the shared group
-            return (self.total - self.replicated_params) // tp + self.replicated_params, (self.total - self.replicated_params) // tp + self.replicated_params
-        if pp == 1:
-            return (self.total - self.replicated_params) // tp + self.replicated_params, (self.total - self.replicated_params) // tp + self.replicated_params
-        per_stage_blocks = self.num_blocks // pp * self.block_params
-        first = (self.first_params + per_stage_blocks) // tp
-        last = (per_stage_blocks + self.last_params) // tp
-        return first, last
+        # Tensor parallelism splits the blocks (column/row plans); embeddings, norms and the head stay
+        # replicated on every TP rank, as `paradvisor launch` applies it.
+        blocks = self.num_blocks * self.block_params
+        if self.shape.shared_layers or pp == 1:  # ALBERT: every stage would hold the shared group
+            local = blocks // tp + (self.total - blocks)
+            return local, local
+        per_stage_blocks = self.num_blocks // pp * self.block_params // tp
+        return self.first_params + per_stage_blocks, per_stage_blocks + self.last_params
 
 
 @dataclass

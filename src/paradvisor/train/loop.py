@@ -9,7 +9,9 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.train.data import RankStream
-from paradvisor.train.metrics import count_bytes, cuda_peak
+from paradvisor.train.metrics import ActivationMeter, count_bytes, cuda_peak
+
+MEASURE_STEP = 2  # activation bytes are measured on this step (the first is a warm-up)
 
 
 def lr_at(step: int, total: int, base: float, warmup: int) -> float:
@@ -52,26 +54,38 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
         t0 = time.perf_counter()
         lr = lr_at(step, t.steps, t.lr, t.warmup_steps)
         engine.set_lr(lr)
+        meter = ActivationMeter(engine.model.parameters()) if step == min(MEASURE_STEP, t.steps) else None
         if kind == "pp":
             inputs, targets = task.batch(stream.indices(step - 1), device)
-            loss = engine.pipeline_step(inputs, targets)
+            if meter:
+                with meter:
+                    loss = engine.pipeline_step(inputs, targets)
+            else:
+                loss = engine.pipeline_step(inputs, targets)
         else:
             loss = 0.0
             for micro in range(plan.grad_accum):
                 inputs, targets = task.batch(stream.indices((step - 1) * plan.grad_accum + micro), device)
-                loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
-                                                scale=scale / plan.grad_accum) / plan.grad_accum
+                if meter and micro == 0:  # one micro-batch's activations
+                    with meter:
+                        loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
+                                                        scale=scale / plan.grad_accum) / plan.grad_accum
+                else:
+                    loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
+                                                    scale=scale / plan.grad_accum) / plan.grad_accum
         engine.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
-        if step % t.log_every == 0 or step == t.steps:
+        if step % t.log_every == 0 or step == t.steps or meter:
             rec = {"kind": "step", "step": step, "loss": loss, "lr": lr, "step_time_s": dt,
                    "samples": per_step, "samples_per_s": per_step / dt,
                    "tokens_per_s": per_step * task.seq_len / dt if task.kind != "image" else None,
                    "global_samples_per_s": preset.workload.global_batch / dt, "sync_wait_s": 0.0,
                    "world_size": world, "strategy": kind}
             rec.update(memory_record(engine))
+            if meter:
+                rec["activation_bytes"] = meter.bytes
             writer.write(rec)
         if progress:
             progress(step)

@@ -76,3 +76,43 @@ def cuda_peak() -> int | None:
     if torch.cuda.is_available():
         return int(torch.cuda.max_memory_allocated())
     return None
+
+
+class ActivationMeter:
+    """Bytes of tensors autograd saves for backward during a forward pass, measured exactly with
+    `torch.autograd.graph.saved_tensors_hooks`: each saved storage counted once, parameters (and views
+    of them) excluded. Use as a context manager around one micro-batch's forward (and backward)."""
+
+    def __init__(self, params):
+        self.param_storages = set()
+        for p in params:
+            t = _local(p)
+            try:
+                self.param_storages.add(t.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError, AttributeError):
+                pass
+        self.seen: set[int] = set()
+        self.bytes = 0
+        self._ctx = None
+
+    def _pack(self, t):
+        try:
+            st = t.untyped_storage()
+            ptr = st.data_ptr()
+            if ptr not in self.param_storages and ptr not in self.seen and ptr != 0:
+                self.seen.add(ptr)
+                self.bytes += st.nbytes()
+        except (RuntimeError, NotImplementedError):
+            pass
+        return t
+
+    def __enter__(self):
+        import torch
+
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+        return False

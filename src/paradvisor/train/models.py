@@ -59,6 +59,10 @@ def profile_of(preset):
         if fam == "gpt2" and family == "mingpt":
             cfg = {**cfg, "tie_word_embeddings": False}
         layers, shape = FAMILIES[fam](cfg)
+        if family == "mingpt":
+            from dataclasses import replace as _replace
+
+            shape = _replace(shape, family="mingpt")  # no dropout layers, unlike HF GPT-2
         total = sum(e.params for e in layers)
         return ModelProfile(name=preset.workload.model, architecture=family, source="preset", total_params=total,
                             trainable_params=total, layers=tuple(layers), transformer=shape)
