@@ -62,8 +62,10 @@ def _stage_layers(mf: ModelFacts, pp: int) -> int:
     return mf.shape.num_layers // pp if mf.shape else 0
 
 
-def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int) -> dict:
-    """Worst pipeline stage's per-GPU bytes by term, and host bytes for offload."""
+def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
+                stage: int | None = None) -> dict:
+    """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
+    and host bytes for offload."""
     ab = act_bytes_for(precision)
     psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
     if plan.sharding == "hsdp":
@@ -102,6 +104,8 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
             a_last = inflight_last * (layers * blk["stored"] + edges["head"]) + blk["working"]
             stages.append((states(psi_first), a_first, psi_first))
             stages.append((states(psi_last), a_last, psi_last))
+    if stage is not None and len(stages) > 1:
+        stages = [stages[0] if stage == 0 else stages[-1]]
     best = None
     for st, acts, psi in stages:
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len,

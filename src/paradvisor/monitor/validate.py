@@ -1,0 +1,133 @@
+"""Predictions held against measurements for a finished run: model-state bytes per rank, activation
+bytes (measured exactly with saved_tensors_hooks on one step), CUDA peak (GPU), step time, throughput.
+
+The prediction is the estimator's, for the plan as launched, on the device it ran on: a GPU from the
+catalogue (or its calibration), or the CPU as measured by `paradvisor calibrate`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from paradvisor.errors import InputError
+
+
+def _rel(pred, meas):
+    if pred is None or meas is None or not meas:
+        return None
+    return (pred - meas) / meas
+
+
+def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
+    from paradvisor.estimate.memory import act_bytes_for, block_activation_bytes, edge_activation_bytes, vision_activation_bytes
+    from paradvisor.hardware import calibration as cal_mod
+    from paradvisor.hardware import catalog
+    from paradvisor.hardware.types import Cluster, Device, Node
+    from paradvisor.launch.preset import load_preset
+    from paradvisor.plan.evaluate import evaluate
+    from paradvisor.plan.facts import ModelFacts, Topology
+    from paradvisor.train.models import profile_of
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "plan.toml").exists() or not (run_dir / "metrics.jsonl").exists():
+        raise InputError("not a run directory with plan.toml and metrics.jsonl", where=str(run_dir))
+    preset = load_preset(run_dir / "plan.toml")
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = [r for r in records if r.get("kind") == "step"]
+    if not steps:
+        raise InputError("the run logged no step", where=str(run_dir / "metrics.jsonl"))
+    start = next((r for r in records if r.get("kind") == "start"), {})
+    on_gpu = str(start.get("device", "cpu")).startswith("cuda")
+    plan, wl = preset.plan, preset.workload
+    precision = plan.precision
+    world = plan.world_size
+    cal = calibration if calibration is not None else cal_mod.load()
+    if on_gpu:
+        spec = None
+        name = start.get("gpu_name")
+        if name:
+            spec = catalog.find_gpu(name)
+        spec = spec or catalog.gpu("H100 SXM")
+        link = catalog.link(spec.intra_link)
+        device_note = spec.name
+    else:
+        if cal is None:
+            spec, link, device_note = None, None, "no calibration: run `paradvisor calibrate` for time predictions"
+        else:
+            spec = cal_mod.device_spec(cal)
+            link = cal_mod.collective_link(cal, world) or catalog.link("loopback")
+            device_note = f"{spec.name} (calibrated)"
+    prof = profile_of(preset)
+    mf = ModelFacts.of(prof)
+    if spec is None:  # memory needs no speed figures: a stand-in device with a nominal rate
+        from paradvisor.hardware.types import GPUSpec
+
+        spec = GPUSpec(name="CPU", vendor="cpu", arch="cpu", memory_bytes=2**40, mem_bw=1e10, tflops={"fp32": 1.0},
+                       intra_link="loopback")
+        link = catalog.link("loopback")
+    devices = tuple(Device(index=i, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes) for i in range(world))
+    cluster = Cluster(name="run", nodes=(Node(name="run", gpus=devices, intra_link=link),))
+    e = evaluate(mf, Topology.of(cluster), wl, plan, precision, 0.0)
+    rows = []
+    # model states per rank (params + grads + optimizer), by rank
+    by_rank: dict[int, int] = {}
+    for r in steps:
+        by_rank[r["rank"]] = max(by_rank.get(r["rank"], 0), r.get("mem_model_state_bytes", 0))
+    from paradvisor.plan.evaluate import memory_need
+
+    # the largest model states of any stage (pipeline stages hold different layers); the autocast copy
+    # ("gathered") is transient, not a held tensor, so it is not part of the model states
+    pred_states = 0
+    for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
+        need = memory_need(mf, Topology.of(cluster), wl, plan, precision, plan.micro_batch, stage=st)
+        pred_states = max(pred_states, need["terms"]["params"] + need["terms"]["grads"] + need["terms"]["optimizer"])
+    meas_states = max(by_rank.values()) if by_rank else None
+    rows.append({"metric": "model-state bytes per rank (max)", "predicted": pred_states, "measured": meas_states})
+    # activations, one micro-batch (pipeline: one stage over the whole step), on rank 0
+    act = [r for r in steps if "activation_bytes" in r]
+    meas_act = max((r["activation_bytes"] for r in act), default=None)
+    ab = act_bytes_for(precision)
+    if mf.shape is None:
+        pred_act = vision_activation_bytes(prof.layers, micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
+                                           act_bytes=ab, input_elems=_prod(prof.input_shape or (1,)))
+    else:
+        mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
+        blk = block_activation_bytes(mf.shape, seq=wl.seq_len, micro_batch=mb, tp=plan.tp,
+                                     sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
+                                     act_bytes=ab, attention=wl.attention)
+        edges = edge_activation_bytes(mf.shape, seq=wl.seq_len, micro_batch=mb, tp=plan.tp, act_bytes=ab,
+                                      lm_head=mf.lm_head)
+        layers = mf.shape.num_layers // plan.pp
+        if plan.pp > 1:  # measured on the stage whose ranks logged the most: take the larger of both ends
+            m = plan.grad_accum
+            pred_act = m * max(layers * blk["stored"] + edges["embedding"], layers * blk["stored"] + edges["head"])
+        else:
+            pred_act = layers * blk["stored"] + edges["embedding"] + edges["head"]
+    rows.append({"metric": "activation bytes (one micro-batch, saved for backward)", "predicted": pred_act,
+                 "measured": meas_act})
+    peak = max((r.get("cuda_max_allocated_bytes", 0) for r in steps), default=0) or None
+    if peak:
+        rows.append({"metric": "CUDA peak allocated bytes", "predicted": e.memory_total - e.memory["overhead"],
+                     "measured": peak})
+    later = [r for r in steps if r["step"] > 2] or steps
+    by_step: dict[int, float] = {}
+    for r in later:
+        by_step[r["step"]] = max(by_step.get(r["step"], 0.0), r["step_time_s"])
+    meas_step = sorted(by_step.values())[len(by_step) // 2] if by_step else None  # median over steps, slowest rank
+    has_speed = on_gpu or cal is not None
+    rows.append({"metric": "step time (s)", "predicted": e.step_time if has_speed else None, "measured": meas_step})
+    rows.append({"metric": "throughput (samples/s)", "predicted": e.samples_per_s if has_speed else None,
+                 "measured": (wl.global_batch / meas_step) if meas_step else None})
+    for row in rows:
+        row["rel_error"] = _rel(row["predicted"], row["measured"])
+    return {"schema": "paradvisor.validation/1", "run_dir": str(run_dir), "name": preset.name,
+            "label": plan.label(), "device": device_note, "world_size": world, "rows": rows,
+            "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
