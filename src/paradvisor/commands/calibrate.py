@@ -74,6 +74,8 @@ def measure_device(quick: bool) -> dict:
     t = _time(lambda: y.copy_(x), 5, sync)
     bw = 2 * size / t
     _say(f"memory copy {size >> 20} MiB: {bw / 1e9:.1f} GB/s")
+    overhead = measure_layer_overhead(dev, sync)
+    _say(f"framework time per layer per micro-batch (fwd+bwd, no compute): {overhead * 1e6:.0f} us")
     if cuda:
         name, mem = torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory
     else:
@@ -83,7 +85,29 @@ def measure_device(quick: bool) -> dict:
 
         name, mem = f"CPU ({_cpu_and_ram()['model'] or 'unknown'})", psutil.virtual_memory().total
     return {"kind": "cuda" if cuda else "cpu", "name": name, "tflops": tflops, "tflops_per_process": tflops_1 or tflops,
-            "mem_bw_bytes_per_s": bw, "memory_bytes": int(mem), "threads": threads}
+            "mem_bw_bytes_per_s": bw, "memory_bytes": int(mem), "threads": threads, "layer_overhead_s": overhead}
+
+
+def measure_layer_overhead(dev, sync) -> float:
+    """Seconds per transformer block per micro-batch that are not compute: a tiny block (width 16,
+    8 tokens) timed at 1 and 5 layers, forward + backward, one thread; the slope is the per-layer cost."""
+    import torch
+
+    from paradvisor.train.mingpt import MinGPT
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times = {}
+    for layers in (1, 5):
+        m = MinGPT(vocab=16, block_size=8, n_layer=layers, n_head=2, n_embd=16).to(dev)
+        x = torch.randint(0, 16, (1, 8), device=dev)
+
+        def step():
+            m(x).sum().backward()
+
+        times[layers] = _time(step, 20, sync)
+    torch.set_num_threads(threads)
+    return max(0.0, (times[5] - times[1]) / 4)
 
 
 def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_dir: str) -> None:

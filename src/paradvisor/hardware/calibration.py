@@ -48,7 +48,8 @@ def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
     rates = d.get("tflops_per_process") if per_process and d.get("tflops_per_process") else d["tflops"]
     return GPUSpec(name=d["name"], vendor=d.get("kind", "cpu"), arch=d.get("kind", "cpu"),
                    memory_bytes=int(d.get("memory_bytes", 0)), mem_bw=float(d["mem_bw_bytes_per_s"]),
-                   tflops={k: float(v) / MAX_EFFICIENCY for k, v in rates.items()}, intra_link="loopback")
+                   tflops={k: float(v) / MAX_EFFICIENCY for k, v in rates.items()}, intra_link="loopback",
+                   layer_overhead_s=float(d.get("layer_overhead_s", 1e-4)))
 
 
 def collective_link(cal: dict, ranks: int = 2) -> Link | None:

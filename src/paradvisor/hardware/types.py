@@ -22,6 +22,7 @@ class GPUSpec:
     nvml_names: tuple[str, ...] = ()
     mig_of: str | None = None  # parent model for a MIG slice
     mig_profile: str | None = None
+    layer_overhead_s: float = 1e-4  # framework/launch time per layer per micro-batch (fwd+bwd), not compute
 
     def peak_flops(self, dtype: str) -> float | None:
         """Peak FLOP/s for a dtype, or None if this GPU has no such rate."""

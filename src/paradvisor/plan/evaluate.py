@@ -191,8 +191,11 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
             dp_exposed = max(0.0, dp_total - OVERLAP * t_bwd)
         elif plan.sharding in ("zero3", "fsdp"):
             per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(psi * gb, plan.dp, bw, lat)
-            dp_total = per_micro * plan.grad_accum
-            dp_exposed = max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum
+            # one gather/scatter per unit (block), each paying the latency; latency chains do not overlap
+            units = (mf.shape.num_layers // plan.pp + 1) if mf.shape else 1
+            chain = 3 * (units - 1) * (plan.dp - 1) * lat
+            dp_total = (per_micro + chain) * plan.grad_accum
+            dp_exposed = (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
         else:  # hsdp: shard inside the node, replicate across nodes
             s = need["shard"]
             ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency
@@ -212,21 +215,26 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         if plan.offload == "optimizer+params":
             t_off += plan.grad_accum * 2 * pb * psi / HOST_LINK_BW
 
+    # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
+    n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
+    t_frame = n_layers * slow_spec.layer_overhead_s
     if plan.pp > 1:
         pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
         t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, plat)
-        slot = t_micro + t_tp + t_p2p + PP_MICRO_OVERHEAD
+        slot = t_micro + t_tp + t_p2p + PP_MICRO_OVERHEAD + t_frame
         m = plan.grad_accum
         time["compute"] = m * (ct["forward"] + ct["backward"])
         time["recompute"] = m * ct["recompute"]
         time["tp_comm"] = m * t_tp
         time["pp_p2p"] = m * (t_p2p + PP_MICRO_OVERHEAD)
+        time["framework"] = m * t_frame
         time["pp_bubble"] = (plan.pp - 1) * slot
     else:
         m = plan.grad_accum
         time["compute"] *= m
         time["recompute"] *= m
         time["tp_comm"] = m * t_tp
+        time["framework"] = m * t_frame
     time["dp_comm_exposed"] = dp_exposed
     time["optimizer"] = t_opt
     time["offload_transfer"] = t_off
