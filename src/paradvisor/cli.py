@@ -12,7 +12,7 @@ import sys
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
 
-COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch", "monitor", "tui", "calibrate", "validate")
+COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch", "monitor", "tui", "calibrate", "validate", "probe")
 
 
 class _Parser(argparse.ArgumentParser):

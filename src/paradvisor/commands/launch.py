@@ -123,5 +123,11 @@ def run(args) -> int:
     if doc["status"] == "failed":
         line += f" — rank {doc.get('failed_rank')} exit code {doc.get('exit_code')}: {doc.get('reason')}"
     sys.stderr.write(line + "\n")
+    if doc.get("oom") and doc.get("replan"):
+        r = doc["replan"]
+        sys.stderr.write(f"out of memory; the next plan that fits: {r['label']} ({r['change']}), predicted "
+                         f"{r['predicted_bytes'] / 2**20:.0f} MiB per process"
+                         + (f" of {r['limit_bytes'] / 2**20:.0f}" if r.get('limit_bytes') else "")
+                         + f"\nlaunch it: {r['command']}\n")
     print(launch.run_dir)
     return runner.main_exit_code(doc)

@@ -83,7 +83,8 @@ _WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "atte
 _TRAIN = {"steps", "lr", "dataset", "data_path", "weights", "model_overrides", "seed", "log_every", "warmup_steps",
           "weight_decay", "grad_clip", "device", "outer_lr", "outer_momentum", "num_labels", "image_size",
           "hang_timeout_s"}
-_LAUNCH = {"nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend", "image"}
+_LAUNCH = {"nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend", "image",
+           "memory_limit"}
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
 
@@ -119,6 +120,7 @@ class LaunchSettings:
     master_port: int = 0
     backend: str = "auto"
     image: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
+    memory_limit: str = ""  # per-process cap on CPU runs, e.g. "2 GiB" (address space beyond start-up)
 
 
 @dataclass(frozen=True)
@@ -222,12 +224,19 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
                 raise InputError("hosts must be a list of strings", where=lw(key))
             lkw[key] = tuple(hosts)
             continue
-        typ = str if key in ("rdzv_endpoint", "backend", "image") else int
+        typ = str if key in ("rdzv_endpoint", "backend", "image", "memory_limit") else int
         lkw[key] = _typed(lsec[key], typ, lw(key), minimum={"nproc_per_node": 1, "nnodes": 1, "node_rank": 0,
                                                               "master_port": 0}.get(key))
     launch = LaunchSettings(**lkw)
     if launch.node_rank >= launch.nnodes:
         raise InputError(f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank"))
+    if launch.memory_limit:
+        from paradvisor.units import parse_size
+
+        try:
+            parse_size(launch.memory_limit)
+        except ValueError as exc:
+            raise InputError(str(exc), where=lw("memory_limit")) from None
     if launch.backend not in ("auto", "gloo", "nccl"):
         raise InputError("backend must be auto, gloo or nccl", where=lw("backend"))
     if not 0 <= launch.master_port <= 65535:

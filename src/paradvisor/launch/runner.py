@@ -254,6 +254,14 @@ class Launch:
             doc = self.status(status="finished", **common)
         else:
             doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc), **common)
+            from paradvisor.launch.replan import is_oom, write_replan
+
+            if is_oom(doc.get("reason", "")) or any(is_oom(x) for x in doc.get("last_log_lines", [])):
+                doc["oom"] = True
+                try:
+                    doc["replan"] = write_replan(self.run_dir, self.preset)
+                except Exception as exc:  # a re-plan is advice: never let it hide the failure itself
+                    doc["replan_error"] = f"{type(exc).__name__}: {exc}"
         write_json_atomic(self.status_path, doc)
         return doc
 

@@ -99,6 +99,8 @@ def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
         "failed_rank": status.get("failed_rank"),
         "exit_code": status.get("exit_code"),
         "last_log_lines": status.get("last_log_lines", []),
+        "oom": bool(status.get("oom")),
+        "replan": status.get("replan"),
         "step": last_step,
         "total_steps": total,
         "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),

@@ -25,6 +25,20 @@ def pick_device(preset, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def cap_memory(limit: str) -> None:
+    """A real per-process memory cap: the address space may grow by `limit` beyond what start-up used,
+    so allocations past it fail in the allocator (RLIMIT_AS), as they would on a full device."""
+    import resource
+
+    import psutil
+
+    from paradvisor.units import parse_size
+
+    vms = psutil.Process().memory_info().vms
+    cap = int(vms + parse_size(limit))
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
 def run(run_dir: Path, rank: int) -> None:
     preset = load_preset(run_dir / "plan.toml")
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -36,6 +50,8 @@ def run(run_dir: Path, rank: int) -> None:
     if device.type == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10))
+    if preset.launch.memory_limit and device.type == "cpu":
+        cap_memory(preset.launch.memory_limit)
     try:
         torch.manual_seed(preset.train.seed)
         family, cfg = resolved_config(preset)

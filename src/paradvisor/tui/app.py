@@ -39,6 +39,7 @@ class ParadvisorApp(App):
         Binding("P", "launch_plan", "Launch plan", show=False),
         Binding("ctrl+s", "save_preset", "Save preset", show=False),
         Binding("s", "stop_run", "Stop run"),
+        Binding("R", "launch_replan", "Launch re-plan", show=False),
         Binding("t", "toggle_theme", "Theme", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
@@ -469,6 +470,18 @@ class ParadvisorApp(App):
         self.call_from_thread(self.notify, f"run {doc['status']}: {launch.run_dir.name}",
                               severity="information" if doc["status"] == "finished" else "error")
 
+    def action_launch_replan(self) -> None:
+        from paradvisor.launch.preset import load_preset
+
+        r = (self.run_summary or {}).get("replan")
+        if not r:
+            self.notify("no re-plan: the last run did not run out of memory", severity="warning")
+            return
+        try:
+            self.start_run(load_preset(r["path"]))
+        except InputError as exc:
+            self.notify(str(exc), severity="error")
+
     def action_stop_run(self) -> None:
         if self.launch is not None and self.launch.proc.poll() is None:
             self.launch.cancel()
@@ -504,6 +517,9 @@ class ParadvisorApp(App):
                 + (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")]
         if s["status"] == "failed":
             head.append(f"[red]rank {s['failed_rank']} exit code {s['exit_code']}: {s['reason']}[/red]")
+        if s.get("replan"):
+            head.append(f"[yellow]out of memory — next plan that fits: {s['replan']['label']} "
+                        f"({s['replan']['change']}); press R to launch it[/yellow]")
         self._w("#run-status", Static).update("\n".join(head))
         self._w("#loss-spark", Sparkline).data = s["loss_history"] or [0]
         self._w("#tput-spark", Sparkline).data = s["throughput_history"] or [0]

@@ -1,0 +1,119 @@
+"""`paradvisor probe-batch --preset FILE`: the largest micro-batch that fits, found by real trial steps
+(003's technique B, for real): double from the plan's micro-batch until a step runs out of memory, then
+bisect. Each trial is one real training step in a fresh process (one rank, the preset's model, precision
+and checkpointing) under the memory cap; out-of-memory is caught from the run's status, not simulated.
+The result is compared with the memory model's prediction for the same cap."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from paradvisor.errors import InputError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("probe-batch", help="largest micro-batch that fits, by real trial steps (doubling, bisecting)")
+    p.add_argument("--preset", required=True, metavar="FILE")
+    p.add_argument("--memory-limit", metavar="SIZE", help="per-process cap, e.g. '1 GiB' (default: the preset's)")
+    p.add_argument("--max", type=int, default=1024, help="largest micro-batch to try (default 1024)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def trial(preset, micro_batch: int, runs: Path) -> bool:
+    from paradvisor.launch import runner
+    from paradvisor.launch.preset import LaunchSettings, TrainSettings
+    from paradvisor.launch.replan import is_oom
+
+    plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=micro_batch,
+                   grad_accum=1, split_by_speed=False, rank_batches=(), diloco=False, nodes=())
+    p = replace(preset, name=f"probe-mb{micro_batch}", plan=plan,
+                workload=replace(preset.workload, global_batch=micro_batch),
+                train=replace(preset.train, steps=1, log_every=1, hang_timeout_s=0.0),
+                launch=LaunchSettings(nproc_per_node=1, memory_limit=preset.launch.memory_limit))
+    sys.stderr.write(f"probe-batch: trying micro-batch {micro_batch} ... ")
+    doc = runner.start(p, runs_dir=runs).wait()
+    ok = doc["status"] == "finished"
+    if not ok and not (doc.get("oom") or is_oom(doc.get("reason", ""))):
+        raise InputError(f"trial at micro-batch {micro_batch} failed for another reason: {doc.get('reason')}")
+    sys.stderr.write("fits\n" if ok else "out of memory\n")
+    return ok
+
+
+def predicted_max(preset, limit_bytes: int, cap: int) -> int:
+    from paradvisor.launch.replan import CPU_SLACK
+    from paradvisor.hardware import catalog
+    from paradvisor.hardware.types import Cluster, Device, GPUSpec, Node
+    from paradvisor.plan.evaluate import memory_need
+    from paradvisor.plan.facts import ModelFacts, Topology
+    from paradvisor.train.models import profile_of
+
+    mf = ModelFacts.of(profile_of(preset))
+    spec = GPUSpec(name="cap", vendor="cpu", arch="cpu", memory_bytes=limit_bytes, mem_bw=1e10, tflops={"fp32": 1.0},
+                   intra_link="loopback")
+    topo = Topology.of(Cluster(name="p", nodes=(Node(name="p", gpus=(Device(0, "cap", spec, limit_bytes),),
+                                                     intra_link=catalog.link("loopback")),)))
+    budget = limit_bytes * 0.9 - CPU_SLACK
+    best = 0
+    b = 1
+    while b <= cap:
+        plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=b, grad_accum=1)
+        n = memory_need(mf, topo, replace(preset.workload, global_batch=b), plan, plan.precision, b)
+        if n["total"] - n["terms"]["overhead"] - n["terms"]["buffers"] > budget:
+            break
+        best = b
+        b += 1 if b < 8 else max(1, b // 8)
+    return best
+
+
+def run(args) -> int:
+    from paradvisor.launch.preset import load_preset
+    from paradvisor.units import parse_size
+
+    preset = load_preset(args.preset)
+    limit = args.memory_limit or preset.launch.memory_limit
+    if not limit:
+        raise InputError("give --memory-limit (e.g. '1 GiB') or launch.memory_limit in the preset")
+    try:
+        limit_bytes = int(parse_size(limit))
+    except ValueError as exc:
+        raise InputError(str(exc), where="--memory-limit") from None
+    if args.max < 1:
+        raise InputError("--max must be at least 1")
+    preset = replace(preset, launch=replace(preset.launch, memory_limit=limit))
+    with tempfile.TemporaryDirectory(prefix="paradvisor-probe-") as tmp:
+        runs = Path(tmp)
+        good, bad, b = 0, None, max(1, preset.plan.micro_batch)
+        trials = []
+        while b <= args.max:
+            ok = trial(preset, b, runs)
+            trials.append({"micro_batch": b, "fits": ok})
+            if not ok:
+                bad = b
+                break
+            good, b = b, b * 2
+        if good == 0 and bad is not None:  # even the starting size failed: bisect below it
+            lo, hi = 0, bad
+        else:
+            lo, hi = good, bad
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            ok = trial(preset, mid, runs)
+            trials.append({"micro_batch": mid, "fits": ok})
+            lo, hi = (mid, hi) if ok else (lo, mid)
+        largest = lo
+    pred = predicted_max(preset, limit_bytes, max(args.max, largest * 2, 2))
+    doc = {"schema": "paradvisor.probe/1", "preset": preset.name, "memory_limit_bytes": limit_bytes,
+           "largest_micro_batch": largest, "hit_max": bad is None, "predicted_largest_micro_batch": pred,
+           "trials": trials}
+    if args.json:
+        from paradvisor.output import emit_json
+
+        emit_json(doc)
+    else:
+        print(f"{preset.name}: largest micro-batch that fits in {limit}: {largest}"
+              + (" (the --max limit)" if bad is None else "") + f"; the memory model predicts {pred}")
+    return 0
