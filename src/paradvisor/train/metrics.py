@@ -91,17 +91,16 @@ class ActivationMeter:
                 self.param_storages.add(t.untyped_storage().data_ptr())
             except (RuntimeError, NotImplementedError, AttributeError):
                 pass
-        self.seen: set[int] = set()
+        self.storages: dict[int, object] = {}
         self.bytes = 0
         self._ctx = None
 
     def _pack(self, t):
         try:
-            st = t.untyped_storage()
+            st = _local(t).untyped_storage()  # DTensors (TP, FSDP) are measured by their local shard
             ptr = st.data_ptr()
-            if ptr not in self.param_storages and ptr not in self.seen and ptr != 0:
-                self.seen.add(ptr)
-                self.bytes += st.nbytes()
+            if ptr not in self.param_storages and ptr not in self.storages and ptr != 0:
+                self.storages[ptr] = st
         except (RuntimeError, NotImplementedError):
             pass
         return t
@@ -115,4 +114,8 @@ class ActivationMeter:
 
     def __exit__(self, *exc):
         self._ctx.__exit__(*exc)
+        # Sizes are read now: storages that FSDP gathered for a layer and freed again (resized to 0)
+        # are model states on loan, not activations.
+        self.bytes = sum(st.nbytes() for st in self.storages.values())
+        self.storages.clear()
         return False

@@ -1,0 +1,114 @@
+"""Predictions held against measurements: calibrate, validate, re-plan on out-of-memory, probe-batch.
+All with real processes on this CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from tests.conftest import REPO, assert_one_line_error
+
+SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
+
+
+def preset_file(tmp_path: Path, name: str, *, plan=None, train=None, launch=None, workload=None) -> Path:
+    doc = tomllib.loads(SMOKE.read_text())
+    doc["name"] = name
+    for key, extra in (("plan", plan), ("train", train), ("launch", launch), ("workload", workload)):
+        if extra:
+            doc[key] = {**doc.get(key, {}), **extra}
+    p = tmp_path / f"{name}.toml"
+    p.write_text(tomli_w.dumps(doc))
+    return p
+
+
+def pa(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(REPO))
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cal") / "cal.json"
+    proc = pa("calibrate", "--quick", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "paradvisor.calibration/1"
+    assert doc["device"]["tflops"]["fp32"] > 0 and doc["device"]["mem_bw_bytes_per_s"] > 1e8
+    assert doc["device"]["layer_overhead_s"] >= 0
+    ar = doc["collectives"]["ranks"]["2"]["all_reduce"]
+    assert ar["bandwidth"] > 0 and ar["latency"] >= 0
+    assert json.loads(out.read_text()) == doc
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,plan", [("ddp", {}), ("fsdp", {"sharding": "fsdp"}), ("zero3", {"sharding": "zero3"}),
+                                       ("tp", {"dp": 1, "tp": 2, "micro_batch": 8})])
+def test_validate_model_states_and_activations(tmp_path, calibration, name, plan):
+    p = preset_file(tmp_path, name, plan=plan, train={"steps": 4})
+    proc = pa("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = proc.stdout.strip().splitlines()[-1]
+    out = pa("validate", run_dir, "--calibration", str(calibration), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    rows = {r["metric"].split(" (")[0]: r for r in doc["rows"]}
+    states = rows["model-state bytes per rank"]
+    assert abs(states["rel_error"]) <= 0.01, states  # target: within 1%
+    act = rows["activation bytes"]
+    assert act["measured"] > 0 and abs(act["rel_error"]) <= 0.10, act  # target: within 10%
+    step = rows["step time"]
+    assert step["predicted"] > 0 and step["measured"] > 0
+    human = pa("validate", run_dir, "--calibration", str(calibration))
+    assert "model-state bytes" in human.stdout and "%" in human.stdout
+
+
+def test_validate_bad_dir(tmp_path):
+    assert_one_line_error(pa("validate", str(tmp_path)), "not a run directory")
+
+
+OOM = dict(workload={"seq_len": 256, "global_batch": 128},
+           train={"steps": 2, "model_overrides": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256}},
+           plan={"micro_batch": 64, "grad_accum": 1}, launch={"memory_limit": "300 MiB"})
+
+
+@pytest.mark.slow
+def test_out_of_memory_is_reported_and_the_replan_fits(tmp_path):
+    p = preset_file(tmp_path, "oom", **OOM)
+    proc = pa("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"))
+    assert proc.returncode == 1
+    assert "out of memory; the next plan that fits" in proc.stderr
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "failed" and status["oom"] is True
+    assert "allocate memory" in status["reason"]
+    r = status["replan"]
+    assert Path(r["path"]).exists() and r["predicted_bytes"] < r["limit_bytes"]
+    new = tomllib.loads(Path(r["path"]).read_text())
+    assert new["plan"]["micro_batch"] < 64
+    assert new["plan"]["micro_batch"] * new["plan"]["grad_accum"] == 64  # same global batch
+    again = pa("launch", "--preset", r["path"], "--runs-dir", str(tmp_path / "runs"))
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_probe_batch_finds_the_largest_micro_batch(tmp_path):
+    p = preset_file(tmp_path, "probe", **OOM)
+    proc = pa("probe-batch", "--preset", str(p), "--max", "64", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    largest = doc["largest_micro_batch"]
+    assert 1 <= largest < 64
+    trials = {t["micro_batch"]: t["fits"] for t in doc["trials"]}
+    assert trials[largest] is True
+    assert any(not ok and b == min(b2 for b2, ok2 in trials.items() if not ok2 and b2 > largest)
+               for b, ok in trials.items())
+    assert all(ok for b, ok in trials.items() if b <= largest) and all(not ok for b, ok in trials.items() if b > largest)
+    assert doc["predicted_largest_micro_batch"] >= 1
