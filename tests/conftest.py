@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# Plans in tests must not depend on a calibration someone ran on this machine.
+os.environ["PARADVISOR_CALIBRATION"] = "none"
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "clusters"
 

@@ -85,8 +85,11 @@ def compute(args):
     from paradvisor.model.load import load_profile
     from paradvisor.plan.search import recommend
 
+    from paradvisor.hardware import calibration
+
     profile = load_profile(args.model)
     cluster, ref = resolve_cluster(args)
+    cluster = calibration.apply(cluster)  # measured TFLOPS/bandwidth where `paradvisor calibrate` ran on this GPU
     wl = resolve_workload(args, profile, cluster)
     if args.top < 1:
         raise InputError(f"--top must be at least 1, got {args.top}")

@@ -59,3 +59,23 @@ def collective_link(cal: dict, ranks: int = 2) -> Link | None:
         return None
     ar = entry["all_reduce"]
     return Link(kind="calibrated", bandwidth=float(ar["bandwidth"]), latency=float(ar["latency"]))
+
+
+def apply(cluster, cal: dict | None = None):
+    """The cluster with calibrated figures in place of catalogue ones for the device that was measured
+    (a GPU whose NVML name maps to the same catalogue entry). CPU calibrations are used by `validate`."""
+    from dataclasses import replace
+
+    from paradvisor.hardware.catalog import find_gpu
+
+    cal = cal if cal is not None else load()
+    if not cal or cal.get("device", {}).get("kind") != "cuda":
+        return cluster
+    target = find_gpu(cal["device"]["name"])
+    if target is None:
+        return cluster
+    measured = device_spec(cal, per_process=False)
+    spec = replace(target, tflops=measured.tflops, mem_bw=measured.mem_bw, layer_overhead_s=measured.layer_overhead_s)
+    nodes = tuple(replace(n, gpus=tuple(replace(g, spec=spec) if g.spec and g.spec.name == target.name else g
+                                        for g in n.gpus)) for n in cluster.nodes)
+    return replace(cluster, nodes=nodes)
