@@ -93,9 +93,14 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
                                            act_bytes=ab, input_elems=_prod(prof.input_shape or (1,)))
     else:
         mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
+        attention = wl.attention
+        if not on_gpu and mf.shape.family in ("bert", "albert", "gpt2"):
+            # On CPU, PyTorch's SDPA with attention dropout takes the math path, which keeps the s x s
+            # probabilities like eager attention does (the flash kernels on GPUs do not).
+            attention = "eager"
         blk = block_activation_bytes(mf.shape, seq=wl.seq_len, micro_batch=mb, tp=plan.tp,
                                      sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
-                                     act_bytes=ab, attention=wl.attention)
+                                     act_bytes=ab, attention=attention)
         edges = edge_activation_bytes(mf.shape, seq=wl.seq_len, micro_batch=mb, tp=plan.tp, act_bytes=ab,
                                       lm_head=mf.lm_head)
         layers = mf.shape.num_layers // plan.pp
