@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
 
 
 def preset_from_args(args):
-    from paradvisor.launch.preset import LaunchSettings, Preset, TrainSettings, load_preset
+    from paradvisor.launch.preset import load_preset
 
     if args.preset:
         if args.model:
@@ -61,16 +61,9 @@ def preset_from_args(args):
         raise InputError("nothing fits on these machines, so there is nothing to launch (see `paradvisor recommend`)")
     if not 1 <= args.pick <= len(rec.plans):
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
-    e = rec.plans[args.pick - 1]
-    nodes = rec.cluster.online_nodes
-    family = rec.profile.transformer.family if rec.profile.transformer else "vgg"
-    dataset = {"bert": "reviews", "albert": "reviews", "vgg": "images"}.get(family, "corpus")
-    return Preset(name=f"{rec.profile.name}-{e.plan.label()}", description=f"rank {args.pick} of recommend",
-                  workload=replace(rec.workload, precision=rec.precision), train=TrainSettings(dataset=dataset),
-                  launch=LaunchSettings(nproc_per_node=max(n.gpu_count for n in nodes), nnodes=len(nodes)),
-                  plan=e.plan, cluster=ref,
-                  prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
-                              "samples_per_s": e.samples_per_s})
+    from paradvisor.launch.preset import preset_from_estimate
+
+    return preset_from_estimate(rec, rec.plans[args.pick - 1], ref, description=f"rank {args.pick} of recommend")
 
 
 def apply_overrides(preset, args):

@@ -265,3 +265,19 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
 def load_preset(path: str | os.PathLike) -> Preset:
     data, text = read_toml(path)
     return parse_preset(data, path=str(path), text=text)
+
+
+def preset_from_estimate(rec, e, cluster_ref: dict, *, name: str | None = None, description: str = "") -> Preset:
+    """A launchable preset for one ranked plan of a recommendation (train defaults by model family)."""
+    from dataclasses import replace
+
+    family = rec.profile.transformer.family if rec.profile.transformer else "vgg"
+    dataset = {"bert": "reviews", "albert": "reviews", "vgg": "images"}.get(family, "corpus")
+    nodes = rec.cluster.online_nodes
+    name = name or f"{rec.profile.name}-{e.plan.label()}".replace(" ", "").replace("(", "-").replace(")", "")
+    return Preset(name=name, description=description or f"{rec.profile.name}: {e.plan.label()}",
+                  workload=replace(rec.workload, precision=rec.precision), train=TrainSettings(dataset=dataset),
+                  launch=LaunchSettings(nproc_per_node=max(n.gpu_count for n in nodes), nnodes=len(nodes)),
+                  plan=e.plan, cluster=cluster_ref,
+                  prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
+                              "samples_per_s": e.samples_per_s})

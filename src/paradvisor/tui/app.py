@@ -379,20 +379,11 @@ class ParadvisorApp(App):
     # --------------------------------------------------------------------------------------------- launch
     def plan_preset(self):
         """The selected plan as a launchable preset (single-node clusters run here; others export)."""
-        from paradvisor.launch.preset import LaunchSettings, Preset, TrainSettings
+        from paradvisor.launch.preset import preset_from_estimate
 
-        e, rec = self.selected, self.rec
-        family = rec.profile.transformer.family if rec.profile.transformer else "vgg"
-        dataset = {"bert": "reviews", "albert": "reviews", "vgg": "images"}.get(family, "corpus")
-        nodes = rec.cluster.online_nodes
-        name = (self._w("#preset-name", Input).value.strip() or
-                f"{rec.profile.name}-{e.plan.label()}".replace(" ", "").replace("(", "-").replace(")", ""))
-        return Preset(name=name, description=f"{rec.profile.name}: {e.plan.label()} (from the TUI)",
-                      workload=replace(rec.workload, precision=rec.precision), train=TrainSettings(dataset=dataset),
-                      launch=LaunchSettings(nproc_per_node=max(n.gpu_count for n in nodes), nnodes=len(nodes)),
-                      plan=e.plan, cluster=self.cluster_ref,
-                      prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
-                                  "samples_per_s": e.samples_per_s})
+        return preset_from_estimate(self.rec, self.selected, self.cluster_ref,
+                                    name=self._w("#preset-name", Input).value.strip() or None,
+                                    description=f"{self.rec.profile.name}: {self.selected.plan.label()} (from the TUI)")
 
     def update_launch_tab(self) -> None:
         from paradvisor.launch.argv import torchrun_argv
