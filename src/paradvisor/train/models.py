@@ -222,18 +222,29 @@ def build_model(preset, family: str, cfg: dict, task: Task):
     return cls(config)
 
 
-def blocks_of(model) -> list[nn.Module]:
-    """The repeated blocks (FSDP units, checkpointing units, pipeline slices)."""
+BLOCK_PATHS = ("blocks", "bert.encoder.layer", "model.layers", "transformer.h", "albert.encoder.albert_layer_groups")
+
+
+def block_list(model) -> nn.ModuleList | None:
+    """The ModuleList holding the repeated blocks, or None."""
     m = _unwrap(model)
-    for path in ("blocks", "bert.encoder.layer", "model.layers", "transformer.h",
-                 "albert.encoder.albert_layer_groups"):
+    for path in BLOCK_PATHS:
         obj = m
         try:
             for part in path.split("."):
                 obj = getattr(obj, part)
         except AttributeError:
             continue
-        return list(obj)
+        return obj
+    return None
+
+
+def blocks_of(model) -> list[nn.Module]:
+    """The repeated blocks (FSDP units, checkpointing units, pipeline slices)."""
+    m = _unwrap(model)
+    found = block_list(model)
+    if found is not None:
+        return list(found)
     if hasattr(m, "features"):
         return [mod for mod in m.classifier if isinstance(mod, nn.Linear)]
     return []

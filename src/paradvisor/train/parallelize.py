@@ -58,10 +58,19 @@ def supported(plan, family: str) -> str | None:
 def apply_checkpointing(model, family: str, mode: str) -> None:
     if mode == "none":
         return
-    if family in ("bert", "albert", "llama", "mistral", "gpt2"):
-        _unwrap(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    hf = _unwrap(model)
+    if family in ("bert", "albert", "llama", "mistral", "gpt2"):
+        if getattr(hf, "supports_gradient_checkpointing", False):
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:  # e.g. ALBERT: wrap each block ourselves (full recompute of the block)
+            from paradvisor.train.models import block_list
+
+            blocks = block_list(hf)
+            for i in range(len(blocks)):
+                blocks[i] = checkpoint_wrapper(blocks[i])
+        return
 
     if family == "mingpt":
         if mode == "full":
