@@ -130,8 +130,9 @@ def edge_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: int
     emb = tokens * (act_bytes * shape.hidden + (shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0))
     head = 0.0
     if lm_head:
-        # logits in the activation dtype + the fp32 copy the loss makes (the head is replicated under TP)
-        head = tokens * shape.vocab * (act_bytes + 4) + tokens * act_bytes * shape.hidden
+        # the loss's fp32 log-softmax output over the vocabulary (what cross-entropy keeps for backward;
+        # the logits themselves are not kept) + the head's input (the head is replicated under TP)
+        head = tokens * shape.vocab * 4 + tokens * act_bytes * shape.hidden
     return {"embedding": emb, "head": head}
 
 

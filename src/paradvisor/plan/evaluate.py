@@ -191,8 +191,14 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
             dp_exposed = max(0.0, dp_total - OVERLAP * t_bwd)
         elif plan.sharding in ("zero3", "fsdp"):
             per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(psi * gb, plan.dp, bw, lat)
-            # one gather/scatter per unit (block), each paying the latency; latency chains do not overlap
-            units = (mf.shape.num_layers // plan.pp + 1) if mf.shape else 1
+            # one gather/scatter per unit, each paying the latency; latency chains do not overlap.
+            # FSDP2's units are the blocks (+ root); DeepSpeed ZeRO-3 fetches per parameterised module.
+            if mf.shape is None:
+                units = 1
+            elif plan.sharding == "fsdp":
+                units = mf.shape.num_layers // plan.pp + 1
+            else:
+                units = 8 * (mf.shape.num_layers // plan.pp) + 4
             chain = 3 * (units - 1) * (plan.dp - 1) * lat
             dp_total = (per_micro + chain) * plan.grad_accum
             dp_exposed = (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
