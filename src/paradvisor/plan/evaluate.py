@@ -30,6 +30,7 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
 
 OVERLAP = 0.8
+DEEPSPEED_STEP_OVERHEAD = 5e-3  # s per optimizer step of engine bookkeeping (measured on CPU runs, accuracy.py)
 PP_MICRO_OVERHEAD = 3e-4  # s per micro-batch per stage: kernel launches, schedule sync
 CPU_ADAM_BW = 10e9  # bytes/s of host memory traffic a CPU Adam step sustains
 HOST_LINK_BW = 12e9  # PCIe host<->GPU, bytes/s
@@ -242,6 +243,8 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         time["tp_comm"] = m * t_tp
         time["framework"] = m * t_frame
     time["dp_comm_exposed"] = dp_exposed
+    if plan.engine == "deepspeed":
+        time["framework"] = time.get("framework", 0.0) + DEEPSPEED_STEP_OVERHEAD
     time["optimizer"] = t_opt
     time["offload_transfer"] = t_off
     time = {k: v for k, v in time.items() if v > 0 or k == "compute"}
