@@ -3,8 +3,17 @@
 import pytest
 
 from paradvisor import __version__
-from paradvisor.cli import COMMANDS
+from paradvisor.cli import build_parser
 from tests.conftest import assert_one_line_error
+
+
+def _subcommands() -> list[str]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    return sorted(action.choices)
+
+
+COMMANDS = _subcommands()
 
 
 def test_version(cli):

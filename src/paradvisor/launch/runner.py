@@ -147,8 +147,15 @@ def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
     # torchrun names the first failure it saw ("Root Cause"): that is the rank that broke the run;
     # the others usually died of it (a peer's connection reset, torchrun's SIGTERM).
     root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
-    m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
-    if m:
+    entry = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank.*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
+    m = entry.search(root)
+    # A rank killed by a signal other than torchrun's own SIGTERM, that left no exit record, is the
+    # cause even when a peer's error (a connection reset) was observed first.
+    failures = [(int(r), int(c)) for r, c in entry.findall(log)]
+    killed = [(r, c) for r, c in failures if c < 0 and c != -signal.SIGTERM and r not in codes]
+    if killed:
+        failed_rank, exit_code = killed[0]
+    elif m:
         failed_rank, exit_code = int(m.group(1)), int(m.group(2))
     else:
         bad = [r for r, d in sorted(codes.items()) if d.get("exit_code")]

@@ -398,7 +398,7 @@ class ParadvisorApp(App):
             f"{self.selected.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(self.selected.step_time)}")
         argv = torchrun_argv(str(self.runs_dir / f"<timestamp>-{pr.name}"), nproc_per_node=pr.launch.nproc_per_node,
                              nnodes=pr.launch.nnodes, endpoint="127.0.0.1:<free port>", run_id=pr.name)
-        argv[0] = Path(argv[0]).name  # the full interpreter path is in the run's command.json
+        argv[0] = "python"  # the interpreter's full path is in the run's command.json
         self._w("#launch-command", Static).update("[b]command:[/b] " + " ".join(argv))
 
     def action_save_preset(self) -> None:
