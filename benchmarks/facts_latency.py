@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _timing import cold_runs, paradvisor_argv  # noqa: E402
+from _timing import cold_runs, paradvisor_argv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

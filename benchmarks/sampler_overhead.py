@@ -13,9 +13,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-import psutil  # noqa: E402
+import psutil
 
-from paradvisor.monitor.sampler import Sampler, SamplerThread  # noqa: E402
+from paradvisor.monitor.sampler import Sampler, SamplerThread
 
 
 def main() -> None:

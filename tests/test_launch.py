@@ -19,7 +19,7 @@ import tomli_w
 import yaml
 
 from paradvisor.errors import InputError
-from paradvisor.launch.preset import load_preset, parse_preset
+from paradvisor.launch.preset import load_preset
 from paradvisor.launch.runner import validate
 from tests.conftest import REPO, assert_one_line_error
 

@@ -6,7 +6,6 @@ import asyncio
 import json
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 

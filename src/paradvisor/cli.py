@@ -38,7 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else argv
     if not raw or raw[0].startswith("--") and raw[0] not in ("--help", "--version"):
         # No command: the interactive session (its options may follow).
-        from paradvisor.commands import tui
 
         raw = ["tui", *raw]
     args = parser.parse_args(raw)

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 
 def trial(preset, micro_batch: int, runs: Path) -> bool:
     from paradvisor.launch import runner
-    from paradvisor.launch.preset import LaunchSettings, TrainSettings
+    from paradvisor.launch.preset import LaunchSettings
     from paradvisor.launch.replan import is_oom
 
     plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=micro_batch,
@@ -44,9 +44,9 @@ def trial(preset, micro_batch: int, runs: Path) -> bool:
 
 
 def predicted_max(preset, limit_bytes: int, cap: int) -> int:
-    from paradvisor.launch.replan import CPU_SLACK
     from paradvisor.hardware import catalog
     from paradvisor.hardware.types import Cluster, Device, GPUSpec, Node
+    from paradvisor.launch.replan import CPU_SLACK
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.plan.facts import ModelFacts, Topology
     from paradvisor.train.models import profile_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from paradvisor.errors import InputError
-from paradvisor.units import half_up, fmt_seconds
+from paradvisor.units import fmt_seconds, half_up
 
 GiB = 1024**3
 
@@ -82,10 +82,9 @@ def load_rule_sets(args):
 
 
 def compute(args):
+    from paradvisor.hardware import calibration
     from paradvisor.model.load import load_profile
     from paradvisor.plan.search import recommend
-
-    from paradvisor.hardware import calibration
 
     profile = load_profile(args.model)
     cluster, ref = resolve_cluster(args)

@@ -20,7 +20,12 @@ def _rel(pred, meas):
 
 
 def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
-    from paradvisor.estimate.memory import act_bytes_for, block_activation_bytes, edge_activation_bytes, vision_activation_bytes
+    from paradvisor.estimate.memory import (
+        act_bytes_for,
+        block_activation_bytes,
+        edge_activation_bytes,
+        vision_activation_bytes,
+    )
     from paradvisor.hardware import calibration as cal_mod
     from paradvisor.hardware import catalog
     from paradvisor.hardware.types import Cluster, Device, Node

@@ -15,7 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm
-from paradvisor.estimate.compute import MAX_EFFICIENCY, effective_peak, efficiency, transformer_flops_per_token
+from paradvisor.estimate.compute import (
+    MAX_EFFICIENCY,
+    effective_peak,
+    efficiency,
+    transformer_flops_per_token,
+)
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
     act_bytes_for,

@@ -22,7 +22,7 @@ class ModelFacts:
     largest_nonblock: int = 0  # biggest module outside the blocks (embeddings, head): TP does not split it
 
     @classmethod
-    def of(cls, p: ModelProfile) -> "ModelFacts":
+    def of(cls, p: ModelProfile) -> ModelFacts:
         s = p.transformer
         blocks = [e for e in p.layers if e.kind == "block"]
         if s is None or not blocks:
@@ -69,7 +69,7 @@ class Topology:
     _cache: dict = field(default_factory=dict)
 
     @classmethod
-    def of(cls, cluster: Cluster) -> "Topology":
+    def of(cls, cluster: Cluster) -> Topology:
         rank_node, rank_spec, sizes, intra = [], [], [], []
         for i, node in enumerate(cluster.online_nodes):
             sizes.append(node.gpu_count)

@@ -7,18 +7,31 @@ are pure, so re-ranking on every change does not freeze the UI. Styles live in p
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input, Label, Log, ProgressBar, Select,
-                             Sparkline, Static, TabbedContent, TabPane)
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import (
+    Button,
+    Checkbox,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Label,
+    Log,
+    ProgressBar,
+    Select,
+    Sparkline,
+    Static,
+    TabbedContent,
+    TabPane,
+)
 
 from paradvisor.errors import InputError
-from paradvisor.units import half_up, fmt_bandwidth, fmt_bytes, fmt_seconds
+from paradvisor.units import fmt_bandwidth, fmt_bytes, fmt_seconds, half_up
 
 GiB = 1024**3
 REPO = Path(__file__).resolve().parents[3]

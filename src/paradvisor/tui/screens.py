@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-from paradvisor.units import half_up, fmt_seconds
+from paradvisor.units import fmt_seconds, half_up
 
 GiB = 1024**3
 
