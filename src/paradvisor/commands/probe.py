@@ -45,24 +45,20 @@ def trial(preset, micro_batch: int, runs: Path) -> bool:
 
 def predicted_max(preset, limit_bytes: int, cap: int) -> int:
     from paradvisor.hardware import catalog
-    from paradvisor.hardware.types import Cluster, Device, GPUSpec, Node
     from paradvisor.launch.replan import CPU_SLACK
     from paradvisor.plan.evaluate import memory_need
-    from paradvisor.plan.facts import ModelFacts, Topology
+    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
     from paradvisor.train.models import profile_of
 
     mf = ModelFacts.of(profile_of(preset))
-    spec = GPUSpec(name="cap", vendor="cpu", arch="cpu", memory_bytes=limit_bytes, mem_bw=1e10, tflops={"fp32": 1.0},
-                   intra_link="loopback")
-    topo = Topology.of(Cluster(name="p", nodes=(Node(name="p", gpus=(Device(0, "cap", spec, limit_bytes),),
-                                                     intra_link=catalog.link("loopback")),)))
+    topo = Topology.uniform(nominal_spec(limit_bytes), 1, catalog.link("loopback"), name="probe")
     budget = limit_bytes * 0.9 - CPU_SLACK
     best = 0
     b = 1
     while b <= cap:
         plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=b, grad_accum=1)
         n = memory_need(mf, topo, replace(preset.workload, global_batch=b), plan, plan.precision, b)
-        if n["total"] - n["terms"]["overhead"] - n["terms"]["buffers"] > budget:
+        if n["total"] - n["terms"]["overhead"] > budget:
             break
         best = b
         b += 1 if b < 8 else max(1, b // 8)

@@ -152,11 +152,12 @@ def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_e
 
 
 def buffer_bytes(*, sharding: str, psi: int, precision: str, tp: int, seq: int, micro_batch: int,
-                 hidden: int) -> float:
-    """Communication buffers: DDP buckets, DeepSpeed reduce buckets, TP all-reduce output."""
+                 hidden: int, dp: int = 2) -> float:
+    """Communication buffers: DDP buckets (only with data-parallel peers), DeepSpeed reduce buckets,
+    TP all-reduce output."""
     gb = 2 if precision != "fp32" else 4
     if sharding == "none":
-        buf = 2 * DDP_BUCKET
+        buf = 2 * DDP_BUCKET if dp > 1 else 0.0
     elif sharding.startswith("zero"):
         buf = min(DS_BUCKET_ELEMS, psi) * gb
     else:

@@ -41,7 +41,7 @@ def _positive_int(value, where: str, what: str = "a positive integer") -> int:
     return value
 
 
-def _link(spec, where: str, *, scope: str) -> Link:
+def _link(spec, where: str) -> Link:
     """A link from a kind name or a table {kind, bandwidth, latency}."""
     if isinstance(spec, str):
         return catalog.link(spec, where=where)
@@ -99,7 +99,7 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
                                       compute_capability=spec.compute_capability))
         lw = loc.where("node", i, "link", f"{here}.link")
         if "link" in n:
-            intra = _link(n["link"], lw, scope="intra")
+            intra = _link(n["link"], lw)
         elif devices:
             intra = catalog.link(devices[0].spec.intra_link)
         else:
@@ -120,7 +120,7 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
 
     default = None
     if "network" in data:
-        default = _link(data["network"], loc.where("network", 0, None, "network"), scope="inter")
+        default = _link(data["network"], loc.where("network", 0, None, "network"))
     explicit: dict[tuple[str, str], Link] = {}
     raw_links = data.get("link", [])
     if not isinstance(raw_links, list):
@@ -138,7 +138,7 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
         if pair[0] == pair[1]:
             raise InputError("a link joins two different nodes (use the node's 'link' for its own GPUs)",
                              where=f"{lw}.nodes")
-        explicit[(pair[0], pair[1])] = _link(lk, lw, scope="inter")
+        explicit[(pair[0], pair[1])] = _link(lk, lw)
 
     links: dict[tuple[str, str], Link] = {}
     for a, b in combinations([n.name for n in nodes], 2):

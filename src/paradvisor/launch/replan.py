@@ -42,9 +42,8 @@ def _variants(plan, transformer: bool):
 def next_plan(preset, run_dir: Path | None = None):
     """(reason, preset or None, predicted bytes, limit bytes)."""
     from paradvisor.hardware import catalog
-    from paradvisor.hardware.types import Cluster, Device, GPUSpec, Node
     from paradvisor.plan.evaluate import memory_need
-    from paradvisor.plan.facts import ModelFacts, Topology
+    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
     from paradvisor.train.models import profile_of
     from paradvisor.units import parse_size
 
@@ -52,10 +51,7 @@ def next_plan(preset, run_dir: Path | None = None):
     prof = profile_of(preset)
     mf = ModelFacts.of(prof)
     world = preset.plan.world_size
-    spec = GPUSpec(name="cap", vendor="cpu", arch="cpu", memory_bytes=int(limit or 2**40), mem_bw=1e10,
-                   tflops={"fp32": 1.0}, intra_link="loopback")
-    devs = tuple(Device(index=i, name="cap", spec=spec, memory_bytes=spec.memory_bytes) for i in range(world))
-    topo = Topology.of(Cluster(name="run", nodes=(Node(name="run", gpus=devs, intra_link=catalog.link("loopback")),)))
+    topo = Topology.uniform(nominal_spec(limit or 2**40), world, catalog.link("loopback"))
 
     def need(plan) -> float:
         n = memory_need(mf, topo, preset.workload, plan, plan.precision, plan.micro_batch)

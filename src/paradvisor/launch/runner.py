@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -360,6 +359,3 @@ def effective_status(run_dir: Path) -> dict:
 def main_exit_code(doc: dict) -> int:
     return 0 if doc.get("status") == "finished" else 1
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use `paradvisor launch`")

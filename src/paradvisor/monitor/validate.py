@@ -8,6 +8,7 @@ catalogue (or its calibration), or the CPU as measured by `paradvisor calibrate`
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -28,10 +29,9 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     )
     from paradvisor.hardware import calibration as cal_mod
     from paradvisor.hardware import catalog
-    from paradvisor.hardware.types import Cluster, Device, Node
     from paradvisor.launch.preset import load_preset
     from paradvisor.plan.evaluate import evaluate
-    from paradvisor.plan.facts import ModelFacts, Topology
+    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
     from paradvisor.train.models import profile_of
 
     run_dir = Path(run_dir)
@@ -66,14 +66,9 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     prof = profile_of(preset)
     mf = ModelFacts.of(prof)
     if spec is None:  # memory needs no speed figures: a stand-in device with a nominal rate
-        from paradvisor.hardware.types import GPUSpec
-
-        spec = GPUSpec(name="CPU", vendor="cpu", arch="cpu", memory_bytes=2**40, mem_bw=1e10, tflops={"fp32": 1.0},
-                       intra_link="loopback")
-        link = catalog.link("loopback")
-    devices = tuple(Device(index=i, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes) for i in range(world))
-    cluster = Cluster(name="run", nodes=(Node(name="run", gpus=devices, intra_link=link),))
-    e = evaluate(mf, Topology.of(cluster), wl, plan, precision, 0.0)
+        spec, link = nominal_spec(2**40, name="CPU"), catalog.link("loopback")
+    topo = Topology.uniform(spec, world, link)
+    e = evaluate(mf, topo, wl, plan, precision, 0.0)
     rows = []
     # model states per rank (params + grads + optimizer), by rank
     by_rank: dict[int, int] = {}
@@ -85,7 +80,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     # ("gathered") is transient, not a held tensor, so it is not part of the model states
     pred_states = 0
     for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
-        need = memory_need(mf, Topology.of(cluster), wl, plan, precision, plan.micro_batch, stage=st)
+        need = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)
         pred_states = max(pred_states, need["terms"]["params"] + need["terms"]["grads"] + need["terms"]["optimizer"])
     meas_states = max(by_rank.values()) if by_rank else None
     rows.append({"metric": "model-state bytes per rank (max)", "predicted": pred_states, "measured": meas_states})
@@ -95,7 +90,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     ab = act_bytes_for(precision)
     if mf.shape is None:
         pred_act = vision_activation_bytes(prof.layers, micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
-                                           act_bytes=ab, input_elems=_prod(prof.input_shape or (1,)))
+                                           act_bytes=ab, input_elems=math.prod(prof.input_shape or (1,)))
     else:
         mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
         attention = wl.attention
@@ -135,9 +130,3 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
             "label": plan.label(), "device": device_note, "world_size": world, "rows": rows,
             "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
 
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out

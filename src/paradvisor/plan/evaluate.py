@@ -12,6 +12,7 @@ bucket cannot); ZeRO-3/FSDP gathers overlap forward and backward of every micro-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm
@@ -89,7 +90,7 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     stages = []
     if mf.shape is None:
         acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=ab,
-                                       input_elems=_prod(mf.profile.input_shape or (1,)))
+                                       input_elems=math.prod(mf.profile.input_shape or (1,)))
         stages.append((states(psi_first), acts, psi_first))
     else:
         s = mf.shape
@@ -114,7 +115,7 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         stages = [stages[0] if stage == 0 else stages[-1]]
     best = None
     for st, acts, psi in stages:
-        buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len,
+        buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
         terms = {**st, "activations": acts, "buffers": buf, "overhead": FRAMEWORK_OVERHEAD}
         total = sum(terms.values())
@@ -122,13 +123,6 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
             best = (terms, total, psi)
     cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload)
     return {"terms": best[0], "total": best[1], "psi": best[2], "shard": shard, "cpu": cpu}
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict,

@@ -8,6 +8,12 @@ from paradvisor.hardware.types import Cluster, GPUSpec, Link
 from paradvisor.model.profile import ModelProfile
 
 
+def nominal_spec(memory_bytes: int, name: str = "cap") -> GPUSpec:
+    """A stand-in device for memory-only questions (a memory cap, a run without calibration)."""
+    return GPUSpec(name=name, vendor="cpu", arch="cpu", memory_bytes=int(memory_bytes), mem_bw=1e10,
+                   tflops={"fp32": 1.0}, intra_link="loopback")
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     profile: ModelProfile
@@ -78,6 +84,14 @@ class Topology:
                 rank_node.append(i)
                 rank_spec.append(g.spec)
         return cls(cluster, rank_node, rank_spec, sizes, intra, cluster.slowest_inter_link())
+
+    @classmethod
+    def uniform(cls, spec: GPUSpec, world: int, link: Link, name: str = "run") -> "Topology":
+        """One node of `world` identical devices (a run on this machine, or a capped stand-in)."""
+        from paradvisor.hardware.types import Device, Node
+
+        devices = tuple(Device(index=i, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes) for i in range(world))
+        return cls.of(Cluster(name=name, nodes=(Node(name=name, gpus=devices, intra_link=link),)))
 
     @property
     def world(self) -> int:

@@ -7,7 +7,7 @@ import time as _time
 from dataclasses import dataclass, field, replace
 
 from paradvisor.errors import InputError
-from paradvisor.hardware.types import Cluster, Device, Node
+from paradvisor.hardware.types import Cluster, Device
 from paradvisor.model.profile import ModelProfile
 from paradvisor.plan.diloco import diloco_candidates, wan_cluster
 from paradvisor.plan.evaluate import Estimate, evaluate
@@ -247,6 +247,3 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
                                 f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}"},
             "fixes": fixes}
 
-
-def single_node_of(node: Node) -> Cluster:
-    return Cluster(name=node.name, nodes=(node,))

@@ -8,7 +8,6 @@ each global step (uneven slices when the plan splits the batch by GPU speed, as 
 from __future__ import annotations
 
 import gzip
-import json
 import random
 from importlib import resources
 from pathlib import Path
@@ -173,6 +172,3 @@ class RankStream:
             out.append(self._order[pos])
         return out
 
-
-def describe(ds) -> str:
-    return json.dumps({"type": type(ds).__name__, "size": len(ds)})

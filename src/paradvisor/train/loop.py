@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -57,20 +58,13 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
         meter = ActivationMeter(engine.model.parameters()) if step == min(MEASURE_STEP, t.steps) else None
         if kind == "pp":
             inputs, targets = task.batch(stream.indices(step - 1), device)
-            if meter:
-                with meter:
-                    loss = engine.pipeline_step(inputs, targets)
-            else:
+            with meter or contextlib.nullcontext():
                 loss = engine.pipeline_step(inputs, targets)
         else:
             loss = 0.0
             for micro in range(plan.grad_accum):
                 inputs, targets = task.batch(stream.indices((step - 1) * plan.grad_accum + micro), device)
-                if meter and micro == 0:  # one micro-batch's activations
-                    with meter:
-                        loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
-                                                        scale=scale / plan.grad_accum) / plan.grad_accum
-                else:
+                with (meter if micro == 0 else None) or contextlib.nullcontext():  # one micro-batch's activations
                     loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
                                                     scale=scale / plan.grad_accum) / plan.grad_accum
         engine.step()
