@@ -4,16 +4,12 @@ runs (gloo) for every strategy, multi-node, a killed rank and Ctrl-C."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 import tomllib
-from pathlib import Path
 
-import psutil
 import pytest
 import tomli_w
 import yaml
@@ -22,51 +18,13 @@ from paradvisor.errors import InputError
 from paradvisor.launch.preset import load_preset
 from paradvisor.launch.runner import validate
 from tests.conftest import REPO, assert_one_line_error
+from tests.runs import SMOKE, launch, leftover, metrics, steps_of, variant
 
 PRESETS = sorted((REPO / "presets").glob("*.toml"))
-SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 REQUIRED = {"bert-imdb-ddp", "bert-imdb-tp", "albert-imdb-ddp", "albert-imdb-tp", "mingpt-shakespeare-hetero-ddp",
             "llama150m-diloco-local-steps", "vgg16-sharded", "tiny-cpu-smoke"}
 STEP_FIELDS = {"step", "rank", "loss", "lr", "samples_per_s", "tokens_per_s", "step_time_s", "sync_wait_s",
                "mem_params_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_model_state_bytes"}
-
-
-def variant(tmp_path: Path, name: str, plan: dict | None = None, train: dict | None = None,
-            launch: dict | None = None, base: Path = SMOKE) -> Path:
-    doc = tomllib.loads(base.read_text())
-    doc["name"] = name
-    doc["plan"] = {**doc["plan"], **(plan or {})}
-    doc["train"] = {**doc["train"], **(train or {})}
-    doc["launch"] = {**doc.get("launch", {}), **(launch or {})}
-    p = tmp_path / f"{name}.toml"
-    p.write_text(tomli_w.dumps(doc))
-    return p
-
-
-def launch(preset: Path, runs: Path, *extra: str, timeout: float = 300):
-    proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
-                           str(runs), *extra], capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
-    run_dir = Path(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
-    return proc, run_dir
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def steps_of(run_dir: Path, rank: int | None = None) -> list[dict]:
-    return [m for m in metrics(run_dir) if m["kind"] == "step" and (rank is None or m["rank"] == rank)]
-
-
-def leftover(run_dir: Path) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if str(run_dir) in " ".join(p.info["cmdline"] or []):
-                out.append(p.pid)
-        except psutil.Error:
-            continue
-    return out
 
 
 # ---- presets ----------------------------------------------------------------------------------------------
@@ -282,64 +240,3 @@ def test_two_torchrun_nodes_train_together(tmp_path):
     assert {m["rank"] for m in starts} == {0, 1} and all(m["world_size"] == 2 for m in starts)
 
 
-def _start_long_run(tmp_path, name):
-    p = variant(tmp_path, name, train={"steps": 100000, "log_every": 1})
-    proc = subprocess.Popen([sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir",
-                             str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(REPO))
-    deadline = time.time() + 120
-    run_dir = None
-    while time.time() < deadline:
-        dirs = list((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else []
-        if dirs and (dirs[0] / "metrics.jsonl").exists() and len(steps_of(dirs[0])) >= 4:
-            run_dir = dirs[0]
-            break
-        time.sleep(0.2)
-    assert run_dir is not None, "the run did not start"
-    return proc, run_dir
-
-
-@pytest.mark.slow
-def test_killing_a_rank_fails_the_run_with_its_reason(tmp_path):
-    proc, run_dir = _start_long_run(tmp_path, "victim")
-    before = len(steps_of(run_dir))
-    os.kill(int((run_dir / "rank-1.pid").read_text()), signal.SIGKILL)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["status"] == "failed"
-    assert status["failed_rank"] == 1
-    assert status["exit_code"] == -9 or "SIGKILL" in status["reason"]
-    assert "SIGKILL" in status["reason"]
-    assert len(steps_of(run_dir)) >= before  # nothing already logged is lost
-    time.sleep(0.5)
-    assert not leftover(run_dir)
-
-
-@pytest.mark.slow
-def test_ctrl_c_cancels_every_rank(tmp_path):
-    proc, run_dir = _start_long_run(tmp_path, "cancelled")
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["status"] == "cancelled"
-    time.sleep(0.5)
-    assert not leftover(run_dir)
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert all(json.loads(line) for line in lines)  # every logged line is whole
-
-
-@pytest.mark.slow
-def test_a_crashing_rank_reports_its_error(tmp_path):
-    p = variant(tmp_path, "crash", train={"dataset": "reviews"})  # minGPT's char vocab cannot hold the reviews
-    doc = tomllib.loads(p.read_text())
-    doc["train"]["model_overrides"]["vocab_size"] = 8
-    p.write_text(tomli_w.dumps(doc))
-    proc, run_dir = launch(p, tmp_path / "runs")
-    assert proc.returncode == 1
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["status"] == "failed" and status["failed_rank"] in (0, 1)
-    assert status["exit_code"] == 1
-    assert "distinct characters" in status["reason"]
-    assert any("distinct characters" in ln for ln in status["last_log_lines"])

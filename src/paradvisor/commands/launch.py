@@ -112,9 +112,11 @@ def run(args) -> int:
     launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None)
     sys.stderr.write(f"run directory: {launch.run_dir}\n{' '.join(launch.argv)}\n")
     doc = runner.run_blocking(launch)
+    from paradvisor.monitor.follow import failure_text
+
     line = f"{doc['status']}: {launch.run_dir}"
-    if doc["status"] == "failed":
-        line += f" — rank {doc.get('failed_rank')} exit code {doc.get('exit_code')}: {doc.get('reason')}"
+    if failure_text(doc):
+        line += f" — {failure_text(doc)}"
     sys.stderr.write(line + "\n")
     if doc.get("oom") and doc.get("replan"):
         r = doc["replan"]

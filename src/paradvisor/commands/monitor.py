@@ -72,8 +72,8 @@ def run(args) -> int:
         emit_json(s)
     else:
         print(f"{s['name']}: {_line(s)}")
-        if s["status"] == "failed":
-            print(f"rank {s['failed_rank']} exit code {s['exit_code']}: {s['reason']}")
+        if s["failure"]:
+            print(s["failure"])
             for ln in s["last_log_lines"][-10:]:
                 print(f"  | {ln}")
         if s["sync_wait_s_by_rank"]:

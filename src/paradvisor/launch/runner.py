@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,12 @@ def validate(preset: Preset) -> None:
 
     plan, lau, wl = preset.plan, preset.launch, preset.workload
     where = preset.path or "preset"
+    from paradvisor.train.faults import from_env
+
+    try:
+        from_env()
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
     world = lau.nproc_per_node * lau.nnodes
     if plan.world_size != world:
         raise InputError(f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
@@ -131,6 +138,17 @@ def _tail(path: Path, n: int = 20) -> list[str]:
         return []
 
 
+PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
+               "remote worker", "communicator was aborted", "socket timeout", "recvbytes", "sendbytes",
+               "the paradvisor launcher")
+
+
+def is_peer_error(error: str | None) -> bool:
+    """An error a rank gets because another rank (or the launcher) went away first."""
+    e = (error or "").lower()
+    return any(p in e for p in PEER_ERRORS)
+
+
 def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
     """Which rank failed, with what exit code or signal, and its last log lines."""
     codes = {}
@@ -148,19 +166,29 @@ def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
     root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
     entry = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank.*\n\s*exitcode\s*:\s*(-?\d+)", re.M)
     m = entry.search(root)
-    # A rank killed by a signal other than torchrun's own SIGTERM, that left no exit record, is the
-    # cause even when a peer's error (a connection reset) was observed first.
+    # Who broke the run, in order of evidence: a rank killed by a signal (not torchrun's own SIGTERM) or
+    # gone without a word (os._exit, a segfault); else the rank whose own error came first — a peer's
+    # "connection reset" is a consequence, not a cause; else torchrun's first observed failure.
     failures = [(int(r), int(c)) for r, c in entry.findall(log)]
-    killed = [(r, c) for r, c in failures if c < 0 and c != -signal.SIGTERM and r not in codes]
+    silent = [(r, c) for r, c in failures if c != 0 and c != -signal.SIGTERM and r not in codes]
+    own = sorted((d.get("time", 0), r) for r, d in codes.items()
+                 if d.get("exit_code") and not is_peer_error(d.get("error")))
+    killed = [(r, c) for r, c in silent if c < 0]
     if killed:
         failed_rank, exit_code = killed[0]
+    elif own:
+        failed_rank = own[0][1]
+        exit_code = codes[failed_rank]["exit_code"]
+    elif silent:
+        failed_rank, exit_code = silent[0]
     elif m:
         failed_rank, exit_code = int(m.group(1)), int(m.group(2))
     else:
-        bad = [r for r, d in sorted(codes.items()) if d.get("exit_code")]
+        bad = sorted((d.get("time", 0), r) for r, d in codes.items() if d.get("exit_code"))
         missing = [r for r in range(world) if r not in codes]
         if bad:
-            failed_rank, exit_code = bad[0], codes[bad[0]]["exit_code"]
+            failed_rank = bad[0][1]
+            exit_code = codes[failed_rank]["exit_code"]
         elif missing:
             failed_rank = missing[0]
     if failed_rank in codes and codes[failed_rank].get("error"):
@@ -175,6 +203,108 @@ def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
         reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
     return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
             "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+
+
+HANG_DUMP_WAIT_S = 3.0
+
+
+def dump_stacks(run_dir: Path, world: int) -> dict[int, list[str] | None]:
+    """Ask every rank for its Python stacks (SIGUSR1 -> faulthandler, written to rank-N.stderr.log) before a
+    hung run is stopped. Returns {rank: stack lines, or None when the rank did not answer}."""
+    import psutil
+
+    sizes, asked = {}, []
+    for r in range(world):
+        log = run_dir / f"rank-{r}.stderr.log"
+        sizes[r] = log.stat().st_size if log.exists() else 0
+        try:
+            pid = int((run_dir / f"rank-{r}.pid").read_text())
+            if str(run_dir) in " ".join(psutil.Process(pid).cmdline()):
+                os.kill(pid, signal.SIGUSR1)
+                asked.append(r)
+        except (OSError, ValueError, psutil.Error):
+            continue
+    stacks: dict[int, list[str] | None] = {r: None for r in range(world)}
+    deadline = time.monotonic() + HANG_DUMP_WAIT_S
+    while time.monotonic() < deadline:
+        for r in asked:
+            log = run_dir / f"rank-{r}.stderr.log"
+            try:
+                with open(log, "rb") as f:
+                    f.seek(sizes[r])
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if "most recent call first" in text:
+                stacks[r] = text.splitlines()
+        if all(stacks[r] is not None for r in asked):
+            time.sleep(0.2)  # let the last dump finish writing
+            for r in asked:
+                with open(run_dir / f"rank-{r}.stderr.log", "rb") as f:
+                    f.seek(sizes[r])
+                    stacks[r] = f.read().decode(errors="replace").splitlines()
+            break
+        time.sleep(0.1)
+    return stacks
+
+
+def _main_thread_frames(lines: list[str]) -> list[str]:
+    """The frames of the thread faulthandler names 'Current thread' (the one the signal interrupted, the
+    main thread), innermost first."""
+    out, inside = [], False
+    for ln in lines:
+        if ln.startswith("Current thread"):
+            inside = True
+            continue
+        if inside:
+            if not ln.startswith("  File"):
+                break
+            out.append(ln.strip())
+    return out
+
+
+def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
+    """Ranks that look stuck on their own rather than waiting for a peer: those that did not answer the
+    stack request, and those whose innermost frame is outside torch (a rank blocked in a collective or in
+    backward's all-reduce sits in torch, waiting for the suspect)."""
+    out = []
+    for r, lines in sorted(stacks.items()):
+        if lines is None:
+            out.append(r)
+            continue
+        frames = _main_thread_frames(lines)
+        if frames and f"{os.sep}torch{os.sep}" not in frames[0]:
+            out.append(r)
+    return out
+
+
+def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int) -> dict:
+    world = len(stacks)
+    d = diagnose(run_dir, world, rc)
+    suspects = hang_suspects(stacks)
+    last = {}
+    try:
+        for line in (run_dir / "metrics.jsonl").read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("kind") == "step":
+                last[rec["rank"]] = rec["step"]
+    except OSError:
+        pass
+    steps = ", ".join(f"rank {r} step {last.get(r, 0)}" for r in range(world))
+    failed = suspects[0] if len(suspects) == 1 else None
+    who = (f"rank {failed} stopped making progress, the others waited for it" if failed is not None
+           else "no single rank to blame")
+    reason = f"no progress for {hang:g} s (hung): {who}; last logged: {steps}; all ranks stopped"
+    frames = _main_thread_frames(stacks[failed] or []) if failed is not None else []
+    lines = (["(the rank did not answer the stack request)"] if failed is not None and stacks[failed] is None
+             else frames or d["last_log_lines"])
+    return {**d, "failed_rank": failed, "exit_code": None, "reason": reason, "hung": True,
+            "hang_suspects": suspects, "last_steps": {str(r): last.get(r, 0) for r in range(world)},
+            "last_log_lines": lines,
+            "stacks": {str(r): _main_thread_frames(v) if v else None for r, v in stacks.items()}}
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -214,9 +344,14 @@ class Launch:
         self.preset, self.run_dir, self.argv, self.proc = preset, run_dir, argv, proc
         self.status_path = run_dir / status_name
         self.cancel_requested = False
+        self.cancel_reason = "stopped by the user"
         self.started = time.time()
+        self.done = threading.Event()  # set once the final status is written
+        self.final: dict | None = None
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = "stopped by the user") -> None:
+        if not self.cancel_requested:
+            self.cancel_reason = reason
         self.cancel_requested = True
 
     def status(self, **kw) -> dict:
@@ -228,11 +363,20 @@ class Launch:
         return doc
 
     def wait(self, poll: float = 0.2) -> dict:
+        try:
+            self.final = self._wait(poll)
+            return self.final
+        finally:
+            self.done.set()
+
+    def _wait(self, poll: float) -> dict:
         hang = self.preset.train.hang_timeout_s
         metrics = self.run_dir / "metrics.jsonl"
+        # The hang clock starts with the first metrics record: start-up (rendezvous, imports, model build)
+        # is bounded by the process group's own timeout instead, so a slow start is not called a hang.
         last_progress = time.monotonic()
-        last_size = -1
-        hung = False
+        last_size = 0
+        hung = None
         while self.proc.poll() is None:
             if self.cancel_requested:
                 _kill_group(self.proc)
@@ -241,8 +385,8 @@ class Launch:
                 size = metrics.stat().st_size if metrics.exists() else 0
                 if size != last_size:
                     last_size, last_progress = size, time.monotonic()
-                elif time.monotonic() - last_progress > hang:
-                    hung = True
+                elif size and time.monotonic() - last_progress > hang:
+                    hung = dump_stacks(self.run_dir, self.preset.plan.world_size)
                     _kill_group(self.proc)
                     break
             time.sleep(poll)
@@ -251,11 +395,9 @@ class Launch:
         ended = time.time()
         common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
         if self.cancel_requested:
-            doc = self.status(status="cancelled", reason="stopped by the user", **common)
-        elif hung:
-            d = diagnose(self.run_dir, self.preset.plan.world_size, rc)
-            doc = self.status(status="failed", **{**d, "reason": f"no progress for {hang:g} s (hung); all ranks stopped"},
-                              **common)
+            doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
+        elif hung is not None:
+            doc = self.status(status="failed", **hang_report(self.run_dir, hung, hang, rc), **common)
         elif rc == 0:
             doc = self.status(status="finished", **common)
         else:
@@ -289,7 +431,12 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     write_json_atomic(run_dir / ("command.json" if lau.node_rank == 0 else f"command-node{lau.node_rank}.json"),
                       {"argv": argv, "cwd": os.getcwd()})
     (run_dir / "command.txt").write_text(" ".join(argv) + "\n")
+    import psutil
+
+    from paradvisor.train.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
+
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                LAUNCHER_PID_ENV: str(os.getpid()), LAUNCHER_START_ENV: repr(psutil.Process().create_time()),
                 "TORCHELASTIC_ERROR_FILE": str(run_dir / f"torchelastic-error-node{lau.node_rank}.json"),
                 **(env or {})}
     if preset.train.device == "cpu":
@@ -323,7 +470,7 @@ def run_blocking(launch: Launch, *, on_signal=True) -> dict:
     old = {}
     if on_signal:
         def handler(signum, frame):
-            launch.cancel()
+            launch.cancel(f"the launcher received {signal.Signals(signum).name}")
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)

@@ -50,6 +50,18 @@ def plan_doc(run_dir: Path) -> dict:
         return {}
 
 
+def failure_text(status: dict) -> str | None:
+    """One line on why a run did not finish: which rank, exit code or signal, the reason."""
+    if status.get("status") not in ("failed", "cancelled", "interrupted"):
+        return None
+    rank, code, reason = status.get("failed_rank"), status.get("exit_code"), status.get("reason") or ""
+    if status.get("hung") or rank is None:
+        return reason
+    if code is None:
+        return f"rank {rank}: {reason}"
+    return f"rank {rank} exit code {code}: {reason}"
+
+
 def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
     """Status, progress, ETA, loss, throughput, memory and sync waits of a run, measured vs predicted."""
     run_dir = Path(run_dir)
@@ -99,6 +111,8 @@ def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
         "failed_rank": status.get("failed_rank"),
         "exit_code": status.get("exit_code"),
         "last_log_lines": status.get("last_log_lines", []),
+        "hung": bool(status.get("hung")),
+        "failure": failure_text(status),
         "oom": bool(status.get("oom")),
         "replan": status.get("replan"),
         "step": last_step,

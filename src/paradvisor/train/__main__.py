@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -33,6 +34,17 @@ def main(argv=None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     _redirect(run_dir, rank)
     (run_dir / f"rank-{rank}.pid").write_text(str(os.getpid()))
+    from paradvisor.train.faults import enable_stack_dumps, watch_launcher
+
+    enable_stack_dumps()
+
+    def launcher_gone(pid: int) -> None:  # no rank outlives the paradvisor process that launched it
+        msg = f"the paradvisor launcher (pid {pid}) is gone: rank {rank} stops"
+        print(msg, file=sys.stderr, flush=True)
+        _marker(run_dir, rank, {"rank": rank, "exit_code": 1, "error": msg, "time": time.time()})
+        os._exit(1)
+
+    watch_launcher(launcher_gone)
     try:
         from paradvisor.train.run import run
 
@@ -41,7 +53,8 @@ def main(argv=None) -> int:
         traceback.print_exc()
         sys.stderr.flush()
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
-        _marker(run_dir, rank, {"rank": rank, "exit_code": code, "error": f"{type(exc).__name__}: {exc}"})
+        _marker(run_dir, rank, {"rank": rank, "exit_code": code, "error": f"{type(exc).__name__}: {exc}",
+                                "time": time.time()})
         return code or 1
     _marker(run_dir, rank, {"rank": rank, "exit_code": 0})
     return 0

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.train.data import RankStream
+from paradvisor.train.faults import from_env as fault_drill
 from paradvisor.train.metrics import ActivationMeter, count_bytes, cuda_peak
 
 MEASURE_STEP = 2  # activation bytes are measured on this step (the first is a warm-up)
@@ -51,7 +52,10 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
     my_batch = batches[data_rank]
     scale = my_batch * len(batches) / sum(batches)  # uneven batches: weight each rank's loss by its samples
     per_step = my_batch * (1 if kind == "pp" else plan.grad_accum)
+    fault = fault_drill()
     for step in range(1, t.steps + 1):
+        if fault:
+            fault.at(rank, step)
         t0 = time.perf_counter()
         lr = lr_at(step, t.steps, t.lr, t.warmup_steps)
         engine.set_lr(lr)
@@ -121,10 +125,13 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     base_h = plan.local_steps or h
     rounds = max(1, math.ceil(t.steps / base_h))
     micro = 0
+    fault = fault_drill()
     for rnd in range(1, rounds + 1):
         for k in range(1, h + 1):
             t0 = time.perf_counter()
             step = (rnd - 1) * h + k
+            if fault:
+                fault.at(rank, step)
             lr = lr_at(min(step, rounds * h), rounds * h, t.lr, t.warmup_steps)
             engine.set_lr(lr)
             inputs, targets = task.batch(stream.indices(micro), device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -519,8 +520,9 @@ class ParadvisorApp(App):
         head = [f"[b]{s['name']}[/b] {s['label'] or ''}: [{colour}]{s['status']}[/{colour}] — "
                 f"{where}, elapsed {fmt_seconds(s['elapsed_s'])}"
                 + (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")]
-        if s["status"] == "failed":
-            head.append(f"[red]rank {s['failed_rank']} exit code {s['exit_code']}: {s['reason']}[/red]")
+        if s["failure"]:
+            tone = "red" if s["status"] == "failed" else "yellow"
+            head.append(f"[{tone}]{escape(s['failure'])}[/{tone}]")
         if s.get("replan"):
             head.append(f"[yellow]out of memory — next plan that fits: {s['replan']['label']} "
                         f"({s['replan']['change']}); press R to launch it[/yellow]")
@@ -582,8 +584,11 @@ class ParadvisorApp(App):
     def on_unmount(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
-        if self.launch is not None and self.launch.proc.poll() is None:
-            self.launch.cancel()
+        if self.launch is not None and not self.launch.done.is_set():
+            # Closing the session stops its run: every rank ends and status.json says so before we leave
+            # (the waiting worker writes it; bounded, in case a rank ignores SIGTERM and needs SIGKILL).
+            self.launch.cancel("the interactive session was closed")
+            self.launch.done.wait(timeout=30)
 
     # -------------------------------------------------------------------------------------------- actions
     @on(Button.Pressed)

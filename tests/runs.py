@@ -1,0 +1,94 @@
+"""Helpers for tests that launch real runs: preset variants, launching, reading a run directory,
+finding processes a run left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import psutil
+import tomli_w
+
+from tests.conftest import REPO
+
+SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
+
+
+def variant(tmp_path: Path, name: str, plan: dict | None = None, train: dict | None = None,
+            launch: dict | None = None, base: Path = SMOKE) -> Path:
+    doc = tomllib.loads(base.read_text())
+    doc["name"] = name
+    doc["plan"] = {**doc["plan"], **(plan or {})}
+    doc["train"] = {**doc["train"], **(train or {})}
+    doc["launch"] = {**doc.get("launch", {}), **(launch or {})}
+    p = tmp_path / f"{name}.toml"
+    p.write_text(tomli_w.dumps(doc))
+    return p
+
+
+def launch(preset: Path, runs: Path, *extra: str, timeout: float = 300, env: dict | None = None):
+    proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
+                           str(runs), *extra], capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+                          env={**os.environ, **(env or {})})
+    run_dir = Path(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
+    return proc, run_dir
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def steps_of(run_dir: Path, rank: int | None = None) -> list[dict]:
+    return [m for m in metrics(run_dir) if m["kind"] == "step" and (rank is None or m["rank"] == rank)]
+
+
+def leftover(run_dir: Path) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if str(run_dir) in " ".join(p.info["cmdline"] or []):
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def start_long_run(tmp_path: Path, name: str, *extra: str, env: dict | None = None, min_steps: int = 4,
+                   **train) -> tuple[subprocess.Popen, Path]:
+    """`paradvisor launch` of a tiny 2-rank run that would go on for ever; returns once it logged `min_steps`
+    step records (0: once its run directory exists)."""
+    p = variant(tmp_path, name, train={"steps": 100000, "log_every": 1, **train})
+    runs = tmp_path / f"runs-{name}"
+    proc = subprocess.Popen([sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir",
+                             str(runs), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(REPO), env={**os.environ, **(env or {})})
+    deadline = time.time() + 120
+    run_dir = None
+    while time.time() < deadline and proc.poll() is None:
+        dirs = list(runs.glob("*")) if runs.exists() else []
+        if dirs and (min_steps == 0 or (dirs[0] / "metrics.jsonl").exists() and len(steps_of(dirs[0])) >= min_steps):
+            run_dir = dirs[0]
+            break
+        time.sleep(0.2)
+    if run_dir is None and runs.exists() and list(runs.glob("*")):
+        run_dir = next(runs.glob("*"))  # it ended before reaching min_steps: the caller checks why
+    assert run_dir is not None, f"the run did not start: {proc.poll()}"
+    return proc, run_dir
+
+
+def wait_gone(run_dir: Path, timeout: float = 20) -> list[int]:
+    """Processes still naming the run directory after up to `timeout` s (empty: none left)."""
+    deadline = time.time() + timeout
+    while leftover(run_dir) and time.time() < deadline:
+        time.sleep(0.2)
+    return leftover(run_dir)
+
+
+def safe_steps(run_dir: Path, rank: int | None = None) -> list[dict]:
+    """Step records, asserting every line of metrics.jsonl is whole JSON (nothing logged was damaged)."""
+    return steps_of(run_dir, rank)

@@ -1,0 +1,250 @@
+"""The fault suite: real 2-rank CPU runs broken on purpose. A rank raises, exits hard, is SIGKILLed or
+hangs; the launcher gets SIGINT, SIGTERM or SIGKILL; the monitor or the interactive session is closed
+mid-run; two launches start at once. In every case every rank ends (psutil finds no process left that
+names the run directory), status.json says what happened, and what was logged before stays intact."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, assert_one_line_error, run_cli
+from tests.runs import SMOKE, launch, leftover, metrics, start_long_run, steps_of, variant, wait_gone
+
+pytestmark = pytest.mark.slow
+
+
+def status_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def snapshot(run_dir: Path) -> str:
+    return (run_dir / "metrics.jsonl").read_text()
+
+
+def assert_intact(run_dir: Path, before: str) -> None:
+    """metrics.jsonl only grew: what was there before the fault is still there, byte for byte, and every
+    line is whole JSON."""
+    now = snapshot(run_dir)
+    assert now.startswith(before[: before.rfind("\n") + 1])
+    assert all(json.loads(line) for line in now.splitlines())
+
+
+def drill(kind: str, rank: int = 1, step: int = 3) -> dict:
+    return {"PARADVISOR_FAULT": f"rank={rank},step={step},kind={kind}"}
+
+
+# ---- a rank breaks ------------------------------------------------------------------------------------------
+
+def test_a_rank_raising_fails_the_run_with_its_error(tmp_path):
+    p = variant(tmp_path, "raise", train={"steps": 30, "log_every": 1})
+    proc, run_dir = launch(p, tmp_path / "runs", env=drill("raise"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    s = status_of(run_dir)
+    assert s["status"] == "failed" and s["failed_rank"] == 1 and s["exit_code"] == 1
+    assert "InjectedFault: injected fault on rank 1 at step 3" in s["reason"]
+    assert any("injected fault on rank 1" in ln for ln in s["last_log_lines"])
+    assert s["rank_exit_codes"]["1"] == 1
+    # steps 1 and 2 of both ranks were logged before the fault and are still there
+    assert {(m["rank"], m["step"]) for m in steps_of(run_dir)} >= {(0, 1), (0, 2), (1, 1), (1, 2)}
+    assert "failed:" in proc.stderr and "rank 1 exit code 1: InjectedFault" in proc.stderr
+    assert not wait_gone(run_dir)
+
+
+def test_a_rank_exiting_hard_is_named_with_its_exit_code(tmp_path):
+    p = variant(tmp_path, "exit", train={"steps": 30, "log_every": 1})
+    proc, run_dir = launch(p, tmp_path / "runs", env=drill("exit", rank=0, step=4))
+    assert proc.returncode == 1
+    s = status_of(run_dir)
+    assert s["status"] == "failed" and s["failed_rank"] == 0 and s["exit_code"] == 3
+    assert "fault drill: exit on rank 0 at step 4" in s["reason"]
+    assert max(m["step"] for m in steps_of(run_dir, 0)) == 3
+    assert not wait_gone(run_dir)
+
+
+def test_killing_a_rank_fails_the_run_with_its_reason(tmp_path):
+    proc, run_dir = start_long_run(tmp_path, "victim")
+    before = snapshot(run_dir)
+    os.kill(int((run_dir / "rank-1.pid").read_text()), signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    s = status_of(run_dir)
+    assert s["status"] == "failed" and s["failed_rank"] == 1
+    assert s["exit_code"] == -9 and "SIGKILL" in s["reason"]
+    assert_intact(run_dir, before)
+    assert not wait_gone(run_dir)
+
+
+def test_a_hung_rank_is_found_stopped_and_its_stack_recorded(tmp_path):
+    p = variant(tmp_path, "hang", train={"steps": 1000, "log_every": 1, "hang_timeout_s": 3.0})
+    t0 = time.monotonic()
+    proc, run_dir = launch(p, tmp_path / "runs", env=drill("hang"), timeout=180)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    s = status_of(run_dir)
+    assert s["status"] == "failed" and s["hung"] is True
+    assert s["failed_rank"] == 1 and s["hang_suspects"] == [1]
+    assert "no progress for 3 s (hung): rank 1 stopped making progress" in s["reason"]
+    assert s["last_steps"] == {"0": 2, "1": 2}
+    # where each rank was stuck: rank 1 in the drill's sleep, rank 0 inside torch waiting for it
+    assert "faults.py" in s["stacks"]["1"][0]
+    assert f"{os.sep}torch{os.sep}" in s["stacks"]["0"][0]
+    assert s["last_log_lines"] == s["stacks"]["1"]
+    assert "no progress for 3 s (hung)" in proc.stderr
+    assert not wait_gone(run_dir)
+    assert time.monotonic() - t0 < 150  # stopped by the timeout, not by the test's
+
+
+def test_a_malformed_fault_drill_is_bad_input(tmp_path):
+    p = variant(tmp_path, "bad-drill")
+    proc = run_cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"),
+                   env={"PARADVISOR_FAULT": "rank=1,kind=explode"})
+    assert_one_line_error(proc, "PARADVISOR_FAULT: kind 'explode' is not one of raise, exit, hang")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_crashing_rank_reports_its_error(tmp_path):
+    """A real error, not a drill: minGPT's character vocabulary cannot hold the reviews."""
+    import tomllib
+
+    import tomli_w
+
+    p = variant(tmp_path, "crash", train={"dataset": "reviews"})
+    doc = tomllib.loads(p.read_text())
+    doc["train"]["model_overrides"]["vocab_size"] = 8
+    p.write_text(tomli_w.dumps(doc))
+    proc, run_dir = launch(p, tmp_path / "runs")
+    assert proc.returncode == 1
+    s = status_of(run_dir)
+    assert s["status"] == "failed" and s["failed_rank"] in (0, 1)
+    assert s["exit_code"] == 1
+    assert "distinct characters" in s["reason"]
+    assert any("distinct characters" in ln for ln in s["last_log_lines"])
+    assert not wait_gone(run_dir)
+
+
+# ---- the launcher is stopped --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signalling_the_launcher_cancels_every_rank(tmp_path, sig):
+    proc, run_dir = start_long_run(tmp_path, f"cancel-{sig.name}")
+    before = snapshot(run_dir)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    s = status_of(run_dir)
+    assert s["status"] == "cancelled"
+    assert s["reason"] == f"the launcher received {sig.name}"
+    assert f"cancelled: {run_dir}" in err
+    assert_intact(run_dir, before)
+    assert not wait_gone(run_dir)
+
+
+def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_path):
+    """SIGKILL cannot be caught: the ranks notice their launcher is gone and end themselves; the run
+    directory, re-opened later, says `interrupted` (its status.json still says `running`)."""
+    proc, run_dir = start_long_run(tmp_path, "cut-off")
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert not wait_gone(run_dir, timeout=30)
+    before = snapshot(run_dir)
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "running"
+    errors = [json.loads((run_dir / f"rank-{r}.exit.json").read_text())["error"] for r in (0, 1)]
+    # the first rank to notice names the launcher; its peer may fail on the broken connection first
+    assert any("the paradvisor launcher" in e and "is gone" in e for e in errors), errors
+    mon = run_cli("monitor", str(run_dir), "--json")
+    assert mon.returncode == 1
+    doc = json.loads(mon.stdout)
+    assert doc["status"] == "interrupted" and doc["step"] >= 4
+    assert "without writing a final status" in doc["reason"]
+    listed = run_cli("runs", "--runs-dir", str(run_dir.parent), "--json")
+    assert [r["status"] for r in json.loads(listed.stdout)["runs"]] == ["interrupted"]
+    assert snapshot(run_dir) == before  # re-opening reads, never writes
+
+
+# ---- the watchers are closed --------------------------------------------------------------------------------
+
+def test_closing_the_monitor_mid_run_leaves_the_run_alone(tmp_path):
+    proc, run_dir = start_long_run(tmp_path, "watched")
+    mon = subprocess.Popen([sys.executable, "-m", "paradvisor", "monitor", str(run_dir), "--interval", "0.2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    time.sleep(3)
+    assert mon.poll() is None  # following
+    mon.send_signal(signal.SIGINT)
+    out, err = mon.communicate(timeout=30)
+    assert mon.returncode == 130
+    assert err.strip().splitlines()[-1] == "paradvisor: interrupted" and "Traceback" not in err
+    # the run goes on without its watcher
+    seen = len(steps_of(run_dir))
+    deadline = time.time() + 60
+    while len(steps_of(run_dir)) <= seen + 4 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(steps_of(run_dir)) > seen + 4 and proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert not wait_gone(run_dir)
+    again = run_cli("monitor", str(run_dir), "--once", "--json")
+    assert json.loads(again.stdout)["status"] == "cancelled" and again.returncode == 1
+
+
+def test_closing_the_interactive_session_stops_its_run(tmp_path):
+    from paradvisor.tui.app import ParadvisorApp
+
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    long = variant(presets, "long-run", train={"steps": 100000, "log_every": 1})
+    state = {}
+
+    async def flow():
+        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.3)
+            app.query_one("#preset-select").value = str(long)
+            app.action_launch_preset()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (app.run_dir and (app.run_dir / "metrics.jsonl").exists()
+                                                       and len(steps_of(app.run_dir)) >= 3):
+                await pilot.pause(0.2)
+            state["run_dir"] = app.run_dir
+            state["before"] = snapshot(app.run_dir)
+            assert app.launch.proc.poll() is None
+        # the app has exited here
+
+    asyncio.run(flow())
+    run_dir = state["run_dir"]
+    s = status_of(run_dir)
+    assert s["status"] == "cancelled" and s["reason"] == "the interactive session was closed"
+    assert_intact(run_dir, state["before"])
+    assert not wait_gone(run_dir)
+
+
+# ---- two at once ----------------------------------------------------------------------------------------------
+
+def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
+    runs = tmp_path / "runs"
+    argv = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(SMOKE), "--runs-dir", str(runs),
+            "--steps", "6"]
+    a = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    b = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
+    assert a.returncode == 0 and b.returncode == 0, (err_a[-1500:], err_b[-1500:])
+    dirs = [Path(out_a.strip().splitlines()[-1]), Path(out_b.strip().splitlines()[-1])]
+    assert dirs[0] != dirs[1] and sorted(dirs) == sorted(runs.iterdir())
+    endpoints = [json.loads((d / "command.json").read_text())["argv"] for d in dirs]
+    ports = [argv_[argv_.index("--rdzv-endpoint") + 1] for argv_ in endpoints]
+    assert ports[0] != ports[1]
+    for d in dirs:
+        assert status_of(d)["status"] == "finished"
+        starts = [m for m in metrics(d) if m["kind"] == "start"]
+        assert sorted(m["rank"] for m in starts) == [0, 1]  # exactly one run's ranks wrote here
+        assert sorted((m["rank"], m["step"]) for m in steps_of(d) if m["step"] in (1, 6)) == [
+            (0, 1), (0, 6), (1, 1), (1, 6)]
+        assert (d.stat().st_mode & 0o777) == 0o700
+    assert not leftover(dirs[0]) and not leftover(dirs[1])
