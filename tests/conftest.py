@@ -8,6 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Fuzz tests: CI replays the same generated inputs every run (derandomized: a red CI is reproducible);
+# `HYPOTHESIS_PROFILE=explore` draws fresh random inputs, ten times as many, to hunt for new failures.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("explore", deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+FUZZ_SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1
 
 # Plans in tests must not depend on a calibration someone ran on this machine.
 os.environ["PARADVISOR_CALIBRATION"] = "none"

@@ -31,9 +31,10 @@ def variant(tmp_path: Path, name: str, plan: dict | None = None, train: dict | N
     return p
 
 
-def launch(preset: Path, runs: Path, *extra: str, timeout: float = 300, env: dict | None = None):
+def launch(preset: Path, runs: Path, *extra: str, timeout: float = 300, env: dict | None = None,
+           cwd: Path | None = None):
     proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
-                           str(runs), *extra], capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+                           str(runs), *extra], capture_output=True, text=True, timeout=timeout, cwd=str(cwd or REPO),
                           env={**os.environ, **(env or {})})
     run_dir = Path(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
     return proc, run_dir

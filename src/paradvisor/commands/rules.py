@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 
@@ -36,11 +35,15 @@ def run_check(args) -> int:
 
     dirs = [Path(d) for d in args.dirs] or [default_rules_dir()]
     res = check_dirs(dirs)
-    for err in res.errors:
-        sys.stderr.write(err + "\n")
     if res.errors:
-        sys.stderr.write(f"paradvisor: error: {len(res.errors)} problem(s) in {res.files} file(s)\n")
-        return 2
+        # The report (every problem, one per line, FILE:LINE first) is the check's output; stderr gets the
+        # one-line error every bad input gets, naming the first problem.
+        for err in res.errors:
+            print(err)
+        more = f" (and {len(res.errors) - 1} more above)" if len(res.errors) > 1 else ""
+        from paradvisor.errors import InputError
+
+        raise InputError(f"{res.errors[0]}{more}")
     print(f"ok: {len(res.rules)} rules in {res.files} file(s)")
     return 0
 

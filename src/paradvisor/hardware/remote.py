@@ -29,7 +29,7 @@ _HOST_RE = re.compile(
 
 def parse_host(text: str) -> tuple[str | None, str, int | None]:
     """Validate '[user@]host[:port]'. Raises InputError for anything else (e.g. '-oProxyCommand=...')."""
-    m = _HOST_RE.match(text or "")
+    m = _HOST_RE.fullmatch(text) if isinstance(text, str) else None
     if not m or text.startswith("-"):
         raise InputError(f"invalid host {text!r}: expected [user@]host[:port] with letters, digits, '.', '-', '_'")
     port = int(m.group("port")) if m.group("port") else None

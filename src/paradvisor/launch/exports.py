@@ -5,12 +5,21 @@ files are kept unless --force."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.launch.dsconfig import deepspeed_config
 
 RUN_DIR = "/workspace/run"
+
+
+def slug(name: str, *, dns: bool = False) -> str:
+    """The preset's name made safe for a shell script or a Kubernetes object name (DNS-1123 with dns=True):
+    a generated script never carries the name's own characters into a command line."""
+    if dns:
+        return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "paradvisor"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")[:60] or "paradvisor"
 
 
 def plan_toml(preset) -> str:
@@ -41,7 +50,7 @@ def kubeflow(preset) -> str:
     nodes = max(1, lau.nnodes)
     per = lau.nproc_per_node
 
-    name = preset.name.lower().replace("_", "-")[:50]
+    name = slug(preset.name, dns=True)
     torchrun = (f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/ && "
                 f"torchrun --nnodes {nodes} --nproc-per-node {per} --rdzv-backend c10d "
                 f"--rdzv-endpoint $MASTER_ADDR:$MASTER_PORT -m paradvisor.train --run-dir {RUN_DIR}")
@@ -79,16 +88,17 @@ def kubeflow(preset) -> str:
 
 def slurm(preset) -> str:
     lau = preset.launch
+    name = slug(preset.name)
     return f"""#!/bin/bash
-# paradvisor: {preset.name} — {preset.plan.label()}
-#SBATCH --job-name={preset.name}
+# paradvisor: {name} — {preset.plan.label()}
+#SBATCH --job-name={name}
 #SBATCH --nodes={lau.nnodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node={lau.nproc_per_node}
 #SBATCH --output=%x-%j.out
 set -euo pipefail
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-run_dir="runs/$SLURM_JOB_ID-{preset.name}"
+run_dir="runs/$SLURM_JOB_ID-{name}"
 mkdir -p "$run_dir"
 cat > "$run_dir/plan.toml" <<'PARADVISOR_PLAN'
 {plan_toml(preset)}PARADVISOR_PLAN

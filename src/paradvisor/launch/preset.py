@@ -258,6 +258,8 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
         raise InputError(f"invalid plan: {exc}", where=pw("nodes")) from None
     c, _ = _section(data, "cluster", _CLUSTER, loc)
     name = data.get("name") or Path(path).stem
+    if not isinstance(name, str) or not name.isprintable() or len(name) > 120:
+        raise InputError("name must be a printable string of at most 120 characters", where=loc.where(None, 0, "name", "name"))
     return Preset(name=str(name), description=str(data.get("description", "")), workload=workload, train=train,
                   launch=launch, plan=plan, cluster=dict(c), prediction=dict(data.get("prediction", {})), path=path)
 

@@ -96,8 +96,13 @@ def validate(preset: Preset) -> None:
                          where=f"{where}: launch")
     hosts = [h for h in lau.hosts if h not in ("localhost", "127.0.0.1")]
     if hosts:
-        from paradvisor.hardware.remote import check_reachable
+        from paradvisor.hardware.remote import check_reachable, parse_host
 
+        for h in hosts:  # every host string is checked before any ssh runs
+            try:
+                parse_host(h)
+            except InputError as exc:
+                raise InputError(str(exc), where=f"{where}: launch.hosts") from None
         for h in hosts:
             ok, why = check_reachable(h)
             if not ok:

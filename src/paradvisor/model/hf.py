@@ -33,24 +33,44 @@ def read_config(path: Path) -> tuple[Path, dict]:
         raise InputError("expected a JSON object", where=str(cfg_file))
     if not isinstance(cfg.get("model_type"), str):
         raise InputError("missing 'model_type' (e.g. \"bert\", \"llama\")", where=f"{cfg_file}: model_type")
+    arch = cfg.get("architectures")
+    if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+        raise InputError("'architectures' must be a list of class names, e.g. [\"LlamaForCausalLM\"]",
+                         where=f"{cfg_file}: architectures")
     return cfg_file, cfg
+
+
+def _first_line(exc: BaseException, limit: int = 240) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    line = lines[-1] if len(lines) > 1 and ":" in lines[-1] else (lines[0] if lines else type(exc).__name__)
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def build_on_meta(cfg: dict, *, where: str = "config.json"):
     """(architecture name, model on the meta device) for a HF config dict."""
     import torch
     import transformers
-    from transformers import AutoConfig, AutoModel
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
 
+    if cfg["model_type"] not in CONFIG_MAPPING:
+        import difflib
+
+        close = difflib.get_close_matches(cfg["model_type"], list(CONFIG_MAPPING.keys()), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise InputError(f"model_type {cfg['model_type']!r} is not one transformers {transformers.__version__} "
+                         f"knows{hint}", where=f"{where}: model_type")
     try:
         config = AutoConfig.for_model(**cfg)
     except (ValueError, KeyError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"transformers cannot read this config: {msg}", where=where) from None
+        raise InputError(f"transformers cannot read this config: {_first_line(exc)}", where=where) from None
     except TypeError as exc:
-        raise InputError(f"a value in the config has the wrong type: {exc}", where=where) from None
+        raise InputError(f"a value in the config has the wrong type: {_first_line(exc)}", where=where) from None
+    except Exception as exc:  # e.g. huggingface_hub's strict-dataclass validation of a field's type
+        raise InputError(f"transformers rejected this config: {_first_line(exc)}", where=where) from None
     arch_names = cfg.get("architectures") or []
     cls = getattr(transformers, arch_names[0], None) if arch_names else None
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        cls = None  # only a model class is ever built (never another attribute of transformers)
     try:
         with torch.device("meta"):
             if cls is not None:
@@ -60,18 +80,19 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
                 model = AutoModel.from_config(config)
                 arch = type(model).__name__
     except Exception as exc:  # any failure of the model's own __init__ on a bad config
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"transformers could not build the model from this config: {msg}", where=where) from None
+        raise InputError(f"transformers could not build the model from this config: {_first_line(exc)}",
+                         where=where) from None
     return arch, model
 
 
 def profile_from_config_path(path: Path) -> ModelProfile:
     cfg_file, cfg = read_config(path)
+    shape = shape_from_config(cfg, where=str(cfg_file))  # checked before transformers sees the values
     arch, model = build_on_meta(cfg, where=str(cfg_file))
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     layers = layer_entries_from_module(model)
     name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
     return ModelProfile(name=str(name), architecture=arch, source=str(cfg_file), total_params=total,
-                        trainable_params=trainable, layers=tuple(layers), transformer=shape_from_config(cfg),
+                        trainable_params=trainable, layers=tuple(layers), transformer=shape,
                         description=f"{cfg['model_type']} from {cfg_file}", provenance=str(cfg_file))

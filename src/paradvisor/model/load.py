@@ -79,31 +79,47 @@ def load_profile(model: str) -> ModelProfile:
                      "folder holding a Hugging Face config.json)")
 
 
-def shape_from_config(cfg: dict) -> TransformerShape | None:
-    """The transformer shape from the usual HF config keys, or None when they are missing."""
+MAX_LAYERS = 2048  # building a config on the meta device takes about 2.5 ms per layer
 
-    def get(*keys, default=None):
+
+def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape | None:
+    """The transformer shape from the usual HF config keys, or None when they are missing. A shape key
+    holding something other than a positive integer is an InputError naming the key."""
+
+    def get(*keys, default=None, minimum: int = 1):
         for k in keys:
-            if cfg.get(k) is not None:
-                return cfg[k]
+            v = cfg.get(k)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise InputError(f"{k} must be an integer >= {minimum}, got {v!r}", where=f"{where}: {k}")
+            return v
         return default
 
     layers = get("num_hidden_layers", "n_layer", "num_layers")
+    if layers is not None and layers > MAX_LAYERS:
+        raise InputError(f"{layers} layers is beyond any real model (at most {MAX_LAYERS}); check the config",
+                         where=f"{where}: num_hidden_layers")
     hidden = get("hidden_size", "n_embd", "d_model")
     heads = get("num_attention_heads", "n_head", "num_heads")
-    if not (isinstance(layers, int) and isinstance(hidden, int) and isinstance(heads, int)) or heads <= 0:
+    if layers is None or hidden is None or heads is None:
         return None
     mt = cfg.get("model_type", "unknown")
     gated = mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral") or \
         cfg.get("hidden_act") in ("silu", "swiglu")
     causal = mt not in ("bert", "albert", "roberta", "distilbert", "electra", "deberta", "deberta-v2", "xlm-roberta")
+    kv_heads = get("num_key_value_heads", default=heads)
+    if heads % kv_heads:
+        raise InputError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
+                         where=f"{where}: num_key_value_heads")
     return TransformerShape(
-        family=mt, num_layers=layers, hidden=hidden, heads=heads,
-        kv_heads=get("num_key_value_heads", default=heads), head_dim=get("head_dim", default=hidden // heads),
-        ffn=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden) or 4 * hidden,
-        vocab=get("vocab_size", default=0), max_positions=get("max_position_embeddings", "n_positions", default=2048),
+        family=str(mt), num_layers=layers, hidden=hidden, heads=heads,
+        kv_heads=kv_heads, head_dim=get("head_dim", default=max(1, hidden // heads)),
+        ffn=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
+        vocab=get("vocab_size", default=0, minimum=0),
+        max_positions=get("max_position_embeddings", "n_positions", default=2048),
         causal=causal, gated_mlp=bool(gated), shared_layers=mt == "albert",
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), embedding_size=cfg.get("embedding_size"),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), embedding_size=get("embedding_size"),
     )
 
 

@@ -5,8 +5,10 @@ the whole dotted name is looked up in the vocabulary — no attribute access is 
 comparisons (== != < <= > >= in, not in), arithmetic (+ - * / // % **), and/or/not, `a if c else b`,
 tuples/lists of constants (for `in`), and the whitelisted functions in FUNCTIONS.
 Anything else — other attributes, dunder names, subscripts, lambdas, comprehensions, calls outside
-the whitelist — is rejected at load time. Evaluation is bounded: expression length, node count and
-depth are capped, exponents are small, and numbers must stay finite. Nothing is passed to eval/exec.
+the whitelist — is rejected at load time. Evaluation is bounded in time and size: expression length,
+node count and depth are capped (no loops exist, so evaluation is linear in the node count), exponents
+are small, numbers must stay finite, arithmetic takes numbers only (no string or tuple repetition or
+%-formatting), and lists hold at most 32 items. Nothing is passed to eval/exec.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from collections.abc import Callable
 
 MAX_CHARS = 1000
@@ -82,6 +85,13 @@ def _num(x):
     return x
 
 
+def _operand(x):
+    """Arithmetic is on numbers only: `'a' * 10**9` or `'%999999999d' % 1` would build huge objects."""
+    if isinstance(x, (int, float)):  # bool is an int
+        return x
+    raise TypeError(f"arithmetic needs numbers, not {type(x).__name__}")
+
+
 class Compiled:
     """A checked expression: `.names` are the facts it reads, `(facts)` evaluates it."""
 
@@ -104,7 +114,9 @@ def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
     if "__" in text:
         raise RuleExprError("names with '__' are not allowed")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        with warnings.catch_warnings():  # invalid escapes in a string literal: not worth a warning line
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise RuleExprError(f"syntax error: {exc.msg}", (exc.offset or 1) - 1) from None
     except (RecursionError, MemoryError, ValueError):
@@ -125,7 +137,12 @@ def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
             v = node.value
             if isinstance(v, bool) or isinstance(v, (int, float, str)):
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    _num(v)
+                    try:
+                        _num(v)
+                    except ArithmeticError:
+                        raise RuleExprError(f"number out of range: {str(v)[:20]}", col) from None
+                if isinstance(v, str) and len(v) > MAX_CHARS:
+                    raise RuleExprError("string constant too long", col)
                 return lambda f, v=v: v
             raise RuleExprError(f"constant {v!r} is not allowed", col)
         if isinstance(node, (ast.Name, ast.Attribute)):
@@ -163,10 +180,15 @@ def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
             op = _BIN.get(type(node.op))
             if op is None:
                 raise RuleExprError(f"operator {type(node.op).__name__} not allowed", col)
+            for side in (node.left, node.right):
+                kind = vocabulary.get(_dotted(side) or "", "num")
+                if (isinstance(side, ast.Constant) and isinstance(side.value, str)) or isinstance(
+                        side, (ast.Tuple, ast.List)) or kind not in ("num", "bool"):
+                    raise RuleExprError("arithmetic is on numbers only (not on strings or lists)", col)
             left, right = build(node.left, depth + 1), build(node.right, depth + 1)
             if isinstance(node.op, ast.Pow):
                 def power(f, left=left, right=right):
-                    b, e = left(f), right(f)
+                    b, e = _operand(left(f)), _operand(right(f))
                     if isinstance(e, (int, float)) and abs(e) > MAX_EXPONENT:
                         raise ArithmeticError("exponent too large")
                     if isinstance(b, (int, float)) and abs(b) > 1e12:
@@ -180,7 +202,7 @@ def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
                     if isinstance(e, (int, float)) and abs(e) > MAX_EXPONENT:
                         raise RuleExprError(f"exponent larger than {MAX_EXPONENT}", col)
                 return power
-            return lambda f, op=op, left=left, right=right: _num(op(left(f), right(f)))
+            return lambda f, op=op, left=left, right=right: _num(op(_operand(left(f)), _operand(right(f))))
         if isinstance(node, ast.Compare):
             left = build(node.left, depth + 1)
             ops = [_CMP.get(type(o)) for o in node.ops]

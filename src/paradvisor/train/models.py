@@ -24,25 +24,77 @@ HF_CLASSES = {"bert": "BertForSequenceClassification", "albert": "AlbertForSeque
               "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 
 
+def _check_override(key: str, value, base, where: str) -> None:
+    """An override keeps the type of the value it replaces (a count stays a non-negative integer, a rate a
+    finite number, a name a string); a new key takes a scalar."""
+    import math
+
+    def fail(expected: str):
+        raise InputError(f"expected {expected}, got {value!r}", where=f"{where}.{key}")
+
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if isinstance(base, bool):
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif is_int(base) or (base is None and is_int(value)):
+        if not is_int(value) or value < 0:
+            fail("a non-negative integer")
+    elif isinstance(base, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            fail("a finite number")
+    elif isinstance(base, str):
+        if not isinstance(value, str):
+            fail("a string")
+    elif isinstance(base, list):
+        kinds = {type(x) for x in base}
+        if not isinstance(value, list) or not value or any(type(x) not in kinds for x in value) or any(
+                is_int(x) and x < 1 for x in value):
+            fail(f"a non-empty list like {base[:4]!r}")
+    elif base is None and value is None:
+        pass
+    elif not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
+        fail("a number, string or boolean")
+
+
 def resolved_config(preset) -> tuple[str, dict]:
-    """(family, config dict) of the preset's model with overrides applied."""
-    from paradvisor.model.load import _builtins, builtin_config
+    """(family, config dict) of the preset's model with overrides applied (each override checked)."""
+    from paradvisor.model.load import _builtins, builtin_config, shape_from_config
 
     name = preset.workload.model
     over = dict(preset.train.model_overrides)
+    where = f"{preset.path or 'preset'}: train.model_overrides"
     if name == "vgg16":
         spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", "vgg16.toml").read_text())
+        for k, v in over.items():
+            _check_override(k, v, spec.get(k), where)
         spec.update(over)
         return "vgg", spec
     if name in _builtins():
-        cfg = {**builtin_config(name), **over}
-        family = "mingpt" if name == "gpt-mini" else cfg["model_type"]
-        return family, cfg
-    from paradvisor.model.hf import read_config
+        base = builtin_config(name)
+        family = "mingpt" if name == "gpt-mini" else base["model_type"]
+    else:
+        from paradvisor.model.hf import read_config
 
-    _, cfg = read_config(Path(name))
-    cfg = {**cfg, **over}
-    return cfg["model_type"], cfg
+        if not (Path(name).exists() or "/" in name or name.endswith(".json")):
+            from paradvisor.model.load import load_profile
+
+            try:
+                load_profile(name)  # not a built-in and not a path: its "unknown model ..., did you mean" error
+            except InputError as exc:
+                raise InputError(str(exc), where=f"{preset.path or 'preset'}: workload.model") from None
+        _, base = read_config(Path(name))
+        family = base["model_type"]
+    for k, v in over.items():
+        if k == "model_type" and v != base.get("model_type"):
+            raise InputError("cannot change the model type; pick another model", where=f"{where}.model_type")
+        _check_override(k, v, base.get(k), where)
+    cfg = {**base, **over}
+    shape = shape_from_config(cfg, where=where)
+    if shape and family in ("bert", "albert", "gpt2", "mingpt") and shape.hidden % shape.heads:
+        raise InputError(f"hidden size {shape.hidden} is not a multiple of {shape.heads} attention heads", where=where)
+    return family, cfg
 
 
 def profile_of(preset):

@@ -1,0 +1,521 @@
+"""The front door under fuzz: thousands of generated and mutated inputs through the real parsers and the
+real command line (in-process `paradvisor.cli.main`, with PARADVISOR_DEBUG=1 so that a bug surfaces as its
+exception instead of the one-line safety net). Every input must end in a clean result (exit 0 or 1) or the
+clear exit-2 error: one line on stderr, no traceback.
+
+Inputs: cluster files, presets, rule files (structure-aware mutations of the shipped files, and raw text
+mutations), rule expressions (random and hostile: attribute access, dunder names, huge exponents and
+strings, deep nesting), Hugging Face config.json files, ssh host strings (option injection), and CLI
+argument lists drawn from the real parser's options. The number of examples is set per test below (CI
+replays the same derandomized inputs; HYPOTHESIS_PROFILE=explore draws ten times as many fresh ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import math
+import os
+import re
+import string
+import tempfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+from hypothesis import assume, event, given, settings
+from hypothesis import strategies as st
+
+from paradvisor.cli import build_parser, main
+from paradvisor.errors import InputError
+from paradvisor.hardware.remote import parse_host, ssh_argv
+from paradvisor.model.load import builtin_config
+from paradvisor.rules.expr import MAX_CHARS, RuleExprError, compile_expr
+from paradvisor.rules.vocabulary import TYPES
+from tests.conftest import EXAMPLES, FUZZ_SCALE, REPO
+
+SCRATCH = Path(tempfile.mkdtemp(prefix="paradvisor-fuzz-"))
+CLUSTERS = {p.name: p.read_text() for p in sorted(EXAMPLES.glob("*.toml"))}
+PRESETS = {p.name: p.read_text() for p in sorted((REPO / "presets").glob("*.toml"))}
+RULE_FILES = {p.name: p.read_text() for p in sorted((REPO / "rules").glob("*.toml"))}
+
+
+def n(examples: int) -> int:
+    return examples * FUZZ_SCALE
+
+
+# ---- running the front door ------------------------------------------------------------------------------------
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    """`paradvisor ARGV` in this process: (exit code, stdout, stderr). Unexpected exceptions propagate."""
+    out, err = io.StringIO(), io.StringIO()
+    old = os.environ.get("PARADVISOR_DEBUG")
+    os.environ["PARADVISOR_DEBUG"] = "1"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:  # argparse's --help / usage errors
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        if old is None:
+            os.environ.pop("PARADVISOR_DEBUG", None)
+        else:
+            os.environ["PARADVISOR_DEBUG"] = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_clean(result: tuple[int, str, str]) -> int:
+    code, _, err = result
+    event(f"exit {code}")  # `pytest --hypothesis-show-statistics` shows how the inputs ended
+    assert code in (0, 1, 2), (code, err)
+    assert "Traceback" not in err, err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("paradvisor"), err
+        event("exit 2 from argparse" if "--help`)" in err else "exit 2 from paradvisor's checks")
+    return code
+
+
+def write(name: str, text: str | bytes) -> Path:
+    p = SCRATCH / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text, encoding="utf-8", errors="surrogatepass")
+    return p
+
+
+# ---- generators -------------------------------------------------------------------------------------------------
+
+TRICKY_STRINGS = ["", " ", "0", "-1", "1e309", "nan", "inf", "A100", "H100 80GB", "RTX 3090", "TITAN RTX", "nvlink",
+                  "pcie", "ib", "ethernet", "wan", "10 GB/s", "-5 GB/s", "0 GB/s", "1 ms", "-1 ms", "1e400 Gbit/s",
+                  "ddp", "zero3", "fsdp", "gpipe", "1f1b", "bf16", "fp8", "cpu", "cuda", "gpt2", "bert-base-uncased",
+                  "../../etc/passwd", "/dev/zero", "-oProxyCommand=touch /tmp/pwned", "a@b:99999", "localhost:0",
+                  "\x00", "\u202e", "💥", "x" * 300, "{plan.tp}", "__import__('os')", "1;rm -rf /"]
+
+SCALARS = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.sampled_from([0, 1, -1, 2, 3, 7, 1024, 10**9, 2**31, 10**15]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 1e-300, 1e300, 0.5, 1.5]),
+    st.text(max_size=16),
+    st.sampled_from(TRICKY_STRINGS),
+)
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3), max_leaves=6)
+
+
+def mutate(draw, doc) -> None:
+    """Walk into the document and replace, delete or add one value."""
+    node = doc
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            if isinstance(node, dict):
+                node[draw(st.text(min_size=1, max_size=8))] = draw(VALUES)
+            else:
+                node.append(draw(VALUES))
+            return
+        k = draw(st.sampled_from(keys))
+        child = node[k]
+        if isinstance(child, (dict, list)) and child and draw(st.booleans()):
+            node = child
+            continue
+        action = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        if action == "replace":
+            node[k] = draw(VALUES)
+        elif action == "delete":
+            del node[k]
+        elif isinstance(node, dict):
+            node[draw(st.sampled_from([*map(str, keys), "x", "extra"]))] = draw(VALUES)
+        else:
+            node.append(draw(VALUES))
+        return
+
+
+@st.composite
+def mutated_toml(draw, texts: dict[str, str]) -> tuple[str, str]:
+    """(source file name, TOML text): a shipped file with one to three structural mutations."""
+    name = draw(st.sampled_from(sorted(texts)))
+    doc = copy.deepcopy(tomllib.loads(texts[name]))
+    for _ in range(draw(st.integers(1, 3))):
+        mutate(draw, doc)
+    try:
+        return name, tomli_w.dumps(doc)
+    except (TypeError, ValueError):
+        assume(False)
+
+
+SYNTAX = st.sampled_from(list("[]{}=\"'#,.\n \t") + ["[[", "]]", '"""', "=\n", "\\u", "\\", "1e", "-", "inf", "0x"])
+
+
+@st.composite
+def mutated_text(draw, texts: dict[str, str]) -> tuple[str, str]:
+    """(source file name, text): a shipped file with one to four character-level edits."""
+    name = draw(st.sampled_from(sorted(texts)))
+    t = texts[name]
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(t)))
+        op = draw(st.sampled_from(["delete", "insert", "insert", "dupline", "truncate", "swap"]))
+        if op == "delete":
+            t = t[:i] + t[i + draw(st.integers(1, 20)):]
+        elif op == "insert":
+            t = t[:i] + draw(st.one_of(SYNTAX, st.text(max_size=6))) + t[i:]
+        elif op == "dupline":
+            lines = t.splitlines(keepends=True)
+            j = draw(st.integers(0, max(0, len(lines) - 1)))
+            t = "".join(lines[: j + 1] + lines[j:])
+        elif op == "truncate":
+            t = t[:i]
+        else:
+            lines = t.splitlines(keepends=True)
+            if len(lines) > 1:
+                a, b = draw(st.integers(0, len(lines) - 1)), draw(st.integers(0, len(lines) - 1))
+                lines[a], lines[b] = lines[b], lines[a]
+                t = "".join(lines)
+    return name, t
+
+
+def any_mutation(texts):
+    return st.one_of(mutated_toml(texts), mutated_text(texts))
+
+
+# ---- cluster files -----------------------------------------------------------------------------------------------
+
+@settings(max_examples=n(500))
+@given(any_mutation(CLUSTERS))
+def test_cluster_files_fuzzed(case):
+    _, text = case
+    path = write("cluster.toml", text)
+    code = assert_clean(cli("detect", "--cluster", str(path), "--no-local", "--json"))
+    if code == 0:  # a cluster the parser accepts must also plan cleanly
+        assert_clean(cli("recommend", "--cluster", str(path), "--model", "gpt2", "--json"))
+        assert_clean(cli("hetero", "--cluster", str(path), "--json"))
+
+
+# ---- presets ---------------------------------------------------------------------------------------------------
+
+@settings(max_examples=n(500))
+@given(any_mutation(PRESETS))
+def test_presets_fuzzed(case):
+    _, text = case
+    path = write("preset.toml", text)
+    assert_clean(cli("launch", "--preset", str(path), "--dry-run", "--runs-dir", str(SCRATCH / "runs")))
+    assert not (SCRATCH / "runs").exists()  # a dry run starts nothing and writes no run directory
+
+
+# ---- rule files ------------------------------------------------------------------------------------------------
+
+@settings(max_examples=n(300))
+@given(any_mutation(RULE_FILES))
+def test_rule_files_fuzzed(case):
+    name, text = case
+    d = SCRATCH / "rules"
+    d.mkdir(exist_ok=True)
+    for old in d.glob("*.toml"):
+        old.unlink()
+    (d / name).write_text(text, encoding="utf-8", errors="surrogatepass")
+    code = assert_clean(cli("rules", "check", str(d)))
+    result = assert_clean(cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--rules", str(d),
+                              "--json"))
+    if code == 2:  # a broken rule file stops the recommendation with the same kind of error
+        assert result == 2
+
+
+# ---- rule expressions ----------------------------------------------------------------------------------------------
+
+FACTS = {k: (3 if t == "num" else (True if t == "bool" else "ddp")) for k, t in TYPES.items()}
+HOSTILE_ATOMS = ["plan.tp", "plan.dp", "model.params", "1", "0", "-1", "2.5", "1e308", "10**64", "9" * 320,
+                 "'x'", "'%999999999d'", "true", "none", "__import__", "().__class__", "plan.__class__",
+                 "plan.tp.real", "plan.tp.__class__.__mro__", "open('/etc/passwd')", "exec('1')", "eval('1')",
+                 "getattr(plan, 'tp')", "lambda: 1", "[x for x in (1, 2)]", "{1: 2}", "{1}", "plan['tp']",
+                 "f'{plan}'", "b'x'", "...", "(1,) * 99", "'a' * 10**9", "'%s' % plan.tp", "globals()",
+                 "__builtins__", "_", "math.pi", "log2(0)", "sqrt(-1)", "round(1.5, 10**200)", "clamp(1, 2)",
+                 "max(1, 2, 3, 4, 5, 6, 7, 8, 9)", "min()"]
+OPS = ["+", "-", "*", "/", "//", "%", "**", "==", "!=", "<", ">=", "and", "or", "in", "not in", "is", "&", "<<",
+       "@", ":="]
+
+
+@st.composite
+def hostile_expr(draw, depth: int = 0) -> str:
+    if depth > 3 or draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(HOSTILE_ATOMS))
+    shape = draw(st.integers(0, 6))
+    a = draw(hostile_expr(depth + 1))
+    if shape == 0:
+        return f"{a} {draw(st.sampled_from(OPS))} {draw(hostile_expr(depth + 1))}"
+    if shape == 1:
+        return f"({a})"
+    if shape == 2:
+        return f"not {a}"
+    if shape == 3:
+        return f"{draw(st.sampled_from(['min', 'max', 'abs', 'log2', 'ceil', 'round', 'print', 'len']))}({a})"
+    if shape == 4:
+        return f"{a} if {draw(hostile_expr(depth + 1))} else {draw(hostile_expr(depth + 1))}"
+    if shape == 5:
+        return f"-{a}"
+    return f"({a}) ** ({draw(hostile_expr(depth + 1))})"
+
+
+def check_expression(text: str) -> None:
+    try:
+        c = compile_expr(text, TYPES)
+    except RuleExprError:
+        return
+    assert "__" not in text  # dunder names never compile
+    try:
+        value = c(FACTS)
+    except (ArithmeticError, TypeError, ValueError):
+        return  # a condition that cannot be evaluated does not fire (rules/engine.py)
+    if isinstance(value, (str, tuple)):
+        assert len(value) <= MAX_CHARS * 4  # evaluation never builds a large object
+    if isinstance(value, float):
+        assert not math.isnan(value)
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=n(1500))
+@given(hostile_expr())
+def test_hostile_rule_expressions(text):
+    check_expression(text)
+
+
+@settings(max_examples=n(600))
+@given(st.text(alphabet=st.sampled_from(list("plan.tp model.params()[]{}+-*/%<>=!&|^~ 0123456789'\"_,:;@#\\")),
+               max_size=120))
+def test_random_rule_expressions(text):
+    check_expression(text)
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("plan.__class__", "'__'"),
+    ("().__class__.__bases__[0].__subclasses__()", "'__'"),
+    ("plan.tp.real", "unknown fact 'plan.tp.real'"),
+    ("getattr(plan, 'tp')", "call of 'getattr'"),
+    ("open('/etc/passwd')", "call of 'open'"),
+    ("plan['tp']", "Subscript is not allowed"),
+    ("lambda: 1", "Lambda is not allowed"),
+    ("[x for x in (1, 2)]", "ListComp is not allowed"),
+    ("2 ** 10**6", "exponent"),
+    ("9 ** 999", "exponent larger than 64"),
+    ("'a' * 10**9", "cannot be evaluated"),
+    ("'%999999999d' % 1", "cannot be evaluated"),
+    ("(1,) * 10**9", "cannot be evaluated"),
+    ("(" * 400 + "1" + ")" * 400, "syntax error"),
+    ("[" * 100 + "1" + "]" * 100, "nested"),
+    ("-" * 500 + "1", "too large"),
+    ("-" * 100 + "1", "nested"),
+    ("not " * 300 + "true", ""),
+    ("1" + "+1" * 400, "too large"),
+    ("plan.tp == " + "1" * 2000, "longer than"),
+    ("1e309 > 0", "number out of range"),
+    ("9" * 320 + " > plan.tp", "number out of range"),
+], ids=lambda v: v[:40] if isinstance(v, str) else None)
+def test_hostile_expressions_are_rejected_at_load_time(text, fragment):
+    with pytest.raises(RuleExprError) as exc:
+        compile_expr(text, TYPES)
+    assert fragment in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ["plan.sharding * plan.tp * 10**9", "plan.sharding % plan.tp",
+                                  "(plan.tp,) * 10**9 == plan.tp", "'%999999d' % plan.tp"])
+def test_string_and_sequence_arithmetic_is_refused_at_load_time(text):
+    with pytest.raises(RuleExprError, match="arithmetic is on numbers only"):
+        compile_expr(text, TYPES)
+
+
+def test_evaluation_refuses_to_build_large_objects_even_if_a_fact_is_not_what_its_type_says():
+    c = compile_expr("plan.tp * 10**9 == plan.dp", {"plan.tp": "num", "plan.dp": "num"})
+    with pytest.raises(TypeError, match="arithmetic needs numbers"):
+        c({"plan.tp": "x", "plan.dp": 1})
+
+
+# ---- Hugging Face config.json -----------------------------------------------------------------------------------------
+
+SMALL_CONFIGS = {}
+for _name in ("gpt2", "bert-base-uncased", "llama-150m"):
+    _cfg = dict(builtin_config(_name))
+    for _k in ("n_layer", "num_hidden_layers"):
+        if _k in _cfg:
+            _cfg[_k] = 2
+    SMALL_CONFIGS[_name] = _cfg
+CONFIG_KEYS = sorted({k for c in SMALL_CONFIGS.values() for k in c} | {"architectures", "torch_dtype", "num_layers"})
+
+
+@st.composite
+def mutated_config(draw) -> str:
+    cfg = copy.deepcopy(SMALL_CONFIGS[draw(st.sampled_from(sorted(SMALL_CONFIGS)))])
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(CONFIG_KEYS))
+        action = draw(st.sampled_from(["replace", "replace", "delete"]))
+        if action == "delete":
+            cfg.pop(key, None)
+        else:
+            cfg[key] = draw(st.one_of(st.none(), SCALARS, st.sampled_from([0, -1, 10**7, 2**40, 3, 5]),
+                                      st.lists(SCALARS, max_size=2)))
+    text = json.dumps(cfg, allow_nan=True)
+    if draw(st.integers(0, 4)) == 0:  # sometimes break the JSON itself
+        i = draw(st.integers(0, len(text)))
+        text = text[:i] + draw(st.sampled_from(["", "{", "}", ",", '"', "\x00", "NaN"])) + text[i + 1:]
+    return text
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=n(150))
+@given(mutated_config())
+def test_hf_configs_fuzzed(text):
+    d = SCRATCH / "hf"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(text)
+    code = assert_clean(cli("model", str(d), "--json"))
+    if code == 0:
+        assert_clean(cli("recommend", "--model", str(d), "--gpus", "2", "--gpu-type", "A100", "--json"))
+
+
+# ---- ssh host strings --------------------------------------------------------------------------------------------------
+
+HOST_ALPHABET = string.ascii_letters + string.digits + "-_.@:[]=/ \t\n;$`'\"\\|&<>()*?!~%"
+HOSTILE_HOSTS = ["-oProxyCommand=touch /tmp/pwned", "-oProxyCommand=sh", "--", "-p", "-F/etc/passwd",
+                 "host -oProxyCommand=x", "user@-oProxyCommand=x", "host\n-oProxyCommand=x", "host;id", "$(id)",
+                 "`id`", "host:99999", "host:0", "@host", "user@", "[::1]:22", "a" * 300, "host\n", "host\x00",
+                 "localhost", "user@host:22"]
+
+
+@settings(max_examples=n(2000))
+@given(st.one_of(st.sampled_from(HOSTILE_HOSTS), st.text(alphabet=HOST_ALPHABET, max_size=40), st.text(max_size=20)))
+def test_host_strings_never_reach_ssh_as_options(text):
+    try:
+        user, host, port = parse_host(text)
+    except InputError as exc:
+        assert "invalid host" in str(exc)
+        return
+    assert not host.startswith("-") and not any(c.isspace() or c in ";$`'\"\\|&<>()=/" for c in host)
+    assert user is None or (not user.startswith("-") and re.fullmatch(r"[A-Za-z0-9._-]+", user))
+    argv = ssh_argv(text, timeout=5)
+    assert argv[argv.index("--") + 1] == host  # the host comes after "--": never read as an option
+    options = argv[1:argv.index("--")]
+    assert all(a in ("-o", "-F", "-p", "-l") for a in options[0::2])  # only paradvisor's own options
+    assert port is None or 1 <= port <= 65535
+
+
+def test_hostile_hosts_are_refused_by_the_command_line():
+    for host in ("-oProxyCommand=touch /tmp/pwned", "user@-oProxyCommand=x", "host;id"):
+        code, _, err = cli("detect", f"--host={host}", "--no-local", "--json")
+        assert code == 2 and "invalid host" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- command-line arguments ------------------------------------------------------------------------------------------
+
+# Commands that would start something long-lived (the TUI, benchmarks, batch probes, ssh) are left out; launch
+# always runs with --dry-run.
+SKIP_COMMANDS = {"tui", "calibrate", "probe-batch"}
+SKIP_OPTIONS = {"--host", "--hosts", "--ssh-config"}
+
+
+def _parser_options() -> dict[tuple[str, ...], list[str]]:
+    import argparse
+
+    def subparsers(p):
+        return [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+
+    out = {}
+
+    def walk(p, path):
+        subs = subparsers(p)
+        if subs:
+            for name, sp in subs[0].choices.items():
+                walk(sp, (*path, name))
+            return
+        out[path] = [o for a in p._actions for o in a.option_strings if o not in ("-h", "--help")]
+
+    walk(build_parser(), ())
+    return {k: [o for o in v if o not in SKIP_OPTIONS] for k, v in out.items() if k[0] not in SKIP_COMMANDS}
+
+
+OPTIONS = _parser_options()
+ARG_VALUES = ["gpt2", "bert-base-uncased", "llama-2-70b", "vgg16", "no-such-model", "A100", "H100", "RTX 3090",
+              "TITAN RTX", "A30", "nvlink", "pcie", "ib", "wan", "0", "1", "2", "8", "-1", "3.5", "1e309", "nan",
+              "inf", "", "--", "-", "bf16", "fp16", "fp32", "fp8", "flash", "ddp", "zero3", "10 GB/s", "1x", "💥",
+              str(EXAMPLES / "paper000-two-servers.toml"), str(EXAMPLES / "paper003-geo-four-nodes.toml"),
+              str(REPO / "presets" / "tiny-cpu-smoke.toml"), str(REPO / "rules"), str(REPO / "tests" / "data" / "bad"),
+              str(REPO / "README.md"), "/dev/null", "/nonexistent/file.toml", "kubeflow", "slurm", "hostfile"]
+
+
+@st.composite
+def argv_lists(draw) -> list[str]:
+    path = draw(st.sampled_from(sorted(OPTIONS)))
+    opts = OPTIONS[path]
+    argv = list(path)
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 4))
+        if kind <= 2 and opts:
+            argv.append(draw(st.sampled_from(opts)))
+            if draw(st.booleans()):
+                argv.append(draw(st.one_of(st.sampled_from(ARG_VALUES), st.text(max_size=8))))
+        elif kind == 3:
+            argv.append(draw(st.sampled_from(ARG_VALUES)))
+        else:
+            argv.append(draw(st.text(max_size=8)))
+    if path[0] == "launch":
+        argv.append("--dry-run")
+    if path[0] == "monitor":
+        argv.append("--once")
+    return argv
+
+
+C000, C003 = str(EXAMPLES / "paper000-two-servers.toml"), str(EXAMPLES / "paper003-geo-four-nodes.toml")
+GOOD_COMMANDS = [
+    ["model", "gpt2", "--json"], ["model", "vgg16", "--all-layers"], ["models", "--json"], ["gpus", "--json"],
+    ["recommend", "--model", "bert-base-uncased", "--cluster", C000, "--json"],
+    ["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--link", "nvlink", "--seq-len", "512",
+     "--global-batch", "64", "--precision", "bf16", "--top", "3", "--json"],
+    ["recommend", "--model", "llama-2-70b", "--gpus", "16", "--gpu-type", "H100", "--show-infeasible", "--json"],
+    ["explain", "--model", "gpt2", "--cluster", C000, "--top", "2", "--json"],
+    ["hetero", "--cluster", C003, "--base-batch", "8", "--base-local-steps", "10", "--json"],
+    ["sharding", "--model", "vgg16", "--workers", "4", "--workers-per-server", "2", "--link", "ethernet", "--json"],
+    ["detect", "--cluster", C000, "--no-local", "--json"],
+    ["launch", "--preset", str(REPO / "presets" / "tiny-cpu-smoke.toml"), "--steps", "3", "--dry-run"],
+    ["launch", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--dry-run"],
+    ["rules", "list", "--json"], ["rules", "facts"], ["rules", "check"],
+    ["runs", "--runs-dir", "runs", "--json"],
+]
+
+
+@st.composite
+def mutated_argv(draw) -> list[str]:
+    """A working command line with one or two values replaced or options added (argparse accepts most of
+    them, so the inputs reach paradvisor's own checks and planners)."""
+    argv = list(draw(st.sampled_from(GOOD_COMMANDS)))
+    skip = 2 if argv[0] == "rules" else 1
+    opts = OPTIONS.get(tuple(argv[:skip]), [])
+    value = st.one_of(st.sampled_from(ARG_VALUES), st.sampled_from(ARG_VALUES), st.text(max_size=8),
+                      st.integers(-10, 10**6).map(str), st.floats().map(str))
+    for _ in range(draw(st.integers(1, 2))):
+        values = [i for i in range(skip, len(argv)) if not argv[i].startswith("--")]
+        if values and draw(st.booleans()):
+            argv[draw(st.sampled_from(values))] = draw(value)
+        elif opts:
+            argv += [draw(st.sampled_from(opts)), draw(value)]
+    if argv[0] == "launch" and "--dry-run" not in argv:
+        argv.append("--dry-run")
+    return argv
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=n(600))
+@given(st.one_of(argv_lists(), mutated_argv(), mutated_argv(), mutated_argv()))
+def test_command_line_fuzzed(argv):
+    cwd = os.getcwd()
+    work = SCRATCH / "cwd"
+    work.mkdir(exist_ok=True)
+    os.chdir(work)  # anything a command saves (--save, --export, --out) lands in scratch space
+    try:
+        assert_clean(cli(*argv))
+    finally:
+        os.chdir(cwd)
