@@ -105,7 +105,7 @@ def test_hf_config_folder_on_meta_device(tmp_path, cli):
     (None, "folder has no config.json"),
     ("{ not json", "invalid JSON"),
     ('{"hidden_size": 8}', "missing 'model_type'"),
-    ('{"model_type": "no-such-arch"}', "transformers cannot read this config"),
+    ('{"model_type": "no-such-arch"}', "model_type 'no-such-arch' is not one transformers"),
     ('[1, 2]', "expected a JSON object"),
 ])
 def test_bad_hf_configs(tmp_path, cli, content, fragment):

@@ -75,7 +75,7 @@ HELP = """# paradvisor — help
 | t | switch dark / light theme |
 | ctrl+p | command palette |
 | ? | this help |
-| q | quit |
+| q | quit (a run started here is stopped first: status `cancelled`) |
 
 **Hardware:** this machine through NVML and psutil; load a cluster file (TOML) or add an ssh host.
 **Plans:** every change of model, sequence length, batch or precision re-ranks at once; memory bars show
