@@ -84,20 +84,20 @@ def test_killing_a_rank_fails_the_run_with_its_reason(tmp_path):
 
 
 def test_a_hung_rank_is_found_stopped_and_its_stack_recorded(tmp_path):
-    p = variant(tmp_path, "hang", train={"steps": 1000, "log_every": 1, "hang_timeout_s": 3.0})
+    p = variant(tmp_path, "hang", train={"steps": 1000, "log_every": 1, "hang_timeout_s": 5.0})
     t0 = time.monotonic()
     proc, run_dir = launch(p, tmp_path / "runs", env=drill("hang"), timeout=180)
     assert proc.returncode == 1, proc.stderr[-2000:]
     s = status_of(run_dir)
     assert s["status"] == "failed" and s["hung"] is True
     assert s["failed_rank"] == 1 and s["hang_suspects"] == [1]
-    assert "no progress for 3 s (hung): rank 1 stopped making progress" in s["reason"]
+    assert "no progress for 5 s (hung): rank 1 stopped making progress" in s["reason"]
     assert s["last_steps"] == {"0": 2, "1": 2}
     # where each rank was stuck: rank 1 in the drill's sleep, rank 0 inside torch waiting for it
     assert "faults.py" in s["stacks"]["1"][0]
     assert f"{os.sep}torch{os.sep}" in s["stacks"]["0"][0]
     assert s["last_log_lines"] == s["stacks"]["1"]
-    assert "no progress for 3 s (hung)" in proc.stderr
+    assert "no progress for 5 s (hung)" in proc.stderr
     assert not wait_gone(run_dir)
     assert time.monotonic() - t0 < 150  # stopped by the timeout, not by the test's
 
