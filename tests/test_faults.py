@@ -248,3 +248,30 @@ def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
             (0, 1), (0, 6), (1, 1), (1, 6)]
         assert (d.stat().st_mode & 0o777) == 0o700
     assert not leftover(dirs[0]) and not leftover(dirs[1])
+
+
+def test_the_main_thread_is_found_wherever_the_stack_signal_landed():
+    """faulthandler marks the thread the signal interrupted as 'Current thread'; that need not be the main
+    thread, so the hang diagnosis finds the main thread by its outermost frame."""
+    from paradvisor.launch.runner import _main_thread_frames, hang_suspects
+
+    dump = [
+        "Thread 0x00007f01 (most recent call first):",
+        '  File "/usr/lib/python3.11/threading.py", line 324 in wait',
+        "",
+        "Current thread 0x00007f02 (most recent call first):",
+        '  File "/site-packages/torch/distributed/elastic/timer.py", line 3 in loop',
+        "",
+        "Thread 0x00007f03 (most recent call first):",
+        '  File "/src/paradvisor/train/faults.py", line 53 in at',
+        '  File "/src/paradvisor/train/loop.py", line 58 in train_sync',
+        '  File "<frozen runpy>", line 198 in _run_module_as_main',
+    ]
+    assert _main_thread_frames(dump)[0].startswith('File "/src/paradvisor/train/faults.py"')
+    waiting = ["Current thread 0x1 (most recent call first):",
+               f'  File "/site-packages{os.sep}torch{os.sep}autograd/graph.py", line 9 in _engine_run_backward',
+               '  File "/src/paradvisor/train/loop.py", line 72 in train_sync',
+               '  File "/src/paradvisor/train/__main__.py", line 62 in <module>']
+    assert hang_suspects({0: waiting, 1: dump}) == [1]
+    assert hang_suspects({0: waiting, 1: None}) == [1]  # a rank that does not answer is the suspect
+    assert hang_suspects({0: waiting, 1: waiting}) == []

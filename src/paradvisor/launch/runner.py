@@ -254,18 +254,20 @@ def dump_stacks(run_dir: Path, world: int) -> dict[int, list[str] | None]:
 
 
 def _main_thread_frames(lines: list[str]) -> list[str]:
-    """The frames of the thread faulthandler names 'Current thread' (the one the signal interrupted, the
-    main thread), innermost first."""
-    out, inside = [], False
+    """The main thread's frames, innermost first, from a faulthandler dump of every thread. The signal may
+    land on any thread, so the main thread is found by its outermost frame (`<module>`), not by the
+    'Current thread' label."""
+    blocks: list[tuple[bool, list[str]]] = []
     for ln in lines:
-        if ln.startswith("Current thread"):
-            inside = True
-            continue
-        if inside:
-            if not ln.startswith("  File"):
-                break
-            out.append(ln.strip())
-    return out
+        if ln.startswith(("Thread 0x", "Current thread 0x")):
+            blocks.append((ln.startswith("Current"), []))
+        elif blocks and ln.startswith("  File"):
+            blocks[-1][1].append(ln.strip())
+    for _, frames in blocks:
+        if frames and frames[-1].endswith("in <module>") or any("_run_module_as_main" in f for f in frames):
+            return frames
+    current = [frames for is_current, frames in blocks if is_current]
+    return current[0] if current else (blocks[0][1] if blocks else [])
 
 
 def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
