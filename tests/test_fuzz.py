@@ -279,7 +279,7 @@ def check_expression(text: str) -> None:
         assert not math.isnan(value)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300 * FUZZ_SCALE)
 @settings(max_examples=n(1500))
 @given(hostile_expr())
 def test_hostile_rule_expressions(text):
@@ -366,7 +366,7 @@ def mutated_config(draw) -> str:
     return text
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600 * FUZZ_SCALE)
 @settings(max_examples=n(150))
 @given(mutated_config())
 def test_hf_configs_fuzzed(text):
@@ -507,7 +507,7 @@ def mutated_argv(draw) -> list[str]:
     return argv
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600 * FUZZ_SCALE)
 @settings(max_examples=n(600))
 @given(st.one_of(argv_lists(), mutated_argv(), mutated_argv(), mutated_argv()))
 def test_command_line_fuzzed(argv):

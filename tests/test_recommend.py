@@ -193,3 +193,18 @@ def test_every_returned_plan_fits(model, gpu, count, per_gpu, seq):
         assert e.plan.micro_batch * e.plan.grad_accum * e.plan.dp == per_gpu * count or e.plan.split_by_speed
     if not r.plans:
         assert r.nearest_fix is not None
+
+
+def test_a_node_without_gpus_is_left_out_of_the_plans(tmp_path):
+    """Found by the fuzz suite: `gpus = []` on one node of a cluster file crashed the planner."""
+    import re
+
+    text = (EXAMPLES / "paper003-geo-four-nodes.toml").read_text()
+    head, first, *rest = text.split("[[node]]")
+    first = re.sub(r"gpus = \[.*?\]\n", "gpus = []\n", first, count=1, flags=re.S)
+    p = tmp_path / "cpu-node.toml"
+    p.write_text("[[node]]".join([head, first, *rest]))
+    cluster = load_cluster(p)
+    rec = recommend(load_profile("gpt2"), cluster, Workload(model="gpt2", seq_len=128, global_batch=32))
+    assert rec.plans and all(e.plan.world_size <= cluster.gpu_count for e in rec.plans)
+    assert any("no GPU: node-1" in w for w in rec.warnings)

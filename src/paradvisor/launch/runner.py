@@ -215,7 +215,8 @@ HANG_DUMP_WAIT_S = 3.0
 
 def dump_stacks(run_dir: Path, world: int) -> dict[int, list[str] | None]:
     """Ask every rank for its Python stacks (SIGUSR1 -> faulthandler, written to rank-N.stderr.log) before a
-    hung run is stopped. Returns {rank: stack lines, or None when the rank did not answer}."""
+    hung run is stopped. Returns {rank: stack lines, or None when the rank did not answer} for the ranks
+    running here (another node's ranks are that node's launcher's to ask)."""
     import psutil
 
     sizes, asked = {}, []
@@ -229,7 +230,7 @@ def dump_stacks(run_dir: Path, world: int) -> dict[int, list[str] | None]:
                 asked.append(r)
         except (OSError, ValueError, psutil.Error):
             continue
-    stacks: dict[int, list[str] | None] = {r: None for r in range(world)}
+    stacks: dict[int, list[str] | None] = {r: None for r in asked}
     deadline = time.monotonic() + HANG_DUMP_WAIT_S
     while time.monotonic() < deadline:
         for r in asked:
@@ -285,8 +286,7 @@ def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
     return out
 
 
-def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int) -> dict:
-    world = len(stacks)
+def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int) -> dict:
     d = diagnose(run_dir, world, rc)
     suspects = hang_suspects(stacks)
     last = {}
@@ -311,7 +311,7 @@ def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float,
     return {**d, "failed_rank": failed, "exit_code": None, "reason": reason, "hung": True,
             "hang_suspects": suspects, "last_steps": {str(r): last.get(r, 0) for r in range(world)},
             "last_log_lines": lines,
-            "stacks": {str(r): _main_thread_frames(v) if v else None for r, v in stacks.items()}}
+            "stacks": {str(r): _main_thread_frames(v) if v else None for r, v in sorted(stacks.items())}}
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -404,7 +404,8 @@ class Launch:
         if self.cancel_requested:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
         elif hung is not None:
-            doc = self.status(status="failed", **hang_report(self.run_dir, hung, hang, rc), **common)
+            report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size)
+            doc = self.status(status="failed", **report, **common)
         elif rc == 0:
             doc = self.status(status="finished", **common)
         else:

@@ -57,6 +57,17 @@ def choose_precision(cluster: Cluster, requested: str) -> str:
     return requested
 
 
+def without_gpuless_nodes(cluster: Cluster) -> tuple[Cluster, list[str]]:
+    """A node with no GPU (a CPU-only machine in a cluster file) takes no part in a plan."""
+    from dataclasses import replace
+
+    gpuless = [n.name for n in cluster.online_nodes if not n.gpus]
+    if not gpuless or len(gpuless) == len(cluster.nodes):
+        return cluster, []
+    return (replace(cluster, nodes=tuple(n for n in cluster.nodes if n.gpus or not n.online)),
+            [f"planning without node(s) that have no GPU: {', '.join(gpuless)}"])
+
+
 def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]:
     warnings = []
     if wl.seq_len < 1:
@@ -107,7 +118,8 @@ def explain(e: Estimate, cluster: Cluster) -> str:
 def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int = 5, margin: float = 0.10,
               rule_sets=None, include_all: bool = False) -> Recommendation:
     t0 = _time.perf_counter()
-    warnings = validate(profile, cluster, wl)
+    cluster, warnings = without_gpuless_nodes(cluster)
+    warnings += validate(profile, cluster, wl)
     precision = choose_precision(cluster, wl.precision)
     if precision == "fp16" and any("bf16" not in g.spec.tflops for n in cluster.online_nodes for g in n.gpus):
         if wl.precision == "auto":
