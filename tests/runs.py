@@ -89,7 +89,3 @@ def wait_gone(run_dir: Path, timeout: float = 20) -> list[int]:
         time.sleep(0.2)
     return leftover(run_dir)
 
-
-def safe_steps(run_dir: Path, rank: int | None = None) -> list[dict]:
-    """Step records, asserting every line of metrics.jsonl is whole JSON (nothing logged was damaged)."""
-    return steps_of(run_dir, rank)

@@ -213,45 +213,51 @@ def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
 HANG_DUMP_WAIT_S = 3.0
 
 
+def _rank_process(run_dir: Path, rank: int):
+    """The live process of `rank` from its rank-N.pid file, or None (gone, or the pid now belongs to a
+    process that is not this run's)."""
+    import psutil
+
+    try:
+        p = psutil.Process(int((run_dir / f"rank-{rank}.pid").read_text()))
+        return p if str(run_dir) in " ".join(p.cmdline()) else None
+    except (OSError, ValueError, psutil.Error):
+        return None
+
+
+def _appended(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def dump_stacks(run_dir: Path, world: int) -> dict[int, list[str] | None]:
     """Ask every rank for its Python stacks (SIGUSR1 -> faulthandler, written to rank-N.stderr.log) before a
     hung run is stopped. Returns {rank: stack lines, or None when the rank did not answer} for the ranks
     running here (another node's ranks are that node's launcher's to ask)."""
     import psutil
 
-    sizes, asked = {}, []
+    logs = {r: run_dir / f"rank-{r}.stderr.log" for r in range(world)}
+    sizes = {r: log.stat().st_size if log.exists() else 0 for r, log in logs.items()}
+    asked = []
     for r in range(world):
-        log = run_dir / f"rank-{r}.stderr.log"
-        sizes[r] = log.stat().st_size if log.exists() else 0
-        try:
-            pid = int((run_dir / f"rank-{r}.pid").read_text())
-            if str(run_dir) in " ".join(psutil.Process(pid).cmdline()):
-                os.kill(pid, signal.SIGUSR1)
-                asked.append(r)
-        except (OSError, ValueError, psutil.Error):
-            continue
-    stacks: dict[int, list[str] | None] = {r: None for r in asked}
-    deadline = time.monotonic() + HANG_DUMP_WAIT_S
-    while time.monotonic() < deadline:
-        for r in asked:
-            log = run_dir / f"rank-{r}.stderr.log"
+        proc = _rank_process(run_dir, r)
+        if proc is not None:
             try:
-                with open(log, "rb") as f:
-                    f.seek(sizes[r])
-                    text = f.read().decode(errors="replace")
-            except OSError:
+                proc.send_signal(signal.SIGUSR1)
+                asked.append(r)
+            except (OSError, psutil.Error):
                 continue
-            if "most recent call first" in text:
-                stacks[r] = text.splitlines()
-        if all(stacks[r] is not None for r in asked):
-            time.sleep(0.2)  # let the last dump finish writing
-            for r in asked:
-                with open(run_dir / f"rank-{r}.stderr.log", "rb") as f:
-                    f.seek(sizes[r])
-                    stacks[r] = f.read().decode(errors="replace").splitlines()
-            break
+    answered = set()
+    deadline = time.monotonic() + HANG_DUMP_WAIT_S
+    while time.monotonic() < deadline and len(answered) < len(asked):
+        answered = {r for r in asked if "most recent call first" in _appended(logs[r], sizes[r])}
         time.sleep(0.1)
-    return stacks
+    time.sleep(0.2)  # let the last dump finish writing
+    return {r: _appended(logs[r], sizes[r]).splitlines() if r in answered else None for r in asked}
 
 
 def _main_thread_frames(lines: list[str]) -> list[str]:
@@ -289,17 +295,11 @@ def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
 def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int) -> dict:
     d = diagnose(run_dir, world, rc)
     suspects = hang_suspects(stacks)
-    last = {}
-    try:
-        for line in (run_dir / "metrics.jsonl").read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("kind") == "step":
-                last[rec["rank"]] = rec["step"]
-    except OSError:
-        pass
+    from paradvisor.monitor.follow import MetricsFollower
+
+    follower = MetricsFollower(run_dir)
+    follower.poll()
+    last = {rec["rank"]: rec["step"] for rec in follower.records if rec.get("kind") == "step"}
     steps = ", ".join(f"rank {r} step {last.get(r, 0)}" for r in range(world))
     failed = suspects[0] if len(suspects) == 1 else None
     who = (f"rank {failed} stopped making progress, the others waited for it" if failed is not None
@@ -334,14 +334,12 @@ def _reap_ranks(run_dir: Path, world: int) -> None:
     import psutil
 
     for r in range(world):
-        f = run_dir / f"rank-{r}.pid"
-        try:
-            pid = int(f.read_text())
-            p = psutil.Process(pid)
-            if str(run_dir) in " ".join(p.cmdline()):
-                p.kill()
-        except (OSError, ValueError, psutil.Error):
-            continue
+        proc = _rank_process(run_dir, r)
+        if proc is not None:
+            try:
+                proc.kill()
+            except psutil.Error:
+                continue
 
 
 class Launch:
@@ -354,7 +352,6 @@ class Launch:
         self.cancel_reason = "stopped by the user"
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
-        self.final: dict | None = None
 
     def cancel(self, reason: str = "stopped by the user") -> None:
         if not self.cancel_requested:
@@ -371,8 +368,7 @@ class Launch:
 
     def wait(self, poll: float = 0.2) -> dict:
         try:
-            self.final = self._wait(poll)
-            return self.final
+            return self._wait(poll)
         finally:
             self.done.set()
 

@@ -68,15 +68,23 @@ def load_profile(model: str) -> ModelProfile:
         return _profile_from_family(model, _builtins()[model])
     if model in _VISION:
         return _vision(model)
-    p = Path(model)
-    if p.exists() or "/" in model or model.endswith(".json"):
+    if is_model_path(model):
         from paradvisor.model.hf import profile_from_config_path
 
-        return profile_from_config_path(p)
+        return profile_from_config_path(Path(model))
+    raise unknown_model(model)
+
+
+def is_model_path(model: str) -> bool:
+    """Whether `model` names a Hugging Face config (folder or file) rather than a built-in."""
+    return Path(model).exists() or "/" in model or model.endswith(".json")
+
+
+def unknown_model(model: str, *, where: str | None = None) -> InputError:
     close = difflib.get_close_matches(model, builtin_names(), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise InputError(f"unknown model {model!r}{hint} (built-ins: `paradvisor models`; or give a path to a "
-                     "folder holding a Hugging Face config.json)")
+    return InputError(f"unknown model {model!r}{hint} (built-ins: `paradvisor models`; or give a path to a "
+                      "folder holding a Hugging Face config.json)", where=where)
 
 
 MAX_LAYERS = 2048  # building a config on the meta device takes about 2.5 ms per layer

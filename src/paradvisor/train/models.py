@@ -60,7 +60,13 @@ def _check_override(key: str, value, base, where: str) -> None:
 
 def resolved_config(preset) -> tuple[str, dict]:
     """(family, config dict) of the preset's model with overrides applied (each override checked)."""
-    from paradvisor.model.load import _builtins, builtin_config, shape_from_config
+    from paradvisor.model.load import (
+        _builtins,
+        builtin_config,
+        is_model_path,
+        shape_from_config,
+        unknown_model,
+    )
 
     name = preset.workload.model
     over = dict(preset.train.model_overrides)
@@ -77,13 +83,8 @@ def resolved_config(preset) -> tuple[str, dict]:
     else:
         from paradvisor.model.hf import read_config
 
-        if not (Path(name).exists() or "/" in name or name.endswith(".json")):
-            from paradvisor.model.load import load_profile
-
-            try:
-                load_profile(name)  # not a built-in and not a path: its "unknown model ..., did you mean" error
-            except InputError as exc:
-                raise InputError(str(exc), where=f"{preset.path or 'preset'}: workload.model") from None
+        if not is_model_path(name):
+            raise unknown_model(name, where=f"{preset.path or 'preset'}: workload.model")
         _, base = read_config(Path(name))
         family = base["model_type"]
     for k, v in over.items():
