@@ -8,6 +8,7 @@ KV heads and FFN width; PP the number of layers; the per-replica batch must spli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from paradvisor.plan.facts import ModelFacts, Topology
@@ -25,7 +26,9 @@ def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
     s = mf.shape
     if s is None:
         return [1]
-    return [t for t in divisors(topo.min_gpus_per_node)
+    # A TP group stays inside one node: the degree divides every node's GPU count (nodes of 4 and 6
+    # GPUs take TP 2 at most, or a group of 4 would straddle the second and third node).
+    return [t for t in divisors(math.gcd(*topo.node_sizes))
             if s.heads % t == 0 and s.kv_heads % t == 0 and s.ffn % t == 0 and (s.vocab % t == 0 or not mf.lm_head)]
 
 
@@ -69,7 +72,8 @@ def checkpoint_options(mf: ModelFacts, wl: Workload) -> list[str]:
 
 def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> Iterator[Plan]:
     world = topo.world
-    multi_node = len(topo.node_sizes) > 1
+    # HSDP shards inside each node and replicates across nodes: planned where the nodes are alike in size.
+    multi_node = len(topo.node_sizes) > 1 and len(set(topo.node_sizes)) == 1
     ckpts = checkpoint_options(mf, wl)
     for tp in tp_options(mf, topo):
         for pp in pp_options(mf, world // tp):
