@@ -80,6 +80,12 @@ def why_not(plan, family: str) -> str | None:
                 "attention module, so the sequence shards cannot stay outside it)")
     if plan.pp > 1 and family not in PP_FAMILIES:
         return f"no pipeline split for {family!r} models (have: {', '.join(sorted(PP_FAMILIES))})"
+    if plan.offload != "none" and not (plan.sharding.startswith("zero") or
+                                       (plan.sharding == "fsdp" and plan.offload == "optimizer+params")):
+        return ("CPU offload runs with ZeRO (optimizer, or optimizer+params at stage 3) or with FSDP "
+                "(optimizer+params together)")
+    if plan.offload == "optimizer+params" and plan.sharding in ("zero1", "zero2"):
+        return "parameter offload needs ZeRO-3"
     if plan.offload != "none" and (plan.tp > 1 or plan.pp > 1):
         return "CPU offload runs with ZeRO or FSDP over data parallelism only (no TP/PP)"
     return None

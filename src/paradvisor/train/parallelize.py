@@ -146,7 +146,14 @@ def average_grads(params, group, size: int) -> None:
         bucket, nbytes = ([g], g.numel() * g.element_size()) if g is not None else ([], 0)
 
 
-def clip_grad_norm(params, max_norm: float, groups=()) -> float:
+def _any_rank_tied(tied: list) -> bool:
+    """Whether any stage holds a tied weight (all ranks must agree before creating groups)."""
+    flag = torch.tensor([1 if tied else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def clip_grad_norm(params, max_norm: float, groups=(), also_scale=None) -> float:
     """clip_grad_norm_ over plain tensors and DTensors of any mesh (TP shards, FSDP shards, replicated
     embeddings), summed over `groups` whose ranks hold disjoint parameters (pipeline stages). Same formula
     as torch's: total 2-norm, coefficient max_norm / (norm + 1e-6) capped at 1."""
@@ -172,8 +179,9 @@ def clip_grad_norm(params, max_norm: float, groups=()) -> float:
     total = float(sq.sqrt())
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
-        for g in grads:
-            g.mul_(coef)
+        for p in also_scale if also_scale is not None else params:
+            if p.grad is not None:
+                p.grad.mul_(coef)
     return total
 
 
@@ -302,8 +310,9 @@ class PipelineEngine:
         self.plan, self.layout, self.device = plan, layout, device
         if checkpointing_is_flag(model):
             apply_checkpointing(model, family, plan.checkpointing)
-        stage_mod = build_stage(model, family, layout.pp_rank, layout.pp)
+        stage_mod, self.tied = build_stage(model, family, layout.pp_rank, layout.pp)
         stage_mod.to(device)
+        self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
         tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
         if tp_mesh is not None:
             apply_tp(model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel)
@@ -333,6 +342,20 @@ class PipelineEngine:
         self.clip = train.grad_clip
         self.last_groups = None
 
+    @staticmethod
+    def _tied_group(layout: Layout):
+        """The group of the first and the last stage of this rank's (dp, tp) position (every rank creates
+        every group, in the same order)."""
+        mine = None
+        rank = dist.get_rank()
+        for d in range(layout.dp):
+            for t in range(layout.tp):
+                ranks = [d * layout.tp + t, (layout.pp - 1) * layout.dp * layout.tp + d * layout.tp + t]
+                g = dist.new_group(ranks)
+                if rank in ranks:
+                    mine = g
+        return mine
+
     def pipeline_step(self, inputs, targets) -> float | None:
         losses: list = []
         x = inputs["input_ids"]
@@ -353,10 +376,16 @@ class PipelineEngine:
 
     def step(self) -> None:
         params = list(self.stage_mod.parameters())
+        if self.tied_group is not None:  # embedding and LM head: one weight, its two uses' gradients summed
+            for p in self.tied:
+                if p.grad is not None:
+                    dist.all_reduce(_local(p.grad), group=self.tied_group)
         if self.dp_group is not None:
             average_grads(params, self.dp_group, self.layout.dp)
         if self.clip > 0:
-            clip_grad_norm(params, self.clip, groups=(self.pp_group,))
+            # the tied weight counts once in the norm: on the first stage
+            counted = params if self.first else [p for p in params if not any(p is t for t in self.tied)]
+            clip_grad_norm(counted, self.clip, groups=(self.pp_group,), also_scale=params)
         self.opt.step()
         self.last_groups = self.memory_groups()
         self.opt.zero_grad(set_to_none=True)

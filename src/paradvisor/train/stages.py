@@ -119,7 +119,7 @@ class DecoderStage(nn.Module):
         self.lm_head = m.lm_head if last else None
 
     def forward(self, x):
-        out = self.base(input_ids=x) if self.first else self.base(inputs_embeds=x)
+        out = self.base(input_ids=x, use_cache=False) if self.first else self.base(inputs_embeds=x, use_cache=False)
         h = out.last_hidden_state
         return self.lm_head(h) if self.last else h
 
@@ -128,12 +128,28 @@ STAGES = {"mingpt": MinGPTStage, "gpt2": GPT2Stage, "bert": BertStage,
           **{f: DecoderStage for f in PP_PLAN_FAMILIES}}
 
 
-def build_stage(model, family: str, stage: int, pp: int) -> nn.Module:
+def tied_embeddings(model) -> bool:
+    """Whether the LM head shares its weight with the input embedding (GPT-2, tied LLaMA configs)."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    if get_in is None or get_out is None:
+        return False
+    emb, head = get_in(), get_out()
+    return emb is not None and head is not None and emb.weight is head.weight
+
+
+def build_stage(model, family: str, stage: int, pp: int) -> tuple[nn.Module, list]:
+    """(stage module, its copies of weights tied across stages). The first stage's input embedding and the
+    last stage's LM head are one weight in the model: both stages keep a copy, and the trainer sums their
+    gradients so that both copies take the same step (as Megatron does)."""
     if family not in STAGES:
         raise ValueError(f"no pipeline stages for {family!r} models")
+    tied = tied_embeddings(model)
+    emb = model.get_input_embeddings().weight if tied else None
     n = len(block_list(model))
     lo, hi = stage_bounds(n, pp, stage)
-    return STAGES[family](model, lo, hi, stage == 0, stage == pp - 1)
+    mod = STAGES[family](model, lo, hi, stage == 0, stage == pp - 1)
+    shared = [p for p in mod.parameters() if tied and p is emb]
+    return mod, shared
 
 
 def stage_blocks(stage_mod) -> list[nn.Module]:
