@@ -125,9 +125,12 @@ def check_plan_shape(preset: Preset, family: str, prof) -> None:
         if s.num_layers % plan.pp:
             raise InputError(f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
                              where=f"{where}: plan.pp")
-        if plan.grad_accum < plan.pp:
-            raise InputError(f"a {plan.pp}-stage pipeline needs at least {plan.pp} micro-batches per step, the plan has "
-                             f"grad_accum = {plan.grad_accum}", where=f"{where}: plan.grad_accum")
+        from paradvisor.plan.space import schedule_ok
+
+        if not schedule_ok(plan):
+            raise InputError(f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
+                             f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",
+                             where=f"{where}: plan.grad_accum")
     if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
         raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
                          f"is not a multiple of it", where=f"{where}: workload.seq_len")

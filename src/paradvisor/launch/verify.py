@@ -65,10 +65,18 @@ def losses(run_dir: Path) -> dict[int, float]:
     return out
 
 
-def run_one(preset: Preset, runs_dir: Path) -> tuple[dict, dict[int, float]]:
+def run_one(preset: Preset, runs_dir: Path, *, tokenizer: Path | None = None) -> tuple[dict, dict[int, float]]:
+    """Launch and wait. `tokenizer`: a tokenizer.json to train on instead of training one (the tokenizers
+    library breaks ties between equally frequent merges in hash order, so two trainings of the same text
+    can number tokens differently — both runs must read the same token ids)."""
+    import shutil
+
     from paradvisor.launch import runner
 
-    launch = runner.start(preset, runs_dir=runs_dir)
+    run_dir = runner.new_run_dir(Path(runs_dir), preset.name)
+    if tokenizer is not None and Path(tokenizer).is_file():
+        shutil.copyfile(tokenizer, run_dir / "tokenizer.json")
+    launch = runner.start(preset, runs_dir=runs_dir, run_dir=run_dir)
     doc = runner.run_blocking(launch)
     return doc, (losses(launch.run_dir) if doc.get("status") == "finished" else {})
 
@@ -84,8 +92,9 @@ def compare(got: dict[int, float], want: dict[int, float]) -> tuple[float, list[
 
 
 def verify(preset: Preset, runs_dir: Path, *, steps: int = 5, tolerance: float = DEFAULT_TOLERANCE,
-           reference: dict[int, float] | None = None) -> dict:
-    """Run `preset` (made deterministic) and its reference; `reference` reuses losses already measured."""
+           reference: dict[int, float] | None = None, reference_dir: Path | None = None) -> dict:
+    """Run `preset` (made deterministic) and its reference; `reference` (with the `reference_dir` it came
+    from) reuses losses already measured."""
     from paradvisor.errors import InputError
 
     if steps < 1 or steps > 1000:
@@ -97,12 +106,13 @@ def verify(preset: Preset, runs_dir: Path, *, steps: int = 5, tolerance: float =
     ref_doc = None
     if reference is None:
         ref_doc, reference = run_one(reference_preset(test), runs_dir)
-    doc, got = run_one(test, runs_dir)
+        reference_dir = Path(ref_doc["run_dir"]) if ref_doc.get("run_dir") else None
+    doc, got = run_one(test, runs_dir, tokenizer=reference_dir / "tokenizer.json" if reference_dir else None)
     ok_runs = doc.get("status") == "finished" and (ref_doc is None or ref_doc.get("status") == "finished")
     worst, rows = compare(got, reference) if ok_runs and reference else (float("inf"), [])
     return {"schema": "paradvisor.verify/1", "name": preset.name, "label": preset.plan.label(),
             "status": doc.get("status"), "reason": doc.get("reason"), "run_dir": doc.get("run_dir"),
-            "reference_run_dir": ref_doc.get("run_dir") if ref_doc else None,
+            "reference_run_dir": str(reference_dir) if reference_dir else None,
             "reference_status": ref_doc.get("status") if ref_doc else "given",
             "tolerance": tolerance, "max_relative_difference": worst if worst != float("inf") else None,
             "equal": ok_runs and bool(rows) and worst <= tolerance, "steps": rows, "reference": reference}

@@ -13,7 +13,7 @@ from paradvisor.plan.capability import family_of, why_not
 from paradvisor.plan.diloco import diloco_candidates, wan_cluster
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.space import candidates
+from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.plan.types import Plan, Workload
 from paradvisor.units import fmt_bandwidth, fmt_seconds
 
@@ -157,8 +157,13 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     if rule_sets:
         from paradvisor.rules.engine import apply_rules
 
+        def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
+            if why_not(p, family) or not schedule_ok(p):
+                return None
+            return evaluate(mf, topo, wl, p, precision, margin)
+
         fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo,
-                            precision=precision, reevaluate=lambda p: evaluate(mf, topo, wl, p, precision, margin))
+                            precision=precision, reevaluate=reevaluate)
     feasible = [e for e in estimates if e.fits]
     feasible.sort(key=lambda e: (e.score, e.memory_total))
     plans: list[Estimate] = []

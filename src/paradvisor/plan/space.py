@@ -39,6 +39,11 @@ def pp_options(mf: ModelFacts, rest: int) -> list[int]:
     return [p for p in divisors(rest) if s.num_layers % p == 0]
 
 
+def schedule_ok(plan: Plan) -> bool:
+    """1F1B needs at least one micro-batch per stage (torch.distributed.pipelining refuses fewer)."""
+    return not (plan.pp > 1 and plan.pp_schedule == "1f1b" and plan.grad_accum < plan.pp)
+
+
 def micro_batches(per_replica: int) -> list[int]:
     return [d for d in divisors(per_replica) if d <= MAX_MICRO_BATCH]
 
@@ -91,6 +96,8 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                         for sp in ([False, True] if tp > 1 else [False]):
                             for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
                                 for mb in micro_batches(per_replica):
+                                    if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
+                                        continue  # schedule_ok: 1F1B needs a micro-batch per stage
                                     yield Plan(dp=dp, tp=tp, pp=pp, sharding=sharding, micro_batch=mb,
                                                grad_accum=per_replica // mb, checkpointing=ckpt,
                                                precision=precision, offload=offload, sequence_parallel=sp,
