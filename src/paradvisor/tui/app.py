@@ -330,10 +330,13 @@ class ParadvisorApp(App):
         self.update_launch_tab()
 
     def _infeasible_text(self) -> str:
+        """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then what does not fit."""
+        only = [f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
+                f"— {escape(i['why'])}" for i in (self.rec.plan_only if self.rec else [])[:5]]
         if not self.rec or not self.show_infeasible:
             n = len(self.rec.infeasible) if self.rec else 0
-            return f"[dim]{n} layouts do not fit[/dim]" if n else ""
-        return "\n".join(f"[dim]does not fit:[/dim] {i['label']} — {i['why']}" for i in self.rec.infeasible[:30])
+            return "\n".join(only + ([f"[dim]{n} layouts do not fit[/dim]"] if n else []))
+        return "\n".join(only + [f"[dim]does not fit:[/dim] {i['label']} — {i['why']}" for i in self.rec.infeasible[:30]])
 
     def select_plan(self, index: int) -> None:
         from paradvisor.plan.search import explain
