@@ -15,7 +15,9 @@ from pathlib import Path
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.limits import MAX_NAME
 from paradvisor.tomlfile import KeyLocator, read_toml
+from paradvisor.typed import check_mapping, check_value, from_table
 
 SCHEMA = "paradvisor.preset/1"
 
@@ -87,6 +89,10 @@ _LAUNCH = {"nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "m
            "memory_limit"}
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
+_CLUSTER_TYPES = {"file": str, "gpus": int, "gpu_type": str, "link": str, "local": bool}
+# Predictions are numbers (a breakdown is a table of numbers); the monitor and the hang timeout compute with them.
+_PREDICTION_TYPES = {"memory_per_gpu_bytes": float, "step_time_s": float, "samples_per_s": float,
+                     "tokens_per_s": float, "memory_breakdown": dict[str, float]}
 
 
 @dataclass(frozen=True)
@@ -145,19 +151,6 @@ class Preset:
                 "cluster": self.cluster, "plan": self.plan.to_dict(), "prediction": self.prediction}
 
 
-def _typed(value, typ, where: str, *, minimum=None):
-    ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
-    if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        ok, value = True, float(value)
-    if not ok:
-        names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a table",
-                 list: "a list"}
-        raise InputError(f"expected {names.get(typ, typ.__name__)}, got {value!r}", where=where)
-    if minimum is not None and value < minimum:
-        raise InputError(f"must be at least {minimum}, got {value!r}", where=where)
-    return value
-
-
 def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
     sec = data.get(name, {})
     if not isinstance(sec, dict):
@@ -184,27 +177,17 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     w, ww = _section(data, "workload", _WORKLOAD, loc)
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
-    precision = w.get("precision", "fp32")
-    if precision not in ("auto", *PRECISIONS):
-        raise InputError(f"precision {precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
+    # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
+    workload = Workload(**{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)})
+    if workload.precision not in ("auto", *PRECISIONS):
+        raise InputError(f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
                          where=ww("precision"))
-    attention = w.get("attention", "sdpa")
-    if attention not in ("sdpa", "eager"):
+    precision = workload.precision
+    if workload.attention not in ("sdpa", "eager"):
         raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
-    workload = Workload(model=_typed(w["model"], str, ww("model")),
-                        seq_len=_typed(w.get("seq_len", 128), int, ww("seq_len"), minimum=1),
-                        global_batch=_typed(w.get("global_batch", 8), int, ww("global_batch"), minimum=1),
-                        precision=precision, attention=attention)
 
     t, tw = _section(data, "train", _TRAIN, loc)
-    kw = {}
-    for key, f in TrainSettings.__dataclass_fields__.items():
-        if key not in t:
-            continue
-        typ = {"model_overrides": dict, "data_path": str, "weights": str}.get(key, type(f.default))
-        minimum = {"steps": 1, "lr": 0.0, "log_every": 1, "warmup_steps": 0, "num_labels": 2, "image_size": 8,
-                   "hang_timeout_s": 0.0, "grad_clip": 0.0, "weight_decay": 0.0}.get(key)
-        kw[key] = _typed(t[key], typ, tw(key), minimum=minimum)
+    kw = from_table(TrainSettings, t, tw)
     if kw.get("dataset", "corpus") not in DATASETS:
         raise InputError(f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset"))
     if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
@@ -214,19 +197,7 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     train = TrainSettings(**kw)
 
     lsec, lw = _section(data, "launch", _LAUNCH, loc)
-    lkw = {}
-    for key, f in LaunchSettings.__dataclass_fields__.items():
-        if key not in lsec:
-            continue
-        if key == "hosts":
-            hosts = _typed(lsec[key], list, lw(key))
-            if not all(isinstance(h, str) for h in hosts):
-                raise InputError("hosts must be a list of strings", where=lw(key))
-            lkw[key] = tuple(hosts)
-            continue
-        typ = str if key in ("rdzv_endpoint", "backend", "image", "memory_limit") else int
-        lkw[key] = _typed(lsec[key], typ, lw(key), minimum={"nproc_per_node": 1, "nnodes": 1, "node_rank": 0,
-                                                              "master_port": 0}.get(key))
+    lkw = from_table(LaunchSettings, lsec, lw)
     launch = LaunchSettings(**lkw)
     if launch.node_rank >= launch.nnodes:
         raise InputError(f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank"))
@@ -243,25 +214,26 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
         raise InputError("master_port must be 0..65535", where=lw("master_port"))
 
     p, pw = _section(data, "plan", _PLAN, loc)
+    pkw = from_table(Plan, p, pw)
     for key, allowed in (("sharding", SHARDINGS), ("checkpointing", CHECKPOINTING), ("precision", PRECISIONS),
                          ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
-        if key in p and p[key] not in allowed:
-            raise InputError(f"{p[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
-    for key in ("dp", "tp", "pp", "micro_batch", "grad_accum"):
-        if key in p:
-            _typed(p[key], int, pw(key), minimum=1)
-    if "precision" not in p:
-        p = {**p, "precision": precision if precision != "auto" else "fp32"}
-    try:
-        plan = Plan.from_dict(p)
-    except TypeError as exc:
-        raise InputError(f"invalid plan: {exc}", where=pw("nodes")) from None
-    c, _ = _section(data, "cluster", _CLUSTER, loc)
+        if key in pkw and pkw[key] not in allowed:
+            raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    if "precision" not in pkw:
+        pkw["precision"] = precision if precision != "auto" else "fp32"
+    plan = Plan(**pkw)
+    c, cw = _section(data, "cluster", _CLUSTER, loc)
+    cluster = check_mapping(c, _CLUSTER_TYPES, cw)
+    prediction = check_mapping(data.get("prediction", {}), _PREDICTION_TYPES,
+                               lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
+                               at=loc.where(None, 0, "prediction", "prediction"))
     name = data.get("name") or Path(path).stem
-    if not isinstance(name, str) or not name.isprintable() or len(name) > 120:
-        raise InputError("name must be a printable string of at most 120 characters", where=loc.where(None, 0, "name", "name"))
-    return Preset(name=str(name), description=str(data.get("description", "")), workload=workload, train=train,
-                  launch=launch, plan=plan, cluster=dict(c), prediction=dict(data.get("prediction", {})), path=path)
+    if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME:
+        raise InputError(f"name must be a printable string of at most {MAX_NAME} characters",
+                         where=loc.where(None, 0, "name", "name"))
+    description = check_value(data.get("description", ""), str, loc.where(None, 0, "description", "description"))
+    return Preset(name=name, description=description, workload=workload, train=train,
+                  launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
 
 
 def load_preset(path: str | os.PathLike) -> Preset:
