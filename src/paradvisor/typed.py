@@ -17,7 +17,7 @@ import math
 import types
 import typing
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from paradvisor.errors import InputError
 from paradvisor.limits import FIELD_BOUNDS, MAX_FLOAT, MAX_INT, MAX_ITEMS, MAX_STRING
@@ -34,7 +34,7 @@ def shown(value, limit: int = 60) -> str:
     return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
-@lru_cache(maxsize=None)
+@cache
 def hints(cls) -> dict[str, object]:
     return typing.get_type_hints(cls)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
-from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
 from paradvisor.limits import MAX_NAME
+from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import check_mapping, check_value, from_table
 
