@@ -76,6 +76,11 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "tflops": (0.0, MAX_TFLOPS),
     "relative_speed": (0.0, 1e6),
     "data_share": (0.0, 1.0),
+    "bandwidth": (0.0, MAX_BANDWIDTH),
+    "mem_bw_bytes_per_s": (0.0, MAX_BANDWIDTH),
+    "latency": (0.0, MAX_LATENCY_S),
+    "memory_bytes": (0.0, MAX_SIZE_BYTES),
+    "layer_overhead_s": (0.0, MAX_LATENCY_S),
 }
 
 # Numeric command-line options by their dest (upper bounds; the commands check their own lower bounds,

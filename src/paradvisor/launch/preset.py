@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_NAME
 from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.safeio import write_atomic
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import check_mapping, check_value, from_table
 
@@ -32,28 +32,11 @@ def _clean(value):
 
 
 def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = False, header: str = "") -> Path:
+    """Write TOML atomically (safeio.write_atomic: never over an existing file unless forced, never over a
+    device, a FIFO or a folder, whatever --force says)."""
     import tomli_w
 
-    p = Path(path)
-    if p.exists() and not force:
-        raise InputError("already exists; pass --force to overwrite it", where=str(p))
-    if p.parent and not p.parent.exists():
-        raise InputError(f"folder {str(p.parent)!r} does not exist", where=str(p))
-    text = header + tomli_w.dumps(_clean(data))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or "."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
+    return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
 def preset_document(*, plan, workload, cluster_ref: dict, prediction: dict, name: str, description: str = "",
@@ -113,7 +96,7 @@ class TrainSettings:
     outer_momentum: float = 0.9
     num_labels: int = 2
     image_size: int = 32
-    hang_timeout_s: float = 0.0  # 0: no hang detection
+    hang_timeout_s: float | None = None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
 
 
 @dataclass(frozen=True)
