@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -75,30 +76,44 @@ def read_text(path: str | os.PathLike, *, what: str = "file", limit: int = MAX_F
         raise InputError(f"cannot read: {exc}", where=str(path)) from None
 
 
-def keypath(parts: tuple) -> str:
+def keypath(parts: tuple, *, limit: int = 6) -> str:
+    """('train', 'model_overrides', 'n') -> 'train.model_overrides.n'; a deep path shows its first `limit` keys."""
     out = ""
-    for k in parts:
+    for k in parts[:limit]:
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
-    return out or "top level"
+    return (out + ("..." if len(parts) > limit else "")) or "top level"
 
 
-def check_tree(doc, where: str, *, max_depth: int = MAX_DEPTH) -> None:
+def check_tree(doc, where: str, *, max_depth: int = MAX_DEPTH, locate=None) -> None:
     """A parsed document nests at most `max_depth` levels and holds only finite numbers (InputError naming the
-    key otherwise). Iterative, so it cannot itself recurse too deep."""
+    key, and its line where `locate(parts)` finds one, otherwise). Iterative: it cannot itself recurse too deep."""
+
+    def at(parts: tuple) -> str:
+        line = locate(parts) if locate else None
+        return f"{where}:{line}: {keypath(parts)}" if line else f"{where}: {keypath(parts)}"
+
     stack = [(doc, ())]
     while stack:
         node, parts = stack.pop()
         if isinstance(node, float) and not math.isfinite(node):
-            raise InputError(f"{node!r} is not a finite number", where=f"{where}: {keypath(parts)}")
+            raise InputError(f"{node!r} is not a finite number", where=at(parts))
         if isinstance(node, (dict, list)):
             if len(parts) >= max_depth:
-                raise InputError(f"nested deeper than {max_depth} levels", where=f"{where}: {keypath(parts)}")
+                raise InputError(f"nested deeper than {max_depth} levels", where=at(parts))
             items = node.items() if isinstance(node, dict) else enumerate(node)
             stack.extend((v, (*parts, k)) for k, v in items)
 
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a finite number")
+
+
+def number_error(exc: ValueError) -> str:
+    """ValueError text for people: Python's advice on int conversion limits is not for them."""
+    msg = str(exc)
+    if "Exceeds the limit" in msg:
+        return f"a number with more than {sys.get_int_max_str_digits()} digits"
+    return msg
 
 
 def parse_json(text: str, where: str):
@@ -111,7 +126,7 @@ def parse_json(text: str, where: str):
     except RecursionError:
         raise InputError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels", where=where) from None
     except ValueError as exc:
-        raise InputError(f"invalid JSON: {exc}", where=where) from None
+        raise InputError(f"invalid JSON: {number_error(exc)}", where=where) from None
     check_tree(doc, where)
     return doc
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_DEPTH
-from paradvisor.safeio import check_tree, read_text
+from paradvisor.safeio import check_tree, number_error, read_text
 
 
 def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
@@ -35,8 +35,19 @@ def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
     except RecursionError:
         raise InputError(f"TOML: nested deeper than {MAX_DEPTH} levels", where=str(p)) from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise InputError(f"TOML: {exc}", where=str(p)) from None
-    check_tree(data, str(p))
+        raise InputError(f"TOML: {number_error(exc)}", where=str(p)) from None
+    loc = KeyLocator(p, text)
+
+    def locate(parts: tuple) -> int | None:  # the line of 'key', '[table] key' or '[[array]] n-th table key'
+        if len(parts) == 1 and isinstance(parts[0], str):
+            return loc.line(None, 0, parts[0])
+        if len(parts) == 2 and all(isinstance(x, str) for x in parts):
+            return loc.line(parts[0], 0, parts[1])
+        if len(parts) == 3 and isinstance(parts[1], int) and isinstance(parts[2], str):
+            return loc.line(str(parts[0]), parts[1], parts[2])
+        return None
+
+    check_tree(data, str(p), locate=locate)
     return data, text
 
 
