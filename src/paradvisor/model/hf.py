@@ -19,7 +19,7 @@ def read_config(path: Path) -> tuple[Path, dict]:
     if not path.exists():
         raise InputError("no such file or folder (expected a folder holding config.json, or the file)",
                          where=str(path))
-    if not cfg_file.is_file():
+    if not cfg_file.exists() or cfg_file.is_dir():  # anything else that is not a regular file: read_json says so
         raise InputError("folder has no config.json", where=str(path))
     cfg = read_json(cfg_file, what="config.json")  # a regular file of bounded size, depth, finite numbers
     if not isinstance(cfg, dict):
