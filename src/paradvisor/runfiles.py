@@ -30,7 +30,7 @@ _REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM},
 # ... and the type of every optional field the readers use (a wrong type also skips the record).
 _OPTIONAL = {"loss": _NUM, "samples_per_s": _NUM, "mem_model_state_bytes": _NUM, "cuda_max_allocated_bytes": _NUM,
              "sync_wait_s": _NUM, "world_size": int, "time": _NUM, "activation_bytes": _NUM, "round": int,
-             "local_steps": int, "rank": int}
+             "local_steps": int, "rank": int, "step": int}
 
 
 def _is(value, typ) -> bool:
@@ -49,7 +49,7 @@ def valid_record(rec) -> bool:
         if v is not None and not _is(v, typ):
             return False
     for key in ("rank", "step", "round", "world_size"):
-        if key in rec and rec[key] is not None and rec[key] < 0:
+        if isinstance(rec.get(key), int) and rec[key] < 0:
             return False
     return rec.get("kind") != "step" or (math.isfinite(rec["step_time_s"]) and rec["step_time_s"] >= 0)
 
@@ -185,6 +185,7 @@ class MetricsReader:
 
 # ------------------------------------------------------------------------------------------------------- status.json
 
+STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 # The type of every status field a reader uses; a field of another type is dropped (and counted).
 STATUS_TYPES = {"status": str, "reason": (str, type(None)), "label": str, "name": str, "run_dir": str,
                 "started": _NUM, "ended": _NUM, "duration_s": _NUM, "pid": int, "pid_started": _NUM,
@@ -228,9 +229,9 @@ def read_status(path: Path) -> dict:
         out[key] = value
     if key_list := out.get("last_log_lines"):
         out["last_log_lines"] = [str(x) for x in key_list[-200:]]
-    if "status" not in out:
+    if out.get("status") not in STATUSES:
+        out["reason"] = f"status.json names no known status ({out.get('status')!r})"
         out["status"] = "unknown"
-        out.setdefault("reason", "status.json names no status")
     if dropped:
         out["unreadable_fields"] = dropped
     return out
