@@ -59,18 +59,20 @@ def printable(value: str, where: str, *, limit: int = MAX_STRING, multiline: boo
     return value
 
 
-def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = None, cls=None, name: str = ""):
-    """`value` as the annotation `typ` wants it (lists become tuples), or InputError naming `where`."""
+def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = None, cls=None, name: str = "",
+                text: bool = True):
+    """`value` as the annotation `typ` wants it (lists become tuples), or InputError naming `where`. With
+    `text=False` a string need not be printable (data shown only through the output escapers)."""
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(typ) if a is not type(None)]
         if value is None and len(args) < len(typing.get_args(typ)):
             return None
         if len(args) == 1:
-            return check_value(value, args[0], where, bound=bound, cls=cls, name=name)
+            return check_value(value, args[0], where, bound=bound, cls=cls, name=name, text=text)
         for a in args:
             try:
-                return check_value(value, a, where, bound=bound, cls=cls, name=name)
+                return check_value(value, a, where, bound=bound, cls=cls, name=name, text=text)
             except InputError:
                 continue
         raise InputError(f"expected {' or '.join(_NAMES.get(a, getattr(a, '__name__', str(a))) for a in args)}, "
@@ -82,15 +84,17 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
         if len(value) > MAX_ITEMS:
             raise InputError(f"a list of {len(value):,} entries; at most {MAX_ITEMS:,} allowed", where=where)
         item = args[0] if args else object
-        out = [check_value(v, item, f"{where}[{i}]", bound=bound, cls=cls, name=name) for i, v in enumerate(value)]
+        out = [check_value(v, item, f"{where}[{i}]", bound=bound, cls=cls, name=name, text=text)
+               for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out
     if origin is dict or typ is dict:
         if not isinstance(value, dict):
             raise InputError(f"expected a table, got {shown(value)}", where=where)
         args = typing.get_args(typ)
         if args:
-            return {check_value(k, args[0], f"{where}", cls=cls, name=name):
-                    check_value(v, args[1], f"{where}.{k}", bound=bound, cls=cls, name=name) for k, v in value.items()}
+            return {check_value(k, args[0], f"{where}", cls=cls, name=name, text=text):
+                    check_value(v, args[1], f"{where}.{k}", bound=bound, cls=cls, name=name, text=text)
+                    for k, v in value.items()}
         return dict(value)
     if dataclasses.is_dataclass(typ):
         if not isinstance(value, dict):
@@ -119,7 +123,7 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
     if typ is str:
         if not isinstance(value, str):
             raise InputError(f"expected a string, got {shown(value)}", where=where)
-        return printable(value, where)
+        return printable(value, where) if text else value
     if isinstance(typ, type) and not isinstance(value, typ):
         raise InputError(f"expected {_NAMES.get(typ, typ.__name__)}, got {shown(value)}", where=where)
     return value
@@ -151,7 +155,7 @@ def check_instance(obj, where: str) -> None:
                 check_instance(v, f"{where}.{f.name}[{i}]")
             continue
         check_value(list(value) if isinstance(value, tuple) else value, types_[f.name], f"{where}.{f.name}",
-                    bound=(-math.inf, math.inf), cls=type(obj), name=f.name)
+                    bound=(-math.inf, math.inf), cls=type(obj), name=f.name, text=False)
 
 
 def check_mapping(table, types_: dict[str, object], where: Where, *, at: str = "") -> dict:

@@ -1,7 +1,8 @@
 """Run a Preset for real: validate, create the run directory, start torchrun in its own process
 group, watch it, and record what happened in status.json.
 
-Run directory (`runs/<timestamp>-<name>/`, mode 0700):
+Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
+  .lock-nodeN          locked while node N's launch runs (two launches never write into one run directory)
   plan.toml            the preset as launched (CLI overrides applied)
   command.json/.txt    the exact argv
   launcher.log         torchrun's own output

@@ -441,9 +441,11 @@ class ParadvisorApp(App):
         if self.selected is None:
             self.notify("no plan selected", severity="warning")
             return
+        from paradvisor.safeio import inside
+
         pr = self.plan_preset()
-        path = self.presets_dir / f"{pr.name}.toml"
-        try:
+        try:  # the name typed is one file name inside the presets folder, never a path out of it
+            path = inside(self.presets_dir, f"{pr.name}.toml", what="preset name")
             save_preset(path, pr.to_doc())
         except InputError as exc:
             self.notify(escape(exc), severity="error")
