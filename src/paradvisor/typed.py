@@ -17,7 +17,7 @@ import math
 import types
 import typing
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import cache
 
 from paradvisor.errors import InputError
 from paradvisor.limits import FIELD_BOUNDS, MAX_FLOAT, MAX_INT, MAX_ITEMS, MAX_STRING
