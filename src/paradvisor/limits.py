@@ -83,6 +83,9 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "layer_overhead_s": (0.0, MAX_LATENCY_S),
 }
 
+# Lengths of list fields by field name (other lists: MAX_ITEMS).
+LENGTH_BOUNDS: dict[str, int] = {"hosts": MAX_HOSTS, "nodes": MAX_NODES, "rank_batches": MAX_GPUS}
+
 # Numeric command-line options by their dest (upper bounds; the commands check their own lower bounds,
 # and every float option must be finite). Options not named here get MAX_INT / MAX_FLOAT.
 CLI_BOUNDS: dict[str, float] = {

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import cache
 
 from paradvisor.errors import InputError
-from paradvisor.limits import FIELD_BOUNDS, MAX_FLOAT, MAX_INT, MAX_ITEMS, MAX_STRING
+from paradvisor.limits import FIELD_BOUNDS, LENGTH_BOUNDS, MAX_FLOAT, MAX_INT, MAX_ITEMS, MAX_STRING
 
 Where = Callable[[str], str]
 
@@ -81,8 +81,9 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
         args = typing.get_args(typ)
         if not isinstance(value, (list, tuple)):
             raise InputError(f"expected a list, got {shown(value)}", where=where)
-        if len(value) > MAX_ITEMS:
-            raise InputError(f"a list of {len(value):,} entries; at most {MAX_ITEMS:,} allowed", where=where)
+        most = LENGTH_BOUNDS.get(name, MAX_ITEMS)
+        if len(value) > most:
+            raise InputError(f"a list of {len(value):,} entries; at most {most:,} allowed", where=where)
         item = args[0] if args else object
         out = [check_value(v, item, f"{where}[{i}]", bound=bound, cls=cls, name=name, text=text)
                for i, v in enumerate(value)]

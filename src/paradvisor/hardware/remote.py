@@ -108,6 +108,10 @@ def node_from_reply(target: str, stdout: str) -> Node:
 
 def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | None = None) -> list[Node]:
     """Probe hosts in parallel; order of the result follows `targets`."""
+    from paradvisor.limits import MAX_HOSTS
+
+    if len(targets) > MAX_HOSTS:
+        raise InputError(f"{len(targets):,} hosts; at most {MAX_HOSTS:,} are probed at once")
     for t in targets:
         parse_host(t)  # reject bad host strings before anything runs
     if not targets:
