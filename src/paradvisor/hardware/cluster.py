@@ -26,8 +26,10 @@ from itertools import combinations
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.types import Cluster, Device, Link, Node
+from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INT, MAX_NAME, MAX_NODES
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
-from paradvisor.units import parse_bandwidth, parse_latency
+from paradvisor.typed import check_mapping, printable, shown
+from paradvisor.units import parse_bandwidth, parse_latency, parse_size
 
 _TOP = {"name", "description", "source", "node", "network", "link"}
 _NODE = {"name", "host", "gpus", "link", "cpus", "ram", "notes"}
@@ -35,9 +37,18 @@ _GPU = {"type", "count"}
 _LINK = {"kind", "bandwidth", "latency"}
 
 
-def _positive_int(value, where: str, what: str = "a positive integer") -> int:
+# The declared type of every key of a cluster file (checked with paradvisor.typed, bounds from limits).
+_TYPES = {"name": str, "description": str, "source": str}
+_NODE_TYPES = {"name": str, "host": str, "cpus": int, "ram": str | int, "notes": str | list[str],
+               "link": str | dict}
+_LINK_TYPES = {"kind": str, "bandwidth": str, "latency": str, "nodes": list[str]}
+
+
+def _positive_int(value, where: str, what: str = "a positive integer", maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"expected {what}, got {value!r}", where=where)
+        raise InputError(f"expected {what}, got {shown(value)}", where=where)
+    if value > maximum:
+        raise InputError(f"{value:,} is more than the {maximum:,} allowed", where=where)
     return value
 
 
@@ -48,6 +59,7 @@ def _link(spec, where: str) -> Link:
     if not isinstance(spec, dict):
         raise InputError("expected a link kind name or a table with kind/bandwidth/latency", where=where)
     check_keys(spec, _LINK | {"nodes"}, where)
+    check_mapping(spec, _LINK_TYPES, lambda k: f"{where}.{k}", at=where)
     if "kind" not in spec:
         raise InputError(f"missing 'kind' (one of {', '.join(catalog.links())})", where=where)
     base = catalog.link(str(spec["kind"]), where=where)
@@ -64,9 +76,13 @@ def _link(spec, where: str) -> Link:
 def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Cluster:
     loc = KeyLocator(path, text)
     check_keys(data, _TOP, loc.where(None, 0, None, "top level"))
+    check_mapping(data, _TYPES, lambda k: loc.where(None, 0, k, k), at=path)
     raw_nodes = data.get("node")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InputError("expected at least one [[node]] table", where=path)
+    if len(raw_nodes) > MAX_NODES:
+        raise InputError(f"{len(raw_nodes):,} nodes; a cluster file may have at most {MAX_NODES:,}", where=path)
+    total_gpus = 0
     nodes: list[Node] = []
     names: set[str] = set()
     for i, n in enumerate(raw_nodes):
@@ -77,6 +93,8 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
         name = n.get("name")
         if not isinstance(name, str) or not name.strip():
             raise InputError("missing or empty 'name'", where=loc.where("node", i, "name", f"{here}.name"))
+        check_mapping(n, _NODE_TYPES, lambda k, i=i, here=here: loc.where("node", i, k, f"{here}.{k}"))
+        printable(name, loc.where("node", i, "name", f"{here}.name"), limit=MAX_NAME)
         if name in names:
             raise InputError(f"duplicate node name {name!r}", where=loc.where("node", i, "name", f"{here}.name"))
         names.add(name)
@@ -93,7 +111,11 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             if "type" not in g or not isinstance(g["type"], str):
                 raise InputError("missing GPU 'type' (a catalog name, see `paradvisor gpus`)", where=gw)
             spec = catalog.gpu(g["type"], where=f"{gw}.type")
-            count = _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1")
+            count = _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1", MAX_GPUS_PER_NODE)
+            total_gpus += count
+            if len(devices) + count > MAX_GPUS_PER_NODE or total_gpus > MAX_GPUS:
+                raise InputError(f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
+                                 "the cluster", where=f"{gw}.count")
             for _ in range(count):
                 devices.append(Device(index=len(devices), name=spec.name, spec=spec, memory_bytes=spec.memory_bytes,
                                       compute_capability=spec.compute_capability))
@@ -114,7 +136,12 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
                 raise InputError(str(exc), where=loc.where("node", i, "host", f"{here}.host")) from None
         cpus = n.get("cpus")
         if cpus is not None:
-            _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"))
+            _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
+        if isinstance(n.get("ram"), str):
+            try:
+                parse_size(n["ram"])
+            except ValueError as exc:
+                raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
         nodes.append(Node(name=name, host=host, gpus=tuple(devices), intra_link=intra, cpu_logical=cpus,
                           notes=tuple([n["notes"]] if isinstance(n.get("notes"), str) else ()), source="planned"))
 
@@ -148,9 +175,8 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
                              f"(default for all pairs) or a [[link]] with nodes = [\"{a}\", \"{b}\"]", where=path)
         links[(a, b)] = lk
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
-    if not isinstance(name, str):
-        raise InputError("expected a string", where=loc.where(None, 0, "name", "name"))
-    return Cluster(name=name, nodes=tuple(nodes), links=links, description=str(data.get("description", "")),
+    printable(name, loc.where(None, 0, "name", "name"), limit=MAX_NAME)
+    return Cluster(name=name, nodes=tuple(nodes), links=links, description=data.get("description", ""),
                    source=path)
 
 
@@ -163,6 +189,8 @@ def single_node_cluster(gpu_type: str, count: int, *, link: str | None = None, n
     """`--gpus N --gpu-type NAME`: one node of N identical GPUs."""
     if count < 1:
         raise InputError(f"--gpus must be at least 1, got {count}")
+    if count > MAX_GPUS:
+        raise InputError(f"--gpus {count:,} is more than the {MAX_GPUS:,} allowed")
     spec = catalog.gpu(gpu_type, where="--gpu-type")
     devices = tuple(Device(index=i, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes) for i in range(count))
     intra = catalog.link(link or spec.intra_link, where="--link")
