@@ -34,7 +34,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--in-process", action="store_true",
+                    help="the same path in one process (advise -> preset_from_estimate -> save -> load -> preflight)")
     args = ap.parse_args()
+    if args.in_process:
+        return in_process(args)
     t0 = time.time()
     total_ok = total = 0
     failures = []
@@ -55,6 +59,45 @@ def main() -> int:
                         ok += 1
                     else:
                         failures.append(f"{name} {model} #{pick}: {d.stderr.strip()}")
+            print(f"{name:<34}{f'{ok} / {n}':>20}", flush=True)
+            total_ok, total = total_ok + ok, total + n
+    print(f"{'all':<34}{f'{total_ok} / {total}':>20}   ({time.time() - t0:.0f} s)")
+    for f in failures:
+        print("  " + f)
+    return 0 if total_ok == total else 1
+
+
+def in_process(args) -> int:
+    from paradvisor.errors import InputError
+    from paradvisor.hardware.cluster import load_cluster, single_node_cluster
+    from paradvisor.launch.preset import load_preset, preset_from_estimate, save_preset
+    from paradvisor.launch.runner import validate
+    from paradvisor.plan.advice import Request, advise
+
+    os.environ["PARADVISOR_CALIBRATION"] = "none"
+    t0 = time.time()
+    total_ok = total = 0
+    failures = []
+    print(f"{'setup':<34}{'launchable / total':>20}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, machine, _ in SETUPS:
+            cluster = (load_cluster(machine[1]) if machine[0] == "--cluster"
+                       else single_node_cluster(machine[3], int(machine[1])))
+            ok = n = 0
+            for model in args.models.split(","):
+                try:
+                    rec = advise(Request(model=model, cluster=cluster, top=args.top))
+                except InputError:
+                    continue
+                for i, e in enumerate(rec.plans[: args.top]):
+                    n += 1
+                    f = save_preset(Path(tmp) / f"{i}.toml", preset_from_estimate(rec, e, name=f"p{i}").to_doc(),
+                                    force=True)
+                    try:
+                        validate(load_preset(f), reach=False)
+                        ok += 1
+                    except InputError as exc:
+                        failures.append(f"{name} {model} #{i + 1} {e.plan.label()}: {exc}")
             print(f"{name:<34}{f'{ok} / {n}':>20}", flush=True)
             total_ok, total = total_ok + ok, total + n
     print(f"{'all':<34}{f'{total_ok} / {total}':>20}   ({time.time() - t0:.0f} s)")

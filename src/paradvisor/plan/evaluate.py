@@ -167,7 +167,9 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     for st, acts, work, psi in stages:
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
-        terms = {**st, "working": work, "activations": acts, "buffers": buf, "overhead": FRAMEWORK_OVERHEAD}
+        # fitted per-token coefficients can go slightly negative for tiny widths: a byte count never does
+        terms = {**st, "working": max(0.0, work), "activations": max(0.0, acts), "buffers": buf,
+                 "overhead": FRAMEWORK_OVERHEAD}
         total = peak_bytes(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
         if best is None or total > best[1]:
             best = (terms, total, psi)
