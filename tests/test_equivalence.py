@@ -15,7 +15,7 @@ from tests.equivalence_cases import DILOCO, SHAPES, applies, preset_for
 pytestmark = pytest.mark.slow
 
 MINGPT = ["DDP+accum", "FSDP", "HSDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "TP", "TP+SP", "TP x DDP", "TP x FSDP",
-          "PP (GPipe)", "PP x FSDP", "checkpointing (selective)", "offload (ZeRO-3)", "offload (FSDP)",
+          "PP (GPipe)", "PP x FSDP", "checkpointing (selective)", "offload (ZeRO-3)",
           "split-by-speed", "split-by-speed ZeRO-2"]
 OTHERS = [("gpt2", "TP+SP"), ("gpt2", "PP (1F1B)"),  # fused qkv split; tied embedding across stages
           ("bert", "TP+SP"), ("bert", "PP x DDP"),  # post-norm SP, padding mask on every stage

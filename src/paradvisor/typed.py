@@ -100,6 +100,15 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
     if dataclasses.is_dataclass(typ):
         if not isinstance(value, dict):
             raise InputError(f"expected a table, got {shown(value)}", where=where)
+        known = {f.name: f for f in dataclasses.fields(typ)}
+        unknown = [k for k in value if k not in known]
+        if unknown:
+            raise InputError(f"unknown key {shown(unknown[0])}; expected one of {', '.join(sorted(known))}",
+                             where=where)
+        missing = [n for n, f in known.items() if n not in value and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise InputError(f"missing key {missing[0]!r}", where=where)
         return typ(**from_table(typ, value, lambda k: f"{where}.{k}"))
     if typ is object or typ is typing.Any:
         return value

@@ -147,6 +147,10 @@ def check_plan_shape(preset: Preset, family: str, prof) -> None:
     if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
         raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
                          f"is not a multiple of it", where=f"{where}: workload.seq_len")
+    if plan.sharding == "fsdp" and plan.offload != "none" and (preset.train.device == "cpu" or
+                                                               (preset.train.device == "auto" and not _has_cuda())):
+        raise InputError("FSDP CPU offload needs a GPU: FSDP2's CPUOffloadPolicy copies shards to the accelerator to "
+                         "compute (on CPU-only machines use ZeRO-3 offload)", where=f"{where}: plan.offload")
     if plan.sharding == "hsdp":
         shard = hsdp_shard_size(preset)
         if shard < 1 or plan.dp % shard:
