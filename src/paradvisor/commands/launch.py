@@ -111,8 +111,6 @@ def run(args) -> int:
             print(path)
         return 0
     if args.dry_run:
-        import shlex
-
         from paradvisor.launch.argv import node_commands
 
         runner.validate(preset, reach=False)
