@@ -111,6 +111,7 @@ def run(args) -> int:
             print(path)
         return 0
     if args.dry_run:
+
         from paradvisor.launch.argv import node_commands
 
         runner.validate(preset, reach=False)
