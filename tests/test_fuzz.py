@@ -378,13 +378,8 @@ def test_hf_configs_fuzzed(text):
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(text)
     code = assert_clean(cli("model", str(d), "--json"))
-    if code == 0 and _RECOMMENDED.count < 10 * FUZZ_SCALE:  # a recommendation traces the model (~10 s): a sample
-        _RECOMMENDED.count += 1
+    if code == 0:
         assert_clean(cli("recommend", "--model", str(d), "--gpus", "2", "--gpu-type", "A100", "--json"))
-
-
-class _RECOMMENDED:
-    count = 0
 
 
 # ---- ssh host strings --------------------------------------------------------------------------------------------------
