@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -85,21 +86,29 @@ def test_every_preset_field_is_type_checked(section, field, tmp_path):
             load_preset(p)
 
 
+@dataclass(frozen=True)
+class Future:  # a section as someone may add it one day
+    procs_per_node: tuple[int, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Outer:
+    parts: tuple[Future, ...] = ()
+
+
 def test_a_new_field_is_checked_without_listing_it():
-    from dataclasses import dataclass
-
     from paradvisor.typed import from_table
-
-    @dataclass(frozen=True)
-    class Future:
-        procs_per_node: tuple[int, ...] = ()
-        note: str | None = None
 
     assert from_table(Future, {"procs_per_node": [2, 4]}, str) == {"procs_per_node": (2, 4)}
     for bad, what in (({"procs_per_node": ["2"]}, "expected an integer"), ({"procs_per_node": [-1]}, "at least 0"),
                       ({"note": "a\x1bb"}, "control character"), ({"note": 3}, "expected a string")):
         with pytest.raises(InputError, match=what):
             from_table(Future, bad, str)
+
+    assert from_table(Outer, {"parts": [{"note": "x"}]}, str) == {"parts": (Future(note="x"),)}
+    with pytest.raises(InputError, match=r"parts\[0\]: unknown key 'nte'"):
+        from_table(Outer, {"parts": [{"nte": "x"}]}, str)
 
 
 def test_cli_overrides_go_through_the_same_checks(tmp_path):

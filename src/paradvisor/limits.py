@@ -63,6 +63,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "ep": (1, MAX_GPUS),
     "gpus": (1, MAX_GPUS_PER_NODE),
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
+    "node_procs": (1, MAX_PROCS_PER_NODE),
     "nnodes": (1, MAX_NODES),
     "node_rank": (0, MAX_NODES - 1),
     "num_labels": (2, 100_000),
@@ -84,7 +85,8 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 # Lengths of list fields by field name (other lists: MAX_ITEMS).
-LENGTH_BOUNDS: dict[str, int] = {"hosts": MAX_HOSTS, "nodes": MAX_NODES, "rank_batches": MAX_GPUS}
+LENGTH_BOUNDS: dict[str, int] = {"hosts": MAX_HOSTS, "nodes": MAX_NODES, "node_procs": MAX_NODES,
+                                 "rank_batches": MAX_GPUS}
 
 # Numeric command-line options by their dest (upper bounds; the commands check their own lower bounds,
 # and every float option must be finite). Options not named here get MAX_INT / MAX_FLOAT.

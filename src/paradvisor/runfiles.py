@@ -48,6 +48,8 @@ def valid_record(rec) -> bool:
         v = rec.get(key)
         if v is not None and not _is(v, typ):
             return False
+        if isinstance(v, float) and not math.isfinite(v) and key != "loss":  # a diverged loss is news; the rest is not
+            return False
     for key in ("rank", "step", "round", "world_size"):
         if isinstance(rec.get(key), int) and rec[key] < 0:
             return False

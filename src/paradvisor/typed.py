@@ -97,18 +97,17 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
                     check_value(v, args[1], f"{where}.{k}", bound=bound, cls=cls, name=name, text=text)
                     for k, v in value.items()}
         return dict(value)
-    if dataclasses.is_dataclass(typ):
+    if dataclasses.is_dataclass(typ):  # a nested table: exactly the dataclass's keys, the required ones present
         if not isinstance(value, dict):
             raise InputError(f"expected a table, got {shown(value)}", where=where)
-        known = {f.name: f for f in dataclasses.fields(typ)}
-        unknown = [k for k in value if k not in known]
+        names = [f.name for f in dataclasses.fields(typ)]
+        unknown = sorted(str(k) for k in set(value) - set(names))
         if unknown:
-            raise InputError(f"unknown key {shown(unknown[0])}; expected one of {', '.join(sorted(known))}",
-                             where=where)
-        missing = [n for n, f in known.items() if n not in value and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
+            raise InputError(f"unknown key {unknown[0]!r}; expected one of {', '.join(names)}", where=where)
+        missing = [f.name for f in dataclasses.fields(typ) if f.name not in value
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
-            raise InputError(f"missing key {missing[0]!r}", where=where)
+            raise InputError(f"missing {missing[0]!r}", where=where)
         return typ(**from_table(typ, value, lambda k: f"{where}.{k}"))
     if typ is object or typ is typing.Any:
         return value

@@ -164,8 +164,8 @@ def show(rec, doc, args) -> None:
     elif rec.infeasible:
         con.print(f"[dim]{len(rec.infeasible)} layouts do not fit (--show-infeasible lists them)[/dim]")
     for item in rec.plan_only[:5]:
-        con.print(f"  [dim]plan only (not launchable):[/dim] {item['label']}, step {fmt_seconds(item['step_time_s'])}"
-                  f" — {item['why']}")
+        con.print(f"  [dim]plan only (not launchable):[/dim] {esc(item['label'])}, step "
+                  f"{fmt_seconds(item['step_time_s'])} — {esc(item['why'])}")
     for r in rec.fired_rules:
         if r.get("scope") == "advice":
             con.print(f"[cyan]advice[/cyan] {esc(r['id'])}: {esc(r['message'])} [dim]({esc(r['source'])})[/dim]")

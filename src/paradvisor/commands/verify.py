@@ -30,7 +30,7 @@ def run(args) -> int:
 
         emit_json(doc)
     else:
-        from paradvisor.output import console, table
+        from paradvisor.output import console, esc, table
 
         con = console()
         t = table(f"{doc['label']} vs one process", "step", "loss", "reference", "relative difference")
@@ -39,7 +39,8 @@ def run(args) -> int:
                       f"{r['relative_difference']:.2e}")
         con.print(t)
         if doc["status"] != "finished" or doc["reference_status"] not in ("finished", "given"):
-            con.print(f"[red]run {doc['status']}[/red]: {doc.get('reason') or ''} (reference: {doc['reference_status']})")
+            con.print(f"[red]run {esc(doc['status'])}[/red]: {esc(doc.get('reason') or '')} "
+                      f"(reference: {esc(doc['reference_status'])})")
         worst = doc["max_relative_difference"]
         verdict = "equal" if doc["equal"] else "NOT equal"
         con.print(f"{verdict}: max relative difference {worst:.2e} (tolerance {doc['tolerance']:.0e})"

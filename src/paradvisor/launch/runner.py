@@ -338,6 +338,8 @@ def hang_timeout(preset: Preset) -> tuple[float, str]:
                    else "hang detection off (train.hang_timeout_s = 0)")
     step = preset.prediction.get("step_time_s") or 0.0
     every = preset.train.log_every
+    if preset.plan.diloco:  # a node may wait a whole round of the slowest node's local steps at an outer sync
+        every = max(every, max([preset.plan.local_steps or 1, *(n.local_steps or 1 for n in preset.plan.nodes)]))
     t = min(MAX_TIMEOUT_S, max(HANG_FLOOR_S, HANG_FACTOR * step * every))
     basis = (f"{HANG_FACTOR:g} x predicted step {step:.3g} s x log interval {every}, at least {HANG_FLOOR_S:g} s"
              if step else f"no predicted step time: the {HANG_FLOOR_S:g} s floor")

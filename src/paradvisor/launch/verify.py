@@ -9,7 +9,6 @@ compared with the same DiLoCo plan run with plain DDP inside each node.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,14 +53,15 @@ def reference_preset(preset: Preset) -> Preset:
 
 def losses(run_dir: Path) -> dict[int, float]:
     """{step: loss} from rank 0's records (the loss over the whole global batch)."""
+    from paradvisor.runfiles import MetricsReader
+
     out = {}
-    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
-        try:
-            m = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(m, dict) and m.get("kind") == "step" and m.get("rank") == 0 and m.get("loss") is not None:
-            out[int(m["step"])] = float(m["loss"])
+
+    def take(m: dict) -> None:  # records the tolerant reader accepted (well-formed, typed)
+        if m["kind"] == "step" and m.get("rank") == 0 and m.get("loss") is not None:
+            out[m["step"]] = float(m["loss"])
+
+    MetricsReader(Path(run_dir) / "metrics.jsonl").read(keep=0, on_record=take)
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
     p = plan.get("plan", {})
     rounds = total_rounds = None
     if p.get("diloco"):  # progress in outer rounds: nodes run different numbers of local steps
-        import math
-
         total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
         rounds = tally.rounds
     return {
@@ -102,7 +101,7 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
         "round": rounds,
         "total_rounds": total_rounds,
         "loss": tally.last_loss,
-        "loss_history": list(tally.losses),
+        "loss_history": [x for x in tally.losses if math.isfinite(x)],
         "step_time_s": step_time,
         "samples_per_s": gsps,
         "throughput_history": [batch / t for t in tally.step_times_rank0],

@@ -56,6 +56,12 @@ def advise(req: Request, profile=None):
     cluster = calibration.apply(req.cluster) if req.calibrated else req.cluster
     wl = default_workload(profile, cluster, seq_len=req.seq_len, global_batch=req.global_batch,
                           precision=req.precision, attention=req.attention, model=req.model)
+    from dataclasses import asdict
+
+    from paradvisor.typed import from_table
+
+    # The same typed checks and bounds as a preset's [workload] (paradvisor.limits), whichever way the request came.
+    from_table(type(wl), asdict(wl), lambda k: f"--{k.replace('_', '-')}")
     rule_sets = None
     if req.use_rules:
         from paradvisor.rules.loader import load_rule_sets

@@ -40,22 +40,32 @@ def imdb_folder(path: str, split: str = "train") -> list[tuple[str, int]]:
     out = []
     for label, folder in ((1, pos), (0, neg)):
         for f in sorted(folder.glob("*.txt")):
-            out.append((f.read_text(encoding="utf-8", errors="replace").replace("<br />", " "), label))
+            out.append((_read(f).replace("<br />", " "), label))
     if not out:
         raise InputError("no reviews (*.txt) found", where=path)
     random.Random(0).shuffle(out)
     return out
 
 
+MAX_DATA_BYTES = 1 << 30  # one data file (the data is held in memory by every rank)
+
+
+def _read(path: Path) -> str:
+    """A data file: a regular file of at most MAX_DATA_BYTES (never a FIFO or a device), decoded leniently."""
+    from paradvisor.safeio import read_bytes
+
+    return read_bytes(path, what="text file", limit=MAX_DATA_BYTES).decode("utf-8", errors="replace")
+
+
 def text_files(path: str) -> str:
     p = Path(path)
-    if p.is_file():
-        return p.read_text(encoding="utf-8", errors="replace")
     if p.is_dir():
         files = sorted(p.rglob("*.txt"))
         if files:
-            return "\n\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
+            return "\n\n".join(_read(f) for f in files)
         raise InputError("no .txt files in the folder", where=path)
+    if p.exists():
+        return _read(p)
     raise InputError("no such file or folder", where=path)
 
 
