@@ -85,6 +85,8 @@ def test_broken_toml_names_the_line(tmp_path, cli):
     ({"dp": 1, "pp": 2, "micro_batch": 8, "grad_accum": 1}, None, None, "needs at least 2 micro-batches"),
     ({"dp": 1, "tp": 2, "precision": "fp8", "micro_batch": 8}, None, None, "fp8 training is plan only"),
     ({"dp": 2, "micro_batch": 4, "offload": "optimizer", "sharding": "none"}, None, None, "CPU offload"),
+    ({"dp": 2, "micro_batch": 4, "offload": "optimizer+params", "sharding": "fsdp"}, None, {"device": "cpu"},
+     "FSDP CPU offload needs a GPU"),
     ({"dp": 1, "tp": 2, "micro_batch": 8}, {"nproc_per_node": 1, "nnodes": 2, "node_procs": [1, 1],
                                             "rdzv_endpoint": "127.0.0.1:29999"}, None, "stay inside one node"),
 ])

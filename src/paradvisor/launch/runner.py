@@ -53,7 +53,8 @@ def write_json_atomic(path: Path, doc: dict) -> None:
 
 def validate(preset: Preset, *, reach: bool = True) -> None:
     """Everything that can be checked before a process starts (exit 2 on failure). `reach=False` (dry runs,
-    exports) skips the ssh reachability check of the hosts; their names are still checked."""
+    exports) skips what depends on this machine: the ssh reachability of the hosts (their names are still
+    checked) and whether this machine's device can run the plan (FSDP CPU offload needs a GPU)."""
     from paradvisor.train.data import check_data_path
 
     plan, lau, wl = preset.plan, preset.launch, preset.workload
@@ -87,7 +88,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
     s = prof.transformer
-    check_plan_shape(preset, family, prof)
+    check_plan_shape(preset, family, prof, reach=reach)
     check_data_path(preset.train.dataset, preset.train.data_path)
     if preset.train.weights and not Path(preset.train.weights).exists():
         raise InputError("weights path does not exist", where=f"{where}: train.weights")
@@ -109,7 +110,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
                 raise InputError(f"host {h} is unreachable: {why}", where=f"{where}: launch.hosts")
 
 
-def check_plan_shape(preset: Preset, family: str, prof) -> None:
+def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -> None:
     """The plan against the capability table (plan/capability.py, the same table the search reads), the
     model's shape and the launch section: degrees divide heads/layers, TP groups stay inside a node."""
     from paradvisor.plan.capability import why_not
@@ -147,7 +148,7 @@ def check_plan_shape(preset: Preset, family: str, prof) -> None:
     if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
         raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
                          f"is not a multiple of it", where=f"{where}: workload.seq_len")
-    if plan.sharding == "fsdp" and plan.offload != "none" and (preset.train.device == "cpu" or
+    if reach and plan.sharding == "fsdp" and plan.offload != "none" and (preset.train.device == "cpu" or
                                                                (preset.train.device == "auto" and not _has_cuda())):
         raise InputError("FSDP CPU offload needs a GPU: FSDP2's CPUOffloadPolicy copies shards to the accelerator to "
                          "compute (on CPU-only machines use ZeRO-3 offload)", where=f"{where}: plan.offload")
