@@ -48,8 +48,13 @@ def test_recommend_and_launch_round_in_tmux(tmp_path):
     try:
         wait_for(session, "paper000-two-servers")
         tmux("send-keys", "-t", session, "2")
-        out = wait_for(session, "mb x acc")
-        assert "HSDPx6" in out or "DDPx6" in out or "PP" in out  # ranked plans on screen
+        wait_for(session, "mb x acc")
+        deadline = time.monotonic() + 120  # the rows arrive from the ranking worker after the header
+        out = screen(session)
+        while not any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            out = screen(session)
+        assert any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")), out  # ranked plans on screen
         tmux("send-keys", "-t", session, "3")
         wait_for(session, "tiny-cpu-smoke")
         tmux("send-keys", "-t", session, "L")
