@@ -242,7 +242,8 @@ AGENT_ERRORS = re.compile(r"Rendezvous\w*Error|DistNetworkError|DistStoreError|E
                           re.IGNORECASE)
 
 
-def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None) -> dict | None:
+def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None,
+                   log_name: str = "launcher.log") -> dict | None:
     """The torchrun agent itself failed: killed by a signal (torchrun reports a rank's failure with exit code 1,
     so a negative code is the agent's own death), or its rendezvous failed before any rank could say why."""
     who = f"the torchrun agent (pid {agent_pid})" if agent_pid else "the torchrun agent"
@@ -259,11 +260,16 @@ def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_
             return None
         reason = f"{who} failed: {line[-300:]}"
     return {"failed_rank": None, "failed_process": "torchrun agent", "exit_code": returncode, "reason": reason,
-            "last_log_lines": _tail(run_dir / "launcher.log"),
+            "last_log_lines": _tail(run_dir / log_name),
             "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
 
 
-def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None) -> dict:
+def launcher_log_name(node_rank: int) -> str:
+    """torchrun's output of node `node_rank` in its run directory (nodes may share one directory)."""
+    return "launcher.log" if node_rank == 0 else f"launcher-node{node_rank}.log"
+
+
+def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None, node_rank: int = 0) -> dict:
     """Which rank (or the torchrun agent) failed, with what exit code or signal, and its last log lines."""
     from paradvisor.runfiles import read_json_object
 
@@ -275,8 +281,9 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
             if doc is not None and isinstance(doc.get("exit_code", 0), int) and isinstance(doc.get("time", 0),
                                                                                            (int, float)):
                 codes[r] = {**doc, "error": str(doc["error"]) if doc.get("error") is not None else None}
-    log = _read_tail(run_dir / "launcher.log")
-    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid)
+    log_name = launcher_log_name(node_rank)
+    log = _read_tail(run_dir / log_name)
+    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid, log_name)
     if agent is not None:
         return agent
     failed_rank, exit_code, reason = None, returncode, None
@@ -304,7 +311,8 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
         failed_rank, exit_code = int(m.group(1)), int(m.group(2))
     else:
         bad = sorted((d.get("time", 0), r) for r, d in codes.items() if d.get("exit_code"))
-        missing = [r for r in range(world) if r not in codes]
+        here = [r for r in range(world) if (run_dir / f"rank-{r}.pid").exists()] or range(world)  # this node's
+        missing = [r for r in here if r not in codes]
         if bad:
             failed_rank = bad[0][1]
             exit_code = codes[failed_rank]["exit_code"]
@@ -317,7 +325,7 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
             reason = f"killed by signal {signal.Signals(-exit_code).name}"
         except ValueError:
             reason = f"killed by signal {-exit_code}"
-    lines = _tail(run_dir / f"rank-{failed_rank}.stderr.log") if failed_rank is not None else _tail(run_dir / "launcher.log")
+    lines = _tail(run_dir / f"rank-{failed_rank}.stderr.log") if failed_rank is not None else _tail(run_dir / log_name)
     if not reason:
         reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
     return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
@@ -427,8 +435,9 @@ def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
     return out
 
 
-def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int) -> dict:
-    d = diagnose(run_dir, world, rc)
+def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int,
+                node_rank: int = 0) -> dict:
+    d = diagnose(run_dir, world, rc, node_rank=node_rank)
     suspects = hang_suspects(stacks)
     from paradvisor.monitor.follow import MetricsFollower
 
@@ -530,7 +539,11 @@ class Launch:
         last_progress = time.monotonic()
         last_size = 0
         hung = None
+        from paradvisor.monitor.sampler import SampleLog
+
+        samples = SampleLog(self.run_dir, self.preset.launch.node_rank)
         while self.proc.poll() is None:
+            samples.tick()
             if self.cancel_requested:
                 _kill_group(self.proc)
                 break
@@ -550,19 +563,21 @@ class Launch:
                     break
             time.sleep(poll)
         rc = self.proc.wait()
+        samples.close()
         _reap_ranks(self.run_dir, self.preset.plan.world_size)
         ended = time.time()
         common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
         if self.cancel_requested:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
         elif hung is not None:
-            report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size)
+            report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size,
+                                 self.preset.launch.node_rank)
             doc = self.status(status="failed", **report, **common)
         elif rc == 0:
             doc = self.status(status="finished", **common)
         else:
             doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc,
-                                                          self.proc.pid), **common)
+                                                          self.proc.pid, self.preset.launch.node_rank), **common)
             from paradvisor.launch.replan import is_oom, write_replan
 
             if is_oom(doc.get("reason", "")) or any(is_oom(x) for x in doc.get("last_log_lines", [])):
@@ -633,8 +648,20 @@ def _port_lock(endpoint: str, preset: Preset):
     return _lock(d / f"{port}.lock", f"port {port}")
 
 
-def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None) -> Launch:
-    validate(preset)
+def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None,
+          ssh_config: str | None = None, ssh_timeout: float | None = None, run_id: str | None = None,
+          reach: bool = True, is_host: bool | None = None):
+    """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py,
+    whose SshLaunch has the same wait/cancel/done/run_dir). `run_id` names the rendezvous (default: the run
+    directory's name); `is_host` tells torchrun whether this node serves the rendezvous store."""
+    from paradvisor.launch.preset import engine_of
+
+    if engine_of(preset.launch) == "ssh":
+        from paradvisor.launch import sshrun
+
+        return sshrun.start(preset, runs_dir=runs_dir, run_dir=run_dir, env=env, ssh_config=ssh_config,
+                            ssh_timeout=ssh_timeout)
+    validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
     port_lock = _port_lock(endpoint, preset) if (preset.launch.master_port or preset.launch.rdzv_endpoint) else None
     try:
@@ -647,7 +674,8 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
         locks.append(port_lock)
     lau = preset.launch
     argv = torchrun_argv(str(run_dir), nproc_per_node=lau.procs(lau.node_rank), nnodes=lau.nnodes,
-                         node_rank=lau.node_rank, endpoint=endpoint, run_id=run_dir.name)
+                         node_rank=lau.node_rank, endpoint=endpoint, run_id=run_id or run_dir.name,
+                         join_timeout_s=lau.join_timeout_s, is_host=is_host)
     status_name = "status.json" if lau.node_rank == 0 else f"status-node{lau.node_rank}.json"
     if lau.node_rank == 0 or not (run_dir / "plan.toml").exists():
         write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
@@ -668,7 +696,7 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
         full_env["DS_ACCELERATOR"] = "cpu"
     elif not _has_cuda():
         full_env.setdefault("DS_ACCELERATOR", "cpu")
-    log_name = "launcher.log" if lau.node_rank == 0 else f"launcher-node{lau.node_rank}.log"
+    log_name = launcher_log_name(lau.node_rank)
     log = os.fdopen(os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab")
     # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
