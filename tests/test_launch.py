@@ -129,7 +129,8 @@ def test_exports_parse(tmp_path, cli):
     assert master["replicas"] == 1 and c["resources"]["limits"]["nvidia.com/gpu"] == 2
     assert "--nproc-per-node 2" in c["command"][-1] and "paradvisor.train" in c["command"][-1]
     sbatch = (out / "job.sbatch").read_text()
-    assert "#SBATCH --nodes=1" in sbatch and "#SBATCH --gpus-per-node=2" in sbatch and "srun torchrun" in sbatch
+    assert "#SBATCH --nodes=1" in sbatch and "#SBATCH --gpus-per-node=2" in sbatch
+    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 python3 -m paradvisor.launch.slurm" in sbatch
     embedded = sbatch.split("<<'PARADVISOR_PLAN'\n")[1].split("PARADVISOR_PLAN")[0]
     assert tomllib.loads(embedded)["name"] == "bert-imdb-ddp"
     ds = json.loads((out / "ds_config.json").read_text())

@@ -81,36 +81,12 @@ def kubeflow(preset) -> str:
     return yaml.safe_dump_all([cm, doc], sort_keys=False)
 
 
-PLAN_EOF = "PARADVISOR_PLAN"
-
-
 def slurm(preset) -> str:
-    """An sbatch script. Everything from the preset is quoted (shlex.quote) or a checked integer; the plan travels
-    in a quoted here-document whose end marker cannot occur in it (tomli-w writes no bare line breaks)."""
-    lau = preset.launch
-    name = slug(preset.name)
-    plan = plan_toml(preset)
-    if any(line.strip() == PLAN_EOF for line in plan.splitlines()):
-        raise InputError(f"the plan holds the line {PLAN_EOF!r}, which would end its here-document early")
-    q = shlex.quote
-    return f"""#!/bin/bash
-# paradvisor: {comment(name)} — {comment(preset.plan.label())}
-#SBATCH --job-name={name}
-#SBATCH --nodes={int(lau.nnodes)}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={int(lau.nproc_per_node)}
-#SBATCH --output=%x-%j.out
-set -euo pipefail
-head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-run_dir="runs/$SLURM_JOB_ID-"{q(name)}
-mkdir -p "$run_dir"
-cat > "$run_dir/plan.toml" <<'{PLAN_EOF}'
-{plan}{PLAN_EOF}
-export OMP_NUM_THREADS=1
-srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(lau.nproc_per_node)} \\
-  --rdzv-backend c10d --rdzv-endpoint "$head:29500" --rdzv-id "$SLURM_JOB_ID" \\
-  -m paradvisor.train --run-dir "$run_dir"
-"""
+    """The sbatch script (launch/slurm.py): srun starts one paradvisor node launcher per node; everything from the
+    preset is quoted or a checked integer, the plan travels in a quoted here-document."""
+    from paradvisor.launch.slurm import script
+
+    return script(preset)
 
 
 def hostfile(preset) -> str:
