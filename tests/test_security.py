@@ -90,7 +90,7 @@ def test_a_preset_is_data_never_code(tmp_path):
     for line in outside.splitlines():
         if line and not line.startswith("#"):
             shlex.split(line.rstrip("\\"))  # every command line still parses
-    assert "name: touch-pwned-touch-pwned" in (out / "pytorchjob.yaml").read_text()  # a valid Kubernetes name
+    assert "name: touch-pwned-touch-pwned" in (out / "trainjob.yaml").read_text()  # a valid Kubernetes name
     proc, run_dir = launch(p, tmp_path / "runs", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not wait_gone(run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import replace
@@ -51,7 +52,11 @@ def add_parser(sub) -> None:
     m.add_argument("--ssh-timeout", type=float, metavar="S", help="ssh connect timeout per host (default 10)")
     m.add_argument("--submit", choices=["slurm"], help="submit the run to a scheduler (sbatch) and follow it")
     e = p.add_argument_group("exports (write files instead of launching)")
-    e.add_argument("--export", choices=["kubeflow", "slurm", "hostfile"], action="append", default=[])
+    e.add_argument("--export", choices=["kubeflow", "pytorchjob", "slurm", "hostfile"], action="append", default=[],
+                   help="kubeflow: Trainer v2 TrainJob + ConfigMap + Dockerfile; pytorchjob: the legacy kubeflow.org/v1 "
+                        "PyTorchJob; slurm: the sbatch script; hostfile: DeepSpeed hostfile + ds_config.json")
+    e.add_argument("--image", metavar="REF", help="kubeflow/pytorchjob: the image the job runs (the Dockerfile's "
+                                                  "build, pushed where the cluster pulls from)")
     e.add_argument("--out", metavar="DIR", help="where exports go (default exports/<name>/)")
     e.add_argument("--force", action="store_true", help="overwrite existing export files")
     p.set_defaults(run=run)
@@ -126,7 +131,13 @@ def run(args) -> int:
 
         # the default folder is named after the preset, made one safe path component: never '..' or absolute
         out = Path(args.out) if args.out else inside(Path("exports"), slug(preset.name), what="preset name")
-        for path in write_exports(preset, args.export, out, force=args.force):
+        if args.image is not None:
+            from paradvisor.typed import printable
+
+            printable(args.image, "--image", limit=512)
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", args.image):
+                raise InputError(f"--image {args.image!r}: expected an image reference (registry/name:tag)")
+        for path in write_exports(preset, args.export, out, force=args.force, image=args.image):
             print(path)
         return 0
     if args.dry_run:
