@@ -174,7 +174,7 @@ def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_p
 def test_a_node_that_never_joins_fails_the_run_within_the_join_timeout(cluster, tmp_path):
     # node 1's "python" never starts the agent (a node stuck before the rendezvous); node 0 is real
     stuck = tmp_path / "python-on-nodes"
-    stuck.write_text(f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec sleep 600;; esac\n'
+    stuck.write_text(f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec cat >/dev/null;; esac\n'
                      f'exec {sys.executable} "$@"\n')
     stuck.chmod(0o755)
     preset = write_preset(cluster, tmp_path, join_timeout=5, python=str(stuck))

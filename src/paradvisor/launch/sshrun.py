@@ -42,6 +42,7 @@ DEFAULT_SSH_TIMEOUT_S = 10.0
 JOIN_GRACE_S = 15.0  # the agent's start (python, torch import) before its torchrun joins the rendezvous
 PEER_GRACE_S = 5.0  # a node failing of a peer's error waits this long for the peer's own report
 STOP_GRACE_S = 25.0  # a stopped agent ends its ranks (SIGTERM, 10 s, SIGKILL) within this
+NO_AGENT_GRACE_S = 3.0  # a session whose agent never said hello gets this long to end after its input closes
 LINE_LIMIT = 8 << 20
 _FILE = re.compile(r"^(rank-\d+\.(stdout\.log|stderr\.log|exit\.json)|metrics\.jsonl|samples\.jsonl|"
                    r"launcher-node(\d+)\.log|status-node(\d+)\.json|command-node(\d+)\.json|"
@@ -357,12 +358,14 @@ class SshLaunch:
                 pass
         if live:
             self.log(f"stopping {len(live)} node(s): {reason}")
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and any(n.proc.poll() is None for n in live):
+        start = time.monotonic()
+        # an agent ends its ranks first (up to STOP_GRACE_S); a session whose agent never started has nothing to end
+        grace = {n.index: STOP_GRACE_S if n.agent else NO_AGENT_GRACE_S for n in live}
+        while any(n.proc.poll() is None and time.monotonic() - start < grace[n.index] for n in live):
             time.sleep(0.1)
-        for n in live:  # an agent that did not answer: closing its ssh session ends it (end of its input)
+        for n in live:  # no answer: closing its ssh session ends it (the agent stops at the end of its input)
             if n.proc.poll() is None:
-                self.log(f"{n.label}: no answer to the stop within {STOP_GRACE_S:g} s; closing its ssh session")
+                self.log(f"{n.label}: no answer to the stop within {grace[n.index]:g} s; closing its ssh session")
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     try:
                         os.killpg(n.proc.pid, sig)
