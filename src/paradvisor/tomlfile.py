@@ -43,19 +43,23 @@ class KeyLocator:
     def __init__(self, path: str | os.PathLike, text: str):
         self.path = str(path)
         self.lines = text.splitlines()
+        self._headers: dict[str, list[int]] = {}
+
+    def _occurrences(self, header: str) -> list[int]:
+        """Line indices of every `[header]` / `[[header]]`, found in one pass and kept (a file of
+        thousands of [[node]] tables is then located in linear time)."""
+        if header not in self._headers:
+            pat = re.compile(r"^\s*\[{1,2}\s*" + re.escape(header) + r"\s*\]{1,2}\s*(#.*)?$")
+            self._headers[header] = [i for i, ln in enumerate(self.lines) if pat.match(ln)]
+        return self._headers[header]
 
     def line(self, header: str | None, index: int, key: str | None) -> int | None:
-        start, seen = 0, -1
+        start = 0
         if header:
-            pat = re.compile(r"^\s*\[{1,2}\s*" + re.escape(header) + r"\s*\]{1,2}\s*(#.*)?$")
-            for i, ln in enumerate(self.lines):
-                if pat.match(ln):
-                    seen += 1
-                    if seen == index:
-                        start = i
-                        break
-            else:
+            found = self._occurrences(header)
+            if index >= len(found):
                 return None
+            start = found[index]
             if key is None:
                 return start + 1
         keypat = re.compile(r"^\s*" + re.escape(key or "") + r"\s*=")

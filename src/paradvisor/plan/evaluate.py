@@ -146,9 +146,12 @@ def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_
 def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float) -> Estimate:
     # Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own.
     classes: dict[tuple[str, int], tuple] = {}
-    for r, spec in enumerate(topo.rank_spec):
-        mb = plan.rank_batches[r] if plan.rank_batches else plan.micro_batch
-        classes.setdefault((spec.name, mb), (spec, mb))
+    if plan.rank_batches:
+        for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
+            classes.setdefault((spec.name, mb), (spec, mb))
+    else:
+        for spec in topo.specs:  # distinct GPU types in rank order: the cost does not grow with the rank count
+            classes.setdefault((spec.name, plan.micro_batch), (spec, plan.micro_batch))
 
     worst_mem, worst_ratio, tight = None, -1.0, ""
     slowest = None
@@ -252,12 +255,14 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     fits = need["total"] <= usable
     notes = []
     if plan.offload != "none":
-        per_node = need["cpu"] * max(topo.node_sizes)
+        per_node = need["cpu"] * topo.max_gpus_per_node
         notes.append(f"offload needs {per_node / 2**30:.0f} GiB of host RAM per node")
-        for node in topo.cluster.online_nodes:
+        for seg in topo.segments:  # alike nodes share their RAM figure
+            node = seg.node
             if node.ram_total_bytes and need["cpu"] * node.gpu_count > 0.9 * node.ram_total_bytes:
                 fits = False
-                notes.append(f"{node.name} has only {node.ram_total_bytes / 2**30:.0f} GiB of RAM")
+                more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
+                notes.append(f"{node.name}{more} has only {node.ram_total_bytes / 2**30:.0f} GiB of RAM")
     return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
                     fits=fits, tight_gpu=tight, time=time, step_time=step,
                     samples_per_s=wl.global_batch / step, tokens_per_s=wl.global_batch * wl.seq_len / step,

@@ -18,7 +18,16 @@ MAX_MICRO_BATCH = 64
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order (in O(sqrt n): n may be a GPU count of 131,072)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
@@ -69,7 +78,7 @@ def checkpoint_options(mf: ModelFacts, wl: Workload) -> list[str]:
 
 def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> Iterator[Plan]:
     world = topo.world
-    multi_node = len(topo.node_sizes) > 1
+    multi_node = topo.multi_node
     ckpts = checkpoint_options(mf, wl)
     for tp in tp_options(mf, topo):
         for pp in pp_options(mf, world // tp):
@@ -98,7 +107,7 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
 def rank_speeds(topo: Topology, precision: str) -> list[float]:
     from paradvisor.estimate.compute import effective_peak
 
-    return [effective_peak(s.tflops, precision) for s in topo.rank_spec]
+    return [effective_peak(s.tflops, precision) for s in topo.rank_specs()]
 
 
 def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
@@ -113,7 +122,7 @@ def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precisi
         batches = split_by_speed(per_step, speeds)
         if max(batches) > MAX_MICRO_BATCH or len(set(batches)) == 1:
             continue  # an even split is the plain plan, already in the space
-        for sharding in sharding_options(world, 1, 1, len(topo.node_sizes) > 1):
+        for sharding in sharding_options(world, 1, 1, topo.multi_node):
             if sharding == "hsdp":
                 continue
             for ckpt in ckpts:
