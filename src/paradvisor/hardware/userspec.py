@@ -19,7 +19,9 @@ one-line error naming file, line and key) and is shown as user-defined wherever 
 
 An NVML name the catalogue does not know gets an entry estimated from NVML's figures: memory, SM
 count (or CUDA cores), maximum SM and memory clocks and memory bus width, with the per-SM tensor
-rate of its compute capability (see `TENSOR_FLOPS_PER_SM_CLOCK`). It is marked `estimated`.
+rate of its compute capability (see `TENSOR_FLOPS_PER_SM_CLOCK`; halved for GeForce boards, whose
+FP32-accumulate tensor rate is half), or, without SM count and clock, the rates of the catalogue GPU
+of the same compute capability. It is marked `estimated` and its source says how it was made.
 """
 
 from __future__ import annotations
@@ -189,7 +191,9 @@ def estimated_spec(name: str, *, memory_bytes: int | None, compute_capability: s
         tflops["fp32"] = round(cores * 2 * ghz / 1e3, 1)
         per_sm = TENSOR_FLOPS_PER_SM_CLOCK.get((major, minor))
         if per_sm:
-            half = round(sm_count * per_sm * ghz / 1e3, 1)
+            # GeForce boards run FP16/BF16 with FP32 accumulate (what training uses) at half the rate
+            geforce = "geforce" in name.lower()
+            half = round(sm_count * per_sm * ghz / 1e3 / (2 if geforce else 1), 1)
             tflops["fp16"] = half
             if major >= 8:
                 tflops["bf16"] = half
