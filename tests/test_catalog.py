@@ -1,9 +1,16 @@
-"""The GPU catalog: the papers' figures, NVML name mapping, MIG slices."""
+"""The GPU catalog: the papers' figures, NVML name mapping, MIG slices, today's GPUs and aliases,
+user-defined GPUs (user catalogue, --gpu-spec, cluster files) and NVML estimates."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
+from tests.conftest import REPO, assert_one_line_error
 
 # 003_f884a432a3fcd491.txt Table 1: FP16 (BF16 for A30) TFLOPS used by the paper.
 PAPER_003 = {"RTX 2080 Ti": 113.8, "TITAN RTX": 130.0, "A30": 165.0, "RTX 3090": 142.0, "V100": 125.0}
@@ -67,13 +74,6 @@ def test_best_half_precision():
 
 
 # ---- issue 15: GPUs in use today, aliases, user-defined and estimated GPUs ----
-
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from tests.conftest import REPO, assert_one_line_error  # noqa: E402
 
 TODAY = {  # name: (memory GiB, memory GB/s, bf16 or fp16 dense TFLOPS, link)
     "RTX 4090": (24, 1008, 165.2, "pcie4"), "RTX 5090": (32, 1792, 209.5, "pcie5"),
