@@ -247,7 +247,7 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
                          ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
         if key in p and p[key] not in allowed:
             raise InputError(f"{p[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
-    for key in ("dp", "tp", "pp", "micro_batch", "grad_accum"):
+    for key in ("dp", "tp", "pp", "ep", "micro_batch", "grad_accum"):
         if key in p:
             _typed(p[key], int, pw(key), minimum=1)
     if "precision" not in p:

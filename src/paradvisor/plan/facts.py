@@ -4,16 +4,49 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paradvisor.hardware.types import Cluster, GPUSpec, Link, Node
-from paradvisor.model.profile import ModelProfile
+from paradvisor.model.profile import ModelProfile, TransformerShape
 
 
 def nominal_spec(memory_bytes: int, name: str = "cap") -> GPUSpec:
     """A stand-in device for memory-only questions (a memory cap, a run without calibration)."""
     return GPUSpec(name=name, vendor="cpu", arch="cpu", memory_bytes=int(memory_bytes), mem_bw=1e10,
                    tflops={"fp32": 1.0}, intra_link="loopback")
+
+
+@dataclass(frozen=True)
+class MoEFacts:
+    """Mixture-of-experts facts the estimates use (see estimate/moe.py)."""
+
+    num_experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int
+    moe_layers: int
+    num_layers: int
+    expert_params: int  # routed experts of the whole model
+    active_params: int  # per token
+    expert_params_per_layer: int  # routed experts of one MoE layer
+    routed_share: float  # routed-expert share of a MoE layer's matmul FLOPs per token
+
+    @classmethod
+    def of(cls, p: ModelProfile) -> MoEFacts | None:
+        s = p.transformer
+        if s is None or not s.is_moe:
+            return None
+        from paradvisor.estimate.compute import layer_matmul_params
+
+        per_layer = max((e.expert_params for e in p.layers), default=0)
+        active = replace(s, ffn=s.active_ffn)
+        routed = (3 if s.gated_mlp else 2) * s.hidden * s.experts_per_token * s.expert_ffn
+        return cls(s.num_experts, s.experts_per_token, s.expert_ffn, s.shared_ffn, s.moe_layers, s.num_layers,
+                   p.expert_params, p.active_params, per_layer, routed / layer_matmul_params(active))
+
+    def stage_experts(self, tp: int, pp: int) -> float:
+        """Routed-expert parameters of one pipeline stage on one TP rank (MoE layers spread evenly)."""
+        return self.expert_params / pp / tp
 
 
 @dataclass(frozen=True)
@@ -28,9 +61,22 @@ class ModelFacts:
     replicated_params: int  # norms etc. that TP does not split
     lm_head: bool
     largest_nonblock: int = 0  # biggest module outside the blocks (embeddings, head): TP does not split it
+    moe: MoEFacts | None = None  # mixture of experts (None: dense)
+    compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
 
     @classmethod
-    def of(cls, p: ModelProfile) -> ModelFacts:
+    def of(cls, p: ModelProfile, *, moe: bool = True) -> ModelFacts:
+        """Facts of a profile. A MoE model's estimates use its active FFN width (top-k routed + shared
+        experts) for compute and activations and its total parameters for memory; `moe=False` reads it
+        as if dense (what paradvisor did before it knew experts: compute of one expert per layer)."""
+        mf = cls._of(p)
+        info = MoEFacts.of(p) if moe else None
+        if info is None:
+            return mf
+        return replace(mf, moe=info, compute_shape=replace(p.transformer, ffn=p.transformer.active_ffn))
+
+    @classmethod
+    def _of(cls, p: ModelProfile) -> ModelFacts:
         s = p.transformer
         blocks = [e for e in p.layers if e.kind == "block"]
         if s is None or not blocks:
@@ -48,7 +94,7 @@ class ModelFacts:
 
     @property
     def shape(self):
-        return self.profile.transformer
+        return self.compute_shape or self.profile.transformer
 
     def stage_params(self, tp: int, pp: int) -> tuple[int, int]:
         """(params on the first stage, params on the last stage) for one TP rank."""
@@ -300,6 +346,14 @@ class Topology:
                 worst = link
         self._cache[key] = worst
         return worst
+
+    def ep_link(self, tp: int, ep: int) -> tuple[float, float, bool]:
+        """Link of an expert-parallel group: `ep` consecutive data-parallel ranks (stride tp). Across
+        nodes every GPU of a node sends its own all-to-all traffic through the node's link."""
+        key = ("ep", tp, ep)
+        if key not in self._cache:
+            self._cache[key] = self.group_link(tuple(j * tp for j in range(ep)), self.max_gpus_per_node)
+        return self._cache[key]
 
     def pp_link(self, tp: int, dp: int, pp: int) -> tuple[float, float, bool]:
         key = ("pp", tp, dp, pp)

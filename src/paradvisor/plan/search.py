@@ -92,7 +92,7 @@ def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]
 
 
 def layout_key(p: Plan) -> tuple:
-    return (p.dp, p.tp, p.pp, p.sharding, p.offload, p.diloco, p.split_by_speed)
+    return (p.dp, p.tp, p.pp, p.sharding, p.offload, p.diloco, p.split_by_speed, p.ep)
 
 
 def explain(e: Estimate, cluster: Cluster) -> str:
@@ -157,7 +157,7 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
         # Layouts whose estimates are identical (ZeRO-1 and ZeRO-2 under DeepSpeed's accounting) are
         # shown once, the first (simpler) one naming the other.
         twin = (round(e.step_time, 9), round(e.memory_total), e.plan.tp, e.plan.pp, e.plan.offload, e.plan.diloco,
-                e.plan.split_by_speed)
+                e.plan.split_by_speed, e.plan.ep)
         if twin in same and not include_all:
             same[twin].notes.append(f"{e.plan.label()} estimates the same")
             continue

@@ -102,6 +102,8 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                                                pp_schedule=sched)
     if not topo.homogeneous and world > 1:
         yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
+    if mf.moe is not None:
+        yield from ep_candidates(mf, topo, wl, precision, ckpts)
 
 
 def rank_speeds(topo: Topology, precision: str) -> list[float]:
@@ -129,3 +131,41 @@ def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precisi
                 yield Plan(dp=world, sharding=sharding, micro_batch=max(batches), grad_accum=accum,
                            checkpointing=ckpt, precision=precision, split_by_speed=True,
                            rank_batches=tuple(batches))
+
+
+def ep_options(mf: ModelFacts, dp: int) -> list[int]:
+    """Expert-parallel degrees: divide both the data-parallel degree (EP groups are carved out of each
+    DP group) and the number of routed experts."""
+    return [e for e in divisors(dp) if e > 1 and mf.moe.num_experts % e == 0]
+
+
+def ep_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
+                  ckpts: list[str]) -> Iterator[Plan]:
+    """Expert parallelism for mixture-of-experts models: every (dp, tp, pp) layout with EP degree `ep`
+    dividing dp and the expert count, under DDP, ZeRO-1/2 or FSDP (ZeRO-3 and HSDP with EP are left
+    out, as DeepSpeed-MoE and torch's FSDP2+EP recipes do). Kept apart from `candidates` so that the
+    launcher's capability table can tell these plans apart (the launcher does not run EP yet)."""
+    if mf.moe is None:
+        return
+    world = topo.world
+    for tp in tp_options(mf, topo):
+        if mf.moe.expert_ffn % tp:
+            continue
+        for pp in pp_options(mf, world // tp):
+            if world % (tp * pp):
+                continue
+            dp = world // (tp * pp)
+            if wl.global_batch % dp:
+                continue
+            per_replica = wl.global_batch // dp
+            for ep in ep_options(mf, dp):
+                for sharding in sharding_options(dp, tp, pp, topo.multi_node):
+                    if sharding in ("zero3", "hsdp"):
+                        continue
+                    for ckpt in ckpts:
+                        for sp in ([False, True] if tp > 1 else [False]):
+                            for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
+                                for mb in micro_batches(per_replica):
+                                    yield Plan(dp=dp, tp=tp, pp=pp, ep=ep, sharding=sharding, micro_batch=mb,
+                                               grad_accum=per_replica // mb, checkpointing=ckpt,
+                                               precision=precision, sequence_parallel=sp, pp_schedule=sched)
