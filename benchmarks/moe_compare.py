@@ -10,6 +10,8 @@ memory per GPU and throughput:
 - "MoE": top-2 of 8 experts (12.9B active parameters per token), expert parallelism in the search
   (the best EP plan is printed too; EP plans are plan-only until the launcher runs them), with the
   capacity-factor assumption stated by the estimate.
+Each row is the best plan the launcher can run (plan/capability.py), as `recommend` ranks; a faster
+plan-only plan (TP for Mixtral, EP) is printed under it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ os.environ.setdefault("PARADVISOR_CALIBRATION", "none")
 
 from paradvisor.hardware.cluster import load_cluster, parse_cluster, single_node_cluster
 from paradvisor.model.load import load_profile
+from paradvisor.plan.capability import family_of, why_not
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import choose_precision
@@ -45,10 +48,14 @@ latency = "10 us"
 
 
 def ranked(mf, cluster, wl):
+    """(runnable plans that fit, plan-only plans that fit, candidates), each list fastest first; runnable
+    as the launcher's capability table says (plan/capability.py), as `recommend` ranks them."""
     topo = Topology.of(cluster)
     precision = choose_precision(cluster, wl.precision)
     est = [evaluate(mf, topo, wl, p, precision, 0.10) for p in candidates(mf, topo, wl, precision)]
-    return sorted((e for e in est if e.fits), key=lambda e: (e.score, e.memory_total)), len(est)
+    fits = sorted((e for e in est if e.fits), key=lambda e: (e.score, e.memory_total))
+    family = family_of(mf.profile)
+    return [e for e in fits if not why_not(e.plan, family)], [e for e in fits if why_not(e.plan, family)], len(est)
 
 
 def row(label, e, n, active):
@@ -86,10 +93,12 @@ def main() -> None:
         for label, mf, active in (("read as dense (before issue 15)", as_dense, prof.total_params),
                                   ("dense 46.7B (all parameters active)", all_active, prof.total_params),
                                   ("MoE (top-k, EP in the search)", moe, prof.active_params)):
-            plans, n = ranked(mf, cluster, wl)
-            print(row(label, plans[0] if plans else None, n, active if mf is not as_dense else prof.total_params))
+            runnable, plan_only, n = ranked(mf, cluster, wl)
+            print(row(label, runnable[0] if runnable else None, n, active))
             if mf is moe:
-                ep = [e for e in plans if e.plan.ep > 1]
+                if plan_only and (not runnable or plan_only[0].step_time < runnable[0].step_time):
+                    print(row("  faster, plan only", plan_only[0], len(plan_only), active))
+                ep = [e for e in plan_only if e.plan.ep > 1]
                 print(row("  best EP plan (plan only)", ep[0] if ep else None, len(ep), active))
         print()
     print("MoE assumption:", moe and __import__("paradvisor.estimate.moe", fromlist=["ASSUMPTION"]).ASSUMPTION)

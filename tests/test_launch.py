@@ -78,10 +78,15 @@ def test_broken_toml_names_the_line(tmp_path, cli):
 @pytest.mark.parametrize("plan,launch_kw,train,fragment", [
     ({"dp": 1, "tp": 3, "micro_batch": 8}, {"nproc_per_node": 3}, None, "TP degree 3 does not divide"),
     ({"dp": 1, "pp": 3, "micro_batch": 2, "grad_accum": 4}, {"nproc_per_node": 3}, None, "PP degree 3 does not divide"),
-    ({"dp": 4}, None, None, "the launch starts 2"),
+    ({"dp": 4}, None, None, "= 2 processes"),
     (None, None, {"dataset": "imdb", "data_path": "/nonexistent/aclImdb"}, "not an aclImdb folder"),
     (None, {"hosts": ["no-such-host.invalid"]}, None, "unreachable"),
-    ({"sequence_parallel": True, "dp": 1, "tp": 2, "micro_batch": 8}, None, None, "sequence parallelism"),
+    ({"sharding": "zero2", "dp": 1, "tp": 2, "micro_batch": 8}, None, None, "ZeRO runs data-parallel only"),
+    ({"dp": 1, "pp": 2, "micro_batch": 8, "grad_accum": 1}, None, None, "needs at least 2 micro-batches"),
+    ({"dp": 1, "tp": 2, "precision": "fp8", "micro_batch": 8}, None, None, "fp8 training is plan only"),
+    ({"dp": 2, "micro_batch": 4, "offload": "optimizer", "sharding": "none"}, None, None, "CPU offload"),
+    ({"dp": 1, "tp": 2, "micro_batch": 8}, {"nproc_per_node": 1, "nnodes": 2, "node_procs": [1, 1],
+                                            "rdzv_endpoint": "127.0.0.1:29999"}, None, "stay inside one node"),
 ])
 def test_impossible_plans_fail_before_anything_starts(tmp_path, cli, plan, launch_kw, train, fragment):
     p = variant(tmp_path, "bad", plan, train, launch_kw)

@@ -166,24 +166,42 @@ def test_ep_candidates_divide_dp_and_the_experts():
     assert not list(ep_candidates(dense, topo, wl, "bf16", ["none"]))
 
 
-def test_ep_plans_are_ranked_apart_and_marked_plan_only():
-    c = load_cluster(EXAMPLES / "h100-4x8-infiniband.toml")
-    rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=256),
-                    include_all=True)
-    ep = [e for e in rec.plans if e.plan.ep > 1]
-    assert ep and any(e.plan.ep == 1 for e in rec.plans)
-    assert all(moe.EP_PLAN_ONLY in e.notes for e in ep)
-    labels = [e.plan.label() for e in ep]
-    assert "EP8 x FSDPx32" in labels and any(lb.startswith("TP2+SP x EP") for lb in labels)
+ETHERNET = """[[node]]
+name = "node"
+count = 8
+gpus = [{ type = "A100 80GB", count = 8 }]
+[network]
+kind = "ethernet"
+bandwidth = "100 Gbit/s"
+latency = "10 us"
+"""
+
+
+def test_ep_plans_are_plan_only_in_the_recommendation():
+    """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
+    nodes; the capability table keeps it out of the ranking and lists it as plan only, with why."""
+    import tomllib
+
+    from paradvisor.hardware.cluster import parse_cluster
+    from paradvisor.plan.capability import why_not
+
+    c = parse_cluster(tomllib.loads(ETHERNET), path="eth.toml", text=ETHERNET)
+    rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512))
+    assert rec.plans and all(e.plan.ep == 1 for e in rec.plans)
+    best = rec.plan_only[0]
+    assert best["label"] == "EP8 x ZeRO-2x64" and best["why"] == moe.EP_PLAN_ONLY
+    assert best["step_time_s"] < rec.plans[0].step_time
+    assert why_not(Plan(dp=64, ep=8), "mixtral") == moe.EP_PLAN_ONLY and why_not(Plan(dp=64), "mixtral") is None
 
 
 def test_the_launcher_refuses_expert_parallel_presets():
     from paradvisor.launch.preset import parse_preset
     from paradvisor.launch.runner import validate
 
-    preset = parse_preset({"workload": {"model": "gpt-mini"}, "plan": {"dp": 2, "ep": 2, "sharding": "fsdp"},
+    preset = parse_preset({"workload": {"model": "gpt-mini", "global_batch": 8},
+                           "plan": {"dp": 2, "ep": 2, "sharding": "fsdp", "micro_batch": 4},
                            "launch": {"nproc_per_node": 2}}, path="ep.toml")
-    with pytest.raises(InputError, match="expert parallelism is plan only"):
+    with pytest.raises(InputError, match=r"expert parallelism \(EP\) is plan only"):
         validate(preset)
 
 

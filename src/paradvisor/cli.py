@@ -13,7 +13,7 @@ import sys
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
 
-COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch", "monitor", "tui", "calibrate", "validate", "probe")
+COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch", "monitor", "tui", "calibrate", "validate", "probe", "verify")
 
 
 def one_line(message: str) -> str:

@@ -1,8 +1,10 @@
 """Write tests/data/rankings.json: the cost model's ranking on every shipped example cluster.
 
-Generated once from the code *before* clusters were represented by node groups (issue 15), so that
-tests/test_scale.py checks the grouped representation ranks the same plans with the same figures.
-Run: PYTHONPATH=src python tests/data/make_rankings.py  (only to record a deliberate change)
+Generated from the code *before* clusters were represented by node groups (issue 15): main at
+c10d9eb (capability table, 1F1B needing a micro-batch per stage) with this script copied into an
+export of it, so that tests/test_scale.py checks the grouped representation ranks the same plans with
+the same figures. Run: PYTHONPATH=src python tests/data/make_rankings.py (only to record a deliberate
+change to the cost model or the strategy space).
 """
 
 from __future__ import annotations

@@ -92,22 +92,25 @@ def run(args) -> int:
     if args.export:
         from paradvisor.launch.exports import write_exports
 
-        runner.validate(preset)
+        runner.validate(preset, reach=False)
         out = Path(args.out or os.path.join("exports", preset.name))
         for path in write_exports(preset, args.export, out, force=args.force):
             print(path)
         return 0
     if args.dry_run:
-        runner.validate(preset)
-        endpoint, preset = runner.endpoint_for(preset)
-        from paradvisor.launch.argv import torchrun_argv
+        import shlex
 
-        lau = preset.launch
-        argv = torchrun_argv(args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name),
-                             nproc_per_node=lau.nproc_per_node, nnodes=lau.nnodes, node_rank=lau.node_rank,
-                             endpoint=endpoint, run_id=preset.name)
-        print(" ".join(argv))
-        sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es); nothing started\n")
+        from paradvisor.launch.argv import node_commands
+
+        runner.validate(preset, reach=False)
+        endpoint, preset = runner.endpoint_for(preset)
+        run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
+        commands = node_commands(preset, run_dir, endpoint=endpoint)
+        for host, argv in commands:
+            print((f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
+                  + shlex.join(argv))
+        sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
+                         f"({preset.launch.layout()}); nothing started\n")
         return 0
     launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None)
     sys.stderr.write(f"run directory: {launch.run_dir}\n{' '.join(launch.argv)}\n")

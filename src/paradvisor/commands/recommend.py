@@ -68,38 +68,21 @@ def resolve_cluster(args):
     return cluster_from_nodes([node], name=node.name), {"local": True}
 
 
-def resolve_workload(args, profile, cluster):
-    from paradvisor.plan.types import Workload
+def request_from_args(args, cluster, ref):
+    from paradvisor.plan.advice import Request
 
-    s = profile.transformer
-    seq = args.seq_len if args.seq_len is not None else (min(s.max_positions, 2048) if s else 1)
-    gb = args.global_batch if args.global_batch is not None else 8 * cluster.gpu_count
-    if not 0 <= args.margin < 1:
-        raise InputError(f"--margin must be in [0, 1), got {args.margin}")
-    return Workload(model=args.model, seq_len=seq, global_batch=gb, precision=args.precision, attention=args.attention)
-
-
-def load_rule_sets(args):
-    if getattr(args, "no_rules", False):
-        return None
-    from paradvisor.rules.loader import load_rule_sets as _load
-
-    return _load(args.rules)
+    return Request(model=args.model, cluster=cluster, cluster_ref=ref, seq_len=args.seq_len,
+                   global_batch=args.global_batch, precision=args.precision, attention=args.attention,
+                   margin=args.margin, top=max(args.top, getattr(args, "pick", 1)), rules=tuple(args.rules),
+                   use_rules=not getattr(args, "no_rules", False))
 
 
 def compute(args):
-    from paradvisor.hardware import calibration
-    from paradvisor.model.load import load_profile
-    from paradvisor.plan.search import recommend
+    """The recommendation for the command line's request (the one advice path, plan.advice.advise)."""
+    from paradvisor.plan.advice import advise
 
-    profile = load_profile(args.model)
     cluster, ref = resolve_cluster(args)
-    cluster = calibration.apply(cluster)  # measured TFLOPS/bandwidth where `paradvisor calibrate` ran on this GPU
-    wl = resolve_workload(args, profile, cluster)
-    if args.top < 1:
-        raise InputError(f"--top must be at least 1, got {args.top}")
-    rec = recommend(profile, cluster, wl, top=max(args.top, args.pick), margin=args.margin,
-                    rule_sets=load_rule_sets(args))
+    rec = advise(request_from_args(args, cluster, ref))
     return rec, ref
 
 
@@ -121,7 +104,7 @@ def run(args) -> int:
 
 
 def save(args, rec, ref) -> None:
-    from paradvisor.launch.preset import preset_document, save_preset
+    from paradvisor.launch.preset import preset_from_estimate, save_preset
 
     if not rec.plans:
         raise InputError("nothing fits, so there is no plan to save (see the nearest fix)")
@@ -129,13 +112,10 @@ def save(args, rec, ref) -> None:
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
     e = rec.plans[args.pick - 1]
     name = os.path.splitext(os.path.basename(args.save))[0]
-    doc = preset_document(
-        plan=e.plan, workload=rec.workload, cluster_ref=ref, name=name,
-        description=f"{rec.profile.name}: {e.plan.label()} (rank {args.pick} of `paradvisor recommend`)",
-        prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
-                    "samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s,
-                    "memory_breakdown": {k: round(v) for k, v in e.memory.items()}})
-    path = save_preset(args.save, doc, force=args.force)
+    preset = preset_from_estimate(rec, e, ref, name=name,
+                                  description=f"{rec.profile.name}: {e.plan.label()} (rank {args.pick} of "
+                                              "`paradvisor recommend`)")
+    path = save_preset(args.save, preset.to_doc(), force=args.force)
     import sys
 
     sys.stderr.write(f"saved plan {args.pick} ({e.plan.label()}) to {path}\n")
@@ -146,7 +126,8 @@ def show(rec, doc, args) -> None:
 
     con = console()
     p, wl = rec.profile, rec.workload
-    con.print(f"[bold]{p.name}[/bold] ({p.total_params / 1e6:.1f}M params) on [bold]{rec.cluster.name}[/bold] "
+    active = f", {p.active_params / 1e6:.1f}M active" if p.active_params != p.total_params else ""
+    con.print(f"[bold]{p.name}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on [bold]{rec.cluster.name}[/bold] "
               f"({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch {wl.global_batch}, {rec.precision}; "
               f"{rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
     for w in rec.warnings:
@@ -192,6 +173,9 @@ def show(rec, doc, args) -> None:
             con.print(f"  [dim]does not fit:[/dim] {item['label']} — {item['why']}")
     elif rec.infeasible:
         con.print(f"[dim]{len(rec.infeasible)} layouts do not fit (--show-infeasible lists them)[/dim]")
+    for item in rec.plan_only[:5]:
+        con.print(f"  [dim]plan only (not launchable):[/dim] {item['label']}, step {fmt_seconds(item['step_time_s'])}"
+                  f" — {item['why']}")
     for r in rec.fired_rules:
         if r.get("scope") == "advice":
             con.print(f"[cyan]advice[/cyan] {r['id']}: {r['message']} [dim]({r['source']})[/dim]")

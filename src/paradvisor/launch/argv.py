@@ -32,14 +32,30 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 
 def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                  endpoint: str, run_id: str) -> list[str]:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+                  endpoint: str, run_id: str, python: str | None = None) -> list[str]:
+    """torchrun for one node. With c10d the rendezvous orders nodes by host name, not by --node-rank, so
+    the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes."""
+    argv = [python or sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
             "--rdzv-id", run_id, "--max-restarts", "0", "--monitor-interval", "0.5",
             "--log-dir", f"{run_dir}/torchelastic"]
     if nnodes > 1:
         argv += ["--node-rank", str(node_rank)]
-    return argv + ["-m", "paradvisor.train", "--run-dir", run_dir]
+    argv += ["-m", "paradvisor.train", "--run-dir", run_dir]
+    return argv + (["--node-index", str(node_rank)] if nnodes > 1 else [])
+
+
+def node_commands(preset, run_dir: str, *, endpoint: str | None = None, python: str | None = None
+                  ) -> list[tuple[str, list[str]]]:
+    """(host, torchrun argv) for every node of the preset, node-rank order: per-node process counts, the
+    rendezvous on the first node, the same run directory name everywhere."""
+    lau = preset.launch
+    if endpoint is None:
+        endpoint = lau.rdzv_endpoint or f"127.0.0.1:{lau.master_port or '<free port>'}"
+    hosts = list(lau.hosts) or (["localhost"] if lau.nnodes == 1 else [f"node{i}" for i in range(lau.nnodes)])
+    return [(hosts[r], torchrun_argv(run_dir, nproc_per_node=lau.procs(r), nnodes=lau.nnodes, node_rank=r,
+                                     endpoint=endpoint, run_id=preset.name, python=python))
+            for r in range(lau.nnodes)]
 
 
 def deepspeed_argv(run_dir: str, *, hostfile: str, master_addr: str, master_port: int) -> list[str]:

@@ -54,20 +54,6 @@ def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = Fals
     return p
 
 
-def preset_document(*, plan, workload, cluster_ref: dict, prediction: dict, name: str, description: str = "",
-                    train: dict | None = None) -> dict:
-    return {
-        "schema": SCHEMA,
-        "name": name,
-        "description": description,
-        "workload": workload.to_dict(),
-        "train": train or {},
-        "cluster": cluster_ref,
-        "plan": plan.to_dict(),
-        "prediction": prediction,
-    }
-
-
 def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = f"# paradvisor preset, written by paradvisor {__version__} on {stamp}\n"
@@ -83,8 +69,8 @@ _WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "atte
 _TRAIN = {"steps", "lr", "dataset", "data_path", "weights", "model_overrides", "seed", "log_every", "warmup_steps",
           "weight_decay", "grad_clip", "device", "outer_lr", "outer_momentum", "num_labels", "image_size",
           "hang_timeout_s"}
-_LAUNCH = {"nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend", "image",
-           "memory_limit"}
+_LAUNCH = {"nproc_per_node", "node_procs", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend",
+           "image", "memory_limit"}
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
 
@@ -110,10 +96,14 @@ class TrainSettings:
     hang_timeout_s: float = 0.0  # 0: no hang detection
 
 
+DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
+
+
 @dataclass(frozen=True)
 class LaunchSettings:
-    nproc_per_node: int = 1
+    nproc_per_node: int = 1  # processes on each node (the largest node's count when node_procs is given)
     nnodes: int = 1
+    node_procs: tuple[int, ...] = ()  # processes per node, in node-rank order, when nodes differ (2 + 4 GPUs)
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     hosts: tuple[str, ...] = ()
@@ -121,6 +111,20 @@ class LaunchSettings:
     backend: str = "auto"
     image: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
     memory_limit: str = ""  # per-process cap on CPU runs, e.g. "2 GiB" (address space beyond start-up)
+
+    def procs(self, node_rank: int) -> int:
+        """Processes torchrun starts on node `node_rank`."""
+        return self.node_procs[node_rank] if self.node_procs else self.nproc_per_node
+
+    @property
+    def world(self) -> int:
+        return sum(self.node_procs) if self.node_procs else self.nproc_per_node * self.nnodes
+
+    def layout(self) -> str:
+        """'2 nodes x 4 processes' or '2 + 4 processes on 2 nodes'."""
+        if self.node_procs and len(set(self.node_procs)) > 1:
+            return f"{' + '.join(map(str, self.node_procs))} processes on {self.nnodes} nodes"
+        return f"{self.nnodes} node(s) x {self.nproc_per_node} process(es)"
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ class Preset:
 
         launch = asdict(self.launch)
         launch["hosts"] = list(self.launch.hosts)
+        launch["node_procs"] = list(self.launch.node_procs)
         return {"schema": SCHEMA, "name": self.name, "description": self.description,
                 "workload": self.workload.to_dict(), "train": asdict(self.train), "launch": launch,
                 "cluster": self.cluster, "plan": self.plan.to_dict(), "prediction": self.prediction}
@@ -224,10 +229,26 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
                 raise InputError("hosts must be a list of strings", where=lw(key))
             lkw[key] = tuple(hosts)
             continue
+        if key == "node_procs":
+            procs = _typed(lsec[key], list, lw(key))
+            if not procs:  # the same count on every node
+                continue
+            if not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1024 for n in procs):
+                raise InputError("node_procs must be a list of process counts (1..1024), one per node", where=lw(key))
+            lkw[key] = tuple(procs)
+            continue
         typ = str if key in ("rdzv_endpoint", "backend", "image", "memory_limit") else int
         lkw[key] = _typed(lsec[key], typ, lw(key), minimum={"nproc_per_node": 1, "nnodes": 1, "node_rank": 0,
                                                               "master_port": 0}.get(key))
+    if "node_procs" in lkw:
+        lkw.setdefault("nnodes", len(lkw["node_procs"]))
+        lkw.setdefault("nproc_per_node", max(lkw["node_procs"]))
     launch = LaunchSettings(**lkw)
+    if launch.node_procs and len(launch.node_procs) != launch.nnodes:
+        raise InputError(f"node_procs lists {len(launch.node_procs)} nodes, nnodes is {launch.nnodes}",
+                         where=lw("node_procs"))
+    if launch.hosts and len(launch.hosts) != launch.nnodes:
+        raise InputError(f"hosts lists {len(launch.hosts)} hosts for {launch.nnodes} node(s)", where=lw("hosts"))
     if launch.node_rank >= launch.nnodes:
         raise InputError(f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank"))
     if launch.memory_limit:
@@ -269,17 +290,56 @@ def load_preset(path: str | os.PathLike) -> Preset:
     return parse_preset(data, path=str(path), text=text)
 
 
-def preset_from_estimate(rec, e, cluster_ref: dict, *, name: str | None = None, description: str = "") -> Preset:
-    """A launchable preset for one ranked plan of a recommendation (train defaults by model family)."""
+FAMILY_DATASET = {"bert": "reviews", "albert": "reviews", "vgg": "images"}  # others: the shipped corpus (LM)
+
+
+def train_for(family: str) -> TrainSettings:
+    """Train settings a family needs to run on the shipped data (classifiers on reviews, LMs on the corpus)."""
+    return TrainSettings(dataset=FAMILY_DATASET.get(family, "corpus"))
+
+
+def launch_for(cluster, plan=None) -> LaunchSettings:
+    """Process counts, hosts and rendezvous endpoint that follow the cluster: one torchrun per online node,
+    each starting one process per GPU; nodes of different sizes get their own counts. A plan that uses fewer
+    ranks than the cluster has (never produced by the search) falls back to one node of plan.world_size."""
+    nodes = [n for n in cluster.online_nodes if n.gpus]
+    procs = [n.gpu_count for n in nodes]
+    if plan is not None and sum(procs) != plan.world_size:
+        return LaunchSettings(nproc_per_node=plan.world_size)
+    if len(nodes) == 1:
+        return LaunchSettings(nproc_per_node=procs[0])
+    hosts = tuple(n.host or n.name for n in nodes)
+    return LaunchSettings(nproc_per_node=max(procs), nnodes=len(nodes),
+                          node_procs=tuple(procs) if len(set(procs)) > 1 else (),
+                          hosts=hosts, rdzv_endpoint=f"{hosts[0]}:{DEFAULT_RDZV_PORT}", master_port=DEFAULT_RDZV_PORT)
+
+
+def prediction_of(e) -> dict:
+    """What the plan promised, stored in the preset so every run can be compared with it."""
+    return {"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
+            "samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s,
+            "memory_breakdown": {k: round(v) for k, v in e.memory.items()},
+            "time_breakdown": {k: v for k, v in e.time.items()}}
+
+
+def safe_name(text: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")[:100] or "plan"
+
+
+def preset_from_estimate(rec, e, cluster_ref: dict | None = None, *, name: str | None = None,
+                         description: str = "") -> Preset:
+    """The one way a ranked plan becomes a preset (CLI --save, launch --model, the TUI): complete and
+    launchable as written — per-node process counts, hosts and rendezvous from the cluster, the train
+    settings the model family needs, and the prediction."""
     from dataclasses import replace
 
-    family = rec.profile.transformer.family if rec.profile.transformer else "vgg"
-    dataset = {"bert": "reviews", "albert": "reviews", "vgg": "images"}.get(family, "corpus")
-    nodes = rec.cluster.online_nodes
-    name = name or f"{rec.profile.name}-{e.plan.label()}".replace(" ", "").replace("(", "-").replace(")", "")
+    from paradvisor.plan.capability import family_of
+
+    family = family_of(rec.profile)
+    ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})
+    name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}")
     return Preset(name=name, description=description or f"{rec.profile.name}: {e.plan.label()}",
-                  workload=replace(rec.workload, precision=rec.precision), train=TrainSettings(dataset=dataset),
-                  launch=LaunchSettings(nproc_per_node=max(n.gpu_count for n in nodes), nnodes=len(nodes)),
-                  plan=e.plan, cluster=cluster_ref,
-                  prediction={"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
-                              "samples_per_s": e.samples_per_s})
+                  workload=replace(rec.workload, precision=rec.precision), train=train_for(family),
+                  launch=launch_for(rec.cluster, e.plan), plan=e.plan, cluster=ref, prediction=prediction_of(e))

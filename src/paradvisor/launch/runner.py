@@ -38,8 +38,9 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def validate(preset: Preset) -> None:
-    """Everything that can be checked before a process starts (exit 2 on failure)."""
+def validate(preset: Preset, *, reach: bool = True) -> None:
+    """Everything that can be checked before a process starts (exit 2 on failure). `reach=False` (dry runs,
+    exports) skips the ssh reachability check of the hosts; their names are still checked."""
     from paradvisor.train.data import check_data_path
 
     plan, lau, wl = preset.plan, preset.launch, preset.workload
@@ -50,13 +51,10 @@ def validate(preset: Preset) -> None:
         from_env()
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    world = lau.nproc_per_node * lau.nnodes
-    if plan.ep > 1:  # estimates exist (estimate/moe.py); the training entry point has no EP yet
-        raise InputError(f"plan.ep = {plan.ep}: expert parallelism is plan only, the launcher does not run it yet",
-                         where=f"{where}: plan.ep")
+    world = lau.world
     if plan.world_size != world:
         raise InputError(f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
-                         f"starts {lau.nproc_per_node} x {lau.nnodes} = {world} processes", where=f"{where}: plan")
+                         f"starts {lau.layout()} = {world} processes", where=f"{where}: plan")
     if plan.diloco:
         if plan.nodes and sum(n.gpus for n in plan.nodes) != world:
             raise InputError(f"plan.nodes cover {sum(n.gpus for n in plan.nodes)} GPUs, the launch starts {world}",
@@ -76,21 +74,7 @@ def validate(preset: Preset) -> None:
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
     s = prof.transformer
-    if plan.tp > 1 and s is not None:
-        for what, n in (("attention heads", s.heads), ("KV heads", s.kv_heads), ("FFN width", s.ffn)):
-            if n % plan.tp:
-                raise InputError(f"TP degree {plan.tp} does not divide {prof.name}'s {n} {what}",
-                                 where=f"{where}: plan.tp")
-    if plan.pp > 1 and s is not None and s.num_layers % plan.pp:
-        raise InputError(f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
-                         where=f"{where}: plan.pp")
-    if plan.tp > 1 and s is None:
-        raise InputError(f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp")
-    from paradvisor.train.parallelize import supported
-
-    why = supported(plan, family)
-    if why:
-        raise InputError(why, where=f"{where}: plan")
+    check_plan_shape(preset, family, prof)
     check_data_path(preset.train.dataset, preset.train.data_path)
     if preset.train.weights and not Path(preset.train.weights).exists():
         raise InputError("weights path does not exist", where=f"{where}: train.weights")
@@ -106,10 +90,72 @@ def validate(preset: Preset) -> None:
                 parse_host(h)
             except InputError as exc:
                 raise InputError(str(exc), where=f"{where}: launch.hosts") from None
-        for h in hosts:
+        for h in hosts if reach else ():
             ok, why = check_reachable(h)
             if not ok:
                 raise InputError(f"host {h} is unreachable: {why}", where=f"{where}: launch.hosts")
+
+
+def check_plan_shape(preset: Preset, family: str, prof) -> None:
+    """The plan against the capability table (plan/capability.py, the same table the search reads), the
+    model's shape and the launch section: degrees divide heads/layers, TP groups stay inside a node."""
+    from paradvisor.plan.capability import why_not
+
+    plan, lau = preset.plan, preset.launch
+    where = preset.path or "preset"
+    why = why_not(plan, family)
+    if why:
+        raise InputError(why, where=f"{where}: plan")
+    s = prof.transformer
+    if plan.tp > 1 and s is None:
+        raise InputError(f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp")
+    if plan.tp > 1:
+        for what, n in (("attention heads", s.heads), ("KV heads", s.kv_heads), ("FFN width", s.ffn)):
+            if n % plan.tp:
+                raise InputError(f"TP degree {plan.tp} does not divide {prof.name}'s {n} {what}",
+                                 where=f"{where}: plan.tp")
+        for r in range(lau.nnodes):
+            if lau.procs(r) % plan.tp:
+                raise InputError(f"TP degree {plan.tp} does not divide node {r}'s {lau.procs(r)} processes: a TP "
+                                 "group must stay inside one node", where=f"{where}: plan.tp")
+    if plan.pp > 1:
+        if s is None or s.shared_layers:
+            raise InputError(f"{prof.name} has no stack of separate blocks to cut into pipeline stages",
+                             where=f"{where}: plan.pp")
+        if s.num_layers % plan.pp:
+            raise InputError(f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
+                             where=f"{where}: plan.pp")
+        from paradvisor.plan.space import schedule_ok
+
+        if not schedule_ok(plan):
+            raise InputError(f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
+                             f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",
+                             where=f"{where}: plan.grad_accum")
+    if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
+        raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
+                         f"is not a multiple of it", where=f"{where}: workload.seq_len")
+    if plan.sharding == "hsdp":
+        shard = hsdp_shard_size(preset)
+        if shard < 1 or plan.dp % shard:
+            raise InputError(f"HSDP shards over each node's {shard} processes, which must divide dp = {plan.dp}",
+                             where=f"{where}: plan.sharding")
+    if plan.diloco and plan.nodes and lau.nnodes > 1:
+        counts = [n.gpus for n in plan.nodes]
+        if counts != [lau.procs(r) for r in range(lau.nnodes)]:
+            raise InputError(f"plan.nodes have {counts} GPUs, the launch starts "
+                             f"{[lau.procs(r) for r in range(lau.nnodes)]} processes per node",
+                             where=f"{where}: plan.nodes")
+
+
+def hsdp_shard_size(preset: Preset) -> int:
+    """HSDP shards inside a node and replicates across nodes: the shard group is a node's process count
+    (from plan.nodes, else the launch's per-node count; a single-node run shards over half its ranks)."""
+    plan, lau = preset.plan, preset.launch
+    if plan.nodes:
+        return int(plan.nodes[0].gpus)
+    if lau.nnodes > 1:
+        return lau.procs(0)
+    return max(1, plan.world_size // 2)
 
 
 def endpoint_for(preset: Preset) -> tuple[str, Preset]:
@@ -429,7 +475,7 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     else:
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     lau = preset.launch
-    argv = torchrun_argv(str(run_dir), nproc_per_node=lau.nproc_per_node, nnodes=lau.nnodes,
+    argv = torchrun_argv(str(run_dir), nproc_per_node=lau.procs(lau.node_rank), nnodes=lau.nnodes,
                          node_rank=lau.node_rank, endpoint=endpoint, run_id=run_dir.name)
     status_name = "status.json" if lau.node_rank == 0 else f"status-node{lau.node_rank}.json"
     if lau.node_rank == 0 or not (run_dir / "plan.toml").exists():

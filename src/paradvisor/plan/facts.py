@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -196,6 +197,15 @@ class Topology:
     @property
     def multi_node(self) -> bool:
         return self.node_count > 1
+
+    @property
+    def same_size_nodes(self) -> bool:
+        return len({s.size for s in self.segments}) == 1
+
+    @property
+    def gpus_per_node_gcd(self) -> int:
+        """The greatest common divisor of the nodes' GPU counts (a TP group must fit every node)."""
+        return math.gcd(*(s.size for s in self.segments))
 
     @property
     def min_gpus_per_node(self) -> int:

@@ -84,6 +84,7 @@ def to_doc(rec: Recommendation) -> dict:
         "feasible": rec.feasible,
         "plans": [estimate_doc(e, i + 1, rec) for i, e in enumerate(rec.plans)],
         "infeasible": rec.infeasible,
+        "plan_only": rec.plan_only,
         "nearest_fix": rec.nearest_fix,
         "allocation": allocation,
         "rules_fired": rec.fired_rules,

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field, replace
 from paradvisor.errors import InputError
 from paradvisor.hardware.types import Cluster
 from paradvisor.model.profile import ModelProfile
+from paradvisor.plan.capability import family_of, why_not
 from paradvisor.plan.diloco import diloco_candidates, wan_cluster
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.space import candidates
+from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.plan.types import Plan, Workload
 from paradvisor.units import fmt_bandwidth, fmt_seconds
 
@@ -33,6 +34,10 @@ class Recommendation:
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     fired_rules: list[dict] = field(default_factory=list)
+    # Plans that fit but that `paradvisor launch` cannot start (plan/capability.py), best per layout,
+    # each {"label", "why", "step_time_s", "memory_per_gpu_bytes", "plan"}: shown, never ranked.
+    plan_only: list[dict] = field(default_factory=list)
+    cluster_ref: dict = field(default_factory=dict)  # how a preset names these machines (set by plan.advice)
 
     @property
     def feasible(self) -> bool:
@@ -126,14 +131,24 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
             warnings.append("some GPUs have no bf16: planning fp16 mixed precision (loss scaling needed)")
     mf = ModelFacts.of(profile)
     topo = Topology.of(cluster)
+    family = family_of(profile)
     estimates: list[Estimate] = []
+    unlaunchable: list[tuple[Estimate, str]] = []
     n = 0
+
+    def keep(e: Estimate) -> None:
+        why = why_not(e.plan, family)
+        if why is None:
+            estimates.append(e)
+        else:
+            unlaunchable.append((e, why))
+
     for plan in candidates(mf, topo, wl, precision):
-        estimates.append(evaluate(mf, topo, wl, plan, precision, margin))
+        keep(evaluate(mf, topo, wl, plan, precision, margin))
         n += 1
     if wan_cluster(cluster):
         for e in diloco_candidates(mf, topo, wl, precision, margin):
-            estimates.append(e)
+            keep(e)
             n += 1
     if n == 0:
         raise InputError(f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
@@ -142,8 +157,13 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     if rule_sets:
         from paradvisor.rules.engine import apply_rules
 
+        def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
+            if why_not(p, family) or not schedule_ok(p):
+                return None
+            return evaluate(mf, topo, wl, p, precision, margin)
+
         fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo,
-                            precision=precision, reevaluate=lambda p: evaluate(mf, topo, wl, p, precision, margin))
+                            precision=precision, reevaluate=reevaluate)
     feasible = [e for e in estimates if e.fits]
     feasible.sort(key=lambda e: (e.score, e.memory_total))
     plans: list[Estimate] = []
@@ -177,11 +197,33 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
             entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1}
                               for i, e in mine if base_rank[id(e)] != i + 1]
     infeasible = summarize_infeasible(estimates, seen)
-    fix = None if plans else nearest_fix(profile, cluster, wl, precision, margin, estimates)
+    if not estimates and unlaunchable:
+        warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")
+    fix = None if plans or not estimates else nearest_fix(profile, cluster, wl, precision, margin, estimates)
     return Recommendation(profile=profile, cluster=cluster, workload=wl, precision=precision, margin=margin,
                           evaluated=n, plans=plans if include_all else plans[:top], infeasible=infeasible,
                           nearest_fix=fix, warnings=warnings, elapsed_s=_time.perf_counter() - t0,
-                          fired_rules=fired)
+                          fired_rules=fired, plan_only=summarize_plan_only(unlaunchable, plans))
+
+
+def summarize_plan_only(unlaunchable: list[tuple[Estimate, str]], ranked: list[Estimate]) -> list[dict]:
+    """The best fitting plan of each unlaunchable layout that would beat the top-ranked plan's step time
+    (or all of them when nothing launchable fits), fastest first, with why it cannot be launched."""
+    best: dict[tuple, tuple[Estimate, str]] = {}
+    for e, why in unlaunchable:
+        if not e.fits:
+            continue
+        k = layout_key(e.plan) + (e.plan.sequence_parallel, e.plan.precision)
+        if k not in best or e.score < best[k][0].score:
+            best[k] = (e, why)
+    bar = ranked[0].step_time if ranked else float("inf")
+    out = []
+    for e, why in sorted(best.values(), key=lambda t: (t[0].score, t[0].memory_total)):
+        if e.step_time > bar:
+            continue
+        out.append({"label": e.plan.label(), "why": why, "step_time_s": e.step_time,
+                    "memory_per_gpu_bytes": round(e.memory_total), "plan": e.plan.to_dict()})
+    return out[:10]
 
 
 def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> list[dict]:
@@ -218,9 +260,10 @@ def _scaled_cluster(cluster: Cluster, factor: int) -> Cluster:
 
 def _min_memory(profile, cluster, wl, precision, margin, shardings=("zero3", "fsdp")) -> Estimate | None:
     mf, topo = ModelFacts.of(profile), Topology.of(cluster)
+    family = family_of(profile)
     best = None
     for plan in candidates(mf, topo, wl, precision):
-        if plan.sharding not in shardings and topo.world > 1:
+        if (plan.sharding not in shardings and topo.world > 1) or why_not(plan, family):
             continue
         e = evaluate(mf, topo, wl, plan, precision, margin)
         if best is None or e.ratio < best.ratio:

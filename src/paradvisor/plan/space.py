@@ -34,7 +34,9 @@ def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
     s = mf.shape
     if s is None:
         return [1]
-    return [t for t in divisors(topo.min_gpus_per_node)
+    # A TP group stays inside one node: the degree divides every node's GPU count (nodes of 4 and 6
+    # GPUs take TP 2 at most, or a group of 4 would straddle the second and third node).
+    return [t for t in divisors(topo.gpus_per_node_gcd)
             if s.heads % t == 0 and s.kv_heads % t == 0 and s.ffn % t == 0 and (s.vocab % t == 0 or not mf.lm_head)]
 
 
@@ -43,6 +45,11 @@ def pp_options(mf: ModelFacts, rest: int) -> list[int]:
     if s is None or s.shared_layers:
         return [1]
     return [p for p in divisors(rest) if s.num_layers % p == 0]
+
+
+def schedule_ok(plan: Plan) -> bool:
+    """1F1B needs at least one micro-batch per stage (torch.distributed.pipelining refuses fewer)."""
+    return not (plan.pp > 1 and plan.pp_schedule == "1f1b" and plan.grad_accum < plan.pp)
 
 
 def micro_batches(per_replica: int) -> list[int]:
@@ -78,7 +85,8 @@ def checkpoint_options(mf: ModelFacts, wl: Workload) -> list[str]:
 
 def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> Iterator[Plan]:
     world = topo.world
-    multi_node = topo.multi_node
+    # HSDP shards inside each node and replicates across nodes: planned where the nodes are alike in size.
+    multi_node = topo.multi_node and topo.same_size_nodes
     ckpts = checkpoint_options(mf, wl)
     for tp in tp_options(mf, topo):
         for pp in pp_options(mf, world // tp):
@@ -96,6 +104,8 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                         for sp in ([False, True] if tp > 1 else [False]):
                             for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
                                 for mb in micro_batches(per_replica):
+                                    if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
+                                        continue  # schedule_ok: 1F1B needs a micro-batch per stage
                                     yield Plan(dp=dp, tp=tp, pp=pp, sharding=sharding, micro_batch=mb,
                                                grad_accum=per_replica // mb, checkpointing=ckpt,
                                                precision=precision, offload=offload, sequence_parallel=sp,
@@ -166,6 +176,8 @@ def ep_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
                         for sp in ([False, True] if tp > 1 else [False]):
                             for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
                                 for mb in micro_batches(per_replica):
+                                    if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
+                                        continue  # schedule_ok: 1F1B needs a micro-batch per stage
                                     yield Plan(dp=dp, tp=tp, pp=pp, ep=ep, sharding=sharding, micro_batch=mb,
                                                grad_accum=per_replica // mb, checkpointing=ckpt,
                                                precision=precision, sequence_parallel=sp, pp_schedule=sched)

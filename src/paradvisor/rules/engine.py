@@ -46,8 +46,8 @@ def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workloa
                 continue
             if rule.effect == "set" and reevaluate is not None:
                 changed = replace(e.plan, **rule.settings)
-                if changed != e.plan:
-                    new = reevaluate(changed)
+                new = reevaluate(changed) if changed != e.plan else None
+                if new is not None:  # None: the changed plan is outside the space the launcher runs
                     new.rules = list(e.rules)
                     new.notes = list(e.notes)
                     estimates[i] = e = new

@@ -29,7 +29,9 @@ def _marker(run_dir: Path, rank: int, doc: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="paradvisor.train")
     ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--node-index", type=int, default=0, help="this node's index in the plan (multi-node runs)")
     args = ap.parse_args(argv)
+    os.environ["PARADVISOR_NODE_INDEX"] = str(args.node_index)
     run_dir = Path(args.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     _redirect(run_dir, rank)

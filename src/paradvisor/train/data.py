@@ -96,9 +96,28 @@ def train_subword_tokenizer(texts: list[str], kind: str, vocab_size: int, save_t
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>"],
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
+    if kind == "wordpiece":
+        tok = _canonical_ids(tok, ["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
     if save_to is not None:
         tok.save(str(save_to))
     return tok
+
+
+def _canonical_ids(tok, specials: list[str]):
+    """The WordPiece trainer numbers its continuation alphabet ("##a", "##b", ...) in hash order, which
+    changes from run to run: the same text and seed then give other token ids, other embedding rows and
+    other losses. Renumber: special tokens first, then every other token in sorted order."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    doc = json.loads(tok.to_str())
+    vocab = doc["model"]["vocab"]
+    ordered = [t for t in specials if t in vocab] + sorted(t for t in vocab if t not in specials)
+    doc["model"]["vocab"] = {t: i for i, t in enumerate(ordered)}
+    for added in doc.get("added_tokens") or []:
+        added["id"] = doc["model"]["vocab"].get(added["content"], added["id"])
+    return Tokenizer.from_str(json.dumps(doc))
 
 
 def load_tokenizer(path: Path):

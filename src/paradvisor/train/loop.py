@@ -25,13 +25,33 @@ def lr_at(step: int, total: int, base: float, warmup: int) -> float:
 
 
 def data_layout(plan, rank: int, world: int) -> tuple[int, list[int]]:
-    """(this rank's data-parallel index, micro-batch of every data rank). Megatron order: tp fastest."""
+    """(this rank's data-parallel index, samples each data rank takes per micro-step). Megatron order: tp
+    fastest, then dp, then pp; TP ranks and pipeline stages of one replica read the same samples. A pipeline
+    takes its whole per-replica batch at once (the schedule splits it into grad_accum micro-batches)."""
+    from paradvisor.train.parallelize import Layout
+
+    lay = Layout.of(plan, rank, world)
     if plan.pp > 1:
-        return 0, [plan.micro_batch * plan.grad_accum]
-    n_data = plan.dp if plan.tp > 1 else world
-    data_rank = rank // plan.tp if plan.tp > 1 else rank
-    batches = list(plan.rank_batches) if plan.rank_batches else [plan.micro_batch] * n_data
-    return data_rank, batches
+        return lay.dp_rank, [plan.micro_batch * plan.grad_accum] * lay.dp
+    batches = list(plan.rank_batches) if plan.rank_batches else [plan.micro_batch] * lay.dp
+    return lay.dp_rank, batches
+
+
+def global_loss(loss: float | None, plan, rank: int, world: int, batches: list[int], data_rank: int) -> float:
+    """The step's loss over the whole global batch: every data rank's loss weighted by its samples, counted
+    once per replica (TP ranks hold copies; in a pipeline only the last stage has it). One scalar
+    all-reduce per logged step."""
+    from paradvisor.train.parallelize import Layout
+
+    if world == 1 or not dist.is_initialized():
+        return float(loss)
+    lay = Layout.of(plan, rank, world)
+    mine = 0.0
+    if loss is not None and lay.holds_loss:
+        mine = loss * batches[data_rank] / lay.tp
+    t = torch.tensor([mine], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t[0]) / sum(batches)
 
 
 def memory_record(engine) -> dict:
@@ -76,7 +96,9 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         if step % t.log_every == 0 or step == t.steps or meter:
-            rec = {"kind": "step", "step": step, "loss": loss, "lr": lr, "step_time_s": dt,
+            local_loss = loss
+            loss = global_loss(loss, plan, rank, world, batches, data_rank)
+            rec = {"kind": "step", "step": step, "loss": loss, "local_loss": local_loss, "lr": lr, "step_time_s": dt,
                    "samples": per_step, "samples_per_s": per_step / dt,
                    "tokens_per_s": per_step * task.seq_len / dt if task.kind != "image" else None,
                    "global_samples_per_s": preset.workload.global_batch / dt, "sync_wait_s": 0.0,
@@ -96,6 +118,22 @@ def node_of_rank(plan, rank: int) -> int:
         if rank < edge:
             return i
     return len(plan.nodes) - 1
+
+
+def _full(p):
+    """A parameter's whole value (FSDP inside a node holds shards: all-gathered over the node)."""
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def _assign(p, value) -> None:
+    """Write the whole `value` into a parameter, or into this rank's shard of it."""
+    if hasattr(p, "full_tensor"):
+        from torch.distributed.tensor import distribute_tensor
+
+        local = distribute_tensor(value.to(p.device, p.dtype), p.device_mesh, p.placements, src_data_rank=None)
+        p.to_local().copy_(local.to_local())
+    else:
+        p.copy_(value.to(p.device, p.dtype))
 
 
 def train_diloco(preset, build_inner, task, device, rank: int, world: int, writer) -> None:
@@ -118,7 +156,7 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     engine, kind = build_inner(groups[my_node])
     model = engine.model
     params = [p for p in model.parameters()]
-    outer_params = [p.detach().clone().cpu().float() for p in params]
+    outer_params = [_full(p).detach().clone().cpu().float() for p in params]
     outer_opt = torch.optim.SGD(outer_params, lr=t.outer_lr, momentum=t.outer_momentum, nesterov=True)
     batches = [n.batch_per_gpu for n in nodes for _ in range(n.gpus)] if plan.nodes else [plan.micro_batch] * world
     stream = RankStream(len(task.dataset), batches, rank, t.seed)
@@ -153,14 +191,14 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
         wait = time.perf_counter() - w0
         c0 = time.perf_counter()
         for p, op in zip(params, outer_params):
-            delta = op - p.detach().cpu().float()
+            delta = op - _full(p).detach().cpu().float()
             dist.all_reduce(delta)
             op.grad = delta / world
         outer_opt.step()
         outer_opt.zero_grad()
         with torch.no_grad():
             for p, op in zip(params, outer_params):
-                p.copy_(op.to(p.device, p.dtype))
+                _assign(p, op)
         comm = time.perf_counter() - c0
         writer.write({"kind": "outer", "round": rnd, "step": rnd * h, "sync_wait_s": wait, "outer_comm_s": comm,
                       "local_steps": h, "node": nodes[my_node].node, "world_size": world, "strategy": "diloco"})

@@ -1,97 +1,104 @@
-"""Apply a Plan to a model: one small function per concern, torchtitan-style.
+"""Apply a Plan to a model: one small function per concern, torchtitan-style, on a (pp, dp, tp) mesh.
 
   DDP                 torch.nn.parallel.DistributedDataParallel
   FSDP / HSDP         FSDP2 `fully_shard` per block, then the root (HSDP: 2-D mesh replicate x shard)
-  TP (x FSDP)         `parallelize_module` with column/row-wise plans per block on a (dp, tp) mesh
-  PP                  `torch.distributed.pipelining` stages over the blocks, GPipe or 1F1B
-  ZeRO-1/2/3          DeepSpeed engine (optional CPU offload)
+  TP (+SP)            `parallelize_module` with column/row plans per block (train/tp_plans.py)
+  TP x DDP            TP on the tp dimension; gradients averaged over the dp dimension after backward
+  TP x FSDP           TP on the tp dimension, FSDP2 on the dp dimension
+  PP (x DP, x TP)     `torch.distributed.pipelining` stages over the blocks (train/stages.py), GPipe or
+                      1F1B; each stage is TP'd on its tp group and FSDP'd (or its gradients averaged,
+                      as DDP would) on its dp group
+  ZeRO-1/2/3          DeepSpeed engine (optional CPU offload), data parallel only
   checkpointing       activation checkpoint wrappers per block (selective: attention only)
 
-Each engine offers the same few calls to the loop: forward_backward, step, set_lr, memory_groups.
+Ranks are laid out in Megatron order — tp fastest, then dp, then pp — so a TP group is a run of
+consecutive ranks inside one node. What the launcher can run is plan/capability.py (the same table the
+search reads). Each engine offers the same few calls to the loop: forward_backward (or pipeline_step),
+step, set_lr, memory_groups, and a Layout saying which data shard and which copy of the loss a rank has.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from paradvisor.errors import InputError
 from paradvisor.train.metrics import optimizer_state_tensors
 from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
 
-TP_PLANS = {
-    # family: (block -> {submodule: "col" | "row"})
-    "mingpt": {"attn.q": "col", "attn.k": "col", "attn.v": "col", "attn.proj": "row", "mlp.fc": "col",
-               "mlp.proj": "row"},
-    "bert": {"attention.self.query": "col", "attention.self.key": "col", "attention.self.value": "col",
-             "attention.output.dense": "row", "intermediate.dense": "col", "output.dense": "row"},
-    "albert": {"albert_layers.0.attention.query": "col", "albert_layers.0.attention.key": "col",
-               "albert_layers.0.attention.value": "col", "albert_layers.0.attention.dense": "row",
-               "albert_layers.0.ffn": "col", "albert_layers.0.ffn_output": "row"},
-    "llama": {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col",
-              "self_attn.o_proj": "row", "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"},
-}
-TP_PLANS["mistral"] = TP_PLANS["llama"]
+
+@dataclass
+class Layout:
+    """Where a rank sits in the plan's (pp, dp, tp) grid."""
+
+    pp: int
+    dp: int
+    tp: int
+    pp_rank: int
+    dp_rank: int
+    tp_rank: int
+
+    @classmethod
+    def of(cls, plan, rank: int, world: int) -> Layout:
+        tp, pp = plan.tp, plan.pp
+        dp = world // (tp * pp)
+        return cls(pp, dp, tp, rank // (dp * tp), (rank // tp) % dp, rank % tp)
+
+    @property
+    def holds_loss(self) -> bool:
+        """Only the last pipeline stage computes the loss."""
+        return self.pp_rank == self.pp - 1
 
 
-def supported(plan, family: str) -> str | None:
-    """Why this launcher cannot run `plan` for `family` (None if it can)."""
-    if plan.sequence_parallel:
-        return "sequence parallelism is planned but not launched by this version: set plan.sequence_parallel = false"
-    if plan.tp > 1 and family not in TP_PLANS:
-        return f"tensor parallelism has no column/row plan for {family!r} models (have: {', '.join(TP_PLANS)})"
-    if plan.tp > 1 and plan.dp > 1 and plan.sharding != "fsdp":
-        return "TP combined with data parallelism is launched as TP x FSDP on a 2-D mesh: set plan.sharding = \"fsdp\""
-    if plan.pp > 1 and family != "mingpt":
-        return "pipeline parallelism is launched for the minGPT-style model (gpt-mini) only"
-    if plan.pp > 1 and (plan.dp > 1 or plan.tp > 1):
-        return "pipeline parallelism is launched alone (dp = tp = 1)"
-    if plan.sharding.startswith("zero") and (plan.tp > 1 or plan.pp > 1):
-        return "DeepSpeed ZeRO is launched with data parallelism only (tp = pp = 1)"
-    if plan.diloco and (plan.tp > 1 or plan.pp > 1 or plan.sharding not in ("none",)):
-        return "DiLoCo is launched with plain data parallelism inside each node (sharding = \"none\")"
-    return None
+def device_mesh(plan, device, world: int):
+    """The named (pp, dp, tp) mesh of the plan, dimensions of size 1 left out (None for one rank)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dims = [(n, d) for n, d in (("pp", plan.pp), ("dp", world // (plan.tp * plan.pp)), ("tp", plan.tp)) if d > 1]
+    if not dims:
+        return None
+    return init_device_mesh(device.type, tuple(d for _, d in dims), mesh_dim_names=tuple(n for n, _ in dims))
 
 
-def apply_checkpointing(model, family: str, mode: str) -> None:
+def sub_mesh(mesh, name: str):
+    if mesh is None or name not in (mesh.mesh_dim_names or ()):
+        return None
+    return mesh[name]
+
+
+def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
+    """Activation checkpointing per block. Hugging Face models that support it get transformers' own
+    (non-reentrant) checkpointing, a per-layer flag that survives TP and pipeline cuts; minGPT, ALBERT and
+    others get torch's checkpoint_wrapper around each block of `container` (the module holding the blocks:
+    the model, or a pipeline stage), after TP so that TP plans still find their submodules."""
     if mode == "none":
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     hf = _unwrap(model)
-    if family in ("bert", "albert", "llama", "mistral", "gpt2"):
-        if getattr(hf, "supports_gradient_checkpointing", False):
-            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        else:  # e.g. ALBERT: wrap each block ourselves (full recompute of the block)
-            from paradvisor.train.models import block_list
-
-            blocks = block_list(hf)
-            for i in range(len(blocks)):
-                blocks[i] = checkpoint_wrapper(blocks[i])
+    if getattr(hf, "supports_gradient_checkpointing", False) and hasattr(hf, "gradient_checkpointing_enable"):
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return
+    owner = container if container is not None else hf
+    from paradvisor.train.models import block_list
 
-    if family == "mingpt":
-        if mode == "full":
-            model.blocks = nn.ModuleList(checkpoint_wrapper(b) for b in model.blocks)
-        else:  # selective: recompute the attention only
-            for blk in model.blocks:
-                blk.attn = checkpoint_wrapper(blk.attn)
-
-
-def _tp_style(kind: str):
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    return ColwiseParallel() if kind == "col" else RowwiseParallel()
+    blocks = owner.blocks if isinstance(getattr(owner, "blocks", None), nn.ModuleList) else block_list(owner)
+    if blocks is None:
+        return
+    for i in range(len(blocks)):
+        if family == "mingpt" and mode == "selective":  # recompute the attention only
+            blocks[i].attn = checkpoint_wrapper(blocks[i].attn)
+        else:
+            blocks[i] = checkpoint_wrapper(blocks[i])
 
 
-def apply_tp(model, family: str, mesh) -> None:
-    from torch.distributed.tensor.parallel import parallelize_module
-
-    plan = {k: _tp_style(v) for k, v in TP_PLANS[family].items()}
-    for blk in blocks_of(model):
-        parallelize_module(blk, mesh, plan)
+def checkpointing_is_flag(model) -> bool:
+    hf = _unwrap(model)
+    return bool(getattr(hf, "supports_gradient_checkpointing", False)) and hasattr(hf, "gradient_checkpointing_enable")
 
 
 def apply_fsdp(model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True) -> None:
@@ -114,12 +121,78 @@ def _autocast(device: torch.device, precision: str):
     return contextlib.nullcontext()
 
 
-class TorchEngine:
-    """Plain, DDP, FSDP2, TP and TP x FSDP models under one torch AdamW."""
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
 
-    def __init__(self, model, plan, train, device, *, kind: str, autocast: bool):
-        self.model, self.plan, self.device, self.kind = model, plan, device, kind
+
+def average_grads(params, group, size: int) -> None:
+    """Data-parallel gradient averaging over `group` for models DDP cannot wrap (TP'd DTensor parameters):
+    the local gradients flattened into buckets of at most 64 MiB, one all-reduce per bucket."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    grads = [_local(p.grad) for p in params if p.grad is not None]
+    bucket, nbytes, cap = [], 0, 64 * 2**20
+    for g in grads + [None]:
+        if g is not None and (not bucket or (g.dtype == bucket[0].dtype and nbytes < cap)):
+            bucket.append(g)
+            nbytes += g.numel() * g.element_size()
+            continue
+        if bucket:
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat, group=group)
+            flat.div_(size)
+            for t, new in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                t.copy_(new)
+        bucket, nbytes = ([g], g.numel() * g.element_size()) if g is not None else ([], 0)
+
+
+def _any_rank_tied(tied: list) -> bool:
+    """Whether any stage holds a tied weight (all ranks must agree before creating groups)."""
+    flag = torch.tensor([1 if tied else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def clip_grad_norm(params, max_norm: float, groups=(), also_scale=None) -> float:
+    """clip_grad_norm_ over plain tensors and DTensors of any mesh (TP shards, FSDP shards, replicated
+    embeddings), summed over `groups` whose ranks hold disjoint parameters (pipeline stages). Same formula
+    as torch's: total 2-norm, coefficient max_norm / (norm + 1e-6) capped at 1."""
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    by_spec: dict = {}
+    plain = []
+    for g in grads:
+        if isinstance(g, DTensor):
+            by_spec.setdefault((id(g.device_mesh), tuple(g.placements)), []).append(g)
+        else:
+            plain.append(g)
+    sq = torch.zeros((), dtype=torch.float64, device=grads[0].device if grads else "cpu")
+    for group in by_spec.values():
+        n = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in group]))
+        sq += n.full_tensor().double() ** 2
+    if plain:
+        sq += torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in plain])).double() ** 2
+    for group in groups:
+        if group is not None:
+            dist.all_reduce(sq, group=group)
+    total = float(sq.sqrt())
+    coef = max_norm / (total + 1e-6)
+    if coef < 1.0:
+        for p in also_scale if also_scale is not None else params:
+            if p.grad is not None:
+                p.grad.mul_(coef)
+    return total
+
+
+class TorchEngine:
+    """Plain, DDP, FSDP2, TP, TP x DDP and TP x FSDP models under one torch AdamW."""
+
+    def __init__(self, model, plan, train, device, *, kind: str, autocast: bool, layout: Layout,
+                 dp_group=None):
+        self.model, self.plan, self.device, self.kind, self.layout = model, plan, device, kind, layout
         self.autocast = autocast and plan.precision in ("bf16", "fp16")
+        self.dp_group = dp_group  # TP x DDP: gradients averaged here after backward
         foreach = False if plan.tp > 1 else None
         self.opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay, foreach=foreach)
         self.clip = train.grad_clip
@@ -129,7 +202,7 @@ class TorchEngine:
     def _sync_ctx(self, last: bool):
         if self.kind == "ddp" and not last:
             return self.model.no_sync()
-        if self.kind == "fsdp" and hasattr(self.model, "set_requires_gradient_sync"):
+        if self.kind in ("fsdp", "tp+fsdp") and hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
@@ -146,12 +219,13 @@ class TorchEngine:
             g["lr"] = lr
 
     def step(self) -> None:
+        params = [p for p in self.model.parameters()]
+        if self.dp_group is not None:
+            average_grads(params, self.dp_group, self.layout.dp)
         if self.scaler:
             self.scaler.unscale_(self.opt)
         if self.clip > 0:
-            params = [p for p in self.model.parameters() if p.grad is not None]
-            if self.plan.tp == 1:  # TP mixes sharded and replicated tensors, which clip_grad_norm_ rejects
-                torch.nn.utils.clip_grad_norm_(params, self.clip)
+            clip_grad_norm(params, self.clip)
         self.last_groups = self.memory_groups()
         (self.scaler.step(self.opt) if self.scaler else self.opt.step())
         if self.scaler:
@@ -166,7 +240,7 @@ class TorchEngine:
 
 
 class DeepSpeedEngine:
-    def __init__(self, model, plan, train, device, world: int):
+    def __init__(self, model, plan, train, device, world: int, layout: Layout):
         import deepspeed
         import deepspeed.ops
 
@@ -182,6 +256,7 @@ class DeepSpeedEngine:
                                world=world, include_optimizer=not on_cpu)
         self.config = cfg
         client_opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay) if on_cpu else None
+        self.plan, self.layout = plan, layout
         self.engine, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg,
                                                            optimizer=client_opt)
         self.model = self.engine
@@ -189,7 +264,8 @@ class DeepSpeedEngine:
 
     def forward_backward(self, inputs, targets, *, last: bool, scale: float) -> float:
         loss = loss_of(logits_of(self.engine, inputs), targets)
-        self.engine.backward(loss * scale)
+        # DeepSpeed divides by gradient_accumulation_steps itself; the loop's scale already did.
+        self.engine.backward(loss * scale * self.plan.grad_accum)
         if last:
             self.last_groups = self.memory_groups()
         self.engine.step()  # steps the optimizer only at the accumulation boundary
@@ -221,34 +297,77 @@ class DeepSpeedEngine:
 
 
 class PipelineEngine:
-    """minGPT split into `pp` stages over its blocks; the whole step is one schedule call."""
+    """The model cut into `pp` stages over its blocks (train/stages.py); a whole step is one schedule call
+    (GPipe or 1F1B over grad_accum micro-batches). Each stage may be TP'd over its tp group and wrapped in
+    DDP or FSDP over its dp group; the pipeline runs over the pp group."""
 
-    def __init__(self, model, plan, train, device, rank: int, world: int):
+    def __init__(self, model, family: str, plan, train, device, layout: Layout, mesh):
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-        n = len(model.blocks)
-        per = n // world
-        first, last = rank == 0, rank == world - 1
-        stage_mod = _Stage(model, rank * per, (rank + 1) * per, first, last)
-        self.stage_mod, self.first, self.last = stage_mod, first, last
-        self.stage = PipelineStage(stage_mod, rank, world, device)
+        from paradvisor.train.stages import build_stage, stage_blocks
+        from paradvisor.train.tp_plans import apply_tp
+
+        self.plan, self.layout, self.device = plan, layout, device
+        if checkpointing_is_flag(model):
+            apply_checkpointing(model, family, plan.checkpointing)
+        stage_mod, self.tied = build_stage(model, family, layout.pp_rank, layout.pp)
+        stage_mod.to(device)
+        self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
+        tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
+        if tp_mesh is not None:
+            apply_tp(model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel)
+        if not checkpointing_is_flag(model):
+            apply_checkpointing(stage_mod, family, plan.checkpointing, container=stage_mod)
+        self.dp_group = None
+        wrapped = stage_mod
+        if dp_mesh is not None and plan.sharding == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            for blk in stage_blocks(stage_mod):
+                fully_shard(blk, mesh=dp_mesh, reshard_after_forward=True)
+            fully_shard(stage_mod, mesh=dp_mesh, reshard_after_forward=True)
+        elif dp_mesh is not None:
+            # DDP replicas of a stage: gradients averaged over the dp group once the schedule has run every
+            # micro-batch (DDP's reducer expects one forward per backward, which a pipeline schedule breaks).
+            self.dp_group = dp_mesh.get_group()
+        self.stage_mod, self.model = stage_mod, wrapped
+        self.first, self.last = layout.pp_rank == 0, layout.pp_rank == layout.pp - 1
+        pp_group = mesh["pp"].get_group()
+        self.pp_group = pp_group
+        self.stage = PipelineStage(wrapped, layout.pp_rank, layout.pp, device, group=pp_group)
         cls = ScheduleGPipe if plan.pp_schedule == "gpipe" else Schedule1F1B
         self.schedule = cls(self.stage, n_microbatches=plan.grad_accum, loss_fn=lambda out, y: loss_of(out, y))
-        self.opt = torch.optim.AdamW(stage_mod.parameters(), lr=train.lr, weight_decay=train.weight_decay)
-        self.model = stage_mod
+        self.opt = torch.optim.AdamW(stage_mod.parameters(), lr=train.lr, weight_decay=train.weight_decay,
+                                     foreach=False if plan.tp > 1 else None)
+        self.clip = train.grad_clip
         self.last_groups = None
+
+    @staticmethod
+    def _tied_group(layout: Layout):
+        """The group of the first and the last stage of this rank's (dp, tp) position (every rank creates
+        every group, in the same order)."""
+        mine = None
+        rank = dist.get_rank()
+        for d in range(layout.dp):
+            for t in range(layout.tp):
+                ranks = [d * layout.tp + t, (layout.pp - 1) * layout.dp * layout.tp + d * layout.tp + t]
+                g = dist.new_group(ranks)
+                if rank in ranks:
+                    mine = g
+        return mine
 
     def pipeline_step(self, inputs, targets) -> float | None:
         losses: list = []
         x = inputs["input_ids"]
+        extra = {k: v for k, v in inputs.items() if k != "input_ids"}  # e.g. BERT's padding mask, every stage
         if self.first and self.last:
             raise InputError("a pipeline needs at least 2 stages")
         if self.first:
-            self.schedule.step(x)
+            self.schedule.step(x, **extra)
         elif self.last:
-            self.schedule.step(target=targets, losses=losses)
+            self.schedule.step(target=targets, losses=losses, **extra)
         else:
-            self.schedule.step()
+            self.schedule.step(**extra)
         return float(torch.stack(losses).mean()) if losses else None
 
     def set_lr(self, lr: float) -> None:
@@ -256,6 +375,17 @@ class PipelineEngine:
             g["lr"] = lr
 
     def step(self) -> None:
+        params = list(self.stage_mod.parameters())
+        if self.tied_group is not None:  # embedding and LM head: one weight, its two uses' gradients summed
+            for p in self.tied:
+                if p.grad is not None:
+                    dist.all_reduce(_local(p.grad), group=self.tied_group)
+        if self.dp_group is not None:
+            average_grads(params, self.dp_group, self.layout.dp)
+        if self.clip > 0:
+            # the tied weight counts once in the norm: on the first stage
+            counted = params if self.first else [p for p in params if not any(p is t for t in self.tied)]
+            clip_grad_norm(counted, self.clip, groups=(self.pp_group,), also_scale=params)
         self.opt.step()
         self.last_groups = self.memory_groups()
         self.opt.zero_grad(set_to_none=True)
@@ -266,59 +396,76 @@ class PipelineEngine:
                 "optimizer": optimizer_state_tensors(self.opt)}
 
 
-class _Stage(nn.Module):
-    def __init__(self, m, lo: int, hi: int, first: bool, last: bool):
-        super().__init__()
-        self.first, self.last = first, last
-        self.blocks = nn.ModuleList(m.blocks[lo:hi])
-        if first:
-            self.wte, self.wpe = m.wte, m.wpe
-        if last:
-            self.ln_f, self.lm_head = m.ln_f, m.lm_head
-
-    def forward(self, x):
-        if self.first:
-            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
-        for b in self.blocks:
-            x = b(x)
-        return self.lm_head(self.ln_f(x)) if self.last else x
-
-
 def build_engine(model, family: str, plan, train, device, rank: int, world: int, inner_group=None):
-    """Wrap `model` as the Plan says; returns (engine, kind). Order: TP, checkpointing, FSDP."""
-    model.to(device)
-    if plan.tp == 1:
-        apply_checkpointing(model, family, plan.checkpointing)
-    if plan.pp > 1:
-        return PipelineEngine(model, plan, train, device, rank, world), "pp"
-    if plan.sharding.startswith("zero"):
-        return DeepSpeedEngine(model, plan, train, device, world), "deepspeed"
-    from torch.distributed.device_mesh import init_device_mesh
+    """Wrap `model` as the Plan says; returns (engine, kind). Order: TP, checkpointing, FSDP/DDP.
+    `inner_group` (DiLoCo): the node's group, inside which the model is DDP'd or FSDP'd."""
+    from paradvisor.train.tp_plans import apply_tp
 
-    dev = device.type
-    if plan.tp > 1:
-        if plan.dp > 1:
-            mesh = init_device_mesh(dev, (plan.dp, plan.tp), mesh_dim_names=("dp", "tp"))
-            apply_tp(model, family, mesh["tp"])
-            apply_checkpointing(model, family, plan.checkpointing)
-            apply_fsdp(model, mesh["dp"], plan.precision)
-            return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False), "tp+fsdp"
-        mesh = init_device_mesh(dev, (plan.tp,))
-        apply_tp(model, family, mesh)
+    model.to(device)
+    if inner_group is not None:
+        return _inner_engine(model, family, plan, train, device, inner_group)
+    layout = Layout.of(plan, rank, world)
+    if plan.pp > 1:
+        mesh = device_mesh(plan, device, world)
+        return PipelineEngine(model, family, plan, train, device, layout, mesh), "pp"
+    if plan.sharding.startswith("zero"):
         apply_checkpointing(model, family, plan.checkpointing)
-        return TorchEngine(model, plan, train, device, kind="tp", autocast=True), "tp"
+        return DeepSpeedEngine(model, plan, train, device, world, layout), "deepspeed"
+    if plan.tp > 1:
+        mesh = device_mesh(plan, device, world)
+        tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
+        apply_tp(model, family, blocks_of(model), tp_mesh, sequence_parallel=plan.sequence_parallel)
+        apply_checkpointing(model, family, plan.checkpointing)
+        if dp_mesh is None:
+            return TorchEngine(model, plan, train, device, kind="tp", autocast=True, layout=layout), "tp"
+        if plan.sharding == "fsdp":
+            apply_fsdp(model, dp_mesh, plan.precision)
+            return TorchEngine(model, plan, train, device, kind="tp+fsdp", autocast=False, layout=layout), "tp+fsdp"
+        return TorchEngine(model, plan, train, device, kind="tp+ddp", autocast=True, layout=layout,
+                           dp_group=dp_mesh.get_group()), "tp+ddp"
+    apply_checkpointing(model, family, plan.checkpointing)
     if plan.sharding in ("fsdp", "hsdp") and world > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
         mesh = None
         if plan.sharding == "hsdp":
-            shard = int(plan.nodes[0].gpus) if plan.nodes else max(1, world // 2)
-            mesh = init_device_mesh(dev, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+            shard = hsdp_shard(plan, world)
+            mesh = init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
         apply_fsdp(model, mesh, plan.precision, offload=plan.offload != "none")
-        return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False), "fsdp"
-    group_size = world if inner_group is None else torch.distributed.get_world_size(inner_group)
-    if group_size > 1:
+        return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False, layout=layout), "fsdp"
+    if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ddp = DDP(model, process_group=inner_group, gradient_as_bucket_view=True,
+        ddp = DDP(model, gradient_as_bucket_view=True, device_ids=[device.index] if device.type == "cuda" else None)
+        return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
+    return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"
+
+
+def hsdp_shard(plan, world: int) -> int:
+    """HSDP shards inside a node: plan.nodes' first node, else this node's process count on a multi-node run,
+    else half the ranks (a one-machine stand-in for two nodes) — as launch.runner.hsdp_shard_size checks."""
+    import os
+
+    if plan.nodes:
+        return int(plan.nodes[0].gpus)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return local if local < world else max(1, world // 2)
+
+
+def _inner_engine(model, family: str, plan, train, device, group):
+    """DiLoCo's inner data parallelism over one node's ranks: DDP, or FSDP on a mesh of that group."""
+    size = dist.get_world_size(group)
+    layout = Layout(pp=1, dp=size, tp=1, pp_rank=0, dp_rank=dist.get_rank(group), tp_rank=0)
+    apply_checkpointing(model, family, plan.checkpointing)
+    if size > 1 and plan.sharding == "fsdp":
+        from torch.distributed.device_mesh import DeviceMesh
+
+        apply_fsdp(model, DeviceMesh.from_group(group, device.type), plan.precision)
+        return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False, layout=layout), "fsdp"
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(model, process_group=group, gradient_as_bucket_view=True,
                   device_ids=[device.index] if device.type == "cuda" else None)
-        return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True), "ddp"
-    return TorchEngine(model, plan, train, device, kind="single", autocast=True), "single"
+        return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
+    return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"

@@ -7,6 +7,7 @@ are pure, so re-ranking on every change does not freeze the UI. Styles live in p
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from rich.markup import escape
@@ -250,19 +251,19 @@ class ParadvisorApp(App):
 
     # ---------------------------------------------------------------------------------------------- plans
     def workload_inputs(self):
+        """(profile, advice Request) from the Plans tab's boxes; empty boxes take the defaults."""
         from paradvisor.model.load import load_profile
-        from paradvisor.plan.types import Workload
+        from paradvisor.plan.advice import Request
 
         path = self._w("#model-path", Input).value.strip()
         model = path or str(self._w("#model", Select).value)
         profile = load_profile(model)
-        s = profile.transformer
         seq_txt = self._w("#seq-len", Input).value.strip()
         gb_txt = self._w("#global-batch", Input).value.strip()
-        seq = int(seq_txt) if seq_txt else (min(s.max_positions, 2048) if s else 1)
-        gb = int(gb_txt) if gb_txt else 8 * max(1, self.cluster.gpu_count if self.cluster else 1)
-        return profile, Workload(model=model, seq_len=seq, global_batch=gb,
-                                 precision=str(self._w("#precision", Select).value))
+        return profile, Request(model=model, cluster=self.cluster, cluster_ref=self.cluster_ref,
+                                seq_len=int(seq_txt) if seq_txt else None,
+                                global_batch=int(gb_txt) if gb_txt else None,
+                                precision=str(self._w("#precision", Select).value), top=20)
 
     def rerank(self) -> None:
         """Re-rank in a worker; only the newest request's result is shown."""
@@ -271,18 +272,17 @@ class ParadvisorApp(App):
 
     @work(thread=True, group="rank")
     def _rank_worker(self, generation: int) -> None:
-        from paradvisor.plan.search import recommend
-        from paradvisor.rules.loader import load_rule_sets
+        from paradvisor.plan.advice import advise
 
         if self.cluster is None:
             return
         try:
-            profile, wl = self.call_from_thread(self.workload_inputs)
+            profile, req = self.call_from_thread(self.workload_inputs)
             self.call_from_thread(self.show_profile, profile)
             if self.cluster.gpu_count == 0:
                 self.call_from_thread(self.show_plans, None, "no GPU to plan for: load a cluster file (tab 1)")
                 return
-            rec = recommend(profile, self.cluster, wl, top=20, rule_sets=load_rule_sets())
+            rec = advise(req, profile)  # the same advice path as `paradvisor recommend` (calibration, rules)
         except (InputError, ValueError) as exc:
             if generation == self._generation:
                 self.call_from_thread(self.show_plans, None, str(exc))
@@ -400,7 +400,7 @@ class ParadvisorApp(App):
                                     description=f"{self.rec.profile.name}: {self.selected.plan.label()} (from the TUI)")
 
     def update_launch_tab(self) -> None:
-        from paradvisor.launch.argv import torchrun_argv
+        from paradvisor.launch.argv import node_commands
 
         if self.selected is None or self.rec is None:
             self._w("#launch-plan", Static).update("No plan selected: rank plans in tab 2.")
@@ -408,12 +408,12 @@ class ParadvisorApp(App):
         pr = self.plan_preset()
         self._w("#launch-plan", Static).update(
             f"[b]selected plan:[/b] {self.selected.plan.label()} for {self.rec.profile.name} on {self.rec.cluster.name} "
-            f"({pr.launch.nnodes} node(s) x {pr.launch.nproc_per_node} process(es)); predicted "
+            f"({pr.launch.layout()}); predicted "
             f"{self.selected.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(self.selected.step_time)}")
-        argv = torchrun_argv(str(self.runs_dir / f"<timestamp>-{pr.name}"), nproc_per_node=pr.launch.nproc_per_node,
-                             nnodes=pr.launch.nnodes, endpoint="127.0.0.1:<free port>", run_id=pr.name)
-        argv[0] = "python"  # the interpreter's full path is in the run's command.json
-        self._w("#launch-command", Static).update("[b]command:[/b] " + " ".join(argv))
+        lines = []
+        for host, argv in node_commands(pr, str(self.runs_dir / f"<timestamp>-{pr.name}"), python="python"):
+            lines.append((f"[b]{escape(host)}:[/b] " if pr.launch.nnodes > 1 else "") + escape(shlex.join(argv)))
+        self._w("#launch-command", Static).update("[b]command:[/b]\n" + "\n".join(lines))
 
     def action_save_preset(self) -> None:
         from paradvisor.launch.preset import save_preset

@@ -1,0 +1,159 @@
+"""Pipeline stages cut at block boundaries: stage k holds blocks [k*L/pp, (k+1)*L/pp), the first stage the
+embeddings, the last stage the final norm and the head (LM head or pooler + classifier).
+
+LLaMA, Mistral and Qwen2 follow transformers' `base_model_pp_plan` (embed_tokens -> layers -> norm): each
+stage keeps the model's own base-model forward over its own layers (so masks, rotary embeddings and
+sliding windows are computed by transformers' code) and later stages feed it `inputs_embeds`. GPT-2, BERT
+and minGPT have no such plan; their stages call the model's own modules in the model's order.
+Every rank builds the whole model from the same seed and keeps its stage, so a pipelined run starts from
+exactly the weights of a one-process run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from paradvisor.train.models import block_list
+
+PP_PLAN_FAMILIES = ("llama", "mistral", "qwen2")
+
+
+def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
+    per = num_layers // pp
+    return stage * per, (stage + 1) * per
+
+
+def _out(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+class MinGPTStage(nn.Module):
+    def __init__(self, m, lo: int, hi: int, first: bool, last: bool):
+        super().__init__()
+        self.first, self.last = first, last
+        self.blocks = nn.ModuleList(m.blocks[lo:hi])
+        if first:
+            self.wte, self.wpe = m.wte, m.wpe
+        if last:
+            self.ln_f, self.lm_head = m.ln_f, m.lm_head
+
+    def forward(self, x):
+        if self.first:
+            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
+        for b in self.blocks:
+            x = b(x)
+        return self.lm_head(self.ln_f(x)) if self.last else x
+
+
+class GPT2Stage(nn.Module):
+    def __init__(self, m, lo: int, hi: int, first: bool, last: bool):
+        super().__init__()
+        self.first, self.last, self.config = first, last, m.config
+        t = m.transformer
+        self.blocks = nn.ModuleList(t.h[lo:hi])
+        if first:
+            self.wte, self.wpe, self.drop = t.wte, t.wpe, t.drop
+        if last:
+            self.ln_f, self.lm_head = t.ln_f, m.lm_head
+
+    def forward(self, x):
+        from transformers.masking_utils import create_causal_mask
+
+        if self.first:
+            pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+            x = self.drop(self.wte(x) + self.wpe(pos))
+        pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+        mask = create_causal_mask(config=self.config, inputs_embeds=x, attention_mask=None, past_key_values=None,
+                                  position_ids=pos)
+        for b in self.blocks:
+            x = _out(b(x, None, mask, position_ids=pos))
+        return self.lm_head(self.ln_f(x)) if self.last else x
+
+
+class BertStage(nn.Module):
+    """BERT sequence classification; the padding mask reaches every stage as a keyword input."""
+
+    def __init__(self, m, lo: int, hi: int, first: bool, last: bool):
+        super().__init__()
+        self.first, self.last, self.config = first, last, m.config
+        self.blocks = nn.ModuleList(m.bert.encoder.layer[lo:hi])
+        if first:
+            self.embeddings = m.bert.embeddings
+        if last:
+            self.pooler, self.dropout, self.classifier = m.bert.pooler, m.dropout, m.classifier
+
+    def forward(self, x, attention_mask=None):
+        if self.first:
+            x = self.embeddings(input_ids=x)
+        from transformers.masking_utils import create_bidirectional_mask
+
+        # as BertModel._create_attention_masks builds it for an encoder
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=attention_mask)
+        for b in self.blocks:
+            x = _out(b(x, mask))
+        return self.classifier(self.dropout(self.pooler(x))) if self.last else x
+
+
+class DecoderStage(nn.Module):
+    """LLaMA-style decoders through transformers' base_model_pp_plan: the base model's own forward over
+    this stage's layers; embeddings on the first stage, final norm and LM head on the last."""
+
+    def __init__(self, m, lo: int, hi: int, first: bool, last: bool):
+        super().__init__()
+        self.first, self.last = first, last
+        base = m.model
+        cfg = copy.copy(base.config)
+        cfg.num_hidden_layers = hi - lo
+        if getattr(cfg, "layer_types", None):
+            cfg.layer_types = list(cfg.layer_types)[lo:hi]  # the forward indexes masks by local layer index
+        base.config = cfg
+        base.layers = nn.ModuleList(base.layers[lo:hi])
+        if not first:
+            base.embed_tokens = None
+        if not last:
+            base.norm = nn.Identity()
+        self.base = base
+        self.lm_head = m.lm_head if last else None
+
+    def forward(self, x):
+        out = self.base(input_ids=x, use_cache=False) if self.first else self.base(inputs_embeds=x, use_cache=False)
+        h = out.last_hidden_state
+        return self.lm_head(h) if self.last else h
+
+
+STAGES = {"mingpt": MinGPTStage, "gpt2": GPT2Stage, "bert": BertStage,
+          **{f: DecoderStage for f in PP_PLAN_FAMILIES}}
+
+
+def tied_embeddings(model) -> bool:
+    """Whether the LM head shares its weight with the input embedding (GPT-2, tied LLaMA configs)."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    if get_in is None or get_out is None:
+        return False
+    emb, head = get_in(), get_out()
+    return emb is not None and head is not None and emb.weight is head.weight
+
+
+def build_stage(model, family: str, stage: int, pp: int) -> tuple[nn.Module, list]:
+    """(stage module, its copies of weights tied across stages). The first stage's input embedding and the
+    last stage's LM head are one weight in the model: both stages keep a copy, and the trainer sums their
+    gradients so that both copies take the same step (as Megatron does)."""
+    if family not in STAGES:
+        raise ValueError(f"no pipeline stages for {family!r} models")
+    tied = tied_embeddings(model)
+    emb = model.get_input_embeddings().weight if tied else None
+    n = len(block_list(model))
+    lo, hi = stage_bounds(n, pp, stage)
+    mod = STAGES[family](model, lo, hi, stage == 0, stage == pp - 1)
+    shared = [p for p in mod.parameters() if tied and p is emb]
+    return mod, shared
+
+
+def stage_blocks(stage_mod) -> list[nn.Module]:
+    """The blocks a stage holds (TP, checkpointing and FSDP units)."""
+    if isinstance(stage_mod, DecoderStage):
+        return list(stage_mod.base.layers)
+    return list(stage_mod.blocks)
