@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "src"))
 os.environ.setdefault("PARADVISOR_CALIBRATION", "none")
 
-from paradvisor.hardware.cluster import load_cluster, parse_cluster, single_node_cluster
+from paradvisor.hardware.cluster import load_cluster, single_node_cluster
 from paradvisor.model.load import load_profile
 from paradvisor.plan.capability import family_of, why_not
 from paradvisor.plan.evaluate import evaluate
@@ -35,16 +35,6 @@ from paradvisor.plan.space import candidates
 from paradvisor.plan.types import Workload
 
 GiB = 2**30
-ETHERNET = """name = "a100-8x8-ethernet"
-[[node]]
-name = "node"
-count = 8
-gpus = [{ type = "A100 80GB", count = 8 }]
-[network]
-kind = "ethernet"
-bandwidth = "100 Gbit/s"
-latency = "10 us"
-"""
 
 
 def ranked(mf, cluster, wl):
@@ -77,10 +67,8 @@ def main() -> None:
     s = prof.transformer
     clusters = [single_node_cluster("H100 SXM", 8),
                 load_cluster(os.path.join(REPO, "examples", "clusters", "h100-4x8-infiniband.toml")),
-                single_node_cluster("A100 80GB", 8)]
-    import tomllib
-
-    clusters.append(parse_cluster(tomllib.loads(ETHERNET), path="8 nodes x 8 A100, 100 Gbit/s Ethernet", text=ETHERNET))
+                single_node_cluster("A100 80GB", 8),
+                load_cluster(os.path.join(REPO, "examples", "clusters", "a100-8x8-ethernet.toml"))]
     moe = ModelFacts.of(prof)
     as_dense = ModelFacts.of(prof, moe=False)
     all_active = replace(as_dense, compute_shape=replace(s, ffn=s.num_experts * s.expert_ffn + s.shared_ffn))

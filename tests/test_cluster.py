@@ -15,6 +15,7 @@ EXPECTED = {
     "paper004-vgg-2080ti.toml": (4, 8, {"RTX 2080 Ti": 8}),
     "h100-8x-nvlink.toml": (1, 8, {"H100 SXM": 8}),
     "h100-4x8-infiniband.toml": (4, 32, {"H100 SXM": 32}),
+    "a100-8x8-ethernet.toml": (8, 64, {"A100 80GB": 64}),  # one node group of 8
 }
 
 

@@ -166,26 +166,14 @@ def test_ep_candidates_divide_dp_and_the_experts():
     assert not list(ep_candidates(dense, topo, wl, "bf16", ["none"]))
 
 
-ETHERNET = """[[node]]
-name = "node"
-count = 8
-gpus = [{ type = "A100 80GB", count = 8 }]
-[network]
-kind = "ethernet"
-bandwidth = "100 Gbit/s"
-latency = "10 us"
-"""
 
 
 def test_ep_plans_are_plan_only_in_the_recommendation():
     """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
     nodes; the capability table keeps it out of the ranking and lists it as plan only, with why."""
-    import tomllib
-
-    from paradvisor.hardware.cluster import parse_cluster
     from paradvisor.plan.capability import why_not
 
-    c = parse_cluster(tomllib.loads(ETHERNET), path="eth.toml", text=ETHERNET)
+    c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
     rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512))
     assert rec.plans and all(e.plan.ep == 1 for e in rec.plans)
     best = rec.plan_only[0]

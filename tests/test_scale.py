@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.cluster import load_cluster, parse_cluster, single_node_cluster
@@ -19,7 +21,7 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import choose_precision, recommend
 from paradvisor.plan.space import candidates, divisors
 from paradvisor.plan.types import Workload
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, FUZZ_SCALE, REPO
 
 RANKINGS = json.loads((Path(__file__).parent / "data" / "rankings.json").read_text())
 
@@ -47,9 +49,13 @@ def test_same_ranking_as_before_node_groups(case):
 
 
 def _brute_dp_link(topo, tp, dp, pp):
-    """The per-rank algorithm the grouped one replaced (kept here as the reference)."""
-    rank_node = list(topo.rank_node)
-    intra = list(topo.intra)
+    """The per-rank algorithm the grouped one replaced (kept here as the reference), on per-rank and
+    per-node lists made from the cluster's nodes directly, not from the topology's segments."""
+    rank_node, intra = [], []
+    for i, node in enumerate(topo.cluster.online_nodes):
+        intra.append(node.intra_link)
+        rank_node += [i] * node.gpu_count
+    assert rank_node == list(topo.rank_node) and intra == list(topo.intra)
     groups = [tuple(k * tp * dp + i * tp + j for i in range(dp)) for k in range(pp) for j in range(tp)]
     per_node: dict[int, int] = {}
     for g in groups:
@@ -204,3 +210,45 @@ def test_recommend_json_lists_a_node_group_once(tmp_path):
     assert doc["cluster"]["gpu_count"] == 2400
     assert doc["cluster"]["nodes"] == [{"name": "n-0", "online": True, "gpus": [{"type": "A100 80GB", "count": 8}],
                                         "intra_link": "nvlink3", "count": 300, "last": "n-299"}]
+
+
+# ---- property: the grouped algorithms agree with the per-pair / per-rank ones on random clusters ----
+
+LINKS = ["ethernet", "ib-hdr", "ib-ndr", "wan"]
+
+
+@st.composite
+def grouped_clusters(draw):
+    groups = draw(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(1, 4),
+                                     st.sampled_from(["A30", "A100 80GB", "H100 SXM"]),
+                                     st.sampled_from(["pcie4", "nvlink3", "nvlink4"])), min_size=1, max_size=4))
+    text = ""
+    names = []
+    for i, (size, count, gpu, link) in enumerate(groups):
+        text += f'[[node]]\nname = "g{i}"\ncount = {count}\ngpus = [{{ type = "{gpu}", count = {size} }}]\nlink = "{link}"\n'
+        names.append((f"g{i}", count))
+    text += f'[network]\nkind = "{draw(st.sampled_from(LINKS))}"\n'
+    for _ in range(draw(st.integers(0, 3))):
+        a, b = draw(st.sampled_from(names)), draw(st.sampled_from(names))
+        if a == b and a[1] == 1:
+            continue
+        text += f'[[link]]\nnodes = ["{a[0]}", "{b[0]}"]\nkind = "{draw(st.sampled_from(LINKS))}"\n'
+    return text
+
+
+@settings(max_examples=60 * FUZZ_SCALE)
+@given(grouped_clusters())
+def test_grouped_links_equal_brute_force(text):
+    import tomllib
+
+    c = parse_cluster(tomllib.loads(text), path="random.toml", text=text)
+    online = c.online_nodes
+    pairs = [c.link_between(a.name, b.name) for i, a in enumerate(online) for b in online[i + 1:]]
+    brute = min(pairs, key=lambda lk: (lk.bandwidth, -lk.latency)) if pairs else None
+    assert c.slowest_inter_link() == brute
+    topo = Topology.of(c)
+    gcd = topo.gpus_per_node_gcd
+    for tp in divisors(gcd):
+        for pp in divisors(topo.world // tp):
+            dp = topo.world // (tp * pp)
+            assert topo.dp_link(tp, dp, pp) == _brute_dp_link(topo, tp, dp, pp), (tp, dp, pp)
