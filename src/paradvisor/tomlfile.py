@@ -26,6 +26,8 @@ def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
         raise InputError("is a folder, expected a TOML file", where=str(p)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read: {exc}", where=str(p)) from None
+    except ValueError as exc:  # a path holding a NUL byte (found by the fuzz suite)
+        raise InputError(f"not a usable file name: {exc}", where=ascii(str(path))) from None
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
