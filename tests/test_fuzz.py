@@ -5,8 +5,12 @@ clear exit-2 error: one line on stderr, no traceback.
 
 Inputs: cluster files, presets, rule files (structure-aware mutations of the shipped files, and raw text
 mutations), rule expressions (random and hostile: attribute access, dunder names, huge exponents and
-strings, deep nesting), Hugging Face config.json files, ssh host strings (option injection), and CLI
-argument lists drawn from the real parser's options. The number of examples is set per test below (CI
+strings, deep nesting), Hugging Face config.json files, ssh host strings (option injection), CLI
+argument lists drawn from the real parser's options, and the hostile-input classes of issue 14: hostile values in
+every field of every preset section (derived from the dataclasses: shell payloads, escape sequences, NaN/inf,
+huge counts, deep nesting) through dry runs and exports, broken run directories (garbage metrics.jsonl lines,
+non-object status.json) through monitor/runs, text with control characters through the human output, and
+remote probe replies of any shape. The number of examples is set per test below (CI
 replays the same derandomized inputs; HYPOTHESIS_PROFILE=explore draws ten times as many fresh ones).
 """
 
@@ -441,7 +445,7 @@ def _parser_options() -> dict[tuple[str, ...], list[str]]:
 OPTIONS = _parser_options()
 ARG_VALUES = ["gpt2", "bert-base-uncased", "llama-2-70b", "vgg16", "no-such-model", "A100", "H100", "RTX 3090",
               "TITAN RTX", "A30", "nvlink", "pcie", "ib", "wan", "0", "1", "2", "8", "-1", "3.5", "1e309", "nan",
-              "inf", "", "--", "-", "bf16", "fp16", "fp32", "fp8", "flash", "ddp", "zero3", "10 GB/s", "1x", "💥",
+              "inf", "-inf", "1000000000000", "99999999999999999999999", "/dev/zero", "\x1b[2J", "", "--", "-", "bf16", "fp16", "fp32", "fp8", "flash", "ddp", "zero3", "10 GB/s", "1x", "💥",
               str(EXAMPLES / "paper000-two-servers.toml"), str(EXAMPLES / "paper003-geo-four-nodes.toml"),
               str(REPO / "presets" / "tiny-cpu-smoke.toml"), str(REPO / "rules"), str(REPO / "tests" / "data" / "bad"),
               str(REPO / "README.md"), "/dev/null", "/nonexistent/file.toml", "kubeflow", "slurm", "hostfile"]
@@ -519,3 +523,188 @@ def test_command_line_fuzzed(argv):
         assert_clean(cli(*argv))
     finally:
         os.chdir(cwd)
+
+
+# ---- hostile values in every preset field (issue 14) -------------------------------------------------------------------
+
+def _preset_fields() -> list[tuple[str, str]]:
+    from dataclasses import fields
+
+    from paradvisor.launch.preset import LaunchSettings, TrainSettings
+    from paradvisor.plan.types import Plan, Workload
+
+    return [(sec, f.name) for sec, cls in (("train", TrainSettings), ("launch", LaunchSettings), ("plan", Plan),
+                                            ("workload", Workload)) for f in fields(cls)]
+
+
+SHELL = ["$(touch pwned)", "`touch pwned`", "1)\ntouch pwned\n#", "x; touch pwned", "PARADVISOR_PLAN",
+         "\nPARADVISOR_PLAN\ntouch pwned\n", "\x1b]0;owned\x07", "\x1b[2J", "[/red]", "\u202e", "../../x", "/etc/passwd",
+         "-oProxyCommand=touch pwned", "a\x00b"]
+HOSTILE_VALUES = st.one_of(
+    st.sampled_from(SHELL),
+    st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, -1.0, 0, -1, 2**31, 2**63 - 1, 10**30, True]),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.recursive(st.integers(0, 3), lambda inner: st.lists(inner, max_size=2) | st.dictionaries(
+        st.sampled_from(["a", "n"]), inner, max_size=2), max_leaves=4).map(lambda v: _nest(v, 40)),
+    VALUES,
+)
+
+
+def _nest(value, depth: int):
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
+@st.composite
+def hostile_preset(draw) -> dict:
+    doc = tomllib.loads(PRESETS["tiny-cpu-smoke.toml"])
+    for _ in range(draw(st.integers(1, 2))):
+        section, name = draw(st.sampled_from(_preset_fields()))
+        doc.setdefault(section, {})[name] = draw(HOSTILE_VALUES)
+    if draw(st.integers(0, 3)) == 0:
+        doc[draw(st.sampled_from(["name", "description"]))] = draw(st.sampled_from(SHELL))
+    return doc
+
+
+@settings(max_examples=n(300))
+@given(hostile_preset())
+def test_hostile_values_in_every_preset_field(doc):
+    """Whatever a field holds, a dry run and the exports are clean; and what they write never lets a payload out:
+    the printed command parses to the same argv, and the Slurm script outside its quoted plan has no payload."""
+    import shlex
+    import subprocess
+
+    try:
+        text = tomli_w.dumps(doc)
+    except (TypeError, ValueError):
+        assume(False)
+    path = write("hostile.toml", text)
+    code, out, err = cli("launch", "--preset", str(path), "--dry-run", "--runs-dir", str(SCRATCH / "runs"))
+    assert_clean((code, out, err))
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    if code == 0:
+        shlex.split(out.strip())  # quoted: it parses, whatever the names held
+        exports = SCRATCH / "exports"
+        code, out, err = cli("launch", "--preset", str(path), "--export", "slurm", "--export", "hostfile",
+                             "--out", str(exports), "--force")
+        assert_clean((code, out, err))
+        if code == 0:
+            script = (exports / "job.sbatch").read_text()
+            body = re.sub(r"<<'PARADVISOR_PLAN'\n.*?\nPARADVISOR_PLAN\n", "", script, flags=re.DOTALL)
+            assert "touch pwned" not in body and "$(" not in body.replace("$(scontrol", ""), body
+            assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True,
+                                  check=False).returncode == 0
+    assert not (SCRATCH / "runs").exists()
+
+
+# ---- broken run directories (issue 14) -----------------------------------------------------------------------------
+
+GOOD_RECORDS = [{"kind": "start", "rank": 0, "time": 1.0e9, "world_size": 2},
+                {"kind": "step", "rank": 0, "step": 1, "loss": 2.0, "step_time_s": 0.1, "world_size": 2},
+                {"kind": "step", "rank": 1, "step": 1, "loss": 2.1, "step_time_s": 0.2, "samples_per_s": 3.0},
+                {"kind": "outer", "rank": 0, "round": 1, "sync_wait_s": 0.5}, {"kind": "end", "world_size": 2}]
+
+
+@st.composite
+def metrics_lines(draw) -> bytes:
+    lines = []
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.integers(0, 5))
+        if kind <= 1:
+            lines.append(json.dumps(draw(st.sampled_from(GOOD_RECORDS))).encode())
+        elif kind == 2:  # a good record with one field mutated
+            rec = copy.deepcopy(draw(st.sampled_from(GOOD_RECORDS)))
+            rec[draw(st.sampled_from(["kind", "rank", "step", "loss", "step_time_s", "world_size", "round"]))] = \
+                draw(SCALARS)
+            lines.append(json.dumps(rec, allow_nan=True).encode())
+        elif kind == 3:
+            lines.append(json.dumps(draw(VALUES), allow_nan=True).encode())
+        elif kind == 4:
+            lines.append(draw(st.binary(max_size=40)).replace(b"\n", b""))
+        else:
+            lines.append(json.dumps(draw(st.sampled_from(GOOD_RECORDS))).encode()[: draw(st.integers(0, 30))])
+    tail = b"" if draw(st.booleans()) else b"\n"
+    return b"\n".join(lines) + tail
+
+
+STATUS_DOCS = st.one_of(
+    st.builds(lambda st_, extra: json.dumps({"status": st_, **extra}, allow_nan=True),
+              st.sampled_from(["running", "finished", "failed", "cancelled", "interrupted", "", "weird"]),
+              st.dictionaries(st.sampled_from(["pid", "started", "ended", "reason", "failed_rank", "exit_code",
+                                               "label", "last_log_lines", "hung", "replan", "launcher_pid"]),
+                              SCALARS | st.lists(SCALARS, max_size=2), max_size=4)),
+    VALUES.map(lambda v: json.dumps(v, allow_nan=True)),
+    st.text(max_size=20),
+)
+
+
+@settings(max_examples=n(200))
+@given(metrics_lines(), STATUS_DOCS)
+def test_broken_run_directories_never_break_monitor_or_runs(metrics, status):
+    import shutil
+
+    root = SCRATCH / "rundirs"
+    shutil.rmtree(root, ignore_errors=True)
+    d = root / "20250101-000000-fuzz"
+    d.mkdir(parents=True)
+    (d / "plan.toml").write_text(PRESETS["tiny-cpu-smoke.toml"])
+    (d / "metrics.jsonl").write_bytes(metrics)
+    (d / "status.json").write_text(status, errors="surrogatepass")
+    code, out, err = cli("monitor", str(d), "--once", "--json")
+    assert assert_clean((code, out, err)) in (0, 1), err
+    summary = json.loads(out)
+    assert summary["skipped_lines"] >= 0 and summary["status"]
+    code, out, err = cli("runs", "--runs-dir", str(root), "--json")
+    assert assert_clean((code, out, err)) == 0, err
+    assert len(json.loads(out)["runs"]) == 1
+    code, out, err = cli("monitor", str(d), "--once")
+    assert code in (0, 1) and "\x1b" not in out + err
+
+
+# ---- human output carries no control characters (issue 14) -----------------------------------------------------------
+
+@settings(max_examples=n(150))
+@given(st.text(min_size=1, max_size=12), st.text(max_size=12), st.text(max_size=12))
+def test_names_from_files_reach_the_terminal_escaped(name, note, description):
+    text = tomli_w.dumps({"name": name, "description": description,
+                          "node": [{"name": name, "notes": note, "gpus": [{"type": "A100", "count": 2}]}]})
+    path = write("names.toml", text)
+    for argv in (["detect", "--cluster", str(path), "--no-local"],
+                 ["recommend", "--cluster", str(path), "--model", "gpt2", "--top", "1"]):
+        code, out, err = cli(*argv)
+        assert_clean((code, out, err))
+        assert not any(not c.isprintable() and c not in "\n\t" for c in out + err), (out, err)
+
+
+# ---- remote probe replies of any shape (issue 14) ----------------------------------------------------------------------
+
+def _probe_reply() -> dict:
+    from paradvisor.hardware.probe import probe
+
+    doc = probe()
+    doc["nvidia"] = doc.get("nvidia") or {"driver_version": "550.54", "cuda_version": "12.4", "gpus": [],
+                                          "topology": []}
+    doc["nvidia"].setdefault("gpus", []).append(
+        {"name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * 2**30, "memory_free_bytes": 2**30,
+         "utilization_pct": 3.0, "compute_capability": "8.0", "mig_mode": False, "mig_instances": []})
+    return doc
+
+
+PROBE_REPLY = _probe_reply()
+
+
+@settings(max_examples=n(400))
+@given(st.data())
+def test_probe_replies_of_any_shape_lose_only_their_host(data):
+    from paradvisor.hardware.remote import node_from_reply
+    from paradvisor.typed import check_instance
+
+    doc = copy.deepcopy(PROBE_REPLY)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutate(data.draw, doc)
+    node = node_from_reply("h", json.dumps(doc, allow_nan=True))
+    if node.online:
+        check_instance(node, "node")
+    else:
+        assert node.reason

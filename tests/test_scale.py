@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.cluster import load_cluster, parse_cluster, single_node_cluster
-from paradvisor.hardware.types import MAX_GPUS, MAX_NODES, SameDevices
+from paradvisor.hardware.types import SameDevices
+from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES
 from paradvisor.model.load import load_profile
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
@@ -153,9 +154,10 @@ kind = "ib-ndr"
 
 @pytest.mark.parametrize("text,fragment", [
     ('[[node]]\nname = "p"\ncount = 0\ngpus = [{ type = "A30" }]\n', "a node count of at least 1"),
-    (f'[[node]]\nname = "p"\ncount = {MAX_NODES + 1}\ngpus = [{{ type = "A30" }}]\n', "documented upper bound"),
-    ((f'[[node]]\nname = "p"\ncount = 2048\ngpus = [{{ type = "A30", count = {MAX_GPUS // 1024} }}]\n[network]\n'
-      'kind = "ethernet"\n'), "documented upper bound of 1,048,576"),
+    (f'[[node]]\nname = "p"\ncount = {MAX_NODES + 1}\ngpus = [{{ type = "A30" }}]\n', "more than the 16,384 allowed"),
+    ((f'[[node]]\nname = "p"\ncount = 16\ngpus = [{{ type = "A30", count = {MAX_GPUS_PER_NODE} }}]\n[network]\n'
+      'kind = "ethernet"\n'), "or 131,072 in the cluster"),
+    (f'[[node]]\nname = "p"\ngpus = [{{ type = "A30", count = {MAX_GPUS_PER_NODE + 1} }}]\n', "more than the 16,384"),
     ('[[node]]\nname = "p"\ncount = 2\nhost = "h1"\ngpus = [{ type = "A30" }]\n[network]\nkind = "ethernet"\n',
      "hosts = [...]"),
     ('[[node]]\nname = "p"\ncount = 2\nhosts = ["h1"]\ngpus = [{ type = "A30" }]\n[network]\nkind = "ethernet"\n',
@@ -177,7 +179,7 @@ def test_a_huge_single_node_keeps_one_device_template():
     assert c.nodes[0].gpus[16383].index == 16383
     topo = Topology.of(c)
     assert topo.world == 16384 and len(topo.specs) == 1 and topo.rank_spec[9999].name == "H100 SXM"
-    with pytest.raises(InputError, match="upper bound"):
+    with pytest.raises(InputError, match="more than the 131,072 allowed"):
         single_node_cluster("H100", MAX_GPUS + 1)
 
 

@@ -166,3 +166,55 @@ def test_sampler_feeds_the_live_view(tmp_path):
             assert "CPU" in str(app.query_one("#hw-live").render())
 
     asyncio.run(flow())
+
+
+def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
+    """On 000's 2 + 4 GPUs the Launch tab shows one torchrun per node with that node's process count; the
+    TUI ranks what `recommend` ranks (one advice path); and a ranked plan launched from the TUI runs here
+    (on CPU processes) to `finished`."""
+    from paradvisor.hardware.cluster import load_cluster
+    from paradvisor.plan.advice import Request, advise
+
+    two = tmp_path / "two.toml"
+    two.write_text('name = "two-t4"\n[[node]]\nname = "box"\ngpus = [{ type = "T4", count = 2 }]\n')
+
+    async def flow():
+        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), presets_dir=str(tmp_path), model="bert-base-uncased",
+                            live=False)
+        async with app.run_test(size=(130, 42)) as pilot:
+            await settle(app, pilot)
+            app.query_one("#cluster-path").focus()
+            await pilot.press(*C000)
+            await pilot.click("#load-cluster")
+            await settle(app, pilot)
+            await until(pilot, lambda: app.rec is not None and app.rec.profile.name == "bert-base-uncased")
+            cli_rec = advise(Request(model="bert-base-uncased", cluster=load_cluster(C000), top=20))
+            assert [e.plan for e in app.rec.plans] == [e.plan for e in cli_rec.plans]
+            await pilot.press("3")
+            await until(pilot, lambda: "server-2" in str(app.query_one("#launch-command").render()))
+            text = str(app.query_one("#launch-command").render())
+            first, second = [ln for ln in text.splitlines() if "torch.distributed.run" in ln][:2]
+            assert "server-1" in first and "--nproc-per-node 2" in first and "--node-rank 0" in first
+            assert "server-2" in second and "--nproc-per-node 4" in second and "--node-rank 1" in second
+            assert "2 + 4 processes on 2 nodes" in str(app.query_one("#launch-plan").render())
+            # A two-GPU box: rank gpt-mini, launch the top plan; here its ranks run on CPU.
+            app.query_one("#cluster-path").value = str(two)
+            await pilot.press("1")
+            await pilot.click("#load-cluster")
+            await settle(app, pilot)
+            await pilot.press("2")
+            app.query_one("#model").value = "gpt-mini"
+            app.query_one("#seq-len").value = "32"
+            app.query_one("#global-batch").value = "8"
+            await settle(app, pilot)
+            await until(pilot, lambda: app.rec is not None and app.rec.profile.name == "gpt-mini"
+                        and app.rec.workload.seq_len == 32 and app.rec.workload.global_batch == 8)
+            plan = app.selected.plan
+            assert plan.world_size == 2
+            app.action_launch_plan()
+            await until(pilot, lambda: app.run_dir is not None)
+            s = await wait_status(app, pilot, {"finished", "failed"})
+            assert s["status"] == "finished", s
+            assert app.launch.preset.plan == plan
+
+    asyncio.run(flow())

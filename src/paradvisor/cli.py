@@ -8,6 +8,7 @@ Each subcommand lives in `paradvisor/commands/<name>.py` and imports its heavy p
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from paradvisor import __version__
@@ -22,10 +23,47 @@ def one_line(message: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
+_JSON_ERRORS = False  # set by main() when the command line asks for --json: errors then also go to stdout as JSON
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2 (argparse's default prints the usage too)
         sys.stderr.write(f"{self.prog}: error: {one_line(message)} (see `{self.prog} --help`)\n")
+        if _JSON_ERRORS:
+            from paradvisor.output import emit_error
+
+            emit_error(one_line(message), self.prog, 2)
         raise SystemExit(2)
+
+
+def _number(kind, dest: str):
+    """An argparse type for a numeric option: finite, and within the option's bound (paradvisor.limits)."""
+    import math
+
+    from paradvisor.limits import CLI_BOUNDS, MAX_FLOAT, MAX_INT
+
+    limit = CLI_BOUNDS.get(dest, MAX_INT if kind is int else MAX_FLOAT)
+
+    def convert(text: str):
+        value = kind(text)
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if abs(value) > limit:
+            raise argparse.ArgumentTypeError(f"{text} is beyond the bound of {limit:,g}")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse's "invalid int value" message names the type
+    return convert
+
+
+def _bound_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every int/float option of every subcommand gets `_number` (one place, so no option is forgotten)."""
+    for action in parser._actions:
+        if action.type in (int, float):
+            action.type = _number(action.type, action.dest)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _bound_numbers(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +75,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"paradvisor.commands.{name}").add_parser(sub)
+    _bound_numbers(parser)
     return parser
 
 
+def _fail(kind: str, message: str, where: str | None, code: int) -> int:
+    """The one line on stderr (and with --json the paradvisor.error/1 document on stdout)."""
+    sys.stderr.write(f"paradvisor: {kind}: {one_line(message if where is None else f'{where}: {message}')}\n")
+    if _JSON_ERRORS:
+        from paradvisor.output import emit_error
+
+        emit_error(one_line(message), one_line(where) if where else None, code)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    global _JSON_ERRORS
+
     raw = sys.argv[1:] if argv is None else argv
+    _JSON_ERRORS = "--json" in raw
+    parser = build_parser()
     if not raw or raw[0].startswith("--") and raw[0] not in ("--help", "--version"):
         # No command: the interactive session (its options may follow).
 
@@ -51,27 +103,31 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
+    from paradvisor.output import cleaned_output
+
     try:
-        return int(args.run(args) or 0)
+        if args.command == "tui":  # the TUI owns the terminal and escapes what it shows itself
+            return int(args.run(args) or 0)
+        with cleaned_output():
+            return int(args.run(args) or 0)
     except InputError as exc:
-        sys.stderr.write(f"paradvisor: error: {one_line(str(exc))}\n")
-        return 2
+        return _fail("error", exc.message, exc.where, 2)
     except RunFailed as exc:
-        sys.stderr.write(f"paradvisor: failed: {one_line(str(exc))}\n")
-        return 1
+        return _fail("failed", str(exc), None, 1)
     except KeyboardInterrupt:
         sys.stderr.write("paradvisor: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+    except RecursionError:  # input nested deeper than any check foresaw: bad input, not a crash
+        return _fail("error", "input nested too deeply", None, 2)
+    except OSError as exc:  # a folder or file the command was told to use cannot be used: bad input
+        return _fail("error", f"cannot use it: {exc.strerror or exc}", exc.filename and str(exc.filename), 2)
     except Exception as exc:  # a bug, not the user's fault: one line, exit 1 (PARADVISOR_DEBUG=1 shows it all)
-        import os
-
         if os.environ.get("PARADVISOR_DEBUG"):
             raise
-        sys.stderr.write(f"paradvisor: internal error: {type(exc).__name__}: {one_line(str(exc))} "
-                         "(run again with PARADVISOR_DEBUG=1 for the traceback, and please report it)\n")
-        return 1
+        return _fail("internal error", f"{type(exc).__name__}: {exc} (run again with PARADVISOR_DEBUG=1 for the "
+                     "traceback, and please report it)", None, 1)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ class InputError(Exception):
 
     def __init__(self, message: str, *, where: str | None = None):
         self.where = where
+        self.message = message
         super().__init__(f"{where}: {message}" if where else message)
 
 

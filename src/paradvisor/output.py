@@ -1,25 +1,114 @@
-"""Printing: one JSON document on stdout for --json, rich tables for people (rich imported lazily)."""
+"""Printing: one JSON document on stdout for --json, rich tables for people (rich imported lazily).
+
+Everything printed for a person is escaped on the way out: control characters and terminal escape
+sequences from files (node names, rule titles, model names, log lines, run folder names) are shown as
+`\\x1b`-style text, never sent to the terminal (`clean`, `CleanWriter` around stdout/stderr while a command
+runs, and `console()`'s rich Console, which cleans every string before parsing its markup). Values put
+into rich markup go through `esc` (cleaned, and '[' escaped so a name cannot open or close a style), and
+table cells are plain text. `--json` output is always valid JSON: NaN and infinities become null.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 
+ERROR_SCHEMA = "paradvisor.error/1"
+_ASCII = {c: repr(chr(c))[1:-1] for c in (*range(32), 127) if chr(c) not in "\n\t"}
+
+
+def clean(text) -> str:
+    """`text` with every character that is not printable (except line breaks and tabs) written as an escape."""
+    s = str(text)
+    if s.isascii():
+        return s.translate(_ASCII)
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in s)
+
+
+def esc(text) -> str:
+    """A value for rich markup: cleaned, its '[' escaped (so `[/red]` in a node name is text, not a tag)."""
+    from rich.markup import escape
+
+    return escape(clean(text))
+
+
+class CleanWriter(io.TextIOBase):
+    """A text stream that writes `clean(s)` to the stream it wraps."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def write(self, s: str) -> int:
+        self.raw.write(clean(s))
+        return len(s)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return getattr(self.raw, "encoding", "utf-8")
+
+
+def raw_stream(stream):
+    return stream.raw if isinstance(stream, CleanWriter) else stream
+
+
+@contextlib.contextmanager
+def cleaned_output():
+    """While a command runs, what it prints on stdout and stderr is cleaned (see the module docstring)."""
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = CleanWriter(old[0]), CleanWriter(old[1])
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        sys.stdout, sys.stderr = old
+
 
 def emit_json(doc: dict) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    from paradvisor.safeio import finite
+
+    raw_stream(sys.stdout).write(json.dumps(finite(doc), indent=2, default=str, allow_nan=False) + "\n")
+
+
+def emit_error(message: str, where: str | None, exit_code: int) -> None:
+    """The `--json` form of an error: a paradvisor.error/1 document on stdout (the line still goes to stderr)."""
+    emit_json({"schema": ERROR_SCHEMA, "error": message, "where": where, "exit_code": exit_code})
 
 
 def console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    class CleanConsole(Console):
+        def render_str(self, text: str, **kw):
+            return super().render_str(clean(text), **kw)
+
+    return CleanConsole(file=raw_stream(sys.stdout), highlight=False, soft_wrap=False)
 
 
 def table(title: str | None = None, *columns: str, **kw):
+    """A rich Table whose cells are plain text (a cell holding '[red]' shows it; markup only in titles)."""
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title, title_justify="left", **kw)
+    class PlainTable(Table):
+        def add_row(self, *cells, **kw):
+            super().add_row(*(Text(clean(c)) if isinstance(c, str) else c for c in cells), **kw)
+
+    t = PlainTable(title=title, title_justify="left", **kw)
     for c in columns:
         justify = "right" if c.endswith(("#", "params", "share", "GiB", "TFLOPS", "%", "s", "/s")) else "left"
         t.add_column(c, justify=justify)

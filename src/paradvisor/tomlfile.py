@@ -7,29 +7,24 @@ message can still point at it.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import tomllib
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.limits import MAX_DEPTH
+from paradvisor.safeio import check_tree, number_error, read_text
 
 
 def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
-    """Parse a TOML file; InputError (exit 2) for a missing/unreadable file or a syntax error."""
+    """Parse a TOML file; InputError (exit 2) for a missing/unreadable file (or one that is not a regular file,
+    or too large: `safeio.read_text`), a syntax error, nesting deeper than `limits.MAX_DEPTH`, or NaN/infinity."""
     p = Path(path)
+    text = read_text(p, what="TOML file")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", where=str(p)) from None
-    except IsADirectoryError:
-        raise InputError("is a folder, expected a TOML file", where=str(p)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=str(p)) from None
-    except ValueError as exc:  # a path holding a NUL byte (found by the fuzz suite)
-        raise InputError(f"not a usable file name: {exc}", where=ascii(str(path))) from None
-    try:
-        return tomllib.loads(text), text
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
@@ -37,41 +32,57 @@ def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
             msg = msg[: m.start()].strip()
             raise InputError(f"TOML syntax error: {msg}", where=f"{p}:{m.group(1)}") from None
         raise InputError(f"TOML syntax error: {msg}", where=str(p)) from None
+    except RecursionError:
+        raise InputError(f"TOML: nested deeper than {MAX_DEPTH} levels", where=str(p)) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InputError(f"TOML: {number_error(exc)}", where=str(p)) from None
+    loc = KeyLocator(p, text)
+
+    def locate(parts: tuple) -> int | None:  # the line of 'key', '[table] key' or '[[array]] n-th table key'
+        if len(parts) == 1 and isinstance(parts[0], str):
+            return loc.line(None, 0, parts[0])
+        if len(parts) == 2 and all(isinstance(x, str) for x in parts):
+            return loc.line(parts[0], 0, parts[1])
+        if len(parts) == 3 and isinstance(parts[1], int) and isinstance(parts[2], str):
+            return loc.line(str(parts[0]), parts[1], parts[2])
+        return None
+
+    check_tree(data, str(p), locate=locate)
+    return data, text
 
 
 class KeyLocator:
-    """Finds the 1-based line of `key` in the n-th occurrence of a table header."""
+    """Finds the 1-based line of `key` in the n-th occurrence of a table header. The lines of every header
+    are indexed once, so locating each of n tables costs O(lines of that table), not O(file)."""
+
+    _HEADER = re.compile(r"^\s*\[{1,2}\s*([^\[\]]*?)\s*\]{1,2}\s*(#.*)?$")
 
     def __init__(self, path: str | os.PathLike, text: str):
         self.path = str(path)
         self.lines = text.splitlines()
-        self._headers: dict[str, list[int]] = {}
-
-    def _occurrences(self, header: str) -> list[int]:
-        """Line indices of every `[header]` / `[[header]]`, found in one pass and kept (a file of
-        thousands of [[node]] tables is then located in linear time)."""
-        if header not in self._headers:
-            pat = re.compile(r"^\s*\[{1,2}\s*" + re.escape(header) + r"\s*\]{1,2}\s*(#.*)?$")
-            self._headers[header] = [i for i, ln in enumerate(self.lines) if pat.match(ln)]
-        return self._headers[header]
+        self.headers: dict[str, list[int]] = {}
+        self.table_starts: list[int] = []
+        for i, ln in enumerate(self.lines):
+            if re.match(r"^\s*\[", ln):
+                self.table_starts.append(i)
+                m = self._HEADER.match(ln)
+                if m:
+                    self.headers.setdefault(m.group(1), []).append(i)
 
     def line(self, header: str | None, index: int, key: str | None) -> int | None:
         start = 0
         if header:
-            found = self._occurrences(header)
-            if index >= len(found):
+            starts = self.headers.get(header, [])
+            if index >= len(starts):
                 return None
-            start = found[index]
+            start = starts[index]
             if key is None:
                 return start + 1
         keypat = re.compile(r"^\s*" + re.escape(key or "") + r"\s*=")
-        for i in range(start + (1 if header else 0), len(self.lines)):
-            ln = self.lines[i]
-            if header and re.match(r"^\s*\[", ln):
-                break
-            if not header and re.match(r"^\s*\[", ln):
-                break
-            if keypat.match(ln):
+        after = bisect.bisect_right(self.table_starts, start) if header else bisect.bisect_left(self.table_starts, 0)
+        end = self.table_starts[after] if after < len(self.table_starts) else len(self.lines)
+        for i in range(start + (1 if header else 0), end):
+            if keypat.match(self.lines[i]):
                 return i + 1
         return start + 1 if header else None
 

@@ -6,7 +6,10 @@ them with units the way people do: "1 Gbit/s", "25 GB/s", "400 Gb/s", "50 us", "
 
 from __future__ import annotations
 
+import math
 import re
+
+from paradvisor.limits import MAX_BANDWIDTH, MAX_LATENCY_S, MAX_SIZE_BYTES
 
 GiB = 1024**3
 MiB = 1024**2
@@ -33,7 +36,14 @@ def _split(text: str) -> tuple[float, str] | None:
     m = _NUM.match(text)
     if not m:
         return None
-    return float(m.group(1)), m.group(2)
+    value = float(m.group(1))
+    return (value, m.group(2)) if math.isfinite(value) else None  # "1e400 GB/s" is not a bandwidth
+
+
+def _bounded(value: float, limit: float, what: str, text: str) -> float:
+    if value > limit:
+        raise ValueError(f"{what} {text!r} is beyond any real one (at most {limit:g})")
+    return value
 
 
 def parse_bandwidth(text: str) -> float:
@@ -42,9 +52,9 @@ def parse_bandwidth(text: str) -> float:
     if parts:
         value, unit = parts
         if unit in _BYTE_BW_UNITS:
-            return value * _BYTE_BW_UNITS[unit]
+            return _bounded(value * _BYTE_BW_UNITS[unit], MAX_BANDWIDTH, "bandwidth", text)
         if unit.lower() in _BW_UNITS and not unit.endswith("B/s"):
-            return value * _BW_UNITS[unit.lower()]
+            return _bounded(value * _BW_UNITS[unit.lower()], MAX_BANDWIDTH, "bandwidth", text)
     raise ValueError(f"expected a bandwidth like '25 GB/s' or '1 Gbit/s', got {text!r}")
 
 
@@ -52,7 +62,7 @@ def parse_latency(text: str) -> float:
     """'20 ms' -> 0.02 (seconds)."""
     parts = _split(str(text))
     if parts and parts[1] in _TIME_UNITS:
-        return parts[0] * _TIME_UNITS[parts[1]]
+        return _bounded(parts[0] * _TIME_UNITS[parts[1]], MAX_LATENCY_S, "latency", text)
     raise ValueError(f"expected a latency like '5 us' or '20 ms', got {text!r}")
 
 
@@ -60,7 +70,7 @@ def parse_size(text: str) -> float:
     """'24 GiB' -> bytes."""
     parts = _split(str(text))
     if parts and parts[1] in _SIZE_UNITS:
-        return parts[0] * _SIZE_UNITS[parts[1]]
+        return _bounded(parts[0] * _SIZE_UNITS[parts[1]], MAX_SIZE_BYTES, "size", text)
     raise ValueError(f"expected a size like '24 GiB', got {text!r}")
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.limits import MAX_BANDWIDTH
 
 
 def add_parser(sub) -> None:
@@ -149,7 +150,8 @@ def fit(rows: list[tuple[int, float]], op: str, n: int) -> dict:
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0
     intercept = max(0.0, my - slope * mx)
     hops = 2 * (n - 1) if op == "all_reduce" else (n - 1)
-    return {"bandwidth": (1 / slope) if slope > 0 else float("inf"), "latency": intercept / hops,
+    # no measurable slope: the link is faster than the timer can tell; the bound keeps the file finite JSON
+    return {"bandwidth": (1 / slope) if slope > 1 / MAX_BANDWIDTH else MAX_BANDWIDTH, "latency": intercept / hops,
             "samples": [[s, t] for s, t in rows]}
 
 
@@ -186,10 +188,11 @@ def run(args) -> int:
            "duration_s": round(time.time() - t0, 2), "device": device, "collectives": collectives}
     path = Path(args.out) if args.out else default_path()
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(doc, indent=2))
-        os.replace(tmp, path)
+        from paradvisor.safeio import write_atomic
+
+        if not args.out:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(doc, indent=2, allow_nan=False), force=True)
         _say(f"stored {path} ({doc['duration_s']} s)")
     if args.json:
         from paradvisor.output import emit_json

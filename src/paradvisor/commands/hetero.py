@@ -82,10 +82,10 @@ def run(args) -> int:
                                         for k, v in predicted.items()},
                    "paper_idle_s": PAPER_IDLE, "recommendation": "C", "why": rec})
         return 0
-    from paradvisor.output import console, table
+    from paradvisor.output import console, esc, table
 
     con = console()
-    con.print(f"[bold]{cluster.name}[/bold]: base batch {args.base_batch}, base local steps {args.base_local_steps}, "
+    con.print(f"[bold]{esc(cluster.name)}[/bold]: base batch {args.base_batch}, base local steps {args.base_local_steps}, "
               f"{args.precision} peak TFLOPS")
     t = table(None, "node", "GPUs", "avg TFLOPS", "normalised", "A: batch", "B: batch (fits)", "C: local steps")
     for r in rows:
@@ -98,5 +98,5 @@ def run(args) -> int:
         v = predicted[k]
         t.add_row(k, "-" if v is None else f"{sum(v):.1f}", f"{sum(PAPER_IDLE[k]):.1f}")
     con.print(t)
-    con.print(f"recommendation: {rec}")
+    con.print(f"recommendation: {esc(rec)}")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -82,6 +83,14 @@ def apply_overrides(preset, args):
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
     if tkw.get("dataset") in ("imdb", "text") and not (tkw.get("data_path") or t.data_path):
         raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
+    from paradvisor.launch.preset import LaunchSettings, TrainSettings
+    from paradvisor.typed import from_table
+
+    # Flags go through the same typed checks and bounds as the preset's fields.
+    flag = {"hang_timeout_s": "--hang-timeout"}
+    from_table(TrainSettings, tkw, lambda k: flag.get(k, f"--{k.replace('_', '-')}"))
+    from_table(LaunchSettings, {k: list(v) if k == "hosts" else v for k, v in lkw.items()},
+               lambda k: f"--{k.replace('_', '-')}")
     return replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw))
 
 
@@ -93,7 +102,11 @@ def run(args) -> int:
         from paradvisor.launch.exports import write_exports
 
         runner.validate(preset, reach=False)
-        out = Path(args.out or os.path.join("exports", preset.name))
+        from paradvisor.launch.exports import slug
+        from paradvisor.safeio import inside
+
+        # the default folder is named after the preset, made one safe path component: never '..' or absolute
+        out = Path(args.out) if args.out else inside(Path("exports"), slug(preset.name), what="preset name")
         for path in write_exports(preset, args.export, out, force=args.force):
             print(path)
         return 0
@@ -106,14 +119,14 @@ def run(args) -> int:
         endpoint, preset = runner.endpoint_for(preset)
         run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
         commands = node_commands(preset, run_dir, endpoint=endpoint)
-        for host, argv in commands:
+        for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
             print((f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
                   + shlex.join(argv))
         sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-                         f"({preset.launch.layout()}); nothing started\n")
+                         f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n")
         return 0
     launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None)
-    sys.stderr.write(f"run directory: {launch.run_dir}\n{' '.join(launch.argv)}\n")
+    sys.stderr.write(f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n")
     doc = runner.run_blocking(launch)
     from paradvisor.monitor.follow import failure_text
 

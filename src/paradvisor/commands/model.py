@@ -48,14 +48,14 @@ def grouped(layers) -> list[tuple[str, str, int, int]]:
 
 
 def show(prof: ModelProfile, *, all_layers: bool = False) -> None:
-    from paradvisor.output import console, table
+    from paradvisor.output import console, esc, table
 
     con = console()
-    con.print(f"[bold]{prof.name}[/bold] ({prof.architecture}) — {prof.description}")
+    con.print(f"[bold]{esc(prof.name)}[/bold] ({esc(prof.architecture)}) — {esc(prof.description)}")
     con.print(f"parameters: {prof.total_params:,} ({fmt_count(prof.total_params)}), trainable {prof.trainable_params:,}")
     big = prof.largest_layer
     dom = " — [bold yellow]one layer dominates[/bold yellow]" if prof.one_layer_dominates else ""
-    con.print(f"largest layer: {big.name} with {big.params:,} ({prof.largest_share:.1%} of all){dom}")
+    con.print(f"largest layer: {esc(big.name)} with {big.params:,} ({prof.largest_share:.1%} of all){dom}")
     s = prof.transformer
     if s and s.is_moe:
         con.print(f"mixture of experts: {s.num_experts} experts, top-{s.experts_per_token}"
@@ -75,9 +75,9 @@ def show(prof: ModelProfile, *, all_layers: bool = False) -> None:
         t.add_row(label, kind, f"{params:,}", f"{params / prof.total_params:.1%}", str(n) if n > 1 else "")
     con.print(t)
     for note in prof.notes:
-        con.print(f"note: {note}")
+        con.print(f"note: {esc(note)}")
     if prof.provenance:
-        con.print(f"[dim]source: {prof.provenance}[/dim]")
+        con.print(f"[dim]source: {esc(prof.provenance)}[/dim]")
 
 
 def run_list(args) -> int:

@@ -48,24 +48,32 @@ def run(args) -> int:
     if args.interval <= 0:
         raise InputError("--interval must be positive")
     follower = MetricsFollower(run_dir)
-    follower.poll()
-    s = summarize(run_dir, follower.records)
+
+    def current() -> dict:
+        follower.poll(keep=0)
+        summary = summarize(run_dir, follower.records, skipped=follower.skipped)
+        if summary["status"] in TERMINAL or args.once:  # a last line without its newline stays unreadable
+            follower.reader.finish()
+            summary = summarize(run_dir, follower.records, skipped=follower.skipped)
+        return summary
+
+    s = current()
     if not args.once and s["status"] not in TERMINAL and not args.json:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from paradvisor.output import console, esc
+
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                      TimeElapsedColumn(), transient=False) as bar:
-            task = bar.add_task(s["name"], total=s["total_steps"] or None, info=_line(s))
+                      TimeElapsedColumn(), transient=False, console=console()) as bar:
+            task = bar.add_task(esc(s["name"]), total=s["total_steps"] or None, info=esc(_line(s)))
             while s["status"] not in TERMINAL:
                 time.sleep(args.interval)
-                follower.poll()
-                s = summarize(run_dir, follower.records)
-                bar.update(task, completed=s["step"], info=_line(s))
+                s = current()
+                bar.update(task, completed=s["step"], info=esc(_line(s)))
     elif not args.once:
         while s["status"] not in TERMINAL:
             time.sleep(args.interval)
-            follower.poll()
-            s = summarize(run_dir, follower.records)
+            s = current()
     if args.json:
         from paradvisor.output import emit_json
 
@@ -78,6 +86,8 @@ def run(args) -> int:
                 print(f"  | {ln}")
         if s["sync_wait_s_by_rank"]:
             print("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s["sync_wait_s_by_rank"].items()))
+    if s["unreadable"]:
+        sys.stderr.write(f"monitor: skipped what could not be read: {'; '.join(s['unreadable'])}\n")
     return 0 if s["status"] == "finished" else 1
 
 
@@ -96,9 +106,12 @@ def run_list(args) -> int:
     from paradvisor.output import console, table
 
     t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    skipped = [f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")]
     for s in runs:
         t.add_row(Path(s["run_dir"]).name, s["label"] or "", s["status"], f"{s['step']}/{s['total_steps'] or '?'}",
                   "" if s["loss"] is None else f"{s['loss']:.4f}",
                   "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}", fmt_seconds(s["elapsed_s"]))
     console().print(t)
+    for line in skipped:
+        sys.stderr.write(f"runs: skipped what could not be read in {line}\n")
     return 0

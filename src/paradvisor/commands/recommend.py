@@ -122,19 +122,19 @@ def save(args, rec, ref) -> None:
 
 
 def show(rec, doc, args) -> None:
-    from paradvisor.output import console, table
+    from paradvisor.output import console, esc, table
 
     con = console()
     p, wl = rec.profile, rec.workload
     active = f", {p.active_params / 1e6:.1f}M active" if p.active_params != p.total_params else ""
-    con.print(f"[bold]{p.name}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on [bold]{rec.cluster.name}[/bold] "
-              f"({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch {wl.global_batch}, {rec.precision}; "
-              f"{rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
+    con.print(f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on "
+              f"[bold]{esc(rec.cluster.name)}[/bold] ({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch "
+              f"{wl.global_batch}, {rec.precision}; {rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
     for w in rec.warnings:
-        con.print(f"[yellow]warning:[/yellow] {w}")
+        con.print(f"[yellow]warning:[/yellow] {esc(w)}")
     for name, spec, count in rec.cluster.gpu_kinds():
         if spec is not None and spec.user_defined:  # figures that are not the catalogue's
-            con.print(f"[cyan]{spec.origin}[/cyan] GPU {name} x{count}: {spec.source}")
+            con.print(f"[cyan]{spec.origin}[/cyan] GPU {esc(name)} x{count}: {esc(spec.source)}")
     if rec.plans:
         t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s")
         for i, e in enumerate(rec.plans[: args.top], 1):
@@ -144,15 +144,15 @@ def show(rec, doc, args) -> None:
                       f"{e.samples_per_s:.3g}")
         con.print(t)
         for d in doc["plans"][: args.top]:
-            con.print(f"[bold]{d['rank']}. {d['label']}[/bold]: {d['reason']}")
+            con.print(f"[bold]{d['rank']}. {esc(d['label'])}[/bold]: {esc(d['reason'])}")
             mem = d["memory"]["breakdown"]
             con.print("   memory: " + ", ".join(f"{k} {v / GiB:.2f}" for k, v in mem.items() if v) + " GiB")
             tb = {k: v for k, v in d["time"]["breakdown"].items() if k not in ("dp_comm_total",) and v}
             con.print("   time: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in tb.items()))
             for n in d["notes"]:
-                con.print(f"   note: {n}")
+                con.print(f"   note: {esc(n)}")
             for r in d["rules"]:
-                con.print(f"   rule {r['id']}: {r['effect']} — {r['title']} [dim]({r['source']})[/dim]")
+                con.print(f"   rule {esc(r['id'])}: {r['effect']} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]")
         if doc["allocation"]:
             t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
                       "local steps")
@@ -163,14 +163,14 @@ def show(rec, doc, args) -> None:
     else:
         con.print("[bold red]nothing fits[/bold red]")
         fix = rec.nearest_fix
-        con.print(fix["closest"]["text"])
+        con.print(esc(fix["closest"]["text"]))
         for f in fix["fixes"]:
-            con.print(f"  fix: {f['text']}")
+            con.print(f"  fix: {esc(f['text'])}")
         if not fix["fixes"]:
             con.print("  no fix found within 64x the GPUs or down to seq-len 64")
     if args.show_infeasible or not rec.plans:
         for item in rec.infeasible[: 10 if not args.show_infeasible else None]:
-            con.print(f"  [dim]does not fit:[/dim] {item['label']} — {item['why']}")
+            con.print(f"  [dim]does not fit:[/dim] {esc(item['label'])} — {esc(item['why'])}")
     elif rec.infeasible:
         con.print(f"[dim]{len(rec.infeasible)} layouts do not fit (--show-infeasible lists them)[/dim]")
     for item in rec.plan_only[:5]:
@@ -178,4 +178,4 @@ def show(rec, doc, args) -> None:
                   f" — {item['why']}")
     for r in rec.fired_rules:
         if r.get("scope") == "advice":
-            con.print(f"[cyan]advice[/cyan] {r['id']}: {r['message']} [dim]({r['source']})[/dim]")
+            con.print(f"[cyan]advice[/cyan] {esc(r['id'])}: {esc(r['message'])} [dim]({esc(r['source'])})[/dim]")

@@ -97,22 +97,22 @@ def run_explain(args) -> int:
                    "plans": [{"rank": p["rank"], "label": p["label"], "rules": p["rules"], "reason": p["reason"]}
                              for p in doc["plans"][: args.top]]})
         return 0
-    from paradvisor.output import console
+    from paradvisor.output import console, esc
 
     con = console()
-    con.print(f"[bold]{rec.profile.name}[/bold] on [bold]{rec.cluster.name}[/bold]: "
+    con.print(f"[bold]{esc(rec.profile.name)}[/bold] on [bold]{esc(rec.cluster.name)}[/bold]: "
               f"{len(rec.fired_rules)} rule(s) fired over {rec.evaluated} candidates")
     for r in rec.fired_rules:
         eff = r["effect"] + (f" (score x{1 - r['weight'] if r['effect'] == 'prefer' else 1 + r['weight']:.2f})"
                              if r["effect"] in ("prefer", "avoid") else "")
-        con.print(f"\n[bold]{r['id']}[/bold] — {r['title']}")
-        con.print(f"  {r['scope']} rule, {eff}, fired on {r['fired_on']} candidate(s); source: {r['source']}")
+        con.print(f"\n[bold]{esc(r['id'])}[/bold] — {esc(r['title'])}")
+        con.print(f"  {r['scope']} rule, {eff}, fired on {r['fired_on']} candidate(s); source: {esc(r['source'])}")
         if r["numbers"]:
-            con.print("  numbers: " + ", ".join(f"{k}={v}" for k, v in r["numbers"].items()))
-        con.print(f"  {r['message']}")
+            con.print("  numbers: " + esc(", ".join(f"{k}={v}" for k, v in r["numbers"].items())))
+        con.print(f"  {esc(r['message'])}")
         for m in r.get("moved", []):
             con.print(f"  moved {m['label']}: rank {m['from']} -> {m['to']}")
     con.print("\n[bold]ranking after rules[/bold]")
     for p in doc["plans"][: args.top]:
-        con.print(f"{p['rank']}. {p['label']} — {', '.join(r['id'] for r in p['rules']) or 'no rule'}")
+        con.print(esc(f"{p['rank']}. {p['label']} — {', '.join(r['id'] for r in p['rules']) or 'no rule'}"))
     return 0

@@ -61,10 +61,10 @@ def run(args) -> int:
                              for c in cases],
                    "recommendation": advice})
         return 0
-    from paradvisor.output import console, table
+    from paradvisor.output import console, esc, table
 
     con = console()
-    con.print(f"[bold]{prof.name}[/bold]: {prof.total_params:,} parameters; largest layer {big.name} "
+    con.print(f"[bold]{esc(prof.name)}[/bold]: {prof.total_params:,} parameters; largest layer {esc(big.name)} "
               f"{big.params:,} ({prof.largest_share:.1%})")
     con.print(f"{args.workers} workers -> {main.servers} parameter server(s) (one per {args.workers_per_server})")
     t = table(None, "server", "layer-based params", "share", "memory-based params", "share")

@@ -32,13 +32,17 @@ def run(args) -> int:
 
         emit_json(doc)
         return 0
-    from paradvisor.output import console, table
+    from paradvisor.output import console, esc, table
 
     con = console()
-    con.print(f"[bold]{doc['name']}[/bold] {doc['label']} on {doc['world_size']} process(es); device: {doc['device']}")
+    con.print(f"[bold]{esc(doc['name'])}[/bold] {esc(doc['label'])} on {doc['world_size']} process(es); device: {esc(doc['device'])}")
     t = table(None, "metric", "predicted", "measured", "error")
     for r in doc["rows"]:
         err = "" if r["rel_error"] is None else f"{r['rel_error']:+.1%}"
         t.add_row(r["metric"], _fmt(r["metric"], r["predicted"]), _fmt(r["metric"], r["measured"]), err)
     con.print(t)
+    if doc["skipped_lines"]:
+        import sys
+
+        sys.stderr.write(f"validate: skipped {doc['skipped_lines']} unreadable line(s) of metrics.jsonl\n")
     return 0

@@ -9,12 +9,14 @@ figures. One JSON file per machine: $PARADVISOR_CALIBRATION, else ~/.cache/parad
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from pathlib import Path
 
+from paradvisor.errors import InputError
 from paradvisor.hardware.types import GPUSpec, Link
+from paradvisor.safeio import read_json
+from paradvisor.typed import check_mapping
 
 SCHEMA = "paradvisor.calibration/1"
 
@@ -26,15 +28,44 @@ def default_path() -> Path | None:
     return Path.home() / ".cache" / "paradvisor" / f"calibration-{socket.gethostname()}.json"
 
 
+# The declared shape of a calibration file (checked with paradvisor.typed: types, finite numbers, bounds).
+_DEVICE = {"kind": str, "name": str, "tflops": dict[str, float], "tflops_per_process": dict[str, float],
+           "mem_bw_bytes_per_s": float, "memory_bytes": float, "threads": int, "layer_overhead_s": float}
+_COLLECTIVE = {"bandwidth": float, "latency": float}
+
+
+def check(doc, where: str) -> dict:
+    """A calibration document that every reader below can use, or an InputError naming the key."""
+    check_mapping(doc, {"schema": str, "host": str, "device": dict, "collectives": dict}, lambda k: f"{where}: {k}",
+                  at=where)
+    if doc.get("schema") != SCHEMA:
+        raise InputError(f"schema {doc.get('schema')!r}; expected {SCHEMA!r} (run `paradvisor calibrate` again)",
+                         where=f"{where}: schema")
+    dev = doc.get("device")
+    for key in ("name", "tflops", "mem_bw_bytes_per_s"):
+        if not isinstance(dev, dict) or key not in dev:
+            raise InputError(f"missing device.{key} (run `paradvisor calibrate` again)", where=where)
+    check_mapping(dev, _DEVICE, lambda k: f"{where}: device.{k}", at=f"{where}: device")
+    if dev["mem_bw_bytes_per_s"] <= 0 or any(v <= 0 for v in dev["tflops"].values()) or not dev["tflops"]:
+        raise InputError("measured rates must be positive", where=f"{where}: device")
+    ranks = (doc.get("collectives") or {}).get("ranks", {})
+    check_mapping({"ranks": ranks}, {"ranks": dict[str, dict[str, dict]]}, lambda k: f"{where}: collectives.{k}")
+    for n, entry in ranks.items():
+        if not n.isdigit():
+            raise InputError(f"{n!r} is not a process count", where=f"{where}: collectives.ranks")
+        for op, fit in entry.items():
+            check_mapping(fit, _COLLECTIVE, lambda k, n=n, op=op: f"{where}: collectives.ranks.{n}.{op}.{k}",
+                          at=f"{where}: collectives.ranks.{n}.{op}")
+    return doc
+
+
 def load(path: str | os.PathLike | None = None) -> dict | None:
+    """The calibration at `path` (else the default one), or None when there is none; a file that exists but
+    cannot be used is an InputError (exit 2) naming it, never a silent fallback or a crash later."""
     p = Path(path) if path else default_path()
-    if p is None or not p.is_file():
+    if p is None or (not path and not p.exists()):
         return None
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return doc if doc.get("schema") == SCHEMA else None
+    return check(read_json(p, what="calibration file"), str(p))
 
 
 def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:

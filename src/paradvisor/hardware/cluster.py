@@ -25,8 +25,9 @@ nodes = ["pod", "pod"]
 kind = "ib-ndr"
 ```
 A GPU `type` is a catalogue name or alias, or one defined in the file's own `[gpu."NAME"]` tables
-(see `hardware/userspec.py`). Counts are bounded (`MAX_NODES` nodes, `MAX_GPUS` GPUs): the whole
-cluster is stored by what is distinct, so a 16,384-node file costs little more than a 2-node one.
+(see `hardware/userspec.py`). Counts are bounded (`limits.MAX_NODES` nodes, `MAX_GPUS_PER_NODE`,
+`MAX_GPUS`): the cluster is stored by what is distinct, so a 16,384-node file costs little more than
+a 2-node one.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ import os
 
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
-from paradvisor.hardware.types import MAX_GPUS, MAX_NODES, Cluster, Device, Link, Network, Node, SameDevices
+from paradvisor.hardware.types import Cluster, Device, Link, Network, Node, SameDevices
+from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INT, MAX_NAME, MAX_NODES
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
-from paradvisor.units import parse_bandwidth, parse_latency
+from paradvisor.typed import check_mapping, printable, shown
+from paradvisor.units import parse_bandwidth, parse_latency, parse_size
 
 _TOP = {"name", "description", "source", "node", "network", "link", "gpu"}
 _NODE = {"name", "host", "hosts", "count", "gpus", "link", "cpus", "ram", "notes"}
@@ -45,12 +48,18 @@ _GPU = {"type", "count"}
 _LINK = {"kind", "bandwidth", "latency"}
 SAME_DEVICES_FROM = 64  # a node with more GPUs than this, all of one type, keeps one device template
 
+# The declared type of every key of a cluster file (checked with paradvisor.typed, bounds from limits).
+_TYPES = {"name": str, "description": str, "source": str}
+_NODE_TYPES = {"name": str, "host": str, "hosts": list[str], "count": int, "cpus": int, "ram": str | int,
+               "notes": str | list[str], "link": str | dict}
+_LINK_TYPES = {"kind": str, "bandwidth": str, "latency": str, "nodes": list[str]}
 
-def _positive_int(value, where: str, what: str = "a positive integer", limit: int | None = None) -> int:
+
+def _positive_int(value, where: str, what: str = "a positive integer", maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"expected {what}, got {value!r}", where=where)
-    if limit is not None and value > limit:
-        raise InputError(f"{value:,} is beyond the documented upper bound of {limit:,}", where=where)
+        raise InputError(f"expected {what}, got {shown(value)}", where=where)
+    if value > maximum:
+        raise InputError(f"{value:,} is more than the {maximum:,} allowed", where=where)
     return value
 
 
@@ -61,6 +70,7 @@ def _link(spec, where: str) -> Link:
     if not isinstance(spec, dict):
         raise InputError("expected a link kind name or a table with kind/bandwidth/latency", where=where)
     check_keys(spec, _LINK | {"nodes"}, where)
+    check_mapping(spec, _LINK_TYPES, lambda k: f"{where}.{k}", at=where)
     if "kind" not in spec:
         raise InputError(f"missing 'kind' (one of {', '.join(catalog.links())})", where=where)
     base = catalog.link(str(spec["kind"]), where=where)
@@ -93,13 +103,13 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
 
     loc = KeyLocator(path, text)
     check_keys(data, _TOP, loc.where(None, 0, None, "top level"))
+    check_mapping(data, _TYPES, lambda k: loc.where(None, 0, k, k), at=path)
     local_gpus = file_gpus(data.get("gpu"), path=path, loc=loc)
     raw_nodes = data.get("node")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InputError("expected at least one [[node]] table", where=path)
     if len(raw_nodes) > MAX_NODES:
-        raise InputError(f"{len(raw_nodes):,} [[node]] tables is beyond the documented upper bound of "
-                         f"{MAX_NODES:,} nodes", where=path)
+        raise InputError(f"{len(raw_nodes):,} nodes; a cluster file may have at most {MAX_NODES:,}", where=path)
     nodes: list[Node] = []
     names: set[str] = set()
     groups: dict[str, int] = {}  # node-group name -> its node count (a plain node is a group of one)
@@ -112,8 +122,10 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
         name = n.get("name")
         if not isinstance(name, str) or not name.strip():
             raise InputError("missing or empty 'name'", where=loc.where("node", i, "name", f"{here}.name"))
+        check_mapping(n, _NODE_TYPES, lambda k, i=i, here=here: loc.where("node", i, k, f"{here}.{k}"))
+        printable(name, loc.where("node", i, "name", f"{here}.name"), limit=MAX_NAME)
         count = _positive_int(n.get("count", 1), loc.where("node", i, "count", f"{here}.count"),
-                              "a node count of at least 1", MAX_NODES)
+                              "a node count of at least 1", MAX_NODES - len(nodes))
         member_names = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
         for nm in ([name] if count > 1 else []) + member_names:
             if nm in names or nm in groups:
@@ -135,12 +147,12 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
                 raise InputError("missing GPU 'type' (a catalog name, see `paradvisor gpus`)", where=gw)
             spec = local_gpus.get(g["type"]) or catalog.gpu(g["type"], where=f"{gw}.type")
             kinds.append((spec, _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1",
-                                              MAX_GPUS)))
-        per_node = sum(c for _, c in kinds)
-        total_gpus += per_node * count
-        if per_node > MAX_GPUS or total_gpus > MAX_GPUS:
-            raise InputError(f"{total_gpus:,} GPUs is beyond the documented upper bound of {MAX_GPUS:,}",
-                             where=loc.where("node", i, "gpus", f"{here}.gpus"))
+                                              MAX_GPUS_PER_NODE)))
+            per_node = sum(c for _, c in kinds)
+            if per_node > MAX_GPUS_PER_NODE or total_gpus + per_node * count > MAX_GPUS:
+                raise InputError(f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
+                                 "the cluster", where=f"{gw}.count")
+        total_gpus += sum(c for _, c in kinds) * count
         devices = node_devices(kinds)
         lw = loc.where("node", i, "link", f"{here}.link")
         if "link" in n:
@@ -152,7 +164,12 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
         hosts = _hosts(n, count, loc, i, here)
         cpus = n.get("cpus")
         if cpus is not None:
-            _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"))
+            _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
+        if isinstance(n.get("ram"), str):
+            try:
+                parse_size(n["ram"])
+            except ValueError as exc:
+                raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
         notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
         first = Node(name=member_names[0], host=hosts[0], gpus=devices, intra_link=intra, cpu_logical=cpus,
                      notes=notes, source="planned", group=name if count > 1 else None)
@@ -178,8 +195,8 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             raise InputError("expected nodes = [\"a\", \"b\"] naming two nodes or node groups", where=f"{lw}.nodes")
         for p_ in pair:
             if p_ not in names and p_ not in groups:
-                shown = sorted(groups) if len(names) > 20 else sorted(names | set(groups))
-                raise InputError(f"unknown node {p_!r}; nodes and groups are {', '.join(shown)}", where=f"{lw}.nodes")
+                listed = sorted(groups) if len(names) > 20 else sorted(names | set(groups))
+                raise InputError(f"unknown node {p_!r}; nodes and groups are {', '.join(listed)}", where=f"{lw}.nodes")
         multi = [p_ for p_ in pair if groups.get(p_, 1) > 1]
         if pair[0] == pair[1] and not multi:
             raise InputError("a link joins two different nodes (use the node's 'link' for its own GPUs)",
@@ -196,9 +213,8 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             raise InputError(f"missing link between nodes {a!r} and {b!r}: add a [network] table "
                              f"(default for all pairs) or a [[link]] with nodes = [\"{a}\", \"{b}\"]", where=path)
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
-    if not isinstance(name, str):
-        raise InputError("expected a string", where=loc.where(None, 0, "name", "name"))
-    return Cluster(name=name, nodes=tuple(nodes), links=network, description=str(data.get("description", "")),
+    printable(name, loc.where(None, 0, "name", "name"), limit=MAX_NAME)
+    return Cluster(name=name, nodes=tuple(nodes), links=network, description=data.get("description", ""),
                    source=path)
 
 
@@ -262,7 +278,7 @@ def single_node_cluster(gpu_type: str, count: int, *, link: str | None = None, n
     if count < 1:
         raise InputError(f"--gpus must be at least 1, got {count}")
     if count > MAX_GPUS:
-        raise InputError(f"--gpus {count:,} is beyond the documented upper bound of {MAX_GPUS:,} GPUs")
+        raise InputError(f"--gpus {count:,} is more than the {MAX_GPUS:,} allowed")
     spec = resolve_gpu(gpu_type, where="--gpu-type")
     devices = node_devices([(spec, count)])
     intra = catalog.link(link or spec.intra_link, where="--link")

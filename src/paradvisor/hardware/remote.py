@@ -8,7 +8,6 @@ are validated so that nothing can be read as an ssh option.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,9 @@ _HOST_RE = re.compile(
     r"(?P<host>[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})|\[[0-9A-Fa-f:.]+\])"
     r"(?::(?P<port>[0-9]{1,5}))?$"
 )
+
+
+MAX_REPLY = 4 << 20  # characters of a probe's reply line that are read (a real one is a few KiB)
 
 
 def parse_host(text: str) -> tuple[str | None, str, int | None]:
@@ -66,7 +68,7 @@ def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = N
     """Probe one host. Never raises for an unreachable host: returns an offline Node with the reason."""
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)
     try:
-        proc = subprocess.run(argv, input=_probe_source(), capture_output=True, text=True,
+        proc = subprocess.run(argv, check=False, input=_probe_source(), capture_output=True, text=True, errors="replace",
                               timeout=timeout + 15)
     except FileNotFoundError:
         return _offline(target, "the ssh client is not installed on this machine")
@@ -78,15 +80,38 @@ def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = N
         if proc.returncode == 127 or "python3: not found" in proc.stderr or "No such file" in why:
             why = f"python3 not found on {target}: {why}"
         return _offline(target, why)
-    try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
+    return node_from_reply(target, proc.stdout)
+
+
+def node_from_reply(target: str, stdout: str) -> Node:
+    """The node a probe's reply describes; a reply that is not the probe's JSON object, or holds a value of the
+    wrong type anywhere, makes only this host offline (with the reason), never the whole detection."""
+    from paradvisor.errors import InputError
+    from paradvisor.safeio import parse_json
+    from paradvisor.typed import check_instance
+
+    lines = stdout.strip().splitlines()
+    if not lines:
         return _offline(target, "the remote probe returned no JSON")
-    return node_from_probe(data, name=target, host=target, source="ssh")
+    try:
+        data = parse_json(lines[-1][:MAX_REPLY], "the remote probe's reply")
+        if not isinstance(data, dict):
+            raise InputError(f"a JSON {type(data).__name__}, not an object", where="the remote probe's reply")
+        node = node_from_probe(data, name=target, host=target, source="ssh")
+        check_instance(node, "reply")
+    except InputError as exc:
+        return _offline(target, f"the remote probe's reply is not usable: {exc}")
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:
+        return _offline(target, f"the remote probe's reply has the wrong shape ({type(exc).__name__}: {exc})")
+    return node
 
 
 def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | None = None) -> list[Node]:
     """Probe hosts in parallel; order of the result follows `targets`."""
+    from paradvisor.limits import MAX_HOSTS
+
+    if len(targets) > MAX_HOSTS:
+        raise InputError(f"{len(targets):,} hosts; at most {MAX_HOSTS:,} are probed at once")
     for t in targets:
         parse_host(t)  # reject bad host strings before anything runs
     if not targets:

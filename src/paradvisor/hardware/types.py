@@ -13,8 +13,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-MAX_GPUS = 1 << 20  # documented upper bound: GPUs in one cluster (and in one node), 1,048,576
-MAX_NODES = 1 << 17  # documented upper bound: nodes in one cluster, 131,072
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 

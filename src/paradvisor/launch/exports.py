@@ -4,12 +4,15 @@ files are kept unless --force."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shlex
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.launch.dsconfig import deepspeed_config
+from paradvisor.safeio import write_group
 
 RUN_DIR = "/workspace/run"
 
@@ -30,17 +33,9 @@ def plan_toml(preset) -> str:
     return tomli_w.dumps(_clean(preset.to_doc()))
 
 
-def _write(path: Path, text: str, force: bool) -> Path:
-    import os
-    import tempfile
-
-    if path.exists() and not force:
-        raise InputError("already exists; pass --force to overwrite it", where=str(path))
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    return path
+def comment(text: str) -> str:
+    """Text for a '#' comment line of a script: one line, printable characters only."""
+    return re.sub(r"[^\x20-\x7e]", "?", " ".join(str(text).split()))
 
 
 def kubeflow(preset) -> str:
@@ -86,24 +81,33 @@ def kubeflow(preset) -> str:
     return yaml.safe_dump_all([cm, doc], sort_keys=False)
 
 
+PLAN_EOF = "PARADVISOR_PLAN"
+
+
 def slurm(preset) -> str:
+    """An sbatch script. Everything from the preset is quoted (shlex.quote) or a checked integer; the plan travels
+    in a quoted here-document whose end marker cannot occur in it (tomli-w writes no bare line breaks)."""
     lau = preset.launch
     name = slug(preset.name)
+    plan = plan_toml(preset)
+    if any(line.strip() == PLAN_EOF for line in plan.splitlines()):
+        raise InputError(f"the plan holds the line {PLAN_EOF!r}, which would end its here-document early")
+    q = shlex.quote
     return f"""#!/bin/bash
-# paradvisor: {name} — {preset.plan.label()}
+# paradvisor: {comment(name)} — {comment(preset.plan.label())}
 #SBATCH --job-name={name}
-#SBATCH --nodes={lau.nnodes}
+#SBATCH --nodes={int(lau.nnodes)}
 #SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={lau.nproc_per_node}
+#SBATCH --gpus-per-node={int(lau.nproc_per_node)}
 #SBATCH --output=%x-%j.out
 set -euo pipefail
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-run_dir="runs/$SLURM_JOB_ID-{name}"
+run_dir="runs/$SLURM_JOB_ID-"{q(name)}
 mkdir -p "$run_dir"
-cat > "$run_dir/plan.toml" <<'PARADVISOR_PLAN'
-{plan_toml(preset)}PARADVISOR_PLAN
+cat > "$run_dir/plan.toml" <<'{PLAN_EOF}'
+{plan}{PLAN_EOF}
 export OMP_NUM_THREADS=1
-srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {lau.nproc_per_node} \\
+srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(lau.nproc_per_node)} \\
   --rdzv-backend c10d --rdzv-endpoint "$head:29500" --rdzv-id "$SLURM_JOB_ID" \\
   -m paradvisor.train --run-dir "$run_dir"
 """
@@ -115,24 +119,36 @@ def hostfile(preset) -> str:
 
 
 def write_exports(preset, kinds: list[str], out: Path, *, force: bool = False) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    """Write the exports all or nothing (safeio.write_group): a failure leaves no file of this export behind,
+    and files that were there before are as they were."""
+    files: dict[Path, str] = {}
     for kind in kinds:
         if kind == "kubeflow":
-            written.append(_write(out / "pytorchjob.yaml", kubeflow(preset), force))
+            files[out / "pytorchjob.yaml"] = kubeflow(preset)
         elif kind == "slurm":
-            written.append(_write(out / "job.sbatch", slurm(preset), force))
+            files[out / "job.sbatch"] = slurm(preset)
         elif kind == "hostfile":
-            written.append(_write(out / "hostfile", hostfile(preset), force))
+            files[out / "hostfile"] = hostfile(preset)
             t = preset.train
             cfg = deepspeed_config(preset.plan, lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip,
                                    world=preset.launch.nproc_per_node * preset.launch.nnodes)
-            written.append(_write(out / "ds_config.json", json.dumps(cfg, indent=2) + "\n", force))
-            written.append(_write(out / "plan.toml", plan_toml(preset), force))
+            files[out / "ds_config.json"] = json.dumps(cfg, indent=2, allow_nan=False) + "\n"
+            files[out / "plan.toml"] = plan_toml(preset)
             from paradvisor.launch.argv import deepspeed_argv
 
             argv = deepspeed_argv("run", hostfile="hostfile", master_addr=(list(preset.launch.hosts) or ["node0"])[0],
                                   master_port=preset.launch.master_port or 29500)
-            written.append(_write(out / "run.sh", "#!/bin/sh\n# DeepSpeed launcher over the hostfile\n"
-                                  "set -e\nmkdir -p run && cp plan.toml run/\n" + " ".join(argv) + "\n", force))
-    return written
+            files[out / "run.sh"] = ("#!/bin/sh\n# DeepSpeed launcher over the hostfile\n"
+                                     "set -e\nmkdir -p run && cp plan.toml run/\n" + shlex.join(argv) + "\n")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the export folder: {exc.strerror or exc}", where=str(out)) from None
+    try:
+        return write_group(files, force=force)
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty: nothing of this export is left behind
+        raise

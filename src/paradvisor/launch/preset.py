@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
+from paradvisor.limits import MAX_NAME
 from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.safeio import write_atomic
 from paradvisor.tomlfile import KeyLocator, read_toml
+from paradvisor.typed import check_mapping, check_value, from_table
 
 SCHEMA = "paradvisor.preset/1"
 
@@ -30,28 +32,11 @@ def _clean(value):
 
 
 def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = False, header: str = "") -> Path:
+    """Write TOML atomically (safeio.write_atomic: never over an existing file unless forced, never over a
+    device, a FIFO or a folder, whatever --force says)."""
     import tomli_w
 
-    p = Path(path)
-    if p.exists() and not force:
-        raise InputError("already exists; pass --force to overwrite it", where=str(p))
-    if p.parent and not p.parent.exists():
-        raise InputError(f"folder {str(p.parent)!r} does not exist", where=str(p))
-    text = header + tomli_w.dumps(_clean(data))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent or "."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return p
+    return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
 def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
@@ -73,6 +58,10 @@ _LAUNCH = {"nproc_per_node", "node_procs", "nnodes", "node_rank", "rdzv_endpoint
            "image", "memory_limit"}
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
+_CLUSTER_TYPES = {"file": str, "gpus": int, "gpu_type": str, "link": str, "local": bool}
+# Predictions are numbers (a breakdown is a table of numbers); the monitor and the hang timeout compute with them.
+_PREDICTION_TYPES = {"memory_per_gpu_bytes": float, "step_time_s": float, "samples_per_s": float,
+                     "tokens_per_s": float, "memory_breakdown": dict[str, float], "time_breakdown": dict[str, float]}
 
 
 @dataclass(frozen=True)
@@ -93,7 +82,7 @@ class TrainSettings:
     outer_momentum: float = 0.9
     num_labels: int = 2
     image_size: int = 32
-    hang_timeout_s: float = 0.0  # 0: no hang detection
+    hang_timeout_s: float | None = None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
 
 
 DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
@@ -150,19 +139,6 @@ class Preset:
                 "cluster": self.cluster, "plan": self.plan.to_dict(), "prediction": self.prediction}
 
 
-def _typed(value, typ, where: str, *, minimum=None):
-    ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
-    if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        ok, value = True, float(value)
-    if not ok:
-        names = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a table",
-                 list: "a list"}
-        raise InputError(f"expected {names.get(typ, typ.__name__)}, got {value!r}", where=where)
-    if minimum is not None and value < minimum:
-        raise InputError(f"must be at least {minimum}, got {value!r}", where=where)
-    return value
-
-
 def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
     sec = data.get(name, {})
     if not isinstance(sec, dict):
@@ -189,27 +165,17 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     w, ww = _section(data, "workload", _WORKLOAD, loc)
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
-    precision = w.get("precision", "fp32")
-    if precision not in ("auto", *PRECISIONS):
-        raise InputError(f"precision {precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
+    # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
+    workload = Workload(**{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)})
+    if workload.precision not in ("auto", *PRECISIONS):
+        raise InputError(f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
                          where=ww("precision"))
-    attention = w.get("attention", "sdpa")
-    if attention not in ("sdpa", "eager"):
+    precision = workload.precision
+    if workload.attention not in ("sdpa", "eager"):
         raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
-    workload = Workload(model=_typed(w["model"], str, ww("model")),
-                        seq_len=_typed(w.get("seq_len", 128), int, ww("seq_len"), minimum=1),
-                        global_batch=_typed(w.get("global_batch", 8), int, ww("global_batch"), minimum=1),
-                        precision=precision, attention=attention)
 
     t, tw = _section(data, "train", _TRAIN, loc)
-    kw = {}
-    for key, f in TrainSettings.__dataclass_fields__.items():
-        if key not in t:
-            continue
-        typ = {"model_overrides": dict, "data_path": str, "weights": str}.get(key, type(f.default))
-        minimum = {"steps": 1, "lr": 0.0, "log_every": 1, "warmup_steps": 0, "num_labels": 2, "image_size": 8,
-                   "hang_timeout_s": 0.0, "grad_clip": 0.0, "weight_decay": 0.0}.get(key)
-        kw[key] = _typed(t[key], typ, tw(key), minimum=minimum)
+    kw = from_table(TrainSettings, t, tw)
     if kw.get("dataset", "corpus") not in DATASETS:
         raise InputError(f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset"))
     if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
@@ -219,28 +185,11 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     train = TrainSettings(**kw)
 
     lsec, lw = _section(data, "launch", _LAUNCH, loc)
-    lkw = {}
-    for key, f in LaunchSettings.__dataclass_fields__.items():
-        if key not in lsec:
-            continue
-        if key == "hosts":
-            hosts = _typed(lsec[key], list, lw(key))
-            if not all(isinstance(h, str) for h in hosts):
-                raise InputError("hosts must be a list of strings", where=lw(key))
-            lkw[key] = tuple(hosts)
-            continue
-        if key == "node_procs":
-            procs = _typed(lsec[key], list, lw(key))
-            if not procs:  # the same count on every node
-                continue
-            if not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 1024 for n in procs):
-                raise InputError("node_procs must be a list of process counts (1..1024), one per node", where=lw(key))
-            lkw[key] = tuple(procs)
-            continue
-        typ = str if key in ("rdzv_endpoint", "backend", "image", "memory_limit") else int
-        lkw[key] = _typed(lsec[key], typ, lw(key), minimum={"nproc_per_node": 1, "nnodes": 1, "node_rank": 0,
-                                                              "master_port": 0}.get(key))
-    if "node_procs" in lkw:
+    lkw = from_table(LaunchSettings, lsec, lw)
+    if lkw.get("node_procs"):
+        if any(n < 1 or n > 1024 for n in lkw["node_procs"]):
+            raise InputError("node_procs must be a list of process counts (1..1024), one per node",
+                             where=lw("node_procs"))
         lkw.setdefault("nnodes", len(lkw["node_procs"]))
         lkw.setdefault("nproc_per_node", max(lkw["node_procs"]))
     launch = LaunchSettings(**lkw)
@@ -264,25 +213,26 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
         raise InputError("master_port must be 0..65535", where=lw("master_port"))
 
     p, pw = _section(data, "plan", _PLAN, loc)
+    pkw = from_table(Plan, p, pw)
     for key, allowed in (("sharding", SHARDINGS), ("checkpointing", CHECKPOINTING), ("precision", PRECISIONS),
                          ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
-        if key in p and p[key] not in allowed:
-            raise InputError(f"{p[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
-    for key in ("dp", "tp", "pp", "ep", "micro_batch", "grad_accum"):
-        if key in p:
-            _typed(p[key], int, pw(key), minimum=1)
-    if "precision" not in p:
-        p = {**p, "precision": precision if precision != "auto" else "fp32"}
-    try:
-        plan = Plan.from_dict(p)
-    except TypeError as exc:
-        raise InputError(f"invalid plan: {exc}", where=pw("nodes")) from None
-    c, _ = _section(data, "cluster", _CLUSTER, loc)
+        if key in pkw and pkw[key] not in allowed:
+            raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    if "precision" not in pkw:
+        pkw["precision"] = precision if precision != "auto" else "fp32"
+    plan = Plan(**pkw)
+    c, cw = _section(data, "cluster", _CLUSTER, loc)
+    cluster = check_mapping(c, _CLUSTER_TYPES, cw)
+    prediction = check_mapping(data.get("prediction", {}), _PREDICTION_TYPES,
+                               lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
+                               at=loc.where(None, 0, "prediction", "prediction"))
     name = data.get("name") or Path(path).stem
-    if not isinstance(name, str) or not name.isprintable() or len(name) > 120:
-        raise InputError("name must be a printable string of at most 120 characters", where=loc.where(None, 0, "name", "name"))
-    return Preset(name=str(name), description=str(data.get("description", "")), workload=workload, train=train,
-                  launch=launch, plan=plan, cluster=dict(c), prediction=dict(data.get("prediction", {})), path=path)
+    if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME:
+        raise InputError(f"name must be a printable string of at most {MAX_NAME} characters",
+                         where=loc.where(None, 0, "name", "name"))
+    description = check_value(data.get("description", ""), str, loc.where(None, 0, "description", "description"))
+    return Preset(name=name, description=description, workload=workload, train=train,
+                  launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
 
 
 def load_preset(path: str | os.PathLike) -> Preset:

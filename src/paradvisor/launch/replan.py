@@ -7,8 +7,8 @@ full activation checkpointing, a higher ZeRO stage / FSDP, then CPU offload.
 
 from __future__ import annotations
 
-import json
 import re
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,9 +60,11 @@ def next_plan(preset, run_dir: Path | None = None):
     # Scale the model by what the failed run measured (its last logged model states), if anything.
     scale = 1.0
     if run_dir is not None and (run_dir / "metrics.jsonl").exists():
-        states = [json.loads(x).get("mem_model_state_bytes") for x in (run_dir / "metrics.jsonl").read_text().splitlines()
-                  if x.strip()]
-        states = [s for s in states if s]
+        from paradvisor.runfiles import MetricsReader
+
+        reader = MetricsReader(run_dir / "metrics.jsonl")  # tolerant and streamed: a crash may leave garbage
+        reader.read(keep=0)
+        states = [reader.tally.mem] if reader.tally.mem else []
         if states:
             n = memory_need(mf, topo, preset.workload, preset.plan, preset.plan.precision, preset.plan.micro_batch)
             pred = n["terms"]["params"] + n["terms"]["grads"] + n["terms"]["optimizer"]
@@ -91,4 +93,4 @@ def write_replan(run_dir: Path, preset) -> dict | None:
     write_toml_atomic(path, new.to_doc(), force=True, header=f"# paradvisor re-plan after out-of-memory: {why}\n")
     return {"change": why, "label": new.plan.label(), "path": str(path), "predicted_bytes": predicted,
             "failed_plan_predicted_bytes": current, "limit_bytes": limit,
-            "command": f"paradvisor launch --preset {path}"}
+            "command": shlex.join(["paradvisor", "launch", "--preset", str(path)])}

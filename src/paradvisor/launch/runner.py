@@ -1,7 +1,8 @@
 """Run a Preset for real: validate, create the run directory, start torchrun in its own process
 group, watch it, and record what happened in status.json.
 
-Run directory (`runs/<timestamp>-<name>/`, mode 0700):
+Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
+  .lock-nodeN          locked while node N's launch runs (two launches never write into one run directory)
   plan.toml            the preset as launched (CLI overrides applied)
   command.json/.txt    the exact argv
   launcher.log         torchrun's own output
@@ -18,6 +19,7 @@ import datetime as _dt
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import threading
@@ -28,14 +30,25 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.preset import Preset, write_toml_atomic
+from paradvisor.limits import MAX_TIMEOUT_S
 
 TERMINAL = ("finished", "failed", "cancelled", "interrupted")
 
 
-def write_json_atomic(path: Path, doc: dict) -> None:
+def write_private(path: Path, text: str) -> None:
+    """Write a run file atomically with mode 0600 (whatever the umask or the folder's mode)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    from paradvisor.safeio import finite
+
+    write_private(path, json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
 
 
 def validate(preset: Preset, *, reach: bool = True) -> None:
@@ -185,11 +198,28 @@ def new_run_dir(runs_dir: Path, name: str) -> Path:
     raise InputError(f"could not create a run directory under {runs_dir}")
 
 
-def _tail(path: Path, n: int = 20) -> list[str]:
+def _read_tail(path: Path, limit: int = 1 << 20) -> str:
+    """The last `limit` bytes of a log (a log can be huge, or not a regular file: never read it all)."""
+    import stat
+
     try:
-        return path.read_text(errors="replace").splitlines()[-n:]
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return []
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
+        return os.read(fd, limit).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _tail(path: Path, n: int = 20) -> list[str]:
+    return _read_tail(path, 64 << 10).splitlines()[-n:]
 
 
 PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
@@ -203,17 +233,47 @@ def is_peer_error(error: str | None) -> bool:
     return any(p in e for p in PEER_ERRORS)
 
 
-def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
-    """Which rank failed, with what exit code or signal, and its last log lines."""
+AGENT_ERRORS = re.compile(r"Rendezvous\w*Error|DistNetworkError|DistStoreError|EADDRINUSE|address already in use",
+                          re.IGNORECASE)
+
+
+def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None) -> dict | None:
+    """The torchrun agent itself failed: killed by a signal (torchrun reports a rank's failure with exit code 1,
+    so a negative code is the agent's own death), or its rendezvous failed before any rank could say why."""
+    who = f"the torchrun agent (pid {agent_pid})" if agent_pid else "the torchrun agent"
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode).name
+        except ValueError:
+            sig = f"signal {-returncode}"
+        reason = f"{who} was killed by {sig}; its ranks were stopped"
+    else:
+        own = [d for d in codes.values() if d.get("exit_code") and not is_peer_error(d.get("error"))]
+        line = next((ln.strip() for ln in reversed(log.splitlines()) if AGENT_ERRORS.search(ln)), None)
+        if own or line is None:
+            return None
+        reason = f"{who} failed: {line[-300:]}"
+    return {"failed_rank": None, "failed_process": "torchrun agent", "exit_code": returncode, "reason": reason,
+            "last_log_lines": _tail(run_dir / "launcher.log"),
+            "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+
+
+def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None) -> dict:
+    """Which rank (or the torchrun agent) failed, with what exit code or signal, and its last log lines."""
+    from paradvisor.runfiles import read_json_object
+
     codes = {}
     for r in range(world):
         f = run_dir / f"rank-{r}.exit.json"
         if f.exists():
-            try:
-                codes[r] = json.loads(f.read_text())
-            except json.JSONDecodeError:
-                pass
-    log = (run_dir / "launcher.log").read_text(errors="replace") if (run_dir / "launcher.log").exists() else ""
+            doc, _ = read_json_object(f)
+            if doc is not None and isinstance(doc.get("exit_code", 0), int) and isinstance(doc.get("time", 0),
+                                                                                           (int, float)):
+                codes[r] = {**doc, "error": str(doc["error"]) if doc.get("error") is not None else None}
+    log = _read_tail(run_dir / "launcher.log")
+    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid)
+    if agent is not None:
+        return agent
     failed_rank, exit_code, reason = None, returncode, None
     # torchrun names the first failure it saw ("Root Cause"): that is the rank that broke the run;
     # the others usually died of it (a peer's connection reset, torchrun's SIGTERM).
@@ -260,6 +320,25 @@ def diagnose(run_dir: Path, world: int, returncode: int) -> dict:
 
 
 HANG_DUMP_WAIT_S = 3.0
+HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
+HANG_FACTOR = 10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
+
+
+def hang_timeout(preset: Preset) -> tuple[float, str]:
+    """(seconds without a new metrics record before the run is called hung (0: off), how that was decided).
+    Hang detection is on by default: train.hang_timeout_s unset derives the timeout from the predicted step
+    time and the log interval; 0 turns it off."""
+    t = preset.train.hang_timeout_s
+    if t is not None:
+        return t, (f"hang detection after {t:g} s without progress (train.hang_timeout_s)" if t
+                   else "hang detection off (train.hang_timeout_s = 0)")
+    step = preset.prediction.get("step_time_s") or 0.0
+    every = preset.train.log_every
+    t = min(MAX_TIMEOUT_S, max(HANG_FLOOR_S, HANG_FACTOR * step * every))
+    basis = (f"{HANG_FACTOR:g} x predicted step {step:.3g} s x log interval {every}, at least {HANG_FLOOR_S:g} s"
+             if step else f"no predicted step time: the {HANG_FLOOR_S:g} s floor")
+    return t, (f"hang detection: {t:g} s without progress stops the run ({basis}; grows with the slowest interval "
+               "seen; --hang-timeout S sets it, 0 turns it off)")
 
 
 def _rank_process(run_dir: Path, rank: int):
@@ -347,8 +426,8 @@ def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float,
     from paradvisor.monitor.follow import MetricsFollower
 
     follower = MetricsFollower(run_dir)
-    follower.poll()
-    last = {rec["rank"]: rec["step"] for rec in follower.records if rec.get("kind") == "step"}
+    follower.poll(keep=0)
+    last = follower.records.last_by_rank
     steps = ", ".join(f"rank {r} step {last.get(r, 0)}" for r in range(world))
     failed = suspects[0] if len(suspects) == 1 else None
     who = (f"rank {failed} stopped making progress, the others waited for it" if failed is not None
@@ -394,13 +473,24 @@ def _reap_ranks(run_dir: Path, world: int) -> None:
 class Launch:
     """A started run: `wait()` blocks until it ends and returns the final status document."""
 
-    def __init__(self, preset: Preset, run_dir: Path, argv: list[str], proc: subprocess.Popen, status_name: str):
+    def __init__(self, preset: Preset, run_dir: Path, argv: list[str], proc: subprocess.Popen, status_name: str,
+                 locks: list | None = None):
         self.preset, self.run_dir, self.argv, self.proc = preset, run_dir, argv, proc
         self.status_path = run_dir / status_name
         self.cancel_requested = False
         self.cancel_reason = "stopped by the user"
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
+        self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
+        self.hang_timeout_s, self.hang_detection = hang_timeout(preset)
+        import psutil
+
+        # The identity of the processes that keep the run going: a pid alone may be reused once they are gone.
+        self.identity = {"launcher_pid": os.getpid(), "launcher_started": psutil.Process().create_time()}
+        try:
+            self.identity.update(pid_started=psutil.Process(proc.pid).create_time())
+        except psutil.Error:
+            pass
 
     def cancel(self, reason: str = "stopped by the user") -> None:
         if not self.cancel_requested:
@@ -411,7 +501,8 @@ class Launch:
         doc = {"schema": "paradvisor.status/1", "status": "running", "run_dir": str(self.run_dir),
                "name": self.preset.name, "pid": self.proc.pid, "started": self.started,
                "world_size": self.preset.plan.world_size, "node_rank": self.preset.launch.node_rank,
-               "label": self.preset.plan.label(), "command": self.argv}
+               "label": self.preset.plan.label(), "command": self.argv, **self.identity,
+               "hang_timeout_s": self.hang_timeout_s or None, "hang_detection": self.hang_detection}
         doc.update(kw)
         return doc
 
@@ -419,10 +510,13 @@ class Launch:
         try:
             return self._wait(poll)
         finally:
+            for lock in self.locks:
+                lock.close()
             self.done.set()
 
     def _wait(self, poll: float) -> dict:
-        hang = self.preset.train.hang_timeout_s
+        hang = self.hang_timeout_s
+        derived = self.preset.train.hang_timeout_s is None
         metrics = self.run_dir / "metrics.jsonl"
         # The hang clock starts with the first metrics record: start-up (rendezvous, imports, model build)
         # is bounded by the process group's own timeout instead, so a slow start is not called a hang.
@@ -434,9 +528,15 @@ class Launch:
                 _kill_group(self.proc)
                 break
             if hang:
-                size = metrics.stat().st_size if metrics.exists() else 0
+                try:
+                    size = metrics.stat().st_size
+                except OSError:
+                    size = 0
                 if size != last_size:
-                    last_size, last_progress = size, time.monotonic()
+                    now = time.monotonic()
+                    if derived and last_size:  # a derived timeout also stays 10x above the slowest interval seen
+                        hang = min(MAX_TIMEOUT_S, max(hang, HANG_FACTOR * (now - last_progress)))
+                    last_size, last_progress = size, now
                 elif size and time.monotonic() - last_progress > hang:
                     hung = dump_stacks(self.run_dir, self.preset.plan.world_size)
                     _kill_group(self.proc)
@@ -454,7 +554,8 @@ class Launch:
         elif rc == 0:
             doc = self.status(status="finished", **common)
         else:
-            doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc), **common)
+            doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc,
+                                                          self.proc.pid), **common)
             from paradvisor.launch.replan import is_oom, write_replan
 
             if is_oom(doc.get("reason", "")) or any(is_oom(x) for x in doc.get("last_log_lines", [])):
@@ -467,13 +568,76 @@ class Launch:
         return doc
 
 
+def _lock(path: Path, what: str):
+    """An exclusive lock on `path` (created 0600), held while the returned file stays open; InputError naming the
+    launch that holds it otherwise."""
+    import fcntl
+
+    try:
+        f = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), "r+")  # noqa: SIM115 (held)
+    except OSError as exc:
+        raise InputError(f"cannot lock {what}: {exc.strerror or exc}", where=str(path)) from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise InputError(f"{what} is in use by another launch ({holder}); wait for it to end or pick another",
+                         where=str(path)) from None
+    f.truncate(0)
+    f.write(f"paradvisor pid {os.getpid()}")
+    f.flush()
+    return f
+
+
+def prepare_run_dir(run_dir: Path | None, runs_dir: Path, preset: Preset) -> tuple[Path, list]:
+    """The run directory (new under `runs_dir`, or the given one, made private: mode 0700) and its lock for this
+    node: two launches never write into one run directory at the same time, and a directory that already
+    holds this node's run is not reused (its metrics would mix)."""
+    lau = preset.launch
+    try:
+        if run_dir is None:
+            run_dir = new_run_dir(Path(runs_dir), preset.name)
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if run_dir.stat().st_uid == os.getuid():
+                os.chmod(run_dir, 0o700)
+    except OSError as exc:
+        raise InputError(f"cannot use this run directory: {exc.strerror or exc}",
+                         where=str(exc.filename or run_dir or runs_dir)) from None
+    locks = [_lock(run_dir / f".lock-node{lau.node_rank}", "this run directory")]
+    status = run_dir / ("status.json" if lau.node_rank == 0 else f"status-node{lau.node_rank}.json")
+    if status.exists():
+        locks[0].close()
+        raise InputError("already holds a run (its status file exists); give a new --run-dir", where=str(run_dir))
+    return run_dir, locks
+
+
+def _port_lock(endpoint: str, preset: Preset):
+    """A fixed port on this machine is held by one paradvisor launch at a time (two launches given the same
+    master_port would otherwise join one rendezvous). None for a free port picked here."""
+    import tempfile
+
+    host, port = split_endpoint(endpoint)
+    if host not in ("127.0.0.1", "localhost", "0.0.0.0") or preset.launch.node_rank != 0:
+        return None
+    d = Path(tempfile.gettempdir()) / f"paradvisor-{os.getuid()}-ports"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return _lock(d / f"{port}.lock", f"port {port}")
+
+
 def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None) -> Launch:
     validate(preset)
     endpoint, preset = endpoint_for(preset)
-    if run_dir is None:
-        run_dir = new_run_dir(Path(runs_dir), preset.name)
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    port_lock = _port_lock(endpoint, preset) if (preset.launch.master_port or preset.launch.rdzv_endpoint) else None
+    try:
+        run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
+    except BaseException:
+        if port_lock:
+            port_lock.close()
+        raise
+    if port_lock:
+        locks.append(port_lock)
     lau = preset.launch
     argv = torchrun_argv(str(run_dir), nproc_per_node=lau.procs(lau.node_rank), nnodes=lau.nnodes,
                          node_rank=lau.node_rank, endpoint=endpoint, run_id=run_dir.name)
@@ -483,7 +647,7 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
                           header=f"# paradvisor run plan: {preset.plan.label()}\n")
     write_json_atomic(run_dir / ("command.json" if lau.node_rank == 0 else f"command-node{lau.node_rank}.json"),
                       {"argv": argv, "cwd": os.getcwd()})
-    (run_dir / "command.txt").write_text(" ".join(argv) + "\n")
+    write_private(run_dir / "command.txt", shlex.join(argv) + "\n")  # pasted into a shell, it runs only this
     import psutil
 
     from paradvisor.train.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
@@ -497,11 +661,13 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
         full_env["DS_ACCELERATOR"] = "cpu"
     elif not _has_cuda():
         full_env.setdefault("DS_ACCELERATOR", "cpu")
-    log = open(run_dir / ("launcher.log" if lau.node_rank == 0 else f"launcher-node{lau.node_rank}.log"), "ab")
+    log_name = "launcher.log" if lau.node_rank == 0 else f"launcher-node{lau.node_rank}.log"
+    log = os.fdopen(os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab")
+    # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
-                            start_new_session=True)
+                            start_new_session=True, umask=0o077)
     log.close()
-    launch = Launch(preset, run_dir, argv, proc, status_name)
+    launch = Launch(preset, run_dir, argv, proc, status_name, locks)
     write_json_atomic(launch.status_path, launch.status())
     return launch
 
@@ -534,26 +700,47 @@ def run_blocking(launch: Launch, *, on_signal=True) -> dict:
             signal.signal(sig, h)
 
 
-def effective_status(run_dir: Path) -> dict:
-    """status.json, but a run left `running` whose processes are gone reads as `interrupted`."""
-    p = run_dir / "status.json"
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {"status": "unknown", "run_dir": str(run_dir), "reason": "no readable status.json"}
-    if doc.get("status") == "running":
-        import psutil
+def _alive(pid, started) -> bool:
+    """Whether process `pid` is running and is the one that was started at `started` (its create time), not
+    another process that got the pid after it ended."""
+    import psutil
 
-        pid = doc.get("pid")
-        alive = False
-        if pid:
-            try:
-                alive = psutil.Process(pid).is_running() and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                alive = False
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        p = psutil.Process(pid)
+        if started is not None and abs(p.create_time() - started) > 1.0:
+            return False
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def effective_status(run_dir: Path) -> dict:
+    """status.json (read tolerantly: runfiles.read_status), but a run left `running` whose launcher and torchrun
+    agent are gone (checked by pid and start time) reads as `interrupted`."""
+    from paradvisor.runfiles import read_status
+
+    doc = read_status(Path(run_dir) / "status.json")
+    if doc.get("status") == "running":
+        if "launcher_pid" in doc:
+            alive = (_alive(doc["launcher_pid"], doc.get("launcher_started"))
+                     or _alive(doc.get("pid"), doc.get("pid_started")))
+        else:  # a status written before start times were recorded: the pid and its start after the run's
+            started = doc.get("started")
+            alive = _alive(doc.get("pid"), None) and not (started is not None and _created(doc["pid"]) > started + 5)
         if not alive:
             doc = {**doc, "status": "interrupted", "reason": "the launcher stopped without writing a final status"}
     return doc
+
+
+def _created(pid: int) -> float:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
 
 
 def main_exit_code(doc: dict) -> int:

@@ -5,12 +5,12 @@ Imports torch and transformers, so only the path-to-config route comes here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.model.load import layer_entries_from_module, shape_from_config
 from paradvisor.model.profile import ModelProfile
+from paradvisor.safeio import read_json
 
 
 def read_config(path: Path) -> tuple[Path, dict]:
@@ -19,16 +19,9 @@ def read_config(path: Path) -> tuple[Path, dict]:
     if not path.exists():
         raise InputError("no such file or folder (expected a folder holding config.json, or the file)",
                          where=str(path))
-    if not cfg_file.is_file():
+    if not cfg_file.exists() or cfg_file.is_dir():  # anything else that is not a regular file: read_json says so
         raise InputError("folder has no config.json", where=str(path))
-    try:
-        text = cfg_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where=str(cfg_file)) from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{cfg_file}:{exc.lineno}") from None
+    cfg = read_json(cfg_file, what="config.json")  # a regular file of bounded size, depth, finite numbers
     if not isinstance(cfg, dict):
         raise InputError("expected a JSON object", where=str(cfg_file))
     if not isinstance(cfg.get("model_type"), str):
@@ -71,6 +64,10 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
     cls = getattr(transformers, arch_names[0], None) if arch_names else None
     if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
         cls = None  # only a model class is ever built (never another attribute of transformers)
+    elif not (isinstance(getattr(cls, "config_class", None), type) and isinstance(config, cls.config_class)):
+        # an abstract base (PreTrainedModel) or another family's class: it would build no model of this config
+        raise InputError(f"architectures[0] {arch_names[0]!r} is not a model class for model_type "
+                         f"{cfg['model_type']!r}", where=f"{where}: architectures")
     try:
         with torch.device("meta"):
             if cls is not None:
@@ -90,6 +87,8 @@ def profile_from_config_path(path: Path) -> ModelProfile:
     shape = shape_from_config(cfg, where=str(cfg_file))  # checked before transformers sees the values
     arch, model = build_on_meta(cfg, where=str(cfg_file))
     total = sum(p.numel() for p in model.parameters())
+    if not total:
+        raise InputError("the model built from this config has no parameters", where=str(cfg_file))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     layers = layer_entries_from_module(model)
     name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)

@@ -2,51 +2,43 @@
 
 from __future__ import annotations
 
-import json
 import time
-import tomllib
 from pathlib import Path
 
 from paradvisor.launch.runner import TERMINAL, effective_status
+from paradvisor.runfiles import MetricsReader, MetricsTally
 
 
 class MetricsFollower:
-    """Reads metrics.jsonl incrementally; a partial last line is kept until it is complete."""
+    """Follows metrics.jsonl: `poll()` reads what was appended (a partial last line is kept until it is complete,
+    lines that are not well-formed records are skipped and counted in `skipped`) and returns the newest new
+    records; `records` is the running summary (`runfiles.MetricsTally`) that `summarize` takes, so memory does
+    not grow with the file."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "metrics.jsonl"
-        self.offset = 0
-        self.buffer = b""
-        self.records: list[dict] = []
+        self.reader = MetricsReader(self.run_dir / "metrics.jsonl")
 
-    def poll(self) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(chunk)
-        data = self.buffer + chunk
-        lines = data.split(b"\n")
-        self.buffer = lines.pop()  # '' when the chunk ended with a newline
-        new = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                new.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        self.records.extend(new)
-        return new
+    def poll(self, keep: int = 1000) -> list[dict]:
+        return self.reader.read(keep)
+
+    @property
+    def records(self) -> MetricsTally:
+        return self.reader.tally
+
+    @property
+    def skipped(self) -> int:
+        return self.reader.skipped
 
 
 def plan_doc(run_dir: Path) -> dict:
+    """plan.toml as a preset document, or {} when it cannot be read or is not a valid preset."""
+    from paradvisor.errors import InputError
+    from paradvisor.launch.preset import load_preset
+
     try:
-        return tomllib.loads((run_dir / "plan.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+        return load_preset(run_dir / "plan.toml").to_doc()
+    except (InputError, RecursionError):
         return {}
 
 
@@ -62,37 +54,26 @@ def failure_text(status: dict) -> str | None:
     return f"rank {rank} exit code {code}: {reason}"
 
 
-def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
+def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *, skipped: int = 0) -> dict:
     """Status, progress, ETA, loss, throughput, memory and sync waits of a run, measured vs predicted."""
     run_dir = Path(run_dir)
     if records is None:
         f = MetricsFollower(run_dir)
-        f.poll()
-        records = f.records
+        f.poll(keep=0)
+        f.reader.finish()
+        records, skipped = f.records, f.skipped
+    tally = records if isinstance(records, MetricsTally) else MetricsTally.of(records)
     status = effective_status(run_dir)
     plan = plan_doc(run_dir)
-    total = int(plan.get("train", {}).get("steps", 0)) or None
-    steps = [r for r in records if r.get("kind") == "step"]
-    outer = [r for r in records if r.get("kind") == "outer"]
-    start = next((r["time"] for r in records if r.get("kind") == "start"), None)
-    last_step = max((r["step"] for r in steps), default=0)
-    losses = [r for r in steps if r.get("loss") is not None]
-    last_loss = losses[-1]["loss"] if losses else None
-    recent = [r for r in steps if r["step"] > last_step - 5]
-    by_rank: dict[int, dict] = {}
-    for r in steps:
-        by_rank[r["rank"]] = r
-    step_time = sum(r["step_time_s"] for r in recent) / len(recent) if recent else None
-    world = max((r.get("world_size", 1) for r in records), default=1)
-    gsps = (plan.get("workload", {}).get("global_batch", 0) / step_time) if step_time else None
-    mem = max((r.get("mem_model_state_bytes", 0) for r in steps), default=0)
-    peak = max((r.get("cuda_max_allocated_bytes", 0) for r in steps), default=0) or None
-    elapsed = (time.time() if status.get("status") not in TERMINAL else status.get("ended", time.time())) - (
-        start or status.get("started", time.time()))
+    total = plan.get("train", {}).get("steps") or None
+    last_step = tally.last_step
+    step_time = tally.step_time()
+    batch = plan.get("workload", {}).get("global_batch", 0)
+    gsps = (batch / step_time) if step_time else None
+    now = time.time()
+    ended = status.get("ended", now) if status.get("status") in TERMINAL else now
+    elapsed = ended - (tally.start_time or status.get("started", now))
     eta = (total - last_step) * step_time if total and step_time and status.get("status") == "running" else None
-    waits: dict[int, float] = {}
-    for r in outer:
-        waits[r["rank"]] = waits.get(r["rank"], 0.0) + r.get("sync_wait_s", 0.0)
     pred = plan.get("prediction", {})
     p = plan.get("plan", {})
     rounds = total_rounds = None
@@ -100,11 +81,11 @@ def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
         import math
 
         total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
-        rounds = max((r["round"] for r in outer), default=0)
+        rounds = tally.rounds
     return {
         "schema": "paradvisor.monitor/1",
         "run_dir": str(run_dir),
-        "name": plan.get("name", run_dir.name),
+        "name": plan.get("name", status.get("name", run_dir.name)),
         "label": status.get("label"),
         "status": status.get("status"),
         "reason": status.get("reason"),
@@ -120,29 +101,45 @@ def summarize(run_dir: str | Path, records: list[dict] | None = None) -> dict:
         "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
         "round": rounds,
         "total_rounds": total_rounds,
-        "loss": last_loss,
-        "loss_history": [r["loss"] for r in losses if r["rank"] == losses[-1]["rank"]][-200:] if losses else [],
+        "loss": tally.last_loss,
+        "loss_history": list(tally.losses),
         "step_time_s": step_time,
         "samples_per_s": gsps,
-        "throughput_history": [plan.get("workload", {}).get("global_batch", 0) / r["step_time_s"]
-                               for r in steps if r["rank"] == 0 and r["step_time_s"] > 0][-200:],
-        "world_size": world,
-        "model_state_bytes_per_rank": mem,
-        "cuda_peak_bytes": peak,
-        "sync_wait_s_by_rank": {str(k): v for k, v in sorted(waits.items())},
+        "throughput_history": [batch / t for t in tally.step_times_rank0],
+        "world_size": tally.world,
+        "model_state_bytes_per_rank": tally.mem,
+        "cuda_peak_bytes": tally.peak or None,
+        "sync_wait_s_by_rank": {str(k): v for k, v in sorted(tally.waits.items())},
         "elapsed_s": max(0.0, elapsed),
         "eta_s": eta,
         "predicted": {"step_time_s": pred.get("step_time_s"), "memory_per_gpu_bytes": pred.get("memory_per_gpu_bytes"),
                       "samples_per_s": pred.get("samples_per_s")},
+        "skipped_lines": skipped,
+        "unreadable": ([f"{skipped} line(s) of metrics.jsonl"] if skipped else [])
+        + ([f"status.json fields {', '.join(status['unreadable_fields'])}"] if status.get("unreadable_fields") else [])
+        + (["plan.toml"] if not plan and (run_dir / "plan.toml").exists() else []),
     }
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
+    """A summary of every run directory under `runs_dir`; one that cannot be read is listed as `unknown` with
+    the reason, never an error for the whole list."""
     root = Path(runs_dir)
     if not root.is_dir():
         return []
     out = []
-    for d in sorted(root.iterdir()):
-        if d.is_dir() and (d / "status.json").exists():
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return []
+    for d in entries:
+        try:
+            if not (d.is_dir() and (d / "status.json").exists()):
+                continue
             out.append(summarize(d))
+        except (OSError, ValueError, TypeError, ArithmeticError) as exc:
+            out.append({"run_dir": str(d), "name": d.name, "label": None, "status": "unknown", "step": 0,
+                        "total_steps": None, "loss": None, "samples_per_s": None, "elapsed_s": 0.0,
+                        "reason": f"unreadable run directory: {type(exc).__name__}: {exc}", "skipped_lines": 0,
+                        "unreadable": ["the run directory"]})
     return out

@@ -7,7 +7,6 @@ catalogue (or its calibration), or the CPU as measured by `paradvisor calibrate`
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -38,11 +37,26 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     if not (run_dir / "plan.toml").exists() or not (run_dir / "metrics.jsonl").exists():
         raise InputError("not a run directory with plan.toml and metrics.jsonl", where=str(run_dir))
     preset = load_preset(run_dir / "plan.toml")
-    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    steps = [r for r in records if r.get("kind") == "step"]
+    from paradvisor.runfiles import MetricsReader
+
+    # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
+    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "activation_bytes",
+            "cuda_max_allocated_bytes", "device", "gpu_name")
+    steps, starts = [], []
+
+    def collect(r: dict) -> None:
+        if r["kind"] == "step":
+            steps.append({k: r[k] for k in keep if k in r})
+        elif r["kind"] == "start" and not starts:
+            starts.append({k: r[k] for k in keep if k in r})
+
+    reader = MetricsReader(run_dir / "metrics.jsonl")
+    reader.read(keep=0, on_record=collect)
+    reader.finish()
     if not steps:
-        raise InputError("the run logged no step", where=str(run_dir / "metrics.jsonl"))
-    start = next((r for r in records if r.get("kind") == "start"), {})
+        raise InputError("the run logged no step" + (f" that could be read ({reader.skipped} line(s) skipped)"
+                                                     if reader.skipped else ""), where=str(run_dir / "metrics.jsonl"))
+    start = starts[0] if starts else {}
     on_gpu = str(start.get("device", "cpu")).startswith("cuda")
     plan, wl = preset.plan, preset.workload
     precision = plan.precision
@@ -127,6 +141,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     for row in rows:
         row["rel_error"] = _rel(row["predicted"], row["measured"])
     return {"schema": "paradvisor.validation/1", "run_dir": str(run_dir), "name": preset.name,
+            "skipped_lines": reader.skipped,
             "label": plan.label(), "device": device_note, "world_size": world, "rows": rows,
             "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
 

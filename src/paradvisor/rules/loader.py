@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.limits import MAX_RULE_FILES, MAX_RULES
 from paradvisor.rules.expr import Compiled, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import PLAN_FACTS, STRATEGY_VALUES, TYPES
 from paradvisor.tomlfile import KeyLocator, read_toml
+from paradvisor.typed import printable
 
 EFFECTS = ("prefer", "avoid", "warn", "tip", "set")
 SCOPES = ("plan", "advice")
@@ -125,6 +127,13 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
                              where=where)
     if not isinstance(raw["explain"], str) or not raw["explain"].strip():
         raise InputError("explain must be a non-empty string", where=where)
+    texts = {"title": raw["title"], "explain": raw["explain"]}
+    if isinstance(raw["source"], dict):
+        texts.update({f"source.{k}": v for k, v in raw["source"].items() if k in ("paper", "where", "note")})
+    for key, value in texts.items():  # printable text: a title may not carry terminal escape sequences
+        if not isinstance(value, str):
+            raise InputError(f"{key} must be a string", where=where)
+        printable(value, f"{where}: {key}", multiline=key in ("explain", "source.note"))
     for name in _PLACEHOLDER.findall(raw["explain"]):
         if name not in TYPES:
             raise InputError(f"explain names unknown fact {{{name}}}", where=where)
@@ -134,7 +143,8 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
     extra = sorted(set(src) - _SOURCE_KEYS)
     if extra:
         raise InputError(f"unknown source key {extra[0]!r}", where=where)
-    if "numbers" in src and not isinstance(src["numbers"], dict):
+    if "numbers" in src and not (isinstance(src["numbers"], dict) and all(
+            isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in src["numbers"].values())):
         raise InputError("source.numbers must be a table of named numbers", where=where)
     return Rule(id=rid, title=str(raw["title"]), scope=scope, when=when, effect=effect, weight=float(weight),
                 settings=dict(settings), explain=raw["explain"], source=dict(src), file=path, line=line)
@@ -152,6 +162,9 @@ def check_dirs(dirs: list[Path]) -> CheckResult:
         files = sorted(d.glob("*.toml"))
         if not files:
             res.errors.append(f"{d}: no *.toml rule files")
+        if len(files) > MAX_RULE_FILES:
+            res.errors.append(f"{d}: {len(files):,} rule files; at most {MAX_RULE_FILES:,} per folder")
+            continue
         for f in files:
             res.files += 1
             try:
@@ -167,6 +180,9 @@ def check_dirs(dirs: list[Path]) -> CheckResult:
             if not isinstance(raws, list) or not raws:
                 res.errors.append(f"{f}: no [[rule]] tables")
                 continue
+            if len(res.rules) + len(raws) > MAX_RULES:
+                res.errors.append(f"{f}: more than {MAX_RULES:,} rules in all; split them or drop some")
+                break
             for i, raw in enumerate(raws):
                 line = loc.line("rule", i, None)
                 rid = raw.get("id") if isinstance(raw, dict) else None

@@ -10,7 +10,7 @@ import os
 import shlex
 from pathlib import Path
 
-from rich.markup import escape
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -33,7 +33,21 @@ from textual.widgets import (
 )
 
 from paradvisor.errors import InputError
+from paradvisor.output import clean
 from paradvisor.units import fmt_bandwidth, fmt_bytes, fmt_seconds, half_up
+
+
+def escape(text) -> str:
+    """A value from a file or a run for Textual markup: control characters and escape sequences shown as text,
+    '[' escaped so a name cannot open or close a style (the TUI's counterpart of output.esc)."""
+    from textual.markup import escape as markup_escape
+
+    return markup_escape(clean(text))
+
+
+def cell(text) -> Text:
+    """A DataTable cell from a file or a run: plain text, never markup."""
+    return Text(clean(text))
 
 GiB = 1024**3
 REPO = Path(__file__).resolve().parents[3]
@@ -155,7 +169,7 @@ class ParadvisorApp(App):
     def _preset_options(self) -> list[tuple[str, str]]:
         if not self.presets_dir.is_dir():
             return []
-        return [(p.stem, str(p)) for p in sorted(self.presets_dir.glob("*.toml"))]
+        return [(escape(p.stem), str(p)) for p in sorted(self.presets_dir.glob("*.toml"))]
 
     def on_mount(self) -> None:
         self.theme = "textual-dark"
@@ -201,7 +215,7 @@ class ParadvisorApp(App):
         try:
             c = load_cluster(path)
         except InputError as exc:
-            self.notify(str(exc), severity="error", timeout=8)
+            self.notify(escape(exc), severity="error", timeout=8)
             return
         self.set_cluster(c, {"file": os.path.relpath(path) if not Path(path).is_relative_to(REPO)
                              else str(Path(path).relative_to(REPO))})
@@ -214,12 +228,12 @@ class ParadvisorApp(App):
         try:
             [node] = probe_hosts([host], timeout=8)
         except InputError as exc:
-            self.call_from_thread(self.notify, str(exc), severity="error")
+            self.call_from_thread(self.notify, escape(exc), severity="error")
             return
         nodes = list(self.cluster.nodes) if self.cluster else []
         self.call_from_thread(self.set_cluster, cluster_from_nodes(nodes + [node], name="detected"), {"hosts": True})
         if not node.online:
-            self.call_from_thread(self.notify, f"{host} is offline: {node.reason}", severity="warning")
+            self.call_from_thread(self.notify, escape(f"{host} is offline: {node.reason}"), severity="warning")
 
     def set_cluster(self, cluster, ref: dict) -> None:
         self.cluster, self.cluster_ref = cluster, ref
@@ -227,23 +241,23 @@ class ParadvisorApp(App):
         t.clear()
         for n in cluster.nodes:
             if not n.online:
-                t.add_row(n.name, "", "offline", n.reason or "", "", "")
+                t.add_row(cell(n.name), "", "offline", cell(n.reason or ""), "", "")
                 continue
             if not n.gpus:
-                t.add_row(n.name, "", "no NVIDIA GPU (CPU node)", fmt_bytes(n.ram_total_bytes or 0) + " RAM", "",
-                          n.intra_link.kind)
+                t.add_row(cell(n.name), "", "no NVIDIA GPU (CPU node)", fmt_bytes(n.ram_total_bytes or 0) + " RAM", "",
+                          cell(n.intra_link.kind))
             for g in n.gpus:
                 util = "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
                 name = g.name + ("" if g.spec else " (unknown speed)")
-                t.add_row(n.name, str(g.index), name, f"{g.memory_bytes / GiB:.0f} GiB", util,
-                          f"{n.intra_link.kind} {fmt_bandwidth(n.intra_link.bandwidth)}")
-        lines = [f"[b]{cluster.name}[/b]: {len(cluster.nodes)} node(s), {cluster.gpu_count} GPU(s)"]
+                t.add_row(cell(n.name), str(g.index), cell(name), f"{g.memory_bytes / GiB:.0f} GiB", util,
+                          cell(f"{n.intra_link.kind} {fmt_bandwidth(n.intra_link.bandwidth)}"))
+        lines = [f"[b]{escape(cluster.name)}[/b]: {len(cluster.nodes)} node(s), {cluster.gpu_count} GPU(s)"]
         inter = cluster.slowest_inter_link()
         if inter:
-            lines.append(f"between nodes: {inter.kind} {fmt_bandwidth(inter.bandwidth)}")
+            lines.append(f"between nodes: {escape(inter.kind)} {fmt_bandwidth(inter.bandwidth)}")
         for n in cluster.nodes:
             for note in n.notes:
-                lines.append(f"[yellow]{n.name}: {note}[/yellow]")
+                lines.append(f"[yellow]{escape(n.name)}: {escape(note)}[/yellow]")
         if cluster.gpu_count == 0:
             lines.append("No GPU to plan for here: load a cluster file to see plans.")
         self._w("#hw-summary", Static).update("\n".join(lines))
@@ -296,7 +310,8 @@ class ParadvisorApp(App):
         shape = (f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads" if s else
                  f"input {'x'.join(map(str, p.input_shape or ()))}")
         self._w("#profile", Static).update(
-            f"[b]{p.name}[/b] ({p.architecture}): {p.total_params:,} parameters; {shape}; largest layer {big.name} "
+            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters; {shape}; largest layer "
+            f"{escape(big.name)} "
             f"{big.params:,} ({p.largest_share:.0%})" + (" — [yellow]one layer dominates[/yellow]"
                                                          if p.one_layer_dominates else ""))
 
@@ -306,34 +321,38 @@ class ParadvisorApp(App):
         t.clear()
         info = self._w("#plan-reason", Static)
         if error:
-            info.update(f"[red]{error}[/red]")
+            info.update(f"[red]{escape(error)}[/red]")
             self._w("#memory-bar", Static).update("")
             self.selected = None
             return
         for i, e in enumerate(rec.plans, 1):
             p = e.plan
-            t.add_row(str(i), p.label(), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing,
+            t.add_row(str(i), cell(p.label()), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing,
                       f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
                       f"{e.samples_per_s:.3g}", str(len(e.rules)), key=str(i))
         if rec.plans:
             self.select_plan(0)
         else:
             fix = rec.nearest_fix or {}
-            text = ["[b red]nothing fits[/b red]", fix.get("closest", {}).get("text", "")]
-            text += [f"fix: {f['text']}" for f in fix.get("fixes", [])]
+            text = ["[b red]nothing fits[/b red]", escape(fix.get("closest", {}).get("text", ""))]
+            text += [f"fix: {escape(f['text'])}" for f in fix.get("fixes", [])]
             info.update("\n".join(text))
             self._w("#memory-bar", Static).update("")
             self.selected = None
-        adv = [f"[cyan]advice[/cyan] {r['id']}: {r['message']} [dim]({r['source']})[/dim]"
+        adv = [f"[cyan]advice[/cyan] {escape(r['id'])}: {escape(r['message'])} [dim]({escape(r['source'])})[/dim]"
                for r in rec.fired_rules if r.get("scope") == "advice"]
         self._w("#infeasible", Static).update(self._infeasible_text() + ("\n" + "\n".join(adv) if adv else ""))
         self.update_launch_tab()
 
     def _infeasible_text(self) -> str:
+        """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then what does not fit."""
+        only = [f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
+                f"— {escape(i['why'])}" for i in (self.rec.plan_only if self.rec else [])[:5]]
         if not self.rec or not self.show_infeasible:
             n = len(self.rec.infeasible) if self.rec else 0
-            return f"[dim]{n} layouts do not fit[/dim]" if n else ""
-        return "\n".join(f"[dim]does not fit:[/dim] {i['label']} — {i['why']}" for i in self.rec.infeasible[:30])
+            return "\n".join(only + ([f"[dim]{n} layouts do not fit[/dim]"] if n else []))
+        return "\n".join(only + [f"[dim]does not fit:[/dim] {escape(i['label'])} — {escape(i['why'])}"
+                                  for i in self.rec.infeasible[:30]])
 
     def select_plan(self, index: int) -> None:
         from paradvisor.plan.search import explain
@@ -343,15 +362,16 @@ class ParadvisorApp(App):
             return
         e = self.selected = self.rec.plans[index]
         self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
-        lines = [f"[b]{index + 1}. {e.plan.label()}[/b]: {explain(e, self.rec.cluster)}"]
+        lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
         for r in e.rules:
-            lines.append(f"  • {r['id']} ({r['effect']}): {r['title']} [dim]— {r['source']}[/dim]")
+            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}): {escape(r['title'])} "
+                         f"[dim]— {escape(r['source'])}[/dim]")
         self._w("#plan-reason", Static).update("\n".join(lines))
         alloc = self._w("#alloc-table", DataTable)
         alloc.clear()
         alloc.display = bool(e.plan.nodes)
         for n in e.plan.nodes:
-            alloc.add_row(n.node, str(n.gpus), half_up(n.tflops, 1), f"{n.relative_speed:.3f}", str(n.batch_per_gpu),
+            alloc.add_row(cell(n.node), str(n.gpus), half_up(n.tflops, 1), f"{n.relative_speed:.3f}", str(n.batch_per_gpu),
                           f"{n.data_share:.1%}", str(n.local_steps or ""))
         self.update_launch_tab()
 
@@ -407,8 +427,8 @@ class ParadvisorApp(App):
             return
         pr = self.plan_preset()
         self._w("#launch-plan", Static).update(
-            f"[b]selected plan:[/b] {self.selected.plan.label()} for {self.rec.profile.name} on {self.rec.cluster.name} "
-            f"({pr.launch.layout()}); predicted "
+            f"[b]selected plan:[/b] {escape(self.selected.plan.label())} for {escape(self.rec.profile.name)} on "
+            f"{escape(self.rec.cluster.name)} ({pr.launch.layout()}); predicted "
             f"{self.selected.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(self.selected.step_time)}")
         lines = []
         for host, argv in node_commands(pr, str(self.runs_dir / f"<timestamp>-{pr.name}"), python="python"):
@@ -421,16 +441,18 @@ class ParadvisorApp(App):
         if self.selected is None:
             self.notify("no plan selected", severity="warning")
             return
+        from paradvisor.safeio import inside
+
         pr = self.plan_preset()
-        path = self.presets_dir / f"{pr.name}.toml"
-        try:
+        try:  # the name typed is one file name inside the presets folder, never a path out of it
+            path = inside(self.presets_dir, f"{pr.name}.toml", what="preset name")
             save_preset(path, pr.to_doc())
         except InputError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(escape(exc), severity="error")
             return
         self._w("#preset-select", Select).set_options(self._preset_options())
-        self._w("#launch-msg", Static).update(f"saved {path}")
-        self.notify(f"saved {path}")
+        self._w("#launch-msg", Static).update(f"saved {escape(path)}")
+        self.notify(f"saved {escape(path)}")
 
     def action_launch_preset(self) -> None:
         from paradvisor.launch.preset import load_preset
@@ -442,8 +464,8 @@ class ParadvisorApp(App):
         try:
             self.start_run(load_preset(str(value)))
         except InputError as exc:
-            self._w("#launch-msg", Static).update(f"[red]{exc}[/red]")
-            self.notify(str(exc), severity="error", timeout=8)
+            self._w("#launch-msg", Static).update(f"[red]{escape(exc)}[/red]")
+            self.notify(escape(exc), severity="error", timeout=8)
 
     def action_launch_plan(self) -> None:
         if self.selected is None:
@@ -452,8 +474,8 @@ class ParadvisorApp(App):
         try:
             self.start_run(self.plan_preset())
         except InputError as exc:
-            self._w("#launch-msg", Static).update(f"[red]{exc}[/red]")
-            self.notify(str(exc), severity="error", timeout=8)
+            self._w("#launch-msg", Static).update(f"[red]{escape(exc)}[/red]")
+            self.notify(escape(exc), severity="error", timeout=8)
 
     def start_run(self, preset) -> None:
         from paradvisor.launch import runner
@@ -465,14 +487,14 @@ class ParadvisorApp(App):
         self.launch, self.run_dir = launch, launch.run_dir
         self.follower = MetricsFollower(launch.run_dir)
         self._w("#run-log", Log).clear()
-        self._w("#launch-msg", Static).update(f"launched {preset.name}: {launch.run_dir}")
+        self._w("#launch-msg", Static).update(f"launched {escape(preset.name)}: {escape(launch.run_dir)}")
         self.wait_for_run(launch)
         self.action_tab("monitor")
 
     @work(thread=True, group="wait")
     def wait_for_run(self, launch) -> None:
         doc = launch.wait()
-        self.call_from_thread(self.notify, f"run {doc['status']}: {launch.run_dir.name}",
+        self.call_from_thread(self.notify, escape(f"run {doc['status']}: {launch.run_dir.name}"),
                               severity="information" if doc["status"] == "finished" else "error")
 
     def action_launch_replan(self) -> None:
@@ -485,7 +507,7 @@ class ParadvisorApp(App):
         try:
             self.start_run(load_preset(r["path"]))
         except InputError as exc:
-            self.notify(str(exc), severity="error")
+            self.notify(escape(exc), severity="error")
 
     def action_stop_run(self) -> None:
         if self.launch is not None and self.launch.proc.poll() is None:
@@ -507,8 +529,8 @@ class ParadvisorApp(App):
         if self.run_dir is None or self.follower is None:
             self._w("#run-status", Static).update("No run yet: launch a preset (tab 3, or L).")
             return
-        new = self.follower.poll()
-        s = self.run_summary = summarize(self.run_dir, self.follower.records)
+        new = self.follower.poll(keep=400)
+        s = self.run_summary = summarize(self.run_dir, self.follower.records, skipped=self.follower.skipped)
         if s["total_rounds"]:
             total, done = s["total_rounds"], s["round"]
             where = f"round {done}/{total} (steps {s['step']})"
@@ -517,15 +539,17 @@ class ParadvisorApp(App):
             where = f"step {s['step']}/{s['total_steps'] or '?'}"
         self._w("#run-progress", ProgressBar).update(total=total, progress=min(done, total))
         colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(s["status"], "white")
-        head = [f"[b]{s['name']}[/b] {s['label'] or ''}: [{colour}]{s['status']}[/{colour}] — "
+        head = [f"[b]{escape(s['name'])}[/b] {escape(s['label'] or '')}: [{colour}]{escape(s['status'])}[/{colour}] — "
                 f"{where}, elapsed {fmt_seconds(s['elapsed_s'])}"
                 + (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")]
         if s["failure"]:
             tone = "red" if s["status"] == "failed" else "yellow"
             head.append(f"[{tone}]{escape(s['failure'])}[/{tone}]")
         if s.get("replan"):
-            head.append(f"[yellow]out of memory — next plan that fits: {s['replan']['label']} "
-                        f"({s['replan']['change']}); press R to launch it[/yellow]")
+            head.append(f"[yellow]out of memory — next plan that fits: {escape(s['replan'].get('label'))} "
+                        f"({escape(s['replan'].get('change'))}); press R to launch it[/yellow]")
+        if s["unreadable"]:
+            head.append(f"[dim]skipped what could not be read: {escape('; '.join(s['unreadable']))}[/dim]")
         self._w("#run-status", Static).update("\n".join(head))
         self._w("#loss-spark", Sparkline).data = s["loss_history"] or [0]
         self._w("#tput-spark", Sparkline).data = s["throughput_history"] or [0]
@@ -549,10 +573,10 @@ class ParadvisorApp(App):
         log = self._w("#run-log", Log)
         for rec in new:
             if rec.get("kind") == "step" and rec["rank"] == 0 or rec.get("kind") in ("outer", "start", "end"):
-                log.write_line(_log_line(rec))
+                log.write_line(clean(_log_line(rec)))
         if s["status"] == "failed" and s["last_log_lines"] and not getattr(self, "_failure_logged", None) == self.run_dir:
             self._failure_logged = self.run_dir
-            log.write_lines([f"| {ln}" for ln in s["last_log_lines"]])
+            log.write_lines([clean(f"| {ln}") for ln in s["last_log_lines"]])
 
     def start_sampler(self) -> None:
         from paradvisor.monitor.sampler import SamplerThread

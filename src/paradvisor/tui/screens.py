@@ -50,8 +50,10 @@ class PlanDetailScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
     def __init__(self, markdown: str):
+        from paradvisor.output import clean
+
         super().__init__()
-        self.markdown = markdown
+        self.markdown = clean(markdown)  # rule messages and node names: no control characters reach the terminal
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="plan-detail"):

@@ -1,0 +1,237 @@
+"""Tolerant readers of a run directory's files, shared by the launcher, `monitor`, `runs`, `validate` and the TUI.
+
+A crash can leave a truncated last line in metrics.jsonl; a disk problem can leave garbage, a line that
+is not an object, or a status.json that is not an object. Nothing here raises on what a run wrote: a
+line that is not a well-formed record is skipped and counted (`MetricsReader.skipped`), a status.json
+that cannot be read gives status `unknown` with the reason, and a status field of the wrong type is
+dropped. metrics.jsonl is streamed in bounded chunks and summed up in `MetricsTally`, whose memory does
+not grow with the file (a 200 MB file is read with a few MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import deque
+from pathlib import Path
+
+from paradvisor.limits import MAX_FILE_BYTES
+
+CHUNK = 1 << 20  # bytes read from metrics.jsonl at a time
+MAX_LINE = 1 << 20  # a metrics line longer than this is garbage (a real one is a few hundred bytes)
+HISTORY = 200  # points kept for the loss and throughput sparklines
+MAX_HISTORY_RANKS = 256  # ranks whose loss history is kept
+
+_NUM = (int, float)
+# What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
+_REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM},
+             "outer": {"rank": int, "round": int}}
+# ... and the type of every optional field the readers use (a wrong type also skips the record).
+_OPTIONAL = {"loss": _NUM, "samples_per_s": _NUM, "mem_model_state_bytes": _NUM, "cuda_max_allocated_bytes": _NUM,
+             "sync_wait_s": _NUM, "world_size": int, "time": _NUM, "activation_bytes": _NUM, "round": int,
+             "local_steps": int, "rank": int, "step": int}
+
+
+def _is(value, typ) -> bool:
+    return isinstance(value, typ) and not isinstance(value, bool)
+
+
+def valid_record(rec) -> bool:
+    """Whether a parsed metrics line is a record the readers can use."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+        return False
+    for key, typ in _REQUIRED.get(rec["kind"], {}).items():
+        if not _is(rec.get(key), typ):
+            return False
+    for key, typ in _OPTIONAL.items():
+        v = rec.get(key)
+        if v is not None and not _is(v, typ):
+            return False
+    for key in ("rank", "step", "round", "world_size"):
+        if isinstance(rec.get(key), int) and rec[key] < 0:
+            return False
+    return rec.get("kind") != "step" or (math.isfinite(rec["step_time_s"]) and rec["step_time_s"] >= 0)
+
+
+class MetricsTally:
+    """What the monitor shows, summed up record by record: memory bounded whatever the number of records."""
+
+    def __init__(self):
+        self.count = 0
+        self.start_time = None
+        self.last_step = 0
+        self.last_by_rank: dict[int, int] = {}
+        self.recent: deque = deque(maxlen=64)  # (step, step_time_s) of the newest step records
+        self.loss_rank = None
+        self.last_loss = None
+        self.losses_by_rank: dict[int, deque] = {}  # the history of the first MAX_HISTORY_RANKS ranks
+        self.step_times_rank0: deque = deque(maxlen=HISTORY)
+        self.world = 1
+        self.mem = 0
+        self.peak = 0
+        self.waits: dict[int, float] = {}
+        self.rounds = 0
+
+    def add(self, r: dict) -> None:
+        self.count += 1
+        kind = r["kind"]
+        if isinstance(r.get("world_size"), int):
+            self.world = max(self.world, r["world_size"])
+        if kind == "start" and self.start_time is None and _is(r.get("time"), _NUM):
+            self.start_time = r["time"]
+        elif kind == "step":
+            self.last_step = max(self.last_step, r["step"])
+            self.last_by_rank[r["rank"]] = r["step"]
+            self.recent.append((r["step"], r["step_time_s"]))
+            if r.get("loss") is not None:
+                self.loss_rank, self.last_loss = r["rank"], r["loss"]
+                if r["rank"] in self.losses_by_rank or len(self.losses_by_rank) < MAX_HISTORY_RANKS:
+                    self.losses_by_rank.setdefault(r["rank"], deque(maxlen=HISTORY)).append(r["loss"])
+            if r["rank"] == 0 and r["step_time_s"] > 0:
+                self.step_times_rank0.append(r["step_time_s"])
+            self.mem = max(self.mem, r.get("mem_model_state_bytes") or 0)
+            self.peak = max(self.peak, r.get("cuda_max_allocated_bytes") or 0)
+        elif kind == "outer":
+            self.waits[r["rank"]] = self.waits.get(r["rank"], 0.0) + (r.get("sync_wait_s") or 0.0)
+            self.rounds = max(self.rounds, r["round"])
+
+    @property
+    def losses(self) -> list:
+        """The loss history of the rank that logged a loss last."""
+        return list(self.losses_by_rank.get(self.loss_rank, ()))
+
+    def step_time(self) -> float | None:
+        recent = [t for s, t in self.recent if s > self.last_step - 5]
+        return sum(recent) / len(recent) if recent else None
+
+    @classmethod
+    def of(cls, records) -> MetricsTally:
+        t = cls()
+        for r in records:
+            if valid_record(r):
+                t.add(r)
+        return t
+
+
+class MetricsReader:
+    """Reads metrics.jsonl from where it stopped, in bounded chunks: complete lines that are well-formed records
+    go to `tally`; a partial last line waits for its end; anything else is counted in `skipped`."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.offset = 0
+        self.buffer = b""
+        self.skipped = 0
+        self.tally = MetricsTally()
+
+    def _lines(self, chunk: bytes):
+        data = self.buffer + chunk
+        lines = data.split(b"\n")
+        self.buffer = lines.pop()
+        if len(self.buffer) > MAX_LINE:  # no line is this long: garbage without a newline
+            self.skipped += 1
+            self.buffer = b""
+        return lines
+
+    def read(self, keep: int = 1000, on_record=None) -> list[dict]:
+        """Read what was appended; returns the newest `keep` new records (all of them go to the tally)."""
+        new: deque = deque(maxlen=keep)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return []
+        try:
+            import stat
+
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
+            if st.st_size < self.offset:  # the file was replaced or truncated: start again
+                self.offset, self.buffer = 0, b""
+            os.lseek(fd, self.offset, os.SEEK_SET)
+            while True:
+                chunk = os.read(fd, CHUNK)
+                if not chunk:
+                    break
+                self.offset += len(chunk)
+                for line in self._lines(chunk):
+                    if not line.strip():
+                        continue
+                    try:
+                        rec = json.loads(line)
+                    except (ValueError, RecursionError):  # truncated, garbage, or not UTF-8
+                        self.skipped += 1
+                        continue
+                    if not valid_record(rec):
+                        self.skipped += 1
+                        continue
+                    self.tally.add(rec)
+                    if on_record is not None:
+                        on_record(rec)
+                    new.append(rec)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return list(new)
+
+    def finish(self) -> None:
+        """At the end of a run: a last line without its newline is what a crash left half written."""
+        if self.buffer.strip():
+            self.skipped += 1
+            self.buffer = b""
+
+
+# ------------------------------------------------------------------------------------------------------- status.json
+
+STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
+# The type of every status field a reader uses; a field of another type is dropped (and counted).
+STATUS_TYPES = {"status": str, "reason": (str, type(None)), "label": str, "name": str, "run_dir": str,
+                "started": _NUM, "ended": _NUM, "duration_s": _NUM, "pid": int, "pid_started": _NUM,
+                "launcher_pid": int, "launcher_started": _NUM, "failed_rank": (int, type(None)),
+                "exit_code": (int, type(None)), "hung": bool, "oom": bool, "replan": (dict, type(None)),
+                "world_size": int, "node_rank": int, "returncode": (int, type(None)),
+                "last_log_lines": list, "hang_timeout_s": (_NUM, type(None))}
+
+
+def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
+    """(the JSON object in `path`, None) or (None, why it cannot be read): never raises."""
+    from paradvisor.errors import InputError
+    from paradvisor.safeio import parse_json, read_text
+
+    try:
+        doc = parse_json(read_text(path, what="JSON file", limit=limit), str(path))
+    except InputError as exc:
+        return None, exc.message
+    if not isinstance(doc, dict):
+        return None, f"{path.name} holds {type(doc).__name__}, not a JSON object"
+    return doc, None
+
+
+def _fits(value, typ) -> bool:
+    if isinstance(value, bool):  # True is an int to isinstance, not to a status reader
+        return typ is bool
+    return isinstance(value, typ)
+
+
+def read_status(path: Path) -> dict:
+    """status.json as a dict whose fields have the types in STATUS_TYPES; unreadable: status `unknown`."""
+    doc, why = read_json_object(path)
+    if doc is None:
+        return {"status": "unknown", "run_dir": str(path.parent), "reason": f"no readable status.json ({why})"}
+    out, dropped = {}, []
+    for key, value in doc.items():
+        typ = STATUS_TYPES.get(key)
+        if typ is not None and not _fits(value, typ) or isinstance(value, float) and not math.isfinite(value):
+            dropped.append(key)
+            continue
+        out[key] = value
+    if key_list := out.get("last_log_lines"):
+        out["last_log_lines"] = [str(x) for x in key_list[-200:]]
+    if out.get("status") not in STATUSES:
+        out["reason"] = f"status.json names no known status ({out.get('status')!r})"
+        out["status"] = "unknown"
+    if dropped:
+        out["unreadable_fields"] = dropped
+    return out
