@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
