@@ -60,6 +60,10 @@ def family_of(profile) -> str:
 
 def why_not(plan, family: str) -> str | None:
     """Why `paradvisor launch` cannot run `plan` for a model of `family`; None when it can."""
+    if plan.ep > 1:  # plan/space.ep_candidates; the estimates are in estimate/moe.py
+        from paradvisor.estimate.moe import EP_PLAN_ONLY
+
+        return EP_PLAN_ONLY
     if plan.precision not in LAUNCH_PRECISIONS:
         return (f"{plan.precision} training is plan only: the launcher trains in fp32 or bf16/fp16 autocast "
                 "(fp8 needs Transformer Engine or torchao float8)")
