@@ -129,7 +129,7 @@ def test_all_to_all_and_imbalance_only_with_expert_parallelism():
     share = mf.moe.routed_share
     assert 0.8 < share < 0.95
     assert e8.time["compute"] == pytest.approx(e1.time["compute"] * (1 + (moe.CAPACITY_FACTOR - 1) * share))
-    assert moe.ASSUMPTION in e8.notes and moe.ASSUMPTION in e1.notes and moe.EP_PLAN_ONLY in e8.notes
+    assert moe.ASSUMPTION in e8.notes and moe.ASSUMPTION in e1.notes
     # by hand: 4 all-to-alls per layer, 32 layers, each rank sends tokens·k·h·2 bytes·C over NVLink
     size = 4096 * 2 * 4096 * 2 * moe.CAPACITY_FACTOR
     nv = topo.segments[0].intra
@@ -168,29 +168,50 @@ def test_ep_candidates_divide_dp_and_the_experts():
 
 
 
-def test_ep_plans_are_plan_only_in_the_recommendation():
+def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
-    nodes; the capability table keeps it out of the ranking and lists it as plan only, with why."""
+    nodes. The launcher runs EP with replicated dense weights (EP x DDP), which does not fit Mixtral on
+    80 GB; EP x ZeRO-2 would, and the capability table keeps it out of the ranking as plan only, with why."""
     from paradvisor.plan.capability import why_not
 
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
     rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512))
-    assert rec.plans and all(e.plan.ep == 1 for e in rec.plans)
+    assert rec.plans and all(why_not(e.plan, "mixtral") is None for e in rec.plans)
     best = rec.plan_only[0]
-    assert best["label"] == "EP8 x ZeRO-2x64" and best["why"] == moe.EP_PLAN_ONLY
+    assert best["label"] == "EP8 x ZeRO-2x64" and "EP x FSDP/ZeRO is plan only" in best["why"]
     assert best["step_time_s"] < rec.plans[0].step_time
-    assert why_not(Plan(dp=64, ep=8), "mixtral") == moe.EP_PLAN_ONLY and why_not(Plan(dp=64), "mixtral") is None
+    assert why_not(Plan(dp=64, ep=8), "mixtral") is None and why_not(Plan(dp=64), "mixtral") is None
+    assert "no expert-parallel plan" in why_not(Plan(dp=64, ep=8), "llama")
+    assert "EP x TP/PP" in why_not(Plan(dp=32, tp=2, ep=8), "mixtral")
 
 
-def test_the_launcher_refuses_expert_parallel_presets():
+def test_a_small_moe_ranks_a_runnable_ep_plan():
+    """A MoE model small enough for replicated dense weights: EP x DDP plans are ranked (runnable), with
+    their all-to-all time in the breakdown."""
+    c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
+    rec = recommend(load_profile("olmoe-1b-7b"), c, Workload(model="olmoe-1b-7b", seq_len=2048, global_batch=512))
+    ep = [e for e in rec.plans if e.plan.ep > 1]
+    assert ep, [e.plan.label() for e in rec.plans[:10]]
+    assert all(e.plan.sharding == "none" and e.plan.tp == 1 and e.plan.pp == 1 for e in ep)
+    assert all(e.time.get("ep_all_to_all", 0) > 0 for e in ep)
+
+
+def test_the_launcher_refuses_expert_parallel_presets_it_cannot_run():
     from paradvisor.launch.preset import parse_preset
     from paradvisor.launch.runner import validate
 
-    preset = parse_preset({"workload": {"model": "gpt-mini", "global_batch": 8},
-                           "plan": {"dp": 2, "ep": 2, "sharding": "fsdp", "micro_batch": 4},
-                           "launch": {"nproc_per_node": 2}}, path="ep.toml")
-    with pytest.raises(InputError, match=r"expert parallelism \(EP\) is plan only"):
-        validate(preset)
+    def preset(model, plan, over=None):
+        return parse_preset({"workload": {"model": model, "global_batch": 8},
+                             "train": {"model_overrides": over or {}},
+                             "plan": {"dp": 2, "micro_batch": 4, **plan},
+                             "launch": {"nproc_per_node": 2}}, path="ep.toml")
+
+    with pytest.raises(InputError, match=r"no expert-parallel plan for 'mingpt'"):
+        validate(preset("gpt-mini", {"ep": 2}))
+    with pytest.raises(InputError, match=r"EP x FSDP/ZeRO is plan only"):
+        validate(preset("mixtral-8x7b", {"ep": 2, "sharding": "fsdp"}))
+    with pytest.raises(InputError, match=r"EP degree 2 does not divide mixtral-8x7b's 3 experts"):
+        validate(preset("mixtral-8x7b", {"ep": 2}, {"num_local_experts": 3}))
 
 
 def test_model_json_carries_the_moe_facts():
@@ -207,3 +228,15 @@ def test_dense_vs_moe_benchmark_prints_the_comparison():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "12.9B active" in out and "read as dense (before issue 15)" in out and "best EP plan" in out
+
+
+def test_ep_families_have_transformers_ep_plans():
+    """The capability table's EP families are the ones transformers ships an expert-parallel plan for
+    (fails when transformers drops one, or the table names a family it has no plan for)."""
+    import transformers
+
+    from paradvisor.plan.capability import EP_FAMILIES
+
+    for family in EP_FAMILIES:
+        plan = transformers.AutoConfig.for_model(family).base_model_ep_plan or {}
+        assert set(plan.values()) >= {"grouped_gemm", "ep_dispatch_experts"}, family

@@ -22,7 +22,6 @@ its even share of routed-expert work while the others wait for it.
 from __future__ import annotations
 
 CAPACITY_FACTOR = 1.25
-EP_PLAN_ONLY = "expert parallelism (EP) is plan only: the launcher does not run it yet"
 ASSUMPTION = (f"MoE: capacity factor {CAPACITY_FACTOR} assumed (an expert gets at most {CAPACITY_FACTOR}x its "
               "even share of tokens; with EP the busiest rank's expert work sets the pace)")
 

@@ -265,8 +265,6 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
     fits = need["total"] <= usable
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
-    if plan.ep > 1:
-        notes.append(moe.EP_PLAN_ONLY)
     if plan.offload != "none":
         per_node = need["cpu"] * topo.max_gpus_per_node
         notes.append(f"offload needs {per_node / 2**30:.0f} GiB of host RAM per node")
