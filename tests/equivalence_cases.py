@@ -67,6 +67,8 @@ SHAPES = {
     "offload (FSDP)": (_p(dp=2, sharding="fsdp", offload="optimizer+params", micro_batch=4), 2),
     "EP x DDP": (_p(dp=2, ep=2, micro_batch=4), 2),
     "EP2 x DDP4": (_p(dp=4, ep=2, micro_batch=2), 4),
+    "EP x FSDP": (_p(dp=2, ep=2, sharding="fsdp", micro_batch=2, grad_accum=2), 2),
+    "EP2 x FSDP4": (_p(dp=4, ep=2, sharding="fsdp", micro_batch=2), 4),
     "split-by-speed": (_p(dp=2, micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
     "split-by-speed ZeRO-2": (_p(dp=2, sharding="zero2", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
 }

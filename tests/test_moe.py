@@ -170,15 +170,16 @@ def test_ep_candidates_divide_dp_and_the_experts():
 
 def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
-    nodes. The launcher runs EP with replicated dense weights (EP x DDP), which does not fit Mixtral on
-    80 GB; EP x ZeRO-2 would, and the capability table keeps it out of the ranking as plan only, with why."""
+    nodes. The launcher runs EP x DDP and EP x FSDP; EP x ZeRO-2 needs DeepSpeed-MoE, and the capability
+    table keeps it out of the ranking as plan only, with why."""
     from paradvisor.plan.capability import why_not
 
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
     rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512))
     assert rec.plans and all(why_not(e.plan, "mixtral") is None for e in rec.plans)
     best = rec.plan_only[0]
-    assert best["label"] == "EP8 x ZeRO-2x64" and "EP x FSDP/ZeRO is plan only" in best["why"]
+    assert best["label"] == "EP8 x ZeRO-2x64" and "EP x ZeRO is plan only" in best["why"]
+    assert any(e.plan.ep > 1 and e.plan.sharding == "fsdp" for e in rec.plans)  # EP x FSDP is ranked
     assert best["step_time_s"] < rec.plans[0].step_time
     assert why_not(Plan(dp=64, ep=8), "mixtral") is None and why_not(Plan(dp=64), "mixtral") is None
     assert "no expert-parallel plan" in why_not(Plan(dp=64, ep=8), "llama")
@@ -186,13 +187,14 @@ def test_ep_plans_follow_the_capability_table_in_the_recommendation():
 
 
 def test_a_small_moe_ranks_a_runnable_ep_plan():
-    """A MoE model small enough for replicated dense weights: EP x DDP plans are ranked (runnable), with
-    their all-to-all time in the breakdown."""
+    """A MoE model small enough for replicated dense weights: EP x DDP and EP x FSDP plans are ranked
+    (runnable), with their all-to-all time in the breakdown."""
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
     rec = recommend(load_profile("olmoe-1b-7b"), c, Workload(model="olmoe-1b-7b", seq_len=2048, global_batch=512))
     ep = [e for e in rec.plans if e.plan.ep > 1]
     assert ep, [e.plan.label() for e in rec.plans[:10]]
-    assert all(e.plan.sharding == "none" and e.plan.tp == 1 and e.plan.pp == 1 for e in ep)
+    assert all(e.plan.sharding in ("none", "fsdp") and e.plan.tp == 1 and e.plan.pp == 1 for e in ep)
+    assert {e.plan.sharding for e in ep} == {"none", "fsdp"}
     assert all(e.time.get("ep_all_to_all", 0) > 0 for e in ep)
 
 
@@ -208,8 +210,9 @@ def test_the_launcher_refuses_expert_parallel_presets_it_cannot_run():
 
     with pytest.raises(InputError, match=r"no expert-parallel plan for 'mingpt'"):
         validate(preset("gpt-mini", {"ep": 2}))
-    with pytest.raises(InputError, match=r"EP x FSDP/ZeRO is plan only"):
-        validate(preset("mixtral-8x7b", {"ep": 2, "sharding": "fsdp"}))
+    with pytest.raises(InputError, match=r"EP x ZeRO is plan only"):
+        validate(preset("mixtral-8x7b", {"ep": 2, "sharding": "zero2"}))
+    validate(preset("mixtral-8x7b", {"ep": 2, "sharding": "fsdp"}))  # runs
     with pytest.raises(InputError, match=r"EP degree 2 does not divide mixtral-8x7b's 3 experts"):
         validate(preset("mixtral-8x7b", {"ep": 2}, {"num_local_experts": 3}))
 

@@ -105,9 +105,9 @@ def _why_not_ep(plan, family: str) -> str | None:
         return (f"no expert-parallel plan for {family!r} models (have: {', '.join(sorted(EP_FAMILIES))})")
     if plan.tp > 1 or plan.pp > 1:
         return "EP runs with data parallelism only here (EP x TP/PP is plan only: it needs torchtitan's MoE recipes)"
-    if plan.sharding != "none":
-        return ("EP runs with replicated dense weights here (EP x FSDP/ZeRO is plan only: its expert and dense "
-                "shards need separate FSDP meshes)")
+    if plan.sharding not in ("none", "fsdp"):
+        return ("EP runs with DDP or FSDP around it (EP x ZeRO is plan only: it needs DeepSpeed-MoE's "
+                "expert groups)")
     if plan.diloco or plan.split_by_speed or plan.offload != "none":
         return "EP runs without DiLoCo, split-by-speed batches or CPU offload"
     if plan.dp % plan.ep:
@@ -125,7 +125,7 @@ def table() -> list[dict]:
         {"shape": "ZeRO-1/2/3 (+ CPU offload)", "engine": "deepspeed", "families": dp},
         {"shape": "TP, TP x DDP, TP x FSDP", "engine": "torch", "families": ", ".join(sorted(TP_FAMILIES))},
         {"shape": "TP+SP (x DDP / FSDP)", "engine": "torch", "families": ", ".join(sorted(SP_FAMILIES))},
-        {"shape": "EP x DDP (experts sharded by expert, all-to-all dispatch)", "engine": "torch",
+        {"shape": "EP x DDP, EP x FSDP (experts sharded by expert, all-to-all dispatch)", "engine": "torch",
          "families": ", ".join(sorted(EP_FAMILIES))},
         {"shape": "PP (GPipe, 1F1B), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP", "engine": "torch",
          "families": ", ".join(sorted(PP_FAMILIES))},

@@ -12,7 +12,8 @@ parallelism around it ourselves:
   experts      E0E1  E2E3  E0E1  E2E3       and exchange tokens with all-to-all
   replica      ---- 0 ---  ---- 1 ---       the same expert shard on ranks of one "expert-DP" group
 
-Every rank trains on its own data shard (dp = world). Dense weights are replicated: their gradients
+EP x FSDP shards each experts module over its expert-DP group and the rest over all ranks
+(`apply_ep_fsdp`, torchtitan's layout). Every rank trains on its own data shard (dp = world). Dense weights are replicated: their gradients
 are averaged over all ranks, as DDP would. An expert shard's gradient arrives through the all-to-all
 already summed over its EP group's tokens, so it is summed over the expert-DP group and divided by the
 world size: the gradient of the mean loss over all ranks, as one process would compute it (proved by
@@ -26,19 +27,15 @@ import re
 import torch
 import torch.distributed as dist
 
-# The trainer's families whose transformers config carries a `base_model_ep_plan` (tested against
-# transformers in tests/test_equivalence.py); plan/capability.py holds the same list without torch.
-from paradvisor.plan.capability import EP_FAMILIES  # noqa: F401  (re-exported for the trainer)
-
 
 def ep_meshes(plan, device, world: int):
-    """(ep mesh, tp mesh of size 1, expert-DP group or None) on a (edp, ep, tp) mesh, ep fastest."""
+    """(edp mesh, ep mesh) on a (edp, ep) mesh, ep fastest, and a size-1 "tp" mesh: transformers'
+    dispatch asks which ranks share a batch (none do here, each rank reads its own data shard)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    ep = plan.ep
-    mesh = init_device_mesh(device.type, (world // ep, ep, 1), mesh_dim_names=("edp", "ep", "tp"))
-    edp = mesh["edp"].get_group() if world // ep > 1 else None
-    return mesh["ep"], mesh["tp"], edp
+    mesh = init_device_mesh(device.type, (world // plan.ep, plan.ep), mesh_dim_names=("edp", "ep"))
+    tp = init_device_mesh(device.type, (world, 1), mesh_dim_names=("rank", "tp"))["tp"]
+    return mesh["edp"], mesh["ep"], tp
 
 
 def expanded_plan(model) -> dict[str, str]:
@@ -58,15 +55,43 @@ def expanded_plan(model) -> dict[str, str]:
 
 
 def apply_ep(model, plan, device, world: int):
-    """Shard the experts of `model` over EP groups of `plan.ep` ranks; returns the expert-DP group."""
+    """Shard the experts of `model` over EP groups of `plan.ep` ranks. Returns (the expert-DP mesh, the
+    expert modules)."""
     from transformers.distributed.expert_parallel import apply_expert_parallelism
 
-    ep_mesh, tp_mesh, edp_group = ep_meshes(plan, device, world)
+    edp_mesh, ep_mesh, tp_mesh = ep_meshes(plan, device, world)
     experts = getattr(model.config, "num_local_experts", None) or getattr(model.config, "num_experts", None)
     if experts is not None and int(experts) % plan.ep:
         raise ValueError(f"{experts} experts cannot be split over ep = {plan.ep} ranks")
-    apply_expert_parallelism(model, ep_mesh, tp_mesh, expanded_plan(model))
-    return edp_group
+    ep_plan = expanded_plan(model)
+    apply_expert_parallelism(model, ep_mesh, tp_mesh, ep_plan)
+    modules = dict(model.named_modules())
+    return edp_mesh, [modules[n] for n, style in ep_plan.items() if style == "ep_dispatch_experts"]
+
+
+def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -> None:
+    """EP x FSDP, as torchtitan does it: each experts module fully sharded over its expert-DP ranks (the
+    ranks holding the same experts), the blocks and the root over all ranks. An expert gradient arrives
+    summed over its EP group's tokens; the reduce-scatter sums it over the expert-DP group, and dividing by
+    the world size gives the mean-loss gradient."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from paradvisor.train.models import blocks_of
+
+    kw = {}
+    if precision in ("bf16", "fp16"):
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
+                                               reduce_dtype=torch.float32)
+    for mod in expert_modules:
+        fully_shard(mod, mesh=edp_mesh, **kw)
+        mod.set_gradient_divide_factor(float(world))
+        if edp_mesh.get_group() is not None and dist.get_backend(edp_mesh.get_group()) == "gloo":
+            mod.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM: sum, then scale
+    dp_mesh = init_device_mesh(edp_mesh.device_type, (world,), mesh_dim_names=("dp",))
+    for blk in blocks_of(model):
+        fully_shard(blk, mesh=dp_mesh, **kw)
+    fully_shard(model, mesh=dp_mesh, **kw)
 
 
 def is_expert(p) -> bool:
@@ -75,7 +100,7 @@ def is_expert(p) -> bool:
     return isinstance(p, DTensor)
 
 
-def reduce_grads(params, world: int, edp_group) -> None:
+def reduce_grads(params, world: int, edp_mesh) -> None:
     """Dense gradients: averaged over all ranks. Expert shards (DTensors on the EP mesh): summed over
     the expert-DP group, divided by the world size."""
     from paradvisor.train.parallelize import average_grads
@@ -83,11 +108,8 @@ def reduce_grads(params, world: int, edp_group) -> None:
     dense = [p for p in params if p.grad is not None and not is_expert(p)]
     experts = [p.grad.to_local() for p in params if p.grad is not None and is_expert(p)]
     average_grads(dense, None, world)
+    edp_group = edp_mesh.get_group() if edp_mesh.size() > 1 else None
     for g in experts:
         if edp_group is not None:
             dist.all_reduce(g, group=edp_group)
         g.div_(world)
-
-
-def expert_params(model) -> list[torch.nn.Parameter]:
-    return [p for p in model.parameters() if is_expert(p)]

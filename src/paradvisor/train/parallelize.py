@@ -9,7 +9,8 @@
                       1F1B; each stage is TP'd on its tp group and FSDP'd (or its gradients averaged,
                       as DDP would) on its dp group
   EP (x DP)           transformers' `base_model_ep_plan`: experts sharded by expert, all-to-all token
-                      dispatch; dense gradients averaged over all ranks (train/experts.py)
+                      dispatch; dense gradients averaged over all ranks, or EP x FSDP: experts
+                      sharded over their expert-DP group, the rest over all ranks (train/experts.py)
   ZeRO-1/2/3          DeepSpeed engine (optional CPU offload), data parallel only
   checkpointing       activation checkpoint wrappers per block (selective: attention only)
 
@@ -205,7 +206,7 @@ class TorchEngine:
     def _sync_ctx(self, last: bool):
         if self.kind == "ddp" and not last:
             return self.model.no_sync()
-        if self.kind in ("fsdp", "tp+fsdp") and hasattr(self.model, "set_requires_gradient_sync"):
+        if self.kind in ("fsdp", "tp+fsdp", "ep+fsdp") and hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
@@ -414,12 +415,15 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         mesh = device_mesh(plan, device, world)
         return PipelineEngine(model, family, plan, train, device, layout, mesh), "pp"
     if plan.ep > 1:
-        from paradvisor.train.experts import apply_ep, reduce_grads
+        from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
 
-        edp_group = apply_ep(_unwrap(model), plan, device, world)
+        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world)
         apply_checkpointing(model, family, plan.checkpointing)
+        if plan.sharding == "fsdp":
+            apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
+            return TorchEngine(model, plan, train, device, kind="ep+fsdp", autocast=False, layout=layout), "ep+fsdp"
         return TorchEngine(model, plan, train, device, kind="ep", autocast=True, layout=layout,
-                           grad_reduce=lambda params: reduce_grads(params, world, edp_group)), "ep"
+                           grad_reduce=lambda params: reduce_grads(params, world, edp_mesh)), "ep"
     if plan.sharding.startswith("zero"):
         apply_checkpointing(model, family, plan.checkpointing)
         return DeepSpeedEngine(model, plan, train, device, world, layout), "deepspeed"
