@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.sshd import Sshd, free_port  # noqa: E402 (the same real sshd the tests start)
+from tests.sshd import Sshd, free_port  # the same real sshd the tests start
 
 
 def silent_listener() -> int:

@@ -72,7 +72,7 @@ def test_pytorchjob_is_valid_and_keeps_the_webhook_rules(cli, tmp_path, name):
 
     p = load_preset(REPO / "presets" / f"{name}.toml")
     out = export(cli, tmp_path, name, "pytorchjob", extra=("--image", "registry.example/team/pa:1"))
-    cm, job = yaml.safe_load_all((out / "pytorchjob.yaml").read_text())
+    _, job = yaml.safe_load_all((out / "pytorchjob.yaml").read_text())
     assert roundtrip_pytorchjob(job) == job
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
     assert DNS_1035.match(job["metadata"]["name"]) and len(job["metadata"]["name"]) <= 63

@@ -439,9 +439,11 @@ class SshLaunch:
                 first_failure = first_failure or now
                 root = min(failed, key=lambda n: (_score(n), n.ended or 0))
                 settled = all(n.ended is not None for n in self.nodes)
+                late = [n for n in self.nodes if n.state in ("starting", "running") and not n.pids]
+                if _score(root) == 1 and late:  # the rendezvous failed: blame the node that never came
+                    return self._never_joined(late, f"{root.label}: {root.reason}")
                 if _score(root) == 0 or settled or now - first_failure > PEER_GRACE_S:
-                    late = [n for n in self.nodes if n.state in ("starting", "running") and not n.pids]
-                    if _score(root) == 1 and late:  # the rendezvous failed: blame the node that never came
+                    if _score(root) == 1 and late:
                         return self._never_joined(late, f"{root.label}: {root.reason}")
                     self._stop_all(f"{root.label} failed")
                     return self._final("failed", **self._failure(root))
