@@ -91,6 +91,15 @@ def test_whole_flow(tmp_path):
             app.query_one("#preset-select").value = str(presets / "tiny-cpu-smoke.toml")
             await pilot.pause(0.2)
             app.query_one("#launch-preset").press()
+            # A confirmation first: the command and the predicted memory and time; nothing runs before "yes".
+            from paradvisor.tui.screens import ConfirmLaunchScreen
+
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            question = app.screen.text
+            assert "torch.distributed.run" in question and "predicted memory:" in question
+            assert "model states 1.78 MiB per rank" in question and "predicted time:" in question
+            assert app.run_dir is None
+            await pilot.press("enter")
             await until(pilot, lambda: app.run_dir is not None)
             assert app.run_dir is not None, str(app.query_one("#launch-msg").render())
             s = await wait_status(app, pilot, {"finished", "failed"})
@@ -102,6 +111,8 @@ def test_whole_flow(tmp_path):
             # A second, long run: stop it and see `cancelled`
             app.query_one("#preset-select").value = str(presets / "long-run.toml")
             app.action_launch_preset()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await pilot.press("y")
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (app.run_summary and app.run_summary["step"] >= 2
                                                        and app.run_dir != first):
@@ -212,6 +223,15 @@ def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
             plan = app.selected.plan
             assert plan.world_size == 2
             app.action_launch_plan()
+            from paradvisor.tui.screens import ConfirmLaunchScreen
+
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await pilot.press("escape")  # no: nothing starts
+            await until(pilot, lambda: not isinstance(app.screen, ConfirmLaunchScreen))
+            assert app.run_dir is None
+            app.action_launch_plan()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await pilot.press("y")
             await until(pilot, lambda: app.run_dir is not None)
             s = await wait_status(app, pilot, {"finished", "failed"})
             assert s["status"] == "finished", s

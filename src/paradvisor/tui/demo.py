@@ -25,6 +25,10 @@ def write_demo_run(run_dir: Path) -> Path:
     preset += ("\n[prediction]\nmemory_per_gpu_bytes = 2400000\nstep_time_s = 0.012\nsamples_per_s = 650.0\n"
                if "[prediction]" not in preset else "")
     (run_dir / "plan.toml").write_text(preset)
+    (run_dir / "prediction.json").write_text(json.dumps({  # what a launch writes (monitor/predict.py)
+        "schema": "paradvisor.prediction/1", "source": "preset", "runs_on": "cpu",
+        "note": "the preset's prediction, for the GPUs it was planned on", "memory_per_gpu_bytes": 2400000,
+        "step_time_s": 0.012, "samples_per_s": 650.0, "model_state_bytes": 2400000}))
     t0 = 1_700_000_000.0
     lines = [{"rank": r, "time": t0, "kind": "start", "world_size": 2} for r in (0, 1)]
     for step in range(1, 19):
