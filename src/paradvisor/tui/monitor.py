@@ -78,7 +78,7 @@ class MonitorPane(Vertical):
         # A legend needs room; in a small plot the title says which line is the prediction instead.
         roomy = w.size.height >= 10
         legend = roomy and (len(series) > 1 or predicted is not None)  # one line needs no legend
-        plt.title(title if roomy or predicted is None else f"{title} · orange: predicted")
+        plt.title(title if roomy or predicted is None else f"{title} (orange: predicted)")
         for label, xs, ys in series:
             if xs:
                 plt.plot(xs, ys, label=label if legend else None, marker="braille")
@@ -95,11 +95,11 @@ class MonitorPane(Vertical):
         self._plot("loss-plot", [("loss", [p[0] for p in loss], [p[1] for p in loss])], None, "loss")
         tp = s.get("throughput_points") or []
         self._plot("tput-plot", [("measured", [p[0] for p in tp], [p[1] for p in tp])], pred.get("samples_per_s"),
-                   "samples/s (slowest rank)")
+                   "samples/s")
         st = s.get("step_points") or []
         step_pred = pred.get("step_time_s")
         self._plot("step-plot", [("measured", [p[0] for p in st], [p[1] * 1e3 for p in st])],
-                   step_pred * 1e3 if step_pred else None, "step time (ms, slowest rank)")
+                   step_pred * 1e3 if step_pred else None, "step time (ms)")
         mem = s.get("memory_points") or []
         peak = any(p[2] for p in mem)
         series = [("model states", [p[0] for p in mem], [p[1] / MiB for p in mem])]
@@ -107,7 +107,7 @@ class MonitorPane(Vertical):
             series.append(("CUDA peak", [p[0] for p in mem], [p[2] / MiB for p in mem]))
         ref = pred.get("memory_per_gpu_bytes") if peak else pred.get("model_state_bytes")
         self._plot("mem-plot", series, ref / MiB if ref else None,
-                   "memory/GPU (MiB)" if peak else "model states/rank (MiB)")
+                   "memory/GPU MiB" if peak else "model states MiB")
 
     # ------------------------------------------------------------------------------------- the rest
     def show(self, s: dict, log_records: list[dict]) -> None:
@@ -216,8 +216,11 @@ def step_ticks(lo: float, hi: float, n: int = 5) -> list[int]:
         return [lo]
     every = max(1, -(-(hi - lo) // (n - 1)))
     ticks = list(range(lo, hi + 1, every))
-    if ticks[-1] != hi and hi - ticks[-1] > every // 2:
-        ticks.append(hi)
+    if ticks[-1] != hi:  # the last step always shows: the nearest tick makes room for it when close
+        if hi - ticks[-1] < every / 2 and len(ticks) > 1:
+            ticks[-1] = hi
+        else:
+            ticks.append(hi)
     return ticks
 
 

@@ -51,8 +51,8 @@ class ScrollingModal(ModalScreen):
     says how to scroll and that Esc closes it."""
 
     BINDINGS = [Binding("escape,q", "dismiss", "Close", key_display="esc"),
-                Binding("pagedown", "page(1)", "Scroll", key_display="↑↓ PgDn"),
-                Binding("pageup", "page(-1)", "Page up", show=False)]
+                Binding("pagedown", "page(1)", "Scroll", key_display="↑↓ PgDn", priority=True),
+                Binding("pageup", "page(-1)", "Page up", show=False, priority=True)]
     BOX_ID = "plan-detail"
 
     def __init__(self, markdown: str):
@@ -135,8 +135,13 @@ def launch_question(preset, runs_dir: str) -> str:
     lines.append("")
     mem = pred.get("memory_per_gpu_bytes")
     states = pred.get("model_state_bytes")
-    lines.append("predicted memory: " + (f"{fmt_bytes(mem)} per GPU" if mem else "—")
-                 + (f" (model states {fmt_bytes(states)} per rank)" if states else ""))
+    acts = (pred.get("memory_breakdown") or {}).get("activations")
+    if pred.get("runs_on") == "cpu" and pred.get("source") == "launch":  # no CUDA context or allocator on CPU
+        lines.append("predicted memory: " + (f"model states {fmt_bytes(states)}" if states else "—")
+                     + (f" + activations {fmt_bytes(acts)}" if acts else "") + " per process")
+    else:
+        lines.append("predicted memory: " + (f"{fmt_bytes(mem)} per GPU" if mem else "—")
+                     + (f" (model states {fmt_bytes(states)} per rank)" if states else ""))
     step = pred.get("step_time_s")
     lines.append("predicted time: " + (f"{fmt_seconds(step)} per step, {fmt_seconds(step * preset.train.steps)} "
                                        f"for {preset.train.steps} steps" if step else "—"))
