@@ -621,11 +621,12 @@ class ParadvisorApp(App):
 
     # -------------------------------------------------------------------------------------------- monitor
     def refresh_monitor(self) -> None:
+        from textual.app import ScreenStackError
         from textual.css.query import NoMatches
 
         try:
             self._refresh_monitor()
-        except NoMatches:  # the app is closing: its widgets are already gone
+        except (NoMatches, ScreenStackError):  # the app is closing: its widgets (or screens) are already gone
             pass
 
     def _refresh_monitor(self) -> None:
@@ -654,11 +655,12 @@ class ParadvisorApp(App):
         self.sampler.start()
 
     def on_sample(self, s: dict) -> None:
+        from textual.app import ScreenStackError
         from textual.css.query import NoMatches
 
         try:
             self._on_sample(s)
-        except NoMatches:
+        except (NoMatches, ScreenStackError):
             pass
 
     def _on_sample(self, s: dict) -> None:
