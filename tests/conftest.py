@@ -21,6 +21,8 @@ FUZZ_SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1
 
 # Plans in tests must not depend on a calibration someone ran on this machine.
 os.environ["PARADVISOR_CALIBRATION"] = "none"
+# ... nor on a user GPU catalogue (~/.config/paradvisor/gpus.toml); tests that want one set it.
+os.environ["PARADVISOR_GPUS"] = "none"
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "clusters"

@@ -146,6 +146,13 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
             raise InputError(f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
                              f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",
                              where=f"{where}: plan.grad_accum")
+    if plan.ep > 1:
+        experts = s.num_experts if s is not None and s.is_moe else 0
+        if not experts:
+            raise InputError(f"{prof.name} has no experts to split over EP ranks", where=f"{where}: plan.ep")
+        if experts % plan.ep:
+            raise InputError(f"EP degree {plan.ep} does not divide {prof.name}'s {experts} experts",
+                             where=f"{where}: plan.ep")
     if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
         raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
                          f"is not a multiple of it", where=f"{where}: workload.seq_len")
