@@ -248,3 +248,59 @@ def test_two_torchrun_nodes_train_together(tmp_path):
     assert {m["rank"] for m in starts} == {0, 1} and all(m["world_size"] == 2 for m in starts)
 
 
+
+
+# ---- issue 17: names, progress, one measurement, a prediction for every run ----------------------------------
+
+
+def test_a_preset_by_name_resolves_and_an_unknown_name_lists_the_names(tmp_path, cli):
+    proc = cli("launch", "--preset", "tiny-cpu-smoke", "--dry-run", cwd=str(tmp_path))  # not a path here
+    assert proc.returncode == 0, proc.stderr
+    assert "paradvisor.train" in proc.stdout
+    proc = cli("launch", "--preset", "no-such-preset", "--dry-run", cwd=str(tmp_path))
+    assert_one_line_error(proc, "no preset 'no-such-preset'", "tiny-cpu-smoke", "bert-imdb-ddp")
+
+
+def test_probe_batch_without_a_limit_and_without_a_gpu_is_a_clear_error(cli):
+    from paradvisor.commands.probe import gpu_memory
+
+    if gpu_memory() is not None:
+        pytest.skip("this machine has a GPU: its memory is the default limit")
+    proc = cli("probe-batch", "--preset", "bert-imdb-ddp")
+    assert_one_line_error(proc, "no GPU here", "--memory-limit")
+
+
+@pytest.mark.slow
+def test_launch_reports_progress_lines_then_predicted_vs_measured_and_quiet_prints_only_the_run_dir(tmp_path, cli):
+    """Not a terminal: line-oriented progress (no bar, no carriage returns), then the summary; monitor and
+    validate then read the same measured throughput off the run directory, and prediction.json is there."""
+    proc = cli("launch", "--preset", "tiny-cpu-smoke", "--runs-dir", str(tmp_path / "runs"), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    assert "\r" not in err and "\x1b" not in err
+    assert "step 0/10: waiting for the first step" in err or "step " in err
+    assert "predicted vs measured (computed at launch" in err
+    assert "model states/rank: predicted 1.78 MiB, measured 1.78 MiB (+0.0%)" in err, err
+    run_dir = proc.stdout.strip().splitlines()[-1]
+    pred = json.loads((tmp_path / "runs" / run_dir.rsplit("/", 1)[-1] / "prediction.json").read_text())
+    assert pred["schema"] == "paradvisor.prediction/1" and pred["source"] == "launch"
+    mon = json.loads(cli("monitor", run_dir, "--json").stdout)
+    val = json.loads(cli("validate", run_dir, "--json").stdout)
+    measured = {r["metric"]: r["measured"] for r in val["rows"]}
+    assert mon["samples_per_s"] == pytest.approx(measured["throughput (samples/s)"], rel=1e-12)
+    assert mon["step_time_s"] == pytest.approx(measured["step time (s)"], rel=1e-12)
+    assert f"samples/s: predicted —, measured {mon['samples_per_s']:.1f}" in err  # the summary: the same figure
+    quiet = cli("launch", "--preset", "tiny-cpu-smoke", "--runs-dir", str(tmp_path / "runs"), "--quiet", timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert len(quiet.stdout.splitlines()) == 1
+
+
+def test_measured_step_time_is_the_median_of_the_slowest_rank_per_step():
+    from paradvisor.runfiles import MetricsTally
+
+    recs = [{"kind": "step", "rank": r, "step": s, "step_time_s": t} for s, r, t in
+            [(1, 0, 9.0), (1, 1, 9.0), (2, 0, 5.0), (2, 1, 5.0), (3, 0, 0.010), (3, 1, 0.030), (4, 0, 0.020),
+             (4, 1, 0.011), (5, 0, 0.012), (5, 1, 0.013)]]
+    t = MetricsTally.of(recs)
+    assert t.measured_step_time() == pytest.approx(0.020)  # median of 0.030, 0.020, 0.013: warm-up left out
+    assert t.step_points()[:2] == [(1, 9.0), (2, 5.0)]

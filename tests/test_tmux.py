@@ -1,5 +1,6 @@
-"""Drive the real `paradvisor` binary in tmux, as a person would: look at the plans, launch the tiny
-CPU preset from the keyboard, and read `finished` off the screen."""
+"""Drive the real `paradvisor` binary in tmux, as a person would, in the smallest terminal it is made
+for (80x24): look at the plans (step time and throughput on screen), launch the tiny CPU preset from
+the keyboard (answering the confirmation), and read `finished` off the screen."""
 
 from __future__ import annotations
 
@@ -40,26 +41,33 @@ def test_recommend_and_launch_round_in_tmux(tmp_path):
     assert shutil.which("tmux"), ".ci/run installs tmux"
     session = f"pa-{uuid.uuid4().hex[:8]}"
     exe = shutil.which("paradvisor") or f"{sys.executable} -m paradvisor"
-    # pytest exports COLUMNS/LINES; the app would believe them instead of the tmux window.
-    cmd = (f"unset COLUMNS LINES; cd {REPO} && {exe} --cluster {EXAMPLES / 'paper000-two-servers.toml'} --runs-dir {tmp_path / 'runs'}"
-           f" ; sleep 30")
-    tmux("new-session", "-d", "-s", session, "-x", "130", "-y", "40", cmd)
-    tmux("resize-window", "-t", session, "-x", "130", "-y", "40")
+    # pytest exports COLUMNS/LINES; the app would believe them instead of the tmux window. PYTHONPATH: this
+    # checkout's code, whichever checkout the installed binary was installed from.
+    cmd = (f"unset COLUMNS LINES; cd {REPO} && PYTHONPATH={REPO / 'src'} {exe} --cluster "
+           f"{EXAMPLES / 'paper000-two-servers.toml'} --runs-dir {tmp_path / 'runs'} ; sleep 30")
+    tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd)
+    tmux("resize-window", "-t", session, "-x", "80", "-y", "24")
     try:
         wait_for(session, "paper000-two-servers")
         tmux("send-keys", "-t", session, "2")
-        wait_for(session, "mb x acc")
+        wait_for(session, "samples/s")
         deadline = time.monotonic() + 120  # the rows arrive from the ranking worker after the header
         out = screen(session)
         while not any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")) and time.monotonic() < deadline:
             time.sleep(0.5)
             out = screen(session)
         assert any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")), out  # ranked plans on screen
+        assert "step" in out and "samples/s" in out and " ms " in out, out  # 80 columns: still visible
+        assert "seq 512 (model context)" in out and "Help" in out and "Quit" in out, out
         tmux("send-keys", "-t", session, "3")
         wait_for(session, "tiny-cpu-smoke")
         tmux("send-keys", "-t", session, "L")
+        out = wait_for(session, "Start tiny-cpu-smoke?")
+        assert "torch.distributed.run" in out and "predicted memory" in out, out
+        tmux("send-keys", "-t", session, "y")
         out = wait_for(session, "finished", timeout=180)
         assert "tiny-cpu-smoke" in out and "step 10/10" in out
+        assert "predicted vs measured" in out and "samples/s" in out, out
         tmux("send-keys", "-t", session, "q")
         time.sleep(1.0)
         runs = list((tmp_path / "runs").iterdir())

@@ -91,6 +91,15 @@ def test_whole_flow(tmp_path):
             app.query_one("#preset-select").value = str(presets / "tiny-cpu-smoke.toml")
             await pilot.pause(0.2)
             app.query_one("#launch-preset").press()
+            # A confirmation first: the command and the predicted memory and time; nothing runs before "yes".
+            from paradvisor.tui.screens import ConfirmLaunchScreen
+
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            question = app.screen.text
+            assert "torch.distributed.run" in question and "predicted memory:" in question
+            assert "model states 1.78 MiB + activations" in question and "predicted time:" in question
+            assert app.run_dir is None
+            await pilot.press("enter")
             await until(pilot, lambda: app.run_dir is not None)
             assert app.run_dir is not None, str(app.query_one("#launch-msg").render())
             s = await wait_status(app, pilot, {"finished", "failed"})
@@ -102,6 +111,8 @@ def test_whole_flow(tmp_path):
             # A second, long run: stop it and see `cancelled`
             app.query_one("#preset-select").value = str(presets / "long-run.toml")
             app.action_launch_preset()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await pilot.press("y")
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (app.run_summary and app.run_summary["step"] >= 2
                                                        and app.run_dir != first):
@@ -212,9 +223,147 @@ def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
             plan = app.selected.plan
             assert plan.world_size == 2
             app.action_launch_plan()
+            from paradvisor.tui.screens import ConfirmLaunchScreen
+
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await pilot.press("escape")  # no: nothing starts
+            await until(pilot, lambda: not isinstance(app.screen, ConfirmLaunchScreen))
+            assert app.run_dir is None
+            app.action_launch_plan()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await pilot.press("y")
             await until(pilot, lambda: app.run_dir is not None)
             s = await wait_status(app, pilot, {"finished", "failed"})
             assert s["status"] == "finished", s
             assert app.launch.preset.plan == plan
+
+    asyncio.run(flow())
+
+
+def _footer_keys(app) -> list[str]:
+    from textual.widgets._footer import FooterKey
+
+    return [k.key_display or k.key for k in app.screen.query(FooterKey)]
+
+
+def test_small_terminal_shows_the_workload_the_columns_and_the_keys(tmp_path):
+    """At 80x24: the workload in force as values with their sources, step time and throughput in the
+    table, a marker on plans a rule moved, Help and Quit in the footer; digits go into a focused box,
+    Esc leaves it, F-keys switch tabs from anywhere; i opens the not-fitting list with an Esc hint."""
+    from paradvisor.tui.screens import PlanDetailScreen
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("2")  # nothing typable has focus at start: the digit switches tabs
+            await until(pilot, lambda: app.rec is not None)
+            assert app.query_one("#tabs").active == "plans"
+            table = app.query_one("#plans-table")
+            labels = [str(c.label) for c in table.columns.values()]
+            assert labels == ["#", "plan", "GiB/GPU", "step", "samples/s"]
+            assert sum(c.get_render_width(table) for c in table.columns.values()) <= 80
+            work = str(app.query_one("#workload").render())
+            assert "seq 512 (model context)" in work and "batch 48 (8/GPU x 6 GPUs)" in work, work
+            assert "fp16 (auto)" in work
+            # a plan moved by a rule carries a marker, and its explanation says from where
+            moved = app.moved_by_rules()
+            assert moved, "000's bert plans have rules that reorder (split-by-speed)"
+            marks = {str(table.get_row_at(i)[1]): str(table.get_row_at(i)[0]) for i in range(table.row_count)}
+            for label, (frm, _) in moved.items():
+                if label in marks:
+                    rank = int(marks[label].rstrip("▲▼"))
+                    assert marks[label].endswith("▲" if frm > rank else "▼"), (label, frm, marks[label])
+            keys = _footer_keys(app)
+            assert "?" in keys and "q" in keys, keys
+            # digits typed into a focused box stay there; Esc leaves the box; then digits switch tabs again
+            app.query_one("#seq-len").focus()
+            await pilot.press("2", "5", "6")
+            await settle(app, pilot)
+            assert app.query_one("#tabs").active == "plans" and app.query_one("#seq-len").value == "256"
+            assert "esc" in _footer_keys(app)
+            await until(pilot, lambda: app.rec.workload.seq_len == 256)
+            assert "seq 256 (typed)" in str(app.query_one("#workload").render())
+            await pilot.press("escape")
+            assert app.focused is table
+            await pilot.press("3")
+            assert app.query_one("#tabs").active == "launch"
+            app.query_one("#preset-name").focus()
+            await pilot.press("f2")  # F-keys switch tabs even from inside a box
+            assert app.query_one("#tabs").active == "plans"
+            await pilot.press("i")
+            await until(pilot, lambda: isinstance(app.screen, PlanDetailScreen))
+            assert "Does not fit" in app.screen.markdown
+            assert "esc" in _footer_keys(app) and any("PgDn" in k for k in _footer_keys(app))
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, PlanDetailScreen))
+
+    asyncio.run(flow())
+
+
+def test_monitor_at_80x24_has_plots_rank_rows_and_a_full_height_log(tmp_path):
+    from paradvisor.tui.demo import write_demo_run
+
+    run = write_demo_run(tmp_path / "run")
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False, open_run=str(run))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("4")
+            await until(pilot, lambda: app.run_summary is not None)
+            app.refresh_monitor()
+            await pilot.pause(0.2)
+            s = app.run_summary
+            # one measured step time: the median over steps of the slowest rank (warm-up steps 1-2 left out)
+            assert s["step_points"][0][0] == 1 and len(s["step_points"]) == 18
+            assert s["samples_per_s"] == pytest.approx(8 / 0.012)
+            compare = str(app.query_one("#run-compare").render())
+            assert "step time" in compare and "pred. 12.0 ms" in compare and "samples/s" in compare
+            plot = app.query_one("#tput-plot")
+            drawn = str(plot.render())
+            assert "samples/s" in drawn and "18" in drawn  # title and the last step on the x axis
+            await pilot.press("v")
+            rows = app.query_one("#rank-table")
+            assert rows.row_count == 2
+            assert [str(rows.get_row_at(i)[1]) for i in range(2)] == ["slow", "fast"]
+            assert str(rows.get_row_at(0)[2]) == "12/12" and str(rows.get_row_at(0)[5]) == "0.14 s"
+            await pilot.press("v")
+            log = app.query_one("#run-log")
+            assert log.size.height >= 10 and log.line_count > log.size.height  # it fills the view, and scrolls
+
+    asyncio.run(flow())
+
+
+def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
+    """A real run launched from the TUI (no confirmation: confirm=False): its ranks' rows carry CPU and
+    resident memory read from their processes, and the prediction computed at launch is in the run dir."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    long = (REPO / "presets" / "tiny-cpu-smoke.toml").read_text().replace("steps = 10", "steps = 100000")
+    (presets / "long.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long"'))
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), live=True,
+                            sample_interval=0.3, confirm=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            app.query_one("#preset-select").value = str(presets / "long.toml")
+            app.action_launch_preset()
+            await until(pilot, lambda: app.run_summary is not None and app.run_summary["step"] >= 3, timeout=120)
+            pane = app.query_one("#monitor-pane")
+            await until(pilot, lambda: len(pane.readings) == 2 and all(r.get("cpu_pct") is not None
+                                                                       for r in pane.readings.values()), timeout=30)
+            table = app.query_one("#rank-table")
+            assert table.row_count == 2
+            for i in range(2):
+                row = [str(c) for c in table.get_row_at(i)]
+                assert row[6].endswith("%") and "MiB" in row[7], row
+            pred = json.loads((app.run_dir / "prediction.json").read_text())
+            assert pred["source"] == "launch" and pred["model_state_bytes"] > 0
+            assert app.run_summary["eta_s"] is not None and app.run_summary["eta_s"] > 0
+            await pilot.press("s")
+            s = await wait_status(app, pilot, {"cancelled", "failed", "finished"})
+            assert s["status"] == "cancelled"
 
     asyncio.run(flow())

@@ -1,14 +1,15 @@
-"""SVG snapshots of every screen (pytest-textual-snapshot), from the deterministic scenes in
-paradvisor.tui.demo. Regenerate after a deliberate UI change with
-`pytest tests/test_tui_snapshots.py --snapshot-update` (and `python scripts/screenshots.py`)."""
+"""SVG snapshots of every screen at 80x24 and 120x40 (pytest-textual-snapshot), from the deterministic
+scenes in paradvisor.tui.demo. Regenerate after a deliberate UI change with
+`pytest tests/test_tui_snapshots.py --snapshot-update`, and look at the SVGs."""
 
 import pytest
 
-from paradvisor.tui.demo import SCENES, SIZE, scene_app, settle
+from paradvisor.tui.demo import SCENES, SIZES, scene_app, settle
 
 
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("scene", SCENES)
-def test_screen_snapshot(scene, snap_compare, tmp_path):
+def test_screen_snapshot(scene, size, snap_compare, tmp_path):
     app, keys = scene_app(scene, tmp_path)
 
     async def run_before(pilot):
@@ -17,4 +18,4 @@ def test_screen_snapshot(scene, snap_compare, tmp_path):
             await pilot.press(k)
             await settle(app, pilot)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -89,14 +89,14 @@ def emit_error(message: str, where: str | None, exit_code: int) -> None:
     emit_json({"schema": ERROR_SCHEMA, "error": message, "where": where, "exit_code": exit_code})
 
 
-def console():
+def console(stderr: bool = False):
     from rich.console import Console
 
     class CleanConsole(Console):
         def render_str(self, text: str, **kw):
             return super().render_str(clean(text), **kw)
 
-    return CleanConsole(file=raw_stream(sys.stdout), highlight=False, soft_wrap=False)
+    return CleanConsole(file=raw_stream(sys.stderr if stderr else sys.stdout), highlight=False, soft_wrap=False)
 
 
 def table(title: str | None = None, *columns: str, **kw):

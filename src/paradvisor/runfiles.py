@@ -20,8 +20,11 @@ from paradvisor.limits import MAX_FILE_BYTES
 
 CHUNK = 1 << 20  # bytes read from metrics.jsonl at a time
 MAX_LINE = 1 << 20  # a metrics line longer than this is garbage (a real one is a few hundred bytes)
-HISTORY = 200  # points kept for the loss and throughput sparklines
+HISTORY = 200  # points kept for the loss, throughput, step-time and memory plots
 MAX_HISTORY_RANKS = 256  # ranks whose loss history is kept
+MEASURE_STEPS = 256  # the measured step time is the median over (at most) this many newest steps ...
+WARMUP_STEPS = 2  # ... after the first steps (start-up: allocator, autotuning, first collectives)
+MAX_RANK_ROWS = 1024  # ranks whose own row (progress, sync wait, node) is kept
 
 _NUM = (int, float)
 # What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
@@ -56,19 +59,35 @@ def valid_record(rec) -> bool:
     return rec.get("kind") != "step" or (math.isfinite(rec["step_time_s"]) and rec["step_time_s"] >= 0)
 
 
+def median(values) -> float | None:
+    v = sorted(values)
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
 class MetricsTally:
-    """What the monitor shows, summed up record by record: memory bounded whatever the number of records."""
+    """What the monitor shows, summed up record by record: memory bounded whatever the number of records.
+
+    The one definition of a run's measured step time, shared by `monitor`, `validate`, `launch` and the TUI
+    (`measured_step_time`): a synchronous step ends when its slowest rank ends, so each step counts with the
+    slowest rank's time; the measurement is the median of that over the newest MEASURE_STEPS steps, the
+    first WARMUP_STEPS left out while later steps exist. Measured throughput is the global batch over it."""
 
     def __init__(self):
         self.count = 0
         self.start_time = None
         self.last_step = 0
         self.last_by_rank: dict[int, int] = {}
-        self.recent: deque = deque(maxlen=64)  # (step, step_time_s) of the newest step records
         self.loss_rank = None
         self.last_loss = None
         self.losses_by_rank: dict[int, deque] = {}  # the history of the first MAX_HISTORY_RANKS ranks
+        self.loss_steps_by_rank: dict[int, deque] = {}  # the same, as (step, loss)
         self.step_times_rank0: deque = deque(maxlen=HISTORY)
+        self.slowest: dict[int, float] = {}  # step -> the slowest rank's step time (newest MEASURE_STEPS steps)
+        self.mem_by_step: dict[int, tuple[float, float]] = {}  # step -> (model states, CUDA peak), max over ranks
+        self.ranks: dict[int, dict] = {}  # rank -> its row: step, step time, loss, sync wait, node, memory
         self.world = 1
         self.mem = 0
         self.peak = 0
@@ -89,27 +108,83 @@ class MetricsTally:
         elif kind == "step":
             self.last_step = max(self.last_step, r["step"])
             self.last_by_rank[r["rank"]] = r["step"]
-            self.recent.append((r["step"], r["step_time_s"]))
             if r.get("loss") is not None:
                 self.loss_rank, self.last_loss = r["rank"], r["loss"]
                 if r["rank"] in self.losses_by_rank or len(self.losses_by_rank) < MAX_HISTORY_RANKS:
                     self.losses_by_rank.setdefault(r["rank"], deque(maxlen=HISTORY)).append(r["loss"])
+                    self.loss_steps_by_rank.setdefault(r["rank"], deque(maxlen=HISTORY)).append((r["step"], r["loss"]))
             if r["rank"] == 0 and r["step_time_s"] > 0:
                 self.step_times_rank0.append(r["step_time_s"])
             self.mem = max(self.mem, r.get("mem_model_state_bytes") or 0)
             self.peak = max(self.peak, r.get("cuda_max_allocated_bytes") or 0)
+            step, dt = r["step"], r["step_time_s"]
+            if step in self.slowest or not self.slowest or step > min(self.slowest):
+                self.slowest[step] = max(self.slowest.get(step, 0.0), dt)
+                if len(self.slowest) > MEASURE_STEPS:
+                    del self.slowest[min(self.slowest)]
+            m = self.mem_by_step.get(step, (0.0, 0.0))
+            self.mem_by_step[step] = (max(m[0], r.get("mem_model_state_bytes") or 0),
+                                      max(m[1], r.get("cuda_max_allocated_bytes") or 0))
+            if len(self.mem_by_step) > HISTORY:
+                del self.mem_by_step[min(self.mem_by_step)]
+            row = self._row(r)
+            if row is not None:
+                row.update(step=max(row["step"], step), step_time_s=dt, time=r.get("time"))
+                if r.get("loss") is not None:
+                    row["loss"] = r["loss"]
+                row["mem_bytes"] = max(row["mem_bytes"], r.get("mem_model_state_bytes") or 0)
+                row["peak_bytes"] = max(row["peak_bytes"], r.get("cuda_max_allocated_bytes") or 0)
         elif kind == "outer":
             self.waits[r["rank"]] = self.waits.get(r["rank"], 0.0) + (r.get("sync_wait_s") or 0.0)
             self.rounds = max(self.rounds, r["round"])
+            row = self._row(r)
+            if row is not None:
+                row["sync_wait_s"] += r.get("sync_wait_s") or 0.0
+                row["round"] = max(row["round"], r["round"])
+        if kind == "start":
+            self._row(r)
+
+    def _row(self, r: dict) -> dict | None:
+        """The row of the record's rank (created on first sight; None past MAX_RANK_ROWS ranks)."""
+        rank = r.get("rank")
+        if not _is(rank, int):
+            return None
+        row = self.ranks.get(rank)
+        if row is None:
+            if len(self.ranks) >= MAX_RANK_ROWS:
+                return None
+            row = self.ranks[rank] = {"rank": rank, "node": None, "step": 0, "step_time_s": None, "loss": None,
+                                      "sync_wait_s": 0.0, "round": 0, "mem_bytes": 0, "peak_bytes": 0, "time": None}
+        node = r.get("node")
+        if isinstance(node, (str, int)) and not isinstance(node, bool):
+            row["node"] = str(node)[:64]
+        return row
 
     @property
     def losses(self) -> list:
         """The loss history of the rank that logged a loss last."""
         return list(self.losses_by_rank.get(self.loss_rank, ()))
 
+    @property
+    def loss_points(self) -> list[tuple[int, float]]:
+        """(step, loss) of the rank that logged a loss last (finite values only)."""
+        return [(s, x) for s, x in self.loss_steps_by_rank.get(self.loss_rank, ()) if math.isfinite(x)]
+
+    def measured_step_time(self) -> float | None:
+        """See the class: the median over steps of the slowest rank's step time, warm-up steps left out."""
+        later = [t for s, t in self.slowest.items() if s > WARMUP_STEPS]
+        return median(later or list(self.slowest.values()))
+
     def step_time(self) -> float | None:
-        recent = [t for s, t in self.recent if s > self.last_step - 5]
-        return sum(recent) / len(recent) if recent else None
+        return self.measured_step_time()
+
+    def step_points(self) -> list[tuple[int, float]]:
+        """(step, the slowest rank's step time) for the newest HISTORY steps, in step order."""
+        return sorted(self.slowest.items())[-HISTORY:]
+
+    def memory_points(self) -> list[tuple[int, float, float]]:
+        """(step, model-state bytes, CUDA peak bytes), max over ranks, in step order."""
+        return [(s, a, b) for s, (a, b) in sorted(self.mem_by_step.items())]
 
     @classmethod
     def of(cls, records) -> MetricsTally:

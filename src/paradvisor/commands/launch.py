@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.units import fmt_seconds
 
 
 def add_parser(sub) -> None:
@@ -19,12 +20,14 @@ def add_parser(sub) -> None:
                        description="Builds the exact torchrun argv (DeepSpeed engine for ZeRO plans), starts it in "
                                    "its own process group, records plan, command, per-rank logs, metrics and status "
                                    "in a run directory. Exit code: 0 finished, 1 failed or cancelled, 2 bad input.")
-    p.add_argument("--preset", metavar="FILE", help="preset TOML (presets/*.toml)")
+    p.add_argument("--preset", metavar="NAME|FILE", help="a preset: a name from presets/ (tiny-cpu-smoke) or a TOML file")
     add_workload_args(p, model_required=False)
     p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")
     p.add_argument("--dry-run", action="store_true", help="print the command and stop")
     p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default runs/)")
     p.add_argument("--run-dir", metavar="DIR", help="use this run directory (multi-node: the same on every node)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress and no summary: only the run directory on stdout (errors still on stderr)")
     o = p.add_argument_group("overrides (flags win over the preset)")
     o.add_argument("--steps", type=int)
     o.add_argument("--lr", type=float)
@@ -68,7 +71,9 @@ def preset_from_args(args):
     if args.preset:
         if args.model:
             raise InputError("give either --preset or --model, not both")
-        return load_preset(args.preset)
+        from paradvisor.launch.preset import resolve_preset
+
+        return load_preset(resolve_preset(args.preset))
     if not args.model:
         raise InputError("give --preset FILE, or --model with machines to launch the top recommendation")
     from paradvisor.commands.recommend import compute
@@ -164,14 +169,24 @@ def run(args) -> int:
                                        run_dir=Path(args.run_dir) if args.run_dir else None)
     launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None,
                           ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout)
-    sys.stderr.write(f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n")
-    doc = runner.run_blocking(launch)
+    quiet = getattr(args, "quiet", False)
+    if not quiet:
+        sys.stderr.write(f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n")
+    watch = None if quiet else LiveProgress(launch)
+    try:
+        doc = runner.run_blocking(launch, watch=watch)
+    finally:
+        if watch is not None:
+            watch.close()
     from paradvisor.monitor.follow import failure_text
 
     line = f"{doc['status']}: {launch.run_dir}"
     if failure_text(doc):
         line += f" — {failure_text(doc)}"
-    sys.stderr.write(line + "\n")
+    if not quiet or doc["status"] != "finished":
+        sys.stderr.write(line + "\n")
+    if not quiet:
+        watch.summary()
     if doc.get("oom") and doc.get("replan"):
         r = doc["replan"]
         sys.stderr.write(f"out of memory; the next plan that fits: {r['label']} ({r['change']}), predicted "
@@ -196,3 +211,94 @@ def dry_run_ssh(preset, args) -> int:
     sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
                      f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n")
     return 0
+
+
+class LiveProgress:
+    """What `launch` shows while a run goes, from its run directory (monitor.follow): in a terminal a rich
+    progress bar with step, loss, throughput and ETA; elsewhere (a pipe, a log file) one plain line at
+    most every LINE_EVERY_S seconds, when the step moved. `summary()` prints predicted vs measured."""
+
+    LINE_EVERY_S = 5.0
+
+    def __init__(self, launch):
+        from paradvisor.monitor.follow import MetricsFollower
+
+        self.launch = launch
+        self.follower = MetricsFollower(launch.run_dir)
+        self.tty = sys.stderr.isatty()
+        self.bar = self.task = None
+        self.last_line = 0.0
+        self.last_step = -1
+        self.s = None
+
+    def current(self) -> dict:
+        from paradvisor.monitor.follow import summarize
+
+        self.follower.poll(keep=0)
+        self.s = summarize(self.launch.run_dir, self.follower.records, skipped=self.follower.skipped)
+        return self.s
+
+    def __call__(self) -> None:
+        import time
+
+        s = self.current()
+        if self.tty:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from paradvisor.output import console, esc
+
+            if self.bar is None:
+                self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                    console=console(stderr=True), transient=False)
+                self.bar.start()
+                self.task = self.bar.add_task(esc(s["name"]), total=s["total_steps"] or None, info="starting")
+            self.bar.update(self.task, completed=s["step"], info=esc(progress_text(s)))
+        elif s["step"] != self.last_step and time.monotonic() - self.last_line >= self.LINE_EVERY_S:
+            self.last_line, self.last_step = time.monotonic(), s["step"]
+            sys.stderr.write(f"step {s['step']}/{s['total_steps'] or '?'}: {progress_text(s)}\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            if self.s is not None:
+                s = self.current()
+                self.bar.update(self.task, completed=s["step"], info=progress_text(s))
+            self.bar.stop()
+
+    def summary(self) -> None:
+        from paradvisor.monitor.follow import compare_rows, prediction_note
+
+        self.follower.reader.finish()
+        s = self.current()
+        rows = compare_rows(s)
+        head = f"{s['name']}: {s['step']}/{s['total_steps'] or '?'} steps in {fmt_seconds(s['elapsed_s'])}"
+        if s["loss"] is not None:
+            head += f", final loss {s['loss']:.4f}"
+        sys.stderr.write(head + "\n")
+        if not rows:
+            return
+        if self.tty:
+            from paradvisor.output import console, table
+
+            t = table(f"predicted vs measured ({prediction_note(s)})", "metric", "predicted", "measured", "error")
+            for r in rows:
+                t.add_row(r["metric"], r["predicted"] or "—", r["measured"] or "—", r["error"])
+            console(stderr=True).print(t)
+        else:
+            sys.stderr.write(f"predicted vs measured ({prediction_note(s)}):\n")
+            for r in rows:
+                sys.stderr.write(f"  {r['metric']}: predicted {r['predicted'] or '—'}, measured {r['measured'] or '—'}"
+                                 + (f" ({r['error']})" if r["error"] else "") + "\n")
+
+
+def progress_text(s: dict) -> str:
+    """'loss 3.2733, 608.9 samples/s, ETA 4.1 s' (what is known so far)."""
+    parts = []
+    if s["loss"] is not None:
+        parts.append(f"loss {s['loss']:.4f}")
+    if s["samples_per_s"]:
+        parts.append(f"{s['samples_per_s']:.1f} samples/s")
+    if s["eta_s"] is not None:
+        parts.append(f"ETA {fmt_seconds(s['eta_s'])}")
+    return ", ".join(parts) or "waiting for the first step"

@@ -16,8 +16,10 @@ from paradvisor.errors import InputError
 
 def add_parser(sub) -> None:
     p = sub.add_parser("probe-batch", help="largest micro-batch that fits, by real trial steps (doubling, bisecting)")
-    p.add_argument("--preset", required=True, metavar="FILE")
-    p.add_argument("--memory-limit", metavar="SIZE", help="per-process cap, e.g. '1 GiB' (default: the preset's)")
+    p.add_argument("--preset", required=True, metavar="NAME|FILE", help="a preset name from presets/ or a TOML file")
+    p.add_argument("--memory-limit", metavar="SIZE",
+                   help="per-process cap on CPU, e.g. '1 GiB' (default: the preset's launch.memory_limit; on a GPU, "
+                        "the GPU's own memory)")
     p.add_argument("--max", type=int, default=1024, help="largest micro-batch to try (default 1024)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
@@ -65,21 +67,46 @@ def predicted_max(preset, limit_bytes: int, cap: int) -> int:
     return best
 
 
-def run(args) -> int:
-    from paradvisor.launch.preset import load_preset
-    from paradvisor.units import parse_size
-
-    preset = load_preset(args.preset)
-    limit = args.memory_limit or preset.launch.memory_limit
-    if not limit:
-        raise InputError("give --memory-limit (e.g. '1 GiB') or launch.memory_limit in the preset")
+def gpu_memory() -> tuple[str, int] | None:
+    """(name, total bytes) of this machine's first GPU through NVML, or None without one."""
     try:
-        limit_bytes = int(parse_size(limit))
-    except ValueError as exc:
-        raise InputError(str(exc), where="--memory-limit") from None
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(h)
+            return (name.decode() if isinstance(name, bytes) else str(name)), int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def run(args) -> int:
+    from paradvisor.launch.preset import load_preset, resolve_preset
+    from paradvisor.units import fmt_bytes, parse_size
+
+    preset = load_preset(resolve_preset(args.preset))
+    limit = args.memory_limit or preset.launch.memory_limit
+    if limit:
+        try:
+            limit_bytes = int(parse_size(limit))
+        except ValueError as exc:
+            raise InputError(str(exc), where="--memory-limit") from None
+    else:  # on a GPU the device's own memory is the cap: a trial step runs out of it for real
+        gpu = gpu_memory() if preset.train.device != "cpu" else None
+        if gpu is None:
+            raise InputError("no GPU here" + (" (the preset runs on CPU)" if preset.train.device == "cpu" else "")
+                             + ": give --memory-limit SIZE (e.g. '1 GiB') or launch.memory_limit in the preset")
+        limit_bytes = gpu[1]
+        sys.stderr.write(f"probe-batch: no --memory-limit: the limit is {gpu[0]}'s {fmt_bytes(limit_bytes)}\n")
+        limit = fmt_bytes(limit_bytes)
     if args.max < 1:
         raise InputError("--max must be at least 1")
-    preset = replace(preset, launch=replace(preset.launch, memory_limit=limit))
+    preset = replace(preset, launch=replace(preset.launch, memory_limit=args.memory_limit or preset.launch.memory_limit))
     with tempfile.TemporaryDirectory(prefix="paradvisor-probe-") as tmp:
         runs = Path(tmp)
         good, bad, b = 0, None, max(1, preset.plan.micro_batch)

@@ -11,7 +11,7 @@ def add_parser(sub) -> None:
                        description="Runs the preset's plan and a one-process reference of the same model and global "
                                    "batch on this machine's CPU (fp32, dropout off, same seed and data) and compares "
                                    "the loss of every step. Exit code: 0 equal within the tolerance, 1 not.")
-    p.add_argument("--preset", required=True, metavar="FILE")
+    p.add_argument("--preset", required=True, metavar="NAME|FILE", help="a preset name from presets/ or a TOML file")
     p.add_argument("--steps", type=int, default=5, help="steps to compare (default 5)")
     p.add_argument("--tolerance", type=float, default=None, help="max relative loss difference (default 1e-4)")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
@@ -20,10 +20,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from paradvisor.launch.preset import load_preset
+    from paradvisor.launch.preset import load_preset, resolve_preset
     from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
 
-    doc = verify(load_preset(args.preset), Path(args.runs_dir), steps=args.steps,
+    doc = verify(load_preset(resolve_preset(args.preset)), Path(args.runs_dir), steps=args.steps,
                  tolerance=args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE)
     if args.json:
         from paradvisor.output import emit_json

@@ -258,6 +258,39 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
                   launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
 
 
+REPO_PRESETS = Path(__file__).resolve().parents[3] / "presets"  # the checkout's shipped presets
+
+
+def preset_dirs() -> list[Path]:
+    """Where preset names are looked up: ./presets, then the checkout's presets/."""
+    out = []
+    for d in (Path("presets"), REPO_PRESETS):
+        if d.is_dir() and all(d.resolve() != o.resolve() for o in out):
+            out.append(d)
+    return out
+
+
+def preset_names() -> list[str]:
+    return sorted({p.stem for d in preset_dirs() for p in d.glob("*.toml")})
+
+
+def resolve_preset(ref: str) -> Path:
+    """A preset given as a file path, or by name from presets/ (`tiny-cpu-smoke` or `tiny-cpu-smoke.toml`).
+    InputError listing the names there when it is neither."""
+    path = Path(ref)
+    if path.exists():
+        return path
+    if "/" not in ref and ref not in ("", ".", ".."):
+        stem = ref.removesuffix(".toml")
+        for d in preset_dirs():
+            cand = d / f"{stem}.toml"
+            if cand.is_file():
+                return cand
+    names = preset_names()
+    raise InputError(f"no preset {ref!r}: not a file, and no presets/{Path(ref).stem}.toml"
+                     + (f"; presets: {', '.join(names)}" if names else ""), where="--preset")
+
+
 def load_preset(path: str | os.PathLike) -> Preset:
     data, text = read_toml(path)
     return parse_preset(data, path=str(path), text=text)

@@ -10,6 +10,7 @@ Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
   rank-N.stderr.log
   rank-N.exit.json     each rank's exit code and error (absent if it was killed)
   metrics.jsonl        one JSON object per logged step per rank
+  prediction.json      what the run is compared with: the preset's prediction, else one computed at launch
   status.json          running | finished | failed | cancelled | interrupted, with the reason
 """
 
@@ -698,6 +699,10 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     if (lau.node_rank == 0 and not suffixed) or not (run_dir / "plan.toml").exists():
         write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
                           header=f"# paradvisor run plan: {preset.plan.label()}\n")
+    if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py)
+        from paradvisor.monitor.predict import launch_prediction
+
+        write_json_atomic(run_dir / "prediction.json", launch_prediction(preset))
     write_json_atomic(run_dir / node_file("command", lau.node_rank, suffixed),
                       {"argv": argv, "cwd": os.getcwd()})
     if not suffixed:
@@ -738,8 +743,9 @@ def _has_cuda() -> bool:
         return False
 
 
-def run_blocking(launch: Launch, *, on_signal=True) -> dict:
-    """Wait for a launch; SIGINT/SIGTERM cancel it (every rank ends, status `cancelled`)."""
+def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float = 0.5) -> dict:
+    """Wait for a launch; SIGINT/SIGTERM cancel it (every rank ends, status `cancelled`). `watch()`, when
+    given, is called every `interval` seconds while the run goes (the wait then runs on a thread)."""
     old = {}
     if on_signal:
         def handler(signum, frame):
@@ -748,7 +754,24 @@ def run_blocking(launch: Launch, *, on_signal=True) -> dict:
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)
     try:
-        return launch.wait()
+        if watch is None:
+            return launch.wait()
+        out: dict = {}
+
+        def waiter():
+            try:
+                out["doc"] = launch.wait()
+            except BaseException as exc:  # handed to the caller's thread below
+                out["error"] = exc
+
+        t = threading.Thread(target=waiter, name="paradvisor-wait", daemon=True)
+        t.start()
+        while not launch.done.wait(interval):
+            watch()
+        t.join()
+        if "error" in out:
+            raise out["error"]
+        return out["doc"]
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)

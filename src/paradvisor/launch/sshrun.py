@@ -508,6 +508,9 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
     write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
                       header=f"# paradvisor run plan: {preset.plan.label()}\n")
+    from paradvisor.monitor.predict import launch_prediction
+
+    write_json_atomic(run_dir / "prediction.json", launch_prediction(preset))  # every run carries a prediction
     write_json_atomic(run_dir / "command.json", {"engine": "ssh", "cwd": os.getcwd(), "rdzv_endpoint": endpoint,
                                                  "nodes": [{"node": n.index, "host": n.host, "argv": n.argv}
                                                            for n in nodes]})

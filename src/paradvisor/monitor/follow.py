@@ -124,14 +124,18 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
     plan = plan_doc(run_dir)
     total = plan.get("train", {}).get("steps") or None
     last_step = tally.last_step
-    step_time = tally.step_time()
+    step_time = tally.measured_step_time()  # the one definition, shared with `validate` (runfiles.MetricsTally)
     batch = plan.get("workload", {}).get("global_batch", 0)
     gsps = (batch / step_time) if step_time else None
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
     elapsed = ended - (tally.start_time or status.get("started", now))
-    eta = (total - last_step) * step_time if total and step_time and status.get("status") == "running" else None
-    pred = plan.get("prediction", {})
+    # ETA from the measured step time (the same median as the throughput), while steps remain
+    eta = ((total - last_step) * step_time if total and step_time and last_step < total
+           and status.get("status") == "running" else None)
+    from paradvisor.monitor.predict import read_prediction, rel_error
+
+    pred = read_prediction(run_dir, plan)
     p = plan.get("plan", {})
     rounds = total_rounds = None
     if p.get("diloco"):  # progress in outer rounds: nodes run different numbers of local steps
@@ -163,9 +167,14 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
         "total_rounds": total_rounds,
         "loss": tally.last_loss,
         "loss_history": [x for x in tally.losses if math.isfinite(x)],
+        "loss_points": tally.loss_points,
         "step_time_s": step_time,
         "samples_per_s": gsps,
         "throughput_history": [batch / t for t in tally.step_times_rank0],
+        "step_points": tally.step_points(),
+        "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
+        "memory_points": tally.memory_points(),
+        "ranks": [dict(r) for _, r in sorted(tally.ranks.items())],
         "world_size": tally.world,
         "model_state_bytes_per_rank": tally.mem,
         "cuda_peak_bytes": tally.peak or None,
@@ -173,12 +182,50 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
         "elapsed_s": max(0.0, elapsed),
         "eta_s": eta,
         "predicted": {"step_time_s": pred.get("step_time_s"), "memory_per_gpu_bytes": pred.get("memory_per_gpu_bytes"),
-                      "samples_per_s": pred.get("samples_per_s")},
+                      "samples_per_s": pred.get("samples_per_s"), "model_state_bytes": pred.get("model_state_bytes"),
+                      "source": pred.get("source"), "note": pred.get("note"), "device": pred.get("device")},
+        "errors": {"step_time_s": rel_error(pred.get("step_time_s"), step_time),
+                   "samples_per_s": rel_error(pred.get("samples_per_s"), gsps),
+                   "model_state_bytes": rel_error(pred.get("model_state_bytes"), tally.mem or None),
+                   "cuda_peak_bytes": rel_error(pred.get("memory_per_gpu_bytes"), tally.peak or None)},
         "skipped_lines": skipped,
         "unreadable": ([f"{skipped} line(s) of metrics.jsonl"] if skipped else [])
         + ([f"status.json fields {', '.join(status['unreadable_fields'])}"] if status.get("unreadable_fields") else [])
         + (["plan.toml"] if not plan and (run_dir / "plan.toml").exists() else []),
     }
+
+
+def compare_rows(s: dict) -> list[dict]:
+    """Predicted vs measured for a summary, one row per metric with a prediction or a measurement:
+    {metric, predicted, measured, error} as text ("" where absent). The CLI launch summary, `monitor` and the
+    TUI all show these rows."""
+    from paradvisor.units import fmt_bytes, fmt_seconds
+
+    pred, err = s.get("predicted") or {}, s.get("errors") or {}
+    rows = []
+
+    def add(metric, p, m, e, fmt):
+        if p is None and m is None:
+            return
+        rows.append({"metric": metric, "predicted": "" if p is None else fmt(p),
+                     "measured": "" if m is None else fmt(m), "error": "" if e is None else f"{e:+.1%}"})
+
+    add("step time", pred.get("step_time_s"), s.get("step_time_s"), err.get("step_time_s"), fmt_seconds)
+    add("samples/s", pred.get("samples_per_s"), s.get("samples_per_s"), err.get("samples_per_s"), lambda v: f"{v:.1f}")
+    if s.get("cuda_peak_bytes"):
+        add("CUDA peak/GPU", pred.get("memory_per_gpu_bytes"), s["cuda_peak_bytes"], err.get("cuda_peak_bytes"),
+            fmt_bytes)
+    add("model states/rank", pred.get("model_state_bytes"), s.get("model_state_bytes_per_rank") or None,
+        err.get("model_state_bytes"), fmt_bytes)
+    return rows
+
+
+def prediction_note(s: dict) -> str:
+    """Where the prediction came from, in words ('' when there is none)."""
+    pred = s.get("predicted") or {}
+    if not pred.get("source"):
+        return "no prediction for this run"
+    return pred.get("note") or ""
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:

@@ -55,18 +55,26 @@ class Sampler:
 
 
 class SamplerThread(threading.Thread):
-    """Calls `callback(sample)` every `interval` seconds until `stop()`."""
+    """Calls `callback(sample)` every `interval` seconds until `stop()`. With `ranks_of` (a callable giving
+    (run directory, world size) or None), each sample also carries `ranks`: RankSampler's readings."""
 
-    def __init__(self, callback: Callable[[dict], None], interval: float = 1.0):
+    def __init__(self, callback: Callable[[dict], None], interval: float = 1.0, ranks_of=None):
         super().__init__(daemon=True, name="paradvisor-sampler")
-        self.callback, self.interval = callback, interval
+        self.callback, self.interval, self.ranks_of = callback, interval, ranks_of
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         sampler = Sampler()
+        ranks = None
         try:
             while not self._stop_event.is_set():
-                self.callback(sampler.sample())
+                s = sampler.sample()
+                target = self.ranks_of() if self.ranks_of is not None else None
+                if target is not None:
+                    if ranks is None or str(ranks.run_dir) != str(target[0]):
+                        ranks = RankSampler(target[0])
+                    s["ranks"] = ranks.sample(target[1], s["gpus"], sampler.nvml, sampler.handles)
+                self.callback(s)
                 self._stop_event.wait(self.interval)
         finally:
             sampler.close()
@@ -118,3 +126,48 @@ class SampleLog:
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
+
+
+class RankSampler:
+    """Readings of one run's rank processes on this machine, found through their rank-N.pid files: CPU %
+    and resident memory (psutil), and the GPU memory each uses (NVML's per-process accounting). Ranks on
+    other nodes, and ranks that are gone, have no reading. Never raises."""
+
+    def __init__(self, run_dir):
+        from pathlib import Path
+
+        self.run_dir = Path(run_dir)
+        self.procs: dict[int, object] = {}
+
+    def sample(self, world: int, gpus: list | None = None, nvml=None, handles=()) -> dict[int, dict]:
+        from paradvisor.launch.runner import _rank_process
+
+        out: dict[int, dict] = {}
+        gpu_of: dict[int, tuple[int, int]] = {}
+        for i, h in enumerate(handles if nvml is not None else ()):
+            try:
+                for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    gpu_of[int(p.pid)] = (i, int(p.usedGpuMemory or 0))
+            except Exception:  # no per-process accounting on this GPU / driver
+                continue
+        for rank in range(min(world, 1024)):
+            proc = self.procs.get(rank)
+            try:
+                if proc is None or not proc.is_running():
+                    proc = _rank_process(self.run_dir, rank)
+                    if proc is None:
+                        continue
+                    self.procs[rank] = proc
+                    proc.cpu_percent(None)  # primes: the next reading measures since now
+                    out[rank] = {"cpu_pct": None, "rss_bytes": proc.memory_info().rss}
+                else:
+                    out[rank] = {"cpu_pct": proc.cpu_percent(None), "rss_bytes": proc.memory_info().rss}
+            except Exception:  # gone between the check and the reading
+                self.procs.pop(rank, None)
+                continue
+            if proc.pid in gpu_of:
+                idx, used = gpu_of[proc.pid]
+                out[rank].update(gpu_index=idx, gpu_mem_bytes=used)
+                util = next((g.get("util_pct") for g in gpus or () if g.get("index") == idx), None)
+                out[rank]["gpu_util_pct"] = util
+        return out

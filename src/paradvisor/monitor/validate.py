@@ -27,10 +27,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
         vision_activation_bytes,
     )
     from paradvisor.hardware import calibration as cal_mod
-    from paradvisor.hardware import catalog
     from paradvisor.launch.preset import load_preset
-    from paradvisor.plan.evaluate import evaluate
-    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
     from paradvisor.train.models import profile_of
 
     run_dir = Path(run_dir)
@@ -62,40 +59,17 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     precision = plan.precision
     world = plan.world_size
     cal = calibration if calibration is not None else cal_mod.load()
-    if on_gpu:
-        spec = None
-        name = start.get("gpu_name")
-        if name:
-            spec = catalog.find_gpu(name)
-        spec = spec or catalog.gpu("H100 SXM")
-        link = catalog.link(spec.intra_link)
-        device_note = spec.name
-    else:
-        if cal is None:
-            spec, link, device_note = None, None, "no calibration: run `paradvisor calibrate` for time predictions"
-        else:
-            spec = cal_mod.device_spec(cal)
-            link = cal_mod.collective_link(cal, world) or catalog.link("loopback")
-            device_note = f"{spec.name} (calibrated)"
+    from paradvisor.monitor.predict import estimate_for
+
+    est = estimate_for(preset, on_gpu=on_gpu, gpu_name=start.get("gpu_name"), calibration=cal)
+    e, mf, device_note = est.estimate, est.facts, est.device
     prof = profile_of(preset)
-    mf = ModelFacts.of(prof)
-    if spec is None:  # memory needs no speed figures: a stand-in device with a nominal rate
-        spec, link = nominal_spec(2**40, name="CPU"), catalog.link("loopback")
-    topo = Topology.uniform(spec, world, link)
-    e = evaluate(mf, topo, wl, plan, precision, 0.0)
     rows = []
     # model states per rank (params + grads + optimizer), by rank
     by_rank: dict[int, int] = {}
     for r in steps:
         by_rank[r["rank"]] = max(by_rank.get(r["rank"], 0), r.get("mem_model_state_bytes", 0))
-    from paradvisor.plan.evaluate import memory_need
-
-    # the largest model states of any stage (pipeline stages hold different layers); the autocast copy
-    # ("gathered") is transient, not a held tensor, so it is not part of the model states
-    pred_states = 0
-    for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
-        need = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)
-        pred_states = max(pred_states, need["terms"]["params"] + need["terms"]["grads"] + need["terms"]["optimizer"])
+    pred_states = est.model_state_bytes
     meas_states = max(by_rank.values()) if by_rank else None
     rows.append({"metric": "model-state bytes per rank (max)", "predicted": pred_states, "measured": meas_states})
     # activations, one micro-batch (pipeline: one stage over the whole step), on rank 0
@@ -129,12 +103,8 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     if peak:
         rows.append({"metric": "CUDA peak allocated bytes", "predicted": e.memory_total - e.memory["overhead"],
                      "measured": peak})
-    later = [r for r in steps if r["step"] > 2] or steps
-    by_step: dict[int, float] = {}
-    for r in later:
-        by_step[r["step"]] = max(by_step.get(r["step"], 0.0), r["step_time_s"])
-    meas_step = sorted(by_step.values())[len(by_step) // 2] if by_step else None  # median over steps, slowest rank
-    has_speed = on_gpu or cal is not None
+    meas_step = reader.tally.measured_step_time()  # the one definition (runfiles.MetricsTally)
+    has_speed = est.has_speed
     rows.append({"metric": "step time (s)", "predicted": e.step_time if has_speed else None, "measured": meas_step})
     rows.append({"metric": "throughput (samples/s)", "predicted": e.samples_per_s if has_speed else None,
                  "measured": (wl.global_batch / meas_step) if meas_step else None})

@@ -17,14 +17,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import (
     Button,
-    Checkbox,
     DataTable,
     Footer,
     Header,
     Input,
     Label,
-    Log,
-    ProgressBar,
     Select,
     Sparkline,
     Static,
@@ -57,27 +54,40 @@ class ParadvisorApp(App):
     TITLE = "paradvisor"
     SUB_TITLE = "distributed-training advisor"
     CSS_PATH = "paradvisor.tcss"
+    # The tab labels carry their digit ("1 Hardware"), so the footer does not repeat them. A digit typed
+    # while a text box has focus goes into the box (numbers, paths); Enter or Esc leaves the box, and
+    # F1-F4 switch tabs from anywhere, text box or not.
     BINDINGS = [
-        Binding("1", "tab('hardware')", "Hardware"),
-        Binding("2", "tab('plans')", "Plans"),
-        Binding("3", "tab('launch')", "Launch"),
-        Binding("4", "tab('monitor')", "Monitor"),
+        Binding("1", "tab('hardware')", "Hardware", show=False),
+        Binding("2", "tab('plans')", "Plans", show=False),
+        Binding("3", "tab('launch')", "Launch", show=False),
+        Binding("4", "tab('monitor')", "Monitor", show=False),
+        Binding("f1", "tab('hardware')", "Hardware", show=False, priority=True),
+        Binding("f2", "tab('plans')", "Plans", show=False, priority=True),
+        Binding("f3", "tab('launch')", "Launch", show=False, priority=True),
+        Binding("f4", "tab('monitor')", "Monitor", show=False, priority=True),
+        Binding("escape", "leave_box", "Leave box", key_display="esc"),
         Binding("r", "rerank", "Re-rank"),
-        Binding("i", "toggle_infeasible", "Infeasible", show=False),
-        Binding("L", "launch_preset", "Launch preset"),
+        Binding("i", "infeasible", "Not fitting", show=False),
+        Binding("L", "launch_preset", "Launch"),
         Binding("P", "launch_plan", "Launch plan", show=False),
         Binding("ctrl+s", "save_preset", "Save preset", show=False),
-        Binding("s", "stop_run", "Stop run"),
+        Binding("v", "monitor_view", "View"),
+        Binding("s", "stop_run", "Stop"),
         Binding("R", "launch_replan", "Launch re-plan", show=False),
         Binding("t", "toggle_theme", "Theme", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
+    AUTO_FOCUS = "#hw-table"  # never a text box: a digit pressed first switches tabs
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
     def __init__(self, *, cluster: str | None = None, model: str = "bert-base-uncased", runs_dir: str = "runs",
                  presets_dir: str | None = None, sample_interval: float = 1.0, live: bool = True,
-                 open_run: str | None = None):
+                 open_run: str | None = None, confirm: bool = True):
         super().__init__()
+        self.confirm = confirm  # ask before a run starts (the confirmation shows the command and the prediction)
         self.open_run = open_run
         self.cluster_arg, self.model_arg, self.runs_dir = cluster, model, Path(runs_dir)
         self.presets_dir = Path(presets_dir) if presets_dir else (REPO / "presets")
@@ -86,13 +96,13 @@ class ParadvisorApp(App):
         self.cluster_ref: dict = {}
         self.rec = None
         self.selected = None
-        self.show_infeasible = False
         self.launch = None
         self.run_dir: Path | None = None
         self.follower = None
         self.run_summary: dict | None = None
         self.samples: list[dict] = []
         self.sampler = None
+        self.compact_plans: bool | None = None  # the Plans table's columns: compact below 100 columns
 
     # ---------------------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -100,7 +110,7 @@ class ParadvisorApp(App):
 
         yield Header()
         with TabbedContent(initial="hardware", id="tabs"):
-            with TabPane("Hardware", id="hardware"):
+            with TabPane("1 Hardware", id="hardware"):
                 with Horizontal(classes="row"):
                     yield Input(placeholder="cluster file, e.g. examples/clusters/paper000-two-servers.toml",
                                 id="cluster-path")
@@ -114,25 +124,27 @@ class ParadvisorApp(App):
                 with Horizontal(classes="spark-row"):
                     yield Label("CPU %", classes="spark-label")
                     yield Sparkline([], id="cpu-spark")
-            with TabPane("Plans", id="plans"):
-                with Horizontal(classes="row"):
+            with TabPane("2 Plans", id="plans"):
+                with Horizontal(classes="row", id="workload-row"):
                     yield Select([(n, n) for n in builtin_names()], value=self.model_arg
                                  if self.model_arg in builtin_names() else "bert-base-uncased",
-                                 allow_blank=False, id="model")
-                    yield Input(placeholder="or a HF config path", id="model-path")
-                    yield Input(placeholder="seq len", id="seq-len", classes="narrow", type="integer")
-                    yield Input(placeholder="global batch", id="global-batch", classes="narrow", type="integer")
+                                 allow_blank=False, id="model", compact=True)
+                    yield Input(placeholder="HF config", id="model-path", compact=True)
+                    yield Input(placeholder="seq", id="seq-len", classes="narrow", type="integer", compact=True)
+                    yield Input(placeholder="batch", id="global-batch", classes="narrow", type="integer",
+                                compact=True)
                     yield Select([(p, p) for p in ("auto", "bf16", "fp16", "fp32", "fp8")], value="auto",
-                                 allow_blank=False, id="precision")
-                yield Static(id="profile", classes="panel")
+                                 allow_blank=False, id="precision", compact=True)
+                yield Static(id="workload")
+                yield Static(id="profile", classes="muted")
                 yield DataTable(id="plans-table", cursor_type="row", zebra_stripes=True)
                 yield Static(id="memory-bar", classes="panel")
                 with VerticalScroll(id="plan-info"):
                     yield Static(id="plan-reason")
                     yield DataTable(id="alloc-table", cursor_type="none")
-                    yield Checkbox("show plans that do not fit (i)", id="show-infeasible")
+                    yield Button("Plans that do not fit (i)", id="show-infeasible", compact=True)
                     yield Static(id="infeasible")
-            with TabPane("Launch", id="launch"):
+            with TabPane("3 Launch", id="launch"):
                 with VerticalScroll():
                     with Horizontal(classes="row"):
                         yield Select(self._preset_options(), id="preset-select", allow_blank=True,
@@ -145,20 +157,10 @@ class ParadvisorApp(App):
                         yield Button("Save preset", id="save-preset")
                         yield Button("Launch plan", id="launch-plan-btn")
                     yield Static(id="launch-command", classes="panel")
-            with TabPane("Monitor", id="monitor"):
-                with Horizontal(classes="row"):
-                    yield Static(id="run-status")
-                    yield Button("Stop run", id="stop-run", variant="error")
-                yield ProgressBar(id="run-progress", show_eta=False)
-                with Horizontal(classes="spark-row"):
-                    yield Label("loss", classes="spark-label")
-                    yield Sparkline([], id="loss-spark")
-                with Horizontal(classes="spark-row"):
-                    yield Label("samples/s", classes="spark-label")
-                    yield Sparkline([], id="tput-spark")
-                yield Static(id="run-compare", classes="panel")
-                yield Static(id="run-live", classes="muted")
-                yield Log(id="run-log", max_lines=400)
+            with TabPane("4 Monitor", id="monitor"):
+                from paradvisor.tui.monitor import MonitorPane
+
+                yield MonitorPane(id="monitor-pane")
         yield Footer()
 
     def _w(self, selector: str, expect_type=None):
@@ -175,8 +177,6 @@ class ParadvisorApp(App):
         self.theme = "textual-dark"
         t = self._w("#hw-table", DataTable)
         t.add_columns("node", "#", "GPU", "memory", "util", "link")
-        self._w("#plans-table", DataTable).add_columns("#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step",
-                                                             "samples/s", "rules")
         self._w("#alloc-table", DataTable).add_columns("node", "GPUs", "TFLOPS", "speed", "batch/GPU",
                                                              "share", "local steps")
         self._w("#alloc-table").display = False
@@ -315,21 +315,85 @@ class ParadvisorApp(App):
             f"{big.params:,} ({p.largest_share:.0%})" + (" — [yellow]one layer dominates[/yellow]"
                                                          if p.one_layer_dominates else ""))
 
+    def show_workload(self, rec) -> None:
+        """The workload in force, as values, each with where it came from (typed, or the default's basis)."""
+        from paradvisor.plan.advice import DEFAULT_BATCH_PER_GPU, DEFAULT_SEQ_CAP
+
+        wl, prof = rec.workload, rec.profile
+        typed_seq = self._w("#seq-len", Input).value.strip()
+        typed_gb = self._w("#global-batch", Input).value.strip()
+        s = prof.transformer
+        if typed_seq:
+            seq_from = "typed"
+        elif s is None:
+            seq_from = "not a sequence model"
+        elif s.max_positions > DEFAULT_SEQ_CAP:
+            seq_from = f"model context {s.max_positions}, capped at {DEFAULT_SEQ_CAP}"
+        else:
+            seq_from = "model context"
+        gpus = max(1, rec.cluster.gpu_count)
+        gb_from = "typed" if typed_gb else f"{DEFAULT_BATCH_PER_GPU}/GPU x {gpus} GPUs"
+        chosen = str(self._w("#precision", Select).value)
+        prec_from = "auto" if chosen == "auto" else "chosen"
+        self._w("#workload", Static).update(
+            f"[b]workload[/b] seq [b]{wl.seq_len}[/b] [dim]({escape(seq_from)})[/dim] · batch "
+            f"[b]{wl.global_batch}[/b] [dim]({escape(gb_from)})[/dim] · [b]{escape(rec.precision)}[/b] "
+            f"[dim]({prec_from})[/dim]")
+
+    def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
+        """label -> (rank by the cost model alone, the rules that moved it) for plans a rule moved."""
+        out: dict[str, tuple[int, list[str]]] = {}
+        for entry in (self.rec.fired_rules if self.rec else []):
+            for m in entry.get("moved") or []:
+                frm, ids = out.get(m["label"], (m["from"], []))
+                out[m["label"]] = (frm, ids + [entry["id"]])
+        return out
+
+    def _plan_columns(self, t: DataTable) -> None:
+        """Compact columns below 100 terminal columns: step time and throughput always show."""
+        compact = self.size.width < 100
+        if compact == self.compact_plans and t.columns:
+            return
+        self.compact_plans = compact
+        t.clear(columns=True)
+        if compact:
+            t.add_columns("#", "plan", "GiB/GPU", "step", "samples/s")
+        else:
+            t.add_columns("#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "rules")
+
+    def on_resize(self, event) -> None:
+        if self.rec is not None and (self.size.width < 100) != self.compact_plans:
+            self.show_plans(self.rec, None)
+
     def show_plans(self, rec, error: str | None) -> None:
         self.rec = rec
         t = self._w("#plans-table", DataTable)
+        self._plan_columns(t)
         t.clear()
         info = self._w("#plan-reason", Static)
         if error:
             info.update(f"[red]{escape(error)}[/red]")
             self._w("#memory-bar", Static).update("")
+            self._w("#workload", Static).update("")
             self.selected = None
             return
+        self.show_workload(rec)
+        moved = self.moved_by_rules()
         for i, e in enumerate(rec.plans, 1):
             p = e.plan
-            t.add_row(str(i), cell(p.label()), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing,
-                      f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
-                      f"{e.samples_per_s:.3g}", str(len(e.rules)), key=str(i))
+            frm = moved.get(p.label(), (i, []))[0]
+            mark = "" if frm == i else ("▲" if frm > i else "▼")
+            num = Text(f"{i}{mark}")
+            if mark:
+                num.stylize("yellow", len(str(i)))
+            mem, step, tput = f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time), \
+                f"{e.samples_per_s:.3g}"
+            if self.compact_plans:
+                t.add_row(num, cell(p.label()), mem, step, tput, key=str(i))
+            else:
+                rules = str(len(e.rules)) + (f" (was {frm})" if mark else "")
+                t.add_row(num, cell(p.label()), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing, mem, step, tput,
+                          rules, key=str(i))
         if rec.plans:
             self.select_plan(0)
         else:
@@ -345,14 +409,28 @@ class ParadvisorApp(App):
         self.update_launch_tab()
 
     def _infeasible_text(self) -> str:
-        """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then what does not fit."""
+        """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then how many do not fit
+        (the whole list opens with i)."""
         only = [f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
                 f"— {escape(i['why'])}" for i in (self.rec.plan_only if self.rec else [])[:5]]
-        if not self.rec or not self.show_infeasible:
-            n = len(self.rec.infeasible) if self.rec else 0
-            return "\n".join(only + ([f"[dim]{n} layouts do not fit[/dim]"] if n else []))
-        return "\n".join(only + [f"[dim]does not fit:[/dim] {escape(i['label'])} — {escape(i['why'])}"
-                                  for i in self.rec.infeasible[:30]])
+        n = len(self.rec.infeasible) if self.rec else 0
+        return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
+
+    def infeasible_markdown(self) -> str:
+        rec = self.rec
+        lines = [f"# What does not fit: {rec.profile.name}", ""]
+        if rec.plan_only:
+            lines += ["## Fits, but paradvisor cannot launch it", "", "| plan | step | why |", "|---|---:|---|"]
+            lines += [f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only]
+            lines.append("")
+        lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
+        if rec.infeasible:
+            lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
+            lines += [f"| {i['label']} | {i['needs_bytes'] / GiB:.1f} GiB | {i['has_bytes'] / GiB:.0f} GiB "
+                      f"({i['usable_bytes'] / GiB:.1f} usable) | {i['gpu']} |" for i in rec.infeasible]
+        else:
+            lines.append("Every layout fits.")
+        return "\n".join(lines)
 
     def select_plan(self, index: int) -> None:
         from paradvisor.plan.search import explain
@@ -363,6 +441,10 @@ class ParadvisorApp(App):
         e = self.selected = self.rec.plans[index]
         self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
         lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
+        moved = self.moved_by_rules().get(e.plan.label())
+        if moved and moved[0] != index + 1:
+            lines.append(f"[yellow]{'▲' if moved[0] > index + 1 else '▼'} the cost model alone ranks it "
+                         f"{moved[0]}; moved by {escape(', '.join(moved[1]))}[/yellow]")
         for r in e.rules:
             lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}): {escape(r['title'])} "
                          f"[dim]— {escape(r['source'])}[/dim]")
@@ -405,10 +487,9 @@ class ParadvisorApp(App):
         if event.value.strip().isdigit() and self.cluster is not None:
             self.rerank()
 
-    @on(Checkbox.Changed, "#show-infeasible")
-    def _toggle_infeasible(self, event: Checkbox.Changed) -> None:
-        self.show_infeasible = event.value
-        self._w("#infeasible", Static).update(self._infeasible_text())
+    @on(Input.Submitted)
+    def _leave_after_submit(self, event) -> None:
+        self.call_after_refresh(self.action_leave_box)  # Enter leaves the box: digits switch tabs again
 
     # --------------------------------------------------------------------------------------------- launch
     def plan_preset(self):
@@ -462,20 +543,44 @@ class ParadvisorApp(App):
             self.notify("choose a preset first", severity="warning")
             return
         try:
-            self.start_run(load_preset(str(value)))
+            self.ask_to_start(load_preset(str(value)))
         except InputError as exc:
-            self._w("#launch-msg", Static).update(f"[red]{escape(exc)}[/red]")
-            self.notify(escape(exc), severity="error", timeout=8)
+            self._launch_error(exc)
 
     def action_launch_plan(self) -> None:
         if self.selected is None:
             self.notify("no plan selected", severity="warning")
             return
         try:
-            self.start_run(self.plan_preset())
+            self.ask_to_start(self.plan_preset())
         except InputError as exc:
-            self._w("#launch-msg", Static).update(f"[red]{escape(exc)}[/red]")
-            self.notify(escape(exc), severity="error", timeout=8)
+            self._launch_error(exc)
+
+    def _launch_error(self, exc) -> None:
+        self._w("#launch-msg", Static).update(f"[red]{escape(exc)}[/red]")
+        self.notify(escape(exc), severity="error", timeout=8)
+
+    def ask_to_start(self, preset) -> None:
+        """Start `preset` after a confirmation that shows the command and the predicted memory and time
+        (`confirm=False`: at once)."""
+        from paradvisor.launch import runner
+
+        if self.launch is not None and self.launch.proc.poll() is None:
+            raise InputError("a run is already going: stop it first (s)")
+        runner.validate(preset, reach=False)  # bad presets fail here, before the question
+        if not self.confirm:
+            self.start_run(preset)
+            return
+        from paradvisor.tui.screens import ConfirmLaunchScreen, launch_question
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                try:
+                    self.start_run(preset)
+                except InputError as exc:
+                    self._launch_error(exc)
+
+        self.push_screen(ConfirmLaunchScreen(launch_question(preset, str(self.runs_dir))), answered)
 
     def start_run(self, preset) -> None:
         from paradvisor.launch import runner
@@ -486,7 +591,7 @@ class ParadvisorApp(App):
         launch = runner.start(preset, runs_dir=self.runs_dir)
         self.launch, self.run_dir = launch, launch.run_dir
         self.follower = MetricsFollower(launch.run_dir)
-        self._w("#run-log", Log).clear()
+        self._w("#monitor-pane").clear_log()
         self._w("#launch-msg", Static).update(f"launched {escape(preset.name)}: {escape(launch.run_dir)}")
         self.wait_for_run(launch)
         self.action_tab("monitor")
@@ -505,7 +610,7 @@ class ParadvisorApp(App):
             self.notify("no re-plan: the last run did not run out of memory", severity="warning")
             return
         try:
-            self.start_run(load_preset(r["path"]))
+            self.ask_to_start(load_preset(r["path"]))
         except InputError as exc:
             self.notify(escape(exc), severity="error")
 
@@ -516,11 +621,12 @@ class ParadvisorApp(App):
 
     # -------------------------------------------------------------------------------------------- monitor
     def refresh_monitor(self) -> None:
+        from textual.app import ScreenStackError
         from textual.css.query import NoMatches
 
         try:
             self._refresh_monitor()
-        except NoMatches:  # the app is closing: its widgets are already gone
+        except (NoMatches, ScreenStackError):  # the app is closing: its widgets (or screens) are already gone
             pass
 
     def _refresh_monitor(self) -> None:
@@ -531,65 +637,30 @@ class ParadvisorApp(App):
             return
         new = self.follower.poll(keep=400)
         s = self.run_summary = summarize(self.run_dir, self.follower.records, skipped=self.follower.skipped)
-        if s["total_rounds"]:
-            total, done = s["total_rounds"], s["round"]
-            where = f"round {done}/{total} (steps {s['step']})"
-        else:
-            total, done = s["total_steps"] or 1, s["step"]
-            where = f"step {s['step']}/{s['total_steps'] or '?'}"
-        self._w("#run-progress", ProgressBar).update(total=total, progress=min(done, total))
-        colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(s["status"], "white")
-        head = [f"[b]{escape(s['name'])}[/b] {escape(s['label'] or '')}: [{colour}]{escape(s['status'])}[/{colour}] — "
-                f"{where}, elapsed {fmt_seconds(s['elapsed_s'])}"
-                + (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")]
-        if s["failure"]:
-            tone = "red" if s["status"] == "failed" else "yellow"
-            head.append(f"[{tone}]{escape(s['failure'])}[/{tone}]")
-        if s.get("replan"):
-            head.append(f"[yellow]out of memory — next plan that fits: {escape(s['replan'].get('label'))} "
-                        f"({escape(s['replan'].get('change'))}); press R to launch it[/yellow]")
-        if s["unreadable"]:
-            head.append(f"[dim]skipped what could not be read: {escape('; '.join(s['unreadable']))}[/dim]")
-        self._w("#run-status", Static).update("\n".join(head))
-        self._w("#loss-spark", Sparkline).data = s["loss_history"] or [0]
-        self._w("#tput-spark", Sparkline).data = s["throughput_history"] or [0]
-        pred = s["predicted"]
-        rows = ["[b]predicted vs measured[/b]"]
-        if pred.get("step_time_s") and s["step_time_s"]:
-            rows.append(f"step time: predicted {fmt_seconds(pred['step_time_s'])}, measured {fmt_seconds(s['step_time_s'])}"
-                        " [dim](prediction is for the planned GPUs)[/dim]")
-        elif s["step_time_s"]:
-            rows.append(f"step time: measured {fmt_seconds(s['step_time_s'])} (no prediction in this preset)")
-        mem = s["cuda_peak_bytes"] or s["model_state_bytes_per_rank"]
-        if mem:
-            what = "CUDA peak" if s["cuda_peak_bytes"] else "model states (counted from tensors)"
-            p = pred.get("memory_per_gpu_bytes")
-            rows.append(f"memory/GPU: {what} {fmt_bytes(mem)}" + (f", predicted {fmt_bytes(p)}" if p else ""))
-        if s["loss"] is not None:
-            rows.append(f"loss {s['loss']:.4f}; throughput {s['samples_per_s'] or 0:.1f} samples/s")
-        if s["sync_wait_s_by_rank"]:
-            rows.append("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s["sync_wait_s_by_rank"].items()))
-        self._w("#run-compare", Static).update("\n".join(rows))
-        log = self._w("#run-log", Log)
-        for rec in new:
-            if rec.get("kind") == "step" and rec["rank"] == 0 or rec.get("kind") in ("outer", "start", "end"):
-                log.write_line(clean(_log_line(rec)))
+        pane = self._w("#monitor-pane")
+        pane.show(s, new)
         if s["status"] == "failed" and s["last_log_lines"] and not getattr(self, "_failure_logged", None) == self.run_dir:
             self._failure_logged = self.run_dir
-            log.write_lines([clean(f"| {ln}") for ln in s["last_log_lines"]])
+            pane.write_log_lines([f"| {ln}" for ln in s["last_log_lines"]])
 
     def start_sampler(self) -> None:
         from paradvisor.monitor.sampler import SamplerThread
 
-        self.sampler = SamplerThread(lambda s: self.call_from_thread(self.on_sample, s), self.sample_interval)
+        def ranks_of():  # the run whose rank processes the sampler reads (its thread calls this)
+            s = self.run_summary
+            return (self.run_dir, max(1, int(s.get("world_size") or 1))) if self.run_dir and s else None
+
+        self.sampler = SamplerThread(lambda s: self.call_from_thread(self.on_sample, s), self.sample_interval,
+                                     ranks_of=ranks_of)
         self.sampler.start()
 
     def on_sample(self, s: dict) -> None:
+        from textual.app import ScreenStackError
         from textual.css.query import NoMatches
 
         try:
             self._on_sample(s)
-        except NoMatches:
+        except (NoMatches, ScreenStackError):
             pass
 
     def _on_sample(self, s: dict) -> None:
@@ -603,7 +674,7 @@ class ParadvisorApp(App):
                 text += (f"   GPU{g['index']} {g['util_pct']:.0f}% {fmt_bytes(g['mem_used_bytes'])}/"
                          f"{fmt_bytes(g['mem_total_bytes'])}")
         self._w("#hw-live", Static).update(text)
-        self._w("#run-live", Static).update(text)
+        self._w("#monitor-pane").show_readings("this machine: " + text, s.get("ranks") or {})
 
     def on_unmount(self) -> None:
         if self.sampler is not None:
@@ -634,24 +705,61 @@ class ParadvisorApp(App):
             self.action_launch_plan()
         elif bid == "stop-run":
             self.action_stop_run()
+        elif bid == "show-infeasible":
+            self.action_infeasible()
 
     @on(Input.Submitted, "#cluster-path")
     def _cluster_submitted(self, event) -> None:
         self.load_cluster(event.value.strip())
 
-    FOCUS_IN = {"hardware": "#hw-table", "plans": "#plans-table", "launch": "#preset-select", "monitor": "#stop-run"}
+    FOCUS_IN = {"hardware": "#hw-table", "plans": "#plans-table", "launch": "#preset-select", "monitor": "#monitor-views Tabs"}
 
     def action_tab(self, tab: str) -> None:
         # Move focus into the new pane too: a focused widget left in a hidden pane pulls its pane back.
         self._w("#tabs", TabbedContent).active = tab
         self._w(self.FOCUS_IN[tab]).focus()
+        self.refresh_bindings()
 
     def action_rerank(self) -> None:
         self.rerank()
 
-    def action_toggle_infeasible(self) -> None:
-        cb = self._w("#show-infeasible", Checkbox)
-        cb.value = not cb.value
+    def action_infeasible(self) -> None:
+        """The plans that do not fit (and those that fit but cannot be launched), in a scrollable window."""
+        from paradvisor.tui.screens import PlanDetailScreen
+
+        if self.rec is None:
+            self.notify("no plans ranked yet", severity="warning")
+            return
+        self.push_screen(PlanDetailScreen(self.infeasible_markdown()))
+
+    def action_leave_box(self) -> None:
+        """Esc in a text box: focus goes back to the tab's main widget (digits switch tabs again)."""
+        if isinstance(self.focused, Input):
+            tab = self._w("#tabs", TabbedContent).active
+            self._w(self.FOCUS_IN.get(tab, "#hw-table")).focus()
+
+    def action_monitor_view(self) -> None:
+        self._w("#monitor-pane").cycle_view()
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        """Footer entries that apply now: Esc while a text box has focus, View on the Monitor tab, Stop while
+        a run goes, Re-rank outside the Monitor tab."""
+        if action == "leave_box":
+            return isinstance(self.focused, Input)
+        try:
+            tab = self._w("#tabs", TabbedContent).active
+        except Exception:  # before the tabs exist
+            return True
+        if action == "monitor_view":
+            return tab == "monitor"
+        if action == "rerank":
+            return tab != "monitor"
+        if action == "stop_run":
+            return self.launch is not None and self.launch.proc.poll() is None or tab == "monitor"
+        return True
+
+    def watch_focused(self) -> None:
+        self.refresh_bindings()
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
@@ -670,11 +778,3 @@ class ParadvisorApp(App):
         yield SystemCommand("Stop run", "End every rank of the running job", self.action_stop_run)
         yield SystemCommand("Toggle light/dark theme", "Switch the colour theme", self.action_toggle_theme)
 
-
-def _log_line(rec: dict) -> str:
-    if rec.get("kind") == "step":
-        loss = "" if rec.get("loss") is None else f" loss {rec['loss']:.4f}"
-        return f"step {rec['step']}{loss} {rec.get('samples_per_s', 0):.1f} samples/s {rec['step_time_s'] * 1e3:.0f} ms"
-    if rec.get("kind") == "outer":
-        return f"outer sync round {rec['round']} rank {rec['rank']}: waited {rec['sync_wait_s']:.3f} s"
-    return f"{rec.get('kind')}: world {rec.get('world_size')}"

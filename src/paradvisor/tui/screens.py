@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Markdown
+from textual.widgets import Button, Footer, Markdown, Static
 
 from paradvisor.units import fmt_seconds, half_up
 
@@ -46,8 +46,14 @@ def plan_markdown(e, cluster) -> str:
     return "\n".join(lines)
 
 
-class PlanDetailScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+class ScrollingModal(ModalScreen):
+    """A window of Markdown that scrolls (arrows, PgUp/PgDn, Home/End, the mouse wheel), with a footer that
+    says how to scroll and that Esc closes it."""
+
+    BINDINGS = [Binding("escape,q", "dismiss", "Close", key_display="esc"),
+                Binding("pagedown", "page(1)", "Scroll", key_display="↑↓ PgDn", priority=True),
+                Binding("pageup", "page(-1)", "Page up", show=False, priority=True)]
+    BOX_ID = "plan-detail"
 
     def __init__(self, markdown: str):
         from paradvisor.output import clean
@@ -56,8 +62,20 @@ class PlanDetailScreen(ModalScreen):
         self.markdown = clean(markdown)  # rule messages and node names: no control characters reach the terminal
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="plan-detail"):
+        with VerticalScroll(id=self.BOX_ID):
             yield Markdown(self.markdown)
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).focus()  # the arrow keys scroll at once
+
+    def action_page(self, direction: int) -> None:
+        box = self.query_one(VerticalScroll)
+        (box.scroll_page_down if direction > 0 else box.scroll_page_up)()
+
+
+class PlanDetailScreen(ScrollingModal):
+    BINDINGS = [Binding("enter", "dismiss", "Close", show=False)]
 
 
 HELP = """# paradvisor — help
@@ -66,12 +84,15 @@ HELP = """# paradvisor — help
 
 | key | action |
 |---|---|
-| 1 2 3 4 | switch tabs |
+| 1 2 3 4 | switch tabs (the digit is in each tab's name) |
+| F1 F2 F3 F4 | switch tabs, also while typing in a text box |
+| esc | leave a text box (so digits switch tabs again); close a window |
 | r | re-rank plans now |
 | enter | (plans table) open the selected plan's explanation |
-| i | show / hide plans that do not fit |
-| L | launch the selected preset |
-| P | launch the selected plan |
+| i | the plans that do not fit, and why (a scrollable window) |
+| L | launch the selected preset (asks first: command, predicted memory and time) |
+| P | launch the selected plan (asks first) |
+| v | Monitor: switch between plots, ranks and the log |
 | ctrl+s | save the selected plan as a preset |
 | s | stop the running job (all ranks end, status `cancelled`) |
 | t | switch dark / light theme |
@@ -80,16 +101,86 @@ HELP = """# paradvisor — help
 | q | quit (a run started here is stopped first: status `cancelled`) |
 
 **Hardware:** this machine through NVML and psutil; load a cluster file (TOML) or add an ssh host.
-**Plans:** every change of model, sequence length, batch or precision re-ranks at once; memory bars show
-the breakdown; the rules that fired name their paper and table.
-**Monitor:** loss and throughput over steps, per-GPU utilisation and memory, CPU/RAM, predicted vs measured,
-per-rank sync waits (DiLoCo), and the log tail.
+**Plans:** the workload line shows the sequence length, global batch and precision in force and where
+each came from (typed, or the default's basis); every change re-ranks at once; ▲/▼ after a rank marks
+a plan a rule moved (the cost model alone ranks it elsewhere); memory bars show the breakdown; the rules
+that fired name their paper and table.
+**Monitor:** status, ETA (from the measured step time) and predicted vs measured with the error; plots
+of loss, throughput, step time and memory against step with the prediction as a reference line; one
+row per rank (progress, node, sync wait, CPU/RSS/GPU of its process); the log at full height.
 """
 
 
-class HelpScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+class HelpScreen(ScrollingModal):
+    BINDINGS = [Binding("question_mark", "dismiss", "Close", show=False)]
+    BOX_ID = "help-body"
+
+    def __init__(self):
+        super().__init__(HELP)
+
+
+def launch_question(preset, runs_dir: str) -> str:
+    """What the confirmation shows: the plan, the command, and the predicted memory and time."""
+    import shlex
+
+    from paradvisor.launch.argv import node_commands
+    from paradvisor.monitor.predict import launch_prediction
+    from paradvisor.units import fmt_bytes
+
+    pred = launch_prediction(preset)
+    lines = [f"[b]Start {_esc(preset.name)}?[/b]  {_esc(preset.plan.label())}, {_esc(preset.launch.layout())}, "
+             f"{preset.train.steps} steps", ""]
+    for host, argv in node_commands(preset, f"{runs_dir}/<timestamp>-{preset.name}", python="python"):
+        lines.append((f"[b]{_esc(host)}:[/b] " if preset.launch.nnodes > 1 else "") + _esc(shlex.join(argv)))
+    lines.append("")
+    mem = pred.get("memory_per_gpu_bytes")
+    states = pred.get("model_state_bytes")
+    acts = (pred.get("memory_breakdown") or {}).get("activations")
+    if pred.get("runs_on") == "cpu" and pred.get("source") == "launch":  # no CUDA context or allocator on CPU
+        lines.append("predicted memory: " + (f"model states {fmt_bytes(states)}" if states else "—")
+                     + (f" + activations {fmt_bytes(acts)}" if acts else "") + " per process")
+    else:
+        lines.append("predicted memory: " + (f"{fmt_bytes(mem)} per GPU" if mem else "—")
+                     + (f" (model states {fmt_bytes(states)} per rank)" if states else ""))
+    step = pred.get("step_time_s")
+    lines.append("predicted time: " + (f"{fmt_seconds(step)} per step, {fmt_seconds(step * preset.train.steps)} "
+                                       f"for {preset.train.steps} steps" if step else "—"))
+    lines.append(f"[dim]{_esc(pred.get('note', ''))}[/dim]")
+    return "\n".join(lines)
+
+
+def _esc(text) -> str:
+    from textual.markup import escape
+
+    from paradvisor.output import clean
+
+    return escape(clean(text))
+
+
+class ConfirmLaunchScreen(ModalScreen[bool]):
+    """Start a run? Enter or y starts it, Esc or n does not."""
+
+    BINDINGS = [Binding("y,enter", "answer(True)", "Start", key_display="enter/y"),
+                Binding("escape,n", "answer(False)", "Cancel", key_display="esc/n")]
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-body"):
-            yield Markdown(HELP)
+        with Vertical(id="confirm-box"):
+            yield Static(self.text, id="confirm-text")
+            with Horizontal(id="confirm-buttons"):
+                yield Button("Start run", id="confirm-yes", variant="success")
+                yield Button("Cancel", id="confirm-no")
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-yes", Button).focus()
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "confirm-yes")

@@ -1,0 +1,138 @@
+"""The prediction a run is compared with, for the device it runs on.
+
+`estimate_for(preset, ...)` is the estimator's view of a preset's plan on one device (a GPU from the
+catalogue, or this CPU as measured by `paradvisor calibrate`); `validate` and the launcher share it.
+`launch_prediction(preset)` is what the launcher writes to the run directory as prediction.json, so every
+run carries a prediction: the preset's own (from a ranked plan) when it has one, else one computed at
+launch for this machine; model-state bytes (what a CPU run measures from its tensors) are always computed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = "paradvisor.prediction/1"
+
+
+@dataclass
+class RunEstimate:
+    estimate: object  # plan.types.Estimate
+    facts: object  # plan.facts.ModelFacts
+    topo: object  # plan.facts.Topology
+    device: str  # what the prediction is for, in words
+    has_speed: bool  # whether times were predicted (a GPU, or a calibrated CPU)
+    model_state_bytes: int  # params + grads + optimizer of the largest stage, per rank
+
+
+def estimate_for(preset, *, on_gpu: bool, gpu_name: str | None = None, calibration: dict | None = None) -> RunEstimate:
+    from paradvisor.hardware import calibration as cal_mod
+    from paradvisor.hardware import catalog
+    from paradvisor.plan.evaluate import evaluate, memory_need
+    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
+    from paradvisor.train.models import profile_of
+
+    plan, wl = preset.plan, preset.workload
+    world = plan.world_size
+    if on_gpu:
+        spec = catalog.find_gpu(gpu_name) if gpu_name else None
+        spec = spec or catalog.gpu("H100 SXM")
+        link = catalog.link(spec.intra_link)
+        device = spec.name
+    elif calibration is None:
+        spec, link, device = None, None, "no calibration: run `paradvisor calibrate` for time predictions"
+    else:
+        spec = cal_mod.device_spec(calibration)
+        link = cal_mod.collective_link(calibration, world) or catalog.link("loopback")
+        device = f"{spec.name} (calibrated)"
+    has_speed = spec is not None
+    mf = ModelFacts.of(profile_of(preset))
+    if spec is None:  # memory needs no speed figures: a stand-in device with a nominal rate
+        spec, link = nominal_spec(2**40, name="CPU"), catalog.link("loopback")
+    topo = Topology.uniform(spec, world, link)
+    e = evaluate(mf, topo, wl, plan, plan.precision, 0.0)
+    # the largest model states of any stage (pipeline stages hold different layers); the autocast copy
+    # ("gathered") is transient, not a held tensor, so it is not part of the model states
+    states = 0
+    for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
+        need = memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch, stage=st)
+        states = max(states, need["terms"]["params"] + need["terms"]["grads"] + need["terms"]["optimizer"])
+    return RunEstimate(e, mf, topo, device, has_speed, round(states))
+
+
+def _device_here(preset) -> tuple[bool, str | None]:
+    """(runs on a GPU, its name) for a launch on this machine."""
+    if preset.train.device == "cpu":
+        return False, None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return False, None
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return True, name.decode() if isinstance(name, bytes) else str(name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return False, None
+
+
+def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
+    """prediction.json for a run of `preset` started here (never raises: a failure is recorded as `error`).
+    `calibration`: True reads this machine's (`paradvisor calibrate`), None means none."""
+    from paradvisor.hardware import calibration as cal_mod
+
+    own = dict(preset.prediction or {})
+    doc: dict = {"schema": SCHEMA}
+    try:
+        on_gpu, name = _device_here(preset)
+        cal = cal_mod.load() if calibration is True else calibration
+        r = estimate_for(preset, on_gpu=on_gpu, gpu_name=name, calibration=cal)
+        e = r.estimate
+        computed = {"memory_per_gpu_bytes": round(e.memory_total), "model_state_bytes": r.model_state_bytes,
+                    "step_time_s": e.step_time if r.has_speed else None,
+                    "samples_per_s": e.samples_per_s if r.has_speed else None,
+                    "memory_breakdown": {k: round(v) for k, v in e.memory.items()}}
+        doc["device"] = r.device if r.has_speed else "this CPU: memory only (`paradvisor calibrate` once for times)"
+        doc["runs_on"] = "cuda" if on_gpu else "cpu"
+    except Exception as exc:  # a prediction is advice: it never stops a launch
+        computed = {}
+        doc["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    if own.get("step_time_s"):
+        doc["source"] = "preset"
+        doc["note"] = "the preset's prediction, for the GPUs it was planned on"
+        for k in ("memory_per_gpu_bytes", "step_time_s", "samples_per_s", "memory_breakdown"):
+            doc[k] = own.get(k, computed.get(k))
+    else:
+        doc["source"] = "launch"
+        doc["note"] = f"computed at launch for {doc.get('device', 'this machine')}"
+        doc.update({k: v for k, v in computed.items() if k != "model_state_bytes"})
+    doc["model_state_bytes"] = computed.get("model_state_bytes")
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def read_prediction(run_dir: Path, plan: dict) -> dict:
+    """prediction.json of a run, else (a run directory from before it existed) the plan's [prediction]."""
+    from paradvisor.runfiles import read_json_object
+
+    path = Path(run_dir) / "prediction.json"
+    if path.exists():
+        doc, _ = read_json_object(path)
+        if doc is not None:
+            return {k: v for k, v in doc.items()
+                    if not isinstance(v, (int, float)) or isinstance(v, bool) or v == v and abs(v) != float("inf")}
+    own = plan.get("prediction", {}) if isinstance(plan, dict) else {}
+    return {**own, "source": "preset"} if own else {}
+
+
+def rel_error(predicted, measured) -> float | None:
+    """(predicted - measured) / measured, or None when either is missing."""
+    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (predicted, measured))
+    return (predicted - measured) / measured if ok and measured else None
+
+
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False)
