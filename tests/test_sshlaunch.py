@@ -153,7 +153,33 @@ def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster,
     assert {(r["rank"], r["node"], r["step"]) for r in doc["ranks"]} == {(r, n, 10) for r, n in rank_node.items()}
     text = cli("monitor", str(run), "--once")
     assert "node 1 (127.0.0.2:" in text.stdout and "rank 1" in text.stdout, text.stdout
+    # the TUI's Monitor shows the same: a line per node with its own reading, each rank's node in the table
+    tui_view_of(run, tmp_path)
     assert_nothing_left(tmp_path)
+
+
+def tui_view_of(run: Path, tmp_path: Path) -> None:
+    import asyncio
+
+    from paradvisor.tui.app import ParadvisorApp
+
+    async def flow():
+        app = ParadvisorApp(cluster=None, runs_dir=str(tmp_path / "tui-runs"), live=False, open_run=str(run))
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if app.run_summary is not None:
+                    break
+            await pilot.press("4")
+            app.refresh_monitor()
+            await pilot.pause(0.3)
+            head = str(app.query_one("#run-status").render())
+            assert "node 0 (127.0.0.1" in head and "node 1 (127.0.0.2" in head and "CPU" in head, head
+            await pilot.press("v")
+            table = app.query_one("#rank-table")
+            assert sorted(str(table.get_row_at(i)[1]) for i in range(table.row_count)) == ["0", "1"]
+
+    asyncio.run(flow())
 
 
 def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_path):

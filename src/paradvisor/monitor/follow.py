@@ -111,6 +111,18 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
     return nodes, ranks
 
 
+def merged_ranks(ranks: list[dict], tally: MetricsTally) -> list[dict]:
+    """One row per rank: its progress, step time, loss and sync wait from the metrics (MetricsTally.ranks) and its
+    node index from node_view (the metrics' own `node` where the run has no node map)."""
+    rows = {k: dict(r) for k, r in tally.ranks.items()}
+    for r in ranks:
+        row = rows.setdefault(r["rank"], {"rank": r["rank"], "node": None, "step": r["step"], "step_time_s": None, "loss": None,
+                                          "sync_wait_s": 0.0, "round": 0})
+        if r["node"] is not None:
+            row["node"] = r["node"]
+    return [rows[k] for k in sorted(rows)]
+
+
 def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *, skipped: int = 0) -> dict:
     """Status, progress, ETA, loss, throughput, memory and sync waits of a run, measured vs predicted."""
     run_dir = Path(run_dir)
@@ -146,7 +158,6 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
         "schema": "paradvisor.monitor/1",
         "engine": status.get("engine", "local"),
         "nodes": nodes,
-        "ranks": ranks,
         "failed_node": status.get("failed_node"),
         "run_dir": str(run_dir),
         "name": plan.get("name", status.get("name", run_dir.name)),
@@ -174,7 +185,7 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
         "step_points": tally.step_points(),
         "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
         "memory_points": tally.memory_points(),
-        "ranks": [dict(r) for _, r in sorted(tally.ranks.items())],
+        "ranks": merged_ranks(ranks, tally),
         "world_size": tally.world,
         "model_state_bytes_per_rank": tally.mem,
         "cuda_peak_bytes": tally.peak or None,
