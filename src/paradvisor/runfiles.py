@@ -155,9 +155,10 @@ class MetricsTally:
                 return None
             row = self.ranks[rank] = {"rank": rank, "node": None, "step": 0, "step_time_s": None, "loss": None,
                                       "sync_wait_s": 0.0, "round": 0, "mem_bytes": 0, "peak_bytes": 0, "time": None}
-        node = r.get("node")
-        if isinstance(node, (str, int)) and not isinstance(node, bool):
-            row["node"] = str(node)[:64]
+        if _is(r.get("node"), int):
+            row["node"] = r["node"]  # the node index (launch order)
+        if isinstance(r.get("node_name"), str):
+            row["node_name"] = r["node_name"][:64]  # the plan's name for it (DiLoCo, unlike nodes)
         return row
 
     @property

@@ -182,7 +182,7 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
                        "samples": batches[rank], "samples_per_s": batches[rank] / dt,
                        "tokens_per_s": batches[rank] * task.seq_len / dt if task.kind != "image" else None,
                        "sync_wait_s": 0.0, "world_size": world, "strategy": "diloco", "local_steps": h,
-                       "node": nodes[my_node].node}
+                       "node_name": nodes[my_node].node}
                 rec.update(memory_record(engine))
                 writer.write(rec)
         # Outer step: wait for every node (measured), average pseudo-gradients, Nesterov SGD.
@@ -201,4 +201,4 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
                 _assign(p, op)
         comm = time.perf_counter() - c0
         writer.write({"kind": "outer", "round": rnd, "step": rnd * h, "sync_wait_s": wait, "outer_comm_s": comm,
-                      "local_steps": h, "node": nodes[my_node].node, "world_size": world, "strategy": "diloco"})
+                      "local_steps": h, "node_name": nodes[my_node].node, "world_size": world, "strategy": "diloco"})

@@ -41,12 +41,12 @@ def write_demo_run(run_dir: Path) -> Path:
                           "samples_per_s": 350.0 + step, "tokens_per_s": 22400.0, "sync_wait_s": 0.0,
                           "world_size": 2, "strategy": "diloco", "mem_params_bytes": 600000,
                           "mem_grads_bytes": 600000, "mem_optimizer_bytes": 1200000,
-                          "mem_model_state_bytes": 2400000, "node": ("slow", "fast")[r]})
+                          "mem_model_state_bytes": 2400000, "node": r, "node_name": ("slow", "fast")[r]})
     for rnd in (1, 2, 3):
         for r, wait in ((0, 0.024 * rnd), (1, 0.001)):
             lines.append({"rank": r, "time": t0 + rnd, "kind": "outer", "round": rnd, "step": rnd * 4,
                           "sync_wait_s": wait, "outer_comm_s": 0.004, "local_steps": 4 if r == 0 else 6,
-                          "world_size": 2, "strategy": "diloco", "node": ("slow", "fast")[r]})
+                          "world_size": 2, "strategy": "diloco", "node": r, "node_name": ("slow", "fast")[r]})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (run_dir / "status.json").write_text(json.dumps({
         "schema": "paradvisor.status/1", "status": "finished", "run_dir": str(run_dir),

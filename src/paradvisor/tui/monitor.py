@@ -126,7 +126,9 @@ class MonitorPane(Vertical):
         eta = (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")
         head = [f"[b]{_markup(s['name'])}[/b] {_markup(s['label'] or '')}: [{colour}]{_markup(s['status'])}"
                 f"[/{colour}] — {where}, {fmt_seconds(s['elapsed_s'])}{eta}"]
-        if len(s.get("nodes") or []) > 1:  # a multi-node run: each node's state, ranks and own GPU/CPU reading
+        nodes = s.get("nodes") or []
+        if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):
+            # a run on several machines: each node's state, ranks and its own GPU/CPU reading
             from paradvisor.commands.monitor import node_lines
 
             head.extend(_markup(line) for line in node_lines(s))
@@ -162,7 +164,7 @@ class MonitorPane(Vertical):
                 gpu = f"GPU{rd.get('gpu_index', '?')} {fmt_bytes(rd['gpu_mem_bytes'])}"
                 if rd.get("gpu_util_pct") is not None:
                     gpu += f" {rd['gpu_util_pct']:.0f}%"
-            table.add_row(str(r["rank"]), Text(clean("" if r.get("node") is None else str(r["node"]))), f"{r['step']}/{total or '?'}",
+            table.add_row(str(r["rank"]), Text(clean(r.get("node_name") or ("" if r.get("node") is None else str(r["node"])))), f"{r['step']}/{total or '?'}",
                           fmt_seconds(r["step_time_s"]) if r["step_time_s"] is not None else "",
                           "" if r["loss"] is None else f"{r['loss']:.4f}",
                           f"{r['sync_wait_s']:.2f} s" if r["round"] else "",
