@@ -5,7 +5,7 @@ largest modules and functions.
     python scripts/structure.py --json     # the same figures as one JSON document
 
 Layers, lowest first (an import may point down or sideways, never up):
-    base       errors, limits, safeio, tomlfile, typed, output (helpers every layer may use)
+    base       errors, limits, safeio, tomlfile, typed, output, shipped (helpers every layer may use)
     facts      hardware/, model/, units
     advice     plan/, estimate/, rules/
     run        launch/, train/, monitor/, runfiles
@@ -28,7 +28,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 PKG = "paradvisor"
 LAYERS = {
-    "base": ["errors", "limits", "safeio", "tomlfile", "typed", "output", "__init__"],
+    "base": ["errors", "limits", "safeio", "tomlfile", "typed", "output", "shipped", "__init__"],
     "facts": ["hardware", "model", "units"],
     "advice": ["plan", "estimate", "rules"],
     "run": ["launch", "train", "monitor", "runfiles"],

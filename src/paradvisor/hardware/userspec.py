@@ -28,8 +28,8 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.hardware.types import DTYPES, GPUSpec
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
+from paradvisor.units import GiB
 
-GiB = 1024**3
 ENTRY_KEYS = {"vendor", "arch", "compute_capability", "memory_gib", "mem_bw_gbs", "tflops", "intra_link",
               "nvml_names", "aliases", "source", "layer_overhead_s"}
 MAX_MEMORY_GIB = 4096  # no single accelerator has more; a larger figure is a unit mistake

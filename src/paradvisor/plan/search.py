@@ -16,9 +16,7 @@ from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.plan.types import Plan, Workload
-from paradvisor.units import fmt_bandwidth, fmt_seconds
-
-GiB = 1024**3
+from paradvisor.units import GiB, fmt_bandwidth, fmt_seconds
 
 
 @dataclass
