@@ -203,7 +203,7 @@ def test_unknown_gpu_type_says_how_to_define_one(cli):
 @pytest.mark.parametrize("known", ["RTX 4090", "L40S", "H100 SXM", "A100 80GB", "V100"])
 def test_nvml_estimate_of_known_gpus_is_close_to_their_datasheet(known):
     """The estimate from SM count and clocks, checked on GPUs whose datasheet figures we have."""
-    from paradvisor.hardware.userspec import estimated_spec
+    from paradvisor.hardware.estimated import estimated_spec
 
     nvml = {  # SMs, boost MHz, memory MHz, bus bits (vendor specification pages)
         "RTX 4090": (128, 2520, 10501, 384, "8.9", "NVIDIA GeForce RTX 4090"),

@@ -56,7 +56,7 @@ def test_vgg16_fc6_dominates():
 def meta_profiles():
     """Every built-in transformer built by transformers on the meta device, counted per layer."""
     from paradvisor.model.hf import build_on_meta
-    from paradvisor.model.load import layer_entries_from_module
+    from paradvisor.model.hf import layer_entries_from_module
 
     out = {}
     for name in TRANSFORMER_BUILTINS:

@@ -15,7 +15,8 @@ from paradvisor.estimate import moe
 from paradvisor.estimate.compute import transformer_flops_per_token
 from paradvisor.hardware.cluster import load_cluster, single_node_cluster
 from paradvisor.model import load_profile
-from paradvisor.model.load import builtin_config, shape_from_config
+from paradvisor.model.config import shape_from_config
+from paradvisor.model.load import builtin_config
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import recommend

@@ -7,6 +7,7 @@ wherever a GPU exists (see the device notes in the README).
 
 from types import SimpleNamespace
 
+import pynvml
 import pytest
 
 from paradvisor.hardware.inventory import detect_local, node_from_probe
@@ -32,7 +33,7 @@ def test_detect_local_is_a_node_even_without_gpus():
 
 
 class ScriptedNVML:
-    """An NVML stand-in with the same function names as pynvml."""
+    """An NVML stand-in with the same function names as pynvml, failing with pynvml's own errors."""
 
     NVML_NVLINK_MAX_LINKS = 4
 
@@ -43,7 +44,7 @@ class ScriptedNVML:
 
     def nvmlInit(self):
         if self.fail_init:
-            raise RuntimeError(self.fail_init)
+            raise pynvml.NVMLError(self.fail_init)
 
     def nvmlShutdown(self):
         pass
@@ -85,7 +86,7 @@ class ScriptedNVML:
     def nvmlDeviceGetMigMode(self, h):
         g = self._g(h)
         if "mig" not in g:
-            raise RuntimeError("Not Supported")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return (1, 1)
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h):
@@ -93,7 +94,7 @@ class ScriptedNVML:
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, j):
         if j >= len(self._g(h)["mig"]):
-            raise RuntimeError("Not Found")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return ("mig", h[1], j)
 
     def nvmlDeviceGetNvLinkState(self, h, link):
@@ -139,7 +140,7 @@ def test_mig_instances_become_devices():
 
 class NoCapabilityNVML(ScriptedNVML):
     def nvmlDeviceGetCudaComputeCapability(self, h):
-        raise RuntimeError("Not Supported")
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
 def test_unknown_gpu_is_listed_with_nvml_memory_and_a_note():
@@ -199,9 +200,84 @@ def test_an_estimated_gpu_can_be_planned_for():
 
 
 def test_nvml_init_failure_is_a_note_not_an_error():
-    data = probe(nvml_module=ScriptedNVML([], fail_init="Driver Not Loaded"))
+    data = probe(nvml_module=ScriptedNVML([], fail_init=pynvml.NVML_ERROR_DRIVER_NOT_LOADED))
     assert data["nvidia"] is None
     assert data["notes"] == ["no NVIDIA GPU found: NVML could not start (Driver Not Loaded)"]
+
+
+class LostGPUNVML(ScriptedNVML):
+    """GPU 1 fell off the bus: every reading of it fails as NVML reports a lost GPU."""
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        if h[1] == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return super().nvmlDeviceGetUtilizationRates(h)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        if h[1] == 1:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return [SimpleNamespace(pid=4242, usedGpuMemory=3 * GiB), SimpleNamespace(pid=4243, usedGpuMemory=None)]
+
+
+def test_nvml_wrapper_samples_are_typed_and_a_lost_gpu_is_a_missing_reading():
+    from paradvisor.hardware.nvml import NVML, GPUSample, HostSample
+
+    with NVML.open(LostGPUNVML([{"name": "NVIDIA H100 80GB HBM3", "mem": 80 * GiB}] * 2)) as nv:
+        good, lost = nv.sample(0), nv.sample(1)
+        assert good == GPUSample(index=0, util_pct=37.0, mem_used_bytes=40 * GiB, mem_total_bytes=80 * GiB)
+        assert lost.error and lost.util_pct is None
+        assert nv.processes(0) == [(4242, 3 * GiB), (4243, 0)] and nv.processes(1) == []
+        assert nv.get("nvmlDeviceGetNoSuchReading", nv.handle(0), default="absent") == "absent"  # older bindings
+    doc = HostSample(time=1.0, cpu_pct=5.0, ram_used_bytes=1, ram_total_bytes=2, gpus=(good, lost)).to_doc()
+    assert doc == {"time": 1.0, "cpu_pct": 5.0, "ram_used_bytes": 1, "ram_total_bytes": 2, "gpus": [
+        {"index": 0, "util_pct": 37.0, "mem_used_bytes": 40 * GiB, "mem_total_bytes": 80 * GiB},
+        {"index": 1, "util_pct": None, "mem_used_bytes": None, "mem_total_bytes": None, "error": True}]}
+
+
+class BrokenBindingNVML(ScriptedNVML):
+    def nvmlDeviceGetMemoryInfo(self, h):
+        raise TypeError("a bug in the bindings, not an NVML answer")
+
+
+def test_nvml_wrapper_swallows_only_nvml_errors():
+    """A failure that is not NVML's answer (here a TypeError) is not taken for a missing reading."""
+    from paradvisor.hardware.nvml import NVML
+
+    with NVML.open(BrokenBindingNVML([{"name": "NVIDIA A30", "mem": 24 * GiB}])) as nv, \
+            pytest.raises(TypeError, match="a bug in the bindings"):
+        nv.get("nvmlDeviceGetMemoryInfo", nv.handle(0))
+
+
+def test_sampler_and_gpu_count_on_this_machine():
+    from paradvisor.hardware.nvml import gpu_count
+    from paradvisor.monitor.sampler import Sampler
+
+    s = Sampler()
+    try:
+        reading = s.read()
+        assert reading.ram_total_bytes > 2**30 and len(reading.gpus) == len(s.handles) == gpu_count()
+        assert s.sample().keys() == {"time", "cpu_pct", "ram_used_bytes", "ram_total_bytes", "gpus"}
+    finally:
+        s.close()
+    assert len((probe()["nvidia"] or {"gpus": []})["gpus"]) == gpu_count()
+
+
+def test_the_remote_probe_script_runs_without_paradvisor(tmp_path):
+    """What `detect --host` sends over ssh: nvml.py + probe.py as one script, run by a bare `python3 -I -`
+    (no paradvisor on its path) in an empty folder."""
+    import json
+    import subprocess
+    import sys
+
+    from paradvisor.hardware.remote import _probe_source
+
+    proc = subprocess.run([sys.executable, "-I", "-S", "-"], input=_probe_source(), capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "paradvisor.probe/1" and doc["cpu"]["logical"] >= 1
+    if doc["nvidia"] is None:  # -S: no site-packages, so no pynvml: said so, not a crash
+        assert any("no NVIDIA GPU found" in n for n in doc["notes"])
 
 
 def test_detect_cli_json(cli):

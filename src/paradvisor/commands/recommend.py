@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 
 from paradvisor.errors import InputError
-from paradvisor.units import fmt_seconds, half_up
-
-GiB = 1024**3
+from paradvisor.units import GiB, fmt_seconds, half_up
 
 
 def add_workload_args(p, *, model_required: bool = True) -> None:

@@ -11,9 +11,10 @@ peak (model FLOPs utilisation), lower for narrow matmuls (small hidden size or h
 
 from __future__ import annotations
 
+# effective_peak moved to hardware/speeds.py (calibration and the rules' vocabulary need it below advice);
+# plan/evaluate still imports it from here.
+from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak  # noqa: F401
 from paradvisor.model.profile import TransformerShape
-
-MAX_EFFICIENCY = 0.45
 
 
 def layer_matmul_params(shape: TransformerShape) -> int:
@@ -48,16 +49,3 @@ def efficiency(local_hidden: float, tokens_per_micro: float) -> float:
     width = min(1.0, local_hidden / 2048) ** 0.3
     length = min(1.0, tokens_per_micro / 4096) ** 0.2
     return MAX_EFFICIENCY * width * length
-
-
-def effective_peak(tflops: dict[str, float], precision: str) -> float:
-    """FLOP/s for a precision: mixed precision never runs slower than fp32 (Pascal cards have a tiny
-    fp16 rate, and frameworks fall back to fp32 math there); fp8 falls back to bf16/fp16."""
-    fp32 = tflops.get("fp32", 0.0)
-    if precision == "fp32":
-        rate = max(tflops.get("tf32", 0.0), fp32)
-    elif precision == "fp8":
-        rate = tflops.get("fp8") or tflops.get("bf16") or tflops.get("fp16") or fp32
-    else:
-        rate = max(tflops.get(precision) or tflops.get("fp16", 0.0), fp32)
-    return rate * 1e12

@@ -73,7 +73,7 @@ def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
 
     A measured matmul rate is what the estimator's efficiency factor reaches at its best, so the entry's
     "peak" is the measured rate divided by that factor (narrower matmuls then fall below it)."""
-    from paradvisor.estimate.compute import MAX_EFFICIENCY
+    from paradvisor.hardware.speeds import MAX_EFFICIENCY
 
     d = cal["device"]
     rates = d.get("tflops_per_process") if per_process and d.get("tflops_per_process") else d["tflops"]

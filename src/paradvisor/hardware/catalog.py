@@ -15,9 +15,10 @@ from functools import lru_cache
 from importlib import resources
 
 from paradvisor.errors import InputError
-from paradvisor.hardware.types import GPUSpec, Link
+from paradvisor.hardware.links import link, links  # noqa: F401 (the catalogue's link half: hardware/links.py)
+from paradvisor.hardware.types import GPUSpec
 from paradvisor.tomlfile import KeyLocator
-from paradvisor.units import GiB, parse_bandwidth, parse_latency
+from paradvisor.units import GiB
 
 
 def _norm(name: str) -> str:
@@ -120,23 +121,3 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
         raise InputError(f"unknown GPU type {name!r}{hint} (see `paradvisor gpus`; define it with --gpu-spec FILE "
                          "or a [gpu.\"NAME\"] table)", where=where)
     return spec
-
-
-@lru_cache(maxsize=1)
-def links() -> dict[str, Link]:
-    return {
-        kind: Link(kind=kind, bandwidth=parse_bandwidth(e["bandwidth"]), latency=parse_latency(e["latency"]))
-        for kind, e in _read("links.toml")[0]["link"].items()
-    }
-
-
-@lru_cache(maxsize=1)
-def link_descriptions() -> dict[str, tuple[str, str]]:
-    return {k: (e["description"], e["scope"]) for k, e in _read("links.toml")[0]["link"].items()}
-
-
-def link(kind: str, *, where: str | None = None) -> Link:
-    table = links()
-    if kind not in table:
-        raise InputError(f"unknown link kind {kind!r}; expected one of {', '.join(table)}", where=where)
-    return table[kind]

@@ -273,13 +273,11 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
 
 def single_node_cluster(gpu_type: str, count: int, *, link: str | None = None, name: str | None = None) -> Cluster:
     """`--gpus N --gpu-type NAME`: one node of N identical GPUs."""
-    from paradvisor.hardware.userspec import resolve_gpu
-
     if count < 1:
         raise InputError(f"--gpus must be at least 1, got {count}")
     if count > MAX_GPUS:
         raise InputError(f"--gpus {count:,} is more than the {MAX_GPUS:,} allowed")
-    spec = resolve_gpu(gpu_type, where="--gpu-type")
+    spec = catalog.gpu(gpu_type, where="--gpu-type")
     devices = node_devices([(spec, count)])
     intra = catalog.link(link or spec.intra_link, where="--link")
     node = Node(name=name or f"{count}x {spec.name}", gpus=devices, intra_link=intra, source="planned")

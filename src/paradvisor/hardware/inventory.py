@@ -25,7 +25,7 @@ def _device(index: int, name: str, mem_total: int | None, mem_free: int | None, 
     spec = catalog.find_gpu(name)
     notes = []
     if spec is None and nvml is not None:  # a whole GPU (not a MIG slice): estimate from NVML's figures
-        from paradvisor.hardware.userspec import estimated_spec
+        from paradvisor.hardware.estimated import estimated_spec
 
         g = nvml
         spec = estimated_spec(name, memory_bytes=mem_total, compute_capability=extra.get("compute_capability"),

@@ -2,13 +2,17 @@
 
 This file is deliberately self-contained (standard library, plus pynvml and psutil when they are
 importable) because `remote.py` sends its source over ssh to run on machines where paradvisor is
-not installed. Keep it that way: no imports from paradvisor here.
+not installed, after the source of `nvml.py` (the NVML wrapper, also standard library + pynvml).
+Keep it that way: no other imports from paradvisor here.
 """
 
 import json
 import os
 import platform
 import socket
+
+if "NVML" not in globals():  # imported normally; over ssh, nvml.py's source came first and defined these
+    from paradvisor.hardware.nvml import NVML, NVMLUnavailable
 
 SCHEMA = "paradvisor.probe/1"
 
@@ -48,32 +52,25 @@ def _cpu_and_ram():
     return info
 
 
-def _call(fn, *args, default=None):
-    try:
-        return fn(*args)
-    except Exception:
-        return default
-
-
 def _nvml(nv):
-    """Everything NVML tells about the GPUs. `nv` is the pynvml module."""
-    out = {"driver_version": _text(_call(nv.nvmlSystemGetDriverVersion, default="") or "") or None,
+    """Everything NVML tells about the GPUs. `nv` is an open NVML session (nvml.py); a reading this GPU,
+    driver or binding does not offer is None."""
+    get = nv.get
+    out = {"driver_version": _text(get("nvmlSystemGetDriverVersion", default="") or "") or None,
            "cuda_version": None, "gpus": [], "topology": []}
-    cuda = _call(nv.nvmlSystemGetCudaDriverVersion)
+    cuda = get("nvmlSystemGetCudaDriverVersion")
     if isinstance(cuda, int) and cuda > 0:
         out["cuda_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-    handles = []
-    for i in range(nv.nvmlDeviceGetCount()):
-        h = nv.nvmlDeviceGetHandleByIndex(i)
-        handles.append(h)
-        mem = _call(nv.nvmlDeviceGetMemoryInfo, h)
-        cc = _call(nv.nvmlDeviceGetCudaComputeCapability, h)
-        util = _call(nv.nvmlDeviceGetUtilizationRates, h)
-        pci = _call(nv.nvmlDeviceGetPciInfo, h)
+    handles = nv.handles()
+    for i, h in enumerate(handles):
+        mem = get("nvmlDeviceGetMemoryInfo", h)
+        cc = get("nvmlDeviceGetCudaComputeCapability", h)
+        util = get("nvmlDeviceGetUtilizationRates", h)
+        pci = get("nvmlDeviceGetPciInfo", h)
         gpu = {
             "index": i,
-            "name": _text(_call(nv.nvmlDeviceGetName, h, default="unknown GPU")),
-            "uuid": _text(_call(nv.nvmlDeviceGetUUID, h, default="")) or None,
+            "name": _text(get("nvmlDeviceGetName", h, default="unknown GPU")),
+            "uuid": _text(get("nvmlDeviceGetUUID", h, default="")) or None,
             "memory_total_bytes": int(mem.total) if mem else None,
             "memory_free_bytes": int(mem.free) if mem else None,
             "memory_used_bytes": int(mem.used) if mem else None,
@@ -84,27 +81,25 @@ def _nvml(nv):
             "mig_instances": [],
         }
         # What a GPU the catalogue lacks is estimated from (see hardware/userspec.py).
-        attrs = _call(getattr(nv, "nvmlDeviceGetAttributes", None), h)
+        attrs = get("nvmlDeviceGetAttributes", h)
         gpu["sm_count"] = getattr(attrs, "multiprocessorCount", None) or None
-        gpu["cuda_cores"] = _call(getattr(nv, "nvmlDeviceGetNumGpuCores", None), h)
-        gpu["sm_clock_max_mhz"] = _call(getattr(nv, "nvmlDeviceGetMaxClockInfo", None), h,
-                                        getattr(nv, "NVML_CLOCK_SM", 1))
-        gpu["mem_clock_max_mhz"] = _call(getattr(nv, "nvmlDeviceGetMaxClockInfo", None), h,
-                                         getattr(nv, "NVML_CLOCK_MEM", 2))
-        gpu["memory_bus_width_bits"] = _call(getattr(nv, "nvmlDeviceGetMemoryBusWidth", None), h)
-        mig = _call(nv.nvmlDeviceGetMigMode, h)
+        gpu["cuda_cores"] = get("nvmlDeviceGetNumGpuCores", h)
+        gpu["sm_clock_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", h, nv.constant("NVML_CLOCK_SM", 1))
+        gpu["mem_clock_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", h, nv.constant("NVML_CLOCK_MEM", 2))
+        gpu["memory_bus_width_bits"] = get("nvmlDeviceGetMemoryBusWidth", h)
+        mig = get("nvmlDeviceGetMigMode", h)
         if mig is not None:
             gpu["mig_mode"] = bool(mig[0])
             if mig[0]:
-                for j in range(_call(nv.nvmlDeviceGetMaxMigDeviceCount, h, default=0) or 0):
-                    mh = _call(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, j)
+                for j in range(get("nvmlDeviceGetMaxMigDeviceCount", h, default=0) or 0):
+                    mh = get("nvmlDeviceGetMigDeviceHandleByIndex", h, j)
                     if mh is None:
                         continue
-                    mmem = _call(nv.nvmlDeviceGetMemoryInfo, mh)
+                    mmem = get("nvmlDeviceGetMemoryInfo", mh)
                     gpu["mig_instances"].append({
                         "index": j,
-                        "name": _text(_call(nv.nvmlDeviceGetName, mh, default="MIG device")),
-                        "uuid": _text(_call(nv.nvmlDeviceGetUUID, mh, default="")) or None,
+                        "name": _text(get("nvmlDeviceGetName", mh, default="MIG device")),
+                        "uuid": _text(get("nvmlDeviceGetUUID", mh, default="")) or None,
                         "memory_total_bytes": int(mmem.total) if mmem else None,
                         "memory_free_bytes": int(mmem.free) if mmem else None,
                     })
@@ -112,19 +107,19 @@ def _nvml(nv):
     # NVLink peers by PCI bus id, then the PCIe topology level for every pair.
     bus = [g["pci_bus_id"] for g in out["gpus"]]
     nvlinks = {}
-    max_links = getattr(nv, "NVML_NVLINK_MAX_LINKS", 18)
+    max_links = nv.constant("NVML_NVLINK_MAX_LINKS", 18)
     for i, h in enumerate(handles):
         for ln in range(max_links):
-            if _call(nv.nvmlDeviceGetNvLinkState, h, ln) != 1:
+            if get("nvmlDeviceGetNvLinkState", h, ln) != 1:
                 continue
-            remote = _call(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, ln)
+            remote = get("nvmlDeviceGetNvLinkRemotePciInfo", h, ln)
             rbus = _text(remote.busId) if remote else None
             if rbus in bus:
                 j = bus.index(rbus)
                 nvlinks[(min(i, j), max(i, j))] = nvlinks.get((min(i, j), max(i, j)), 0) + 1
     for i in range(len(handles)):
         for j in range(i + 1, len(handles)):
-            level = _call(nv.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
+            level = get("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
             links = nvlinks.get((i, j), 0) // 2 or nvlinks.get((i, j), 0)  # each link seen from both ends
             out["topology"].append({
                 "gpus": [i, j],
@@ -138,26 +133,18 @@ def probe(nvml_module=None):
     """Probe this machine. `nvml_module` replaces `import pynvml` (used by tests)."""
     result = {"schema": SCHEMA, "hostname": socket.gethostname(), "platform": platform.platform(),
               "python": platform.python_version(), "cpu": _cpu_and_ram(), "nvidia": None, "notes": []}
-    nv = nvml_module
-    if nv is None:
-        try:
-            import pynvml as nv  # from nvidia-ml-py
-        except ImportError:
-            result["notes"].append("no NVIDIA GPU found: the NVML Python bindings (nvidia-ml-py) are not installed")
-            return result
     try:
-        nv.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded / NoPermission
-        result["notes"].append(f"no NVIDIA GPU found: NVML could not start ({_text(exc) or type(exc).__name__})")
+        nv = NVML.open(nvml_module)
+    except NVMLUnavailable as why:  # no bindings, no library, no driver, no permission
+        result["notes"].append(f"no NVIDIA GPU found: {why}")
         return result
-    try:
-        result["nvidia"] = _nvml(nv)
-        if not result["nvidia"]["gpus"]:
-            result["notes"].append("no NVIDIA GPU found: NVML reports 0 devices")
-    except Exception as exc:
-        result["notes"].append(f"NVML error while reading GPUs: {_text(exc) or type(exc).__name__}")
-    finally:
-        _call(nv.nvmlShutdown)
+    with nv:
+        try:
+            result["nvidia"] = _nvml(nv)
+            if not result["nvidia"]["gpus"]:
+                result["notes"].append("no NVIDIA GPU found: NVML reports 0 devices")
+        except nv.Error as exc:  # the device count or a handle: no GPU list to report
+            result["notes"].append(f"NVML error while reading GPUs: {_text(exc) or type(exc).__name__}")
     return result
 
 

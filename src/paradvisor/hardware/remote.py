@@ -1,6 +1,6 @@
 """Probe remote machines over ssh with the system's `ssh` client.
 
-The probe's own source (`probe.py`, standard library only) is sent on standard input to
+The probe's own source (`nvml.py` then `probe.py`, standard library only) is sent on standard input to
 `python3 -` on the remote machine, so paradvisor need not be installed there. Commands are argv
 lists (no shell), ssh runs in BatchMode (never prompts) with a connect timeout, and host strings
 are validated so that nothing can be read as an ssh option.
@@ -55,8 +55,10 @@ def ssh_argv(target: str, *, timeout: float, ssh_config: str | None = None) -> l
 
 
 def _probe_source() -> str:
-    src = resources.files("paradvisor.hardware").joinpath("probe.py").read_text()
-    return src + "\n"  # its __main__ block prints the JSON
+    """The NVML wrapper's source, then the probe's (whose __main__ block prints the JSON): one script that
+    needs only the standard library (and pynvml, psutil where installed) on the remote machine."""
+    here = resources.files("paradvisor.hardware")
+    return here.joinpath("nvml.py").read_text() + "\n\n" + here.joinpath("probe.py").read_text() + "\n"
 
 
 def _offline(target: str, reason: str) -> Node:

@@ -40,11 +40,6 @@ class GPUSpec:
     def user_defined(self) -> bool:
         return self.origin != "catalog"
 
-    def peak_flops(self, dtype: str) -> float | None:
-        """Peak FLOP/s for a dtype, or None if this GPU has no such rate."""
-        t = self.tflops.get(dtype)
-        return None if t is None else t * 1e12
-
     @property
     def best_half(self) -> str | None:
         """The fastest 16-bit training dtype this GPU supports, preferring bf16 on a tie."""

@@ -33,6 +33,25 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def torchrun_args(*, nnodes, nproc_per_node, endpoint: str, node_rank=None, run_id: str | None = None,
+                  options: tuple[str, ...] = ()) -> list[str]:
+    """torchrun's own arguments, the one place they are spelled: a c10d rendezvous at `endpoint`, no restarts
+    (a failed rank fails the run), then `options`; `--node-rank` last when given. Values may be numbers or
+    (in the Kubernetes export) the shell variables the runtime sets."""
+    args = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint]
+    if run_id is not None:
+        args += ["--rdzv-id", run_id]
+    args += ["--max-restarts", "0", *options]
+    return args + (["--node-rank", str(node_rank)] if node_rank is not None else [])
+
+
+def trainer_args(run_dir: str, node_index=None) -> list[str]:
+    """The module torchrun starts on every rank (`python -m paradvisor.train`) and its arguments."""
+    return ["-m", "paradvisor.train", "--run-dir", run_dir] + (["--node-index", str(node_index)]
+                                                                if node_index is not None else [])
+
+
 def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
                   endpoint: str, run_id: str, python: str | None = None, join_timeout_s: float | None = None,
                   is_host: bool | None = None) -> list[str]:
@@ -40,17 +59,17 @@ def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_ra
     the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes.
     A multi-node run bounds the rendezvous (`join_timeout`: a node that never comes fails the run after that
     many seconds, not torchrun's 600); `is_host` says which node serves the rendezvous store."""
-    argv = [python or sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
-            "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-            "--rdzv-id", run_id, "--max-restarts", "0", "--monitor-interval", "0.5",
-            "--log-dir", f"{run_dir}/torchelastic"]
+    options = ["--monitor-interval", "0.5", "--log-dir", f"{run_dir}/torchelastic"]
     if nnodes > 1:
         conf = [f"join_timeout={max(1, math.ceil(join_timeout_s or DEFAULT_JOIN_TIMEOUT_S))}"]
         if is_host is not None:
             conf.append(f"is_host={int(is_host)}")
-        argv += ["--rdzv-conf", ",".join(conf), "--node-rank", str(node_rank)]
-    argv += ["-m", "paradvisor.train", "--run-dir", run_dir]
-    return argv + (["--node-index", str(node_rank)] if nnodes > 1 else [])
+        options += ["--rdzv-conf", ",".join(conf)]
+    multi = nnodes > 1
+    return [python or sys.executable, "-m", "torch.distributed.run",
+            *torchrun_args(nnodes=nnodes, nproc_per_node=nproc_per_node, endpoint=endpoint, run_id=run_id,
+                           node_rank=node_rank if multi else None, options=tuple(options)),
+            *trainer_args(run_dir, node_rank if multi else None)]
 
 
 def node_commands(preset, run_dir: str, *, endpoint: str | None = None, python: str | None = None

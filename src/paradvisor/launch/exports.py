@@ -55,11 +55,12 @@ def default_image(preset) -> str:
 def _k8s_command(preset, nodes_var: str, rank_var: str, addr: str) -> str:
     """The container's command: the plan from the ConfigMap into the pod's run directory, then torchrun (every
     value a checked integer or a fixed string; nothing from the preset)."""
-    lau = preset.launch
+    from paradvisor.launch.argv import torchrun_args, trainer_args
+
+    per_node = int(preset.launch.nproc_per_node)
+    torchrun = torchrun_args(nnodes=nodes_var, nproc_per_node=per_node, endpoint=addr, node_rank=rank_var)
     return (f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/plan.toml && "
-            f"exec torchrun --nnodes {nodes_var} --nproc-per-node {int(lau.nproc_per_node)} --node-rank {rank_var} "
-            f"--rdzv-backend c10d --rdzv-endpoint {addr} --max-restarts 0 "
-            f"-m paradvisor.train --run-dir {RUN_DIR} --node-index {rank_var}")
+            f"exec torchrun {' '.join(torchrun + trainer_args(RUN_DIR, rank_var))}")
 
 
 def _plan_map(preset, name: str) -> dict:

@@ -732,15 +732,9 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
 
 
 def _has_cuda() -> bool:
-    try:
-        import pynvml
+    from paradvisor.hardware.nvml import gpu_count
 
-        pynvml.nvmlInit()
-        n = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-        return n > 0
-    except Exception:
-        return False
+    return gpu_count() > 0
 
 
 def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float = 0.5) -> dict:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.model.load import layer_entries_from_module, shape_from_config
-from paradvisor.model.profile import ModelProfile
+from paradvisor.model.config import shape_from_config
+from paradvisor.model.profile import LayerEntry, ModelProfile
 from paradvisor.safeio import read_json
 
 
@@ -37,6 +37,67 @@ def _first_line(exc: BaseException, limit: int = 240) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     line = lines[-1] if len(lines) > 1 and ":" in lines[-1] else (lines[0] if lines else type(exc).__name__)
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def layer_entries_from_module(model) -> list[LayerEntry]:
+    """Walk a torch module into the per-layer table: containers holding a ModuleList are opened,
+    ModuleList/Sequential elements become one entry each, tied parameters count once."""
+    import torch.nn as nn
+
+    seen: set[int] = set()
+    out: list[LayerEntry] = []
+
+    def count(mod) -> int:
+        n = 0
+        for prm in mod.parameters():
+            if id(prm) not in seen:
+                seen.add(id(prm))
+                n += prm.numel()
+        return n
+
+    def experts(mod) -> int:
+        """Parameters under a module path component named "experts" (routed experts: Mixtral's
+        block_sparse_moe.experts, mlp.experts; not Qwen's shared_expert or DeepSeek's shared_experts)."""
+        return sum(prm.numel() for name, prm in mod.named_parameters() if "experts" in name.split(".")[:-1])
+
+    def has_list(mod) -> bool:
+        return any(isinstance(m, (nn.ModuleList, nn.Sequential)) for m in mod.modules())
+
+    def kind(mod, in_list: bool) -> str:
+        if in_list:
+            return "block"
+        if isinstance(mod, nn.Embedding) or any(isinstance(m, nn.Embedding) for m in mod.modules()):
+            return "embedding"
+        if "norm" in type(mod).__name__.lower():
+            return "norm"
+        if isinstance(mod, nn.Linear):
+            return "head"
+        return "other"
+
+    def walk(mod, prefix: str):
+        own = 0
+        for prm in mod.parameters(recurse=False):
+            if id(prm) not in seen:
+                seen.add(id(prm))
+                own += prm.numel()
+        if own:
+            out.append(LayerEntry(prefix.rstrip(".") or "(root)", "other", own))
+        for cname, child in mod.named_children():
+            if isinstance(child, (nn.ModuleList, nn.Sequential)):
+                for i, el in enumerate(child):
+                    e = experts(el)
+                    n = count(el)
+                    if n:
+                        out.append(LayerEntry(f"{prefix}{cname}.{i}", kind(el, True), n, expert_params=e))
+            elif has_list(child):
+                walk(child, f"{prefix}{cname}.")
+            else:
+                n = count(child)
+                if n:
+                    out.append(LayerEntry(f"{prefix}{cname}", kind(child, False), n))
+
+    walk(model, "")
+    return out
 
 
 def build_on_meta(cfg: dict, *, where: str = "config.json"):

@@ -95,10 +95,6 @@ class ModelProfile:
         return self.largest_share >= DOMINANT_SHARE
 
     @property
-    def is_transformer(self) -> bool:
-        return self.transformer is not None
-
-    @property
     def expert_params(self) -> int:
         """Parameters of all routed experts (0 for a dense model)."""
         return sum(e.expert_params for e in self.layers)

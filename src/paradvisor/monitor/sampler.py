@@ -10,48 +10,46 @@ import threading
 import time
 from collections.abc import Callable
 
+from paradvisor.hardware.nvml import HostSample
+
 
 class Sampler:
+    """Readings of this machine: `read()` a typed HostSample, `sample()` its JSON document."""
+
     def __init__(self):
         import psutil
 
+        from paradvisor.hardware.nvml import NVML, NVMLUnavailable
+
         self._psutil = psutil
         psutil.cpu_percent(None)  # prime: the next call measures since now
-        self.nvml = None
+        self.nvml: NVML | None = None
         self.handles: list = []
         self.errors = 0
         try:
-            import pynvml
+            self.nvml = NVML.open()
+        except NVMLUnavailable:  # no bindings, library or driver: CPU only
+            return
+        try:
+            self.handles = self.nvml.handles()
+        except self.nvml.Error:  # NVML started but cannot list the GPUs: CPU only
+            self.close()
 
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # no driver / no library: CPU only
-            self.nvml = None
+    def read(self) -> HostSample:
+        vm = self._psutil.virtual_memory()
+        gpus = tuple(self.nvml.sample(i) for i in range(len(self.handles))) if self.nvml is not None else ()
+        self.errors += sum(g.error for g in gpus)  # GPU lost, reset, or NVML hiccup: that reading is missing
+        return HostSample(time=time.time(), cpu_pct=self._psutil.cpu_percent(None), ram_used_bytes=int(vm.used),
+                          ram_total_bytes=int(vm.total), gpus=gpus)
 
     def sample(self) -> dict:
-        vm = self._psutil.virtual_memory()
-        out = {"time": time.time(), "cpu_pct": self._psutil.cpu_percent(None), "ram_used_bytes": int(vm.used),
-               "ram_total_bytes": int(vm.total), "gpus": []}
-        for i, h in enumerate(self.handles):
-            g = {"index": i, "util_pct": None, "mem_used_bytes": None, "mem_total_bytes": None}
-            try:
-                g["util_pct"] = float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu)
-                mem = self.nvml.nvmlDeviceGetMemoryInfo(h)
-                g["mem_used_bytes"], g["mem_total_bytes"] = int(mem.used), int(mem.total)
-            except Exception:  # GPU lost, reset, or NVML hiccup: keep going without this reading
-                self.errors += 1
-                g["error"] = True
-            out["gpus"].append(g)
-        return out
+        return self.read().to_doc()
 
     def close(self) -> None:
         if self.nvml is not None:
-            try:
-                self.nvml.nvmlShutdown()
-            except Exception:
-                pass
+            self.nvml.close()
             self.nvml = None
+            self.handles = []
 
 
 class SamplerThread(threading.Thread):

@@ -11,8 +11,6 @@ Families are the trainer's: `mingpt` (gpt-mini), `gpt2`, `bert`, `albert`, `llam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 # Families with a tensor-parallel plan. LLaMA/Mistral/Qwen2 take transformers' own
 # `base_model_tp_plan`; GPT-2, BERT, ALBERT and minGPT have hand-written column/row plans
 # (src/paradvisor/train/tp_plans.py).
@@ -27,32 +25,6 @@ PP_FAMILIES = frozenset({"mingpt", "gpt2", "bert", "llama", "mistral", "qwen2"})
 # dispatch) for its mixture-of-experts families; data parallelism around it (train/experts.py).
 EP_FAMILIES = frozenset({"mixtral", "qwen2_moe", "olmoe", "qwen3_moe"})
 LAUNCH_PRECISIONS = frozenset({"fp32", "bf16", "fp16"})
-
-
-@dataclass(frozen=True)
-class Shape:
-    """The launch shape of a plan: which engine runs it and on which mesh."""
-
-    engine: str  # "torch" (torchrun + torch.distributed) | "deepspeed" (torchrun + DeepSpeed engine)
-    mesh: tuple[tuple[str, int], ...]  # named mesh dimensions, outermost first (Megatron order: pp, dp, tp)
-    name: str  # e.g. "PP x TP+SP x FSDP"
-
-
-def shape_of(plan) -> Shape:
-    dims = [(n, d) for n, d in (("pp", plan.pp), ("dp", plan.dp), ("tp", plan.tp)) if d > 1]
-    parts = []
-    if plan.diloco:
-        parts.append("DiLoCo")
-    if plan.tp > 1:
-        parts.append("TP+SP" if plan.sequence_parallel else "TP")
-    if plan.pp > 1:
-        parts.append(f"PP({plan.pp_schedule})")
-    if plan.ep > 1:
-        parts.append(f"EP{plan.ep}")
-    if plan.dp > 1 or plan.sharding != "none":
-        parts.append({"none": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP",
-                      "hsdp": "HSDP"}[plan.sharding])
-    return Shape(engine=plan.engine, mesh=tuple(dims), name=" x ".join(parts) or "single")
 
 
 def family_of(profile) -> str:

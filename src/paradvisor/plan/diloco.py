@@ -23,15 +23,7 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import allocate
 from paradvisor.plan.types import NodeAllocation, Plan, Workload
 
-WAN_BANDWIDTH = 125e6  # a node link this slow (1 Gbit/s) or of kind "wan" makes local steps worth planning
 BASE_LOCAL_STEPS = 100  # 003's baseline H
-
-
-def wan_cluster(cluster: Cluster) -> bool:
-    if len(cluster.online_nodes) < 2:
-        return False
-    lk = cluster.slowest_inter_link()
-    return lk is not None and (lk.kind == "wan" or lk.bandwidth <= WAN_BANDWIDTH)
 
 
 def diloco_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str, margin: float,

@@ -376,12 +376,3 @@ class Topology:
                     worst = link
             self._cache[key] = worst
         return self._cache[key]
-
-    def node_groups(self) -> list[list[int]]:
-        """The ranks of every node (per node: use with small clusters)."""
-        out: list[list[int]] = []
-        for s in self.segments:
-            for c in range(s.count):
-                start = s.first_rank + c * s.size
-                out.append(list(range(start, start + s.size)))
-        return out

@@ -12,33 +12,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paradvisor.estimate.compute import effective_peak
+from paradvisor.hardware.speeds import node_tflops
 from paradvisor.hardware.types import Node
 
 
 def round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
-
-
-def node_tflops(node: Node, precision: str) -> float:
-    """Average per-GPU peak TFLOPS of a node for `precision` (mixed precision: fp16/bf16 rate)."""
-    total, n = 0.0, 0
-    for _name, spec, count in node.kinds:  # runs of like GPUs: a 16,384-GPU node is one entry
-        if spec is None:
-            continue
-        if precision in ("fp16", "bf16", "auto"):
-            # 003 used each GPU's 16-bit tensor rate: FP16, or BF16 where only that is listed.
-            t = spec.tflops.get("fp16") or spec.tflops.get("bf16") or 0.0
-            rate = max(t, spec.tflops.get("fp32", 0.0))
-        else:
-            rate = effective_peak(spec.tflops, precision) / 1e12
-        if count <= 1024:
-            for _ in range(count):  # summed one by one: the same float as a per-GPU sum
-                total += rate
-        else:
-            total += rate * count
-        n += count
-    return total / n if n else 0.0
 
 
 @dataclass(frozen=True)

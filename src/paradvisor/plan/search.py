@@ -7,17 +7,16 @@ import time as _time
 from dataclasses import dataclass, field, replace
 
 from paradvisor.errors import InputError
+from paradvisor.hardware.speeds import wan_cluster
 from paradvisor.hardware.types import Cluster
 from paradvisor.model.profile import ModelProfile
 from paradvisor.plan.capability import family_of, why_not
-from paradvisor.plan.diloco import diloco_candidates, wan_cluster
+from paradvisor.plan.diloco import diloco_candidates
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.plan.types import Plan, Workload
-from paradvisor.units import fmt_bandwidth, fmt_seconds
-
-GiB = 1024**3
+from paradvisor.units import GiB, fmt_bandwidth, fmt_seconds
 
 
 @dataclass

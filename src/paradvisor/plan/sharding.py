@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from paradvisor.estimate.compute import MAX_EFFICIENCY
+from paradvisor.hardware.speeds import MAX_EFFICIENCY
 from paradvisor.model.profile import ModelProfile
 
 BYTES = 4  # fp32 parameters and gradients, as in 004 (TensorFlow 1.15)

@@ -117,7 +117,7 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
 
 
 def rank_speeds(topo: Topology, precision: str) -> list[float]:
-    from paradvisor.estimate.compute import effective_peak
+    from paradvisor.hardware.speeds import effective_peak
 
     return [effective_peak(s.tflops, precision) for s in topo.rank_specs()]
 

@@ -71,8 +71,10 @@ class CheckResult:
 
 
 def default_rules_dir() -> Path:
-    """The shipped rules: `rules/` beside `src/` in the checkout (installed editable)."""
-    return Path(__file__).resolve().parents[3] / "rules"
+    """The shipped rules: package data (the checkout's `rules/` folder when run from the checkout)."""
+    from paradvisor.shipped import rules_dir
+
+    return rules_dir()
 
 
 def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:

@@ -6,7 +6,7 @@ strategy are checked against STRATEGY_VALUES by `paradvisor rules check`.
 
 from __future__ import annotations
 
-from paradvisor.estimate.compute import effective_peak
+from paradvisor.hardware.speeds import effective_peak, node_tflops, wan_cluster
 
 VOCABULARY: dict[str, tuple[str, str]] = {
     # model
@@ -80,9 +80,6 @@ PLAN_FACTS = {k for k in VOCABULARY if k.startswith(("plan.", "est."))}
 
 def base_facts(profile, cluster, workload, precision: str) -> dict:
     """Facts that do not depend on the candidate plan."""
-    from paradvisor.plan.diloco import wan_cluster
-    from paradvisor.plan.hetero import node_tflops
-
     s = profile.transformer
     online = cluster.online_nodes
     runs = cluster.runs()  # alike consecutive nodes: the facts cost what is distinct, not the node count

@@ -60,13 +60,8 @@ def _check_override(key: str, value, base, where: str) -> None:
 
 def resolved_config(preset) -> tuple[str, dict]:
     """(family, config dict) of the preset's model with overrides applied (each override checked)."""
-    from paradvisor.model.load import (
-        _builtins,
-        builtin_config,
-        is_model_path,
-        shape_from_config,
-        unknown_model,
-    )
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.load import _builtins, builtin_config, is_model_path, unknown_model
 
     name = preset.workload.model
     over = dict(preset.train.model_overrides)

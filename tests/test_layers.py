@@ -1,0 +1,50 @@
+"""The import contracts of pyproject.toml ([tool.importlinter]), checked by import-linter's `lint-imports`:
+layers (interfaces -> run -> advice -> facts -> base), no torch/transformers/deepspeed/textual below the
+run layer, no cycles between sibling modules. A second test breaks each contract in a copy of the
+package and checks that `lint-imports` says so (exit 1, naming the contract and the import)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"]
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` over the package under root/src, with root/pyproject.toml's contracts (no cache files)."""
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    return subprocess.run([*LINT, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_hold():
+    res = lint_imports(REPO)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "3 kept, 0 broken" in res.stdout
+
+
+def test_a_broken_contract_fails_the_check(tmp_path):
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(REPO / "src" / "paradvisor", tmp_path / "src" / "paradvisor",
+                    ignore=shutil.ignore_patterns("__pycache__", "data", "*.json", "*.svg"))
+    pkg = tmp_path / "src" / "paradvisor"
+
+    def append(rel: str, line: str) -> None:
+        with open(pkg / rel, "a") as f:
+            f.write(f"\n\ndef _broken():\n    {line}\n")
+
+    append("hardware/types.py", "from paradvisor.plan import search  # facts reaching up into advice")
+    append("estimate/memory.py", "import torch  # advice importing torch")
+    append("rules/engine.py", "from paradvisor.plan import search  # plan imports rules: a cycle")
+    res = lint_imports(tmp_path)
+    assert res.returncode == 1, res.stdout[-4000:]
+    out = res.stdout
+    assert "0 kept, 3 broken" in out, out[-4000:]
+    assert "paradvisor.hardware.types -> paradvisor.plan.search" in out
+    assert "paradvisor.estimate.memory -> torch" in out
+    assert "- .rules -> .plan" in out or "paradvisor.rules.engine -> paradvisor.plan.search" in out
