@@ -234,6 +234,39 @@ def test_nvml_wrapper_samples_are_typed_and_a_lost_gpu_is_a_missing_reading():
         {"index": 1, "util_pct": None, "mem_used_bytes": None, "mem_total_bytes": None, "error": True}]}
 
 
+def test_first_gpu_and_rank_readings_go_through_the_wrapper(tmp_path):
+    """probe-batch's default memory and the launch-time prediction read the first GPU through the wrapper;
+    the Monitor's per-rank GPU memory comes from the wrapper's per-process accounting (a lost GPU: none)."""
+    import subprocess
+    import sys
+
+    from paradvisor.hardware.nvml import NVML, first_gpu
+    from paradvisor.monitor.sampler import RankSampler
+
+    gpus = [{"name": "NVIDIA H100 80GB HBM3", "mem": 80 * GiB}] * 2
+    assert first_gpu(LostGPUNVML(gpus)) == ("NVIDIA H100 80GB HBM3", 80 * GiB)
+    assert first_gpu(ScriptedNVML([])) is None
+    assert first_gpu(ScriptedNVML(gpus, fail_init=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)) is None
+    # a stand-in rank process (its command line names the run directory, as a real rank's does)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)])
+    try:
+        (tmp_path / "rank-0.pid").write_text(f"{child.pid}\n")
+
+        class OnGPU0(LostGPUNVML):
+            def nvmlDeviceGetComputeRunningProcesses(self, h):
+                if h[1] == 1:
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+                return [SimpleNamespace(pid=child.pid, usedGpuMemory=3 * GiB)]
+
+        with NVML.open(OnGPU0(gpus)) as nv:
+            out = RankSampler(tmp_path).sample(2, [{"index": 0, "util_pct": 37.0}], nv, nv.handles())
+        assert set(out) == {0} and out[0]["rss_bytes"] > 0  # rank 1 has no pid file: no reading
+        assert out[0]["gpu_index"] == 0 and out[0]["gpu_mem_bytes"] == 3 * GiB and out[0]["gpu_util_pct"] == 37.0
+    finally:
+        child.kill()
+        child.wait()
+
+
 class BrokenBindingNVML(ScriptedNVML):
     def nvmlDeviceGetMemoryInfo(self, h):
         raise TypeError("a bug in the bindings, not an NVML answer")

@@ -69,20 +69,9 @@ def predicted_max(preset, limit_bytes: int, cap: int) -> int:
 
 def gpu_memory() -> tuple[str, int] | None:
     """(name, total bytes) of this machine's first GPU through NVML, or None without one."""
-    try:
-        import pynvml
+    from paradvisor.hardware.nvml import first_gpu
 
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                return None
-            h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(h)
-            return (name.decode() if isinstance(name, bytes) else str(name)), int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return None
+    return first_gpu()
 
 
 def run(args) -> int:

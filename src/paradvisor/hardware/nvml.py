@@ -163,3 +163,19 @@ def gpu_count(module=None) -> int:
             return nvml.count()
         except nvml.Error:  # NVML started but cannot list devices (e.g. no permission): no usable GPU
             return 0
+
+
+def first_gpu(module=None) -> tuple[str, int] | None:
+    """(name, total memory bytes) of this machine's first GPU, or None without NVML or a GPU."""
+    try:
+        nvml = NVML.open(module)
+    except NVMLUnavailable:
+        return None
+    with nvml:
+        try:
+            if nvml.count() == 0:
+                return None
+            h = nvml.handle(0)
+            return _text(nvml.module.nvmlDeviceGetName(h)), int(nvml.module.nvmlDeviceGetMemoryInfo(h).total)
+        except nvml.Error:  # listed but unreadable (no permission, GPU lost): treated as no GPU
+            return None

@@ -65,19 +65,10 @@ def _device_here(preset) -> tuple[bool, str | None]:
     """(runs on a GPU, its name) for a launch on this machine."""
     if preset.train.device == "cpu":
         return False, None
-    try:
-        import pynvml
+    from paradvisor.hardware.nvml import first_gpu
 
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                return False, None
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-            return True, name.decode() if isinstance(name, bytes) else str(name)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return False, None
+    gpu = first_gpu()
+    return (True, gpu[0]) if gpu else (False, None)
 
 
 def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:

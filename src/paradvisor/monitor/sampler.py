@@ -142,12 +142,9 @@ class RankSampler:
 
         out: dict[int, dict] = {}
         gpu_of: dict[int, tuple[int, int]] = {}
-        for i, h in enumerate(handles if nvml is not None else ()):
-            try:
-                for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                    gpu_of[int(p.pid)] = (i, int(p.usedGpuMemory or 0))
-            except Exception:  # no per-process accounting on this GPU / driver
-                continue
+        for i in range(len(handles) if nvml is not None else 0):
+            for pid, used in nvml.processes(i):  # empty without per-process accounting on this GPU / driver
+                gpu_of[pid] = (i, used)
         for rank in range(min(world, 1024)):
             proc = self.procs.get(rank)
             try:
