@@ -261,3 +261,32 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
                         "reason": f"unreadable run directory: {type(exc).__name__}: {exc}", "skipped_lines": 0,
                         "unreadable": ["the run directory"]})
     return out
+
+
+def node_lines(s: dict) -> list[str]:
+    """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
+    (`paradvisor monitor` and the TUI's Monitor)."""
+    from paradvisor.output import clean
+    from paradvisor.units import fmt_bytes
+
+    out = []
+    for n in s["nodes"]:
+        ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s["ranks"] if r["node"] == n["node"])
+        line = f"node {n['node']}" + (f" ({clean(n['host'])})" if n["host"] else "") + f": {n['state']}"
+        line += f"; {ranks or 'no rank yet'}"
+        smp = n["sample"]
+        if smp:
+            if smp.get("cpu_pct") is not None:
+                line += f"; CPU {smp['cpu_pct']:.0f}%"
+            if smp.get("ram_used_bytes") and smp.get("ram_total_bytes"):
+                line += f", RAM {fmt_bytes(smp['ram_used_bytes'])}/{fmt_bytes(smp['ram_total_bytes'])}"
+            for g in smp.get("gpus") or []:
+                if g.get("util_pct") is None:
+                    line += f", GPU{g['index']} no reading"
+                else:
+                    line += (f", GPU{g['index']} {g['util_pct']:.0f}% "
+                             f"{fmt_bytes(g['mem_used_bytes'] or 0)}/{fmt_bytes(g['mem_total_bytes'] or 0)}")
+        if n.get("reason") and n["state"] not in ("finished", "running", "joined"):
+            line += f" — {clean(n['reason'])}"
+        out.append(line)
+    return out

@@ -129,7 +129,7 @@ class MonitorPane(Vertical):
         nodes = s.get("nodes") or []
         if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):
             # a run on several machines: each node's state, ranks and its own GPU/CPU reading
-            from paradvisor.commands.monitor import node_lines
+            from paradvisor.monitor.follow import node_lines
 
             head.extend(_markup(line) for line in node_lines(s))
         if s["failure"]:
