@@ -1,30 +1,51 @@
-"""Memory per GPU: model states, activations, gathered layers, buffers, framework overhead.
+"""Memory per GPU: model states, activations, gathered and working copies, buffers, framework overhead.
 
-Model states (parameters, gradients, optimizer) — bytes per parameter Ψ, following
-Rajbhandari et al. 2020 (ZeRO, §3) for mixed-precision Adam: 2 (16-bit params) + 2 (16-bit grads)
-+ K=12 (fp32 master params, momentum, variance). With DeepSpeed, the per-stage figures below are the
-ones DeepSpeed's own estimators give (`estimate_zero2/3_model_states_mem_needs`), which also count
-the fp32 gradient partition (4Ψ/N); ZeRO-1 keeps the full 16-bit gradients:
-  ZeRO-1  (DeepSpeed)    4Ψ + 16Ψ/N            offload optimizer: 2Ψ
-  ZeRO-2  (DeepSpeed)    2Ψ + 18Ψ/N            offload optimizer: 2Ψ
-  (18 = 2 fp16 grads + 4 fp32 grads + 4 fp32 params + 8 Adam m, v — DeepSpeed's own breakdown)
-  ZeRO-3  (DeepSpeed)    18Ψ/N + 4·Λ           offload optimizer: 2Ψ/N + 4·Λ; + params: 4·Λ
-  (Λ = parameters of the largest layer, gathered in 16-bit with its 16-bit gradient)
-  fp32 training: 4 (params) + 4 (grads) + 8 (Adam m, v); DeepSpeed adds its fp32 master partition (4/N).
-torch engines keep fp32 parameters (DDP, TP, PP with autocast; FSDP2 shards them):
-  DDP/TP/PP              4Ψ + 4Ψ + 8Ψ, + 2Ψ autocast weight cache when mixed precision
-  FSDP/HSDP (FSDP2)      16Ψ/S + 3·b·Λ (gathered 16-bit params of the current and prefetched
-                         unit and the unit's unsharded gradient), S = shard group size
-Ψ here is the parameter count held by one rank after tensor/pipeline splits.
+One breakdown, the same names in the prediction and in what `validate` measures:
+  params       parameters held (16-bit and/or fp32, whole or a shard)
+  grads        gradients held between backward and the optimizer step
+  optimizer    optimizer states (Adam m, v) and fp32 master weights
+  step_grads   DeepSpeed's fp32 gradient partition, built for the optimizer step only
+  gathered     ZeRO-3 / FSDP parameters gathered for the unit that runs (on loan, freed after it)
+  working      16-bit weight copies autocast keeps for backward; one block rebuilt under recomputation
+  activations  tensors saved for backward
+  buffers      communication buckets;  overhead: CUDA context, cuBLAS workspace (outside torch's allocator)
+Peak = params + optimizer + buffers + overhead + max(grads + activations + gathered + working,
+step_grads + grads kept through the step): the optimizer step runs after the activations are freed;
+DeepSpeed ZeRO-1/2 free the 16-bit gradient partition once the fp32 one exists, ZeRO-3 keeps its flat one.
 
-Activations per transformer layer follow Korthikanti et al. 2022 ("Reducing Activation
-Recomputation in Large Transformer Models", §4): s·b·h·(34 + 5·a·s/h) bytes in 16-bit without
-parallelism; with tensor parallelism t: s·b·h·(10 + 24/t + 5·a·s/(h·t)); with sequence parallelism
-everything divides by t; selective recomputation drops the 5·a·s/h attention-core term; full
-recomputation keeps only the layer input (2·s·b·h, /t with SP) plus one layer's working set.
-The coefficients are derived per tensor (see `block_activation_bytes`) so that GQA, gated (SwiGLU)
-MLPs of width f, models without dropout, fp32 activations and flash/SDPA attention (which keeps no
-s×s matrices) are covered; for a GPT-style layer with dropout they give exactly 34 and 5.
+Model states per rank for Ψ parameters on this rank (after TP/PP), N = shard degree, as the engines hold
+them (DeepSpeed 0.19, measured tensor by tensor on CPU runs, `benchmarks/accuracy.py`):
+  DeepSpeed ZeRO-1/2, bf16/fp16   params 2Ψ, grads 2Ψ/N (16-bit partition, accumulated in 16 bit),
+                                  optimizer 12Ψ/N (fp32 master + m, v), step_grads 4Ψ/N (fp32, step only).
+                                  ZeRO-1 keeps no full 16-bit gradients: it holds what ZeRO-2 holds.
+  DeepSpeed ZeRO-1/2, fp32        params 4Ψ, grads 4Ψ/N, optimizer 12Ψ/N (its own fp32 master too),
+                                  step_grads 4Ψ/N (the same gradients handed to the optimizer: no extra)
+  DeepSpeed ZeRO-3, bf16/fp16     params 2Ψ/N (+ 2 bytes per parameter of the tensors DeepSpeed keeps
+                                  whole: <= 1e5 elements), grads 2Ψ/N (a flat partition held throughout),
+                                  optimizer 12Ψ/N, step_grads 4Ψ/N, gathered 4·Λ
+  DeepSpeed ZeRO-3, fp32          params 4Ψ/N (+ 4 per persistent parameter), grads 4Ψ/N, optimizer
+                                  12Ψ/N, step_grads 4Ψ/N (the held ones), gathered 8·Λ
+  with optimizer offload          GPU keeps 16-bit params only (ZeRO-1/2: 2Ψ; ZeRO-3: 2Ψ/N + 4·Λ)
+  Λ = DeepSpeed's fetch unit: the largest single module's own parameters (an embedding or one linear,
+  not a whole decoder block; `deepspeed.runtime.zero.stage3.model_to_params`). The sum params + grads +
+  optimizer + step_grads + gathered equals DeepSpeed's `estimate_zero2/3_model_states_mem_needs`
+  (2Ψ + 18Ψ/N; 18Ψ/N + 4Λ), which count every term at once.
+  torch DDP / TP / PP             params 4Ψ, grads 4Ψ, optimizer 8Ψ (+ autocast's 16-bit weight copies
+                                  as working memory in mixed precision)
+  FSDP2 / HSDP                    params 4Ψ/S, grads 4Ψ/S, optimizer 8Ψ/S; gathered: the root unit
+                                  (everything outside the blocks, kept gathered through forward and
+                                  backward) + the running and the prefetched block in the compute dtype,
+                                  + the largest unit's unsharded gradient in the reduce dtype (fp32)
+
+Activations are counted from the model's own code where it was traced (`model/trace.py`: per block
+`a·b·s + c·b·s²` split into the part tensor parallelism divides and the part it does not, plus the
+embedding/mask/head/loss edges), per activation mode: fp32, amp (fp32 weights under autocast: DDP, TP,
+PP) or bf16 (16-bit weights: DeepSpeed, FSDP2's mixed-precision policy). On CUDA the SDPA kernels keep
+no s×s tensors, so the traced s² terms (CPU's math path) are dropped there. Without a trace the formula
+below is used. Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+§4): s·b·h·(34 + 5·a·s/h) bytes in 16-bit per layer; with tensor parallelism t: s·b·h·(10 + 24/t +
+5·a·s/(h·t)); with sequence parallelism everything divides by t; selective recomputation drops the
+attention core; full recomputation keeps only the layer input plus one layer's working set.
 """
 
 from __future__ import annotations
@@ -41,51 +62,77 @@ def act_bytes_for(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed stage3_param_persistence_threshold default (elements)
+
+
 def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: int, offload: str,
-                      largest_layer: int) -> dict[str, float]:
-    """Model-state bytes on one GPU for `psi` parameters held by this rank (after TP/PP)."""
+                      largest_layer: int, persistent: int = 0, root: int = 0) -> dict[str, float]:
+    """Model-state bytes on one GPU for `psi` parameters held by this rank (after TP/PP).
+
+    `largest_layer`: ZeRO-3's fetch unit (largest module) or FSDP's largest block; `persistent`: parameters in
+    tensors ZeRO-3 keeps whole; `root`: FSDP's root unit (parameters outside the blocks)."""
     n = max(1, shard_degree)
     mixed = precision != "fp32"
     lam = largest_layer
+    zero = {"params": 0.0, "grads": 0.0, "optimizer": 0.0, "step_grads": 0.0, "gathered": 0.0}
     if sharding in ("zero1", "zero2"):
-        if mixed:
-            if offload != "none":
-                return {"params": 2 * psi, "grads": 0, "optimizer": 0, "gathered": 0}
-            grads = (2 * psi + 4 * psi / n) if sharding == "zero1" else 6 * psi / n
-            return {"params": 2 * psi, "grads": grads, "optimizer": 12 * psi / n, "gathered": 0}
-        # fp32: DeepSpeed's stage-1 and stage-2 optimizers are one implementation and hold the same
-        # (partitioned) gradients — measured equal by benchmarks/accuracy.py
-        grads = 4 * psi / n
+        pb = 2 if mixed else 4
         if offload != "none":
-            return {"params": 4 * psi, "grads": 0, "optimizer": 0, "gathered": 0}
-        # DeepSpeed keeps its own fp32 master partition even when the model is fp32: 4 + 8 (Adam m, v)
-        return {"params": 4 * psi, "grads": grads, "optimizer": 12 * psi / n, "gathered": 0}
+            return {**zero, "params": pb * psi}
+        return {**zero, "params": pb * psi, "grads": pb * psi / n, "optimizer": 12 * psi / n,
+                "step_grads": 4 * psi / n}
     if sharding == "zero3":
         pb = 2 if mixed else 4
+        whole = pb * persistent  # tensors DeepSpeed keeps whole on every rank (besides their partition)
         gathered = 2 * pb * lam
         if offload == "optimizer+params":
-            return {"params": 0, "grads": 0, "optimizer": 0, "gathered": gathered}
+            return {**zero, "gathered": gathered}
         if offload == "optimizer":
-            return {"params": pb * psi / n, "grads": 0, "optimizer": 0, "gathered": gathered}
-        if mixed:
-            return {"params": 2 * psi / n, "grads": 4 * psi / n, "optimizer": 12 * psi / n, "gathered": gathered}
-        return {"params": 4 * psi / n, "grads": 4 * psi / n, "optimizer": 12 * psi / n, "gathered": gathered}
+            return {**zero, "params": pb * psi / n + whole, "gathered": gathered}
+        return {"params": pb * psi / n + whole, "grads": pb * psi / n, "optimizer": 12 * psi / n,
+                "step_grads": 4 * psi / n, "gathered": gathered}
     if sharding in ("fsdp", "hsdp"):
         cb = 2 if mixed else 4
-        gathered = 3 * cb * lam
+        gathered = cb * (root + 2 * lam) + 4 * max(root, lam)
         if offload != "none":
-            return {"params": 0, "grads": 0, "optimizer": 0, "gathered": gathered}
-        return {"params": 4 * psi / n, "grads": 4 * psi / n, "optimizer": 8 * psi / n, "gathered": gathered}
-    # No sharding: torch DDP / TP / PP replicas with fp32 master weights.
-    return {"params": 4 * psi, "grads": 4 * psi, "optimizer": 8 * psi,
-            "gathered": 2 * psi if mixed else 0}  # autocast keeps 16-bit copies of the weights
+            return {**zero, "gathered": gathered}
+        return {**zero, "params": 4 * psi / n, "grads": 4 * psi / n, "optimizer": 8 * psi / n, "gathered": gathered}
+    # No sharding: torch DDP / TP / PP replicas with fp32 master weights (autocast copies: `working`).
+    return {**zero, "params": 4 * psi, "grads": 4 * psi, "optimizer": 8 * psi}
 
 
-def offload_cpu_bytes(psi: int, *, sharding: str, shard_degree: int, offload: str) -> float:
-    """Host memory one rank needs for offloaded states (fp32 master, m, v and, for params, 16-bit params)."""
+def peak_bytes(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> float:
+    """Peak of a breakdown: parameters, optimizer, buffers and overhead always; then the larger of the
+    forward/backward phase (gradients, activations, gathered units, working copies) and the optimizer step
+    (DeepSpeed's fp32 gradient partition; ZeRO-3 keeps its 16-bit one alongside)."""
+    held = sum(terms.get(k, 0.0) for k in ("params", "optimizer", "buffers", "overhead"))
+    grads = terms.get("grads", 0.0)
+    fwd_bwd = grads + sum(terms.get(k, 0.0) for k in ("activations", "gathered", "working"))
+    step = terms.get("step_grads", 0.0) + (grads if grads_kept_in_step else 0.0)
+    return held + max(fwd_bwd, step)
+
+
+def gathered_param_bytes(*, precision: str, sharding: str, unit: int, root: int = 0) -> float:
+    """The parameter part of `gathered` (what a saved-tensor meter sees on loan): ZeRO-3's unit in 16 bit;
+    FSDP2's root and two blocks in the compute dtype."""
+    b = 2 if precision != "fp32" else 4
+    if sharding == "zero3":
+        return b * unit
+    if sharding in ("fsdp", "hsdp"):
+        return b * (root + 2 * unit)
+    return 0.0
+
+
+def offload_cpu_bytes(psi: int, *, sharding: str, shard_degree: int, offload: str, precision: str = "bf16") -> float:
+    """Host memory one rank needs for offloaded states: DeepSpeed keeps the fp32 master, m, v and fp32
+    gradients of its partition (16 B/param; + 2 for 16-bit parameters with parameter offload: 18, as
+    `estimate_zero3_model_states_mem_needs` counts without its buffer factor); FSDP2's CPU offload keeps
+    the sharded fp32 parameters, gradients and Adam states (16 B/param)."""
     if offload == "none":
         return 0.0
-    per = 12 + (4 if offload == "optimizer+params" else 0) + 4  # + fp32 gradient partition
+    per = 16.0
+    if sharding.startswith("zero") and offload == "optimizer+params":
+        per += 2 if precision != "fp32" else 4
     return per * psi / max(1, shard_degree)
 
 
@@ -136,6 +183,56 @@ def edge_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: int
         # the logits themselves are not kept) + the head's input (the head is replicated under TP)
         head = tokens * shape.vocab * 4 + tokens * act_bytes * shape.hidden
     return {"embedding": emb, "head": head}
+
+
+def _poly(p, b: float, s: float, *, drop_quadratic: bool = False) -> float:
+    if not p:
+        return 0.0
+    return float(sum(v * (b if "b" in m else 1) * s ** m.count("s") for m, v in p.items()
+                     if not (drop_quadratic and m.count("s") >= 2)))
+
+
+def traced_block_bytes(groups: dict, *, seq: int, micro_batch: int, tp: int = 1, sequence_parallel: bool = False,
+                       drop_quadratic: bool = False, quadratic_only: bool = False) -> float:
+    """One block's saved bytes on one TP rank from traced polynomials: the part TP splits divides by t,
+    the rest too with sequence parallelism."""
+    t = max(1, tp)
+
+    def part(name):
+        p = groups.get(name) or {}
+        if quadratic_only:
+            p = {m: v for m, v in p.items() if m.count("s") >= 2}
+        return _poly(p, micro_batch, seq, drop_quadratic=drop_quadratic)
+
+    rep, split = part("block.rep"), part("block.split")
+    return (rep / t if sequence_parallel else rep) + split / t
+
+
+def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micro_batch: int, tp: int,
+                            sequence_parallel: bool, checkpointing: str, cuda_sdpa: bool,
+                            shared_layers: bool = False) -> dict[str, float]:
+    """Per block stored bytes, the working set of one block rebuilt in backward, the edges (first stage:
+    embeddings and shared masks; last stage: head and loss) and the weight copies, from traced keys
+    (`g_ckpt`: the key traced with full recomputation)."""
+    kw = {"seq": seq, "micro_batch": micro_batch, "tp": tp, "sequence_parallel": sequence_parallel}
+    none = traced_block_bytes(g_none, drop_quadratic=cuda_sdpa, **kw)
+    if checkpointing == "full" and g_ckpt is not None:
+        stored, rebuilt = traced_block_bytes(g_ckpt, drop_quadratic=cuda_sdpa, **kw), none
+        edges = g_ckpt
+    elif checkpointing == "selective":  # the attention core (the s² terms) is recomputed
+        stored = traced_block_bytes(g_none, drop_quadratic=True, **kw)
+        rebuilt = 0.0 if cuda_sdpa else traced_block_bytes(g_none, quadratic_only=True, **kw)
+        edges = g_none
+    else:
+        stored, rebuilt, edges = none, 0.0, g_none
+    b, s, t = micro_batch, seq, max(1, tp)
+    copies = _poly(g_none.get("block_copies.rep"), b, s) + _poly(g_none.get("block_copies.split"), b, s) / t
+    return {"block": stored, "rebuilt": rebuilt,
+            "first": _poly(edges.get("first"), b, s, drop_quadratic=cuda_sdpa),
+            "last": _poly(edges.get("last"), b, s, drop_quadratic=cuda_sdpa),
+            "copies_block": copies, "copies_shared": shared_layers,
+            "copies_first": _poly(g_none.get("first_copies"), b, s),
+            "copies_last": _poly(g_none.get("last_copies"), b, s)}
 
 
 def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_elems: int) -> float:

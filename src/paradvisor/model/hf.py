@@ -94,4 +94,22 @@ def profile_from_config_path(path: Path) -> ModelProfile:
     name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
     return ModelProfile(name=str(name), architecture=arch, source=str(cfg_file), total_params=total,
                         trainable_params=trainable, layers=tuple(layers), transformer=shape,
-                        description=f"{cfg['model_type']} from {cfg_file}", provenance=str(cfg_file))
+                        description=f"{cfg['model_type']} from {cfg_file}", provenance=str(cfg_file),
+                        traced=traced_for_config(cfg, model if shape is not None else None))
+
+
+def traced_for_config(cfg: dict, model=None, *, family: str | None = None):
+    """Activation coefficients traced from the config's own model class when the estimator first asks for
+    a key (each key: four forward passes on fake tensors), parameter facts from the built model."""
+    from paradvisor.model import trace as T
+    from paradvisor.model.activations import Traced
+
+    params = T.param_facts(model) if model is not None else None
+
+    def tracer(keys):
+        shape = shape_from_config(cfg)
+        return T.trace_model(lambda kernel: T.hf_recipe(cfg, attention=kernel),
+                             max_positions=shape.max_positions if shape else None,
+                             sliding_window=T.hf_window(cfg), keys=keys, check=False)
+
+    return Traced(params=params, tracer=tracer, source=f"traced from {cfg['model_type']} when loaded")

@@ -30,6 +30,8 @@ from paradvisor.estimate.memory import (
     edge_activation_bytes,
     model_state_bytes,
     offload_cpu_bytes,
+    peak_bytes,
+    traced_activation_terms,
     vision_activation_bytes,
 )
 from paradvisor.plan.facts import ModelFacts, Topology
@@ -69,11 +71,51 @@ def _stage_layers(mf: ModelFacts, pp: int) -> int:
     return mf.shape.num_layers // pp if mf.shape else 0
 
 
+def activation_mode(plan: Plan, precision: str) -> str:
+    """fp32; amp (fp32 weights under autocast: DDP, TP, PP, one GPU); bf16 (16-bit weights: DeepSpeed's
+    bf16/fp16 engine, FSDP2's mixed-precision policy, TP x FSDP)."""
+    if precision == "fp32":
+        return "fp32"
+    return "bf16" if plan.sharding != "none" else "amp"
+
+
+def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *,
+                     cuda: bool) -> tuple[dict, str]:
+    """Per-block/edge activation bytes and weight copies for one micro-batch on one rank, and where they
+    came from ("traced" from the model's code, or "formula")."""
+    from paradvisor.model.activations import key_of
+
+    s = mf.shape
+    traced = mf.profile.traced
+    mode = activation_mode(plan, precision)
+    kernel = wl.attention
+    if traced is not None:
+        g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
+        g_ckpt = traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch) \
+            if plan.checkpointing == "full" else None
+        if g_none is not None and (plan.checkpointing != "full" or g_ckpt is not None):
+            return traced_activation_terms(g_none, g_ckpt, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
+                                           sequence_parallel=plan.sequence_parallel,
+                                           checkpointing=plan.checkpointing, cuda_sdpa=cuda and kernel == "sdpa",
+                                           shared_layers=s.shared_layers), "traced"
+    ab = act_bytes_for(precision)
+    blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
+                                 sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
+                                 act_bytes=ab, attention=kernel)
+    edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
+                                  lm_head=mf.lm_head)
+    copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
+    return {"block": blk["stored"], "rebuilt": blk["working"], "first": edges["embedding"], "last": edges["head"],
+            "copies_block": copies, "copies_shared": s.shared_layers, "copies_first": 0.0,
+            "copies_last": 2 * mf.last_params if mode == "amp" and mf.lm_head else 0.0}, "formula"
+
+
 def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
                 stage: int | None = None) -> dict:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload."""
     ab = act_bytes_for(precision)
+    cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
     psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
     if plan.sharding == "hsdp":
         shard = max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
@@ -81,48 +123,88 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         shard = 1
     else:
         shard = plan.dp
-    largest = max(mf.block_params // plan.tp, mf.largest_nonblock) if mf.shape else mf.largest
 
-    def states(psi):
+    def states(psi, first: bool, last: bool):
+        if plan.sharding == "zero3":
+            unit = mf.fetch_unit
+        elif mf.shape is not None:
+            unit = mf.block_params // plan.tp
+        else:
+            unit = mf.largest
+        root = 0
+        if plan.sharding in ("fsdp", "hsdp"):
+            root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
-                                 offload=plan.offload, largest_layer=largest)
+                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root)
 
     stages = []
+    source = "formula"
     if mf.shape is None:
         acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=ab,
                                        input_elems=math.prod(mf.profile.input_shape or (1,)))
-        stages.append((states(psi_first), acts, psi_first))
+        stages.append((states(psi_first, True, True), acts, 0.0, psi_first))
     else:
-        s = mf.shape
-        blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
-                                     sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
-                                     act_bytes=ab, attention=wl.attention)
-        edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
-                                      lm_head=mf.lm_head)
+        a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
         layers = _stage_layers(mf, plan.pp)
+        blocks_copies = a["copies_block"] * (1 if a["copies_shared"] else layers)
         if plan.pp == 1:
-            acts = layers * blk["stored"] + edges["embedding"] + edges["head"] + blk["working"]
-            stages.append((states(psi_first), acts, psi_first))
+            acts = layers * a["block"] + a["first"] + a["last"]
+            work = blocks_copies + a["copies_first"] + a["copies_last"] + a["rebuilt"]
+            stages.append((states(psi_first, True, True), acts, work, psi_first))
         else:
             m = plan.grad_accum
             inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
             inflight_last = m if plan.pp_schedule == "gpipe" else 1
-            a_first = inflight_first * (layers * blk["stored"] + edges["embedding"]) + blk["working"]
-            a_last = inflight_last * (layers * blk["stored"] + edges["head"]) + blk["working"]
-            stages.append((states(psi_first), a_first, psi_first))
-            stages.append((states(psi_last), a_last, psi_last))
+            a_first = inflight_first * (layers * a["block"] + a["first"])
+            a_last = inflight_last * (layers * a["block"] + a["last"])
+            w_first = inflight_first * (blocks_copies + a["copies_first"]) + a["rebuilt"]
+            w_last = inflight_last * (blocks_copies + a["copies_last"]) + a["rebuilt"]
+            stages.append((states(psi_first, True, False), a_first, w_first, psi_first))
+            stages.append((states(psi_last, False, True), a_last, w_last, psi_last))
     if stage is not None and len(stages) > 1:
         stages = [stages[0] if stage == 0 else stages[-1]]
     best = None
-    for st, acts, psi in stages:
+    for st, acts, work, psi in stages:
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
-        terms = {**st, "activations": acts, "buffers": buf, "overhead": FRAMEWORK_OVERHEAD}
-        total = sum(terms.values())
+        # fitted per-token coefficients can go slightly negative for tiny widths: a byte count never does
+        terms = {**st, "working": max(0.0, work), "activations": max(0.0, acts), "buffers": buf,
+                 "overhead": FRAMEWORK_OVERHEAD}
+        total = peak_bytes(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
         if best is None or total > best[1]:
             best = (terms, total, psi)
-    cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload)
-    return {"terms": best[0], "total": best[1], "psi": best[2], "shard": shard, "cpu": cpu}
+    cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload,
+                            precision=precision)
+    return {"terms": best[0], "total": best[1], "psi": best[2], "shard": shard, "cpu": cpu,
+            "activation_source": source}
+
+
+HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
+HOST_RAM_MIN = 64 * 2**30
+HOST_RAM_USABLE = 0.9
+
+
+def node_ram(node) -> tuple[float, bool]:
+    """(bytes of host RAM, whether it is known: from `detect` or the cluster file's `ram`)."""
+    if node.ram_total_bytes:
+        return float(node.ram_total_bytes), True
+    return max(HOST_RAM_MIN, HOST_RAM_PER_GPU_MEMORY * sum(g.memory_bytes for g in node.gpus)), False
+
+
+def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
+    """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold."""
+    ok = True
+    worst = max(topo.node_sizes) if topo.node_sizes else 1
+    notes.append(f"offload needs {cpu_per_rank * worst / 2**30:.0f} GiB of host RAM per node")
+    for node, n in zip(topo.cluster.online_nodes, topo.node_sizes):
+        ram, known = node_ram(node)
+        need = cpu_per_rank * n
+        if need > HOST_RAM_USABLE * ram:
+            ok = False
+            notes.append(f"{node.name} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
+                         f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
+                         f", needs {need / 2**30:.0f} GiB")
+    return ok
 
 
 def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict,
@@ -252,12 +334,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     fits = need["total"] <= usable
     notes = []
     if plan.offload != "none":
-        per_node = need["cpu"] * max(topo.node_sizes)
-        notes.append(f"offload needs {per_node / 2**30:.0f} GiB of host RAM per node")
-        for node in topo.cluster.online_nodes:
-            if node.ram_total_bytes and need["cpu"] * node.gpu_count > 0.9 * node.ram_total_bytes:
-                fits = False
-                notes.append(f"{node.name} has only {node.ram_total_bytes / 2**30:.0f} GiB of RAM")
+        fits = host_memory_fits(topo, need["cpu"], notes) and fits
     return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
                     fits=fits, tight_gpu=tight, time=time, step_time=step,
                     samples_per_s=wl.global_batch / step, tokens_per_s=wl.global_batch * wl.seq_len / step,
