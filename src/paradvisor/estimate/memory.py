@@ -226,13 +226,12 @@ def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micr
     else:
         stored, rebuilt, edges = none, 0.0, g_none
     b, s, t = micro_batch, seq, max(1, tp)
-    copies = _poly(g_none.get("block_copies.rep"), b, s) + _poly(g_none.get("block_copies.split"), b, s) / t
-    return {"block": stored, "rebuilt": rebuilt,
-            "first": _poly(edges.get("first"), b, s, drop_quadratic=cuda_sdpa),
-            "last": _poly(edges.get("last"), b, s, drop_quadratic=cuda_sdpa),
-            "copies_block": copies, "copies_shared": shared_layers,
-            "copies_first": _poly(g_none.get("first_copies"), b, s),
-            "copies_last": _poly(g_none.get("last_copies"), b, s)}
+    # weight copies saved for backward: a recomputed block saves none (it casts again when rebuilt)
+    copies = _poly(edges.get("block_copies.rep"), b, s) + _poly(edges.get("block_copies.split"), b, s) / t
+    return {"block": stored, "rebuilt": rebuilt, "first": _poly(edges.get("first"), b, s),
+            "last": _poly(edges.get("last"), b, s), "copies_block": copies, "copies_shared": shared_layers,
+            "copies_first": _poly(edges.get("first_copies"), b, s),
+            "copies_last": _poly(edges.get("last_copies"), b, s)}
 
 
 def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_elems: int) -> float:

@@ -174,11 +174,57 @@ def _dispatch_mode(rec: _Recorder):
     return Creation()
 
 
+@contextlib.contextmanager
+def _as_in_training():
+    """transformers treats fake tensors as "tracing" and then always builds an attention mask, where a real
+    training batch lets it use SDPA's causal flag instead. Answer its two mask-skip questions as a real
+    batch would: no cache offset (training starts at position 0), one sequence per row (no packing) and no
+    padding (truncated sequences — a padded batch keeps its mask, which this trace does not count)."""
+    try:
+        from transformers import masking_utils as mu
+    except ImportError:
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def fake(x):
+        return isinstance(x, FakeTensor)
+
+    causal, bidir = getattr(mu, "_ignore_causal_mask_sdpa", None), getattr(mu, "_ignore_bidirectional_mask_sdpa", None)
+    packed = getattr(mu, "find_packed_sequence_indices", None)
+
+    def find_packed(position_ids, *a, **k):
+        return None if fake(position_ids) else packed(position_ids, *a, **k)
+
+    def ignore_causal(padding_mask, q_length, kv_length, q_offset, kv_offset, *a, **k):
+        return causal(None if fake(padding_mask) else padding_mask, q_length, kv_length,
+                      0 if fake(q_offset) else q_offset, 0 if fake(kv_offset) else kv_offset, *a, **k)
+
+    def ignore_bidirectional(padding_mask, *a, **k):
+        return bidir(None if fake(padding_mask) else padding_mask, *a, **k)
+
+    if causal is not None:
+        mu._ignore_causal_mask_sdpa = ignore_causal
+    if bidir is not None:
+        mu._ignore_bidirectional_mask_sdpa = ignore_bidirectional
+    if packed is not None:
+        mu.find_packed_sequence_indices = find_packed
+    try:
+        yield
+    finally:
+        if causal is not None:
+            mu._ignore_causal_mask_sdpa = causal
+        if bidir is not None:
+            mu._ignore_bidirectional_mask_sdpa = bidir
+        if packed is not None:
+            mu.find_packed_sequence_indices = packed
+
+
 def _one_trace(build: Callable, run: Callable, b: int, s: int, mode: str, checkpointing: str) -> list[tuple]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
         dtype = torch.get_default_dtype()
         if mode == "bf16":  # 16-bit weights from the start (module.to() cannot swap fake parameters)
             torch.set_default_dtype(torch.bfloat16)
@@ -367,11 +413,12 @@ def _wrap_blocks(model) -> None:
 
 def regimes_for(max_positions: int | None, sliding_window: int | None = None) -> list[tuple[int | None, int]]:
     """[(longest sequence the regime covers or None, first trace point S)]: the points S, 2S, 3S stay
-    inside the regime. A sliding window shorter than the context splits it in two (below the window the
-    model may skip its mask; beyond it, it must build one)."""
+    inside the regime. A sliding window shorter than the context splits it in two: shorter sequences may
+    use SDPA's causal flag, from the window's length on the model must build a mask (transformers'
+    `_ignore_causal_mask_sdpa`: kv_length >= local_attention_size)."""
     limit = max_positions or 2048
     if sliding_window and sliding_window < limit:
-        return [(sliding_window, max(1, sliding_window // 3)), (None, sliding_window + 1)]
+        return [(sliding_window - 1, max(1, (sliding_window - 1) // 3)), (None, sliding_window)]
     return [(None, max(8, min(256, limit // 3)))]
 
 
