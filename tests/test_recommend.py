@@ -209,3 +209,37 @@ def test_a_node_without_gpus_is_left_out_of_the_plans(tmp_path):
     rec = recommend(load_profile("gpt2"), cluster, Workload(model="gpt2", seq_len=128, global_batch=32))
     assert rec.plans and all(e.plan.world_size <= cluster.gpu_count for e in rec.plans)
     assert any("no GPU: node-1" in w for w in rec.warnings)
+
+
+def test_offload_plans_must_fit_host_ram():
+    """llama-2-70b on one T4 fits only by offloading ~1.2 TB of states to the host: with the node's RAM
+    unknown (assumed 2x GPU memory, at least 64 GiB) or given as 256 GiB, no offload plan fits."""
+    from dataclasses import replace
+
+    prof = load_profile("llama-2-70b")
+    c = single_node_cluster("T4", 1)
+    wl = Workload("llama-2-70b", seq_len=512, global_batch=1)
+    r = recommend(prof, c, wl)
+    assert not any(e.plan.offload != "none" for e in r.plans)
+    offloaded = [i for i in r.infeasible if i["plan"]["offload"] != "none"]
+    assert offloaded
+    roomy = replace(c, nodes=(replace(c.nodes[0], ram_total_bytes=2 * 2**40),))  # 2 TiB
+    r2 = recommend(prof, roomy, wl)
+    assert r2.plans and all(e.plan.offload != "none" for e in r2.plans)
+    need = r2.plans[0].cpu_bytes_per_rank
+    assert 1.1e12 < need < 1.4e12  # DeepSpeed: 18 bytes per parameter (16-bit params, fp32 master, m, v, grads)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds=st.lists(st.sampled_from("ABC"), min_size=1, max_size=8), total=st.integers(1, 400),
+       rates=st.fixed_dictionaries({k: st.floats(0.5, 20) for k in "ABC"}))
+def test_identical_gpus_get_identical_batches(kinds, total, rates):
+    from paradvisor.plan.hetero import split_by_type
+
+    if total < len(kinds):
+        return
+    out = split_by_type(total, [rates[k] for k in kinds], kinds)
+    assert sum(out) == total and min(out) >= 1
+    for k in set(kinds):
+        mine = [b for b, kk in zip(out, kinds) if kk == k]
+        assert max(mine) - min(mine) <= 1  # only the remainder breaks a tie

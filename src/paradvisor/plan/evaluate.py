@@ -61,6 +61,7 @@ class Estimate:
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
     rules: list[dict] = field(default_factory=list)
+    cost_rank: int = 0  # rank by predicted step time alone, among the plans shown (0: not ranked)
 
     @property
     def ratio(self) -> float:
