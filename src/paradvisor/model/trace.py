@@ -177,9 +177,9 @@ def _dispatch_mode(rec: _Recorder):
 @contextlib.contextmanager
 def _as_in_training():
     """transformers treats fake tensors as "tracing" and then always builds an attention mask, where a real
-    training batch lets it use SDPA's causal flag instead. Answer its two mask-skip questions as a real
-    batch would: no cache offset (training starts at position 0), one sequence per row (no packing) and no
-    padding (truncated sequences — a padded batch keeps its mask, which this trace does not count)."""
+    causal-LM batch lets it use SDPA's causal flag instead. Answer its mask-skip questions as such a batch
+    would: no cache offset (training starts at position 0) and one sequence per row (no packing). An
+    encoder's batch comes with its padding mask: that mask is kept (a batch with padding), as here."""
     try:
         from transformers import masking_utils as mu
     except ImportError:
@@ -190,7 +190,7 @@ def _as_in_training():
     def fake(x):
         return isinstance(x, FakeTensor)
 
-    causal, bidir = getattr(mu, "_ignore_causal_mask_sdpa", None), getattr(mu, "_ignore_bidirectional_mask_sdpa", None)
+    causal = getattr(mu, "_ignore_causal_mask_sdpa", None)
     packed = getattr(mu, "find_packed_sequence_indices", None)
 
     def find_packed(position_ids, *a, **k):
@@ -200,13 +200,8 @@ def _as_in_training():
         return causal(None if fake(padding_mask) else padding_mask, q_length, kv_length,
                       0 if fake(q_offset) else q_offset, 0 if fake(kv_offset) else kv_offset, *a, **k)
 
-    def ignore_bidirectional(padding_mask, *a, **k):
-        return bidir(None if fake(padding_mask) else padding_mask, *a, **k)
-
     if causal is not None:
         mu._ignore_causal_mask_sdpa = ignore_causal
-    if bidir is not None:
-        mu._ignore_bidirectional_mask_sdpa = ignore_bidirectional
     if packed is not None:
         mu.find_packed_sequence_indices = find_packed
     try:
@@ -214,8 +209,6 @@ def _as_in_training():
     finally:
         if causal is not None:
             mu._ignore_causal_mask_sdpa = causal
-        if bidir is not None:
-            mu._ignore_bidirectional_mask_sdpa = bidir
         if packed is not None:
             mu.find_packed_sequence_indices = packed
 
@@ -393,8 +386,10 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
 
     def run(model, b: int, s: int):
         ids = torch.randint(0, vocab, (b, s))
-        if encoder:
-            out = model(input_ids=ids, attention_mask=torch.ones(b, s, dtype=torch.long)).logits
+        if encoder:  # a batch with padding (the last token of the first row), as classification data has
+            mask = torch.ones(b, s, dtype=torch.long)
+            mask[0, -1] = 0
+            out = model(input_ids=ids, attention_mask=mask).logits
             return F.cross_entropy(out.float(), torch.zeros(b, dtype=torch.long))
         out = model(input_ids=ids).logits
         return F.cross_entropy(out.float().flatten(0, 1), ids.flatten())
