@@ -204,7 +204,6 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
 
     from paradvisor.plan.types import Plan
     from paradvisor.train.mingpt import from_config
-    from paradvisor.train.models import loss_of
     from paradvisor.train.parallelize import build_engine
 
     torch.set_num_threads(1)
@@ -247,7 +246,12 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
 def fit_engines(runs: list[dict], device: dict) -> dict:
     """{engine: {precision: {"per_step": s, "per_layer": s}}}: step = per_step + per_layer x layers after the
     compute the estimator predicts for the calibration model (on one rank, at this device's measured rate)."""
-    from paradvisor.estimate.compute import MAX_EFFICIENCY, curve_rate, efficiency, transformer_flops_per_token
+    from paradvisor.estimate.compute import (
+        MAX_EFFICIENCY,
+        curve_rate,
+        efficiency,
+        transformer_flops_per_token,
+    )
     from paradvisor.model.profile import TransformerShape
 
     d, h, v = ENGINE_MODEL["n_embd"], ENGINE_MODEL["n_head"], ENGINE_MODEL["vocab_size"]
@@ -269,7 +273,7 @@ def fit_engines(runs: list[dict], device: dict) -> dict:
             tokens = ENGINE_BATCH * ENGINE_MODEL["n_positions"]
             eff = 1.0 if curve else efficiency(d / tp, tokens) / MAX_EFFICIENCY  # curve: the rate at this width
 
-            def compute(layers, tp=tp, slots=slots, peak=peak, eff=eff):
+            def compute(layers, tp=tp, slots=slots, peak=peak, eff=eff, tokens=tokens):
                 f = transformer_flops_per_token(shape, seq=ENGINE_MODEL["n_positions"], layers=layers,
                                                 lm_head=False, checkpointing="none")
                 return slots * (f["forward"] + f["backward"]) * tokens / tp / (peak * 1e12 * eff)
