@@ -1,6 +1,6 @@
 """Predicted vs measured over a matrix of real tiny CPU runs (2 processes, gloo), on shapes no test uses.
 
-Run: python benchmarks/accuracy.py [--quick] [--steps 6] [--json OUT]
+Run: python benchmarks/accuracy.py [--quick] [--steps 10] [--json OUT]
 Models (Hugging Face configs through `train.model_overrides`, and the minGPT-style model for pipelines):
   llama-gqa3      LLaMA, width 96, 6 heads over 2 KV heads (GQA 3:1), SwiGLU 256, tied head
   mistral-window  Mistral, width 64, 8 heads over 2 KV heads (GQA 4:1), sliding window 16 < sequence 32, untied head
@@ -138,7 +138,7 @@ def deepspeed_estimators() -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="four groups (the targets count four)")
     ap.add_argument("--json", metavar="OUT", help="also write every row as JSON")
     args = ap.parse_args()
@@ -222,7 +222,11 @@ def main() -> None:
     if bf:
         print(f"bf16 on CPU, predicted / measured step time: median {statistics.median(bf):.2f}, "
               f"range {min(bf):.2f}-{max(bf):.2f} (target: not below 0.33, i.e. not 3x too fast)")
-    ds = deepspeed_estimators()
+    try:
+        ds = deepspeed_estimators()
+    except (ImportError, AttributeError, TypeError) as exc:  # a paradvisor without DeepSpeed's fetch unit
+        print(f"\nDeepSpeed estimators: not compared ({type(exc).__name__}: {exc})")
+        ds = []
     equal = [d for d in ds if abs(d["predicted"] - d["deepspeed"]) <= 2]
     print(f"\nDeepSpeed estimators (bf16, fetch unit = largest module): {len(equal)}/{len(ds)} equal to the byte")
     for d in ds:

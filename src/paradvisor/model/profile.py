@@ -70,6 +70,12 @@ class ModelProfile:
         facts = self.traced.params() if self.traced is not None else None
         return facts["largest_module"] if facts else None
 
+    @property
+    def tensor_order(self) -> tuple[int, ...]:
+        """Parameter tensor sizes in the model's parameters() order (empty when not known)."""
+        facts = self.traced.params() if self.traced is not None else None
+        return tuple(facts.get("tensor_order", ())) if facts else ()
+
     def small_params(self, threshold: int) -> int:
         """Parameters in tensors of at most `threshold` elements (ZeRO-3 keeps them whole on every rank)."""
         facts = self.traced.params() if self.traced is not None else None

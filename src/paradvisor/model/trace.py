@@ -439,15 +439,20 @@ def trace_model(build_for: Callable[[str], tuple[Callable, Callable]], *, max_po
 
 def param_facts(model) -> dict:
     """What DeepSpeed sees of the parameters: the largest module's own parameters (its ZeRO-3 fetch unit,
-    `deepspeed.runtime.zero.stage3.model_to_params`) and the tensor sizes (ZeRO-3 keeps tensors of at most
-    `stage3_param_persistence_threshold` elements whole on every rank)."""
+    `deepspeed.runtime.zero.stage3.model_to_params`), the tensor sizes (ZeRO-3 keeps tensors of at most
+    `stage3_param_persistence_threshold` elements whole on every rank) and their order."""
     largest = 0
     for m in model.modules():
         largest = max(largest, sum(p.numel() for p in m.parameters(recurse=False)))
     sizes: dict[int, int] = {}
+    order = []
     for p in {id(p): p for p in model.parameters()}.values():
         sizes[p.numel()] = sizes.get(p.numel(), 0) + 1
-    return {"largest_module": int(largest), "tensor_sizes": sorted([int(n), c] for n, c in sizes.items())}
+        order.append(int(p.numel()))
+    # tensor_order: sizes in parameters() order (DeepSpeed flattens them in this order and partitions the
+    # flat buffer; ZeRO-1/2 keep the whole gradient of every tensor that overlaps a rank's partition)
+    return {"largest_module": int(largest), "tensor_sizes": sorted([int(n), c] for n, c in sizes.items()),
+            "tensor_order": order}
 
 
 def hf_window(cfg: dict) -> int | None:

@@ -34,6 +34,7 @@ from paradvisor.estimate.memory import (
     peak_bytes,
     traced_activation_terms,
     vision_activation_bytes,
+    zero_grad_elements,
 )
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
@@ -136,8 +137,12 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         root = 0
         if plan.sharding in ("fsdp", "hsdp"):
             root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
+        grad_elements = None
+        if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
+            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
-                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root)
+                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root,
+                                 grad_elements=grad_elements)
 
     stages = []
     source = "formula"
