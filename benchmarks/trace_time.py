@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import cold_runs, paradvisor_argv  # noqa: E402
+from _timing import cold_runs, paradvisor_argv
 
 KEYS = ["amp/sdpa/none", "amp/sdpa/full", "bf16/sdpa/none", "bf16/sdpa/full"]
 

@@ -70,20 +70,24 @@ def zero_grad_elements(order: tuple[int, ...] | list[int], n: int) -> int:
     """Elements of the 16-bit gradients the busiest rank of DeepSpeed ZeRO-1/2 holds: the flat buffer
     (tensors in order, padded to a multiple of 2·N) is cut into N equal partitions, and a rank keeps the
     whole gradient of every tensor that overlaps its partition (a tensor across a boundary counts on both)."""
+    import bisect
+    import itertools
+
     total = sum(order)
     if n <= 1 or not order:
         return total
     align = 2 * n
     part = -(-total // align) * align // n
+    ends = list(itertools.accumulate(order))  # tensor k spans [ends[k] - order[k], ends[k])
+    starts = [e - size for e, size in zip(ends, order)]
+    prefix = [0, *ends]
     best = 0
     for r in range(n):
         lo, hi = r * part, (r + 1) * part
-        off, mine = 0, 0
-        for size in order:
-            if off < hi and off + size > lo:
-                mine += size
-            off += size
-        best = max(best, mine)
+        first = bisect.bisect_right(ends, lo)  # first tensor ending after lo
+        last = bisect.bisect_left(starts, hi) - 1  # last tensor starting before hi
+        if last >= first:
+            best = max(best, prefix[last + 1] - prefix[first])
     return best
 
 

@@ -111,6 +111,7 @@ class ModelProfile:
             "total_params": self.total_params,
             "trainable_params": self.trainable_params,
             "largest_layer": {"name": big.name, "params": big.params, "share": round(self.largest_share, 6)},
+            "largest_module_params": self.largest_module,  # DeepSpeed ZeRO-3's fetch unit (None: not counted)
             "one_layer_dominates": self.one_layer_dominates,
             "transformer": self.transformer.to_dict() if self.transformer else None,
             "input_shape": list(self.input_shape) if self.input_shape else None,
