@@ -139,3 +139,14 @@ def test_a_config_path_is_traced_when_loaded(tmp_path):
     assert g is not None and g["block.split"]["bs"] > 0
     fresh = traced_facts(family, cfg, keys=["bf16/sdpa/none"], check=False)["activations"][0]["keys"]
     assert g == fresh["bf16/sdpa/none"]["groups"]
+
+
+def test_a_config_path_traces_only_the_regime_asked_for(tmp_path):
+    """A sliding-window config traced on demand: each sequence length gets its own regime's coefficients."""
+    family, cfg = CONFIGS["mistral-window"]
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": ["MistralForCausalLM"]}))
+    p = load_profile(str(tmp_path))
+    beyond = p.traced.groups("fp32/sdpa/none", 40, 2)
+    assert [r["keys"] != {} for r in sorted(p.traced.regimes, key=lambda r: r["seq_max"] is None)] == [False, True]
+    below = p.traced.groups("fp32/sdpa/none", 8, 2)
+    assert below["block.split"]["bs"] < beyond["block.split"]["bs"]  # K/V repeated to every head beyond the window

@@ -418,13 +418,17 @@ def regimes_for(max_positions: int | None, sliding_window: int | None = None) ->
 
 
 def trace_model(build_for: Callable[[str], tuple[Callable, Callable]], *, max_positions: int | None,
-                sliding_window: int | None = None, keys=None, check: bool = True) -> list[dict]:
+                sliding_window: int | None = None, keys=None, check: bool = True, seq: int | None = None) -> list[dict]:
     """Regimes [{"seq_max", "base_seq", "keys": {key: coefficients}}]; `build_for(kernel)` gives
-    (build, run) for an attention kernel; `keys` (default: all) limits what is traced."""
+    (build, run) for an attention kernel; `keys` (default: all) limits what is traced, `seq` the regimes
+    (only the one covering that sequence length)."""
     wanted = list(keys) if keys is not None else [key_of(m, k, c) for k in KERNELS for m in MODES
                                                   for c in CHECKPOINTING]
     out = []
-    for seq_max, base in regimes_for(max_positions, sliding_window):
+    regimes = regimes_for(max_positions, sliding_window)
+    if seq is not None:
+        regimes = [next((r for r in regimes if r[0] is None or seq <= r[0]), regimes[-1])]
+    for seq_max, base in regimes:
         traced = {}
         recipes = {}
         for key in wanted:
@@ -470,9 +474,9 @@ def hf_window(cfg: dict) -> int | None:
     return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
 
 
-def trace_hf_config(cfg: dict, *, keys=None, check: bool = True) -> list[dict]:
+def trace_hf_config(cfg: dict, *, keys=None, check: bool = True, seq: int | None = None) -> list[dict]:
     from paradvisor.model.load import shape_from_config
 
     shape = shape_from_config(cfg)
     return trace_model(lambda kernel: hf_recipe(cfg, attention=kernel), max_positions=shape.max_positions if shape
-                       else None, sliding_window=hf_window(cfg), keys=keys, check=check)
+                       else None, sliding_window=hf_window(cfg), keys=keys, check=check, seq=seq)
