@@ -18,10 +18,12 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "src" / "paradvisor" / "model" / "data" / "activations.json"
 
 
-def record(name: str) -> dict:
-    from paradvisor.train.traceable import builtin_family_config, traced_facts
+def record(name: str, params_only: bool = False, stored: dict | None = None) -> dict:
+    from paradvisor.train.traceable import builtin_family_config, param_facts_of, traced_facts
 
     family, cfg = builtin_family_config(name)
+    if params_only and stored:
+        return {**stored, "params": param_facts_of(family, cfg)}
     return traced_facts(family, cfg)
 
 
@@ -34,6 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", help="these built-ins only (merged into the stored file)")
     ap.add_argument("--check", action="store_true", help="compare with the stored file, write nothing")
+    ap.add_argument("--params-only", action="store_true", help="recount the parameter facts, keep the traces")
     args = ap.parse_args()
     names = args.only or [n for n in builtin_names() if n not in _VISION]
     stored = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}}
@@ -41,7 +44,7 @@ def main() -> int:
     drift = []
     for name in names:
         t0 = time.time()
-        rec = record(name)
+        rec = record(name, args.params_only, models.get(name))
         sys.stderr.write(f"{name}: {time.time() - t0:.1f} s\n")
         if args.check and models.get(name) != rec:
             drift.append(name)

@@ -48,6 +48,24 @@ def efficiency(local_hidden: float, tokens_per_micro: float) -> float:
     return MAX_EFFICIENCY * width * length
 
 
+def curve_rate(curve: list, width: float) -> float:
+    """TFLOPS a calibrated CPU reaches at a matmul width: log-log interpolation of the measured
+    [(width, TFLOPS)] curve, held flat beyond its ends."""
+    import itertools
+    import math
+
+    pts = sorted((float(w), float(r)) for w, r in curve if r > 0)
+    if not pts:
+        return 0.0
+    if width <= pts[0][0]:
+        return pts[0][1]
+    for (w0, r0), (w1, r1) in itertools.pairwise(pts):
+        if width <= w1:
+            f = (math.log(width) - math.log(w0)) / (math.log(w1) - math.log(w0))
+            return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
+    return pts[-1][1]
+
+
 def effective_peak(tflops: dict[str, float], precision: str) -> float:
     """FLOP/s for a precision: mixed precision never runs slower than fp32 (Pascal cards have a tiny
     fp16 rate, and frameworks fall back to fp32 math there); fp8 falls back to bf16/fp16."""

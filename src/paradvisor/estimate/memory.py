@@ -15,7 +15,8 @@ DeepSpeed ZeRO-1/2 free the 16-bit gradient partition once the fp32 one exists, 
 
 Model states per rank for Ψ parameters on this rank (after TP/PP), N = shard degree, as the engines hold
 them (DeepSpeed 0.19, measured tensor by tensor on CPU runs, `benchmarks/accuracy.py`):
-  DeepSpeed ZeRO-1/2, bf16/fp16   params 2Ψ, grads 2Ψ/N (16-bit partition, accumulated in 16 bit),
+  DeepSpeed ZeRO-1/2, bf16/fp16   params 2Ψ, grads 2Ψ/N (16-bit partition, accumulated in 16 bit; whole
+                                  tensors: a tensor across a partition boundary counts on both ranks),
                                   optimizer 12Ψ/N (fp32 master + m, v), step_grads 4Ψ/N (fp32, step only).
                                   ZeRO-1 keeps no full 16-bit gradients: it holds what ZeRO-2 holds.
   DeepSpeed ZeRO-1/2, fp32        params 4Ψ, grads 4Ψ/N, optimizer 12Ψ/N (its own fp32 master too),
@@ -65,12 +66,39 @@ def act_bytes_for(precision: str) -> int:
 PERSISTENCE_THRESHOLD = 100_000  # DeepSpeed stage3_param_persistence_threshold default (elements)
 
 
+def zero_grad_elements(order: tuple[int, ...] | list[int], n: int) -> int:
+    """Elements of the 16-bit gradients the busiest rank of DeepSpeed ZeRO-1/2 holds: the flat buffer
+    (tensors in order, padded to a multiple of 2·N) is cut into N equal partitions, and a rank keeps the
+    whole gradient of every tensor that overlaps its partition (a tensor across a boundary counts on both)."""
+    import bisect
+    import itertools
+
+    total = sum(order)
+    if n <= 1 or not order:
+        return total
+    align = 2 * n
+    part = -(-total // align) * align // n
+    ends = list(itertools.accumulate(order))  # tensor k spans [ends[k] - order[k], ends[k])
+    starts = [e - size for e, size in zip(ends, order)]
+    prefix = [0, *ends]
+    best = 0
+    for r in range(n):
+        lo, hi = r * part, (r + 1) * part
+        first = bisect.bisect_right(ends, lo)  # first tensor ending after lo
+        last = bisect.bisect_left(starts, hi) - 1  # last tensor starting before hi
+        if last >= first:
+            best = max(best, prefix[last + 1] - prefix[first])
+    return best
+
+
 def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: int, offload: str,
-                      largest_layer: int, persistent: int = 0, root: int = 0) -> dict[str, float]:
+                      largest_layer: int, persistent: int = 0, root: int = 0,
+                      grad_elements: float | None = None) -> dict[str, float]:
     """Model-state bytes on one GPU for `psi` parameters held by this rank (after TP/PP).
 
     `largest_layer`: ZeRO-3's fetch unit (largest module) or FSDP's largest block; `persistent`: parameters in
-    tensors ZeRO-3 keeps whole; `root`: FSDP's root unit (parameters outside the blocks)."""
+    tensors ZeRO-3 keeps whole; `root`: FSDP's root unit (parameters outside the blocks); `grad_elements`:
+    the 16-bit gradient elements ZeRO-1/2's busiest rank keeps (`zero_grad_elements`; default Ψ/N)."""
     n = max(1, shard_degree)
     mixed = precision != "fp32"
     lam = largest_layer
@@ -79,8 +107,8 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
         pb = 2 if mixed else 4
         if offload != "none":
             return {**zero, "params": pb * psi}
-        return {**zero, "params": pb * psi, "grads": pb * psi / n, "optimizer": 12 * psi / n,
-                "step_grads": 4 * psi / n}
+        grads = pb * (grad_elements if grad_elements is not None else psi / n)
+        return {**zero, "params": pb * psi, "grads": grads, "optimizer": 12 * psi / n, "step_grads": 4 * psi / n}
     if sharding == "zero3":
         pb = 2 if mixed else 4
         whole = pb * persistent  # tensors DeepSpeed keeps whole on every rank (besides their partition)
@@ -226,13 +254,12 @@ def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micr
     else:
         stored, rebuilt, edges = none, 0.0, g_none
     b, s, t = micro_batch, seq, max(1, tp)
-    copies = _poly(g_none.get("block_copies.rep"), b, s) + _poly(g_none.get("block_copies.split"), b, s) / t
-    return {"block": stored, "rebuilt": rebuilt,
-            "first": _poly(edges.get("first"), b, s, drop_quadratic=cuda_sdpa),
-            "last": _poly(edges.get("last"), b, s, drop_quadratic=cuda_sdpa),
-            "copies_block": copies, "copies_shared": shared_layers,
-            "copies_first": _poly(g_none.get("first_copies"), b, s),
-            "copies_last": _poly(g_none.get("last_copies"), b, s)}
+    # weight copies saved for backward: a recomputed block saves none (it casts again when rebuilt)
+    copies = _poly(edges.get("block_copies.rep"), b, s) + _poly(edges.get("block_copies.split"), b, s) / t
+    return {"block": stored, "rebuilt": rebuilt, "first": _poly(edges.get("first"), b, s),
+            "last": _poly(edges.get("last"), b, s), "copies_block": copies, "copies_shared": shared_layers,
+            "copies_first": _poly(edges.get("first_copies"), b, s),
+            "copies_last": _poly(edges.get("last_copies"), b, s)}
 
 
 def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_elems: int) -> float:

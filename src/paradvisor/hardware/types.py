@@ -23,6 +23,9 @@ class GPUSpec:
     mig_of: str | None = None  # parent model for a MIG slice
     mig_profile: str | None = None
     layer_overhead_s: float = 1e-4  # framework/launch time per layer per micro-batch (fwd+bwd), not compute
+    # measured by `paradvisor calibrate` on a CPU: matmul TFLOPS by width, and each engine's fixed time per
+    # step and per layer ({"matmul_curve": {dtype: [[width, tflops], ...]}, "engines": {engine: {dtype: ...}}})
+    measured: dict | None = field(default=None, compare=False, hash=False, repr=False)
 
     def peak_flops(self, dtype: str) -> float | None:
         """Peak FLOP/s for a dtype, or None if this GPU has no such rate."""

@@ -67,13 +67,14 @@ class Traced:
     parameter facts DeepSpeed uses. Built-ins carry it from package data; a model from a config carries a
     `tracer` that traces a key the first time the estimator asks for it (torch is imported only then).
 
-    tracer(keys) -> {"params": ..., "activations": regimes}; params_fn() -> params facts."""
+    tracer(keys, seq) -> regimes (only the one covering `seq`); params_fn() -> params facts."""
 
     def __init__(self, regimes: list[dict] | None = None, params: dict | None = None, *, tracer=None,
-                 params_fn=None, source: str = "package data"):
+                 params_fn=None, bounds_fn=None, source: str = "package data"):
         self.regimes = list(regimes or [])
         self._params = params
         self._tracer = tracer
+        self._bounds_fn = bounds_fn  # () -> [(seq_max, base_seq)]: the regimes a lazy trace will fill
         self._params_fn = params_fn
         self.source = source
         self.failures: list[str] = []
@@ -88,6 +89,15 @@ class Traced:
         return self._params
 
     def _regime(self, seq: int) -> dict | None:
+        if self._bounds_fn is not None:
+            fn, self._bounds_fn = self._bounds_fn, None
+            try:
+                for seq_max, base in fn():
+                    if not any(r["seq_max"] == seq_max for r in self.regimes):
+                        self.regimes.append({"seq_max": seq_max, "base_seq": base, "keys": {}})
+            except Exception as exc:  # the config cannot be built: no lazy trace either
+                self.failures.append(f"regimes: {exc}")
+                self._tracer = None
         regs = sorted(self.regimes, key=lambda r: (r["seq_max"] is None, r["seq_max"] or 0))
         for r in regs:
             if r["seq_max"] is None or seq <= r["seq_max"]:
@@ -98,7 +108,7 @@ class Traced:
         r = self._regime(seq)
         if (r is None or key not in r["keys"]) and self._tracer is not None:
             try:
-                new = self._tracer([key])
+                new = self._tracer([key], seq)
             except Exception as exc:  # the model's code did something the tracer cannot follow
                 self.failures.append(f"{key}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
                 self._tracer = None

@@ -106,10 +106,11 @@ def traced_for_config(cfg: dict, model=None, *, family: str | None = None):
 
     params = T.param_facts(model) if model is not None else None
 
-    def tracer(keys):
-        shape = shape_from_config(cfg)
-        return T.trace_model(lambda kernel: T.hf_recipe(cfg, attention=kernel),
-                             max_positions=shape.max_positions if shape else None,
-                             sliding_window=T.hf_window(cfg), keys=keys, check=False)
+    def tracer(keys, seq=None):
+        return T.trace_hf_config(cfg, keys=keys, check=False, seq=seq)
 
-    return Traced(params=params, tracer=tracer, source=f"traced from {cfg['model_type']} when loaded")
+    def bounds():
+        shape = shape_from_config(cfg)
+        return T.regimes_for(shape.max_positions if shape else None, T.hf_window(cfg))
+
+    return Traced(params=params, tracer=tracer, bounds_fn=bounds, source=f"traced from {cfg['model_type']} when loaded")

@@ -70,6 +70,12 @@ class ModelProfile:
         facts = self.traced.params() if self.traced is not None else None
         return facts["largest_module"] if facts else None
 
+    @property
+    def tensor_order(self) -> tuple[int, ...]:
+        """Parameter tensor sizes in the model's parameters() order (empty when not known)."""
+        facts = self.traced.params() if self.traced is not None else None
+        return tuple(facts.get("tensor_order", ())) if facts else ()
+
     def small_params(self, threshold: int) -> int:
         """Parameters in tensors of at most `threshold` elements (ZeRO-3 keeps them whole on every rank)."""
         facts = self.traced.params() if self.traced is not None else None
@@ -105,6 +111,7 @@ class ModelProfile:
             "total_params": self.total_params,
             "trainable_params": self.trainable_params,
             "largest_layer": {"name": big.name, "params": big.params, "share": round(self.largest_share, 6)},
+            "largest_module_params": self.largest_module,  # DeepSpeed ZeRO-3's fetch unit (None: not counted)
             "one_layer_dominates": self.one_layer_dominates,
             "transformer": self.transformer.to_dict() if self.transformer else None,
             "input_shape": list(self.input_shape) if self.input_shape else None,

@@ -174,11 +174,50 @@ def _dispatch_mode(rec: _Recorder):
     return Creation()
 
 
+@contextlib.contextmanager
+def _as_in_training():
+    """transformers treats fake tensors as "tracing" and then always builds an attention mask, where a real
+    causal-LM batch lets it use SDPA's causal flag instead. Answer its mask-skip questions as such a batch
+    would: no cache offset (training starts at position 0) and one sequence per row (no packing). An
+    encoder's batch comes with its padding mask: that mask is kept (a batch with padding), as here."""
+    try:
+        from transformers import masking_utils as mu
+    except ImportError:
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def fake(x):
+        return isinstance(x, FakeTensor)
+
+    causal = getattr(mu, "_ignore_causal_mask_sdpa", None)
+    packed = getattr(mu, "find_packed_sequence_indices", None)
+
+    def find_packed(position_ids, *a, **k):
+        return None if fake(position_ids) else packed(position_ids, *a, **k)
+
+    def ignore_causal(padding_mask, q_length, kv_length, q_offset, kv_offset, *a, **k):
+        return causal(None if fake(padding_mask) else padding_mask, q_length, kv_length,
+                      0 if fake(q_offset) else q_offset, 0 if fake(kv_offset) else kv_offset, *a, **k)
+
+    if causal is not None:
+        mu._ignore_causal_mask_sdpa = ignore_causal
+    if packed is not None:
+        mu.find_packed_sequence_indices = find_packed
+    try:
+        yield
+    finally:
+        if causal is not None:
+            mu._ignore_causal_mask_sdpa = causal
+        if packed is not None:
+            mu.find_packed_sequence_indices = packed
+
+
 def _one_trace(build: Callable, run: Callable, b: int, s: int, mode: str, checkpointing: str) -> list[tuple]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
         dtype = torch.get_default_dtype()
         if mode == "bf16":  # 16-bit weights from the start (module.to() cannot swap fake parameters)
             torch.set_default_dtype(torch.bfloat16)
@@ -347,8 +386,10 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
 
     def run(model, b: int, s: int):
         ids = torch.randint(0, vocab, (b, s))
-        if encoder:
-            out = model(input_ids=ids, attention_mask=torch.ones(b, s, dtype=torch.long)).logits
+        if encoder:  # a batch with padding (the last token of the first row), as classification data has
+            mask = torch.ones(b, s, dtype=torch.long)
+            mask[0, -1] = 0
+            out = model(input_ids=ids, attention_mask=mask).logits
             return F.cross_entropy(out.float(), torch.zeros(b, dtype=torch.long))
         out = model(input_ids=ids).logits
         return F.cross_entropy(out.float().flatten(0, 1), ids.flatten())
@@ -367,22 +408,27 @@ def _wrap_blocks(model) -> None:
 
 def regimes_for(max_positions: int | None, sliding_window: int | None = None) -> list[tuple[int | None, int]]:
     """[(longest sequence the regime covers or None, first trace point S)]: the points S, 2S, 3S stay
-    inside the regime. A sliding window shorter than the context splits it in two (below the window the
-    model may skip its mask; beyond it, it must build one)."""
+    inside the regime. A sliding window shorter than the context splits it in two: shorter sequences may
+    use SDPA's causal flag, from the window's length on the model must build a mask (transformers'
+    `_ignore_causal_mask_sdpa`: kv_length >= local_attention_size)."""
     limit = max_positions or 2048
     if sliding_window and sliding_window < limit:
-        return [(sliding_window, max(1, sliding_window // 3)), (None, sliding_window + 1)]
+        return [(sliding_window - 1, max(1, (sliding_window - 1) // 3)), (None, sliding_window)]
     return [(None, max(8, min(256, limit // 3)))]
 
 
 def trace_model(build_for: Callable[[str], tuple[Callable, Callable]], *, max_positions: int | None,
-                sliding_window: int | None = None, keys=None, check: bool = True) -> list[dict]:
+                sliding_window: int | None = None, keys=None, check: bool = True, seq: int | None = None) -> list[dict]:
     """Regimes [{"seq_max", "base_seq", "keys": {key: coefficients}}]; `build_for(kernel)` gives
-    (build, run) for an attention kernel; `keys` (default: all) limits what is traced."""
+    (build, run) for an attention kernel; `keys` (default: all) limits what is traced, `seq` the regimes
+    (only the one covering that sequence length)."""
     wanted = list(keys) if keys is not None else [key_of(m, k, c) for k in KERNELS for m in MODES
                                                   for c in CHECKPOINTING]
     out = []
-    for seq_max, base in regimes_for(max_positions, sliding_window):
+    regimes = regimes_for(max_positions, sliding_window)
+    if seq is not None:
+        regimes = [next((r for r in regimes if r[0] is None or seq <= r[0]), regimes[-1])]
+    for seq_max, base in regimes:
         traced = {}
         recipes = {}
         for key in wanted:
@@ -397,15 +443,20 @@ def trace_model(build_for: Callable[[str], tuple[Callable, Callable]], *, max_po
 
 def param_facts(model) -> dict:
     """What DeepSpeed sees of the parameters: the largest module's own parameters (its ZeRO-3 fetch unit,
-    `deepspeed.runtime.zero.stage3.model_to_params`) and the tensor sizes (ZeRO-3 keeps tensors of at most
-    `stage3_param_persistence_threshold` elements whole on every rank)."""
+    `deepspeed.runtime.zero.stage3.model_to_params`), the tensor sizes (ZeRO-3 keeps tensors of at most
+    `stage3_param_persistence_threshold` elements whole on every rank) and their order."""
     largest = 0
     for m in model.modules():
         largest = max(largest, sum(p.numel() for p in m.parameters(recurse=False)))
     sizes: dict[int, int] = {}
+    order = []
     for p in {id(p): p for p in model.parameters()}.values():
         sizes[p.numel()] = sizes.get(p.numel(), 0) + 1
-    return {"largest_module": int(largest), "tensor_sizes": sorted([int(n), c] for n, c in sizes.items())}
+        order.append(int(p.numel()))
+    # tensor_order: sizes in parameters() order (DeepSpeed flattens them in this order and partitions the
+    # flat buffer; ZeRO-1/2 keep the whole gradient of every tensor that overlaps a rank's partition)
+    return {"largest_module": int(largest), "tensor_sizes": sorted([int(n), c] for n, c in sizes.items()),
+            "tensor_order": order}
 
 
 def hf_window(cfg: dict) -> int | None:
@@ -423,9 +474,9 @@ def hf_window(cfg: dict) -> int | None:
     return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
 
 
-def trace_hf_config(cfg: dict, *, keys=None, check: bool = True) -> list[dict]:
+def trace_hf_config(cfg: dict, *, keys=None, check: bool = True, seq: int | None = None) -> list[dict]:
     from paradvisor.model.load import shape_from_config
 
     shape = shape_from_config(cfg)
     return trace_model(lambda kernel: hf_recipe(cfg, attention=kernel), max_positions=shape.max_positions if shape
-                       else None, sliding_window=hf_window(cfg), keys=keys, check=check)
+                       else None, sliding_window=hf_window(cfg), keys=keys, check=check, seq=seq)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from paradvisor.estimate import comm
 from paradvisor.estimate.compute import (
     MAX_EFFICIENCY,
+    curve_rate,
     effective_peak,
     efficiency,
     transformer_flops_per_token,
@@ -33,6 +34,7 @@ from paradvisor.estimate.memory import (
     peak_bytes,
     traced_activation_terms,
     vision_activation_bytes,
+    zero_grad_elements,
 )
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
@@ -61,6 +63,7 @@ class Estimate:
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
     rules: list[dict] = field(default_factory=list)
+    cost_rank: int = 0  # rank by predicted step time alone, among the plans shown (0: not ranked)
 
     @property
     def ratio(self) -> float:
@@ -134,8 +137,12 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         root = 0
         if plan.sharding in ("fsdp", "hsdp"):
             root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
+        grad_elements = None
+        if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
+            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
-                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root)
+                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root,
+                                 grad_elements=grad_elements)
 
     stages = []
     source = "formula"
@@ -207,21 +214,48 @@ def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> b
     return ok
 
 
+def engine_key(plan: Plan) -> str:
+    """Which of the launcher's engines runs a plan (the keys of a calibration's engine overheads)."""
+    if plan.pp > 1:
+        return "pp"
+    if plan.tp > 1:
+        return "tp"
+    if plan.sharding in ("zero1", "zero2", "zero3"):
+        return plan.sharding
+    if plan.sharding in ("fsdp", "hsdp"):
+        return "fsdp"
+    return "ddp"
+
+
+def calibrated_overhead(spec, plan: Plan, precision: str) -> dict | None:
+    """{"per_step", "per_layer"} seconds this engine cost on the calibrated CPU, or None."""
+    engines = (spec.measured or {}).get("engines") if spec.measured else None
+    if not engines:
+        return None
+    per = engines.get(engine_key(plan)) or {}
+    return per.get("fp32" if precision == "fp32" else "bf16")
+
+
 def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict,
-                 micro_batch: int) -> dict[str, float]:
-    """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute."""
+                 micro_batch: int, spec=None) -> dict[str, float]:
+    """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute.
+    On a calibrated CPU the rate is the one measured for matmuls of this width (`calibrate`'s curve)."""
     peak = effective_peak(peak_tflops, precision)
+    curve = None
+    if spec is not None and spec.measured and spec.measured.get("matmul_curve"):
+        curve = spec.measured["matmul_curve"].get("fp32" if precision == "fp32" else "bf16")
     if mf.shape is None:
         fwd = sum(e.fwd_flops or 0 for e in mf.profile.layers) * micro_batch
         eff = MAX_EFFICIENCY * min(1.0, micro_batch / 32) ** 0.2
-        return {"forward": fwd / (peak * eff), "backward": 2 * fwd / (peak * eff), "recompute": 0.0}
+        rate = curve_rate(curve, 512) * 1e12 if curve else peak * eff
+        return {"forward": fwd / rate, "backward": 2 * fwd / rate, "recompute": 0.0}
     s = mf.shape
     layers = _stage_layers(mf, plan.pp)
     f = transformer_flops_per_token(s, seq=wl.seq_len, layers=layers, lm_head=mf.lm_head,
                                     checkpointing=plan.checkpointing, attention=wl.attention)
     tokens = micro_batch * wl.seq_len
-    eff = efficiency(s.hidden / plan.tp, tokens)
-    scale = tokens / plan.tp / (peak * eff)
+    rate = curve_rate(curve, s.hidden / plan.tp) * 1e12 if curve else peak * efficiency(s.hidden / plan.tp, tokens)
+    scale = tokens / plan.tp / rate
     return {k: v * scale for k, v in f.items()}
 
 
@@ -240,7 +274,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         ratio = need["total"] / usable
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
-        ct = compute_time(mf, wl, plan, precision, spec.tflops, mb)
+        ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
         total_ct = sum(ct.values())
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
@@ -250,18 +284,23 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     ab = act_bytes_for(precision)
     tokens = plan.micro_batch * wl.seq_len
     time: dict[str, float] = {"compute": ct["forward"] + ct["backward"], "recompute": ct["recompute"]}
+    # A calibrated CPU knows each engine's fixed cost per step and per layer, collective latencies
+    # included: then only the volume terms (FLOPs, bytes) come from the model.
+    cal = calibrated_overhead(slow_spec, plan, precision)
+    lat_k = 0.0 if cal else 1.0
 
     # Tensor parallel: 2 all-reduces forward + 2 backward per layer, on the critical path.
     t_tp = 0.0
     if plan.tp > 1 and mf.shape is not None:
         node0 = topo.intra[0]
-        ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, node0.latency)
+        ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
         t_tp = 4 * _stage_layers(mf, plan.pp) * ar
 
     psi = need["psi"]
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp) if plan.dp > 1 else (1.0, 0.0, False)
+    lat *= lat_k
     t_bwd = ct["backward"] + ct["recompute"]
     dp_total = dp_exposed = 0.0
     if plan.dp > 1:
@@ -286,7 +325,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
             dp_exposed = (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
         else:  # hsdp: shard inside the node, replicate across nodes
             s = need["shard"]
-            ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency
+            ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency * lat_k
             per_micro = 2 * comm.all_gather(psi * pb, s, ibw, ilat) + comm.reduce_scatter(psi * gb, s, ibw, ilat)
             replicas = max(1, plan.dp // s)
             across = comm.all_reduce(psi * gb / s, replicas, bw, lat)
@@ -305,16 +344,18 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
     n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
-    t_frame = n_layers * slow_spec.layer_overhead_s
+    t_frame = n_layers * (cal["per_layer"] if cal else slow_spec.layer_overhead_s)
     if plan.pp > 1:
         pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
-        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, plat)
-        slot = t_micro + t_tp + t_p2p + PP_MICRO_OVERHEAD + t_frame
+        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw,
+                             lat_k * plat)
+        micro_overhead = 0.0 if cal else PP_MICRO_OVERHEAD
+        slot = t_micro + t_tp + t_p2p + micro_overhead + t_frame
         m = plan.grad_accum
         time["compute"] = m * (ct["forward"] + ct["backward"])
         time["recompute"] = m * ct["recompute"]
         time["tp_comm"] = m * t_tp
-        time["pp_p2p"] = m * (t_p2p + PP_MICRO_OVERHEAD)
+        time["pp_p2p"] = m * (t_p2p + micro_overhead)
         time["framework"] = m * t_frame
         time["pp_bubble"] = (plan.pp - 1) * slot
     else:
@@ -324,7 +365,9 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         time["tp_comm"] = m * t_tp
         time["framework"] = m * t_frame
     time["dp_comm_exposed"] = dp_exposed
-    if plan.engine == "deepspeed":
+    if cal:
+        time["framework"] = time.get("framework", 0.0) + cal["per_step"]
+    elif plan.engine == "deepspeed":
         time["framework"] = time.get("framework", 0.0) + DEEPSPEED_STEP_OVERHEAD
     time["optimizer"] = t_opt
     time["offload_transfer"] = t_off

@@ -186,6 +186,8 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     # How the rules moved the shown plans: rank by the cost model alone vs. rank after rules.
     by_time = sorted(plans, key=lambda e: (e.step_time, e.memory_total))
     base_rank = {id(e): i + 1 for i, e in enumerate(by_time)}
+    for e in plans:
+        e.cost_rank = base_rank[id(e)]
     for entry in fired:
         entry["moved"] = []
         if entry["scope"] != "plan":
@@ -194,8 +196,11 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
         if mine:  # the message as it reads on the best-ranked plan the rule fired on
             entry["message"] = next(r["message"] for r in mine[0][1].rules if r["id"] == entry["id"])
         if entry["effect"] in ("prefer", "avoid", "set"):
-            entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1}
-                              for i, e in mine if base_rank[id(e)] != i + 1]
+            applied = [(i, e) for i, e in mine if any(r["id"] == entry["id"] and r.get("applied", True)
+                                                      for r in e.rules)]
+            entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1,
+                               "score_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0}
+                              for i, e in applied if base_rank[id(e)] != i + 1]
     infeasible = summarize_infeasible(estimates, seen)
     if not estimates and unlaunchable:
         warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")

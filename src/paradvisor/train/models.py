@@ -139,8 +139,10 @@ def _traced(preset, family: str, cfg: dict):
     from paradvisor.train import traceable
 
     cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings" or family != "mingpt"}
-    return Traced(tracer=lambda keys: traceable.traced_facts(family, cfg, keys=keys, check=False)["activations"],
-                  params_fn=lambda: traceable.param_facts_of(family, cfg), source="traced from the preset's model")
+    return Traced(tracer=lambda keys, seq=None: traceable.traced_facts(family, cfg, keys=keys, check=False,
+                                                                       seq=seq)["activations"],
+                  params_fn=lambda: traceable.param_facts_of(family, cfg),
+                  bounds_fn=lambda: traceable.regime_bounds(family, cfg), source="traced from the preset's model")
 
 
 class VGG(nn.Module):

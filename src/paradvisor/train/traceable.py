@@ -51,7 +51,18 @@ def meta_model(family: str, cfg: dict):
         return build(int(layers), "none")
 
 
-def traced_facts(family: str, cfg: dict, *, keys=None, check: bool = True) -> dict:
+def regime_bounds(family: str, cfg: dict) -> list[tuple]:
+    max_pos = cfg.get("n_positions") if family == "mingpt" else None
+    if max_pos is None:
+        from paradvisor.model.load import shape_from_config
+
+        shape = shape_from_config(cfg)
+        max_pos = shape.max_positions if shape else None
+    window = None if family == "mingpt" else T.hf_window(cfg)
+    return T.regimes_for(max_pos, window)
+
+
+def traced_facts(family: str, cfg: dict, *, keys=None, check: bool = True, seq: int | None = None) -> dict:
     """{"params": param facts, "activations": regimes} for a resolved config (vocabulary as configured)."""
     max_pos = cfg.get("n_positions") if family == "mingpt" else None
     if max_pos is None:
@@ -62,7 +73,7 @@ def traced_facts(family: str, cfg: dict, *, keys=None, check: bool = True) -> di
     window = None if family == "mingpt" else T.hf_window(cfg)
     return {"params": T.param_facts(meta_model(family, cfg)),
             "activations": T.trace_model(recipe_for(family, cfg), max_positions=max_pos, sliding_window=window,
-                                         keys=keys, check=check)}
+                                         keys=keys, check=check, seq=seq)}
 
 
 def builtin_family_config(name: str) -> tuple[str, dict]:

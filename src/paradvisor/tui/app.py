@@ -329,7 +329,7 @@ class ParadvisorApp(App):
             p = e.plan
             t.add_row(str(i), cell(p.label()), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing,
                       f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
-                      f"{e.samples_per_s:.3g}", str(len(e.rules)), key=str(i))
+                      f"{e.samples_per_s:.3g}", _rules_cell(e, i), key=str(i))
         if rec.plans:
             self.select_plan(0)
         else:
@@ -363,8 +363,12 @@ class ParadvisorApp(App):
         e = self.selected = self.rec.plans[index]
         self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
         lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
+        if e.cost_rank and e.cost_rank != index + 1:
+            lines.append(f"  [yellow]rules moved this plan: rank {e.cost_rank} by the cost model alone, "
+                         f"score x{e.score / e.step_time:.2f}[/yellow]")
         for r in e.rules:
-            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}): {escape(r['title'])} "
+            why = f" [yellow]{escape(r['outside_evidence'])}[/yellow]" if r.get("outside_evidence") else ""
+            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}){why}: {escape(r['title'])} "
                          f"[dim]— {escape(r['source'])}[/dim]")
         self._w("#plan-reason", Static).update("\n".join(lines))
         alloc = self._w("#alloc-table", DataTable)
@@ -678,3 +682,9 @@ def _log_line(rec: dict) -> str:
     if rec.get("kind") == "outer":
         return f"outer sync round {rec['round']} rank {rec['rank']}: waited {rec['sync_wait_s']:.3f} s"
     return f"{rec.get('kind')}: world {rec.get('world_size')}"
+
+
+def _rules_cell(e, rank: int) -> str:
+    """The plans table's rules column: how many rules fired, and the cost model's own rank when they moved it."""
+    n = str(len(e.rules))
+    return f"{n} ({e.cost_rank}→{rank})" if e.cost_rank and e.cost_rank != rank else n
