@@ -55,7 +55,9 @@ def main() -> int:
             return 1
         print("ok: stored coefficients match transformers " + transformers.__version__)
         return 0
-    doc = {"schema": "paradvisor.activations/1", "transformers": transformers.__version__,
+    from paradvisor.model.activations import FORMAT
+
+    doc = {"schema": f"paradvisor.activations/{FORMAT}", "transformers": transformers.__version__,
            "torch": torch.__version__.split("+")[0], "regenerate": "python scripts/trace_activations.py",
            "models": {k: models[k] for k in sorted(models)}}
     OUT.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")

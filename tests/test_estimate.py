@@ -3,7 +3,7 @@
 import os
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from paradvisor.estimate import comm
@@ -216,3 +216,48 @@ def test_zero12_gradient_share_is_at_least_an_even_share(order, n):
 
     got = zero_grad_elements(order, n)
     assert sum(order) / n - 2 <= got <= sum(order)
+
+
+# Every memory term of every plan is a byte count (never negative), and the peak is exactly the terms
+# alive in its phase. Regression: the last block's traced share was stored as a difference from a middle
+# block, so ALBERT's weight copies (cast once for the shared layer) went below zero under TP and BERT's
+# checkpointed head term went below zero.
+from paradvisor.estimate.memory import peak_breakdown  # noqa: E402
+from paradvisor.hardware.cluster import load_cluster, single_node_cluster  # noqa: E402
+from paradvisor.model.load import builtin_names  # noqa: E402
+from paradvisor.plan.evaluate import activation_terms, evaluate  # noqa: E402
+from paradvisor.plan.facts import ModelFacts, Topology  # noqa: E402
+from paradvisor.plan.space import candidates  # noqa: E402
+from paradvisor.plan.types import Workload  # noqa: E402
+from tests.conftest import EXAMPLES  # noqa: E402
+
+CLUSTERS = {"1xT4": lambda: single_node_cluster("T4", 1), "8xA100": lambda: single_node_cluster("A100 80GB", 8),
+            "paper000": lambda: load_cluster(EXAMPLES / "paper000-two-servers.toml"),
+            "paper001": lambda: load_cluster(EXAMPLES / "paper001-a30-titanxp.toml"),
+            "4x8-H100": lambda: load_cluster(EXAMPLES / "h100-4x8-infiniband.toml")}
+
+
+@settings(max_examples=80, deadline=None)
+@example(model="albert-base-v2", cluster="8xA100", precision="bf16", seq=128, attention="sdpa", gb=64)
+@example(model="bert-base-uncased", cluster="paper000", precision="bf16", seq=128, attention="sdpa", gb=64)
+@given(model=st.sampled_from(builtin_names()), cluster=st.sampled_from(sorted(CLUSTERS)),
+       precision=st.sampled_from(["fp32", "bf16"]), seq=st.sampled_from([16, 128, 1000, 4096]),
+       attention=st.sampled_from(["sdpa", "eager"]), gb=st.sampled_from([8, 64]))
+def test_every_memory_term_is_a_byte_count_and_the_peak_is_their_sum(model, cluster, precision, seq, attention, gb):
+    prof = load_profile(model)
+    mf, topo = ModelFacts.of(prof), Topology.of(CLUSTERS[cluster]())
+    wl = Workload(model=model, seq_len=seq, global_batch=max(gb, topo.world), attention=attention)
+    n = 0
+    for plan in candidates(mf, topo, wl, precision):
+        e = evaluate(mf, topo, wl, plan, precision, 0.1)
+        assert all(v >= 0 for v in e.memory.values()), (plan.label(), e.memory)
+        phase, alive = peak_breakdown(e.memory, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
+        assert phase == e.peak_phase
+        assert sum(alive.values()) == pytest.approx(e.memory_total, rel=1e-12)
+        assert e.memory_total <= sum(e.memory.values()) * (1 + 1e-12)
+        if mf.shape is not None:
+            for mb in {1, plan.micro_batch}:
+                a, _ = activation_terms(mf, wl, plan, precision, mb, cuda=topo.rank_spec[0].vendor != "cpu")
+                assert all(v >= 0 for v in a.values() if v is not None), (plan.label(), mb, a)
+        n += 1
+    assert n

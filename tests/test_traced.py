@@ -11,7 +11,7 @@ from importlib import resources
 import pytest
 import torch
 
-from paradvisor.estimate.memory import traced_activation_terms
+from paradvisor.estimate.memory import stage_activation_bytes, traced_activation_terms
 from paradvisor.model import load_profile
 from paradvisor.model import trace as T
 from paradvisor.model.activations import key_of
@@ -64,8 +64,7 @@ def _predict(regimes, key: str, *, layers: int, b: int, s: int, ckpt: str):
     g_none = e_none.get("b1", e_none["groups"]) if b == 1 else e_none["groups"]
     a = traced_activation_terms(g_none, g if ckpt == "full" else None, seq=s, micro_batch=b, tp=1,
                                 sequence_parallel=False, checkpointing=ckpt, cuda_sdpa=False)
-    return layers * a["block"] + a["first"] + a["last"], \
-        layers * a["copies_block"] + a["copies_first"] + a["copies_last"]
+    return stage_activation_bytes(a, layers, first=True, last=True)
 
 
 CASES = [("llama-gqa3", "sdpa", "amp", "none"), ("llama-gqa3", "eager", "bf16", "full"),

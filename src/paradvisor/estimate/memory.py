@@ -129,15 +129,28 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
     return {**zero, "params": 4 * psi, "grads": 4 * psi, "optimizer": 8 * psi}
 
 
+HELD = ("params", "optimizer", "buffers", "overhead")  # through the whole step
+FWD_BWD = ("grads", "activations", "gathered", "working")  # forward and backward
+
+
+def peak_breakdown(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> tuple[str, dict[str, float]]:
+    """The phase at the peak ("forward/backward" or "optimizer step") and the terms alive then, which sum
+    to the peak: parameters, optimizer, buffers and overhead always; then the larger of the forward/backward
+    phase (gradients, activations, gathered units, working copies) and the optimizer step (DeepSpeed's
+    fp32 gradient partition; ZeRO-3 keeps its 16-bit one alongside)."""
+    held = {k: terms.get(k, 0.0) for k in HELD}
+    fwd = {k: terms.get(k, 0.0) for k in FWD_BWD}
+    step = {"step_grads": terms.get("step_grads", 0.0)}
+    if grads_kept_in_step:
+        step["grads"] = terms.get("grads", 0.0)
+    if sum(step.values()) > sum(fwd.values()):
+        return "optimizer step", {**held, **step}
+    return "forward/backward", {**held, **fwd}
+
+
 def peak_bytes(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> float:
-    """Peak of a breakdown: parameters, optimizer, buffers and overhead always; then the larger of the
-    forward/backward phase (gradients, activations, gathered units, working copies) and the optimizer step
-    (DeepSpeed's fp32 gradient partition; ZeRO-3 keeps its 16-bit one alongside)."""
-    held = sum(terms.get(k, 0.0) for k in ("params", "optimizer", "buffers", "overhead"))
-    grads = terms.get("grads", 0.0)
-    fwd_bwd = grads + sum(terms.get(k, 0.0) for k in ("activations", "gathered", "working"))
-    step = terms.get("step_grads", 0.0) + (grads if grads_kept_in_step else 0.0)
-    return held + max(fwd_bwd, step)
+    """The peak of a breakdown (`peak_breakdown`'s terms summed): the two phases do not coexist."""
+    return sum(peak_breakdown(terms, grads_kept_in_step=grads_kept_in_step)[1].values())
 
 
 def gathered_param_bytes(*, precision: str, sharding: str, unit: int, root: int = 0) -> float:
@@ -221,7 +234,7 @@ def _poly(p, b: float, s: float, *, drop_quadratic: bool = False) -> float:
 
 
 def traced_block_bytes(groups: dict, *, seq: int, micro_batch: int, tp: int = 1, sequence_parallel: bool = False,
-                       drop_quadratic: bool = False, quadratic_only: bool = False) -> float:
+                       drop_quadratic: bool = False, quadratic_only: bool = False, prefix: str = "block") -> float:
     """One block's saved bytes on one TP rank from traced polynomials: the part TP splits divides by t,
     the rest too with sequence parallelism."""
     t = max(1, tp)
@@ -232,34 +245,60 @@ def traced_block_bytes(groups: dict, *, seq: int, micro_batch: int, tp: int = 1,
             p = {m: v for m, v in p.items() if m.count("s") >= 2}
         return _poly(p, micro_batch, seq, drop_quadratic=drop_quadratic)
 
-    rep, split = part("block.rep"), part("block.split")
+    rep, split = part(f"{prefix}.rep"), part(f"{prefix}.split")
     return (rep / t if sequence_parallel else rep) + split / t
 
 
 def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micro_batch: int, tp: int,
                             sequence_parallel: bool, checkpointing: str, cuda_sdpa: bool,
                             shared_layers: bool = False) -> dict[str, float]:
-    """Per block stored bytes, the working set of one block rebuilt in backward, the edges (first stage:
-    embeddings and shared masks; last stage: head and loss) and the weight copies, from traced keys
-    (`g_ckpt`: the key traced with full recomputation)."""
+    """Per block stored bytes (a leading block and the last one), the working set of one block rebuilt in
+    backward, the edges (first stage: embeddings and shared masks; last stage: head and loss) and the
+    weight copies, from traced keys (`g_ckpt`: the key traced with full recomputation). Every value is a
+    sum of traced storages, so none is negative."""
+    from paradvisor.model.activations import TRACED_BLOCKS
+
     kw = {"seq": seq, "micro_batch": micro_batch, "tp": tp, "sequence_parallel": sequence_parallel}
-    none = traced_block_bytes(g_none, drop_quadratic=cuda_sdpa, **kw)
+
+    def blocks(g, **extra):
+        return (traced_block_bytes(g, **kw, **extra), traced_block_bytes(g, prefix="lastblock", **kw, **extra))
+
+    none, none_last = blocks(g_none, drop_quadratic=cuda_sdpa)
     if checkpointing == "full" and g_ckpt is not None:
-        stored, rebuilt = traced_block_bytes(g_ckpt, drop_quadratic=cuda_sdpa, **kw), none
+        (stored, stored_last), rebuilt = blocks(g_ckpt, drop_quadratic=cuda_sdpa), max(none, none_last)
         edges = g_ckpt
     elif checkpointing == "selective":  # the attention core (the s² terms) is recomputed
-        stored = traced_block_bytes(g_none, drop_quadratic=True, **kw)
-        rebuilt = 0.0 if cuda_sdpa else traced_block_bytes(g_none, quadratic_only=True, **kw)
+        stored, stored_last = blocks(g_none, drop_quadratic=True)
+        rebuilt = 0.0 if cuda_sdpa else max(blocks(g_none, quadratic_only=True))
         edges = g_none
     else:
-        stored, rebuilt, edges = none, 0.0, g_none
+        stored, stored_last, rebuilt, edges = none, none_last, 0.0, g_none
     b, s, t = micro_batch, seq, max(1, tp)
-    # weight copies saved for backward: a recomputed block saves none (it casts again when rebuilt)
-    copies = _poly(edges.get("block_copies.rep"), b, s) + _poly(edges.get("block_copies.split"), b, s) / t
-    return {"block": stored, "rebuilt": rebuilt, "first": _poly(edges.get("first"), b, s),
-            "last": _poly(edges.get("last"), b, s), "copies_block": copies, "copies_shared": shared_layers,
-            "copies_first": _poly(edges.get("first_copies"), b, s),
+
+    def copies(prefix):  # weight copies saved for backward: a recomputed block saves none (it casts again)
+        return _poly(edges.get(f"{prefix}_copies.rep"), b, s) + _poly(edges.get(f"{prefix}_copies.split"), b, s) / t
+
+    c_block, c_last = copies("block"), copies("lastblock")
+    # shared layers (ALBERT): autocast casts the shared weights once; the traced blocks hold that one set
+    once = (TRACED_BLOCKS - 1) * c_block + c_last if shared_layers else None
+    return {"block": stored, "lastblock": stored_last, "rebuilt": rebuilt, "first": _poly(edges.get("first"), b, s),
+            "last": _poly(edges.get("last"), b, s), "copies_block": c_block, "copies_lastblock": c_last,
+            "copies_once": once, "copies_first": _poly(edges.get("first_copies"), b, s),
             "copies_last": _poly(edges.get("last_copies"), b, s)}
+
+
+def stage_activation_bytes(a: dict, layers: int, *, first: bool, last: bool) -> tuple[float, float]:
+    """(activations, weight copies) one micro-batch leaves on a rank holding `layers` blocks, with the
+    embedding side (`first`) and/or the head (`last`): the last block counts as itself on the last stage."""
+    n_lead = max(0, layers - 1) if last else layers
+    acts = n_lead * a["block"] + (a["lastblock"] if last and layers else 0.0)
+    acts += (a["first"] if first else 0.0) + (a["last"] if last else 0.0)
+    if a.get("copies_once") is not None:
+        copies = a["copies_once"]
+    else:
+        copies = n_lead * a["copies_block"] + (a["copies_lastblock"] if last and layers else 0.0)
+    copies += (a["copies_first"] if first else 0.0) + (a["copies_last"] if last else 0.0)
+    return acts, copies
 
 
 def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_elems: int) -> float:

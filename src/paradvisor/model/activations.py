@@ -11,8 +11,11 @@ Each key holds polynomials {monomial: bytes} over the monomials of MONOMIALS (b 
 s = sequence length) for the groups:
   block.rep / block.split      per block, outside / inside the part tensor parallelism splits
   block_copies.rep / .split    per block, 16-bit weight copies kept for backward (amp only)
+  lastblock.*, lastblock_copies.*   the same for the last block (its output feeds the head, not a block)
   first / last                 before the first block / after the last one (embeddings, masks, head, loss)
   first_copies / last_copies   weight copies there
+Every group is a sum of storages the trace saw (blocks: a mean over the TRACED_BLOCKS - 1 leading ones),
+so no coefficient is negative.
 Built-in models' coefficients are package data (`data/activations.json`, written by
 `python scripts/trace_activations.py`); HF config paths are traced when loaded (`model/trace.py`).
 """
@@ -28,6 +31,8 @@ MODES = ("fp32", "amp", "bf16")
 KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 MONOMIALS = ("1", "b", "s", "bs", "ss", "bss")
+TRACED_BLOCKS = 3  # blocks the tracer builds: the leading ones stand for every block, the last for the last
+FORMAT = 2  # of the stored coefficients (2: the last block as its own group); older data is traced again
 
 
 def key_of(mode: str, kernel: str, checkpointing: str) -> str:
@@ -59,7 +64,10 @@ def builtin_table() -> dict:
         text = resources.files("paradvisor.model").joinpath("data", "activations.json").read_text()
     except FileNotFoundError:
         return {}
-    return json.loads(text)["models"]
+    doc = json.loads(text)
+    if doc.get("schema") != f"paradvisor.activations/{FORMAT}":  # stale data: the formula until regenerated
+        return {}
+    return doc["models"]
 
 
 class Traced:

@@ -27,9 +27,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, MONOMIALS, key_of
+from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, MONOMIALS, TRACED_BLOCKS, key_of
 
-TRACE_LAYERS = 3  # blocks 0 and 1 stand for every block, block 2 for the last (its output feeds the head)
+TRACE_LAYERS = TRACED_BLOCKS  # blocks 0 and 1 stand for every block, block 2 for the last (its output feeds the head)
 ROW_LEAVES = {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "wo", "w2", "dense_4h_to_h", "ffn_output", "proj"}
 ROW_SUFFIXES = ("output.dense", "attention.dense")  # BERT's attention/FFN outputs, ALBERT's attention output
 ENCODERS = ("bert", "albert", "roberta", "distilbert", "electra", "deberta", "deberta-v2", "xlm-roberta")
@@ -213,33 +213,52 @@ def _as_in_training():
             mu.find_packed_sequence_indices = packed
 
 
-def _one_trace(build: Callable, run: Callable, b: int, s: int, mode: str, checkpointing: str) -> list[tuple]:
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+class _Session:
+    """One model of TRACE_LAYERS blocks built once inside a FakeTensorMode; `trace(b, s)` runs one forward
+    pass for a (b, s) batch and returns what autograd saved: [(nbytes, region, tp state, kind)]."""
 
-    with FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
+    def __init__(self, build: Callable, run: Callable, mode: str, checkpointing: str):
+        self.build, self.run, self.mode, self.checkpointing = build, run, mode, checkpointing
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self._stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        self._stack.enter_context(_as_in_training())
         dtype = torch.get_default_dtype()
-        if mode == "bf16":  # 16-bit weights from the start (module.to() cannot swap fake parameters)
+        if self.mode == "bf16":  # 16-bit weights from the start (module.to() cannot swap fake parameters)
             torch.set_default_dtype(torch.bfloat16)
         try:
-            model = build(TRACE_LAYERS, checkpointing)
+            self.model = self.build(TRACE_LAYERS, self.checkpointing)
+        except BaseException:
+            self._stack.close()
+            raise
         finally:
             torch.set_default_dtype(dtype)
-        model.train()
-        blocks = find_blocks(model)
-        rec = _Recorder(model, blocks)
-        amp = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "amp" else contextlib.nullcontext()
+        self.model.train()
+        self.blocks = find_blocks(self.model)
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+    def trace(self, b: int, s: int) -> list[tuple]:
+        import torch
+
+        rec = _Recorder(self.model, self.blocks)
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if self.mode == "amp" else contextlib.nullcontext()
         try:
             # the forward saves everything backward uses (checkpointed blocks recompute under their own
             # hooks), so the backward pass itself is not run
             with _dispatch_mode(rec), torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t), amp:
-                run(model, b, s)
-
+                self.run(self.model, b, s)
         finally:
             rec.close()
         if rec.block_calls != TRACE_LAYERS:
             raise TraceError(f"expected {TRACE_LAYERS} block calls, saw {rec.block_calls}")
-    return [(nbytes, region, tp, kind) for _, nbytes, region, tp, kind in rec.saved]
+        return [(nbytes, region, tp, kind) for _, nbytes, region, tp, kind in rec.saved]
 
 
 def _group(region: str, tp: str, kind: str) -> str:
@@ -275,7 +294,8 @@ def _fit(t1: list, t2: list, p1: tuple, p2: tuple) -> dict[str, dict[str, float]
 
 def _combine(per: dict[tuple, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Per-block polynomials = the mean over blocks 0..L-2 (each owns its output, which the next block
-    saves); what the last block keeps differently (its output is the head's input) goes to "last"."""
+    saves); the last block (its output is the head's input) is kept as it is ("lastblock.*"), so that
+    every group is a sum of real storages: no coefficient is negative."""
     out: dict[str, dict[str, float]] = {}
 
     def add(name, p, w=1.0):
@@ -289,11 +309,9 @@ def _combine(per: dict[tuple, dict[str, float]]) -> dict[str, dict[str, float]]:
         if region in middle:
             add(name, p, 1 / len(middle))
         elif region == last_block:
-            add(name.replace("block_copies", "last_copies").replace("block", "last").split(".")[0], p)
+            add("last" + name, p)  # block.rep -> lastblock.rep, block_copies.split -> lastblock_copies.split
         else:
             add(name, p)
-    for name in [n for n in out if n.startswith("block")]:  # the last block's own share, taken back out
-        add(name.replace("block_copies", "last_copies").replace("block", "last").split(".")[0], out[name], -1.0)
     return {n: {m: v for m, v in g.items() if abs(v) > 1e-9} for n, g in out.items()}
 
 
@@ -306,7 +324,8 @@ def _total(trace: list) -> float:
 
 
 def _check(groups: dict, trace: list, point: tuple) -> None:
-    predicted = sum(_eval(g, *point) * (TRACE_LAYERS if name.startswith("block") else 1) for name, g in groups.items())
+    predicted = sum(_eval(g, *point) * (TRACE_LAYERS - 1 if name.startswith("block") else 1)
+                    for name, g in groups.items())
     if abs(predicted - _total(trace)) > 1e-6 * max(1.0, _total(trace)):
         raise TraceError(f"the fit does not reproduce a trace at (b, s) = {point}: "
                          f"{predicted:.0f} vs {_total(trace):.0f} bytes")
@@ -325,22 +344,20 @@ def trace_key(build: Callable, run: Callable, *, mode: str, checkpointing: str, 
     code takes another path there (a view instead of a copy, a broadcast mask), else absent}. With
     `check`, each fit must reproduce one more trace exactly."""
     S = base_seq
-
-    def tr(b, s):
-        return _one_trace(build, run, b, s, mode, checkpointing)
-
-    groups = _clean(_fit(tr(2, S), tr(3, 2 * S), (2, S), (3, 2 * S)))
-    if check:
-        _check(groups, tr(4, 3 * S), (4, 3 * S))
-    out = {"groups": groups}
-    one = tr(1, S)
-    try:
-        _check(groups, one, (1, S))
-    except TraceError:  # a micro-batch of 1 takes its own path: fit it on its own
-        b1 = _clean(_fit(one, tr(1, 2 * S), (1, S), (1, 2 * S)))
+    with _Session(build, run, mode, checkpointing) as session:  # one model for every point
+        tr = session.trace
+        groups = _clean(_fit(tr(2, S), tr(3, 2 * S), (2, S), (3, 2 * S)))
         if check:
-            _check(b1, tr(1, 3 * S), (1, 3 * S))
-        out["b1"] = b1
+            _check(groups, tr(4, 3 * S), (4, 3 * S))
+        out = {"groups": groups}
+        one = tr(1, S)
+        try:
+            _check(groups, one, (1, S))
+        except TraceError:  # a micro-batch of 1 takes its own path: fit it on its own
+            b1 = _clean(_fit(one, tr(1, 2 * S), (1, S), (1, 2 * S)))
+            if check:
+                _check(b1, tr(1, 3 * S), (1, 3 * S))
+            out["b1"] = b1
     return out
 
 

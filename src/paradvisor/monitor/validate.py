@@ -29,7 +29,7 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
     """The estimator's breakdown for what one rank measures: model states of the larger pipeline stage,
     and what one micro-batch saves for backward (a pipeline stage: every micro-batch of the step, as the
     schedule keeps them), split into activations and weight copies as the meter splits them."""
-    from paradvisor.estimate.memory import gathered_param_bytes
+    from paradvisor.estimate.memory import gathered_param_bytes, stage_activation_bytes
     from paradvisor.plan.evaluate import _stage_layers, activation_terms, memory_need
 
     out = {k: 0.0 for k in TERMS}
@@ -52,14 +52,14 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
     mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
     a, source = activation_terms(mf, wl, plan, precision, mb, cuda=topo.rank_spec[0].vendor != "cpu")
     layers = _stage_layers(mf, plan.pp)
-    copies = a["copies_block"] * (1 if a["copies_shared"] else layers)
     if plan.pp > 1:  # measured on the stage whose ranks logged the most: take the larger of both ends
         m = plan.grad_accum
-        out["activations"] = m * max(layers * a["block"] + a["first"], layers * a["block"] + a["last"])
-        out["working"] = m * (copies + max(a["copies_first"], a["copies_last"]))
+        ends = [stage_activation_bytes(a, layers, first=True, last=False),
+                stage_activation_bytes(a, layers, first=False, last=True)]
+        out["activations"] = m * max(x[0] for x in ends)
+        out["working"] = m * max(x[1] for x in ends)
     else:
-        out["activations"] = layers * a["block"] + a["first"] + a["last"]
-        out["working"] = copies + a["copies_first"] + a["copies_last"]
+        out["activations"], out["working"] = stage_activation_bytes(a, layers, first=True, last=True)
     out["_source"] = source
     return out
 

@@ -31,7 +31,8 @@ from paradvisor.estimate.memory import (
     edge_activation_bytes,
     model_state_bytes,
     offload_cpu_bytes,
-    peak_bytes,
+    peak_breakdown,
+    stage_activation_bytes,
     traced_activation_terms,
     vision_activation_bytes,
     zero_grad_elements,
@@ -64,6 +65,8 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     rules: list[dict] = field(default_factory=list)
     cost_rank: int = 0  # rank by predicted step time alone, among the plans shown (0: not ranked)
+    host_fits: bool = True  # offloaded states fit in every node's RAM (`fits` needs this and the GPU memory)
+    peak_phase: str = "forward/backward"  # when the peak happens (or "optimizer step"): `memory` terms then
 
     @property
     def ratio(self) -> float:
@@ -108,8 +111,9 @@ def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, m
     edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
                                   lm_head=mf.lm_head)
     copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
-    return {"block": blk["stored"], "rebuilt": blk["working"], "first": edges["embedding"], "last": edges["head"],
-            "copies_block": copies, "copies_shared": s.shared_layers, "copies_first": 0.0,
+    return {"block": blk["stored"], "lastblock": blk["stored"], "rebuilt": blk["working"], "first": edges["embedding"],
+            "last": edges["head"], "copies_block": copies, "copies_lastblock": copies,
+            "copies_once": copies if s.shared_layers else None, "copies_first": 0.0,
             "copies_last": 2 * mf.last_params if mode == "amp" and mf.lm_head else 0.0}, "formula"
 
 
@@ -153,36 +157,34 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     else:
         a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
         layers = _stage_layers(mf, plan.pp)
-        blocks_copies = a["copies_block"] * (1 if a["copies_shared"] else layers)
         if plan.pp == 1:
-            acts = layers * a["block"] + a["first"] + a["last"]
-            work = blocks_copies + a["copies_first"] + a["copies_last"] + a["rebuilt"]
-            stages.append((states(psi_first, True, True), acts, work, psi_first))
+            acts, copies = stage_activation_bytes(a, layers, first=True, last=True)
+            stages.append((states(psi_first, True, True), acts, copies + a["rebuilt"], psi_first))
         else:
             m = plan.grad_accum
             inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
             inflight_last = m if plan.pp_schedule == "gpipe" else 1
-            a_first = inflight_first * (layers * a["block"] + a["first"])
-            a_last = inflight_last * (layers * a["block"] + a["last"])
-            w_first = inflight_first * (blocks_copies + a["copies_first"]) + a["rebuilt"]
-            w_last = inflight_last * (blocks_copies + a["copies_last"]) + a["rebuilt"]
-            stages.append((states(psi_first, True, False), a_first, w_first, psi_first))
-            stages.append((states(psi_last, False, True), a_last, w_last, psi_last))
+            a_first, c_first = stage_activation_bytes(a, layers, first=True, last=False)
+            a_last, c_last = stage_activation_bytes(a, layers, first=False, last=True)
+            stages.append((states(psi_first, True, False), inflight_first * a_first,
+                           inflight_first * c_first + a["rebuilt"], psi_first))
+            stages.append((states(psi_last, False, True), inflight_last * a_last,
+                           inflight_last * c_last + a["rebuilt"], psi_last))
     if stage is not None and len(stages) > 1:
         stages = [stages[0] if stage == 0 else stages[-1]]
     best = None
     for st, acts, work, psi in stages:
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
-        # fitted per-token coefficients can go slightly negative for tiny widths: a byte count never does
-        terms = {**st, "working": max(0.0, work), "activations": max(0.0, acts), "buffers": buf,
+        terms = {**st, "working": work, "activations": acts, "buffers": buf,
                  "overhead": FRAMEWORK_OVERHEAD}
-        total = peak_bytes(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
+        phase, alive = peak_breakdown(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
+        total = sum(alive.values())
         if best is None or total > best[1]:
-            best = (terms, total, psi)
+            best = (terms, total, psi, phase)
     cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload,
                             precision=precision)
-    return {"terms": best[0], "total": best[1], "psi": best[2], "shard": shard, "cpu": cpu,
+    return {"terms": best[0], "total": best[1], "psi": best[2], "phase": best[3], "shard": shard, "cpu": cpu,
             "activation_source": source}
 
 
@@ -374,12 +376,12 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     time = {k: v for k, v in time.items() if v > 0 or k == "compute"}
     step = sum(time.values())
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
-    fits = need["total"] <= usable
     notes = []
-    if plan.offload != "none":
-        fits = host_memory_fits(topo, need["cpu"], notes) and fits
+    host_fits = host_memory_fits(topo, need["cpu"], notes) if plan.offload != "none" else True
+    fits = need["total"] <= usable and host_fits
     return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
                     fits=fits, tight_gpu=tight, time=time, step_time=step,
                     samples_per_s=wl.global_batch / step, tokens_per_s=wl.global_batch * wl.seq_len / step,
-                    cpu_bytes_per_rank=need["cpu"], score=step, notes=notes)
+                    cpu_bytes_per_rank=need["cpu"], score=step, notes=notes, host_fits=host_fits,
+                    peak_phase=need["phase"])
 

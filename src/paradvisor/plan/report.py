@@ -19,6 +19,7 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
             "usable_bytes": round(e.usable),
             "tightest_gpu": e.tight_gpu,
             "breakdown": {k: round(v) for k, v in e.memory.items()},
+            "peak_phase": e.peak_phase,  # per_gpu_bytes = the breakdown's terms alive in this phase
             "host_bytes_per_rank": round(e.cpu_bytes_per_rank),
         },
         "time": {

@@ -361,7 +361,7 @@ class ParadvisorApp(App):
         if not self.rec or not 0 <= index < len(self.rec.plans):
             return
         e = self.selected = self.rec.plans[index]
-        self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
+        self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable, total=e.memory_total))
         lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
         if e.cost_rank and e.cost_rank != index + 1:
             lines.append(f"  [yellow]rules moved this plan: rank {e.cost_rank} by the cost model alone, "

@@ -8,7 +8,8 @@ COLORS = {"params": "cyan", "grads": "magenta", "optimizer": "yellow", "step_gra
           "gathered": "blue", "working": "bright_blue", "activations": "green", "buffers": "red", "overhead": "grey50"}
 
 
-def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, width: int = 60) -> Text:
+def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, width: int = 60,
+               total: float | None = None) -> Text:
     """A bar of `width` cells: each memory term in its colour, then free space; a mark at the usable limit."""
     t = Text()
     used = 0
@@ -25,7 +26,8 @@ def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, widt
         t.append("│" if i == limit else "░", style="grey35")
     from paradvisor.estimate.memory import peak_bytes
 
-    total = peak_bytes(breakdown)  # the forward/backward and optimizer-step phases do not coexist
+    if total is None:  # the forward/backward and optimizer-step phases do not coexist
+        total = peak_bytes(breakdown)
     t.append(f" {total / 2**30:.1f}/{capacity / 2**30:.0f} GiB\n")
     for k, v in breakdown.items():
         if v:
