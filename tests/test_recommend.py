@@ -223,6 +223,12 @@ def test_offload_plans_must_fit_host_ram():
     assert not any(e.plan.offload != "none" for e in r.plans)
     offloaded = [i for i in r.infeasible if i["plan"]["offload"] != "none"]
     assert offloaded
+    # the nearest fix names the host RAM, not the GPU memory the plan already fits in
+    assert r.nearest_fix["closest"]["host_fits"] is False
+    assert "host RAM" in r.nearest_fix["closest"]["text"]
+    ram = [f for f in r.nearest_fix["fixes"] if f["change"] == "more host RAM"]
+    assert ram and 1.1e12 < ram[0]["host_ram_bytes"] < 1.4e12
+    assert not any(f["change"] == "shorter sequence" for f in r.nearest_fix["fixes"])  # the GPU was never short
     roomy = replace(c, nodes=(replace(c.nodes[0], ram_total_bytes=2 * 2**40),))  # 2 TiB
     r2 = recommend(prof, roomy, wl)
     assert r2.plans and all(e.plan.offload != "none" for e in r2.plans)

@@ -297,9 +297,15 @@ def _host_text(e: Estimate, cluster) -> str:
 
 def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimate]) -> dict:
     """How far the closest plan is from fitting, and the smallest changes that make one fit: more GPUs,
-    a shorter sequence, more host RAM (for an offload plan that fits the GPUs). A fix whose plan fits the
-    GPUs but still needs more host RAM than the nodes have says so (`host_fits`: false)."""
-    closest = min(estimates, key=lambda e: e.ratio)
+    a shorter sequence, more host RAM (for an offload plan that fits the GPUs, short only of the RAM its
+    offload needs: then only a change that fits entirely is worth naming besides the RAM). A fix whose plan
+    fits the GPUs but still needs more host RAM than the nodes have says so (`host_fits`: false)."""
+    closest = _least_memory(estimates)
+    gpu_side_fits = _gpu_fits(closest)  # the GPUs are not the problem: the host RAM is
+
+    def acceptable(e: Estimate | None) -> bool:
+        return e is not None and (e.fits or (_gpu_fits(e) and not gpu_side_fits))
+
     fixes = []
     # (a) more GPUs of the same kind, ZeRO-3/FSDP over all of them.
     for factor in (2, 4, 8, 16, 32, 64):
@@ -308,7 +314,7 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
         gb = -(-gb // bigger.gpu_count) * bigger.gpu_count
         e = _min_memory(profile, bigger, replace(wl, global_batch=gb), precision, margin,
                         shardings=("zero3", "fsdp", "none"))
-        if e is not None and _gpu_fits(e):
+        if acceptable(e):
             fixes.append({"change": "more GPUs", "gpus": bigger.gpu_count, "host_fits": e.host_fits,
                           "text": f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
                                   f"{e.memory_total / GiB:.1f} GiB per GPU"
@@ -320,7 +326,7 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
         while seq >= 64:
             e = _min_memory(profile, cluster, replace(wl, seq_len=seq), precision, margin,
                             shardings=("zero3", "fsdp", "none", "zero1", "zero2", "hsdp"))
-            if e is not None and _gpu_fits(e):
+            if acceptable(e):
                 fixes.append({"change": "shorter sequence", "seq_len": seq, "host_fits": e.host_fits,
                               "text": f"--seq-len {seq} with {e.plan.label()} "
                                       f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"
@@ -328,17 +334,21 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
                 break
             seq //= 2
     # (c) more host RAM: a plan that fits the GPUs as they are, short only of the RAM its offload needs.
-    host_short = [e for e in estimates if _gpu_fits(e) and not e.host_fits]
-    if host_short:
-        e = min(host_short, key=lambda e: e.cpu_bytes_per_rank)
-        need = _host_need(e, cluster)
+    if gpu_side_fits:
+        need = _host_need(closest, cluster)
         fixes.append({"change": "more host RAM", "host_ram_bytes": round(need), "host_fits": False,
-                      "text": f"{need / GiB:.0f} GiB of host RAM per node with {e.plan.label()} "
+                      "text": f"{need / GiB:.0f} GiB of host RAM per node with {closest.plan.label()} "
                               f"(set ram in the cluster file if the nodes have it)"})
+    if gpu_side_fits:
+        text = (f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, micro-batch "
+                f"{closest.plan.micro_batch}) fits the GPUs ({closest.memory_total / GiB:.1f} GiB of "
+                f"{closest.usable / GiB:.1f} usable on {closest.tight_gpu}) but its offload needs "
+                f"{_host_need(closest, cluster) / GiB:.0f} GiB of host RAM per node")
+    else:
+        text = (f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
+                f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
+                f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}")
     return {"closest": {"label": closest.plan.label(), "needs_bytes": closest.memory_total,
-                        "has_bytes": closest.capacity, "plan": closest.plan.to_dict(),
-                        "text": f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
-                                f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
-                                f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}"},
+                        "has_bytes": closest.capacity, "host_bytes_per_node": round(_host_need(closest, cluster)),
+                        "host_fits": closest.host_fits, "plan": closest.plan.to_dict(), "text": text},
             "fixes": fixes}
-
