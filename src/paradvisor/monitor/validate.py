@@ -79,8 +79,8 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     from paradvisor.runfiles import MetricsReader
 
     # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
-    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "activation_bytes",
-            "cuda_max_allocated_bytes", "device", "gpu_name")
+    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes", "device",
+            "gpu_name", *MEASURED.values())  # every term of the breakdown, to hold against its twin
     steps, starts = [], []
 
     def collect(r: dict) -> None:
