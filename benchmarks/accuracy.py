@@ -7,6 +7,9 @@ Models (Hugging Face configs through `train.model_overrides`, and the minGPT-sty
   gpt2-gelu       GPT-2 (HF), width 80, 5 heads, exact GELU instead of gelu_new, tied head
   bert-relu       BERT classifier, width 48, 4 heads, ReLU FFN 160
   mingpt-96       minGPT, width 96, 4 heads (the model the launcher pipelines)
+  qwen2-mqa       Qwen2, width 64, 4 heads over 1 KV head (multi-query), biased QKV, SwiGLU 176, untied head
+`--before SRC` also holds the same runs against the estimator of another checkout (e.g. main's src,
+with its own calibration and `validate`): the before/after table of issue 13.
 Each group is one model at one precision (fp32 / bf16) and checkpointing mode (none / full) over the
 strategies the launcher runs for it (DDP, ZeRO-1/2/3, FSDP2, TP, PP). Every run is launched for real,
 then `paradvisor validate` compares each term of one breakdown with its twin (calibrated by
@@ -45,6 +48,10 @@ MODELS = {
                                                    "intermediate_size": 160, "hidden_act": "relu",
                                                    "max_position_embeddings": 128, "vocab_size": 2000}),
     "mingpt-96": ("gpt-mini", "corpus", {"n_layer": 2, "n_head": 4, "n_embd": 96}),
+    "qwen2-mqa": ("qwen2.5-0.5b", "corpus", {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 176,
+                                              "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 2000,
+                                              "max_position_embeddings": 256, "tie_word_embeddings": False,
+                                              "use_sliding_window": False}),
 }
 STRATEGIES = {"DDP": {}, "ZeRO-1": {"sharding": "zero1"}, "ZeRO-2": {"sharding": "zero2"},
               "ZeRO-3": {"sharding": "zero3"}, "FSDP2": {"sharding": "fsdp"},
@@ -56,14 +63,17 @@ GROUPS = [
     ("gpt2-gelu", 32, "fp32", "none", ["DDP", "ZeRO-2", "ZeRO-3", "FSDP2"]),
     ("bert-relu", 32, "bf16", "full", ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2", "TP"]),
     ("mingpt-96", 32, "fp32", "none", ["DDP", "ZeRO-2", "FSDP2", "TP", "PP"]),
+    ("qwen2-mqa", 48, "bf16", "full", ["DDP", "ZeRO-2", "ZeRO-3", "FSDP2", "TP"]),
 ]
 QUICK = [0, 1, 2, 3]  # four groups: the targets count groups of four
 DS_MODELS = ["llama-2-7b", "mistral-7b", "llama-3-8b", "llama-2-13b"]
 
 
-def pa(*args, timeout=900):
+def pa(*args, timeout=900, src: Path = REPO / "src"):
+    """`python -m paradvisor ARGS` of the checkout at `src` (this one by default, not whatever is installed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(REPO))
+                          timeout=timeout, cwd=str(REPO), env=env)
 
 
 def rank(xs: list[float]) -> list[float]:
@@ -136,49 +146,16 @@ def deepspeed_estimators() -> list[dict]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--quick", action="store_true", help="four groups (the targets count four)")
-    ap.add_argument("--json", metavar="OUT", help="also write every row as JSON")
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="paradvisor-accuracy-"))
-    cal = tmp / "cal.json"
-    if pa("calibrate", "--quick", "--out", str(cal)).returncode:
-        raise SystemExit("calibrate failed")
-    base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
-    groups = [GROUPS[i] for i in QUICK] if args.quick else GROUPS
-    rows = []
-    for mname, seq, precision, ckpt, strategies in groups:
-        model, dataset, over = MODELS[mname]
-        for sname in strategies:
-            plan = STRATEGIES[sname]
-            doc = {**base, "name": f"{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower(),
-                   "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": 8,
-                                "precision": precision},
-                   "train": {**base["train"], "steps": args.steps, "dataset": dataset, "model_overrides": over},
-                   "plan": {**base["plan"], "checkpointing": ckpt, "precision": precision, **plan}}
-            p = tmp / f"{doc['name']}.toml"
-            p.write_text(tomli_w.dumps(doc))
-            key = {"model": mname, "seq": seq, "precision": precision, "ckpt": ckpt, "strategy": sname}
-            run = pa("launch", "--preset", str(p), "--runs-dir", str(tmp / "runs"))
-            if run.returncode != 0:
-                err = (run.stderr.strip().splitlines() or ["?"])[-1][:160]
-                rows.append({**key, "error": err})
-                print(f"{doc['name']}: FAILED {err}", file=sys.stderr)
-                continue
-            run_dir = run.stdout.strip().splitlines()[-1]
-            v = json.loads(pa("validate", run_dir, "--calibration", str(cal), "--json").stdout)
-            states = row_of(v["rows"], "model-state bytes")
-            act = row_of(v["rows"], "activation bytes")
-            step = row_of(v["rows"], "step time")
-            rows.append({**key, "states_pred": states["predicted"], "states_meas": states["measured"],
-                         "states_err": states["rel_error"], "act_pred": act["predicted"], "act_meas": act["measured"],
-                         "act_err": act["rel_error"], "step_pred": step["predicted"], "step_meas": step["measured"],
-                         "source": v.get("activation_source", "")})
-            r = rows[-1]
-            print(f"{doc['name']}: states {r['states_err']:+.1%} activations {(r['act_err'] or 0):+.1%} "
-                  f"step {r['step_pred'] * 1e3:.1f}/{r['step_meas'] * 1e3:.1f} ms", file=sys.stderr)
+PREDICTED = ("states_pred", "states_err", "act_pred", "act_err", "step_pred")
+
+
+def summarize(rows: list[dict], sfx: str) -> dict[str, str]:
+    """Print the table and the targets for one estimator (`sfx`: "" or "_before"); the summary lines."""
+    print(f"\n=== {'before (--before)' if sfx else 'this checkout'} ===")
+    rows = [r if "error" in r else {**r, **{k: r.get(k + sfx) for k in PREDICTED}} for r in rows]
+    for r in rows:
+        if "error" not in r and None in (r["states_err"], r["step_pred"], r["step_meas"]):
+            r["error"] = "validate gave no prediction"
     ok = [r for r in rows if "error" not in r]
     print(f"{'model':14s} {'seq':>4s} {'prec':4s} {'ckpt':4s} {'strategy':8s} {'states pred':>11s} {'meas':>11s} "
           f"{'err':>7s} {'act pred':>10s} {'meas':>10s} {'err':>7s} {'step pred ms':>12s} {'meas ms':>8s}")
@@ -222,11 +199,102 @@ def main() -> None:
     if bf:
         print(f"bf16 on CPU, predicted / measured step time: median {statistics.median(bf):.2f}, "
               f"range {min(bf):.2f}-{max(bf):.2f} (target: not below 0.33, i.e. not 3x too fast)")
+    rhos = [spearman([r["step_pred"] for r in rs], [r["step_meas"] for r in rs]) for rs in by_group.values()]
+    rhos = [x for x in rhos if x is not None]
+    return {"model-state bytes within 1%": f"{sum(e <= 0.01 for e in se)}/{len(se)} (worst {max(se, default=0):.1%})",
+            "activation bytes within 10%": f"{sum(e <= 0.10 for e in ae)}/{len(ae)} (worst {max(ae, default=0):.1%})",
+            "predicted fastest measured fastest or within 10%": f"{hits}/{len(by_group)} groups",
+            "step-time rank correlation >= 0.8": f"{corr_ok}/{len(by_group)} groups"
+                                                 + (f" ({min(rhos):.2f} to {max(rhos):.2f})" if rhos else ""),
+            "bf16 on CPU, predicted / measured step time": (f"median {statistics.median(bf):.2f} "
+                                                            f"({min(bf):.2f} to {max(bf):.2f})") if bf else "-"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--quick", action="store_true", help="four groups (the targets count four)")
+    ap.add_argument("--json", metavar="OUT", help="also write every row as JSON")
+    ap.add_argument("--before", metavar="SRC", help="another checkout's src folder: its estimator on the same runs")
+    ap.add_argument("--from-json", metavar="FILE", help="summarise the rows a previous run wrote (no runs)")
+    ap.add_argument("--groups", help="comma-separated group indices (default: all, or --quick's four)")
+    args = ap.parse_args()
+    if args.from_json:
+        doc = json.loads(Path(args.from_json).read_text())
+        report(doc["rows"], doc.get("deepspeed") or [], before=any("states_pred_before" in r for r in doc["rows"]))
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="paradvisor-accuracy-"))
+    cal = tmp / "cal.json"
+    if pa("calibrate", "--quick", "--out", str(cal)).returncode:
+        raise SystemExit("calibrate failed")
+    before_src = Path(args.before).resolve() if args.before else None
+    cal_before = tmp / "cal-before.json"
+    if before_src and pa("calibrate", "--quick", "--out", str(cal_before), src=before_src).returncode:
+        raise SystemExit("calibrate (--before) failed")
+    base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
+    groups = [GROUPS[i] for i in QUICK] if args.quick else GROUPS
+    if args.groups:
+        groups = [GROUPS[int(i)] for i in args.groups.split(",")]
+    partial = tmp / "rows.json"  # written after every run: `--from-json` summarises what finished
+    rows = []
+    for mname, seq, precision, ckpt, strategies in groups:
+        model, dataset, over = MODELS[mname]
+        for sname in strategies:
+            plan = STRATEGIES[sname]
+            doc = {**base, "name": f"{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower(),
+                   "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": 8,
+                                "precision": precision},
+                   "train": {**base["train"], "steps": args.steps, "dataset": dataset, "model_overrides": over},
+                   "plan": {**base["plan"], "checkpointing": ckpt, "precision": precision, **plan}}
+            p = tmp / f"{doc['name']}.toml"
+            p.write_text(tomli_w.dumps(doc))
+            key = {"model": mname, "seq": seq, "precision": precision, "ckpt": ckpt, "strategy": sname}
+            run = pa("launch", "--preset", str(p), "--runs-dir", str(tmp / "runs"))
+            if run.returncode != 0:
+                err = (run.stderr.strip().splitlines() or ["?"])[-1][:160]
+                rows.append({**key, "error": err})
+                print(f"{doc['name']}: FAILED {err}", file=sys.stderr)
+                continue
+            run_dir = run.stdout.strip().splitlines()[-1]
+            v = json.loads(pa("validate", run_dir, "--calibration", str(cal), "--json").stdout)
+            states = row_of(v["rows"], "model-state bytes")
+            act = row_of(v["rows"], "activation bytes")
+            step = row_of(v["rows"], "step time")
+            rows.append({**key, "states_pred": states["predicted"], "states_meas": states["measured"],
+                         "states_err": states["rel_error"], "act_pred": act["predicted"], "act_meas": act["measured"],
+                         "act_err": act["rel_error"], "step_pred": step["predicted"], "step_meas": step["measured"],
+                         "source": v.get("activation_source", "")})
+            if before_src:  # the other estimator on the same run (its predictions against these measurements)
+                vb = pa("validate", run_dir, "--calibration", str(cal_before), "--json", src=before_src)
+                rb = json.loads(vb.stdout)["rows"] if vb.returncode == 0 else []
+                sb, ab, tb = (row_of(rb, "model-state bytes"), row_of(rb, "activation bytes"),
+                              row_of(rb, "step time"))
+                rows[-1].update({"states_pred_before": sb["predicted"], "act_pred_before": ab["predicted"],
+                                 "step_pred_before": tb["predicted"]})
+                for k, pred in (("states", sb["predicted"]), ("act", ab["predicted"])):
+                    meas = rows[-1][f"{k}_meas"]
+                    rows[-1][f"{k}_err_before"] = (pred - meas) / meas if pred is not None and meas else None
+            partial.write_text(json.dumps({"rows": rows}))
+            r = rows[-1]
+            print(f"{doc['name']}: states {r['states_err']:+.1%} activations {(r['act_err'] or 0):+.1%} "
+                  f"step {r['step_pred'] * 1e3:.1f}/{r['step_meas'] * 1e3:.1f} ms", file=sys.stderr)
     try:
         ds = deepspeed_estimators()
     except (ImportError, AttributeError, TypeError) as exc:  # a paradvisor without DeepSpeed's fetch unit
         print(f"\nDeepSpeed estimators: not compared ({type(exc).__name__}: {exc})")
         ds = []
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "deepspeed": ds}, indent=1))
+    report(rows, ds, before=before_src is not None)
+
+
+def report(rows: list[dict], ds: list[dict], *, before: bool) -> None:
+    after = summarize(rows, "")
+    earlier = summarize(rows, "_before") if before else None
+    if earlier:
+        print("\n| | before | after |\n|---|---|---|")
+        for k in after:
+            print(f"| {k} | {earlier[k]} | {after[k]} |")
     equal = [d for d in ds if abs(d["predicted"] - d["deepspeed"]) <= 2]
     print(f"\nDeepSpeed estimators (bf16, fetch unit = largest module): {len(equal)}/{len(ds)} equal to the byte")
     for d in ds:
@@ -235,10 +303,9 @@ def main() -> None:
                  "not in its estimator)") if d["zero3_grad_partition"] else ""
         print(f"  {d['model']:12s} {d['gpus']:3d} GPUs {d['stage']} offload={d['offload']:16s} "
               f"{d['predicted'] / 2**30:8.2f} GiB {mark} {d['deepspeed'] / 2**30:8.2f} GiB{extra}")
-    if len(ok) < len(rows):
-        print(f"{len(rows) - len(ok)} run(s) failed")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "deepspeed": ds}, indent=1))
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        print(f"{len(failed)} run(s) failed: " + "; ".join(f"{r['model']} {r['strategy']}: {r['error']}" for r in failed))
 
 
 if __name__ == "__main__":
