@@ -7,7 +7,8 @@ Models (Hugging Face configs through `train.model_overrides`, and the minGPT-sty
   gpt2-gelu       GPT-2 (HF), width 80, 5 heads, exact GELU instead of gelu_new, tied head
   bert-relu       BERT classifier, width 48, 4 heads, ReLU FFN 160
   mingpt-96       minGPT, width 96, 4 heads (the model the launcher pipelines)
-  qwen2-mqa       Qwen2, width 64, 4 heads over 1 KV head (multi-query), biased QKV, SwiGLU 176, untied head
+  albert-shared   ALBERT classifier, width 64, factorised embedding 32, one layer shared by 3 (autocast casts
+                  its weights once), GELU FFN 144
 `--before SRC` also holds the same runs against the estimator of another checkout (e.g. main's src,
 with its own calibration and `validate`): the before/after table of issue 13.
 Each group is one model at one precision (fp32 / bf16) and checkpointing mode (none / full) over the
@@ -48,10 +49,9 @@ MODELS = {
                                                    "intermediate_size": 160, "hidden_act": "relu",
                                                    "max_position_embeddings": 128, "vocab_size": 2000}),
     "mingpt-96": ("gpt-mini", "corpus", {"n_layer": 2, "n_head": 4, "n_embd": 96}),
-    "qwen2-mqa": ("qwen2.5-0.5b", "corpus", {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 176,
-                                              "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 2000,
-                                              "max_position_embeddings": 256, "tie_word_embeddings": False,
-                                              "use_sliding_window": False}),
+    "albert-shared": ("albert-base-v2", "reviews", {"num_hidden_layers": 3, "hidden_size": 64, "embedding_size": 32,
+                                                    "num_attention_heads": 4, "intermediate_size": 144,
+                                                    "vocab_size": 2000, "max_position_embeddings": 128}),
 }
 STRATEGIES = {"DDP": {}, "ZeRO-1": {"sharding": "zero1"}, "ZeRO-2": {"sharding": "zero2"},
               "ZeRO-3": {"sharding": "zero3"}, "FSDP2": {"sharding": "fsdp"},
@@ -63,7 +63,7 @@ GROUPS = [
     ("gpt2-gelu", 32, "fp32", "none", ["DDP", "ZeRO-2", "ZeRO-3", "FSDP2"]),
     ("bert-relu", 32, "bf16", "full", ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2", "TP"]),
     ("mingpt-96", 32, "fp32", "none", ["DDP", "ZeRO-2", "FSDP2", "TP", "PP"]),
-    ("qwen2-mqa", 48, "bf16", "full", ["DDP", "ZeRO-2", "ZeRO-3", "FSDP2", "TP"]),
+    ("albert-shared", 48, "bf16", "none", ["DDP", "ZeRO-2", "ZeRO-3", "FSDP2", "TP"]),
 ]
 QUICK = [0, 1, 2, 3]  # four groups: the targets count groups of four
 DS_MODELS = ["llama-2-7b", "mistral-7b", "llama-3-8b", "llama-2-13b"]
