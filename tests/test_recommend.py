@@ -249,3 +249,26 @@ def test_identical_gpus_get_identical_batches(kinds, total, rates):
     for k in set(kinds):
         mine = [b for b, kk in zip(out, kinds) if kk == k]
         assert max(mine) - min(mine) <= 1  # only the remainder breaks a tie
+
+
+def test_split_by_speed_follows_calibration_where_measured():
+    """Per-rank batches on unlike GPUs: catalogue peaks where nothing was measured (fp32: the A30's TF32
+    82 TFLOPS vs TITAN Xp 12.1), the calibrated rate where `paradvisor calibrate` measured the GPU (an A30
+    that reached 5 TFLOPS: TF32 off); identical GPUs get identical batches either way."""
+    from paradvisor.hardware import calibration
+
+    cluster = load_cluster(EXAMPLES / "paper001-a30-titanxp.toml")
+    cal = {"device": {"kind": "cuda", "name": "NVIDIA A30", "tflops": {"fp32": 5.0},
+                      "mem_bw_bytes_per_s": 9.0e11, "memory_bytes": 24e9, "layer_overhead_s": 1e-4}}
+
+    def batches(c):
+        r = rec("gpt-mini", c, seq_len=128, global_batch=64, precision="fp32", all=True)
+        split = [e.plan.rank_batches for e in r.plans if e.plan.split_by_speed]
+        assert split
+        b = split[0]
+        assert len(set(b[:2])) == 1 and len(set(b[2:])) == 1  # identical GPUs, identical batches
+        return b
+
+    catalogue, measured = batches(cluster), batches(calibration.apply(cluster, cal))
+    assert catalogue[0] > catalogue[2]  # the A30's catalogue peak is the higher one
+    assert measured[2] > measured[0]  # measured slower than the TITAN Xp: it gets less

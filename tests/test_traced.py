@@ -149,3 +149,49 @@ def test_a_config_path_traces_only_the_regime_asked_for(tmp_path):
     assert [r["keys"] != {} for r in sorted(p.traced.regimes, key=lambda r: r["seq_max"] is None)] == [False, True]
     below = p.traced.groups("fp32/sdpa/none", 8, 2)
     assert below["block.split"]["bs"] < beyond["block.split"]["bs"]  # K/V repeated to every head beyond the window
+
+
+def test_a_traced_config_is_read_back_from_the_cache_without_torch(tmp_path):
+    """Counted once: a second process loads the same config from the trace cache with neither torch nor
+    transformers imported, and gets the same profile and the same coefficients."""
+    import subprocess
+    import sys
+
+    from paradvisor.model import trace_cache
+
+    family, cfg = CONFIGS["llama-gqa3"]
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**cfg, "architectures": ["LlamaForCausalLM"]}))
+    cache = tmp_path / "cache"
+    code = ("import json, sys; from paradvisor.model import load_profile; p = load_profile(sys.argv[1]); "
+            "g = p.traced.groups('bf16/sdpa/none', 64, 2); "
+            "print(json.dumps({'total': p.total_params, 'largest': p.largest_module, 'g': g, "
+            "'layers': [e.to_dict() for e in p.layers], "
+            "'heavy': sorted(m for m in ('torch', 'transformers') if m in sys.modules)}))")
+    env = {**__import__("os").environ, "PARADVISOR_CACHE": str(cache)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, env=env,
+                                      check=True).stdout) for _ in range(2)]
+    assert runs[0]["heavy"] == ["torch", "transformers"] and runs[1]["heavy"] == []
+    assert {k: v for k, v in runs[0].items() if k != "heavy"} == {k: v for k, v in runs[1].items() if k != "heavy"}
+    assert len(list(cache.glob("*.json"))) == 1
+    # a different config is a different entry
+    assert trace_cache.config_key(cfg) != trace_cache.config_key({**cfg, "intermediate_size": 161})
+
+
+def test_a_broken_cache_file_is_ignored(tmp_path, monkeypatch):
+    from paradvisor.model import trace_cache
+
+    family, cfg = CONFIGS["gpt2-relu"]
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": ["GPT2LMHeadModel"]}))
+    monkeypatch.setenv("PARADVISOR_CACHE", str(tmp_path / "cache"))
+    trace_cache.forget_memory()
+    fresh = load_profile(str(tmp_path))
+    want = fresh.traced.groups("fp32/sdpa/none", 32, 2)
+    (f,) = (tmp_path / "cache").glob("*.json")
+    for junk in ("{", "[]", json.dumps({"schema": trace_cache.SCHEMA, "key": f.stem, "profile": {"layers": 3}})):
+        f.write_text(junk)
+        trace_cache.forget_memory()
+        again = load_profile(str(tmp_path))
+        assert again.total_params == fresh.total_params
+        assert again.traced.groups("fp32/sdpa/none", 32, 2) == want
