@@ -211,6 +211,7 @@ def summarize(rows: list[dict], sfx: str) -> dict[str, str]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(REPO / "src"))  # this checkout's estimator for DeepSpeed's comparison too
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="four groups (the targets count four)")
