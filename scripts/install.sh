@@ -8,8 +8,11 @@ dev=0
 [[ "${1:-}" == "--dev" ]] && dev=1
 
 if [[ $dev == 1 ]]; then
-  # System packages the tests use: a real sshd (ssh probe tests) and tmux (driving the TUI).
+  # System packages the tests use: a real sshd (ssh probe and ssh launch tests), tmux (driving the TUI), and
+  # a real Slurm with munge (the Slurm tests start munged + slurmctld + slurmd from a slurm.conf they write).
   need=()
+  command -v munged >/dev/null 2>&1 || [[ -x /usr/sbin/munged ]] || need+=(munge)
+  command -v slurmctld >/dev/null 2>&1 || [[ -x /usr/sbin/slurmctld ]] || need+=(slurm-wlm)
   command -v sshd >/dev/null 2>&1 || [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
   command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
@@ -17,7 +20,7 @@ if [[ $dev == 1 ]]; then
     sudo=""
     [[ $(id -u) != 0 ]] && sudo="sudo"
     $sudo apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${need[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
   fi
 fi
 

@@ -21,10 +21,22 @@ OUT = REPO / "src" / "paradvisor" / "model" / "data" / "activations.json"
 def record(name: str, params_only: bool = False, stored: dict | None = None) -> dict:
     from paradvisor.train.traceable import builtin_family_config, param_facts_of, traced_facts
 
+    from paradvisor.model.load import load_profile
+
     family, cfg = builtin_family_config(name)
     if params_only and stored:
         return {**stored, "params": param_facts_of(family, cfg)}
-    return traced_facts(family, cfg)
+    if load_profile(name).transformer.is_moe:  # routing is data-dependent: activations by formula (estimate/moe.py)
+        return {"params": param_facts_of(family, cfg), "activations": []}
+    try:
+        return traced_facts(family, cfg)
+    except ValueError as exc:  # an attention kernel the class does not support (gemma-2: no SDPA here)
+        if "scaled_dot_product_attention" not in str(exc):
+            raise
+        from paradvisor.model import trace as T
+
+        keys = [T.key_of(m, "eager", c) for m in T.MODES for c in T.CHECKPOINTING]
+        return {**traced_facts(family, cfg, keys=keys), "unsupported": {"sdpa": str(exc).splitlines()[0][:160]}}
 
 
 def main() -> int:

@@ -28,6 +28,12 @@ FAMILIES = {
     "llama": ("llama-150m", "corpus", dict(_DEC)),
     "mistral": ("mistral-7b", "corpus", {**_DEC, "sliding_window": 16}),
     "qwen2": (str(REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json"), "corpus", {}),
+    # mixture of experts: 4 experts, top-2 (Mixtral) and 8 experts, top-4 plus a shared expert (Qwen-MoE)
+    "mixtral": ("mixtral-8x7b", "corpus", {**_DEC, "num_local_experts": 4, "num_experts_per_tok": 2}),
+    "qwen2_moe": ("qwen1.5-moe-a2.7b", "corpus", {**_DEC, "num_attention_heads": 4, "num_key_value_heads": 4,
+                                                  "num_experts": 8, "num_experts_per_tok": 4,
+                                                  "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32,
+                                                  "max_window_layers": 4}),
     "vgg": ("vgg16", "images", {"features": [8, "M", 16, "M"], "avgpool": [2, 2], "classifier": [32],
                                 "classes": 4, "input": [3, 16, 16]}),
 }
@@ -59,6 +65,10 @@ SHAPES = {
     "checkpointing (selective)": (_p(dp=2, checkpointing="selective", micro_batch=4), 2),
     "offload (ZeRO-3)": (_p(dp=2, sharding="zero3", offload="optimizer+params", micro_batch=4), 2),
     "offload (FSDP)": (_p(dp=2, sharding="fsdp", offload="optimizer+params", micro_batch=4), 2),
+    "EP x DDP": (_p(dp=2, ep=2, micro_batch=4), 2),
+    "EP2 x DDP4": (_p(dp=4, ep=2, micro_batch=2), 4),
+    "EP x FSDP": (_p(dp=2, ep=2, sharding="fsdp", micro_batch=2, grad_accum=2), 2),
+    "EP2 x FSDP4": (_p(dp=4, ep=2, sharding="fsdp", micro_batch=2), 4),
     "split-by-speed": (_p(dp=2, micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
     "split-by-speed ZeRO-2": (_p(dp=2, sharding="zero2", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
 }

@@ -15,6 +15,7 @@ EXPECTED = {
     "paper004-vgg-2080ti.toml": (4, 8, {"RTX 2080 Ti": 8}),
     "h100-8x-nvlink.toml": (1, 8, {"H100 SXM": 8}),
     "h100-4x8-infiniband.toml": (4, 32, {"H100 SXM": 32}),
+    "a100-8x8-ethernet.toml": (8, 64, {"A100 80GB": 64}),  # one node group of 8
 }
 
 
@@ -32,7 +33,9 @@ def test_example_clusters(name, cli):
         for g in n.gpus:
             counts[g.spec.name] = counts.get(g.spec.name, 0) + 1
     assert counts == types
-    assert len(c.links) == nodes * (nodes - 1) // 2
+    # every pair of nodes has a link, stored by what is distinct (here one [network] default)
+    assert all(c.link_between(a.name, b.name) for a in c.nodes for b in c.nodes)
+    assert (c.links.default is not None) == (nodes > 1) and not c.links.pairs
     proc = cli("detect", "--cluster", str(EXAMPLES / name), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["gpu_count"] == gpus

@@ -5,6 +5,7 @@ split right. Real torchrun runs with gloo on CPU. The full matrix (every shape x
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ OTHERS = [("gpt2", "TP+SP"), ("gpt2", "PP (1F1B)"),  # fused qkv split; tied emb
           ("albert", "TP"), ("llama", "PP x TP+SP x DDP"),  # 3-D mesh, 8 ranks, transformers' TP/PP plans
           ("mistral", "TP+SP"), ("mistral", "checkpointing (full)"),  # sliding window
           ("qwen2", "PP (1F1B)"),  # per-layer sliding/full masks cut across stages
+          ("mixtral", "EP x DDP"), ("qwen2_moe", "EP2 x DDP4"),  # transformers' EP plan, all-to-all on gloo
+          ("mixtral", "EP2 x FSDP4"),  # experts FSDP'd over their expert-DP group, the rest over all ranks
           ("vgg", "FSDP")]
 CASES = [("mingpt", s) for s in MINGPT] + OTHERS
 _refs: dict[str, tuple[dict, Path]] = {}
@@ -41,6 +44,10 @@ def test_parallel_losses_equal_one_process(tmp_path_factory, family, shape):
     assert len(doc["steps"]) == 5
     assert doc["max_relative_difference"] <= DEFAULT_TOLERANCE, doc["steps"]
     assert doc["equal"]
+    if plan.ep > 1:  # the experts really were split: each rank ran the EP engine
+        strategies = {json.loads(line).get("strategy") for line in
+                      (Path(doc["run_dir"]) / "metrics.jsonl").read_text().splitlines() if '"step"' in line}
+        assert strategies == {"ep+fsdp" if plan.sharding == "fsdp" else "ep"}
 
 
 def test_diloco_with_fsdp_inside_nodes_equals_diloco_with_ddp(tmp_path):

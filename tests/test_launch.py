@@ -118,7 +118,7 @@ def test_dry_run_prints_the_exact_argv_and_starts_nothing(tmp_path, cli):
 
 def test_exports_parse(tmp_path, cli):
     out = tmp_path / "exp"
-    proc = cli("launch", "--preset", str(REPO / "presets" / "bert-imdb-ddp.toml"), "--export", "kubeflow",
+    proc = cli("launch", "--preset", str(REPO / "presets" / "bert-imdb-ddp.toml"), "--export", "pytorchjob",
                "--export", "slurm", "--export", "hostfile", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     cm, job = yaml.safe_load_all((out / "pytorchjob.yaml").read_text())
@@ -126,10 +126,11 @@ def test_exports_parse(tmp_path, cli):
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]
     c = master["template"]["spec"]["containers"][0]
-    assert master["replicas"] == 1 and c["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert master["replicas"] == 1 and c["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert "--nproc-per-node 2" in c["command"][-1] and "paradvisor.train" in c["command"][-1]
     sbatch = (out / "job.sbatch").read_text()
-    assert "#SBATCH --nodes=1" in sbatch and "#SBATCH --gpus-per-node=2" in sbatch and "srun torchrun" in sbatch
+    assert "#SBATCH --nodes=1" in sbatch and "#SBATCH --gpus-per-node=2" in sbatch
+    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1 python3 -m paradvisor.launch.slurm" in sbatch
     embedded = sbatch.split("<<'PARADVISOR_PLAN'\n")[1].split("PARADVISOR_PLAN")[0]
     assert tomllib.loads(embedded)["name"] == "bert-imdb-ddp"
     ds = json.loads((out / "ds_config.json").read_text())

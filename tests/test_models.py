@@ -17,7 +17,11 @@ TRANSFORMER_BUILTINS = [n for n in builtin_names() if n != "vgg16"]
 def test_required_builtins_exist():
     required = {"bert-base-uncased", "bert-large-uncased", "albert-base-v2", "gpt2", "gpt2-medium", "gpt2-large",
                 "gpt2-xl", "llama-150m", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                "mistral-7b", "gpt-mini", "vgg16"}
+                "mistral-7b", "gpt-mini", "vgg16",
+                # models people train now (issue 15)
+                "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b",
+                "gemma-2-2b", "gemma-2-9b", "phi-3-mini", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "olmoe-1b-7b",
+                "deepseek-v2-lite"}
     assert required <= set(builtin_names())
 
 
@@ -27,6 +31,14 @@ def test_required_builtins_exist():
     ("vgg16", 138_357_544),
     ("gpt2", 124_439_808),
     ("albert-base-v2", 11_683_584),
+    # the counts their model cards give (8.03B, 70.6B, 405.9B, 7.62B, 9.24B, 3.82B, 46.7B)
+    ("llama-3.1-8b", 8_030_261_248),
+    ("llama-3.1-70b", 70_553_706_496),
+    ("llama-3.1-405b", 405_853_388_800),
+    ("qwen2.5-7b", 7_615_616_512),
+    ("gemma-2-9b", 9_241_705_984),
+    ("phi-3-mini", 3_821_079_552),
+    ("mixtral-8x7b", 46_702_792_704),
 ])
 def test_reference_counts(name, count):
     assert load_profile(name).total_params == count

@@ -137,12 +137,65 @@ def test_mig_instances_become_devices():
     assert node.gpus[1].memory_bytes == 12 * GiB
 
 
+class NoCapabilityNVML(ScriptedNVML):
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        raise RuntimeError("Not Supported")
+
+
 def test_unknown_gpu_is_listed_with_nvml_memory_and_a_note():
-    nv = ScriptedNVML([{"name": "NVIDIA Future GPU 9000", "mem": 96 * GiB}])
+    nv = NoCapabilityNVML([{"name": "NVIDIA Future GPU 9000", "mem": 96 * GiB}])
     node = node_from_probe(probe(nvml_module=nv))
     assert node.gpus[0].spec is None
     assert node.gpus[0].memory_bytes == 96 * GiB
     assert "speed figures unknown" in node.gpus[0].notes[0]
+
+
+class ClockedNVML(ScriptedNVML):
+    """Reports SM count, clocks and bus width, as NVML does for a whole GPU (a GeForce RTX 4090 D here)."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (8, 9)
+
+    def nvmlDeviceGetAttributes(self, h):
+        return SimpleNamespace(multiprocessorCount=114)
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        return {1: 2520, 2: 10501}[clock]
+
+    def nvmlDeviceGetMemoryBusWidth(self, h):
+        return 384
+
+
+def test_gpu_missing_from_the_catalogue_gets_an_estimated_entry_from_nvml():
+    node = node_from_probe(probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}])))
+    spec = node.gpus[0].spec
+    assert spec.origin == "estimated" and spec.user_defined
+    assert spec.tflops["fp32"] == pytest.approx(114 * 128 * 2 * 2.52 / 1e3, rel=1e-3)
+    assert spec.tflops["bf16"] == pytest.approx(114 * 1024 * 2.52 / 1e3 / 2, rel=1e-3)  # GeForce: FP32 accumulate
+    assert spec.mem_bw == pytest.approx(1008e9, rel=1e-3) and spec.memory_bytes == 24 * GiB
+    assert "114 SMs at 2520 MHz" in spec.source and "estimated" in node.gpus[0].notes[0]
+
+
+def test_without_clocks_the_estimate_borrows_a_catalogue_gpu_of_the_same_capability():
+    node = node_from_probe(probe(nvml_module=ScriptedNVML([{"name": "NVIDIA Future GPU 9000", "mem": 96 * GiB}])))
+    spec = node.gpus[0].spec
+    assert spec.origin == "estimated" and spec.memory_bytes == 96 * GiB
+    assert spec.tflops == __import__("paradvisor.hardware.catalog", fromlist=["gpu"]).gpu("A100 80GB").tflops
+    assert "A100 80GB" in spec.source
+
+
+def test_an_estimated_gpu_can_be_planned_for():
+    from paradvisor.hardware.cluster import cluster_from_nodes
+    from paradvisor.model.load import load_profile
+    from paradvisor.plan.search import recommend
+    from paradvisor.plan.types import Workload
+
+    node = node_from_probe(probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}] * 2)))
+    rec = recommend(load_profile("gpt2"), cluster_from_nodes([node]), Workload(model="gpt2", seq_len=512,
+                                                                               global_batch=16))
+    assert rec.plans and rec.plans[0].tight_gpu == "NVIDIA GeForce RTX 4090 D"
 
 
 def test_nvml_init_failure_is_a_note_not_an_error():

@@ -17,7 +17,7 @@ from paradvisor.plan.capability import family_of, why_not
 from tests.conftest import REPO
 
 MODELS = ["gpt-mini", "gpt2", "gpt2-medium", "bert-base-uncased", "albert-base-v2", "llama-150m", "llama-2-7b",
-          "mistral-7b", "vgg16", str(REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json")]
+          "mistral-7b", "vgg16", "mixtral-8x7b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b", str(REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json")]
 GPUS = ["H100 SXM", "A100 80GB", "A100 40GB", "RTX 3090", "V100", "T4", "TITAN RTX", "L40S", "A10"]
 LINKS = [("ethernet", "10 Gbit/s", "0.1 ms"), ("ib-ndr", "400 Gbit/s", "0.005 ms"), ("wan", "1 Gbit/s", "30 ms")]
 

@@ -12,7 +12,7 @@ import pytest
 import tomli_w
 
 from paradvisor.launch.runner import new_run_dir
-from tests.conftest import REPO, run_cli
+from tests.conftest import assert_one_line_error, REPO, run_cli
 from tests.runs import SMOKE, launch, wait_gone
 
 PACKAGE = REPO / "src" / "paradvisor"
@@ -79,9 +79,13 @@ def test_a_preset_is_data_never_code(tmp_path):
     proc = run_cli("launch", "--preset", str(p), "--dry-run", cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "exports"
-    proc = run_cli("launch", "--preset", str(p), "--export", "slurm", "--export", "kubeflow", "--export", "hostfile",
+    proc = run_cli("launch", "--preset", str(p), "--export", "slurm", "--export", "hostfile",
                    "--out", str(out), cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
+    # the Dockerfile's FROM line takes launch.image: a payload there is refused, not written
+    proc = run_cli("launch", "--preset", str(p), "--export", "kubeflow", "--out", str(tmp_path / "k8s"),
+                   cwd=str(tmp_path))
+    assert_one_line_error(proc, "launch.image")
     # Outside the quoted plan.toml here-document, the Slurm script carries no shell character of the name.
     script = (out / "job.sbatch").read_text()
     outside = re.sub(r"<<'PARADVISOR_PLAN'\n.*?PARADVISOR_PLAN\n", "", script, flags=re.S)
@@ -90,7 +94,10 @@ def test_a_preset_is_data_never_code(tmp_path):
     for line in outside.splitlines():
         if line and not line.startswith("#"):
             shlex.split(line.rstrip("\\"))  # every command line still parses
-    assert "name: touch-pwned-touch-pwned" in (out / "pytorchjob.yaml").read_text()  # a valid Kubernetes name
+    from paradvisor.launch.exports import k8s_name
+    from paradvisor.launch.preset import load_preset
+
+    assert k8s_name(load_preset(p).name) == "touch-pwned-touch-pwned"  # a valid Kubernetes name
     proc, run_dir = launch(p, tmp_path / "runs", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not wait_gone(run_dir)

@@ -2,67 +2,25 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
-import shutil
-import socket
-import subprocess
 import time
 
 import pytest
 
 from paradvisor.hardware.remote import probe_hosts
+from tests.sshd import Sshd
 
 pytestmark = pytest.mark.ssh
 
-SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    if SSHD is None or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
-        if os.environ.get("CI"):
-            pytest.fail("sshd/ssh not installed: .ci/run installs openssh-server")
-        pytest.skip("openssh-server not installed")
     d = tmp_path_factory.mktemp("sshd")
-    os.chmod(d, 0o700)
-    for key in ("host_key", "client_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
-    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
-    os.chmod(d / "authorized_keys", 0o600)
-    port = _free_port()
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
-        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        f"PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPidFile {d / 'sshd.pid'}\n"
-        "PermitRootLogin yes\nLogLevel ERROR\n")
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", exist_ok=True)
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.PIPE)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"sshd did not start: {proc.stderr.read().decode()}")
-            time.sleep(0.1)
-    dead_port = _free_port()
-    cfg = d / "ssh_config"
-    common = (f"  User {getpass.getuser()}\n  IdentityFile {d / 'client_key'}\n  IdentitiesOnly yes\n"
-              "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n")
-    cfg.write_text(f"Host pa-local\n  HostName 127.0.0.1\n  Port {port}\n{common}"
-                   f"Host pa-dead\n  HostName 127.0.0.1\n  Port {dead_port}\n{common}")
-    yield {"config": str(cfg), "port": port}
-    proc.terminate()
-    proc.wait(timeout=10)
+    server = Sshd(d, ("127.0.0.1",), aliases={})
+    server.config.write_text(f"Host pa-local\n  HostName 127.0.0.1\n  Port {server.port}\n{server.common}"
+                             f"Host pa-dead\n  HostName 127.0.0.1\n  Port {server.dead_port}\n{server.common}")
+    yield {"config": str(server.config), "port": server.port}
+    server.stop()
 
 
 def test_remote_probe_returns_the_same_json_as_local(sshd):

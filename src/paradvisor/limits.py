@@ -21,9 +21,10 @@ MAX_RULE_FILES = 1_000  # *.toml files in one rule folder
 # Machines and processes.
 MAX_GPUS = 131_072  # GPUs in one cluster or `--gpus` (today's largest training clusters: ~100k)
 MAX_GPUS_PER_NODE = 16_384  # GPUs in one node of a cluster file (a real node has 8-72)
-MAX_NODES = 2_048  # nodes in a cluster file (links are stored per pair of nodes)
+MAX_NODES = 16_384  # nodes in a cluster file: 131,072 GPUs as 8 per node (nodes and links are stored by
+# group since issue 15, so this bounds the planner's run time and memory, not pairs of nodes)
 MAX_PROCS_PER_NODE = 1_024  # processes one launch starts on one node
-MAX_HOSTS = MAX_NODES  # ssh hosts of one launch or probe
+MAX_HOSTS = 2_048  # ssh hosts of one launch or probe, and the nodes one launch starts (--nnodes)
 
 # The workload.
 MAX_STEPS = 10**9  # optimizer steps of a run (and warm-up, log interval, local steps)
@@ -64,8 +65,8 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "gpus": (1, MAX_GPUS_PER_NODE),
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
     "node_procs": (1, MAX_PROCS_PER_NODE),
-    "nnodes": (1, MAX_NODES),
-    "node_rank": (0, MAX_NODES - 1),
+    "nnodes": (1, MAX_HOSTS),
+    "node_rank": (0, MAX_HOSTS - 1),
     "num_labels": (2, 100_000),
     "image_size": (8, 4096),
     "lr": (0.0, MAX_LR),
@@ -74,6 +75,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "weight_decay": (0.0, 100.0),
     "grad_clip": (0.0, 1e6),
     "hang_timeout_s": (0.0, MAX_TIMEOUT_S),
+    "join_timeout_s": (1.0, MAX_TIMEOUT_S),
     "tflops": (0.0, MAX_TFLOPS),
     "relative_speed": (0.0, 1e6),
     "data_share": (0.0, 1.0),
@@ -95,8 +97,8 @@ CLI_BOUNDS: dict[str, float] = {
     "workers": MAX_GPUS,
     "workers_per_server": MAX_GPUS_PER_NODE,
     "nproc_per_node": MAX_PROCS_PER_NODE,
-    "nnodes": MAX_NODES,
-    "node_rank": MAX_NODES - 1,
+    "nnodes": MAX_HOSTS,
+    "node_rank": MAX_HOSTS - 1,
     "ranks": MAX_PROCS_PER_NODE,
     "steps": MAX_STEPS,
     "seq_len": MAX_SEQ_LEN,
@@ -111,6 +113,8 @@ CLI_BOUNDS: dict[str, float] = {
     "master_port": 65535,
     "lr": MAX_LR,
     "hang_timeout": MAX_TIMEOUT_S,
+    "join_timeout": MAX_TIMEOUT_S,
+    "ssh_timeout": MAX_TIMEOUT_S,
     "timeout": MAX_TIMEOUT_S,
     "interval": MAX_TIMEOUT_S,
     "sample_interval": MAX_TIMEOUT_S,

@@ -30,7 +30,7 @@ _REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM},
 # ... and the type of every optional field the readers use (a wrong type also skips the record).
 _OPTIONAL = {"loss": _NUM, "samples_per_s": _NUM, "mem_model_state_bytes": _NUM, "cuda_max_allocated_bytes": _NUM,
              "sync_wait_s": _NUM, "world_size": int, "time": _NUM, "activation_bytes": _NUM, "round": int,
-             "local_steps": int, "rank": int, "step": int}
+             "local_steps": int, "rank": int, "step": int, "node": int}
 
 
 def _is(value, typ) -> bool:
@@ -50,7 +50,7 @@ def valid_record(rec) -> bool:
             return False
         if isinstance(v, float) and not math.isfinite(v) and key != "loss":  # a diverged loss is news; the rest is not
             return False
-    for key in ("rank", "step", "round", "world_size"):
+    for key in ("rank", "step", "round", "world_size", "node"):
         if isinstance(rec.get(key), int) and rec[key] < 0:
             return False
     return rec.get("kind") != "step" or (math.isfinite(rec["step_time_s"]) and rec["step_time_s"] >= 0)
@@ -74,12 +74,16 @@ class MetricsTally:
         self.peak = 0
         self.waits: dict[int, float] = {}
         self.rounds = 0
+        self.node_by_rank: dict[int, int] = {}  # from the records' "node" (the node index each rank runs on)
 
     def add(self, r: dict) -> None:
         self.count += 1
         kind = r["kind"]
         if isinstance(r.get("world_size"), int):
             self.world = max(self.world, r["world_size"])
+        if _is(r.get("rank"), int) and _is(r.get("node"), int) and (r["rank"] in self.node_by_rank
+                                                                     or len(self.node_by_rank) < MAX_HISTORY_RANKS * 64):
+            self.node_by_rank[r["rank"]] = r["node"]
         if kind == "start" and self.start_time is None and _is(r.get("time"), _NUM):
             self.start_time = r["time"]
         elif kind == "step":

@@ -100,13 +100,14 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
     if dataclasses.is_dataclass(typ):  # a nested table: exactly the dataclass's keys, the required ones present
         if not isinstance(value, dict):
             raise InputError(f"expected a table, got {shown(value)}", where=where)
-        names = [f.name for f in dataclasses.fields(typ)]
-        unknown = sorted(str(k) for k in set(value) - set(names))
+        fields = dataclasses.fields(typ)
+        unknown = sorted(set(value) - {f.name for f in fields}, key=str)
         if unknown:
-            raise InputError(f"unknown key {unknown[0]!r}; expected one of {', '.join(names)}", where=where)
-        missing = [f.name for f in dataclasses.fields(typ) if f.name not in value
-                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        if missing:
+            raise InputError(f"unknown key {shown(unknown[0])}; expected one of "
+                             f"{', '.join(sorted(f.name for f in fields))}", where=where)
+        missing = [f.name for f in fields if f.name not in value and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:  # found by the fuzz suite: a [[plan.nodes]] table without relative_speed
             raise InputError(f"missing {missing[0]!r}", where=where)
         return typ(**from_table(typ, value, lambda k: f"{where}.{k}"))
     if typ is object or typ is typing.Any:

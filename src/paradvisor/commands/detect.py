@@ -112,11 +112,12 @@ def show(cluster: Cluster) -> None:
         for note in node.notes:
             con.print(f"  [yellow]{esc(note)}[/yellow]")
     if len(cluster.nodes) > 1 and cluster.links:
-        kinds = {(lk.kind, lk.bandwidth, lk.latency) for lk in cluster.links.values()}
-        if len(kinds) == 1:
-            lk = next(iter(cluster.links.values()))
-            con.print(f"network (all {len(cluster.links)} node pairs): {esc(lk.kind)} {fmt_bandwidth(lk.bandwidth)}, "
-                      f"{fmt_latency(lk.latency)}")
-        else:
-            for (a, b), lk in cluster.links.items():
-                con.print(f"link {esc(a)} <-> {esc(b)}: {esc(lk.kind)} {fmt_bandwidth(lk.bandwidth)}, {fmt_latency(lk.latency)}")
+        for scope, names, lk in cluster.links.distinct():
+            if scope == "default":
+                n = len(cluster.nodes)
+                what = f"network (default for the {n * (n - 1) // 2} node pairs)"
+            elif names[0] == names[1]:
+                what = f"link inside node group {esc(names[0])}"
+            else:
+                what = f"link {esc(names[0])} <-> {esc(names[1])}" + (" (node groups)" if scope == "group" else "")
+            con.print(f"{what}: {esc(lk.kind)} {fmt_bandwidth(lk.bandwidth)}, {fmt_latency(lk.latency)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from dataclasses import replace
@@ -38,8 +39,24 @@ def add_parser(sub) -> None:
     o.add_argument("--master-port", type=int)
     o.add_argument("--hosts", metavar="H1,H2", help="comma-separated hosts (checked over ssh before launch)")
     o.add_argument("--hang-timeout", type=float, metavar="S", help="fail the run after S seconds without progress")
+    o.add_argument("--join-timeout", type=float, metavar="S",
+                   help="multi-node: fail the run when a node has not joined the rendezvous after S seconds "
+                        "(launch.join_timeout_s, default 120)")
+    m = p.add_argument_group("several nodes")
+    m.add_argument("--engine", choices=["auto", "local", "ssh"],
+                   help="local: this machine is node --node-rank; ssh: start every node of launch.hosts over ssh "
+                        "from here; auto (default): ssh when the launch has several nodes with hosts and no "
+                        "--node-rank is given")
+    m.add_argument("--ssh-config", metavar="FILE", help="ssh client config file for the ssh engine (ssh -F; also "
+                                                         "$PARADVISOR_SSH_CONFIG)")
+    m.add_argument("--ssh-timeout", type=float, metavar="S", help="ssh connect timeout per host (default 10)")
+    m.add_argument("--submit", choices=["slurm"], help="submit the run to a scheduler (sbatch) and follow it")
     e = p.add_argument_group("exports (write files instead of launching)")
-    e.add_argument("--export", choices=["kubeflow", "slurm", "hostfile"], action="append", default=[])
+    e.add_argument("--export", choices=["kubeflow", "pytorchjob", "slurm", "hostfile"], action="append", default=[],
+                   help="kubeflow: Trainer v2 TrainJob + ConfigMap + Dockerfile; pytorchjob: the legacy kubeflow.org/v1 "
+                        "PyTorchJob; slurm: the sbatch script; hostfile: DeepSpeed hostfile + ds_config.json")
+    e.add_argument("--image", metavar="REF", help="kubeflow/pytorchjob: the image the job runs (the Dockerfile's "
+                                                  "build, pushed where the cluster pulls from)")
     e.add_argument("--out", metavar="DIR", help="where exports go (default exports/<name>/)")
     e.add_argument("--force", action="store_true", help="overwrite existing export files")
     p.set_defaults(run=run)
@@ -74,7 +91,10 @@ def apply_overrides(preset, args):
                              ("hang_timeout_s", args.hang_timeout)) if v is not None}
     lkw = {k: v for k, v in (("nproc_per_node", args.nproc_per_node), ("nnodes", args.nnodes),
                              ("node_rank", args.node_rank), ("rdzv_endpoint", args.rdzv_endpoint),
-                             ("master_port", args.master_port)) if v is not None}
+                             ("master_port", args.master_port), ("join_timeout_s", args.join_timeout),
+                             ("engine", args.engine)) if v is not None}
+    if args.node_rank is not None and args.engine is None:
+        lkw["engine"] = "local"  # "this machine is node R": the user starts each node
     if args.hosts:
         lkw["hosts"] = tuple(h.strip() for h in args.hosts.split(",") if h.strip())
     for k in ("steps", "nproc_per_node", "nnodes"):
@@ -87,11 +107,15 @@ def apply_overrides(preset, args):
     from paradvisor.typed import from_table
 
     # Flags go through the same typed checks and bounds as the preset's fields.
-    flag = {"hang_timeout_s": "--hang-timeout"}
+    flag = {"hang_timeout_s": "--hang-timeout", "join_timeout_s": "--join-timeout"}
     from_table(TrainSettings, tkw, lambda k: flag.get(k, f"--{k.replace('_', '-')}"))
     from_table(LaunchSettings, {k: list(v) if k == "hosts" else v for k, v in lkw.items()},
-               lambda k: f"--{k.replace('_', '-')}")
-    return replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw))
+               lambda k: flag.get(k, f"--{k.replace('_', '-')}"))
+    out = replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw))
+    if out.launch.engine == "ssh" and len(out.launch.hosts) != out.launch.nnodes:
+        raise InputError(f"the ssh engine needs one host per node: {len(out.launch.hosts)} host(s) for "
+                         f"{out.launch.nnodes} node(s) (launch.hosts or --hosts)")
+    return out
 
 
 def run(args) -> int:
@@ -107,13 +131,22 @@ def run(args) -> int:
 
         # the default folder is named after the preset, made one safe path component: never '..' or absolute
         out = Path(args.out) if args.out else inside(Path("exports"), slug(preset.name), what="preset name")
-        for path in write_exports(preset, args.export, out, force=args.force):
+        if args.image is not None:
+            from paradvisor.typed import printable
+
+            printable(args.image, "--image", limit=512)
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", args.image):
+                raise InputError(f"--image {args.image!r}: expected an image reference (registry/name:tag)")
+        for path in write_exports(preset, args.export, out, force=args.force, image=args.image):
             print(path)
         return 0
     if args.dry_run:
 
         from paradvisor.launch.argv import node_commands
+        from paradvisor.launch.preset import engine_of
 
+        if engine_of(preset.launch) == "ssh":
+            return dry_run_ssh(preset, args)
         runner.validate(preset, reach=False)
         endpoint, preset = runner.endpoint_for(preset)
         run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
@@ -124,7 +157,13 @@ def run(args) -> int:
         sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
                          f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n")
         return 0
-    launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None)
+    if args.submit == "slurm":
+        from paradvisor.launch import slurm
+
+        return slurm.submit_and_follow(preset, runs_dir=Path(args.runs_dir),
+                                       run_dir=Path(args.run_dir) if args.run_dir else None)
+    launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None,
+                          ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout)
     sys.stderr.write(f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n")
     doc = runner.run_blocking(launch)
     from paradvisor.monitor.follow import failure_text
@@ -141,3 +180,19 @@ def run(args) -> int:
                          + f"\nlaunch it: {r['command']}\n")
     print(launch.run_dir)
     return runner.main_exit_code(doc)
+
+
+def dry_run_ssh(preset, args) -> int:
+    """The ssh command of every node (what the ssh engine runs), quoted for pasting; nothing is started."""
+    from dataclasses import replace
+
+    from paradvisor.launch import runner, sshrun
+
+    nodes, endpoint = sshrun.plan_nodes(preset, ssh_config=args.ssh_config,
+                                        ssh_timeout=args.ssh_timeout or sshrun.DEFAULT_SSH_TIMEOUT_S)
+    runner.validate(replace(preset, launch=replace(preset.launch, rdzv_endpoint=endpoint)), reach=False)
+    for n in nodes:
+        print(f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shlex.join(n.argv)}")
+    sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
+                     f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n")
+    return 0

@@ -57,6 +57,12 @@ def show(prof: ModelProfile, *, all_layers: bool = False) -> None:
     dom = " — [bold yellow]one layer dominates[/bold yellow]" if prof.one_layer_dominates else ""
     con.print(f"largest layer: {esc(big.name)} with {big.params:,} ({prof.largest_share:.1%} of all){dom}")
     s = prof.transformer
+    if s and s.is_moe:
+        con.print(f"mixture of experts: {s.num_experts} experts, top-{s.experts_per_token}"
+                  + (f" + shared FFN {s.shared_ffn}" if s.shared_ffn else "")
+                  + f", {s.moe_layers} of {s.num_layers} layers; active per token {prof.active_params:,} "
+                  f"({fmt_count(prof.active_params)}) of {fmt_count(prof.total_params)}; routed experts "
+                  f"{prof.expert_params:,}")
     if s:
         con.print(f"transformer: {s.num_layers} layers, hidden {s.hidden}, {s.heads} heads ({s.kv_heads} KV), "
                   f"ffn {s.ffn}{' (gated)' if s.gated_mlp else ''}, vocab {s.vocab}, max positions {s.max_positions}, "

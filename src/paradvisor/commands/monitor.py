@@ -38,6 +38,33 @@ def _line(s: dict) -> str:
     return ", ".join(parts)
 
 
+def node_lines(s: dict) -> list[str]:
+    """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading."""
+    from paradvisor.output import clean
+
+    out = []
+    for n in s["nodes"]:
+        ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s["ranks"] if r["node"] == n["node"])
+        line = f"node {n['node']}" + (f" ({clean(n['host'])})" if n["host"] else "") + f": {n['state']}"
+        line += f"; {ranks or 'no rank yet'}"
+        smp = n["sample"]
+        if smp:
+            if smp.get("cpu_pct") is not None:
+                line += f"; CPU {smp['cpu_pct']:.0f}%"
+            if smp.get("ram_used_bytes") and smp.get("ram_total_bytes"):
+                line += f", RAM {fmt_bytes(smp['ram_used_bytes'])}/{fmt_bytes(smp['ram_total_bytes'])}"
+            for g in smp.get("gpus") or []:
+                if g.get("util_pct") is None:
+                    line += f", GPU{g['index']} no reading"
+                else:
+                    line += (f", GPU{g['index']} {g['util_pct']:.0f}% "
+                             f"{fmt_bytes(g['mem_used_bytes'] or 0)}/{fmt_bytes(g['mem_total_bytes'] or 0)}")
+        if n.get("reason") and n["state"] not in ("finished", "running", "joined"):
+            line += f" — {clean(n['reason'])}"
+        out.append(line)
+    return out
+
+
 def run(args) -> int:
     from paradvisor.launch.runner import TERMINAL
     from paradvisor.monitor.follow import MetricsFollower, summarize
@@ -84,6 +111,9 @@ def run(args) -> int:
             print(s["failure"])
             for ln in s["last_log_lines"][-10:]:
                 print(f"  | {ln}")
+        if len(s["nodes"]) > 1:
+            for line in node_lines(s):
+                print(line)
         if s["sync_wait_s_by_rank"]:
             print("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s["sync_wait_s_by_rank"].items()))
     if s["unreadable"]:

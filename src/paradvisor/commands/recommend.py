@@ -18,6 +18,9 @@ def add_workload_args(p, *, model_required: bool = True) -> None:
     where.add_argument("--gpus", type=int, metavar="N", help="N GPUs of --gpu-type in one node")
     where.add_argument("--gpu-type", metavar="NAME", help="catalog GPU name (see `paradvisor gpus`)")
     where.add_argument("--link", metavar="KIND", help="with --gpus: link between them (default from the catalog)")
+    where.add_argument("--gpu-spec", action="append", default=[], metavar="FILE",
+                       help='GPU definitions ([gpu."NAME"] tables: memory_gib, mem_bw_gbs, tflops) for GPUs the '
+                            "catalog lacks (repeatable)")
     p.add_argument("--seq-len", type=int, help="sequence length (default: min(model context, 2048))")
     p.add_argument("--global-batch", type=int, help="samples per optimizer step (default: 8 per GPU)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16", "fp8"])
@@ -43,8 +46,11 @@ def add_parser(sub) -> None:
 
 
 def resolve_cluster(args):
+    from paradvisor.hardware import catalog
     from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster, single_node_cluster
 
+    catalog.use_gpu_specs(getattr(args, "gpu_spec", None))
+    catalog.gpus()  # a broken user catalogue or --gpu-spec file fails here, naming its file and line
     if args.cluster and args.gpus:
         raise InputError("give either --cluster or --gpus/--gpu-type, not both")
     if args.cluster:
@@ -120,11 +126,15 @@ def show(rec, doc, args) -> None:
 
     con = console()
     p, wl = rec.profile, rec.workload
-    con.print(f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params) on [bold]{esc(rec.cluster.name)}[/bold] "
-              f"({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch {wl.global_batch}, {rec.precision}; "
-              f"{rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
+    active = f", {p.active_params / 1e6:.1f}M active" if p.active_params != p.total_params else ""
+    con.print(f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on "
+              f"[bold]{esc(rec.cluster.name)}[/bold] ({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch "
+              f"{wl.global_batch}, {rec.precision}; {rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
     for w in rec.warnings:
         con.print(f"[yellow]warning:[/yellow] {esc(w)}")
+    for name, spec, count in rec.cluster.gpu_kinds():
+        if spec is not None and spec.user_defined:  # figures that are not the catalogue's
+            con.print(f"[cyan]{spec.origin}[/cyan] GPU {esc(name)} x{count}: {esc(spec.source)}")
     if rec.plans:
         t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
         for i, e in enumerate(rec.plans[: args.top], 1):

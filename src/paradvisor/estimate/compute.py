@@ -17,9 +17,11 @@ MAX_EFFICIENCY = 0.45
 
 
 def layer_matmul_params(shape: TransformerShape) -> int:
+    """Matmul weights a token passes through in one layer (for a MoE model's compute shape, the FFN
+    is its active width: top-k routed + shared experts)."""
     d_attn = shape.heads * shape.head_dim
     kv = shape.kv_heads * shape.head_dim
-    attn = shape.hidden * d_attn + 2 * shape.hidden * kv + d_attn * shape.hidden
+    attn = shape.attn_params or shape.hidden * d_attn + 2 * shape.hidden * kv + d_attn * shape.hidden
     mlp = (3 if shape.gated_mlp else 2) * shape.hidden * shape.ffn
     return attn + mlp
 

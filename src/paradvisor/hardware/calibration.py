@@ -109,6 +109,20 @@ def apply(cluster, cal: dict | None = None):
         return cluster
     measured = device_spec(cal, per_process=False)
     spec = replace(target, tflops=measured.tflops, mem_bw=measured.mem_bw, layer_overhead_s=measured.layer_overhead_s)
-    nodes = tuple(replace(n, gpus=tuple(replace(g, spec=spec) if g.spec and g.spec.name == target.name else g
-                                        for g in n.gpus)) for n in cluster.nodes)
+    from paradvisor.hardware.types import SameDevices
+
+    done: dict[int, object] = {}  # nodes of a group share one GPU tuple: recalibrate it once
+
+    def calibrated(gpus):
+        if id(gpus) not in done:
+            if isinstance(gpus, SameDevices):
+                t = gpus.template
+                done[id(gpus)] = SameDevices(replace(t, spec=spec), len(gpus)) \
+                    if t.spec and t.spec.name == target.name else gpus
+            else:
+                done[id(gpus)] = tuple(replace(g, spec=spec) if g.spec and g.spec.name == target.name else g
+                                       for g in gpus)
+        return done[id(gpus)]
+
+    nodes = tuple(replace(n, gpus=calibrated(n.gpus)) for n in cluster.nodes)
     return replace(cluster, nodes=nodes)

@@ -1,7 +1,9 @@
 """The GPU and link catalog, read from `data/gpus.toml` and `data/links.toml`.
 
-Lookups accept catalog names ("H100 SXM"), NVML names ("NVIDIA H100 80GB HBM3") and MIG slices
-("A30 MIG 1g.6gb", "NVIDIA A30 MIG 1g.6gb", or "A30:1g.6gb").
+Lookups accept catalog names ("H100 SXM"), aliases ("RTX 4090", "4090", "h100"), NVML names
+("NVIDIA H100 80GB HBM3") and MIG slices ("A30 MIG 1g.6gb", "NVIDIA A30 MIG 1g.6gb", or "A30:1g.6gb").
+User-defined GPUs (the user catalogue file and `--gpu-spec` files, see `userspec.py`) join the
+built-in ones and win on a name clash; each entry carries its origin and source.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from importlib import resources
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.types import GPUSpec, Link
+from paradvisor.tomlfile import KeyLocator
 from paradvisor.units import GiB, parse_bandwidth, parse_latency
 
 
@@ -22,26 +25,33 @@ def _norm(name: str) -> str:
                   .replace("tesla", ""))
 
 
-def _read(name: str) -> dict:
-    return tomllib.loads(resources.files("paradvisor.hardware").joinpath("data", name).read_text())
+def _read(name: str) -> tuple[dict, str]:
+    text = resources.files("paradvisor.hardware").joinpath("data", name).read_text()
+    return tomllib.loads(text), text
 
 
-@lru_cache(maxsize=1)
-def gpus() -> dict[str, GPUSpec]:
-    """All catalog entries by canonical name, MIG slices included ("A30 MIG 1g.6gb")."""
+_extra_files: tuple[str, ...] = ()
+
+
+def use_gpu_specs(paths) -> None:
+    """Add GPU catalogue files (`--gpu-spec FILE`) to the catalogue, after the user catalogue."""
+    global _extra_files
+    paths = tuple(str(p) for p in paths or ())
+    if paths != _extra_files:
+        _extra_files = paths
+        gpus.cache_clear()
+        _index.cache_clear()
+
+
+def _builtin() -> dict[str, GPUSpec]:
+    from paradvisor.hardware.userspec import parse_entry
+
+    data, text = _read("gpus.toml")
+    loc = KeyLocator("gpus.toml", text)
     out: dict[str, GPUSpec] = {}
-    for name, e in _read("gpus.toml")["gpu"].items():
-        spec = GPUSpec(
-            name=name,
-            vendor=e["vendor"],
-            arch=e["arch"],
-            memory_bytes=int(e["memory_gib"] * GiB),
-            mem_bw=float(e["mem_bw_gbs"]) * 1e9,
-            tflops={k: float(v) for k, v in e["tflops"].items()},
-            intra_link=e["intra_link"],
-            compute_capability=e.get("compute_capability"),
-            nvml_names=tuple(e.get("nvml_names", ())),
-        )
+    for name, e in data["gpu"].items():
+        spec = parse_entry(name, e, origin="catalog", extra_keys=frozenset({"mig"}),
+                           where=lambda key, name=name: loc.where(f'gpu."{name}"', 0, key, f"gpu.{name!r}"))
         out[name] = spec
         for profile, m in e.get("mig", {}).items():
             frac = float(m["compute_fraction"])
@@ -58,29 +68,44 @@ def gpus() -> dict[str, GPUSpec]:
                 nvml_names=tuple(f"{n} MIG {profile}" for n in spec.nvml_names),
                 mig_of=name,
                 mig_profile=profile,
+                source=spec.source,
             )
+    return out
+
+
+@lru_cache(maxsize=1)
+def gpus() -> dict[str, GPUSpec]:
+    """All entries by canonical name: the built-in catalogue (MIG slices included, "A30 MIG 1g.6gb"), then
+    the user catalogue file, then `--gpu-spec` files; a user entry of the same name replaces a built-in."""
+    from paradvisor.hardware.userspec import read_gpu_file, user_catalogue_path
+
+    out = _builtin()
+    user = user_catalogue_path()
+    files = ([str(user)] if user is not None and user.is_file() else []) + list(_extra_files)
+    for f in files:
+        out.update(read_gpu_file(f))
     return out
 
 
 @lru_cache(maxsize=1)
 def _index() -> dict[str, str]:
     idx: dict[str, str] = {}
+    user: dict[str, str] = {}
     for name, spec in gpus().items():
-        idx.setdefault(_norm(name), name)
-        for alias in spec.nvml_names:
-            idx.setdefault(_norm(alias), name)
+        target = user if spec.user_defined else idx
+        for alias in (name, *spec.aliases, *spec.nvml_names):
+            if spec.user_defined:
+                target[_norm(alias)] = name
+            else:
+                target.setdefault(_norm(alias), name)
         if spec.mig_of:
             idx.setdefault(_norm(f"{spec.mig_of}:{spec.mig_profile}"), name)
-    # Friendly short names.
-    for short, full in {"h100": "H100 SXM", "a100": "A100 80GB", "v100": "V100", "2080ti": "RTX 2080 Ti",
-                        "3090": "RTX 3090", "a100-40gb": "A100 40GB", "a100-80gb": "A100 80GB",
-                        "h100-sxm": "H100 SXM", "h100-pcie": "H100 PCIe"}.items():
-        idx.setdefault(_norm(short), full)
+    idx.update(user)
     return idx
 
 
 def find_gpu(name: str) -> GPUSpec | None:
-    """The catalog entry for a catalog/NVML/MIG name, or None if unknown."""
+    """The catalog entry for a catalog/alias/NVML/MIG name, or None if unknown."""
     key = _index().get(_norm(name))
     return gpus()[key] if key else None
 
@@ -89,9 +114,11 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
     """Like find_gpu, but an unknown name is an InputError that suggests close names."""
     spec = find_gpu(name)
     if spec is None:
-        close = difflib.get_close_matches(name, list(gpus()), n=3, cutoff=0.4)
+        names = [n for n, s in gpus().items() if not s.mig_of]
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise InputError(f"unknown GPU type {name!r}{hint} (see `paradvisor gpus`)", where=where)
+        raise InputError(f"unknown GPU type {name!r}{hint} (see `paradvisor gpus`; define it with --gpu-spec FILE "
+                         "or a [gpu.\"NAME\"] table)", where=where)
     return spec
 
 
@@ -99,13 +126,13 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
 def links() -> dict[str, Link]:
     return {
         kind: Link(kind=kind, bandwidth=parse_bandwidth(e["bandwidth"]), latency=parse_latency(e["latency"]))
-        for kind, e in _read("links.toml")["link"].items()
+        for kind, e in _read("links.toml")[0]["link"].items()
     }
 
 
 @lru_cache(maxsize=1)
 def link_descriptions() -> dict[str, tuple[str, str]]:
-    return {k: (e["description"], e["scope"]) for k, e in _read("links.toml")["link"].items()}
+    return {k: (e["description"], e["scope"]) for k, e in _read("links.toml")[0]["link"].items()}
 
 
 def link(kind: str, *, where: str | None = None) -> Link:

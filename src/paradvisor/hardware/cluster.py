@@ -7,6 +7,11 @@ name = "server-a"
 host = "10.0.0.1"                      # optional: where `launch` reaches it
 gpus = [{ type = "TITAN RTX", count = 2 }]
 link = "pcie3"                         # optional link between the node's GPUs
+[[node]]                               # a node group: 512 identical nodes named pod-0 .. pod-511
+name = "pod"
+count = 512
+hosts = ["10.1.0.1", ...]              # optional: one per node
+gpus = [{ type = "H100 SXM", count = 8 }]
 [network]                              # default link between every pair of nodes
 kind = "ethernet"
 bandwidth = "10 Gbit/s"
@@ -15,32 +20,38 @@ latency = "0.1 ms"
 nodes = ["server-a", "server-b"]
 kind = "ethernet"
 bandwidth = "1 Gbit/s"
+[[link]]                               # between node groups; ["pod", "pod"]: inside the group
+nodes = ["pod", "pod"]
+kind = "ib-ndr"
 ```
+A GPU `type` is a catalogue name or alias, or one defined in the file's own `[gpu."NAME"]` tables
+(see `hardware/userspec.py`). Counts are bounded (`limits.MAX_NODES` nodes, `MAX_GPUS_PER_NODE`,
+`MAX_GPUS`): the cluster is stored by what is distinct, so a 16,384-node file costs little more than
+a 2-node one.
 """
 
 from __future__ import annotations
 
 import os
-from itertools import combinations
 
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
-from paradvisor.hardware.types import Cluster, Device, Link, Node
+from paradvisor.hardware.types import Cluster, Device, Link, Network, Node, SameDevices
 from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INT, MAX_NAME, MAX_NODES
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
 from paradvisor.typed import check_mapping, printable, shown
 from paradvisor.units import parse_bandwidth, parse_latency, parse_size
 
-_TOP = {"name", "description", "source", "node", "network", "link"}
-_NODE = {"name", "host", "gpus", "link", "cpus", "ram", "notes"}
+_TOP = {"name", "description", "source", "node", "network", "link", "gpu"}
+_NODE = {"name", "host", "hosts", "count", "gpus", "link", "cpus", "ram", "notes"}
 _GPU = {"type", "count"}
 _LINK = {"kind", "bandwidth", "latency"}
-
+SAME_DEVICES_FROM = 64  # a node with more GPUs than this, all of one type, keeps one device template
 
 # The declared type of every key of a cluster file (checked with paradvisor.typed, bounds from limits).
 _TYPES = {"name": str, "description": str, "source": str}
-_NODE_TYPES = {"name": str, "host": str, "cpus": int, "ram": str | int, "notes": str | list[str],
-               "link": str | dict}
+_NODE_TYPES = {"name": str, "host": str, "hosts": list[str], "count": int, "cpus": int, "ram": str | int,
+               "notes": str | list[str], "link": str | dict}
 _LINK_TYPES = {"kind": str, "bandwidth": str, "latency": str, "nodes": list[str]}
 
 
@@ -73,18 +84,36 @@ def _link(spec, where: str) -> Link:
     return Link(kind=base.kind, bandwidth=bw, latency=lat)
 
 
+def node_devices(specs: list[tuple], *, same_from: int = SAME_DEVICES_FROM):
+    """A node's GPUs from [(GPUSpec, count), ...]: a tuple, or one SameDevices for many of one type."""
+    if len(specs) == 1 and specs[0][1] > same_from:
+        spec, count = specs[0]
+        return SameDevices(Device(index=0, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes,
+                                  compute_capability=spec.compute_capability), count)
+    devices: list[Device] = []
+    for spec, count in specs:
+        for _ in range(count):
+            devices.append(Device(index=len(devices), name=spec.name, spec=spec, memory_bytes=spec.memory_bytes,
+                                  compute_capability=spec.compute_capability))
+    return tuple(devices)
+
+
 def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Cluster:
+    from paradvisor.hardware.userspec import file_gpus
+
     loc = KeyLocator(path, text)
     check_keys(data, _TOP, loc.where(None, 0, None, "top level"))
     check_mapping(data, _TYPES, lambda k: loc.where(None, 0, k, k), at=path)
+    local_gpus = file_gpus(data.get("gpu"), path=path, loc=loc)
     raw_nodes = data.get("node")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InputError("expected at least one [[node]] table", where=path)
     if len(raw_nodes) > MAX_NODES:
         raise InputError(f"{len(raw_nodes):,} nodes; a cluster file may have at most {MAX_NODES:,}", where=path)
-    total_gpus = 0
     nodes: list[Node] = []
     names: set[str] = set()
+    groups: dict[str, int] = {}  # node-group name -> its node count (a plain node is a group of one)
+    total_gpus = 0
     for i, n in enumerate(raw_nodes):
         here = f"node[{i}]"
         if not isinstance(n, dict):
@@ -95,14 +124,20 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             raise InputError("missing or empty 'name'", where=loc.where("node", i, "name", f"{here}.name"))
         check_mapping(n, _NODE_TYPES, lambda k, i=i, here=here: loc.where("node", i, k, f"{here}.{k}"))
         printable(name, loc.where("node", i, "name", f"{here}.name"), limit=MAX_NAME)
-        if name in names:
-            raise InputError(f"duplicate node name {name!r}", where=loc.where("node", i, "name", f"{here}.name"))
-        names.add(name)
+        count = _positive_int(n.get("count", 1), loc.where("node", i, "count", f"{here}.count"),
+                              "a node count of at least 1", MAX_NODES - len(nodes))
+        member_names = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
+        for nm in ([name] if count > 1 else []) + member_names:
+            if nm in names or nm in groups:
+                raise InputError(f"duplicate node name {nm!r}" + (f" (from count = {count})" if nm != name else ""),
+                                 where=loc.where("node", i, "name", f"{here}.name"))
+        names.update(member_names)
+        groups[name] = count
         gpus_raw = n.get("gpus", [])
         if not isinstance(gpus_raw, list):
             raise InputError("expected a list like [{ type = \"A30\", count = 2 }]",
                              where=loc.where("node", i, "gpus", f"{here}.gpus"))
-        devices: list[Device] = []
+        kinds: list[tuple] = []
         for j, g in enumerate(gpus_raw):
             gw = loc.where("node", i, "gpus", f"{here}.gpus[{j}]")
             if not isinstance(g, dict):
@@ -110,30 +145,23 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             check_keys(g, _GPU, gw)
             if "type" not in g or not isinstance(g["type"], str):
                 raise InputError("missing GPU 'type' (a catalog name, see `paradvisor gpus`)", where=gw)
-            spec = catalog.gpu(g["type"], where=f"{gw}.type")
-            count = _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1", MAX_GPUS_PER_NODE)
-            total_gpus += count
-            if len(devices) + count > MAX_GPUS_PER_NODE or total_gpus > MAX_GPUS:
+            spec = local_gpus.get(g["type"]) or catalog.gpu(g["type"], where=f"{gw}.type")
+            kinds.append((spec, _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1",
+                                              MAX_GPUS_PER_NODE)))
+            per_node = sum(c for _, c in kinds)
+            if per_node > MAX_GPUS_PER_NODE or total_gpus + per_node * count > MAX_GPUS:
                 raise InputError(f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
                                  "the cluster", where=f"{gw}.count")
-            for _ in range(count):
-                devices.append(Device(index=len(devices), name=spec.name, spec=spec, memory_bytes=spec.memory_bytes,
-                                      compute_capability=spec.compute_capability))
+        total_gpus += sum(c for _, c in kinds) * count
+        devices = node_devices(kinds)
         lw = loc.where("node", i, "link", f"{here}.link")
         if "link" in n:
             intra = _link(n["link"], lw)
-        elif devices:
-            intra = catalog.link(devices[0].spec.intra_link)
+        elif kinds:
+            intra = catalog.link(kinds[0][0].intra_link)
         else:
             intra = catalog.link("loopback")
-        host = n.get("host")
-        if host is not None:
-            from paradvisor.hardware.remote import parse_host
-
-            try:
-                parse_host(host)
-            except InputError as exc:
-                raise InputError(str(exc), where=loc.where("node", i, "host", f"{here}.host")) from None
+        hosts = _hosts(n, count, loc, i, here)
         cpus = n.get("cpus")
         if cpus is not None:
             _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
@@ -142,13 +170,19 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
                 parse_size(n["ram"])
             except ValueError as exc:
                 raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
-        nodes.append(Node(name=name, host=host, gpus=tuple(devices), intra_link=intra, cpu_logical=cpus,
-                          notes=tuple([n["notes"]] if isinstance(n.get("notes"), str) else ()), source="planned"))
+        notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
+        first = Node(name=member_names[0], host=hosts[0], gpus=devices, intra_link=intra, cpu_logical=cpus,
+                     notes=notes, source="planned", group=name if count > 1 else None)
+        nodes.append(first)
+        for k in range(1, count):
+            nodes.append(Node(name=member_names[k], host=hosts[k], gpus=devices, intra_link=intra, cpu_logical=cpus,
+                              notes=notes, source="planned", group=name))
 
     default = None
     if "network" in data:
         default = _link(data["network"], loc.where("network", 0, None, "network"))
-    explicit: dict[tuple[str, str], Link] = {}
+    pair_links: dict[tuple[str, str], Link] = {}
+    group_links: dict[tuple[str, str], Link] = {}
     raw_links = data.get("link", [])
     if not isinstance(raw_links, list):
         raise InputError("expected [[link]] tables", where=loc.where(None, 0, "link", "link"))
@@ -158,26 +192,78 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             raise InputError("expected a table", where=lw)
         pair = lk.get("nodes")
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
-            raise InputError("expected nodes = [\"a\", \"b\"] naming two nodes", where=f"{lw}.nodes")
-        for p in pair:
-            if p not in names:
-                raise InputError(f"unknown node {p!r}; nodes are {', '.join(sorted(names))}", where=f"{lw}.nodes")
-        if pair[0] == pair[1]:
+            raise InputError("expected nodes = [\"a\", \"b\"] naming two nodes or node groups", where=f"{lw}.nodes")
+        for p_ in pair:
+            if p_ not in names and p_ not in groups:
+                listed = sorted(groups) if len(names) > 20 else sorted(names | set(groups))
+                raise InputError(f"unknown node {p_!r}; nodes and groups are {', '.join(listed)}", where=f"{lw}.nodes")
+        multi = [p_ for p_ in pair if groups.get(p_, 1) > 1]
+        if pair[0] == pair[1] and not multi:
             raise InputError("a link joins two different nodes (use the node's 'link' for its own GPUs)",
                              where=f"{lw}.nodes")
-        explicit[(pair[0], pair[1])] = _link(lk, lw)
-
-    links: dict[tuple[str, str], Link] = {}
-    for a, b in combinations([n.name for n in nodes], 2):
-        lk = explicit.get((a, b)) or explicit.get((b, a)) or default
-        if lk is None:
+        if multi:
+            group_links[(pair[0], pair[1])] = _link(lk, lw)
+        else:
+            pair_links[(pair[0], pair[1])] = _link(lk, lw)
+    network = Network(default=default, groups=group_links, pairs=pair_links)
+    if default is None and len(nodes) > 1:
+        missing = _uncovered_pair(nodes, network)
+        if missing:
+            a, b = missing
             raise InputError(f"missing link between nodes {a!r} and {b!r}: add a [network] table "
                              f"(default for all pairs) or a [[link]] with nodes = [\"{a}\", \"{b}\"]", where=path)
-        links[(a, b)] = lk
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
     printable(name, loc.where(None, 0, "name", "name"), limit=MAX_NAME)
-    return Cluster(name=name, nodes=tuple(nodes), links=links, description=data.get("description", ""),
+    return Cluster(name=name, nodes=tuple(nodes), links=network, description=data.get("description", ""),
                    source=path)
+
+
+def _hosts(n: dict, count: int, loc: KeyLocator, i: int, here: str) -> list[str | None]:
+    """One host (or None) per node of the table: `host` for a single node, `hosts` for a group."""
+    from paradvisor.hardware.remote import parse_host
+
+    if "host" in n and count > 1:
+        raise InputError(f"a group of {count} nodes takes hosts = [...] (one per node), not host",
+                         where=loc.where("node", i, "host", f"{here}.host"))
+    raw = [n["host"]] if "host" in n else n.get("hosts")
+    if raw is None:
+        return [None] * count
+    hw = loc.where("node", i, "hosts" if "hosts" in n else "host", f"{here}.hosts" if "hosts" in n else f"{here}.host")
+    if not isinstance(raw, list) or len(raw) != count:
+        raise InputError(f"expected a list of {count} host names (one per node)", where=hw)
+    for h in raw:
+        try:
+            parse_host(h)
+        except InputError as exc:
+            raise InputError(str(exc), where=hw) from None
+    return list(raw)
+
+
+def _uncovered_pair(nodes: list[Node], net: Network) -> tuple[str, str] | None:
+    """Without a default link: the first pair of nodes no [[link]] covers. Counted per pair of node
+    groups first, so a covered cluster is checked at the cost of its groups and named links."""
+    members: dict[str, list[Node]] = {}
+    for n in nodes:
+        members.setdefault(n.group_name, []).append(n)
+    group_of = {n.name: n.group_name for n in nodes} if net.pairs else {}
+    named: dict[tuple[str, str], int] = {}
+    for a, b in net.pairs:
+        k = tuple(sorted((group_of[a], group_of[b])))
+        named[k] = named.get(k, 0) + 1
+    order = list(members)
+    for x, ga in enumerate(order):
+        for gb in order[x:]:
+            k = (ga, gb) if ga <= gb else (gb, ga)
+            if k in net.groups:
+                continue
+            na, nb = len(members[ga]), len(members[gb])
+            if named.get(k, 0) >= (na * (na - 1) // 2 if ga == gb else na * nb):
+                continue
+            for i, a in enumerate(members[ga]):
+                for b in (members[ga][i + 1:] if ga == gb else members[gb]):
+                    if net.link(a, b) is None:
+                        return a.name, b.name
+    return None
 
 
 def load_cluster(path: str | os.PathLike) -> Cluster:
@@ -187,12 +273,14 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
 
 def single_node_cluster(gpu_type: str, count: int, *, link: str | None = None, name: str | None = None) -> Cluster:
     """`--gpus N --gpu-type NAME`: one node of N identical GPUs."""
+    from paradvisor.hardware.userspec import resolve_gpu
+
     if count < 1:
         raise InputError(f"--gpus must be at least 1, got {count}")
     if count > MAX_GPUS:
         raise InputError(f"--gpus {count:,} is more than the {MAX_GPUS:,} allowed")
-    spec = catalog.gpu(gpu_type, where="--gpu-type")
-    devices = tuple(Device(index=i, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes) for i in range(count))
+    spec = resolve_gpu(gpu_type, where="--gpu-type")
+    devices = node_devices([(spec, count)])
     intra = catalog.link(link or spec.intra_link, where="--link")
     node = Node(name=name or f"{count}x {spec.name}", gpus=devices, intra_link=intra, source="planned")
     return Cluster(name=node.name, nodes=(node,))
@@ -201,5 +289,4 @@ def single_node_cluster(gpu_type: str, count: int, *, link: str | None = None, n
 def cluster_from_nodes(nodes: list[Node], *, network: Link | None = None, name: str = "detected") -> Cluster:
     """A cluster of detected nodes; nodes are joined by `network` (default: 10 Gbit Ethernet)."""
     net = network or catalog.link("ethernet")
-    links = {(a.name, b.name): net for a, b in combinations(nodes, 2)}
-    return Cluster(name=name, nodes=tuple(nodes), links=links)
+    return Cluster(name=name, nodes=tuple(nodes), links=Network(default=net))

@@ -83,6 +83,15 @@ def _nvml(nv):
             "mig_mode": None,
             "mig_instances": [],
         }
+        # What a GPU the catalogue lacks is estimated from (see hardware/userspec.py).
+        attrs = _call(getattr(nv, "nvmlDeviceGetAttributes", None), h)
+        gpu["sm_count"] = getattr(attrs, "multiprocessorCount", None) or None
+        gpu["cuda_cores"] = _call(getattr(nv, "nvmlDeviceGetNumGpuCores", None), h)
+        gpu["sm_clock_max_mhz"] = _call(getattr(nv, "nvmlDeviceGetMaxClockInfo", None), h,
+                                        getattr(nv, "NVML_CLOCK_SM", 1))
+        gpu["mem_clock_max_mhz"] = _call(getattr(nv, "nvmlDeviceGetMaxClockInfo", None), h,
+                                         getattr(nv, "NVML_CLOCK_MEM", 2))
+        gpu["memory_bus_width_bits"] = _call(getattr(nv, "nvmlDeviceGetMemoryBusWidth", None), h)
         mig = _call(nv.nvmlDeviceGetMigMode, h)
         if mig is not None:
             gpu["mig_mode"] = bool(mig[0])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import socket
 import sys
 
 from paradvisor.errors import InputError
+from paradvisor.launch.preset import DEFAULT_JOIN_TIMEOUT_S
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,15 +34,21 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 
 
 def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                  endpoint: str, run_id: str, python: str | None = None) -> list[str]:
+                  endpoint: str, run_id: str, python: str | None = None, join_timeout_s: float | None = None,
+                  is_host: bool | None = None) -> list[str]:
     """torchrun for one node. With c10d the rendezvous orders nodes by host name, not by --node-rank, so
-    the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes."""
+    the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes.
+    A multi-node run bounds the rendezvous (`join_timeout`: a node that never comes fails the run after that
+    many seconds, not torchrun's 600); `is_host` says which node serves the rendezvous store."""
     argv = [python or sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
             "--rdzv-id", run_id, "--max-restarts", "0", "--monitor-interval", "0.5",
             "--log-dir", f"{run_dir}/torchelastic"]
     if nnodes > 1:
-        argv += ["--node-rank", str(node_rank)]
+        conf = [f"join_timeout={max(1, math.ceil(join_timeout_s or DEFAULT_JOIN_TIMEOUT_S))}"]
+        if is_host is not None:
+            conf.append(f"is_host={int(is_host)}")
+        argv += ["--rdzv-conf", ",".join(conf), "--node-rank", str(node_rank)]
     argv += ["-m", "paradvisor.train", "--run-dir", run_dir]
     return argv + (["--node-index", str(node_rank)] if nnodes > 1 else [])
 
@@ -54,7 +62,8 @@ def node_commands(preset, run_dir: str, *, endpoint: str | None = None, python: 
         endpoint = lau.rdzv_endpoint or f"127.0.0.1:{lau.master_port or '<free port>'}"
     hosts = list(lau.hosts) or (["localhost"] if lau.nnodes == 1 else [f"node{i}" for i in range(lau.nnodes)])
     return [(hosts[r], torchrun_argv(run_dir, nproc_per_node=lau.procs(r), nnodes=lau.nnodes, node_rank=r,
-                                     endpoint=endpoint, run_id=preset.name, python=python))
+                                     endpoint=endpoint, run_id=preset.name, python=python,
+                                     join_timeout_s=lau.join_timeout_s))
             for r in range(lau.nnodes)]
 
 

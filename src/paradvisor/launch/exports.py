@@ -1,6 +1,7 @@
-"""Exports of a preset for other schedulers: a Kubeflow PyTorchJob (how 000 ran DP), a Slurm sbatch
-script (srun + torchrun), and a DeepSpeed hostfile + ds_config.json. Written atomically; existing
-files are kept unless --force."""
+"""Exports of a preset for other schedulers: a Kubeflow Trainer v2 TrainJob (`kubeflow`) or a legacy
+training-operator PyTorchJob (`pytorchjob`, how 000 ran DP), each with the plan as a ConfigMap and a
+Dockerfile for the image; a Slurm sbatch script (launch/slurm.py); a DeepSpeed hostfile + ds_config.json.
+Written atomically; existing files are kept unless --force."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import shlex
 from pathlib import Path
 
+from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.launch.dsconfig import deepspeed_config
 from paradvisor.safeio import write_group
@@ -38,79 +40,117 @@ def comment(text: str) -> str:
     return re.sub(r"[^\x20-\x7e]", "?", " ".join(str(text).split()))
 
 
-def kubeflow(preset) -> str:
+def k8s_name(name: str) -> str:
+    """A DNS-1035 label (the training operator's webhook rule for a PyTorchJob's name, also valid for a TrainJob):
+    lower-case letters, digits and '-', starting with a letter, at most 63 characters."""
+    n = slug(name, dns=True)
+    return n if n[0].isalpha() else f"pa-{n}"[:50].rstrip("-")
+
+
+def default_image(preset) -> str:
+    """The image the Dockerfile builds (push it where the cluster pulls from and pass --image)."""
+    return f"paradvisor-{k8s_name(preset.name)}:{__version__}"
+
+
+def _k8s_command(preset, nodes_var: str, rank_var: str, addr: str) -> str:
+    """The container's command: the plan from the ConfigMap into the pod's run directory, then torchrun (every
+    value a checked integer or a fixed string; nothing from the preset)."""
+    lau = preset.launch
+    return (f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/plan.toml && "
+            f"exec torchrun --nnodes {nodes_var} --nproc-per-node {int(lau.nproc_per_node)} --node-rank {rank_var} "
+            f"--rdzv-backend c10d --rdzv-endpoint {addr} --max-restarts 0 "
+            f"-m paradvisor.train --run-dir {RUN_DIR} --node-index {rank_var}")
+
+
+def _plan_map(preset, name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-plan", "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
+            "data": {"plan.toml": plan_toml(preset)}}
+
+
+def _resources(preset) -> dict:
+    per = int(preset.launch.nproc_per_node)
+    return {} if preset.train.device == "cpu" else {"limits": {"nvidia.com/gpu": str(per)}}  # a quantity
+
+
+def trainjob(preset, image: str | None = None) -> str:
+    """Kubeflow Trainer v2: a TrainJob (trainer.kubeflow.org/v1alpha1) on the `torch-distributed`
+    ClusterTrainingRuntime (numNodes, numProcPerNode; the runtime sets PET_NNODES, PET_NODE_RANK,
+    PET_MASTER_ADDR, PET_MASTER_PORT), the plan mounted from a ConfigMap through a runtime patch."""
     import yaml
 
-    lau, plan = preset.launch, preset.plan
-    nodes = max(1, lau.nnodes)
-    per = lau.nproc_per_node
+    lau = preset.launch
+    name = k8s_name(preset.name)
+    trainer = {"image": image or default_image(preset),
+               "command": ["sh", "-c", _k8s_command(preset, "$PET_NNODES", "$PET_NODE_RANK",
+                                                    "$PET_MASTER_ADDR:$PET_MASTER_PORT")],
+               "numNodes": int(max(1, lau.nnodes)), "numProcPerNode": int(lau.nproc_per_node),
+               "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}]}
+    if _resources(preset):
+        trainer["resourcesPerNode"] = _resources(preset)
+    patch = {"manager": "paradvisor", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{
+        "name": "node", "template": {"spec": {"template": {"spec": {
+            "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}],
+            "containers": [{"name": "node", "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}]}],
+        }}}}}]}}}}
+    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
+           "spec": {"runtimeRef": {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org",
+                                   "kind": "ClusterTrainingRuntime"},
+                    "trainer": trainer, "runtimePatches": [patch]}}
+    return yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False)
 
-    name = slug(preset.name, dns=True)
-    torchrun = (f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/ && "
-                f"torchrun --nnodes {nodes} --nproc-per-node {per} --rdzv-backend c10d "
-                f"--rdzv-endpoint $MASTER_ADDR:$MASTER_PORT -m paradvisor.train --run-dir {RUN_DIR}")
+
+def pytorchjob(preset, image: str | None = None) -> str:
+    """The legacy training-operator 1.x PyTorchJob (kubeflow.org/v1), within its webhook's rules: one Master
+    replica, the container named `pytorch`, a DNS-1035 name."""
+    import yaml
+
+    lau = preset.launch
+    nodes = max(1, lau.nnodes)
+    name = k8s_name(preset.name)
+    command = _k8s_command(preset, str(nodes), "$RANK", "$MASTER_ADDR:$MASTER_PORT")
 
     def replica(n: int) -> dict:
-        return {
-            "replicas": n,
-            "restartPolicy": "OnFailure",
-            "template": {"spec": {
-                "containers": [{
-                    "name": "pytorch",
-                    "image": lau.image,  # must have paradvisor installed (launch.image in the preset)
-                    "command": ["sh", "-c", torchrun],
-                    "resources": {"limits": {"nvidia.com/gpu": per}},
-                    "env": [{"name": "PARADVISOR_PLAN", "value": plan.label()}],
-                    "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}],
-                }],
-                "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}],
-            }},
-        }
+        container = {"name": "pytorch", "image": image or default_image(preset), "command": ["sh", "-c", command],
+                     "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}],
+                     "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}]}
+        if _resources(preset):
+            container["resources"] = _resources(preset)
+        return {"replicas": n, "restartPolicy": "Never", "template": {"spec": {
+            "containers": [container], "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}]}}}
 
     specs = {"Master": replica(1)}
     if nodes > 1:
         specs["Worker"] = replica(nodes - 1)
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-plan"},
-          "data": {"plan.toml": plan_toml(preset)}}
     doc = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": name,
-                        "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
-           "spec": {"elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": nodes, "maxReplicas": nodes,
-                                      "nProcPerNode": per},
+           "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
+           "spec": {"nprocPerNode": str(int(lau.nproc_per_node)), "runPolicy": {"cleanPodPolicy": "None"},
                     "pytorchReplicaSpecs": specs}}
-    return yaml.safe_dump_all([cm, doc], sort_keys=False)
+    return yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False)
 
 
-PLAN_EOF = "PARADVISOR_PLAN"
+def dockerfile(preset) -> str:
+    """The image the jobs run: the preset's PyTorch image with this paradvisor version installed from its wheel
+    (built into the export folder: `pip wheel --no-deps -w OUT .` in a paradvisor checkout)."""
+    wheel = f"paradvisor-{__version__}-py3-none-any.whl"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", preset.launch.image):
+        raise InputError(f"launch.image {preset.launch.image!r}: expected an image reference (registry/name:tag)")
+    return (f"# paradvisor {__version__} on {comment(preset.launch.image)}: the image the TrainJob / PyTorchJob runs.\n"
+            f"# Build context: this folder, holding {wheel} (pip wheel --no-deps -w <this folder> <paradvisor checkout>)\n"
+            f"FROM {preset.launch.image}\n"
+            f"COPY {wheel} /tmp/\n"
+            f"RUN python -m pip install --no-cache-dir /tmp/{wheel} && rm /tmp/{wheel} && "
+            f"python -c 'import paradvisor.train'\n"
+            f"WORKDIR /workspace\n")
 
 
 def slurm(preset) -> str:
-    """An sbatch script. Everything from the preset is quoted (shlex.quote) or a checked integer; the plan travels
-    in a quoted here-document whose end marker cannot occur in it (tomli-w writes no bare line breaks)."""
-    lau = preset.launch
-    name = slug(preset.name)
-    plan = plan_toml(preset)
-    if any(line.strip() == PLAN_EOF for line in plan.splitlines()):
-        raise InputError(f"the plan holds the line {PLAN_EOF!r}, which would end its here-document early")
-    q = shlex.quote
-    return f"""#!/bin/bash
-# paradvisor: {comment(name)} — {comment(preset.plan.label())}
-#SBATCH --job-name={name}
-#SBATCH --nodes={int(lau.nnodes)}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={int(lau.nproc_per_node)}
-#SBATCH --output=%x-%j.out
-set -euo pipefail
-head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-run_dir="runs/$SLURM_JOB_ID-"{q(name)}
-mkdir -p "$run_dir"
-cat > "$run_dir/plan.toml" <<'{PLAN_EOF}'
-{plan}{PLAN_EOF}
-export OMP_NUM_THREADS=1
-srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {int(lau.nproc_per_node)} \\
-  --rdzv-backend c10d --rdzv-endpoint "$head:29500" --rdzv-id "$SLURM_JOB_ID" \\
-  -m paradvisor.train --run-dir "$run_dir"
-"""
+    """The sbatch script (launch/slurm.py): srun starts one paradvisor node launcher per node; everything from the
+    preset is quoted or a checked integer, the plan travels in a quoted here-document."""
+    from paradvisor.launch.slurm import script
+
+    return script(preset)
 
 
 def hostfile(preset) -> str:
@@ -118,13 +158,17 @@ def hostfile(preset) -> str:
     return "".join(f"{h} slots={preset.launch.nproc_per_node}\n" for h in hosts)
 
 
-def write_exports(preset, kinds: list[str], out: Path, *, force: bool = False) -> list[Path]:
+def write_exports(preset, kinds: list[str], out: Path, *, force: bool = False, image: str | None = None) -> list[Path]:
     """Write the exports all or nothing (safeio.write_group): a failure leaves no file of this export behind,
     and files that were there before are as they were."""
     files: dict[Path, str] = {}
     for kind in kinds:
         if kind == "kubeflow":
-            files[out / "pytorchjob.yaml"] = kubeflow(preset)
+            files[out / "trainjob.yaml"] = trainjob(preset, image)
+            files[out / "Dockerfile"] = dockerfile(preset)
+        elif kind == "pytorchjob":
+            files[out / "pytorchjob.yaml"] = pytorchjob(preset, image)
+            files[out / "Dockerfile"] = dockerfile(preset)
         elif kind == "slurm":
             files[out / "job.sbatch"] = slurm(preset)
         elif kind == "hostfile":

@@ -55,7 +55,7 @@ _TRAIN = {"steps", "lr", "dataset", "data_path", "weights", "model_overrides", "
           "weight_decay", "grad_clip", "device", "outer_lr", "outer_momentum", "num_labels", "image_size",
           "hang_timeout_s"}
 _LAUNCH = {"nproc_per_node", "node_procs", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend",
-           "image", "memory_limit"}
+           "image", "memory_limit", "engine", "join_timeout_s", "remote_dir", "remote_python"}
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
 _CLUSTER_TYPES = {"file": str, "gpus": int, "gpu_type": str, "link": str, "local": bool}
@@ -86,6 +86,8 @@ class TrainSettings:
 
 
 DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
+ENGINES = ("auto", "local", "ssh")
+DEFAULT_JOIN_TIMEOUT_S = 120.0  # a node that has not joined the rendezvous by then fails the run (torchrun: 600 s)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,12 @@ class LaunchSettings:
     backend: str = "auto"
     image: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
     memory_limit: str = ""  # per-process cap on CPU runs, e.g. "2 GiB" (address space beyond start-up)
+    # How the nodes start: "local" (this machine is node `node_rank`), "ssh" (every node over ssh from here),
+    # "auto" (ssh when there are several nodes with hosts, else local). See engine_of().
+    engine: str = "auto"
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S  # torchrun --rdzv-conf join_timeout for multi-node runs
+    remote_dir: str = "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
+    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""
@@ -114,6 +122,14 @@ class LaunchSettings:
         if self.node_procs and len(set(self.node_procs)) > 1:
             return f"{' + '.join(map(str, self.node_procs))} processes on {self.nnodes} nodes"
         return f"{self.nnodes} node(s) x {self.nproc_per_node} process(es)"
+
+
+def engine_of(lau: LaunchSettings) -> str:
+    """'ssh' (paradvisor starts every node over ssh) or 'local' (this machine runs node `node_rank`): an explicit
+    launch.engine, else ssh when the launch has several nodes and a host for each."""
+    if lau.engine != "auto":
+        return lau.engine
+    return "ssh" if lau.nnodes > 1 and len(lau.hosts) == lau.nnodes else "local"
 
 
 @dataclass(frozen=True)
@@ -211,6 +227,13 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
         raise InputError("backend must be auto, gloo or nccl", where=lw("backend"))
     if not 0 <= launch.master_port <= 65535:
         raise InputError("master_port must be 0..65535", where=lw("master_port"))
+    if launch.engine not in ENGINES:
+        raise InputError(f"engine {launch.engine!r}; expected one of {', '.join(ENGINES)}", where=lw("engine"))
+    if launch.engine == "ssh" and not launch.hosts:
+        raise InputError("engine = \"ssh\" needs one host per node in launch.hosts", where=lw("hosts"))
+    for key in ("remote_dir", "remote_python"):
+        if not getattr(launch, key).strip():
+            raise InputError("must not be empty", where=lw(key))
 
     p, pw = _section(data, "plan", _PLAN, loc)
     pkw = from_table(Plan, p, pw)

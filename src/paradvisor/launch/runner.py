@@ -145,6 +145,13 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
             raise InputError(f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
                              f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",
                              where=f"{where}: plan.grad_accum")
+    if plan.ep > 1:
+        experts = s.num_experts if s is not None and s.is_moe else 0
+        if not experts:
+            raise InputError(f"{prof.name} has no experts to split over EP ranks", where=f"{where}: plan.ep")
+        if experts % plan.ep:
+            raise InputError(f"EP degree {plan.ep} does not divide {prof.name}'s {experts} experts",
+                             where=f"{where}: plan.ep")
     if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
         raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
                          f"is not a multiple of it", where=f"{where}: workload.seq_len")
@@ -242,7 +249,8 @@ AGENT_ERRORS = re.compile(r"Rendezvous\w*Error|DistNetworkError|DistStoreError|E
                           re.IGNORECASE)
 
 
-def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None) -> dict | None:
+def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None,
+                   log_name: str = "launcher.log") -> dict | None:
     """The torchrun agent itself failed: killed by a signal (torchrun reports a rank's failure with exit code 1,
     so a negative code is the agent's own death), or its rendezvous failed before any rank could say why."""
     who = f"the torchrun agent (pid {agent_pid})" if agent_pid else "the torchrun agent"
@@ -259,11 +267,25 @@ def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_
             return None
         reason = f"{who} failed: {line[-300:]}"
     return {"failed_rank": None, "failed_process": "torchrun agent", "exit_code": returncode, "reason": reason,
-            "last_log_lines": _tail(run_dir / "launcher.log"),
+            "last_log_lines": _tail(run_dir / log_name),
             "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
 
 
-def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None) -> dict:
+def node_file(kind: str, node_rank: int, suffixed: bool = False) -> str:
+    """The name of a node's own file (kind: status, command, launcher) in a run directory that nodes may share:
+    status.json / command.json / launcher.log for node 0, status-nodeN.json ... for the others, and for every
+    node when `suffixed` (a Slurm job, whose status.json is the submitter's)."""
+    ext = ".log" if kind == "launcher" else ".json"
+    return f"{kind}{ext}" if node_rank == 0 and not suffixed else f"{kind}-node{node_rank}{ext}"
+
+
+def launcher_log_name(node_rank: int, suffixed: bool = False) -> str:
+    """torchrun's output of node `node_rank` in its run directory."""
+    return node_file("launcher", node_rank, suffixed)
+
+
+def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None, node_rank: int = 0,
+             log_name: str | None = None) -> dict:
     """Which rank (or the torchrun agent) failed, with what exit code or signal, and its last log lines."""
     from paradvisor.runfiles import read_json_object
 
@@ -275,8 +297,9 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
             if doc is not None and isinstance(doc.get("exit_code", 0), int) and isinstance(doc.get("time", 0),
                                                                                            (int, float)):
                 codes[r] = {**doc, "error": str(doc["error"]) if doc.get("error") is not None else None}
-    log = _read_tail(run_dir / "launcher.log")
-    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid)
+    log_name = log_name or launcher_log_name(node_rank)
+    log = _read_tail(run_dir / log_name)
+    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid, log_name)
     if agent is not None:
         return agent
     failed_rank, exit_code, reason = None, returncode, None
@@ -304,7 +327,8 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
         failed_rank, exit_code = int(m.group(1)), int(m.group(2))
     else:
         bad = sorted((d.get("time", 0), r) for r, d in codes.items() if d.get("exit_code"))
-        missing = [r for r in range(world) if r not in codes]
+        here = [r for r in range(world) if (run_dir / f"rank-{r}.pid").exists()] or range(world)  # this node's
+        missing = [r for r in here if r not in codes]
         if bad:
             failed_rank = bad[0][1]
             exit_code = codes[failed_rank]["exit_code"]
@@ -317,7 +341,7 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
             reason = f"killed by signal {signal.Signals(-exit_code).name}"
         except ValueError:
             reason = f"killed by signal {-exit_code}"
-    lines = _tail(run_dir / f"rank-{failed_rank}.stderr.log") if failed_rank is not None else _tail(run_dir / "launcher.log")
+    lines = _tail(run_dir / f"rank-{failed_rank}.stderr.log") if failed_rank is not None else _tail(run_dir / log_name)
     if not reason:
         reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
     return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
@@ -427,8 +451,9 @@ def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
     return out
 
 
-def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int) -> dict:
-    d = diagnose(run_dir, world, rc)
+def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int,
+                log_name: str = "launcher.log") -> dict:
+    d = diagnose(run_dir, world, rc, log_name=log_name)
     suspects = hang_suspects(stacks)
     from paradvisor.monitor.follow import MetricsFollower
 
@@ -481,8 +506,9 @@ class Launch:
     """A started run: `wait()` blocks until it ends and returns the final status document."""
 
     def __init__(self, preset: Preset, run_dir: Path, argv: list[str], proc: subprocess.Popen, status_name: str,
-                 locks: list | None = None):
+                 locks: list | None = None, log_name: str = "launcher.log"):
         self.preset, self.run_dir, self.argv, self.proc = preset, run_dir, argv, proc
+        self.log_name = log_name
         self.status_path = run_dir / status_name
         self.cancel_requested = False
         self.cancel_reason = "stopped by the user"
@@ -530,7 +556,11 @@ class Launch:
         last_progress = time.monotonic()
         last_size = 0
         hung = None
+        from paradvisor.monitor.sampler import SampleLog
+
+        samples = SampleLog(self.run_dir, self.preset.launch.node_rank)
         while self.proc.poll() is None:
+            samples.tick()
             if self.cancel_requested:
                 _kill_group(self.proc)
                 break
@@ -550,19 +580,20 @@ class Launch:
                     break
             time.sleep(poll)
         rc = self.proc.wait()
+        samples.close()
         _reap_ranks(self.run_dir, self.preset.plan.world_size)
         ended = time.time()
         common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
         if self.cancel_requested:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
         elif hung is not None:
-            report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size)
+            report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)
             doc = self.status(status="failed", **report, **common)
         elif rc == 0:
             doc = self.status(status="finished", **common)
         else:
             doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc,
-                                                          self.proc.pid), **common)
+                                                          self.proc.pid, log_name=self.log_name), **common)
             from paradvisor.launch.replan import is_oom, write_replan
 
             if is_oom(doc.get("reason", "")) or any(is_oom(x) for x in doc.get("last_log_lines", [])):
@@ -597,7 +628,8 @@ def _lock(path: Path, what: str):
     return f
 
 
-def prepare_run_dir(run_dir: Path | None, runs_dir: Path, preset: Preset) -> tuple[Path, list]:
+def prepare_run_dir(run_dir: Path | None, runs_dir: Path, preset: Preset, *, suffixed: bool = False,
+                    lock_name: str | None = None) -> tuple[Path, list]:
     """The run directory (new under `runs_dir`, or the given one, made private: mode 0700) and its lock for this
     node: two launches never write into one run directory at the same time, and a directory that already
     holds this node's run is not reused (its metrics would mix)."""
@@ -612,8 +644,8 @@ def prepare_run_dir(run_dir: Path | None, runs_dir: Path, preset: Preset) -> tup
     except OSError as exc:
         raise InputError(f"cannot use this run directory: {exc.strerror or exc}",
                          where=str(exc.filename or run_dir or runs_dir)) from None
-    locks = [_lock(run_dir / f".lock-node{lau.node_rank}", "this run directory")]
-    status = run_dir / ("status.json" if lau.node_rank == 0 else f"status-node{lau.node_rank}.json")
+    locks = [_lock(run_dir / (lock_name or f".lock-node{lau.node_rank}"), "this run directory")]
+    status = run_dir / node_file("status", lau.node_rank, suffixed)
     if status.exists():
         locks[0].close()
         raise InputError("already holds a run (its status file exists); give a new --run-dir", where=str(run_dir))
@@ -633,12 +665,25 @@ def _port_lock(endpoint: str, preset: Preset):
     return _lock(d / f"{port}.lock", f"port {port}")
 
 
-def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None) -> Launch:
-    validate(preset)
+def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None,
+          ssh_config: str | None = None, ssh_timeout: float | None = None, run_id: str | None = None,
+          reach: bool = True, is_host: bool | None = None, suffixed: bool = False):
+    """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py,
+    whose SshLaunch has the same wait/cancel/done/run_dir). `run_id` names the rendezvous (default: the run
+    directory's name); `is_host` tells torchrun whether this node serves the rendezvous store; `suffixed` names
+    even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes)."""
+    from paradvisor.launch.preset import engine_of
+
+    if engine_of(preset.launch) == "ssh":
+        from paradvisor.launch import sshrun
+
+        return sshrun.start(preset, runs_dir=runs_dir, run_dir=run_dir, env=env, ssh_config=ssh_config,
+                            ssh_timeout=ssh_timeout)
+    validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
     port_lock = _port_lock(endpoint, preset) if (preset.launch.master_port or preset.launch.rdzv_endpoint) else None
     try:
-        run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
+        run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset, suffixed=suffixed)
     except BaseException:
         if port_lock:
             port_lock.close()
@@ -647,14 +692,16 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
         locks.append(port_lock)
     lau = preset.launch
     argv = torchrun_argv(str(run_dir), nproc_per_node=lau.procs(lau.node_rank), nnodes=lau.nnodes,
-                         node_rank=lau.node_rank, endpoint=endpoint, run_id=run_dir.name)
-    status_name = "status.json" if lau.node_rank == 0 else f"status-node{lau.node_rank}.json"
-    if lau.node_rank == 0 or not (run_dir / "plan.toml").exists():
+                         node_rank=lau.node_rank, endpoint=endpoint, run_id=run_id or run_dir.name,
+                         join_timeout_s=lau.join_timeout_s, is_host=is_host)
+    status_name = node_file("status", lau.node_rank, suffixed)
+    if (lau.node_rank == 0 and not suffixed) or not (run_dir / "plan.toml").exists():
         write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
                           header=f"# paradvisor run plan: {preset.plan.label()}\n")
-    write_json_atomic(run_dir / ("command.json" if lau.node_rank == 0 else f"command-node{lau.node_rank}.json"),
+    write_json_atomic(run_dir / node_file("command", lau.node_rank, suffixed),
                       {"argv": argv, "cwd": os.getcwd()})
-    write_private(run_dir / "command.txt", shlex.join(argv) + "\n")  # pasted into a shell, it runs only this
+    if not suffixed:
+        write_private(run_dir / "command.txt", shlex.join(argv) + "\n")  # pasted into a shell, it runs only this
     import psutil
 
     from paradvisor.train.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
@@ -668,13 +715,13 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
         full_env["DS_ACCELERATOR"] = "cpu"
     elif not _has_cuda():
         full_env.setdefault("DS_ACCELERATOR", "cpu")
-    log_name = "launcher.log" if lau.node_rank == 0 else f"launcher-node{lau.node_rank}.log"
+    log_name = launcher_log_name(lau.node_rank, suffixed)
     log = os.fdopen(os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab")
     # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env,
                             start_new_session=True, umask=0o077)
     log.close()
-    launch = Launch(preset, run_dir, argv, proc, status_name, locks)
+    launch = Launch(preset, run_dir, argv, proc, status_name, locks, log_name=log_name)
     write_json_atomic(launch.status_path, launch.status())
     return launch
 

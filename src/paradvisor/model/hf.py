@@ -108,7 +108,7 @@ def profile_from_config_path(path: Path) -> ModelProfile:
         trace_cache.store(entry)
     prof = entry["profile"]
     layers = tuple(LayerEntry(e["name"], e["kind"], e["params"], e.get("out_elems_per_sample"),
-                              e.get("fwd_flops_per_sample")) for e in prof["layers"])
+                              e.get("fwd_flops_per_sample"), e.get("expert_params", 0)) for e in prof["layers"])
     name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
     return ModelProfile(name=str(name), architecture=prof["architecture"], source=str(cfg_file),
                         total_params=prof["total_params"], trainable_params=prof["trainable_params"],

@@ -115,22 +115,58 @@ def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape |
     if layers is None or hidden is None or heads is None:
         return None
     mt = cfg.get("model_type", "unknown")
-    gated = mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral") or \
-        cfg.get("hidden_act") in ("silu", "swiglu")
+    gated = mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen2_moe",
+                   "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3") or cfg.get("hidden_act") in ("silu", "swiglu")
     causal = mt not in ("bert", "albert", "roberta", "distilbert", "electra", "deberta", "deberta-v2", "xlm-roberta")
     kv_heads = get("num_key_value_heads", default=heads)
     if heads % kv_heads:
         raise InputError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
                          where=f"{where}: num_key_value_heads")
+    ffn = get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden)
+    head_dim = get("head_dim", default=max(1, hidden // heads))
+    moe = _moe_fields(cfg, get, layers, ffn)
+    if moe.get("head_dim"):
+        head_dim = moe.pop("head_dim")
     return TransformerShape(
         family=str(mt), num_layers=layers, hidden=hidden, heads=heads,
-        kv_heads=kv_heads, head_dim=get("head_dim", default=max(1, hidden // heads)),
-        ffn=get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden),
+        kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
         vocab=get("vocab_size", default=0, minimum=0),
         max_positions=get("max_position_embeddings", "n_positions", default=2048),
         causal=causal, gated_mlp=bool(gated), shared_layers=mt == "albert",
         tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), embedding_size=get("embedding_size"),
+        **moe,
     )
+
+
+def _moe_fields(cfg: dict, get, layers: int, ffn: int) -> dict:
+    """Mixture-of-experts keys of the HF configs in use: Mixtral (num_local_experts), Qwen-MoE, OLMoE,
+    Qwen3-MoE (num_experts), DeepSeek (n_routed_experts, n_shared_experts, first_k_dense_replace)."""
+    E = get("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
+    k = get("num_experts_per_tok", "moe_top_k", default=0, minimum=0)
+    if not E or not k:
+        return {}
+    if k > E:
+        raise InputError(f"num_experts_per_tok {k} exceeds the {E} experts", where="num_experts_per_tok")
+    f_e = get("moe_intermediate_size", default=ffn)
+    shared = get("shared_expert_intermediate_size", default=0, minimum=0)
+    if cfg.get("n_shared_experts"):
+        shared = get("n_shared_experts", minimum=0) * f_e
+    if "first_k_dense_replace" in cfg or "moe_layer_freq" in cfg:  # DeepSeek
+        first, freq = get("first_k_dense_replace", default=0, minimum=0), get("moe_layer_freq", default=1)
+        moe_layers = sum(1 for i in range(layers) if i >= first and i % freq == 0)
+    else:  # Qwen-MoE style (decoder_sparse_step, mlp_only_layers); Mixtral/OLMoE: every layer
+        step = get("decoder_sparse_step", default=1)
+        dense = set(cfg.get("mlp_only_layers") or [])
+        moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    out = {"num_experts": E, "experts_per_token": k, "expert_ffn": f_e, "shared_ffn": shared, "moe_layers": moe_layers}
+    if cfg.get("kv_lora_rank"):  # DeepSeek multi-head latent attention: count its projections
+        h, heads = get("hidden_size"), get("num_attention_heads")
+        nope, rope, vd = get("qk_nope_head_dim"), get("qk_rope_head_dim"), get("v_head_dim")
+        kv_rank, q_rank = get("kv_lora_rank"), get("q_lora_rank", default=0, minimum=0)
+        q = h * heads * (nope + rope) if not q_rank else h * q_rank + q_rank * heads * (nope + rope)
+        out["attn_params"] = q + h * (kv_rank + rope) + kv_rank * heads * (nope + vd) + heads * vd * h
+        out["head_dim"] = nope + rope
+    return out
 
 
 def layer_entries_from_module(model) -> list[LayerEntry]:
@@ -148,6 +184,11 @@ def layer_entries_from_module(model) -> list[LayerEntry]:
                 seen.add(id(prm))
                 n += prm.numel()
         return n
+
+    def experts(mod) -> int:
+        """Parameters under a module path component named "experts" (routed experts: Mixtral's
+        block_sparse_moe.experts, mlp.experts; not Qwen's shared_expert or DeepSeek's shared_experts)."""
+        return sum(prm.numel() for name, prm in mod.named_parameters() if "experts" in name.split(".")[:-1])
 
     def has_list(mod) -> bool:
         return any(isinstance(m, (nn.ModuleList, nn.Sequential)) for m in mod.modules())
@@ -174,9 +215,10 @@ def layer_entries_from_module(model) -> list[LayerEntry]:
         for cname, child in mod.named_children():
             if isinstance(child, (nn.ModuleList, nn.Sequential)):
                 for i, el in enumerate(child):
+                    e = experts(el)
                     n = count(el)
                     if n:
-                        out.append(LayerEntry(f"{prefix}{cname}.{i}", kind(el, True), n))
+                        out.append(LayerEntry(f"{prefix}{cname}.{i}", kind(el, True), n, expert_params=e))
             elif has_list(child):
                 walk(child, f"{prefix}{cname}.")
             else:

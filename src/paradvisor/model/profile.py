@@ -17,9 +17,12 @@ class LayerEntry:
     params: int
     out_elems: int | None = None  # per sample
     fwd_flops: int | None = None  # per sample
+    expert_params: int = 0  # mixture-of-experts: parameters of the routed experts inside this entry
 
     def to_dict(self) -> dict:
         d = {"name": self.name, "kind": self.kind, "params": self.params}
+        if self.expert_params:
+            d["expert_params"] = self.expert_params
         if self.out_elems is not None:
             d["out_elems_per_sample"] = self.out_elems
             d["fwd_flops_per_sample"] = self.fwd_flops
@@ -42,6 +45,24 @@ class TransformerShape:
     shared_layers: bool = False  # ALBERT: one set of layer weights applied num_layers times
     tied_embeddings: bool = True
     embedding_size: int | None = None  # ALBERT's factorised embedding width
+    # Mixture of experts (0: dense). In a MoE layer each token goes to `experts_per_token` of
+    # `num_experts` routed experts (FFN width `expert_ffn` each) plus the shared expert(s), whose
+    # total width is `shared_ffn`; `ffn` stays the config's dense FFN width (dense layers, if any).
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    moe_layers: int = 0  # how many of the layers are MoE layers
+    attn_params: int = 0  # attention weights per layer when not q/k/v/o of heads x head_dim (DeepSeek MLA)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and self.moe_layers > 0
+
+    @property
+    def active_ffn(self) -> int:
+        """FFN width a token passes through in a MoE layer (top-k routed + shared); `ffn` when dense."""
+        return self.experts_per_token * self.expert_ffn + self.shared_ffn if self.is_moe else self.ffn
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -99,6 +120,32 @@ class ModelProfile:
     def is_transformer(self) -> bool:
         return self.transformer is not None
 
+    @property
+    def expert_params(self) -> int:
+        """Parameters of all routed experts (0 for a dense model)."""
+        return sum(e.expert_params for e in self.layers)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: everything but the routed experts, plus top-k of E of them
+        (Mixtral-8x7B: 12.9B of 46.7B). The total for a dense model."""
+        s = self.transformer
+        if s is None or not s.is_moe:
+            return self.total_params
+        return self.total_params - self.expert_params + self.expert_params * s.experts_per_token // s.num_experts
+
+    def moe_dict(self) -> dict | None:
+        s = self.transformer
+        if s is None or not s.is_moe:
+            return None
+        blocks = [e for e in self.layers if e.kind == "block"]
+        return {"total_params": self.total_params, "active_params": self.active_params,
+                "expert_params": self.expert_params, "dense_params": self.total_params - self.expert_params,
+                "experts": s.num_experts, "top_k": s.experts_per_token, "expert_ffn": s.expert_ffn,
+                "shared_ffn": s.shared_ffn, "moe_layers": s.moe_layers, "layers": s.num_layers,
+                "per_layer": [{"name": e.name, "expert_params": e.expert_params,
+                               "dense_params": e.params - e.expert_params} for e in blocks]}
+
     def to_dict(self) -> dict:
         big = self.largest_layer
         return {
@@ -114,6 +161,7 @@ class ModelProfile:
             "largest_module_params": self.largest_module,  # DeepSpeed ZeRO-3's fetch unit (None: not counted)
             "one_layer_dominates": self.one_layer_dominates,
             "transformer": self.transformer.to_dict() if self.transformer else None,
+            "moe": self.moe_dict(),
             "input_shape": list(self.input_shape) if self.input_shape else None,
             "layers": [e.to_dict() for e in self.layers],
             "notes": list(self.notes),

@@ -83,7 +83,8 @@ def _valid(doc) -> bool:
             and isinstance(prof.get("layers"), list)):
         return False
     if not all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("kind"), str)
-               and isinstance(e.get("params"), int) for e in prof["layers"]):
+               and isinstance(e.get("params"), int) and isinstance(e.get("expert_params", 0), int)
+               for e in prof["layers"]):
         return False
     regs = doc.get("regimes")
     if not isinstance(regs, list):

@@ -55,6 +55,62 @@ def failure_text(status: dict) -> str | None:
     return f"rank {rank} exit code {code}: {reason}"
 
 
+SAMPLES_TAIL = 1 << 20  # bytes of samples.jsonl read for the newest reading of each node
+
+
+def latest_samples(run_dir: Path) -> dict[int, dict]:
+    """The newest reading of each node from the end of samples.jsonl (bounded read; bad lines skipped)."""
+    import json
+
+    from paradvisor.launch.runner import _read_tail
+
+    out: dict[int, dict] = {}
+    for line in reversed(_read_tail(run_dir / "samples.jsonl", SAMPLES_TAIL).splitlines()):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        node = rec.get("node") if isinstance(rec, dict) else None
+        if isinstance(node, int) and not isinstance(node, bool) and node not in out and \
+                isinstance(rec.get("time"), (int, float)) and isinstance(rec.get("gpus", []), list):
+            out[node] = {k: rec.get(k) for k in ("time", "host", "cpu_pct", "ram_used_bytes", "ram_total_bytes")}
+            out[node]["gpus"] = [{k: g.get(k) for k in ("index", "util_pct", "mem_used_bytes", "mem_total_bytes")}
+                                 for g in rec.get("gpus", []) if isinstance(g, dict)]
+    return out
+
+
+def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[dict], list[dict]]:
+    """(nodes, ranks) of a run: per node its host, state, ranks, their step range and its newest GPU/CPU
+    reading (each node's own sampler); per rank its node and last step. nodes.json (ssh engine) names hosts
+    and states; a local run's node is this machine."""
+    from paradvisor.runfiles import read_json_object
+
+    doc, _ = read_json_object(run_dir / "nodes.json") if (run_dir / "nodes.json").exists() else (None, None)
+    listed = [n for n in (doc or {}).get("nodes", []) if isinstance(n, dict) and isinstance(n.get("node"), int)]
+    node_of = dict(tally.node_by_rank)
+    for n in listed:
+        for r in n.get("ranks") or []:
+            if isinstance(r, int):
+                node_of.setdefault(r, n["node"])
+    samples = latest_samples(run_dir)
+    indices = sorted({n["node"] for n in listed} | set(node_of.values()) | set(samples))
+    by_index = {n["node"]: n for n in listed}
+    now = time.time()
+    nodes = []
+    for i in indices[:4096]:
+        n = by_index.get(i, {})
+        ranks = sorted(r for r, k in node_of.items() if k == i)
+        steps = [tally.last_by_rank.get(r, 0) for r in ranks]
+        sample = samples.get(i)
+        nodes.append({"node": i, "host": n.get("host") or (sample or {}).get("host"),
+                      "state": n.get("state") or status.get("status"), "reason": n.get("reason"), "ranks": ranks,
+                      "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None,
+                      "sample": sample, "sample_age_s": max(0.0, now - sample["time"]) if sample else None})
+    ranks = [{"rank": r, "node": node_of.get(r), "step": tally.last_by_rank.get(r, 0)}
+             for r in sorted(set(tally.last_by_rank) | set(node_of))[:65536]]
+    return nodes, ranks
+
+
 def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *, skipped: int = 0) -> dict:
     """Status, progress, ETA, loss, throughput, memory and sync waits of a run, measured vs predicted."""
     run_dir = Path(run_dir)
@@ -81,8 +137,13 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
     if p.get("diloco"):  # progress in outer rounds: nodes run different numbers of local steps
         total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
         rounds = tally.rounds
+    nodes, ranks = node_view(run_dir, tally, status)
     return {
         "schema": "paradvisor.monitor/1",
+        "engine": status.get("engine", "local"),
+        "nodes": nodes,
+        "ranks": ranks,
+        "failed_node": status.get("failed_node"),
         "run_dir": str(run_dir),
         "name": plan.get("name", status.get("name", run_dir.name)),
         "label": status.get("label"),

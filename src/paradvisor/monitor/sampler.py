@@ -73,3 +73,48 @@ class SamplerThread(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
+
+
+SAMPLES_FILE = "samples.jsonl"  # one reading per line: {"kind": "sample", "node", "host", "time", "cpu_pct", ...}
+SAMPLE_INTERVAL_S = 2.0
+
+
+class SampleLog:
+    """A node's own readings, appended to the run directory's samples.jsonl (one `write` per line, like the
+    metrics) every `interval` seconds while its launcher waits for the run: the ssh engine carries them back to
+    the launching machine like the metrics, so `monitor` and the TUI show every node's GPU/CPU load."""
+
+    def __init__(self, run_dir, node: int, interval: float = SAMPLE_INTERVAL_S):
+        import os
+        import socket
+
+        self.path = os.path.join(str(run_dir), SAMPLES_FILE)
+        self.node, self.host, self.interval = node, socket.gethostname(), interval
+        self.sampler: Sampler | None = None
+        self.next = 0.0
+
+    def tick(self) -> None:
+        """Write a reading if one is due; never raises (a reading is information, not the run)."""
+        import json
+        import os
+
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + self.interval
+        try:
+            if self.sampler is None:
+                self.sampler = Sampler()
+            rec = {"kind": "sample", "node": self.node, "host": self.host, **self.sampler.sample()}
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, (json.dumps(rec) + "\n").encode())
+            finally:
+                os.close(fd)
+        except Exception:  # noqa: BLE001 (a full disk or a lost GPU must not stop the run's watcher)
+            pass
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None

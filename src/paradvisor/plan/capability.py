@@ -23,6 +23,9 @@ SP_FAMILIES = frozenset({"mingpt", "gpt2", "bert", "llama", "mistral", "qwen2"})
 # Pipeline stages cut at block boundaries (transformers' `base_model_pp_plan` for LLaMA/Mistral/Qwen2).
 # ALBERT shares one layer across depth and VGG has no block stack: the search plans no PP for them.
 PP_FAMILIES = frozenset({"mingpt", "gpt2", "bert", "llama", "mistral", "qwen2"})
+# Expert parallelism: transformers' own `base_model_ep_plan` (experts sharded by expert, all-to-all token
+# dispatch) for its mixture-of-experts families; data parallelism around it (train/experts.py).
+EP_FAMILIES = frozenset({"mixtral", "qwen2_moe", "olmoe", "qwen3_moe"})
 LAUNCH_PRECISIONS = frozenset({"fp32", "bf16", "fp16"})
 
 
@@ -44,6 +47,8 @@ def shape_of(plan) -> Shape:
         parts.append("TP+SP" if plan.sequence_parallel else "TP")
     if plan.pp > 1:
         parts.append(f"PP({plan.pp_schedule})")
+    if plan.ep > 1:
+        parts.append(f"EP{plan.ep}")
     if plan.dp > 1 or plan.sharding != "none":
         parts.append({"none": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP",
                       "hsdp": "HSDP"}[plan.sharding])
@@ -60,6 +65,10 @@ def family_of(profile) -> str:
 
 def why_not(plan, family: str) -> str | None:
     """Why `paradvisor launch` cannot run `plan` for a model of `family`; None when it can."""
+    if plan.ep > 1:  # plan/space.ep_candidates; the estimates are in estimate/moe.py
+        why = _why_not_ep(plan, family)
+        if why:
+            return why
     if plan.precision not in LAUNCH_PRECISIONS:
         return (f"{plan.precision} training is plan only: the launcher trains in fp32 or bf16/fp16 autocast "
                 "(fp8 needs Transformer Engine or torchao float8)")
@@ -91,6 +100,21 @@ def why_not(plan, family: str) -> str | None:
     return None
 
 
+def _why_not_ep(plan, family: str) -> str | None:
+    if family not in EP_FAMILIES:
+        return (f"no expert-parallel plan for {family!r} models (have: {', '.join(sorted(EP_FAMILIES))})")
+    if plan.tp > 1 or plan.pp > 1:
+        return "EP runs with data parallelism only here (EP x TP/PP is plan only: it needs torchtitan's MoE recipes)"
+    if plan.sharding not in ("none", "fsdp"):
+        return ("EP runs with DDP or FSDP around it (EP x ZeRO is plan only: it needs DeepSpeed-MoE's "
+                "expert groups)")
+    if plan.diloco or plan.split_by_speed or plan.offload != "none":
+        return "EP runs without DiLoCo, split-by-speed batches or CPU offload"
+    if plan.dp % plan.ep:
+        return f"the EP degree {plan.ep} must divide the data-parallel degree {plan.dp}"
+    return None
+
+
 def table() -> list[dict]:
     """The capability table as rows, for the README and `paradvisor capabilities`-style listings."""
     dp = "every family"
@@ -101,6 +125,8 @@ def table() -> list[dict]:
         {"shape": "ZeRO-1/2/3 (+ CPU offload)", "engine": "deepspeed", "families": dp},
         {"shape": "TP, TP x DDP, TP x FSDP", "engine": "torch", "families": ", ".join(sorted(TP_FAMILIES))},
         {"shape": "TP+SP (x DDP / FSDP)", "engine": "torch", "families": ", ".join(sorted(SP_FAMILIES))},
+        {"shape": "EP x DDP, EP x FSDP (experts sharded by expert, all-to-all dispatch)", "engine": "torch",
+         "families": ", ".join(sorted(EP_FAMILIES))},
         {"shape": "PP (GPipe, 1F1B), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP", "engine": "torch",
          "families": ", ".join(sorted(PP_FAMILIES))},
         {"shape": "DiLoCo with DDP or FSDP inside each node", "engine": "torch", "families": dp},

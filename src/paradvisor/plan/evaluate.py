@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from paradvisor.estimate import comm
+from paradvisor.estimate import comm, moe
 from paradvisor.estimate.compute import (
     MAX_EFFICIENCY,
     curve_rate,
@@ -95,7 +95,7 @@ def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, m
     traced = mf.profile.traced
     mode = activation_mode(plan, precision)
     kernel = wl.attention
-    if traced is not None:
+    if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
         g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
         g_ckpt = traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch) \
             if plan.checkpointing == "full" else None
@@ -108,6 +108,8 @@ def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, m
     blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
                                  sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
                                  act_bytes=ab, attention=kernel)
+    if mf.moe is not None:  # router and dispatch activations, averaged over the layers
+        blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
     edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
                                   lm_head=mf.lm_head)
     copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
@@ -147,6 +149,12 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
                                  offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root,
                                  grad_elements=grad_elements)
+
+    if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
+        moe_states = _moe_states(mf, plan, precision, shard)
+
+        def states(psi, first: bool, last: bool):  # noqa: F811 (the MoE split replaces the dense one)
+            return moe_states(psi)
 
     stages = []
     source = "formula"
@@ -201,16 +209,18 @@ def node_ram(node) -> tuple[float, bool]:
 
 
 def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
-    """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold."""
+    """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold; alike nodes
+    share their RAM figure (one check per segment of the topology)."""
     ok = True
-    worst = max(topo.node_sizes) if topo.node_sizes else 1
-    notes.append(f"offload needs {cpu_per_rank * worst / 2**30:.0f} GiB of host RAM per node")
-    for node, n in zip(topo.cluster.online_nodes, topo.node_sizes):
+    notes.append(f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node")
+    for seg in topo.segments:
+        node = seg.node
         ram, known = node_ram(node)
-        need = cpu_per_rank * n
+        need = cpu_per_rank * seg.size
         if need > HOST_RAM_USABLE * ram:
             ok = False
-            notes.append(f"{node.name} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
+            more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
+            notes.append(f"{node.name}{more} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
                          f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
                          f", needs {need / 2**30:.0f} GiB")
     return ok
@@ -264,9 +274,12 @@ def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_
 def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float) -> Estimate:
     # Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own.
     classes: dict[tuple[str, int], tuple] = {}
-    for r, spec in enumerate(topo.rank_spec):
-        mb = plan.rank_batches[r] if plan.rank_batches else plan.micro_batch
-        classes.setdefault((spec.name, mb), (spec, mb))
+    if plan.rank_batches:
+        for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
+            classes.setdefault((spec.name, mb), (spec, mb))
+    else:
+        for spec in topo.specs:  # distinct GPU types in rank order: the cost does not grow with the rank count
+            classes.setdefault((spec.name, plan.micro_batch), (spec, plan.micro_batch))
 
     worst_mem, worst_ratio, tight = None, -1.0, ""
     slowest = None
@@ -282,6 +295,8 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
             slowest = (ct, total_ct, spec)
     need, capacity, usable = worst_mem
     ct, t_micro, slow_spec = slowest
+    if mf.moe is not None and plan.ep > 1:  # the busiest EP rank's expert work sets the pace
+        ct, t_micro = _moe_imbalance(mf, plan, ct)
 
     ab = act_bytes_for(precision)
     tokens = plan.micro_batch * wl.seq_len
@@ -299,6 +314,8 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         t_tp = 4 * _stage_layers(mf, plan.pp) * ar
 
     psi = need["psi"]
+    if mf.moe is not None:  # what one rank holds and synchronises under EP
+        psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp) if plan.dp > 1 else (1.0, 0.0, False)
@@ -366,6 +383,8 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         time["recompute"] *= m
         time["tp_comm"] = m * t_tp
         time["framework"] = m * t_frame
+    if mf.moe is not None and plan.ep > 1:
+        time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
     time["dp_comm_exposed"] = dp_exposed
     if cal:
         time["framework"] = time.get("framework", 0.0) + cal["per_step"]
@@ -376,7 +395,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     time = {k: v for k, v in time.items() if v > 0 or k == "compute"}
     step = sum(time.values())
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
-    notes = []
+    notes = [moe.ASSUMPTION] if mf.moe is not None else []
     host_fits = host_memory_fits(topo, need["cpu"], notes) if plan.offload != "none" else True
     fits = need["total"] <= usable and host_fits
     return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
@@ -385,3 +404,43 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
                     cpu_bytes_per_rank=need["cpu"], score=step, notes=notes, host_fits=host_fits,
                     peak_phase=need["phase"])
 
+
+# -- mixture of experts (estimate/moe.py holds the formulas) ----------------------------------------
+
+def _moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
+    """Model-state function of a MoE model: dense part sharded over `shard`, routed experts split
+    over EP and sharded over shard/ep; FSDP/ZeRO-3 gather a block with only its local experts."""
+    info = mf.moe
+    exp = info.stage_experts(plan.tp, plan.pp)
+    block_dense = (mf.block_params - info.expert_params_per_layer) / plan.tp
+    largest = int(max(block_dense + info.expert_params_per_layer / plan.tp / plan.ep, mf.largest_nonblock))
+
+    def state_fn(psi, shard_degree, largest_layer):
+        return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard_degree,
+                                 offload=plan.offload, largest_layer=largest_layer)
+
+    return lambda psi: moe.split_states(psi, expert_psi=exp, ep=plan.ep, shard=shard, state_fn=state_fn,
+                                        largest_layer=largest)
+
+
+def _moe_block(mf: ModelFacts, blk: dict, wl: Workload, plan: Plan, micro_batch: int, ab: int) -> dict:
+    info = mf.moe
+    extra = moe.layer_activation_bytes(hidden=mf.shape.hidden, experts=info.num_experts, top_k=info.top_k,
+                                       seq=wl.seq_len, micro_batch=micro_batch, act_bytes=ab, tp=plan.tp,
+                                       sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing)
+    share = info.moe_layers / info.num_layers
+    return {"stored": blk["stored"] + share * extra["stored"], "working": blk["working"] + extra["working"]}
+
+
+def _moe_imbalance(mf: ModelFacts, plan: Plan, ct: dict) -> tuple[dict, float]:
+    f = moe.imbalance_factor(routed_share=mf.moe.routed_share * mf.moe.moe_layers / mf.moe.num_layers, ep=plan.ep)
+    ct = {k: v * f for k, v in ct.items()}
+    return ct, sum(ct.values())
+
+
+def _moe_a2a(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int) -> float:
+    """All-to-all seconds per micro-batch on the EP group's link, for the MoE layers of one stage."""
+    bw, lat, _ = topo.ep_link(plan.tp, plan.ep)
+    tokens = plan.micro_batch * wl.seq_len / (plan.tp if plan.sequence_parallel else 1)
+    return moe.a2a_time(tokens=tokens, hidden=mf.shape.hidden, top_k=mf.moe.top_k, act_bytes=ab, ep=plan.ep, bw=bw,
+                        lat=lat, moe_layers=mf.moe.moe_layers // plan.pp, recompute=plan.checkpointing == "full")

@@ -22,17 +22,23 @@ def round_half_up(x: float) -> int:
 
 def node_tflops(node: Node, precision: str) -> float:
     """Average per-GPU peak TFLOPS of a node for `precision` (mixed precision: fp16/bf16 rate)."""
-    rates = []
-    for g in node.gpus:
-        if g.spec is None:
+    total, n = 0.0, 0
+    for _name, spec, count in node.kinds:  # runs of like GPUs: a 16,384-GPU node is one entry
+        if spec is None:
             continue
         if precision in ("fp16", "bf16", "auto"):
             # 003 used each GPU's 16-bit tensor rate: FP16, or BF16 where only that is listed.
-            t = g.spec.tflops.get("fp16") or g.spec.tflops.get("bf16") or 0.0
-            rates.append(max(t, g.spec.tflops.get("fp32", 0.0)))
+            t = spec.tflops.get("fp16") or spec.tflops.get("bf16") or 0.0
+            rate = max(t, spec.tflops.get("fp32", 0.0))
         else:
-            rates.append(effective_peak(g.spec.tflops, precision) / 1e12)
-    return sum(rates) / len(rates) if rates else 0.0
+            rate = effective_peak(spec.tflops, precision) / 1e12
+        if count <= 1024:
+            for _ in range(count):  # summed one by one: the same float as a per-GPU sum
+                total += rate
+        else:
+            total += rate * count
+        n += count
+    return total / n if n else 0.0
 
 
 @dataclass(frozen=True)

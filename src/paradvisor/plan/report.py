@@ -38,15 +38,32 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
 
 def cluster_doc(rec: Recommendation) -> dict:
     nodes = []
-    for n in rec.cluster.nodes:
-        counts: dict[str, int] = {}
-        for g in n.gpus:
-            counts[g.name] = counts.get(g.name, 0) + 1
-        nodes.append({"name": n.name, "online": n.online, "gpus": [{"type": k, "count": v} for k, v in counts.items()],
-                      "intra_link": n.intra_link.kind})
+    for n, count, last in _alike_nodes(rec.cluster.nodes):
+        counts: dict[str, list] = {}
+        for name, spec, c in n.kinds:
+            counts.setdefault(name, [0, spec])[0] += c
+        entry = {"name": n.name, "online": n.online,
+                 "gpus": [{"type": k, "count": v, **({"origin": s.origin} if s is not None and s.user_defined else {})}
+                          for k, (v, s) in counts.items()],
+                 "intra_link": n.intra_link.kind}
+        if count > 1:  # a node group: one entry for `count` alike nodes, first .. last
+            entry.update(count=count, last=last)
+        nodes.append(entry)
     inter = rec.cluster.slowest_inter_link()
     return {"name": rec.cluster.name, "source": rec.cluster.source, "gpu_count": rec.cluster.gpu_count,
             "nodes": nodes, "slowest_inter_link": inter.to_dict() if inter else None}
+
+
+def _alike_nodes(nodes):
+    """(first node, count, last name) for each run of consecutive nodes that plan alike."""
+    out: list[list] = []
+    for n in nodes:
+        if out and out[-1][0].same_shape(n):
+            out[-1][1] += 1
+            out[-1][2] = n.name
+        else:
+            out.append([n, 1, n.name])
+    return [tuple(x) for x in out]
 
 
 def to_doc(rec: Recommendation) -> dict:

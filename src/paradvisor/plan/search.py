@@ -7,7 +7,7 @@ import time as _time
 from dataclasses import dataclass, field, replace
 
 from paradvisor.errors import InputError
-from paradvisor.hardware.types import Cluster, Device
+from paradvisor.hardware.types import Cluster
 from paradvisor.model.profile import ModelProfile
 from paradvisor.plan.capability import family_of, why_not
 from paradvisor.plan.diloco import diloco_candidates, wan_cluster
@@ -45,7 +45,7 @@ class Recommendation:
 
 
 def choose_precision(cluster: Cluster, requested: str) -> str:
-    specs = [g.spec for n in cluster.online_nodes for g in n.gpus if g.spec]
+    specs = [spec for _name, spec, _count in cluster.gpu_kinds() if spec]
     if not specs:
         return "fp32" if requested == "auto" else requested
     if requested == "auto":
@@ -87,7 +87,7 @@ def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]
     if cluster.gpu_count == 0:
         raise InputError(f"cluster {cluster.name!r} has no online GPU to plan for "
                          "(give --cluster FILE or --gpus N --gpu-type NAME)")
-    unknown = sorted({g.name for n in cluster.online_nodes for g in n.gpus if g.spec is None})
+    unknown = sorted({name for name, spec, _count in cluster.gpu_kinds() if spec is None})
     if unknown:
         raise InputError(f"no speed figures for GPU {unknown[0]!r}: it is not in the catalog (see `paradvisor gpus`)")
     offline = [n.name for n in cluster.nodes if not n.online]
@@ -97,7 +97,7 @@ def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]
 
 
 def layout_key(p: Plan) -> tuple:
-    return (p.dp, p.tp, p.pp, p.sharding, p.offload, p.diloco, p.split_by_speed)
+    return (p.dp, p.tp, p.pp, p.sharding, p.offload, p.diloco, p.split_by_speed, p.ep)
 
 
 def explain(e: Estimate, cluster: Cluster) -> str:
@@ -126,7 +126,7 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     cluster, warnings = without_gpuless_nodes(cluster)
     warnings += validate(profile, cluster, wl)
     precision = choose_precision(cluster, wl.precision)
-    if precision == "fp16" and any("bf16" not in g.spec.tflops for n in cluster.online_nodes for g in n.gpus):
+    if precision == "fp16" and any("bf16" not in spec.tflops for _name, spec, _count in cluster.gpu_kinds()):
         if wl.precision == "auto":
             warnings.append("some GPUs have no bf16: planning fp16 mixed precision (loss scaling needed)")
     mf = ModelFacts.of(profile)
@@ -177,7 +177,7 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
         # Layouts whose estimates are identical (ZeRO-1 and ZeRO-2 under DeepSpeed's accounting) are
         # shown once, the first (simpler) one naming the other.
         twin = (round(e.step_time, 9), round(e.memory_total), e.plan.tp, e.plan.pp, e.plan.offload, e.plan.diloco,
-                e.plan.split_by_speed)
+                e.plan.split_by_speed, e.plan.ep)
         if twin in same and not include_all:
             same[twin].notes.append(f"{e.plan.label()} estimates the same")
             continue
@@ -252,11 +252,14 @@ def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> li
 
 def _scaled_cluster(cluster: Cluster, factor: int) -> Cluster:
     """The same cluster with every node's GPU count multiplied (for "how many GPUs would it take")."""
+    from paradvisor.hardware.cluster import node_devices
+
+    scaled: dict[int, object] = {}  # alike nodes share their GPU tuple (id of the original one)
     nodes = []
     for n in cluster.online_nodes:
-        gpus = tuple(Device(index=i, name=g.name, spec=g.spec, memory_bytes=g.memory_bytes)
-                     for i, g in enumerate([g for g in n.gpus for _ in range(factor)]))
-        nodes.append(replace(n, gpus=gpus))
+        if id(n.gpus) not in scaled:
+            scaled[id(n.gpus)] = node_devices([(spec, count * factor) for _name, spec, count in n.kinds])
+        nodes.append(replace(n, gpus=scaled[id(n.gpus)]))
     return replace(cluster, nodes=tuple(nodes))
 
 
@@ -287,7 +290,7 @@ def _min_memory(profile, cluster, wl, precision, margin, shardings=("zero3", "fs
 def _host_need(e: Estimate, cluster) -> float:
     """Host RAM the busiest node needs for an offload plan (what its ranks keep there)."""
     topo = Topology.of(cluster)
-    return e.cpu_bytes_per_rank * (max(topo.node_sizes) if topo.node_sizes else 1)
+    return e.cpu_bytes_per_rank * (topo.max_gpus_per_node if topo.segments else 1)
 
 
 def _host_text(e: Estimate, cluster) -> str:

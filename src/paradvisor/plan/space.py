@@ -8,7 +8,6 @@ KV heads and FFN width; PP the number of layers; the per-replica batch must spli
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from paradvisor.plan.facts import ModelFacts, Topology
@@ -19,7 +18,16 @@ MAX_MICRO_BATCH = 64
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order (in O(sqrt n): n may be a GPU count of 131,072)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
@@ -28,7 +36,7 @@ def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
         return [1]
     # A TP group stays inside one node: the degree divides every node's GPU count (nodes of 4 and 6
     # GPUs take TP 2 at most, or a group of 4 would straddle the second and third node).
-    return [t for t in divisors(math.gcd(*topo.node_sizes))
+    return [t for t in divisors(topo.gpus_per_node_gcd)
             if s.heads % t == 0 and s.kv_heads % t == 0 and s.ffn % t == 0 and (s.vocab % t == 0 or not mf.lm_head)]
 
 
@@ -78,7 +86,7 @@ def checkpoint_options(mf: ModelFacts, wl: Workload) -> list[str]:
 def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> Iterator[Plan]:
     world = topo.world
     # HSDP shards inside each node and replicates across nodes: planned where the nodes are alike in size.
-    multi_node = len(topo.node_sizes) > 1 and len(set(topo.node_sizes)) == 1
+    multi_node = topo.multi_node and topo.same_size_nodes
     ckpts = checkpoint_options(mf, wl)
     for tp in tp_options(mf, topo):
         for pp in pp_options(mf, world // tp):
@@ -104,12 +112,14 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                                                pp_schedule=sched)
     if not topo.homogeneous and world > 1:
         yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
+    if mf.moe is not None:
+        yield from ep_candidates(mf, topo, wl, precision, ckpts)
 
 
 def rank_speeds(topo: Topology, precision: str) -> list[float]:
     from paradvisor.estimate.compute import effective_peak
 
-    return [effective_peak(s.tflops, precision) for s in topo.rank_spec]
+    return [effective_peak(s.tflops, precision) for s in topo.rank_specs()]
 
 
 def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
@@ -126,10 +136,50 @@ def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precisi
         batches = split_by_type(per_step, speeds, [s.name for s in topo.rank_spec])
         if max(batches) > MAX_MICRO_BATCH or len(set(batches)) == 1:
             continue  # an even split is the plain plan, already in the space
-        for sharding in sharding_options(world, 1, 1, len(topo.node_sizes) > 1):
+        for sharding in sharding_options(world, 1, 1, topo.multi_node):
             if sharding == "hsdp":
                 continue
             for ckpt in ckpts:
                 yield Plan(dp=world, sharding=sharding, micro_batch=max(batches), grad_accum=accum,
                            checkpointing=ckpt, precision=precision, split_by_speed=True,
                            rank_batches=tuple(batches))
+
+
+def ep_options(mf: ModelFacts, dp: int) -> list[int]:
+    """Expert-parallel degrees: divide both the data-parallel degree (EP groups are carved out of each
+    DP group) and the number of routed experts."""
+    return [e for e in divisors(dp) if e > 1 and mf.moe.num_experts % e == 0]
+
+
+def ep_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
+                  ckpts: list[str]) -> Iterator[Plan]:
+    """Expert parallelism for mixture-of-experts models: every (dp, tp, pp) layout with EP degree `ep`
+    dividing dp and the expert count, under DDP, ZeRO-1/2 or FSDP (ZeRO-3 and HSDP with EP are left
+    out, as DeepSpeed-MoE and torch's FSDP2+EP recipes do). Kept apart from `candidates` so that the
+    launcher's capability table can tell these plans apart (the launcher does not run EP yet)."""
+    if mf.moe is None:
+        return
+    world = topo.world
+    for tp in tp_options(mf, topo):
+        if mf.moe.expert_ffn % tp:
+            continue
+        for pp in pp_options(mf, world // tp):
+            if world % (tp * pp):
+                continue
+            dp = world // (tp * pp)
+            if wl.global_batch % dp:
+                continue
+            per_replica = wl.global_batch // dp
+            for ep in ep_options(mf, dp):
+                for sharding in sharding_options(dp, tp, pp, topo.multi_node):
+                    if sharding in ("zero3", "hsdp"):
+                        continue
+                    for ckpt in ckpts:
+                        for sp in ([False, True] if tp > 1 else [False]):
+                            for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
+                                for mb in micro_batches(per_replica):
+                                    if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
+                                        continue  # schedule_ok: 1F1B needs a micro-batch per stage
+                                    yield Plan(dp=dp, tp=tp, pp=pp, ep=ep, sharding=sharding, micro_batch=mb,
+                                               grad_accum=per_replica // mb, checkpointing=ckpt,
+                                               precision=precision, sequence_parallel=sp, pp_schedule=sched)

@@ -53,6 +53,7 @@ class Plan:
     split_by_speed: bool = False  # heterogeneous: per-GPU batch in proportion to speed
     rank_batches: tuple[int, ...] = ()  # with split_by_speed: micro-batch of each rank, in rank order
     nodes: tuple[NodeAllocation, ...] = field(default_factory=tuple)
+    ep: int = 1  # expert parallelism (MoE): experts split over ep ranks of each data-parallel group
 
     @property
     def world_size(self) -> int:
@@ -68,7 +69,7 @@ class Plan:
         return {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "hsdp": 3}[self.sharding]
 
     def label(self) -> str:
-        """Short human name, e.g. "TP4+SP x PP2(1f1b,m=16) x FSDP4 +offload(opt)"."""
+        """Short human name, e.g. "TP4+SP x PP2(1f1b,m=16) x FSDP4 +offload(opt)", "EP8 x FSDPx32"."""
         parts = []
         if self.diloco:
             parts.append(f"DiLoCo(H={self.local_steps})")
@@ -78,6 +79,8 @@ class Plan:
             parts.append(f"TP{self.tp}" + ("+SP" if self.sequence_parallel else ""))
         if self.pp > 1:
             parts.append(f"PP{self.pp}({self.pp_schedule},m={self.grad_accum})")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
         if self.dp > 1:
             parts.append(f"{shard}{self.dp}" if (self.tp > 1 or self.pp > 1) else f"{shard}x{self.dp}")
         if not parts:

@@ -84,11 +84,14 @@ def base_facts(profile, cluster, workload, precision: str) -> dict:
     from paradvisor.plan.hetero import node_tflops
 
     s = profile.transformer
-    nodes = list(cluster.online_nodes)
-    specs = [g.spec for n in nodes for g in n.gpus if g.spec]
+    online = cluster.online_nodes
+    runs = cluster.runs()  # alike consecutive nodes: the facts cost what is distinct, not the node count
+    nodes = [r.node for r in runs]
+    specs = [sp for _name, sp, _count in cluster.gpu_kinds() if sp]
     peaks = [effective_peak(sp.tflops, precision) for sp in specs] or [1.0]
     node_speed = [node_tflops(n, precision) for n in nodes if n.gpus]
-    totals = [(n.name, n.gpu_count, node_tflops(n, precision) * n.gpu_count) for n in nodes if n.gpus]
+    totals = [(online[r.first + r.count - 1].name, r.node.gpu_count, node_tflops(r.node, precision) * r.node.gpu_count)
+              for r in runs if r.node.gpus]
     straggler = ""
     for name, count, total in totals:
         if any(count > c2 and total < t2 for _, c2, t2 in totals):
@@ -104,7 +107,7 @@ def base_facts(profile, cluster, workload, precision: str) -> dict:
         "model.transformer": s is not None,
         "model.causal": bool(s and s.causal),
         "model.shared_layers": bool(s and s.shared_layers),
-        "cluster.nodes": len(nodes),
+        "cluster.nodes": len(online),
         "cluster.gpus": cluster.gpu_count,
         "cluster.gpu_types": len({sp.name for sp in specs}),
         "cluster.heterogeneous": len({sp.name for sp in specs}) > 1,

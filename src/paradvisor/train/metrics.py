@@ -23,9 +23,12 @@ class MetricsWriter:
     def __init__(self, path, rank: int):
         self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.rank = rank
+        # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
+        node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
+        self.node = int(node) if node.isdigit() else 0
 
     def write(self, record: dict) -> None:
-        record = {"rank": self.rank, "time": time.time(), **record}
+        record = {"rank": self.rank, "node": self.node, "time": time.time(), **record}
         os.write(self.fd, (json.dumps(record, default=float) + "\n").encode())  # one write: whole line or nothing
 
     def close(self) -> None:

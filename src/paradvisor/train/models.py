@@ -283,14 +283,20 @@ def build_model(preset, family: str, cfg: dict, task: Task):
         cls_name = HF_CLASSES[family]
     elif arch and hasattr(transformers, arch):
         cls_name = arch
-    if cls_name is None:
-        raise InputError(f"no training recipe for model_type {family!r} (supported: {', '.join(HF_CLASSES)})")
     kw = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
     if task.kind == "cls":
         kw["num_labels"] = task.classes
     config = transformers.AutoConfig.for_model(family, **kw)
     config._attn_implementation = "sdpa" if preset.workload.attention == "sdpa" else "eager"
-    cls = getattr(transformers, cls_name)
+    if cls_name is None:  # any other model type: transformers' own head class for the task
+        auto = transformers.AutoModelForCausalLM if task.kind == "lm" else transformers.AutoModelForSequenceClassification
+        try:
+            cls = auto._model_mapping[type(config)]
+        except KeyError:
+            raise InputError(f"no training recipe for model_type {family!r}: transformers has no "
+                             f"{auto.__name__.removeprefix('AutoModelFor')} class for it") from None
+    else:
+        cls = getattr(transformers, cls_name)
     if preset.train.weights:
         return cls.from_pretrained(preset.train.weights, config=config, local_files_only=True)
     return cls(config)

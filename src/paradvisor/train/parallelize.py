@@ -8,6 +8,9 @@
   PP (x DP, x TP)     `torch.distributed.pipelining` stages over the blocks (train/stages.py), GPipe or
                       1F1B; each stage is TP'd on its tp group and FSDP'd (or its gradients averaged,
                       as DDP would) on its dp group
+  EP (x DP)           transformers' `base_model_ep_plan`: experts sharded by expert, all-to-all token
+                      dispatch; dense gradients averaged over all ranks, or EP x FSDP: experts
+                      sharded over their expert-DP group, the rest over all ranks (train/experts.py)
   ZeRO-1/2/3          DeepSpeed engine (optional CPU offload), data parallel only
   checkpointing       activation checkpoint wrappers per block (selective: attention only)
 
@@ -189,11 +192,12 @@ class TorchEngine:
     """Plain, DDP, FSDP2, TP, TP x DDP and TP x FSDP models under one torch AdamW."""
 
     def __init__(self, model, plan, train, device, *, kind: str, autocast: bool, layout: Layout,
-                 dp_group=None):
+                 dp_group=None, grad_reduce=None):
         self.model, self.plan, self.device, self.kind, self.layout = model, plan, device, kind, layout
         self.autocast = autocast and plan.precision in ("bf16", "fp16")
         self.dp_group = dp_group  # TP x DDP: gradients averaged here after backward
-        foreach = False if plan.tp > 1 else None
+        self.grad_reduce = grad_reduce  # EP: dense and expert gradients reduced over their own groups
+        foreach = False if plan.tp > 1 or plan.ep > 1 else None
         self.opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay, foreach=foreach)
         self.clip = train.grad_clip
         self.scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" and device.type == "cuda" else None
@@ -202,7 +206,7 @@ class TorchEngine:
     def _sync_ctx(self, last: bool):
         if self.kind == "ddp" and not last:
             return self.model.no_sync()
-        if self.kind in ("fsdp", "tp+fsdp") and hasattr(self.model, "set_requires_gradient_sync"):
+        if self.kind in ("fsdp", "tp+fsdp", "ep+fsdp") and hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
 
@@ -222,6 +226,8 @@ class TorchEngine:
         params = [p for p in self.model.parameters()]
         if self.dp_group is not None:
             average_grads(params, self.dp_group, self.layout.dp)
+        if self.grad_reduce is not None:
+            self.grad_reduce(params)
         if self.scaler:
             self.scaler.unscale_(self.opt)
         if self.clip > 0:
@@ -419,6 +425,16 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     if plan.pp > 1:
         mesh = device_mesh(plan, device, world)
         return PipelineEngine(model, family, plan, train, device, layout, mesh), "pp"
+    if plan.ep > 1:
+        from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
+
+        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world)
+        apply_checkpointing(model, family, plan.checkpointing)
+        if plan.sharding == "fsdp":
+            apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
+            return TorchEngine(model, plan, train, device, kind="ep+fsdp", autocast=False, layout=layout), "ep+fsdp"
+        return TorchEngine(model, plan, train, device, kind="ep", autocast=True, layout=layout,
+                           grad_reduce=lambda params: reduce_grads(params, world, edp_mesh)), "ep"
     if plan.sharding.startswith("zero"):
         apply_checkpointing(model, family, plan.checkpointing)
         return DeepSpeedEngine(model, plan, train, device, world, layout), "deepspeed"

@@ -45,10 +45,15 @@ def meta_model(family: str, cfg: dict):
     """The whole model on the meta device (parameter facts), as it trains."""
     import torch
 
-    build, _ = recipe_for(family, cfg)("sdpa")
     layers = cfg.get("n_layer") or cfg.get("num_hidden_layers") or cfg.get("num_layers")
-    with torch.device("meta"):
-        return build(int(layers), "none")
+    for kernel in ("sdpa", "eager"):  # the parameters do not depend on it (gemma-2 has no SDPA here)
+        build, _ = recipe_for(family, cfg)(kernel)
+        try:
+            with torch.device("meta"):
+                return build(int(layers), "none")
+        except ValueError as exc:
+            if kernel != "sdpa" or "scaled_dot_product_attention" not in str(exc):
+                raise
 
 
 def regime_bounds(family: str, cfg: dict) -> list[tuple]:

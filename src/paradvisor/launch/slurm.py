@@ -1,0 +1,314 @@
+"""Slurm: the sbatch script (`--export slurm`), and `launch --submit slurm`, which submits it with sbatch,
+records the job id in the run directory, follows the job to its end and cancels it with scancel on Ctrl-C,
+SIGTERM or the TUI's stop.
+
+The script starts one paradvisor node launcher per node with srun (`python -m paradvisor.launch.slurm
+--run-dir DIR --endpoint HEAD:PORT`): each runs torchrun for its node (its own process count from the
+plan, --node-rank = $SLURM_NODEID, the c10d rendezvous on the allocation's first node), with the local
+runner's watchdogs (status-nodeN.json, launcher-nodeN.log, hang detection, samples.jsonl). The run
+directory is on the filesystem the nodes share (as Slurm's own output files are); status.json is this
+submitter's: one status for the whole job.
+
+Nothing taken from a preset reaches the script as shell: the job name is a slug, numbers are checked
+integers, paths and the interpreter are shlex-quoted, and the plan travels in a quoted here-document
+whose end marker cannot occur in it (`--export` only; a submitted job reads plan.toml from its run dir).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.launch.preset import DEFAULT_RDZV_PORT, Preset
+
+PLAN_EOF = "PARADVISOR_PLAN"
+TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                   "BOOT_FAIL", "DEADLINE")
+POLL_S = 1.0
+CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default)
+SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
+
+
+def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3") -> str:
+    """The sbatch script. With `run_dir` (a submitted run) the job uses that folder and its plan.toml; without
+    (an export) it makes runs/<job id>-<name>/ in the submit folder and writes the plan there first."""
+    from paradvisor.launch.exports import comment, plan_toml, slug
+
+    lau = preset.launch
+    name = slug(preset.name)
+    q = shlex.quote
+    gpus = "" if preset.train.device == "cpu" else f"#SBATCH --gpus-per-node={int(lau.nproc_per_node)}\n"
+    port = int(lau.master_port or DEFAULT_RDZV_PORT)
+    if run_dir is None:
+        plan = plan_toml(preset)
+        if any(line.strip() == PLAN_EOF for line in plan.splitlines()):
+            raise InputError(f"the plan holds the line {PLAN_EOF!r}, which would end its here-document early")
+        where = (f'run_dir="runs/$SLURM_JOB_ID-"{q(name)}\nmkdir -p "$run_dir"\n'
+                 f"cat > \"$run_dir/plan.toml\" <<'{PLAN_EOF}'\n{plan}{PLAN_EOF}\n")
+        output = "#SBATCH --output=%x-%j.out\n"
+    else:
+        where = f"run_dir={q(run_dir)}\n"
+        output = ""  # given on sbatch's command line: <run_dir>/slurm-<job id>.out
+    return f"""#!/bin/bash
+# paradvisor: {comment(name)} - {comment(preset.plan.label())} ({comment(lau.layout())})
+#SBATCH --job-name={name}
+#SBATCH --nodes={int(lau.nnodes)}
+#SBATCH --ntasks-per-node=1
+{gpus}{output}set -euo pipefail
+{where}head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export OMP_NUM_THREADS="${{OMP_NUM_THREADS:-1}}"
+# one paradvisor node launcher per node: torchrun with this node's process count, --node-rank $SLURM_NODEID
+srun --kill-on-bad-exit=1 --ntasks-per-node=1 {q(python)} -m paradvisor.launch.slurm \\
+  --run-dir "$run_dir" --endpoint "$head:{port}"
+"""
+
+
+# ------------------------------------------------------------------------------------------------ in the job
+def node_main(argv: list[str] | None = None) -> int:
+    """One node of a Slurm job (started by srun): this node's torchrun, watched by the local runner."""
+    import argparse
+
+    from paradvisor.launch import runner
+    from paradvisor.launch.preset import load_preset
+
+    ap = argparse.ArgumentParser(prog="python -m paradvisor.launch.slurm")
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--endpoint", required=True)
+    args = ap.parse_args(argv)
+    try:
+        node, nnodes = int(os.environ["SLURM_NODEID"]), int(os.environ.get("SLURM_NNODES", "1"))
+        job = os.environ.get("SLURM_JOB_ID", "0")
+    except (KeyError, ValueError):
+        sys.stderr.write("paradvisor.launch.slurm: run it inside a Slurm job step (srun): SLURM_NODEID is not set\n")
+        return 2
+    run_dir = Path(args.run_dir)
+    try:
+        preset = load_preset(run_dir / "plan.toml")
+        if nnodes != preset.launch.nnodes:
+            raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
+        lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
+        launch = runner.start(replace(preset, launch=lau), runs_dir=run_dir.parent, run_dir=run_dir,
+                              run_id=f"slurm-{job}", reach=False, suffixed=True,
+                              is_host=(node == 0) if nnodes > 1 else None)
+    except InputError as exc:
+        sys.stderr.write(f"paradvisor: {exc}\n")
+        return 2
+    doc = runner.run_blocking(launch)  # srun's SIGTERM (scancel, a failed node) cancels: every rank ends
+    return 0 if doc.get("status") == "finished" else 1
+
+
+# ---------------------------------------------------------------------------------------------- submitting
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, check=False,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer within {SLURM_TIMEOUT_S:g} s")
+
+
+def job_state(job_id: str) -> tuple[str | None, str]:
+    """(JobState, Reason) from `scontrol show job -o`; (None, why) when Slurm no longer knows the job."""
+    proc = _run(["scontrol", "show", "job", "-o", job_id])
+    if proc.returncode != 0:
+        return None, (proc.stderr.strip().splitlines() or [f"scontrol exit code {proc.returncode}"])[-1]
+    fields = dict(re.findall(r"(\w+)=(\S*)", proc.stdout))
+    return fields.get("JobState"), fields.get("Reason", "")
+
+
+class SlurmJob:
+    """A submitted job followed from here (the interface of runner.Launch: wait, cancel, done, run_dir)."""
+
+    def __init__(self, preset: Preset, run_dir: Path, job_id: str, argv: list[str], locks: list):
+        import threading
+
+        import psutil
+
+        self.preset, self.run_dir, self.job_id, self.argv, self.locks = preset, run_dir, job_id, argv, locks
+        self.status_path = run_dir / "status.json"
+        self.cancel_requested, self.cancel_reason = False, "stopped by the user"
+        self.started = time.time()
+        self.done = threading.Event()
+        self.state: str | None = "PENDING"
+        me = psutil.Process()
+        self.identity = {"launcher_pid": os.getpid(), "launcher_started": me.create_time(), "pid": os.getpid(),
+                         "pid_started": me.create_time()}
+        self.hang_detection = (f"Slurm job {job_id}: followed with scontrol; each node's hang detection as for a "
+                               "local run; Ctrl-C cancels the job (scancel)")
+
+        class _Proc:  # poll() like a process, for callers that watch a launch's process (the TUI)
+            pid = os.getpid()
+
+            def poll(inner):
+                return None if not self.done.is_set() else 0
+
+        self.proc = _Proc()
+
+    def cancel(self, reason: str = "stopped by the user") -> None:
+        if not self.cancel_requested:
+            self.cancel_reason = reason
+        self.cancel_requested = True
+
+    def status(self, **kw) -> dict:
+        doc = {"schema": "paradvisor.status/1", "status": "running", "engine": "slurm", "job_id": self.job_id,
+               "slurm_state": self.state, "run_dir": str(self.run_dir), "name": self.preset.name,
+               "started": self.started, "world_size": self.preset.plan.world_size, "node_rank": 0,
+               "label": self.preset.plan.label(), "command": self.argv, **self.identity, "hang_timeout_s": None,
+               "hang_detection": self.hang_detection}
+        doc.update(kw)
+        return doc
+
+    def wait(self, poll: float = POLL_S) -> dict:
+        from paradvisor.launch.runner import write_json_atomic
+
+        try:
+            doc = self._wait(poll)
+            write_json_atomic(self.status_path, doc)
+            return doc
+        finally:
+            for lock in self.locks:
+                lock.close()
+            self.done.set()
+
+    def _node_statuses(self) -> dict[int, dict]:
+        from paradvisor.runfiles import read_status
+
+        out = {}
+        for i in range(self.preset.launch.nnodes):
+            p = self.run_dir / f"status-node{i}.json"
+            if p.exists():
+                out[i] = read_status(p)
+        return out
+
+    def _wait(self, poll: float) -> dict:
+        from paradvisor.launch.runner import _tail, write_json_atomic
+
+        cancelled_at = None
+        gone = 0
+        while True:
+            state, why = job_state(self.job_id)
+            if state is None:
+                gone += 1  # Slurm forgets a job MinJobAge (300 s) after its end; a hiccup is retried
+            else:
+                gone = 0
+                if state != self.state:
+                    self.state = state
+                    write_json_atomic(self.status_path, self.status(slurm_reason=why))
+            base = state.split()[0] if state else None
+            if self.cancel_requested and cancelled_at is None:
+                cancelled_at = time.monotonic()
+                _run(["scancel", self.job_id])
+            if base in TERMINAL_STATES or gone >= 5 or (
+                    cancelled_at is not None and time.monotonic() - cancelled_at > CANCEL_WAIT_S):
+                break
+            time.sleep(poll)
+        time.sleep(0.5)  # the node launchers' last status writes
+        nodes = self._node_statuses()
+        ended = time.time()
+        common = {"ended": ended, "duration_s": ended - self.started, "slurm_state": self.state,
+                  "nodes": [{"node": i, "state": d.get("status"), "reason": d.get("reason")}
+                            for i, d in sorted(nodes.items())]}
+        out_tail = _tail(self.run_dir / f"slurm-{self.job_id}.out")
+        if self.cancel_requested:
+            return self.status(status="cancelled", reason=f"{self.cancel_reason}; Slurm job {self.job_id} cancelled "
+                                                         "(scancel)", returncode=1, **common)
+        failed = sorted((i, d) for i, d in nodes.items() if d.get("status") != "finished")
+        if self.state == "COMPLETED" and len(nodes) == self.preset.launch.nnodes and not failed:
+            return self.status(status="finished", returncode=0, **common)
+        if failed:
+            from paradvisor.launch.runner import is_peer_error
+
+            i, d = min(failed, key=lambda x: (is_peer_error(x[1].get("reason")), x[1].get("ended") or 0))
+            return self.status(status="failed", failed_node=i, failed_rank=d.get("failed_rank"),
+                               exit_code=d.get("exit_code"), hung=bool(d.get("hung")),
+                               reason=f"{d.get('reason') or 'failed'} — on node {i} of Slurm job {self.job_id} "
+                                      f"({self.state})",
+                               last_log_lines=d.get("last_log_lines") or out_tail, returncode=1, **common)
+        missing = [i for i in range(self.preset.launch.nnodes) if i not in nodes]
+        return self.status(status="failed", failed_rank=None, exit_code=None, failed_node=missing[0] if missing else None,
+                           reason=f"Slurm job {self.job_id} ended {self.state or 'unknown to Slurm'} before "
+                                  f"node(s) {', '.join(map(str, missing))} reported; see slurm-{self.job_id}.out",
+                           last_log_lines=out_tail, returncode=1, **common)
+
+
+def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
+    """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
+    from paradvisor.launch.preset import write_toml_atomic
+    from paradvisor.launch.runner import prepare_run_dir, validate, write_json_atomic, write_private
+
+    if shutil.which("sbatch") is None:
+        raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")
+    lau = preset.launch  # the rendezvous is the allocation's first node, known only inside the job
+    port = lau.master_port or DEFAULT_RDZV_PORT
+    validate(replace(preset, launch=replace(lau, rdzv_endpoint=lau.rdzv_endpoint or f"slurm-head:{port}")),
+             reach=False)
+    preset = replace(preset, launch=replace(lau, engine="local", node_rank=0))
+    run_dir, locks = prepare_run_dir(Path(run_dir).absolute() if run_dir else None, Path(runs_dir).absolute(),
+                                     preset, lock_name=".lock-submit")
+    try:
+        write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
+                          header=f"# paradvisor run plan: {preset.plan.label()}\n")
+        text = script(preset, run_dir=str(run_dir), python=sys.executable)
+        write_private(run_dir / "job.sbatch", text)
+        out = str(run_dir).replace("%", "%%") + "/slurm-%j.out"  # a '%' of the path is not a Slurm pattern
+        argv = ["sbatch", "--parsable", "--output", out, str(run_dir / "job.sbatch")]
+        write_json_atomic(run_dir / "command.json", {"engine": "slurm", "argv": argv, "cwd": os.getcwd()})
+        proc = _run(argv)
+        job_id = proc.stdout.strip().split(";")[0] if proc.returncode == 0 else ""
+        if not job_id.isdigit():
+            why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            doc = {"schema": "paradvisor.status/1", "status": "failed", "engine": "slurm", "run_dir": str(run_dir),
+                   "name": preset.name, "label": preset.plan.label(), "started": time.time(), "ended": time.time(),
+                   "failed_rank": None, "exit_code": proc.returncode, "reason": f"sbatch refused the job: {why}",
+                   "last_log_lines": proc.stderr.splitlines()[-20:]}
+            write_json_atomic(run_dir / "status.json", doc)
+            raise SubmitFailed(doc)
+        write_json_atomic(run_dir / "slurm.json", {"job_id": job_id, "script": "job.sbatch", "sbatch": argv,
+                                                   "submitted": time.time()})
+        job = SlurmJob(preset, run_dir, job_id, argv, locks)
+        write_json_atomic(job.status_path, job.status())
+        return job
+    except BaseException:
+        for lock in locks:
+            lock.close()
+        raise
+
+
+class SubmitFailed(Exception):
+    def __init__(self, doc: dict):
+        super().__init__(doc["reason"])
+        self.doc = doc
+
+
+def submit_and_follow(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> int:
+    """`launch --submit slurm`: submit, follow to the end (Ctrl-C / SIGTERM cancel the job), exit 0 / 1."""
+    from paradvisor.launch import runner
+    from paradvisor.monitor.follow import failure_text
+
+    try:
+        job = submit(preset, runs_dir=runs_dir, run_dir=run_dir)
+    except SubmitFailed as exc:
+        sys.stderr.write(f"failed: {exc.doc['run_dir']} — {exc.doc['reason']}\n")
+        print(exc.doc["run_dir"])
+        return 1
+    sys.stderr.write(f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shlex.join(job.argv)}\n")
+    doc = runner.run_blocking(job)
+    line = f"{doc['status']}: {job.run_dir} (Slurm job {job.job_id}, {doc.get('slurm_state')})"
+    if failure_text(doc):
+        line += f" — {failure_text(doc)}"
+    sys.stderr.write(line + "\n")
+    print(job.run_dir)
+    return runner.main_exit_code(doc)
+
+
+if __name__ == "__main__":
+    sys.exit(node_main())

@@ -1,0 +1,520 @@
+"""The ssh engine: one `paradvisor launch` starts torchrun on every node of a preset over the system ssh
+client, the way DeepSpeed's multi-node runner does (per-node --node-rank and process count, the c10d
+rendezvous on the first node, the same run name everywhere), and keeps one status for the whole run.
+
+- Reachability first: every host is checked in parallel the way `detect --host` does (ssh BatchMode,
+  ConnectTimeout); an unreachable host fails the run before anything starts anywhere.
+- Each node runs `python3 -m paradvisor.launch.nodeagent` (launch/nodeagent.py) over its own ssh session:
+  argv quoted for the remote shell (shlex), the plan and settings sent as one JSON line on stdin, nothing
+  from the preset ever parsed by a shell. The agent streams the node's logs, metrics and samples back;
+  they land in this machine's run directory under the names a local run uses, so `monitor`, `validate` and
+  the TUI read a multi-node run like any other (every metrics and sample record carries its `node`).
+- Bounded failure: an unreachable host fails the run within the ssh timeout; a node whose agent cannot
+  start, within the time its ssh session takes to end; a node that never joins the rendezvous, within
+  launch.join_timeout_s (torchrun's own join_timeout on every node, and this launcher's deadline of
+  join_timeout_s + JOIN_GRACE_S). A failed rank on any node stops every node. Ctrl-C, SIGTERM and the TUI's
+  stop send every agent a stop; closing the ssh sessions (this launcher killed) stops them too.
+
+Run directory additions: nodes.json (per node: host, rendezvous address, state, ranks and their pids,
+reason), ssh-nodeN.log (the ssh client's and the agent's stderr), status-nodeN.json / launcher-nodeN.log /
+command-nodeN.json (each node's own), samples.jsonl (every node's GPU/CPU readings).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.launch.preset import DEFAULT_RDZV_PORT, Preset, write_toml_atomic
+
+DEFAULT_SSH_TIMEOUT_S = 10.0
+JOIN_GRACE_S = 15.0  # the agent's start (python, torch import) before its torchrun joins the rendezvous
+PEER_GRACE_S = 5.0  # a node failing of a peer's error waits this long for the peer's own report
+STOP_GRACE_S = 25.0  # a stopped agent ends its ranks (SIGTERM, 10 s, SIGKILL) within this
+NO_AGENT_GRACE_S = 3.0  # a session whose agent never said hello gets this long to end after its input closes
+LINE_LIMIT = 8 << 20
+_FILE = re.compile(r"^(rank-\d+\.(stdout\.log|stderr\.log|exit\.json)|metrics\.jsonl|samples\.jsonl|"
+                   r"launcher-node(\d+)\.log|status-node(\d+)\.json|command-node(\d+)\.json|"
+                   r"torchelastic-error-node(\d+)\.json)$")
+_MERGED = ("metrics.jsonl", "samples.jsonl")
+
+
+@dataclass
+class NodeSession:
+    index: int
+    host: str  # as written in launch.hosts ([user@]host[:port])
+    address: str  # the host name ssh connects to (ssh -G), used for the rendezvous on node 0
+    procs: int
+    argv: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    state: str = "pending"  # pending, starting, running, joined, finished, failed, cancelled, unreachable
+    reason: str | None = None
+    agent: dict = field(default_factory=dict)
+    pids: dict = field(default_factory=dict)
+    final: dict | None = None
+    error: str | None = None
+    ended: float | None = None
+    reader: threading.Thread | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def label(self) -> str:
+        return f"node {self.index} ({self.host})"
+
+    def doc(self) -> dict:
+        return {"node": self.index, "host": self.host, "address": self.address, "procs": self.procs,
+                "state": self.state, "reason": self.reason, "ranks": sorted(int(r) for r in self.pids),
+                "rank_pids": dict(sorted(self.pids.items(), key=lambda kv: int(kv[0]))),
+                "agent_pid": self.agent.get("pid"), "agent_host": self.agent.get("host"),
+                "remote_run_dir": self.agent.get("run_dir")}
+
+
+def ssh_base(host: str, *, timeout: float, ssh_config: str | None) -> list[str]:
+    """`ssh <options> -- HOST` (remote.ssh_argv without the command): BatchMode, ConnectTimeout, keep-alives."""
+    from paradvisor.hardware.remote import ssh_argv
+
+    return ssh_argv(host, timeout=timeout, ssh_config=ssh_config)[:-2]
+
+
+def resolve_address(host: str, *, ssh_config: str | None) -> str:
+    """The host name ssh really connects to (`ssh -G` applies the ssh config: an alias's HostName), so the
+    other nodes can reach the rendezvous on node 0. Falls back to the host as written."""
+    from paradvisor.hardware.remote import parse_host
+
+    _user, name, port = parse_host(host)
+    argv = ["ssh", "-G"] + (["-F", ssh_config] if ssh_config else []) + (["-p", str(port)] if port else []) + \
+        ["--", name]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
+                             check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    return name
+
+
+def forwarded_env(extra: dict | None) -> dict:
+    """Environment the nodes' ranks get from here: fault drills, NCCL/Gloo settings, thread count."""
+    from paradvisor.launch.nodeagent import FORWARD_PREFIXES
+
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
+    env.update({k: v for k, v in (extra or {}).items() if k.startswith(FORWARD_PREFIXES)})
+    return env
+
+
+def _score(n: NodeSession) -> int:
+    """How likely a failed node is the cause: its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
+    from paradvisor.launch.runner import is_peer_error
+
+    if n.final is None:
+        return 0  # unreachable, lost, or its agent refused the run: nothing else explains it
+    reason = n.final.get("reason") or ""
+    if is_peer_error(reason) or n.final.get("status") == "cancelled":
+        return 2
+    if n.final.get("failed_process") == "torchrun agent":
+        return 1
+    return 0
+
+
+class _WholeRun:
+    """`proc`-like view of the whole run for callers that poll a Launch's process (the TUI)."""
+
+    def __init__(self, launch: SshLaunch):
+        self.launch, self.pid = launch, os.getpid()
+
+    def poll(self):
+        return None if not self.launch.done.is_set() else (0 if self.launch.final_status == "finished" else 1)
+
+
+class SshLaunch:
+    """A run over ssh: `wait()` runs it to the end and returns the final status (the same interface as
+    runner.Launch: cancel(), done, run_dir, argv, status_path)."""
+
+    def __init__(self, preset: Preset, run_dir: Path, nodes: list[NodeSession], *, endpoint: str, locks: list,
+                 ssh_config: str | None, ssh_timeout: float, env: dict):
+        import psutil
+
+        self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
+        self.locks, self.ssh_config, self.ssh_timeout, self.env = locks, ssh_config, ssh_timeout, env
+        self.status_path = run_dir / "status.json"
+        self.cancel_requested, self.cancel_reason = False, "stopped by the user"
+        self.started = time.time()
+        self.done = threading.Event()
+        self.final_status: str | None = None
+        self.argv = nodes[0].argv
+        self.proc = _WholeRun(self)
+        self.merge_lock = threading.Lock()
+        self.log_lock = threading.Lock()
+        lau = preset.launch
+        self.join_bound_s = lau.join_timeout_s + JOIN_GRACE_S
+        self.hang_detection = (f"ssh engine: {len(nodes)} nodes; an unreachable host fails the run within the ssh "
+                               f"timeout ({ssh_timeout:g} s), a node that never joins within {lau.join_timeout_s:g} s "
+                               f"(launch.join_timeout_s; at most {self.join_bound_s:g} s); each node's hang "
+                               "detection as for a local run")
+        me = psutil.Process()
+        self.identity = {"launcher_pid": os.getpid(), "launcher_started": me.create_time(), "pid": os.getpid(),
+                         "pid_started": me.create_time()}
+
+    # ------------------------------------------------------------------------------------------ interface
+    def cancel(self, reason: str = "stopped by the user") -> None:
+        if not self.cancel_requested:
+            self.cancel_reason = reason
+        self.cancel_requested = True
+
+    def status(self, **kw) -> dict:
+        doc = {"schema": "paradvisor.status/1", "status": "running", "engine": "ssh", "run_dir": str(self.run_dir),
+               "name": self.preset.name, "started": self.started, "world_size": self.preset.plan.world_size,
+               "node_rank": 0, "label": self.preset.plan.label(), "rdzv_endpoint": self.endpoint,
+               "command": self.argv, **self.identity, "hang_timeout_s": None, "hang_detection": self.hang_detection,
+               "nodes": [n.doc() for n in self.nodes]}
+        doc.update(kw)
+        return doc
+
+    def wait(self, poll: float = 0.2) -> dict:
+        from paradvisor.launch.runner import write_json_atomic
+
+        try:
+            doc = self._wait(poll)
+        except BaseException as exc:  # never leave nodes running, whatever went wrong here
+            self._stop_all(f"the launching machine failed: {type(exc).__name__}")
+            doc = self._final("failed", reason=f"the ssh launcher failed: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if "doc" in locals():
+                self.final_status = doc["status"]
+                write_json_atomic(self.status_path, doc)
+                self._write_nodes()
+            for lock in self.locks:
+                lock.close()
+            self.done.set()
+        return doc
+
+    # -------------------------------------------------------------------------------------------- running
+    def log(self, text: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {text}\n".encode(errors="replace")
+        with self.log_lock:
+            fd = os.open(self.run_dir / "launcher.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+
+    def _write_nodes(self) -> None:
+        from paradvisor.launch.runner import write_json_atomic
+
+        write_json_atomic(self.run_dir / "nodes.json", {"schema": "paradvisor.nodes/1", "engine": "ssh",
+                                                        "rdzv_endpoint": self.endpoint,
+                                                        "nodes": [n.doc() for n in self.nodes]})
+
+    def _precheck(self) -> list[tuple[NodeSession, str]]:
+        from paradvisor.hardware.remote import check_reachable
+
+        def one(n: NodeSession):
+            return n, check_reachable(n.host, timeout=self.ssh_timeout, ssh_config=self.ssh_config)
+
+        with ThreadPoolExecutor(max_workers=min(32, len(self.nodes))) as pool:
+            results = list(pool.map(one, self.nodes))
+        return [(n, why) for n, (ok, why) in results if not ok]
+
+    def _hello(self, n: NodeSession) -> bytes:
+        from paradvisor.launch.exports import plan_toml
+
+        lau = self.preset.launch
+        return (json.dumps({"plan": plan_toml(self.preset), "run_name": self.run_dir.name, "node": n.index,
+                            "endpoint": self.endpoint, "remote_dir": lau.remote_dir, "env": self.env}) + "\n").encode()
+
+    def _spawn(self, n: NodeSession) -> None:
+        log = os.open(self.run_dir / f"ssh-node{n.index}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                      0o600)
+        try:
+            # Its own session: Ctrl-C in this terminal reaches this launcher, which stops every node in order.
+            n.proc = subprocess.Popen(n.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                      start_new_session=True)
+        except OSError as exc:
+            n.state, n.reason, n.ended = "failed", f"cannot run ssh: {exc.strerror or exc}", time.time()
+            return
+        finally:
+            os.close(log)
+        n.state = "starting"
+        try:
+            n.proc.stdin.write(self._hello(n))
+            n.proc.stdin.flush()
+        except OSError:
+            pass  # the session already ended: its exit code says why
+        n.reader = threading.Thread(target=self._read, args=(n,), daemon=True, name=f"paradvisor-ssh-{n.index}")
+        n.reader.start()
+        self.log(f"{n.label}: started: {shlex.join(n.argv)}")
+
+    def _store(self, n: NodeSession, name: str, data: bytes, whole: bool) -> None:
+        m = _FILE.match(name)
+        node_no = next((g for g in (m.groups()[2:] if m else ()) if g is not None), None)
+        if m is None or (node_no is not None and int(node_no) != n.index):
+            self.log(f"{n.label}: ignored a file the agent may not write here: {name[:80]!r}")
+            return
+        path = self.run_dir / name
+        if whole:
+            from paradvisor.launch.runner import write_private
+
+            tmp = data.decode(errors="replace")
+            write_private(path, tmp)
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if name in _MERGED:
+                with self.merge_lock:  # whole lines from every node, never interleaved
+                    os.write(fd, data)
+            else:
+                os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def _read(self, n: NodeSession) -> None:
+        for raw in iter(lambda: n.proc.stdout.readline(LINE_LIMIT), b""):
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue  # a login banner or the like on the node's stdout
+            if not isinstance(msg, dict):
+                continue
+            t = msg.get("t")
+            try:
+                if t in ("append", "whole") and isinstance(msg.get("f"), str) and isinstance(msg.get("b"), str):
+                    self._store(n, msg["f"], base64.b64decode(msg["b"]), t == "whole")
+                elif t == "hello":
+                    n.agent = {k: msg.get(k) for k in ("pid", "host", "run_dir", "version", "python")}
+                    with n.lock:
+                        if n.state == "starting":
+                            n.state = "running"
+                    self.log(f"{n.label}: agent pid {msg.get('pid')} on {msg.get('host')}, run directory "
+                             f"{msg.get('run_dir')}")
+                elif t == "ranks" and isinstance(msg.get("pids"), dict):
+                    n.pids = {str(k): v for k, v in msg["pids"].items() if str(k).isdigit() and isinstance(v, int)}
+                    with n.lock:
+                        if n.state in ("starting", "running"):
+                            n.state = "joined"
+                    self.log(f"{n.label}: joined; ranks {', '.join(sorted(n.pids, key=int))}")
+                    self._write_nodes()
+                elif t == "error":
+                    n.error = str(msg.get("reason"))[:1000]
+                elif t == "end" and isinstance(msg.get("status"), dict):
+                    n.final = msg["status"]
+            except (OSError, ValueError, TypeError) as exc:
+                self.log(f"{n.label}: could not store what the agent sent: {exc}")
+
+    def _settle(self, n: NodeSession) -> None:
+        """Turn a node whose ssh session ended into finished / failed / cancelled / unreachable."""
+        if n.proc is None or n.ended is not None:
+            return
+        rc = n.proc.poll()
+        if rc is None:
+            return
+        if n.reader is not None:
+            n.reader.join(timeout=5)
+        n.ended = time.time()
+        from paradvisor.launch.runner import _tail
+
+        if n.final is not None:
+            n.state = {"finished": "finished", "cancelled": "cancelled"}.get(n.final.get("status"), "failed")
+            from paradvisor.monitor.follow import failure_text
+
+            n.reason = failure_text(n.final)
+        elif n.error:
+            n.state, n.reason = "failed", f"the node refused the run: {n.error}"
+        else:
+            lines = [ln for ln in _tail(self.run_dir / f"ssh-node{n.index}.log", 20) if ln.strip()]
+            last = lines[-1].strip() if lines else ""
+            if rc == 255 and not n.agent:
+                n.state, n.reason = "unreachable", f"ssh failed: {last or 'exit code 255'}"
+            elif not n.agent:
+                n.state, n.reason = "failed", (f"the agent did not start (exit code {rc}): "
+                                               f"{last or 'no output'}; is paradvisor installed for "
+                                               f"{self.preset.launch.remote_python!r} there?")
+            else:
+                n.state, n.reason = "failed", f"the node's session ended (exit code {rc}) without a status: {last}"
+        self.log(f"{n.label}: {n.state}" + (f": {n.reason}" if n.reason else ""))
+
+    def _stop_all(self, reason: str) -> None:
+        live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        for n in live:
+            try:
+                n.proc.stdin.write((json.dumps({"cmd": "stop", "reason": reason}) + "\n").encode())
+                n.proc.stdin.flush()
+                n.proc.stdin.close()
+            except (OSError, ValueError):
+                pass
+        if live:
+            self.log(f"stopping {len(live)} node(s): {reason}")
+        start = time.monotonic()
+        # an agent ends its ranks first (up to STOP_GRACE_S); a session whose agent never started has nothing to end
+        grace = {n.index: STOP_GRACE_S if n.agent else NO_AGENT_GRACE_S for n in live}
+        while any(n.proc.poll() is None and time.monotonic() - start < grace[n.index] for n in live):
+            time.sleep(0.1)
+        for n in live:  # no answer: closing its ssh session ends it (the agent stops at the end of its input)
+            if n.proc.poll() is None:
+                self.log(f"{n.label}: no answer to the stop within {grace[n.index]:g} s; closing its ssh session")
+                for sig in (signal.SIGTERM, signal.SIGKILL):
+                    try:
+                        os.killpg(n.proc.pid, sig)
+                    except ProcessLookupError:
+                        break
+                    try:
+                        n.proc.wait(timeout=5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+        for n in self.nodes:
+            self._settle(n)
+
+    def _final(self, status: str, **kw) -> dict:
+        ended = time.time()
+        return self.status(status=status, ended=ended, duration_s=ended - self.started,
+                           returncode=0 if status == "finished" else 1, **kw)
+
+    def _failure(self, root: NodeSession) -> dict:
+        f = root.final or {}
+        why = root.reason or "failed"
+        out = {"failed_node": root.index, "failed_host": root.host, "failed_rank": f.get("failed_rank"),
+               "exit_code": f.get("exit_code"), "hung": bool(f.get("hung")),
+               "last_log_lines": f.get("last_log_lines") or [],
+               "rank_exit_codes": f.get("rank_exit_codes") or {}}
+        if f.get("failed_rank") is not None:  # failure_text adds "rank R exit code C:" in front
+            why = f.get("reason") or why
+        out["reason"] = f"{why} — on {root.label}; every node was stopped"
+        if f.get("oom"):
+            out["oom"] = True
+        return out
+
+    def _wait(self, poll: float) -> dict:
+        from paradvisor.launch.runner import write_json_atomic
+
+        self.log(f"checking {len(self.nodes)} host(s) over ssh (timeout {self.ssh_timeout:g} s)")
+        bad = self._precheck()
+        if bad:
+            for n, why in bad:
+                n.state, n.reason = "unreachable", why
+                self.log(f"{n.label}: unreachable: {why}")
+            n, why = bad[0]
+            return self._final("failed", failed_node=n.index, failed_host=n.host, failed_rank=None, exit_code=None,
+                               reason=f"{n.label} is unreachable: {why}; nothing was started on any node",
+                               last_log_lines=[f"{m.label}: {w}" for m, w in bad])
+        if self.cancel_requested:
+            return self._final("cancelled", reason=self.cancel_reason)
+        for n in self.nodes:
+            self._spawn(n)
+        self._write_nodes()
+        write_json_atomic(self.status_path, self.status())
+        join_deadline = time.monotonic() + self.join_bound_s
+        first_failure = None
+        last_states = None
+        while True:
+            for n in self.nodes:
+                self._settle(n)
+            states = [n.state for n in self.nodes]
+            if states != last_states:
+                last_states = states
+                self._write_nodes()
+                write_json_atomic(self.status_path, self.status())
+            if self.cancel_requested:
+                self._stop_all(self.cancel_reason)
+                return self._final("cancelled", reason=self.cancel_reason)
+            if all(s == "finished" for s in states):
+                return self._final("finished")
+            failed = [n for n in self.nodes if n.state in ("failed", "unreachable", "cancelled")]
+            if failed:
+                now = time.monotonic()
+                first_failure = first_failure or now
+                root = min(failed, key=lambda n: (_score(n), n.ended or 0))
+                settled = all(n.ended is not None for n in self.nodes)
+                late = [n for n in self.nodes if n.state in ("starting", "running") and not n.pids]
+                if _score(root) == 1 and late:  # the rendezvous failed: blame the node that never came
+                    return self._never_joined(late, f"{root.label}: {root.reason}")
+                if _score(root) == 0 or settled or now - first_failure > PEER_GRACE_S:
+                    if _score(root) == 1 and late:
+                        return self._never_joined(late, f"{root.label}: {root.reason}")
+                    self._stop_all(f"{root.label} failed")
+                    return self._final("failed", **self._failure(root))
+            elif time.monotonic() > join_deadline and not all(n.state == "joined" for n in self.nodes):
+                return self._never_joined([n for n in self.nodes if n.state != "joined"], None)
+            time.sleep(poll)
+
+    def _never_joined(self, missing: list[NodeSession], seen: str | None) -> dict:
+        late = [n for n in missing if not n.agent] or missing
+        what = "its agent never started" if not late[0].agent else "its ranks never started"
+        reason = (f"{', '.join(m.label for m in late)} did not join the rendezvous within "
+                  f"{self.preset.launch.join_timeout_s:g} s (launch.join_timeout_s; {what})")
+        self._stop_all(reason)
+        lines = [seen] if seen else []
+        return self._final("failed", failed_node=late[0].index, failed_host=late[0].host, failed_rank=None,
+                           exit_code=None, reason=reason + "; every node was stopped", last_log_lines=lines)
+
+
+def plan_nodes(preset: Preset, *, ssh_config: str | None, ssh_timeout: float) -> tuple[list[NodeSession], str]:
+    """The node sessions (ssh argv for each node) and the rendezvous endpoint (node 0's address)."""
+    from paradvisor.hardware.remote import parse_host
+    from paradvisor.launch.argv import split_endpoint
+
+    lau = preset.launch
+    for h in lau.hosts:
+        try:
+            parse_host(h)
+        except InputError as exc:
+            raise InputError(str(exc), where=f"{preset.path or 'preset'}: launch.hosts") from None
+    addresses = [resolve_address(h, ssh_config=ssh_config) for h in lau.hosts]
+    if lau.rdzv_endpoint:
+        split_endpoint(lau.rdzv_endpoint)
+        endpoint = lau.rdzv_endpoint
+    else:
+        endpoint = f"{addresses[0]}:{lau.master_port or DEFAULT_RDZV_PORT}"
+    remote = shlex.join([lau.remote_python, "-m", "paradvisor.launch.nodeagent"])  # one word per argument there
+    nodes = []
+    for i, host in enumerate(lau.hosts):
+        n = NodeSession(index=i, host=host, address=addresses[i], procs=lau.procs(i))
+        n.argv = ssh_base(host, timeout=ssh_timeout, ssh_config=ssh_config) + [remote]
+        nodes.append(n)
+    return nodes, endpoint
+
+
+def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None,
+          ssh_config: str | None = None, ssh_timeout: float | None = None) -> SshLaunch:
+    from dataclasses import replace
+
+    from paradvisor.launch.runner import prepare_run_dir, validate, write_json_atomic, write_private
+
+    ssh_config = ssh_config or os.environ.get("PARADVISOR_SSH_CONFIG") or None
+    if ssh_config and not Path(ssh_config).is_file():
+        raise InputError("the ssh config file does not exist", where=ssh_config)
+    timeout = ssh_timeout or DEFAULT_SSH_TIMEOUT_S
+    lau = preset.launch
+    if len(lau.hosts) != lau.nnodes:
+        raise InputError(f"the ssh engine needs one host per node: {len(lau.hosts)} host(s) for {lau.nnodes} node(s)",
+                         where=f"{preset.path or 'preset'}: launch.hosts")
+    nodes, endpoint = plan_nodes(preset, ssh_config=ssh_config, ssh_timeout=timeout)
+    preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
+    validate(preset, reach=False)  # every node checks again, with its own data paths and devices
+    run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
+    write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
+                      header=f"# paradvisor run plan: {preset.plan.label()}\n")
+    write_json_atomic(run_dir / "command.json", {"engine": "ssh", "cwd": os.getcwd(), "rdzv_endpoint": endpoint,
+                                                 "nodes": [{"node": n.index, "host": n.host, "argv": n.argv}
+                                                           for n in nodes]})
+    write_private(run_dir / "command.txt", "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n"
+                                                   for n in nodes))
+    launch = SshLaunch(preset, run_dir, nodes, endpoint=endpoint, locks=locks, ssh_config=ssh_config,
+                       ssh_timeout=timeout, env=forwarded_env(env))
+    write_json_atomic(launch.status_path, launch.status())
+    launch._write_nodes()
+    return launch

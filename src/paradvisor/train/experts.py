@@ -1,0 +1,115 @@
+"""Expert parallelism (EP) for Hugging Face mixture-of-experts models, with transformers' own EP plan.
+
+transformers ships `base_model_ep_plan` for its MoE models (Mixtral, Qwen2-MoE, OLMoE, ...): the fused
+expert weights (`experts.gate_up_proj`, `experts.down_proj`, shape [experts, ...]) are sharded by expert
+(`Shard(0)`, "grouped_gemm") and each `experts` module reaches its experts through an all-to-all
+dispatch and combine ("ep_dispatch_experts", `AllToAllEP` in training). We apply that plan unchanged
+(`transformers.distributed.expert_parallel.apply_expert_parallelism`) on our own mesh and do the data
+parallelism around it ourselves:
+
+  ranks        0     1     2     3          ep = 2, dp = 4: experts E0..E3
+  EP group     [ 0   1 ]   [ 0   1 ]        ranks of one EP group hold different experts
+  experts      E0E1  E2E3  E0E1  E2E3       and exchange tokens with all-to-all
+  replica      ---- 0 ---  ---- 1 ---       the same expert shard on ranks of one "expert-DP" group
+
+EP x FSDP shards each experts module over its expert-DP group and the rest over all ranks
+(`apply_ep_fsdp`, torchtitan's layout). Every rank trains on its own data shard (dp = world). Dense weights are replicated: their gradients
+are averaged over all ranks, as DDP would. An expert shard's gradient arrives through the all-to-all
+already summed over its EP group's tokens, so it is summed over the expert-DP group and divided by the
+world size: the gradient of the mean loss over all ranks, as one process would compute it (proved by
+`paradvisor verify`, tests/test_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.distributed as dist
+
+
+def ep_meshes(plan, device, world: int):
+    """(edp mesh, ep mesh) on a (edp, ep) mesh, ep fastest, and a size-1 "tp" mesh: transformers'
+    dispatch asks which ranks share a batch (none do here, each rank reads its own data shard)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (world // plan.ep, plan.ep), mesh_dim_names=("edp", "ep"))
+    tp = init_device_mesh(device.type, (world, 1), mesh_dim_names=("rank", "tp"))["tp"]
+    return mesh["edp"], mesh["ep"], tp
+
+
+def expanded_plan(model) -> dict[str, str]:
+    """transformers' EP plan of `model` with its `*` layer wildcards expanded to the modules and
+    parameters that exist (DeepSeek-style models keep dense MLPs in their first layers)."""
+    plan = dict(getattr(model, "ep_plan", None) or {})
+    if not plan:
+        raise ValueError(f"{type(model).__name__} has no expert-parallel plan in transformers")
+    names = [n for n, _ in model.named_modules()] + [n for n, _ in model.named_parameters()]
+    out: dict[str, str] = {}
+    for pattern, style in plan.items():
+        rx = re.compile(re.escape(pattern).replace(r"\*", r"\d+"))
+        for name in names:
+            if rx.fullmatch(name):
+                out[name] = style
+    return out
+
+
+def apply_ep(model, plan, device, world: int):
+    """Shard the experts of `model` over EP groups of `plan.ep` ranks. Returns (the expert-DP mesh, the
+    expert modules)."""
+    from transformers.distributed.expert_parallel import apply_expert_parallelism
+
+    edp_mesh, ep_mesh, tp_mesh = ep_meshes(plan, device, world)
+    experts = getattr(model.config, "num_local_experts", None) or getattr(model.config, "num_experts", None)
+    if experts is not None and int(experts) % plan.ep:
+        raise ValueError(f"{experts} experts cannot be split over ep = {plan.ep} ranks")
+    ep_plan = expanded_plan(model)
+    apply_expert_parallelism(model, ep_mesh, tp_mesh, ep_plan)
+    modules = dict(model.named_modules())
+    return edp_mesh, [modules[n] for n, style in ep_plan.items() if style == "ep_dispatch_experts"]
+
+
+def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -> None:
+    """EP x FSDP, as torchtitan does it: each experts module fully sharded over its expert-DP ranks (the
+    ranks holding the same experts), the blocks and the root over all ranks. An expert gradient arrives
+    summed over its EP group's tokens; the reduce-scatter sums it over the expert-DP group, and dividing by
+    the world size gives the mean-loss gradient."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from paradvisor.train.models import blocks_of
+
+    kw = {}
+    if precision in ("bf16", "fp16"):
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
+                                               reduce_dtype=torch.float32)
+    for mod in expert_modules:
+        fully_shard(mod, mesh=edp_mesh, **kw)
+        mod.set_gradient_divide_factor(float(world))
+        if edp_mesh.get_group() is not None and dist.get_backend(edp_mesh.get_group()) == "gloo":
+            mod.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM: sum, then scale
+    dp_mesh = init_device_mesh(edp_mesh.device_type, (world,), mesh_dim_names=("dp",))
+    for blk in blocks_of(model):
+        fully_shard(blk, mesh=dp_mesh, **kw)
+    fully_shard(model, mesh=dp_mesh, **kw)
+
+
+def is_expert(p) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(p, DTensor)
+
+
+def reduce_grads(params, world: int, edp_mesh) -> None:
+    """Dense gradients: averaged over all ranks. Expert shards (DTensors on the EP mesh): summed over
+    the expert-DP group, divided by the world size."""
+    from paradvisor.train.parallelize import average_grads
+
+    dense = [p for p in params if p.grad is not None and not is_expert(p)]
+    experts = [p.grad.to_local() for p in params if p.grad is not None and is_expert(p)]
+    average_grads(dense, None, world)
+    edp_group = edp_mesh.get_group() if edp_mesh.size() > 1 else None
+    for g in experts:
+        if edp_group is not None:
+            dist.all_reduce(g, group=edp_group)
+        g.div_(world)

@@ -1,0 +1,74 @@
+"""Write tests/data/rankings.json: the cost model's ranking on every shipped example cluster.
+
+Generated from the code *before* clusters were represented by node groups (issue 15): main at
+c10d9eb (capability table, 1F1B needing a micro-batch per stage) with this script copied into an
+export of it, so that tests/test_scale.py checks the grouped representation ranks the same plans with
+the same figures. Run: PYTHONPATH=src python tests/data/make_rankings.py (only to record a deliberate
+change to the cost model or the strategy space).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["PARADVISOR_CALIBRATION"] = "none"
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+
+from paradvisor.hardware.cluster import load_cluster  # noqa: E402
+from paradvisor.model.load import load_profile  # noqa: E402
+from paradvisor.plan.evaluate import evaluate  # noqa: E402
+from paradvisor.plan.facts import ModelFacts, Topology  # noqa: E402
+from paradvisor.plan.search import choose_precision  # noqa: E402
+from paradvisor.plan.space import candidates  # noqa: E402
+from paradvisor.plan.types import Workload  # noqa: E402
+
+TOP = 25
+CASES = [  # (cluster file, model, seq_len, global batch per GPU)
+    ("paper000-two-servers.toml", "bert-base-uncased", 512, 8),
+    ("paper000-two-servers.toml", "gpt2-medium", 1024, 4),
+    ("paper001-a30-titanxp.toml", "gpt-mini", 256, 8),
+    ("paper001-a30-titanxp.toml", "llama-150m", 1024, 4),
+    ("paper003-geo-four-nodes.toml", "llama-150m", 1024, 4),
+    ("paper004-vgg-2080ti.toml", "vgg16", 1, 8),
+    ("paper004-vgg-2080ti.toml", "gpt2-large", 1024, 2),
+    ("h100-8x-nvlink.toml", "llama-2-70b", 4096, 8),
+    ("h100-8x-nvlink.toml", "llama-2-13b", 4096, 4),
+    ("h100-4x8-infiniband.toml", "llama-2-70b", 4096, 8),
+    ("h100-4x8-infiniband.toml", "llama-3-8b", 8192, 4),
+]
+
+
+def row(e) -> dict:
+    p = e.plan
+    return {"plan": {k: v for k, v in p.to_dict().items() if k not in ("nodes",)},
+            "label": p.label(), "step_time": float(f"{e.step_time:.9g}"), "memory": round(e.memory_total),
+            "fits": e.fits}
+
+
+def ranking(cluster_file: str, model: str, seq: int, per_gpu: int) -> dict:
+    cluster = load_cluster(REPO / "examples" / "clusters" / cluster_file)
+    profile = load_profile(model)
+    wl = Workload(model=model, seq_len=seq, global_batch=per_gpu * cluster.gpu_count)
+    precision = choose_precision(cluster, wl.precision)
+    mf, topo = ModelFacts.of(profile), Topology.of(cluster)
+    est = [evaluate(mf, topo, wl, p, precision, 0.10) for p in candidates(mf, topo, wl, precision)]
+    feasible = sorted((e for e in est if e.fits), key=lambda e: (e.score, e.memory_total))
+    return {"cluster": cluster_file, "model": model, "seq_len": seq, "global_batch": wl.global_batch,
+            "candidates": len(est), "feasible": len(feasible), "top": [row(e) for e in feasible[:TOP]],
+            "dp_links": {f"{tp},{dp},{pp}": list(topo.dp_link(tp, dp, pp))
+                         for tp in (1, 2, 4) for pp in (1, 2) for dp in [topo.world // (tp * pp)]
+                         if topo.world % (tp * pp) == 0 and tp <= topo.min_gpus_per_node},
+            "pp_links": {f"{tp},{dp},{pp}": list(topo.pp_link(tp, dp, pp))
+                         for tp in (1, 2) for pp in (2, 4) for dp in [topo.world // (tp * pp)]
+                         if topo.world % (tp * pp) == 0 and tp <= topo.min_gpus_per_node and dp >= 1}}
+
+
+if __name__ == "__main__":
+    out = [ranking(*c) for c in CASES]
+    path = Path(__file__).with_name("rankings.json")
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path}: {sum(len(c['top']) for c in out)} ranked plans over {len(out)} cases")

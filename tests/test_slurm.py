@@ -1,0 +1,129 @@
+"""`launch --submit slurm` against a real one-node Slurm (munged + slurmctld + slurmd started by the fixture):
+a job that finishes with metrics, a job cancelled with Ctrl-C (scancel), a job sbatch refuses, and the
+script's quoting."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+from tests.slurm_cluster import Slurm
+from tests.sshd import free_port
+
+pytestmark = pytest.mark.slow
+
+SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    cluster = Slurm(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.stop()
+
+
+def preset(tmp_path, *, steps=10, extra=""):
+    text = SMOKE.read_text().replace("steps = 10", f"steps = {steps}")
+    text = text.replace("[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}"
+                        + extra)
+    p = tmp_path / "job.toml"
+    p.write_text(text)
+    return p
+
+
+def submit_argv(p, tmp_path):
+    return [sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--submit", "slurm", "--runs-dir",
+            str(tmp_path / "runs")]
+
+
+def the_run(tmp_path):
+    [run] = list((tmp_path / "runs").iterdir())
+    return run
+
+
+def no_ranks_left(run) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [p for p in psutil.process_iter(["cmdline"]) if str(run) in " ".join(p.info["cmdline"] or [])]
+        if not left:
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
+    proc = subprocess.run(submit_argv(preset(tmp_path), tmp_path), capture_output=True, text=True, timeout=400,
+                          env=slurm.env, cwd=str(tmp_path), check=False)
+    run = the_run(tmp_path)
+    assert proc.returncode == 0, proc.stderr + "\n".join(p.read_text()[-2000:] for p in run.glob("*.out"))
+    job = json.loads((run / "slurm.json").read_text())["job_id"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "finished" and status["engine"] == "slurm" and status["job_id"] == job
+    assert status["slurm_state"] == "COMPLETED" and slurm.state(job) == "COMPLETED"
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if r["kind"] == "step"]
+    assert {r["rank"] for r in steps} == {0, 1} and max(r["step"] for r in steps) == 10
+    assert json.loads((run / "status-node0.json").read_text())["status"] == "finished"
+    assert (run / f"slurm-{job}.out").exists() and (run / "job.sbatch").exists()
+    assert f"Slurm job {job}" in proc.stderr
+    mon = cli("monitor", str(run), "--json", "--once")
+    doc = json.loads(mon.stdout)
+    assert doc["status"] == "finished" and doc["engine"] == "slurm" and doc["nodes"][0]["sample"] is not None
+    assert no_ranks_left(run)
+
+
+def test_ctrl_c_cancels_the_job_with_scancel(slurm, tmp_path):
+    proc = subprocess.Popen(submit_argv(preset(tmp_path, steps=100000), tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=slurm.env, cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            runs = list((tmp_path / "runs").glob("*/metrics.jsonl")) if (tmp_path / "runs").exists() else []
+            if runs and '"kind": "step"' in runs[0].read_text():
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        else:
+            pytest.fail("the job logged no step")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = the_run(tmp_path)
+    assert proc.returncode == 1, err
+    job = json.loads((run / "slurm.json").read_text())["job_id"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "cancelled" and "scancel" in status["reason"]
+    assert slurm.state(job) == "CANCELLED"
+    assert no_ranks_left(run)
+
+
+def test_a_job_sbatch_refuses_is_a_failed_run_with_the_reason(slurm, tmp_path):
+    p = preset(tmp_path)  # on GPUs: the script asks for --gpus-per-node=2, which this GPU-less Slurm refuses
+    p.write_text(p.read_text().replace('device = "cpu"', 'device = "cuda"'))
+    proc = subprocess.run(submit_argv(p, tmp_path), capture_output=True, text=True, timeout=120, env=slurm.env,
+                          cwd=str(tmp_path), check=False)
+    assert proc.returncode == 1, proc.stderr
+    status = json.loads((the_run(tmp_path) / "status.json").read_text())
+    assert status["status"] == "failed" and status["reason"].startswith("sbatch refused the job")
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_submitted_script_quotes_what_it_carries(tmp_path):
+    from paradvisor.launch.preset import load_preset
+    from paradvisor.launch.slurm import script
+
+    mark = tmp_path / "pwned"
+    text = script(load_preset(SMOKE), run_dir=f"/tmp/a b/$(touch {mark})/`touch {mark}`", python="/opt/py thon")
+    assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+    assert f"run_dir='/tmp/a b/$(touch {mark})/`touch {mark}`'" in body and "'/opt/py thon' -m" in body
+    assert not mark.exists()

@@ -1,0 +1,238 @@
+"""The ssh engine against a real sshd on loopback "hosts" (127.0.0.1, 127.0.0.2): each host a torchrun node with
+its own node rank, started by one `paradvisor launch` over the system ssh client. No fake ssh, no fake torchrun.
+
+Covered: a run that finishes (logs, metrics, per-node samples back in one run directory), an unreachable node,
+a node that never joins, a rank killed on the second node, and a cancel — each ending with one status for the
+whole run and no process left on any "host"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+from tests.sshd import Sshd, free_port
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sshcluster")
+    server = Sshd(d, ("127.0.0.1", "127.0.0.2"), accept_env=("PYTHONPATH",))
+    if os.environ.get("PYTHONPATH"):  # the nodes import this checkout's paradvisor, as the tests do
+        server.config.write_text(server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n")
+    yield {"sshd": server, "dir": d}
+    server.stop()
+
+
+def write_preset(cluster, tmp_path, *, hosts=None, steps=10, join_timeout=60, python=None) -> Path:
+    port = cluster["sshd"].port
+    hosts = hosts or [f"127.0.0.1:{port}", f"127.0.0.2:{port}"]
+    text = SMOKE.read_text().replace("[launch]\nnproc_per_node = 2", (
+        f"[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = {json.dumps(hosts)}\nmaster_port = {free_port()}\n"
+        f"remote_python = {json.dumps(python or sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
+        f"join_timeout_s = {join_timeout}"))
+    text = text.replace("steps = 10", f"steps = {steps}")
+    p = tmp_path / "two-nodes.toml"
+    p.write_text(text)
+    return p
+
+
+def launch_argv(cluster, preset: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
+            str(tmp_path / "runs"), "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra]
+
+
+def the_run(tmp_path: Path) -> Path:
+    [run] = list((tmp_path / "runs").iterdir())
+    return run
+
+
+def leftovers(tmp_path: Path) -> list[str]:
+    """Processes of this test's run on any "host" (they are all this machine): agents, torchrun, ranks, ssh."""
+    mark = str(tmp_path)
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            if mark in cmd or ("paradvisor.launch.nodeagent" in cmd and p.pid != os.getpid()) or \
+                    ("paradvisor.train" in cmd and mark in " ".join(p.cmdline())):
+                out.append(f"{p.pid}: {cmd[:160]}")
+        except psutil.Error:
+            continue
+    return out
+
+
+def assert_nothing_left(tmp_path: Path) -> None:
+    deadline = time.monotonic() + 15
+    while leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(tmp_path) == []
+
+
+def records(run: Path, name: str) -> list[dict]:
+    return [json.loads(line) for line in (run / name).read_text().splitlines() if line.strip()]
+
+
+def wait_for(cond, timeout: float, what: str, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {timeout} s")
+
+
+def steps_on_both_nodes(run: Path):
+    try:
+        recs = records(run, "metrics.jsonl")
+    except (OSError, ValueError):
+        return False
+    return {r["node"] for r in recs if r.get("kind") == "step"} == {0, 1}
+
+
+def running(cluster, tmp_path):
+    """A long two-node run, started in the background, once both nodes log steps: (launch process, run dir)."""
+    preset = write_preset(cluster, tmp_path, steps=100000)
+    proc = subprocess.Popen(launch_argv(cluster, preset, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=str(tmp_path))
+    try:
+        run = wait_for(lambda: (tmp_path / "runs").exists() and the_run(tmp_path), 60, "run directory", proc)
+        wait_for(lambda: steps_on_both_nodes(run), 180, "steps from both nodes", proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, run
+
+
+def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster, tmp_path, cli):
+    preset = write_preset(cluster, tmp_path)
+    proc = subprocess.run(launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=300,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    run = the_run(tmp_path)
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "finished" and status["engine"] == "ssh"
+    nodes = json.loads((run / "nodes.json").read_text())["nodes"]
+    assert [n["state"] for n in nodes] == ["finished", "finished"]
+    assert sorted(r for n in nodes for r in n["ranks"]) == [0, 1]
+    assert {n["address"] for n in nodes} == {"127.0.0.1", "127.0.0.2"}
+    # every rank's logs, exit marker and metrics came back, each record naming its node
+    rank_node = {r: n["node"] for n in nodes for r in n["ranks"]}
+    steps = [r for r in records(run, "metrics.jsonl") if r["kind"] == "step"]
+    assert {(r["rank"], r["node"]) for r in steps} == set(rank_node.items())
+    assert max(r["step"] for r in steps) == 10
+    for r in (0, 1):
+        assert json.loads((run / f"rank-{r}.exit.json").read_text())["exit_code"] == 0
+        assert (run / f"rank-{r}.stderr.log").exists()
+    assert {s["node"] for s in records(run, "samples.jsonl")} == {0, 1}
+    assert json.loads((run / "status-node1.json").read_text())["status"] == "finished"
+    # the remote run directories have the same run name on every node
+    assert {Path(n["remote_run_dir"]).parent.name for n in nodes} == {run.name}
+    # `monitor` shows each node's readings and each rank's node
+    mon = cli("monitor", str(run), "--json", "--once")
+    assert mon.returncode == 0, mon.stderr
+    doc = json.loads(mon.stdout)
+    assert [n["node"] for n in doc["nodes"]] == [0, 1]
+    assert all(n["sample"] is not None and n["state"] == "finished" for n in doc["nodes"])
+    assert {(r["rank"], r["node"], r["step"]) for r in doc["ranks"]} == {(r, n, 10) for r, n in rank_node.items()}
+    text = cli("monitor", str(run), "--once")
+    assert "node 1 (127.0.0.2:" in text.stdout and "rank 1" in text.stdout, text.stdout
+    assert_nothing_left(tmp_path)
+
+
+def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_path):
+    port = cluster["sshd"].port
+    preset = write_preset(cluster, tmp_path, hosts=[f"127.0.0.1:{port}", f"127.0.0.2:{free_port('127.0.0.2')}"])
+    proc = subprocess.run(launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    status = json.loads((the_run(tmp_path) / "status.json").read_text())
+    assert status["status"] == "failed" and status["failed_node"] == 1
+    assert "node 1 (127.0.0.2:" in status["reason"] and "refused" in status["reason"].lower()
+    assert "node 1" in proc.stderr
+    assert not (tmp_path / "nodes").exists()  # nothing was started on any node
+    assert_nothing_left(tmp_path)
+
+
+def test_a_node_that_never_joins_fails_the_run_within_the_join_timeout(cluster, tmp_path):
+    # node 1's "python" never starts the agent (a node stuck before the rendezvous); node 0 is real
+    stuck = tmp_path / "python-on-nodes"
+    stuck.write_text(f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec cat >/dev/null;; esac\n'
+                     f'exec {sys.executable} "$@"\n')
+    stuck.chmod(0o755)
+    preset = write_preset(cluster, tmp_path, join_timeout=5, python=str(stuck))
+    proc = subprocess.run(launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=200,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    status = json.loads((the_run(tmp_path) / "status.json").read_text())
+    assert status["status"] == "failed" and status["failed_node"] == 1, status
+    assert "did not join the rendezvous within 5 s" in status["reason"]
+    assert "node 1 (127.0.0.2:" in status["reason"]
+    assert_nothing_left(tmp_path)
+
+
+def test_a_rank_killed_on_the_second_node_fails_every_node(cluster, tmp_path):
+    proc, run = running(cluster, tmp_path)
+    try:
+        nodes = json.loads((run / "nodes.json").read_text())["nodes"]
+        [(rank, pid)] = nodes[1]["rank_pids"].items()
+        victim = psutil.Process(pid)
+        assert "node1" in " ".join(victim.cmdline())  # the rank runs from node 1's run directory
+        victim.kill()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "failed" and status["failed_node"] == 1, status
+    assert status["failed_rank"] == int(rank) and status["exit_code"] == -signal.SIGKILL
+    assert "SIGKILL" in status["reason"] and "every node was stopped" in status["reason"]
+    assert f"rank {rank} exit code -9" in err
+    node0 = json.loads((run / "status-node0.json").read_text())
+    assert node0["status"] in ("failed", "cancelled")  # stopped, whichever came first
+    assert_nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cancel_stops_every_node(cluster, tmp_path, sig):
+    proc, run = running(cluster, tmp_path)
+    try:
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "cancelled" and signal.Signals(sig).name in status["reason"]
+    for i in (0, 1):
+        assert json.loads((run / f"status-node{i}.json").read_text())["status"] == "cancelled"
+    assert_nothing_left(tmp_path)
+
+
+def test_dry_run_prints_one_quoted_ssh_command_per_node(cluster, tmp_path, cli):
+    preset = write_preset(cluster, tmp_path)
+    proc = cli("launch", "--preset", str(preset), "--ssh-config", str(cluster["sshd"].config), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ssh ")]
+    assert len(lines) == 2 and all("BatchMode=yes" in ln and "paradvisor.launch.nodeagent" in ln for ln in lines)
+    assert "rendezvous at 127.0.0.1:" in proc.stderr
+    assert not list(tmp_path.glob("runs"))
