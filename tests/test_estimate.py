@@ -222,14 +222,14 @@ def test_zero12_gradient_share_is_at_least_an_even_share(order, n):
 # alive in its phase. Regression: the last block's traced share was stored as a difference from a middle
 # block, so ALBERT's weight copies (cast once for the shared layer) went below zero under TP and BERT's
 # checkpointed head term went below zero.
-from paradvisor.estimate.memory import peak_breakdown  # noqa: E402
-from paradvisor.hardware.cluster import load_cluster, single_node_cluster  # noqa: E402
-from paradvisor.model.load import builtin_names  # noqa: E402
-from paradvisor.plan.evaluate import activation_terms, evaluate  # noqa: E402
-from paradvisor.plan.facts import ModelFacts, Topology  # noqa: E402
-from paradvisor.plan.space import candidates  # noqa: E402
-from paradvisor.plan.types import Workload  # noqa: E402
-from tests.conftest import EXAMPLES  # noqa: E402
+from paradvisor.estimate.memory import peak_breakdown
+from paradvisor.hardware.cluster import load_cluster, single_node_cluster
+from paradvisor.model.load import builtin_names
+from paradvisor.plan.evaluate import activation_terms, evaluate
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.space import candidates
+from paradvisor.plan.types import Workload
+from tests.conftest import EXAMPLES
 
 CLUSTERS = {"1xT4": lambda: single_node_cluster("T4", 1), "8xA100": lambda: single_node_cluster("A100 80GB", 8),
             "paper000": lambda: load_cluster(EXAMPLES / "paper000-two-servers.toml"),

@@ -163,7 +163,7 @@ def test_a_traced_config_is_read_back_from_the_cache_without_torch(tmp_path):
 
     from paradvisor.model import trace_cache
 
-    family, cfg = CONFIGS["llama-gqa3"]
+    _, cfg = CONFIGS["llama-gqa3"]
     d = tmp_path / "m"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({**cfg, "architectures": ["LlamaForCausalLM"]}))
@@ -186,7 +186,7 @@ def test_a_traced_config_is_read_back_from_the_cache_without_torch(tmp_path):
 def test_a_broken_cache_file_is_ignored(tmp_path, monkeypatch):
     from paradvisor.model import trace_cache
 
-    family, cfg = CONFIGS["gpt2-relu"]
+    _, cfg = CONFIGS["gpt2-relu"]
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": ["GPT2LMHeadModel"]}))
     monkeypatch.setenv("PARADVISOR_CACHE", str(tmp_path / "cache"))
     trace_cache.forget_memory()

@@ -153,7 +153,7 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
         moe_states = _moe_states(mf, plan, precision, shard)
 
-        def states(psi, first: bool, last: bool):  # noqa: F811 (the MoE split replaces the dense one)
+        def states(psi, first: bool, last: bool):
             return moe_states(psi)
 
     stages = []
