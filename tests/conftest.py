@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -21,6 +22,8 @@ FUZZ_SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1
 
 # Plans in tests must not depend on a calibration someone ran on this machine.
 os.environ["PARADVISOR_CALIBRATION"] = "none"
+# Traces of config paths are kept in a cache of this test session only (never the user's ~/.cache).
+os.environ.setdefault("PARADVISOR_CACHE", tempfile.mkdtemp(prefix="paradvisor-test-cache-"))
 # ... nor on a user GPU catalogue (~/.config/paradvisor/gpus.toml); tests that want one set it.
 os.environ["PARADVISOR_GPUS"] = "none"
 

@@ -50,7 +50,9 @@ def calibration(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,plan", [("ddp", {}), ("fsdp", {"sharding": "fsdp"}), ("zero3", {"sharding": "zero3"}),
-                                       ("tp", {"dp": 1, "tp": 2, "micro_batch": 8})])
+                                       ("tp", {"dp": 1, "tp": 2, "micro_batch": 8}),
+                                       ("zero1-bf16", {"sharding": "zero1", "precision": "bf16"}),
+                                       ("ddp-bf16-ckpt", {"precision": "bf16", "checkpointing": "full"})])
 def test_validate_model_states_and_activations(tmp_path, calibration, name, plan):
     p = preset_file(tmp_path, name, plan=plan, train={"steps": 4})
     proc = pa("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"))
@@ -64,6 +66,14 @@ def test_validate_model_states_and_activations(tmp_path, calibration, name, plan
     assert abs(states["rel_error"]) <= 0.01, states  # target: within 1%
     act = rows["activation bytes"]
     assert act["measured"] > 0 and abs(act["rel_error"]) <= 0.10, act  # target: within 10%
+    assert doc["activation_source"] == "traced"
+    terms = {r["term"]: r for r in doc["rows"]}
+    for term in ("params", "grads", "optimizer"):  # each term against its twin
+        assert abs(terms[term]["rel_error"]) <= 0.01, terms[term]
+    if plan.get("precision") == "bf16" and "sharding" not in plan:  # autocast's weight copies, apart
+        assert terms["working"]["measured"] > 0 and abs(terms["working"]["rel_error"]) <= 0.01
+    if plan.get("sharding", "").startswith("zero") and plan.get("precision") == "bf16":
+        assert abs(terms["step_grads"]["rel_error"]) <= 0.01  # DeepSpeed's fp32 partition, in the step only
     step = rows["step time"]
     assert step["predicted"] > 0 and step["measured"] > 0
     human = pa("validate", run_dir, "--calibration", str(calibration))

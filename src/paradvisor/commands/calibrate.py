@@ -1,5 +1,13 @@
 """`paradvisor calibrate`: measure this machine (matmul TFLOPS per dtype, memory bandwidth, collective
-bandwidth/latency between 2..N ranks) and store a calibration file the estimator uses."""
+bandwidth/latency between 2..N ranks, and the fixed time each engine costs per step and per layer) and
+store a calibration file the estimator uses.
+
+Engine overheads: the launcher's own engines (DDP, FSDP2, TP, PP, DeepSpeed ZeRO-1/2/3; fp32 and bf16)
+train a narrow minGPT (width 32, so that compute is a small share) with 2 processes at two depths; per
+engine and precision the step time is fitted as per_step + per_layer x layers, after taking out the
+compute the estimator predicts for it. What remains is what a formula cannot know: Python and hook
+time, kernel launches, the latency of every collective. The estimator adds it to its volume terms
+(FLOPs, bytes) for CPU plans and leaves out its own latency terms there."""
 
 from __future__ import annotations
 
@@ -19,13 +27,19 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the calibration document")
     p.add_argument("--out", metavar="FILE", help="where to store it (default ~/.cache/paradvisor/calibration-<host>.json)")
     p.add_argument("--ranks", type=int, default=2, metavar="N", help="measure collectives over 2..N processes")
-    p.add_argument("--quick", action="store_true", help="smaller sizes (a few seconds)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer steps")
+    p.add_argument("--no-engines", action="store_true", help="skip the engine overheads (2-process runs of each "
+                                                              "engine; about a minute)")
     p.set_defaults(run=run)
 
 
 def _say(msg: str) -> None:
     sys.stderr.write(f"calibrate: {msg}\n")
     sys.stderr.flush()
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
 
 
 def _time(fn, repeat: int, sync) -> float:
@@ -38,6 +52,10 @@ def _time(fn, repeat: int, sync) -> float:
         sync()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+CURVE_WIDTHS = (32, 64, 128, 256, 512)
+CURVE_TOKENS = 128
 
 
 def measure_device(quick: bool) -> dict:
@@ -58,13 +76,25 @@ def measure_device(quick: bool) -> dict:
         if cuda and name == "fp32":
             torch.backends.cuda.matmul.allow_tf32 = False
         t = _time(lambda: a @ b, 3 if quick else 5, sync)
-        tflops[name] = round(2 * n**3 / t / 1e12, 4)
-        _say(f"matmul {name} {n}x{n}: {tflops[name]:.3f} TFLOPS")
+        tflops[name] = _sig(2 * n**3 / t / 1e12)  # significant digits: CPU bf16 can be below 1e-3 TFLOPS
+        _say(f"matmul {name} {n}x{n}: {tflops[name]:.4g} TFLOPS")
         if not cuda:  # launched CPU ranks run one thread each (OMP_NUM_THREADS=1)
             torch.set_num_threads(1)
-            tflops_1[name] = round(2 * n**3 / _time(lambda: a @ b, 3, sync) / 1e12, 4)
+            tflops_1[name] = _sig(2 * n**3 / _time(lambda: a @ b, 3, sync) / 1e12)
             torch.set_num_threads(threads)
-            _say(f"matmul {name} one thread: {tflops_1[name]:.3f} TFLOPS")
+            _say(f"matmul {name} one thread: {tflops_1[name]:.4g} TFLOPS")
+    curve = {}
+    if not cuda:  # what one rank's narrow matmuls achieve: the estimator reads its CPU compute from this curve
+        torch.set_num_threads(1)
+        for name, dt in dtypes.items():
+            curve[name] = []
+            for w in CURVE_WIDTHS:
+                a = torch.randn(CURVE_TOKENS, w, dtype=dt)
+                b = torch.randn(w, w, dtype=dt)
+                curve[name].append([w, _sig(2 * CURVE_TOKENS * w * w / _time(lambda: a @ b, 5, sync) / 1e12)])
+            _say(f"matmul {name} {CURVE_TOKENS} tokens, one thread: " +
+                 ", ".join(f"width {w} {r:.3g}" for w, r in curve[name]) + " TFLOPS")
+        torch.set_num_threads(threads)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
         a = torch.randn(n, n, device=dev)
@@ -86,6 +116,7 @@ def measure_device(quick: bool) -> dict:
 
         name, mem = f"CPU ({_cpu_and_ram()['model'] or 'unknown'})", psutil.virtual_memory().total
     return {"kind": "cuda" if cuda else "cpu", "name": name, "tflops": tflops, "tflops_per_process": tflops_1 or tflops,
+            **({"matmul_curve": curve, "curve_tokens": CURVE_TOKENS} if curve else {}),
             "mem_bw_bytes_per_s": bw, "memory_bytes": int(mem), "threads": threads, "layer_overhead_s": overhead}
 
 
@@ -155,6 +186,121 @@ def fit(rows: list[tuple[int, float]], op: str, n: int) -> dict:
             "samples": [[s, t] for s, t in rows]}
 
 
+ENGINE_PLANS = {  # engine -> Plan fields (2 processes)
+    "ddp": {"dp": 2}, "fsdp": {"dp": 2, "sharding": "fsdp"}, "tp": {"dp": 1, "tp": 2},
+    "pp": {"dp": 1, "pp": 2, "grad_accum": 2}, "zero1": {"dp": 2, "sharding": "zero1"},
+    "zero2": {"dp": 2, "sharding": "zero2"}, "zero3": {"dp": 2, "sharding": "zero3"},
+}
+ENGINE_MODEL = {"n_embd": 32, "n_head": 2, "vocab_size": 64, "n_positions": 16}
+ENGINE_BATCH = 2  # micro-batch per rank (pp: per micro-batch)
+
+
+def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -> None:
+    """Every engine of the launcher, fp32 and bf16, at two depths: median step time per configuration."""
+    from types import SimpleNamespace
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), DS_ACCELERATOR="cpu")
+    import torch
+    import torch.distributed as dist
+
+    from paradvisor.plan.types import Plan
+    from paradvisor.train.mingpt import from_config
+    from paradvisor.train.parallelize import build_engine
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    train = SimpleNamespace(lr=1e-3, weight_decay=0.0, grad_clip=1.0)
+    res = []
+    for engine, fields in ENGINE_PLANS.items():
+        for precision in ("fp32", "bf16"):
+            for layers in ((2, 4) if engine == "pp" else (1, 3)):
+                torch.manual_seed(0)
+                model = from_config({**ENGINE_MODEL, "n_layer": layers})
+                plan = Plan(micro_batch=ENGINE_BATCH, precision=precision, **fields)
+                eng, kind = build_engine(model, "mingpt", plan, train, torch.device("cpu"), rank, world)
+                seq = ENGINE_MODEL["n_positions"]
+                gen = torch.Generator().manual_seed(rank)
+                times = []
+                for i in range(steps + 1):  # the best of the steps after a warm-up
+                    n = ENGINE_BATCH * plan.grad_accum if kind == "pp" else ENGINE_BATCH
+                    x = torch.randint(0, ENGINE_MODEL["vocab_size"], (n, seq + 1), generator=gen)
+                    inputs, targets = {"input_ids": x[:, :-1]}, x[:, 1:]
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    if kind == "pp":
+                        eng.pipeline_step(inputs, targets)
+                    else:
+                        eng.forward_backward(inputs, targets, last=True, scale=1.0)
+                    eng.step()
+                    dt = time.perf_counter() - t0
+                    if i:  # the first step is a warm-up
+                        times.append(dt)
+                t = torch.tensor([min(times)])  # the best step: contention from other work only adds
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slower rank sets the step
+                res.append({"engine": engine, "precision": precision, "layers": layers, "step_s": float(t)})
+                del eng, model
+    if rank == 0:
+        Path(out_dir, "engines.json").write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+
+def fit_engines(runs: list[dict], device: dict) -> dict:
+    """{engine: {precision: {"per_step": s, "per_layer": s}}}: step = per_step + per_layer x layers after the
+    compute the estimator predicts for the calibration model (on one rank, at this device's measured rate)."""
+    from paradvisor.estimate.compute import (
+        MAX_EFFICIENCY,
+        curve_rate,
+        efficiency,
+        transformer_flops_per_token,
+    )
+    from paradvisor.model.profile import TransformerShape
+
+    d, h, v = ENGINE_MODEL["n_embd"], ENGINE_MODEL["n_head"], ENGINE_MODEL["vocab_size"]
+    shape = TransformerShape("mingpt", 1, d, h, h, d // h, 4 * d, v, ENGINE_MODEL["n_positions"], causal=True)
+    rates = device.get("tflops_per_process") or device["tflops"]
+    out: dict = {}
+    for engine in ENGINE_PLANS:
+        for precision in ("fp32", "bf16"):
+            rows = sorted((r for r in runs if r["engine"] == engine and r["precision"] == precision),
+                          key=lambda r: r["layers"])
+            if len(rows) < 2:
+                continue
+            curve = (device.get("matmul_curve") or {}).get(precision)
+            peak = curve_rate(curve, d / (2 if engine == "tp" else 1)) if curve else (rates.get(precision) or rates["fp32"])
+            tp = 2 if engine == "tp" else 1
+            stages = 2 if engine == "pp" else 1
+            micro = ENGINE_PLANS[engine].get("grad_accum", 1)
+            slots = (micro + stages - 1) / stages if engine == "pp" else 1.0  # layer-slots per layer (pipeline)
+            tokens = ENGINE_BATCH * ENGINE_MODEL["n_positions"]
+            eff = 1.0 if curve else efficiency(d / tp, tokens) / MAX_EFFICIENCY  # curve: the rate at this width
+
+            def compute(layers, tp=tp, slots=slots, peak=peak, eff=eff, tokens=tokens):
+                f = transformer_flops_per_token(shape, seq=ENGINE_MODEL["n_positions"], layers=layers,
+                                                lm_head=False, checkpointing="none")
+                return slots * (f["forward"] + f["backward"]) * tokens / tp / (peak * 1e12 * eff)
+
+            (l1, t1), (l2, t2) = [(r["layers"], r["step_s"] - compute(r["layers"])) for r in rows[:2]]
+            per_layer = max(0.0, (t2 - t1) / (slots * (l2 - l1)))
+            per_step = max(0.0, t1 - slots * per_layer * l1)
+            out.setdefault(engine, {})[precision] = {"per_step": _sig(per_step), "per_layer": _sig(per_layer)}
+    return out
+
+
+def measure_engines(quick: bool) -> dict:
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from paradvisor.launch.argv import free_port
+
+    with tempfile.TemporaryDirectory() as d:
+        mp.start_processes(_engine_worker, args=(2, free_port(), 8 if quick else 12, d), nprocs=2, join=True,
+                           start_method="spawn")
+        return {"runs": json.loads(Path(d, "engines.json").read_text()), "model": ENGINE_MODEL,
+                "micro_batch": ENGINE_BATCH}
+
+
 def measure_collectives(max_ranks: int, quick: bool) -> dict:
     import tempfile
 
@@ -184,8 +330,18 @@ def run(args) -> int:
     _say("measuring the device ...")
     device = measure_device(args.quick)
     collectives = measure_collectives(args.ranks, args.quick) if args.ranks >= 2 else {}
+    engines = None
+    if not args.no_engines and device["kind"] == "cpu":
+        _say("measuring each engine's fixed time per step and per layer (2 processes) ...")
+        engines = measure_engines(args.quick)
+        engines["fit"] = fit_engines(engines["runs"], device)
+        for eng, per in engines["fit"].items():
+            _say(f"{eng}: " + ", ".join(f"{p} {v['per_step'] * 1e3:.1f} ms/step + {v['per_layer'] * 1e3:.2f} ms/layer"
+                                        for p, v in per.items()))
     doc = {"schema": SCHEMA, "host": socket.gethostname(), "measured_at": time.time(),
            "duration_s": round(time.time() - t0, 2), "device": device, "collectives": collectives}
+    if engines:
+        doc["engines"] = engines  # per engine and precision: {"per_step", "per_layer"} seconds (see fit_engines)
     path = Path(args.out) if args.out else default_path()
     if path is not None:
         from paradvisor.safeio import write_atomic

@@ -134,13 +134,19 @@ def show(rec, doc, args) -> None:
         if spec is not None and spec.user_defined:  # figures that are not the catalogue's
             con.print(f"[cyan]{spec.origin}[/cyan] GPU {esc(name)} x{count}: {esc(spec.source)}")
     if rec.plans:
-        t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s")
+        t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
         for i, e in enumerate(rec.plans[: args.top], 1):
             pl = e.plan
+            moved = e.cost_rank and e.cost_rank != i
             t.add_row(str(i), pl.label(), f"{pl.micro_batch}x{pl.grad_accum}", pl.checkpointing,
                       f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
-                      f"{e.samples_per_s:.3g}")
+                      f"{e.samples_per_s:.3g}", f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i))
         con.print(t)
+        moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
+        if moves:
+            con.print("rules changed the order (\"cost #\" is the cost model's own rank; --no-rules ranks by it): "
+                      + "; ".join(f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
+                                  for rid, m in moves))
         for d in doc["plans"][: args.top]:
             con.print(f"[bold]{d['rank']}. {esc(d['label'])}[/bold]: {esc(d['reason'])}")
             mem = d["memory"]["breakdown"]
@@ -150,7 +156,8 @@ def show(rec, doc, args) -> None:
             for n in d["notes"]:
                 con.print(f"   note: {esc(n)}")
             for r in d["rules"]:
-                con.print(f"   rule {esc(r['id'])}: {r['effect']} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]")
+                why = f" [yellow]({esc(r['outside_evidence'])})[/yellow]" if r.get("outside_evidence") else ""
+                con.print(f"   rule {esc(r['id'])}: {r['effect']}{why} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]")
         if doc["allocation"]:
             t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
                       "local steps")

@@ -94,8 +94,8 @@ def run_explain(args) -> int:
         from paradvisor.output import emit_json
 
         emit_json({"schema": "paradvisor.explanation/1", "rules_fired": doc["rules_fired"],
-                   "plans": [{"rank": p["rank"], "label": p["label"], "rules": p["rules"], "reason": p["reason"]}
-                             for p in doc["plans"][: args.top]]})
+                   "plans": [{"rank": p["rank"], "cost_model_rank": p["cost_model_rank"], "label": p["label"],
+                              "rules": p["rules"], "reason": p["reason"]} for p in doc["plans"][: args.top]]})
         return 0
     from paradvisor.output import console, esc
 
@@ -106,13 +106,19 @@ def run_explain(args) -> int:
         eff = r["effect"] + (f" (score x{1 - r['weight'] if r['effect'] == 'prefer' else 1 + r['weight']:.2f})"
                              if r["effect"] in ("prefer", "avoid") else "")
         con.print(f"\n[bold]{esc(r['id'])}[/bold] — {esc(r['title'])}")
-        con.print(f"  {r['scope']} rule, {eff}, fired on {r['fired_on']} candidate(s); source: {esc(r['source'])}")
+        applied = r.get("applied_on", r["fired_on"])
+        con.print(f"  {r['scope']} rule, {eff}, fired on {r['fired_on']} candidate(s)"
+                  + (f", applied on {applied}" if r["effect"] in ("prefer", "avoid", "set") else "")
+                  + f"; source: {esc(r['source'])}")
+        if r.get("outside_evidence"):
+            con.print(f"  [yellow]not applied outside its evidence[/yellow]: {esc(r['outside_evidence'])}")
         if r["numbers"]:
             con.print("  numbers: " + esc(", ".join(f"{k}={v}" for k, v in r["numbers"].items())))
         con.print(f"  {esc(r['message'])}")
         for m in r.get("moved", []):
-            con.print(f"  moved {m['label']}: rank {m['from']} -> {m['to']}")
-    con.print("\n[bold]ranking after rules[/bold]")
+            con.print(f"  moved {m['label']}: rank {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})")
+    con.print("\n[bold]ranking after rules[/bold] (cost model's own rank in brackets; --no-rules gives it)")
     for p in doc["plans"][: args.top]:
-        con.print(esc(f"{p['rank']}. {p['label']} — {', '.join(r['id'] for r in p['rules']) or 'no rule'}"))
+        applied = [r["id"] for r in p["rules"] if r.get("applied", True)]
+        con.print(esc(f"{p['rank']}. [{p['cost_model_rank']}] {p['label']} — {', '.join(applied) or 'no rule'}"))
     return 0

@@ -41,7 +41,9 @@ def run(args) -> int:
         err = "" if r["rel_error"] is None else f"{r['rel_error']:+.1%}"
         t.add_row(r["metric"], _fmt(r["metric"], r["predicted"]), _fmt(r["metric"], r["measured"]), err)
     con.print(t)
-    if doc["skipped_lines"]:
+    for n in doc.get("notes", []):
+        con.print(f"note: {n}")
+    if doc.get("skipped_lines"):
         import sys
 
         sys.stderr.write(f"validate: skipped {doc['skipped_lines']} unreadable line(s) of metrics.jsonl\n")

@@ -49,3 +49,22 @@ def efficiency(local_hidden: float, tokens_per_micro: float) -> float:
     width = min(1.0, local_hidden / 2048) ** 0.3
     length = min(1.0, tokens_per_micro / 4096) ** 0.2
     return MAX_EFFICIENCY * width * length
+
+
+def curve_rate(curve: list, width: float) -> float:
+    """TFLOPS a calibrated CPU reaches at a matmul width: log-log interpolation of the measured
+    [(width, TFLOPS)] curve, held flat beyond its ends."""
+    import itertools
+    import math
+
+    pts = sorted((float(w), float(r)) for w, r in curve if r > 0)
+    if not pts:
+        return 0.0
+    if width <= pts[0][0]:
+        return pts[0][1]
+    for (w0, r0), (w1, r1) in itertools.pairwise(pts):
+        if width <= w1:
+            f = (math.log(width) - math.log(w0)) / (math.log(w1) - math.log(w0))
+            return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
+    return pts[-1][1]
+

@@ -80,7 +80,9 @@ def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
     return GPUSpec(name=d["name"], vendor=d.get("kind", "cpu"), arch=d.get("kind", "cpu"),
                    memory_bytes=int(d.get("memory_bytes", 0)), mem_bw=float(d["mem_bw_bytes_per_s"]),
                    tflops={k: float(v) / MAX_EFFICIENCY for k, v in rates.items()}, intra_link="loopback",
-                   layer_overhead_s=float(d.get("layer_overhead_s", 1e-4)))
+                   layer_overhead_s=float(d.get("layer_overhead_s", 1e-4)),
+                   measured={"matmul_curve": d.get("matmul_curve"),
+                             "engines": (cal.get("engines") or {}).get("fit")} if d.get("kind") == "cpu" else None)
 
 
 def collective_link(cal: dict, ranks: int = 2) -> Link | None:

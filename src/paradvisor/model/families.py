@@ -25,6 +25,8 @@ def bert(c: dict):
     layers = [LayerEntry("embeddings", "embedding", emb)]
     layers += [LayerEntry(f"encoder.layer.{i}", "block", block) for i in range(L)]
     layers.append(LayerEntry("pooler", "pooler", _linear(h, h)))
+    if c.get("num_labels"):  # trained as a sequence classifier
+        layers.append(LayerEntry("classifier", "head", _linear(h, c["num_labels"])))
     shape = TransformerShape("bert", L, h, heads, heads, h // heads, ffn, V, P, causal=False)
     return layers, shape
 
@@ -39,6 +41,8 @@ def albert(c: dict):
               LayerEntry("encoder.embedding_hidden_mapping_in", "linear", _linear(E, h))]
     layers += [LayerEntry(f"encoder.albert_layer_groups.{g}", "block", inner * block) for g in range(groups)]
     layers.append(LayerEntry("pooler", "pooler", _linear(h, h)))
+    if c.get("num_labels"):  # trained as a sequence classifier
+        layers.append(LayerEntry("classifier", "head", _linear(h, c["num_labels"])))
     shape = TransformerShape("albert", L, h, heads, heads, h // heads, ffn, V, P, causal=False,
                              shared_layers=True, embedding_size=E)
     return layers, shape

@@ -144,15 +144,66 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
 
 
 def profile_from_config_path(path: Path) -> ModelProfile:
+    """The profile of a config: built on the meta device and counted once per config (then read from the
+    trace cache, `model/trace_cache.py`, without importing torch)."""
+    from paradvisor.model import trace_cache
+    from paradvisor.model.profile import LayerEntry
+
     cfg_file, cfg = read_config(path)
     shape = shape_from_config(cfg, where=str(cfg_file))  # checked before transformers sees the values
-    arch, model = build_on_meta(cfg, where=str(cfg_file))
-    total = sum(p.numel() for p in model.parameters())
-    if not total:
-        raise InputError("the model built from this config has no parameters", where=str(cfg_file))
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    layers = layer_entries_from_module(model)
+    key = trace_cache.config_key(cfg)
+    entry = trace_cache.lookup(key)
+    if entry is None:
+        from paradvisor.model import trace as T
+
+        arch, model = build_on_meta(cfg, where=str(cfg_file))
+        total = sum(p.numel() for p in model.parameters())
+        if not total:
+            raise InputError("the model built from this config has no parameters", where=str(cfg_file))
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        layers = [e.to_dict() for e in layer_entries_from_module(model)]
+        bounds = T.regimes_for(shape.max_positions if shape else None, T.hf_window(cfg)) if shape else []
+        entry = trace_cache.new_entry(key, architecture=arch, total=int(total), trainable=int(trainable),
+                                      layers=layers, params=T.param_facts(model) if shape is not None else None,
+                                      bounds=bounds)
+        trace_cache.store(entry)
+    prof = entry["profile"]
+    layers = tuple(LayerEntry(e["name"], e["kind"], e["params"], e.get("out_elems_per_sample"),
+                              e.get("fwd_flops_per_sample"), e.get("expert_params", 0)) for e in prof["layers"])
     name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
-    return ModelProfile(name=str(name), architecture=arch, source=str(cfg_file), total_params=total,
-                        trainable_params=trainable, layers=tuple(layers), transformer=shape,
-                        description=f"{cfg['model_type']} from {cfg_file}", provenance=str(cfg_file))
+    return ModelProfile(name=str(name), architecture=prof["architecture"], source=str(cfg_file),
+                        total_params=prof["total_params"], trainable_params=prof["trainable_params"],
+                        layers=layers, transformer=shape, description=f"{cfg['model_type']} from {cfg_file}",
+                        provenance=str(cfg_file), traced=traced_for_config(cfg, entry))
+
+
+def traced_for_config(cfg: dict, entry: dict):
+    """Activation coefficients traced from the config's own model class when the estimator first asks for
+    a key (each key: one model built on fake tensors, three forward passes), kept in the trace cache
+    `entry` (and its file) for the next time; parameter facts counted when the config was built."""
+    from paradvisor.model import trace_cache
+    from paradvisor.model.activations import Traced
+
+    def tracer(keys, seq=None):
+        from paradvisor.model import trace as T
+
+        try:
+            new = T.trace_hf_config(cfg, keys=keys, check=False, seq=seq)
+        except Exception as exc:  # kept: the same config fails the same way next time
+            entry["failure"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            trace_cache.store(entry)
+            raise
+        for nr in new:
+            old = next((r for r in entry["regimes"] if r["seq_max"] == nr["seq_max"]), None)
+            if old is None:
+                entry["regimes"].append(nr)
+            else:
+                old["keys"].update(nr["keys"])
+        trace_cache.store(entry)
+        return new
+
+    t = Traced(entry["regimes"], entry["params"], tracer=None if entry.get("failure") else tracer,
+               source=f"traced from {cfg['model_type']} when loaded")
+    if entry.get("failure"):
+        t.failures.append(entry["failure"])
+    return t

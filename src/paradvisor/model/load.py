@@ -54,10 +54,12 @@ def _profile_from_family(name: str, entry: dict) -> ModelProfile:
     if shape.shared_layers:
         notes.append(f"one set of layer weights is applied {shape.num_layers} times (ALBERT parameter sharing): "
                      "parameters count once, compute and activations count per application")
+    from paradvisor.model.activations import for_builtin
+
     return ModelProfile(name=name, architecture=entry["architecture"], source="builtin", total_params=total,
                         trainable_params=total, layers=tuple(layers), transformer=shape,
                         description=entry.get("description", ""), provenance=entry.get("source", ""),
-                        notes=tuple(notes))
+                        notes=tuple(notes), traced=for_builtin(name))
 
 
 def _vision(name: str) -> ModelProfile:

@@ -81,6 +81,28 @@ class ModelProfile:
     provenance: str = ""
     input_shape: tuple[int, ...] | None = None  # vision models: (C, H, W)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Counted from the model's code (model/trace.py): traced activation coefficients and DeepSpeed's view of
+    # the parameters (largest module, tensor sizes). Package data for built-ins, traced on demand for configs.
+    traced: object | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def largest_module(self) -> int | None:
+        """Parameters of the largest single module (not counting its children): DeepSpeed ZeRO-3's fetch unit."""
+        facts = self.traced.params() if self.traced is not None else None
+        return facts["largest_module"] if facts else None
+
+    @property
+    def tensor_order(self) -> tuple[int, ...]:
+        """Parameter tensor sizes in the model's parameters() order (empty when not known)."""
+        facts = self.traced.params() if self.traced is not None else None
+        return tuple(facts.get("tensor_order", ())) if facts else ()
+
+    def small_params(self, threshold: int) -> int:
+        """Parameters in tensors of at most `threshold` elements (ZeRO-3 keeps them whole on every rank)."""
+        facts = self.traced.params() if self.traced is not None else None
+        if not facts:
+            return 0
+        return sum(n * c for n, c in facts["tensor_sizes"] if n <= threshold)
 
     @property
     def largest_layer(self) -> LayerEntry:
@@ -132,6 +154,7 @@ class ModelProfile:
             "total_params": self.total_params,
             "trainable_params": self.trainable_params,
             "largest_layer": {"name": big.name, "params": big.params, "share": round(self.largest_share, 6)},
+            "largest_module_params": self.largest_module,  # DeepSpeed ZeRO-3's fetch unit (None: not counted)
             "one_layer_dominates": self.one_layer_dominates,
             "transformer": self.transformer.to_dict() if self.transformer else None,
             "moe": self.moe_dict(),

@@ -19,13 +19,52 @@ def _rel(pred, meas):
     return (pred - meas) / meas
 
 
+TERMS = ("params", "grads", "optimizer", "step_grads", "gathered", "working", "activations")
+MEASURED = {"params": "mem_params_bytes", "grads": "mem_grads_bytes", "optimizer": "mem_optimizer_bytes",
+            "step_grads": "mem_step_grads_bytes", "gathered": "act_gathered_bytes", "working": "act_working_bytes",
+            "activations": "activation_bytes"}
+
+
+def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
+    """The estimator's breakdown for what one rank measures: model states of the larger pipeline stage,
+    and what one micro-batch saves for backward (a pipeline stage: every micro-batch of the step, as the
+    schedule keeps them), split into activations and weight copies as the meter splits them."""
+    from paradvisor.estimate.memory import gathered_param_bytes, stage_activation_bytes
+    from paradvisor.plan.evaluate import _stage_layers, activation_terms, memory_need
+
+    out = {k: 0.0 for k in TERMS}
+    for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
+        t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)["terms"]
+        if t["params"] + t["grads"] + t["optimizer"] > out["params"] + out["grads"] + out["optimizer"]:
+            for k in ("params", "grads", "optimizer", "step_grads"):
+                out[k] = t[k]
+    # what the meter can see of `gathered`: the parameters on loan (not the unit's gradient)
+    unit = mf.fetch_unit if plan.sharding == "zero3" else (mf.block_params // plan.tp if mf.shape else mf.largest)
+    out["gathered"] = gathered_param_bytes(precision=precision, sharding=plan.sharding, unit=unit,
+                                           root=mf.first_params + mf.last_params if mf.shape else 0)
+    if mf.shape is None:
+        from paradvisor.estimate.memory import act_bytes_for, vision_activation_bytes
+
+        out["activations"] = vision_activation_bytes(
+            mf.profile.layers, micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
+            act_bytes=act_bytes_for(precision), input_elems=math.prod(mf.profile.input_shape or (1,)))
+        return out
+    mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
+    a, source = activation_terms(mf, wl, plan, precision, mb, cuda=topo.rank_spec[0].vendor != "cpu")
+    layers = _stage_layers(mf, plan.pp)
+    if plan.pp > 1:  # measured on the stage whose ranks logged the most: take the larger of both ends
+        m = plan.grad_accum
+        ends = [stage_activation_bytes(a, layers, first=True, last=False),
+                stage_activation_bytes(a, layers, first=False, last=True)]
+        out["activations"] = m * max(x[0] for x in ends)
+        out["working"] = m * max(x[1] for x in ends)
+    else:
+        out["activations"], out["working"] = stage_activation_bytes(a, layers, first=True, last=True)
+    out["_source"] = source
+    return out
+
+
 def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
-    from paradvisor.estimate.memory import (
-        act_bytes_for,
-        block_activation_bytes,
-        edge_activation_bytes,
-        vision_activation_bytes,
-    )
     from paradvisor.hardware import calibration as cal_mod
     from paradvisor.launch.preset import load_preset
     from paradvisor.train.models import profile_of
@@ -37,8 +76,8 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     from paradvisor.runfiles import MetricsReader
 
     # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
-    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "activation_bytes",
-            "cuda_max_allocated_bytes", "device", "gpu_name")
+    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes", "device",
+            "gpu_name", *MEASURED.values())  # every term of the breakdown, to hold against its twin
     steps, starts = [], []
 
     def collect(r: dict) -> None:
@@ -57,6 +96,11 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     on_gpu = str(start.get("device", "cpu")).startswith("cuda")
     plan, wl = preset.plan, preset.workload
     precision = plan.precision
+    notes = []
+    if plan.pp > 1 and precision != "fp32":
+        # the launcher's pipeline stages run fp32 weights without autocast: predict what ran
+        notes.append("pipeline stages run in fp32 in this launcher: memory compared as fp32")
+        precision = "fp32"
     world = plan.world_size
     cal = calibration if calibration is not None else cal_mod.load()
     from paradvisor.monitor.predict import estimate_for
@@ -64,54 +108,46 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     est = estimate_for(preset, on_gpu=on_gpu, gpu_name=start.get("gpu_name"), calibration=cal)
     e, mf, device_note = est.estimate, est.facts, est.device
     prof = profile_of(preset)
+    pred = predicted_terms(mf, est.topo, wl, plan, precision)
+    source = pred.pop("_source", "formula")
+    if prof.traced is not None and prof.traced.failures:
+        notes.append("activations from the formula: tracing failed (" + "; ".join(prof.traced.failures) + ")")
+
+    def measured(key: str):
+        vals = [r[key] for r in steps if key in r]
+        return max(vals) if vals else None
+
     rows = []
-    # model states per rank (params + grads + optimizer), by rank
-    by_rank: dict[int, int] = {}
-    for r in steps:
-        by_rank[r["rank"]] = max(by_rank.get(r["rank"], 0), r.get("mem_model_state_bytes", 0))
-    pred_states = est.model_state_bytes
-    meas_states = max(by_rank.values()) if by_rank else None
-    rows.append({"metric": "model-state bytes per rank (max)", "predicted": pred_states, "measured": meas_states})
-    # activations, one micro-batch (pipeline: one stage over the whole step), on rank 0
-    act = [r for r in steps if "activation_bytes" in r]
-    meas_act = max((r["activation_bytes"] for r in act), default=None)
-    ab = act_bytes_for(precision)
-    if mf.shape is None:
-        pred_act = vision_activation_bytes(prof.layers, micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
-                                           act_bytes=ab, input_elems=math.prod(prof.input_shape or (1,)))
-    else:
-        mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
-        attention = wl.attention
-        if not on_gpu and mf.shape.family in ("bert", "albert", "gpt2"):
-            # On CPU, PyTorch's SDPA with attention dropout takes the math path, which keeps the s x s
-            # probabilities like eager attention does (the flash kernels on GPUs do not).
-            attention = "eager"
-        blk = block_activation_bytes(mf.shape, seq=wl.seq_len, micro_batch=mb, tp=plan.tp,
-                                     sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
-                                     act_bytes=ab, attention=attention)
-        edges = edge_activation_bytes(mf.shape, seq=wl.seq_len, micro_batch=mb, tp=plan.tp, act_bytes=ab,
-                                      lm_head=mf.lm_head)
-        layers = mf.shape.num_layers // plan.pp
-        if plan.pp > 1:  # measured on the stage whose ranks logged the most: take the larger of both ends
-            m = plan.grad_accum
-            pred_act = m * max(layers * blk["stored"] + edges["embedding"], layers * blk["stored"] + edges["head"])
-        else:
-            pred_act = layers * blk["stored"] + edges["embedding"] + edges["head"]
-    rows.append({"metric": "activation bytes (one micro-batch, saved for backward)", "predicted": pred_act,
-                 "measured": meas_act})
+    meas_states = measured("mem_model_state_bytes")
+    rows.append({"metric": "model-state bytes per rank (max)", "term": "states",
+                 "predicted": pred["params"] + pred["grads"] + pred["optimizer"], "measured": meas_states})
+    for term in ("params", "grads", "optimizer", "step_grads"):
+        m = measured(MEASURED[term])
+        if m is None and not pred[term]:
+            continue
+        rows.append({"metric": f"{term} bytes per rank (max)", "term": term, "predicted": pred[term], "measured": m})
+    rows.append({"metric": f"activation bytes (one micro-batch, saved for backward; {source})", "term": "activations",
+                 "predicted": pred["activations"], "measured": measured("activation_bytes")})
+    for term, label in (("working", "16-bit weight copies saved for backward"),
+                        ("gathered", "parameters gathered on loan (ZeRO-3/FSDP), most at once")):
+        m = measured(MEASURED[term])
+        if m or pred[term]:
+            rows.append({"metric": f"{term} bytes ({label})", "term": term, "predicted": pred[term], "measured": m})
     peak = max((r.get("cuda_max_allocated_bytes", 0) for r in steps), default=0) or None
     if peak:
-        rows.append({"metric": "CUDA peak allocated bytes", "predicted": e.memory_total - e.memory["overhead"],
-                     "measured": peak})
+        rows.append({"metric": "CUDA peak allocated bytes", "term": "peak",
+                     "predicted": e.memory_total - e.memory["overhead"], "measured": peak})
     meas_step = reader.tally.measured_step_time()  # the one definition (runfiles.MetricsTally)
     has_speed = est.has_speed
-    rows.append({"metric": "step time (s)", "predicted": e.step_time if has_speed else None, "measured": meas_step})
-    rows.append({"metric": "throughput (samples/s)", "predicted": e.samples_per_s if has_speed else None,
+    rows.append({"metric": "step time (s)", "term": "step_time", "predicted": e.step_time if has_speed else None,
+                 "measured": meas_step})
+    rows.append({"metric": "throughput (samples/s)", "term": "throughput",
+                 "predicted": e.samples_per_s if has_speed else None,
                  "measured": (wl.global_batch / meas_step) if meas_step else None})
     for row in rows:
         row["rel_error"] = _rel(row["predicted"], row["measured"])
-    return {"schema": "paradvisor.validation/1", "run_dir": str(run_dir), "name": preset.name,
+    return {"schema": "paradvisor.validation/2", "run_dir": str(run_dir), "name": preset.name,
             "skipped_lines": reader.skipped,
             "label": plan.label(), "device": device_note, "world_size": world, "rows": rows,
+            "activation_source": source, "notes": notes,
             "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
-

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from paradvisor.estimate import comm, moe
 from paradvisor.estimate.compute import (
     MAX_EFFICIENCY,
+    curve_rate,
     effective_peak,
     efficiency,
     transformer_flops_per_token,
@@ -30,7 +31,11 @@ from paradvisor.estimate.memory import (
     edge_activation_bytes,
     model_state_bytes,
     offload_cpu_bytes,
+    peak_breakdown,
+    stage_activation_bytes,
+    traced_activation_terms,
     vision_activation_bytes,
+    zero_grad_elements,
 )
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
@@ -59,6 +64,9 @@ class Estimate:
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
     rules: list[dict] = field(default_factory=list)
+    cost_rank: int = 0  # rank by predicted step time alone, among the plans shown (0: not ranked)
+    host_fits: bool = True  # offloaded states fit in every node's RAM (`fits` needs this and the GPU memory)
+    peak_phase: str = "forward/backward"  # when the peak happens (or "optimizer step"): `memory` terms then
 
     @property
     def ratio(self) -> float:
@@ -69,11 +77,54 @@ def _stage_layers(mf: ModelFacts, pp: int) -> int:
     return mf.shape.num_layers // pp if mf.shape else 0
 
 
+def activation_mode(plan: Plan, precision: str) -> str:
+    """fp32; amp (fp32 weights under autocast: DDP, TP, PP, one GPU); bf16 (16-bit weights: DeepSpeed's
+    bf16/fp16 engine, FSDP2's mixed-precision policy, TP x FSDP)."""
+    if precision == "fp32":
+        return "fp32"
+    return "bf16" if plan.sharding != "none" else "amp"
+
+
+def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *,
+                     cuda: bool) -> tuple[dict, str]:
+    """Per-block/edge activation bytes and weight copies for one micro-batch on one rank, and where they
+    came from ("traced" from the model's code, or "formula")."""
+    from paradvisor.model.activations import key_of
+
+    s = mf.shape
+    traced = mf.profile.traced
+    mode = activation_mode(plan, precision)
+    kernel = wl.attention
+    if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
+        g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
+        g_ckpt = traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch) \
+            if plan.checkpointing == "full" else None
+        if g_none is not None and (plan.checkpointing != "full" or g_ckpt is not None):
+            return traced_activation_terms(g_none, g_ckpt, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
+                                           sequence_parallel=plan.sequence_parallel,
+                                           checkpointing=plan.checkpointing, cuda_sdpa=cuda and kernel == "sdpa",
+                                           shared_layers=s.shared_layers), "traced"
+    ab = act_bytes_for(precision)
+    blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
+                                 sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
+                                 act_bytes=ab, attention=kernel)
+    if mf.moe is not None:  # router and dispatch activations, averaged over the layers
+        blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
+    edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
+                                  lm_head=mf.lm_head)
+    copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
+    return {"block": blk["stored"], "lastblock": blk["stored"], "rebuilt": blk["working"], "first": edges["embedding"],
+            "last": edges["head"], "copies_block": copies, "copies_lastblock": copies,
+            "copies_once": copies if s.shared_layers else None, "copies_first": 0.0,
+            "copies_last": 2 * mf.last_params if mode == "amp" and mf.lm_head else 0.0}, "formula"
+
+
 def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
                 stage: int | None = None) -> dict:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload."""
     ab = act_bytes_for(precision)
+    cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
     psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
     if plan.sharding == "hsdp":
         shard = max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
@@ -81,70 +132,142 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         shard = 1
     else:
         shard = plan.dp
-    largest = max(mf.block_params // plan.tp, mf.largest_nonblock) if mf.shape else mf.largest
 
-    def states(psi):
+    def states(psi, first: bool, last: bool):
+        if plan.sharding == "zero3":
+            unit = mf.fetch_unit
+        elif mf.shape is not None:
+            unit = mf.block_params // plan.tp
+        else:
+            unit = mf.largest
+        root = 0
+        if plan.sharding in ("fsdp", "hsdp"):
+            root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
+        grad_elements = None
+        if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
+            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
-                                 offload=plan.offload, largest_layer=largest)
+                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root,
+                                 grad_elements=grad_elements)
 
     if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
-        states = _moe_states(mf, plan, precision, shard)
+        moe_states = _moe_states(mf, plan, precision, shard)
+
+        def states(psi, first: bool, last: bool):
+            return moe_states(psi)
 
     stages = []
+    source = "formula"
     if mf.shape is None:
         acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=ab,
                                        input_elems=math.prod(mf.profile.input_shape or (1,)))
-        stages.append((states(psi_first), acts, psi_first))
+        stages.append((states(psi_first, True, True), acts, 0.0, psi_first))
     else:
-        s = mf.shape
-        blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
-                                     sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
-                                     act_bytes=ab, attention=wl.attention)
-        if mf.moe is not None:  # router and dispatch activations, averaged over the layers
-            blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
-        edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
-                                      lm_head=mf.lm_head)
+        a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
         layers = _stage_layers(mf, plan.pp)
         if plan.pp == 1:
-            acts = layers * blk["stored"] + edges["embedding"] + edges["head"] + blk["working"]
-            stages.append((states(psi_first), acts, psi_first))
+            acts, copies = stage_activation_bytes(a, layers, first=True, last=True)
+            stages.append((states(psi_first, True, True), acts, copies + a["rebuilt"], psi_first))
         else:
             m = plan.grad_accum
             inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
             inflight_last = m if plan.pp_schedule == "gpipe" else 1
-            a_first = inflight_first * (layers * blk["stored"] + edges["embedding"]) + blk["working"]
-            a_last = inflight_last * (layers * blk["stored"] + edges["head"]) + blk["working"]
-            stages.append((states(psi_first), a_first, psi_first))
-            stages.append((states(psi_last), a_last, psi_last))
+            a_first, c_first = stage_activation_bytes(a, layers, first=True, last=False)
+            a_last, c_last = stage_activation_bytes(a, layers, first=False, last=True)
+            stages.append((states(psi_first, True, False), inflight_first * a_first,
+                           inflight_first * c_first + a["rebuilt"], psi_first))
+            stages.append((states(psi_last, False, True), inflight_last * a_last,
+                           inflight_last * c_last + a["rebuilt"], psi_last))
     if stage is not None and len(stages) > 1:
         stages = [stages[0] if stage == 0 else stages[-1]]
     best = None
-    for st, acts, psi in stages:
+    for st, acts, work, psi in stages:
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
-        terms = {**st, "activations": acts, "buffers": buf, "overhead": FRAMEWORK_OVERHEAD}
-        total = sum(terms.values())
+        terms = {**st, "working": work, "activations": acts, "buffers": buf,
+                 "overhead": FRAMEWORK_OVERHEAD}
+        phase, alive = peak_breakdown(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
+        total = sum(alive.values())
         if best is None or total > best[1]:
-            best = (terms, total, psi)
-    cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload)
-    return {"terms": best[0], "total": best[1], "psi": best[2], "shard": shard, "cpu": cpu}
+            best = (terms, total, psi, phase)
+    cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload,
+                            precision=precision)
+    return {"terms": best[0], "total": best[1], "psi": best[2], "phase": best[3], "shard": shard, "cpu": cpu,
+            "activation_source": source}
+
+
+HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
+HOST_RAM_MIN = 64 * 2**30
+HOST_RAM_USABLE = 0.9
+
+
+def node_ram(node) -> tuple[float, bool]:
+    """(bytes of host RAM, whether it is known: from `detect` or the cluster file's `ram`)."""
+    if node.ram_total_bytes:
+        return float(node.ram_total_bytes), True
+    return max(HOST_RAM_MIN, HOST_RAM_PER_GPU_MEMORY * sum(g.memory_bytes for g in node.gpus)), False
+
+
+def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
+    """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold; alike nodes
+    share their RAM figure (one check per segment of the topology)."""
+    ok = True
+    notes.append(f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node")
+    for seg in topo.segments:
+        node = seg.node
+        ram, known = node_ram(node)
+        need = cpu_per_rank * seg.size
+        if need > HOST_RAM_USABLE * ram:
+            ok = False
+            more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
+            notes.append(f"{node.name}{more} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
+                         f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
+                         f", needs {need / 2**30:.0f} GiB")
+    return ok
+
+
+def engine_key(plan: Plan) -> str:
+    """Which of the launcher's engines runs a plan (the keys of a calibration's engine overheads)."""
+    if plan.pp > 1:
+        return "pp"
+    if plan.tp > 1:
+        return "tp"
+    if plan.sharding in ("zero1", "zero2", "zero3"):
+        return plan.sharding
+    if plan.sharding in ("fsdp", "hsdp"):
+        return "fsdp"
+    return "ddp"
+
+
+def calibrated_overhead(spec, plan: Plan, precision: str) -> dict | None:
+    """{"per_step", "per_layer"} seconds this engine cost on the calibrated CPU, or None."""
+    engines = (spec.measured or {}).get("engines") if spec.measured else None
+    if not engines:
+        return None
+    per = engines.get(engine_key(plan)) or {}
+    return per.get("fp32" if precision == "fp32" else "bf16")
 
 
 def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict,
-                 micro_batch: int) -> dict[str, float]:
-    """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute."""
+                 micro_batch: int, spec=None) -> dict[str, float]:
+    """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute.
+    On a calibrated CPU the rate is the one measured for matmuls of this width (`calibrate`'s curve)."""
     peak = effective_peak(peak_tflops, precision)
+    curve = None
+    if spec is not None and spec.measured and spec.measured.get("matmul_curve"):
+        curve = spec.measured["matmul_curve"].get("fp32" if precision == "fp32" else "bf16")
     if mf.shape is None:
         fwd = sum(e.fwd_flops or 0 for e in mf.profile.layers) * micro_batch
         eff = MAX_EFFICIENCY * min(1.0, micro_batch / 32) ** 0.2
-        return {"forward": fwd / (peak * eff), "backward": 2 * fwd / (peak * eff), "recompute": 0.0}
+        rate = curve_rate(curve, 512) * 1e12 if curve else peak * eff
+        return {"forward": fwd / rate, "backward": 2 * fwd / rate, "recompute": 0.0}
     s = mf.shape
     layers = _stage_layers(mf, plan.pp)
     f = transformer_flops_per_token(s, seq=wl.seq_len, layers=layers, lm_head=mf.lm_head,
                                     checkpointing=plan.checkpointing, attention=wl.attention)
     tokens = micro_batch * wl.seq_len
-    eff = efficiency(s.hidden / plan.tp, tokens)
-    scale = tokens / plan.tp / (peak * eff)
+    rate = curve_rate(curve, s.hidden / plan.tp) * 1e12 if curve else peak * efficiency(s.hidden / plan.tp, tokens)
+    scale = tokens / plan.tp / rate
     return {k: v * scale for k, v in f.items()}
 
 
@@ -166,7 +289,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         ratio = need["total"] / usable
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
-        ct = compute_time(mf, wl, plan, precision, spec.tflops, mb)
+        ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
         total_ct = sum(ct.values())
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
@@ -178,12 +301,16 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     ab = act_bytes_for(precision)
     tokens = plan.micro_batch * wl.seq_len
     time: dict[str, float] = {"compute": ct["forward"] + ct["backward"], "recompute": ct["recompute"]}
+    # A calibrated CPU knows each engine's fixed cost per step and per layer, collective latencies
+    # included: then only the volume terms (FLOPs, bytes) come from the model.
+    cal = calibrated_overhead(slow_spec, plan, precision)
+    lat_k = 0.0 if cal else 1.0
 
     # Tensor parallel: 2 all-reduces forward + 2 backward per layer, on the critical path.
     t_tp = 0.0
     if plan.tp > 1 and mf.shape is not None:
         node0 = topo.intra[0]
-        ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, node0.latency)
+        ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
         t_tp = 4 * _stage_layers(mf, plan.pp) * ar
 
     psi = need["psi"]
@@ -192,6 +319,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp) if plan.dp > 1 else (1.0, 0.0, False)
+    lat *= lat_k
     t_bwd = ct["backward"] + ct["recompute"]
     dp_total = dp_exposed = 0.0
     if plan.dp > 1:
@@ -216,7 +344,7 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
             dp_exposed = (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
         else:  # hsdp: shard inside the node, replicate across nodes
             s = need["shard"]
-            ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency
+            ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency * lat_k
             per_micro = 2 * comm.all_gather(psi * pb, s, ibw, ilat) + comm.reduce_scatter(psi * gb, s, ibw, ilat)
             replicas = max(1, plan.dp // s)
             across = comm.all_reduce(psi * gb / s, replicas, bw, lat)
@@ -235,16 +363,18 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
     n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
-    t_frame = n_layers * slow_spec.layer_overhead_s
+    t_frame = n_layers * (cal["per_layer"] if cal else slow_spec.layer_overhead_s)
     if plan.pp > 1:
         pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
-        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, plat)
-        slot = t_micro + t_tp + t_p2p + PP_MICRO_OVERHEAD + t_frame
+        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw,
+                             lat_k * plat)
+        micro_overhead = 0.0 if cal else PP_MICRO_OVERHEAD
+        slot = t_micro + t_tp + t_p2p + micro_overhead + t_frame
         m = plan.grad_accum
         time["compute"] = m * (ct["forward"] + ct["backward"])
         time["recompute"] = m * ct["recompute"]
         time["tp_comm"] = m * t_tp
-        time["pp_p2p"] = m * (t_p2p + PP_MICRO_OVERHEAD)
+        time["pp_p2p"] = m * (t_p2p + micro_overhead)
         time["framework"] = m * t_frame
         time["pp_bubble"] = (plan.pp - 1) * slot
     else:
@@ -256,28 +386,23 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
     time["dp_comm_exposed"] = dp_exposed
-    if plan.engine == "deepspeed":
+    if cal:
+        time["framework"] = time.get("framework", 0.0) + cal["per_step"]
+    elif plan.engine == "deepspeed":
         time["framework"] = time.get("framework", 0.0) + DEEPSPEED_STEP_OVERHEAD
     time["optimizer"] = t_opt
     time["offload_transfer"] = t_off
     time = {k: v for k, v in time.items() if v > 0 or k == "compute"}
     step = sum(time.values())
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
-    fits = need["total"] <= usable
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
-    if plan.offload != "none":
-        per_node = need["cpu"] * topo.max_gpus_per_node
-        notes.append(f"offload needs {per_node / 2**30:.0f} GiB of host RAM per node")
-        for seg in topo.segments:  # alike nodes share their RAM figure
-            node = seg.node
-            if node.ram_total_bytes and need["cpu"] * node.gpu_count > 0.9 * node.ram_total_bytes:
-                fits = False
-                more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
-                notes.append(f"{node.name}{more} has only {node.ram_total_bytes / 2**30:.0f} GiB of RAM")
+    host_fits = host_memory_fits(topo, need["cpu"], notes) if plan.offload != "none" else True
+    fits = need["total"] <= usable and host_fits
     return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
                     fits=fits, tight_gpu=tight, time=time, step_time=step,
                     samples_per_s=wl.global_batch / step, tokens_per_s=wl.global_batch * wl.seq_len / step,
-                    cpu_bytes_per_rank=need["cpu"], score=step, notes=notes)
+                    cpu_bytes_per_rank=need["cpu"], score=step, notes=notes, host_fits=host_fits,
+                    peak_phase=need["phase"])
 
 
 # -- mixture of experts (estimate/moe.py holds the formulas) ----------------------------------------

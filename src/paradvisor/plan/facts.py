@@ -62,6 +62,8 @@ class ModelFacts:
     replicated_params: int  # norms etc. that TP does not split
     lm_head: bool
     largest_nonblock: int = 0  # biggest module outside the blocks (embeddings, head): TP does not split it
+    fetch_unit: int = 0  # DeepSpeed ZeRO-3's fetch unit: the largest single module's own parameters
+    persistent: int = 0  # parameters in tensors ZeRO-3 keeps whole (<= stage3_param_persistence_threshold)
     moe: MoEFacts | None = None  # mixture of experts (None: dense)
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
 
@@ -78,10 +80,14 @@ class ModelFacts:
 
     @classmethod
     def _of(cls, p: ModelProfile) -> ModelFacts:
+        from paradvisor.estimate.memory import PERSISTENCE_THRESHOLD
+
         s = p.transformer
         blocks = [e for e in p.layers if e.kind == "block"]
+        persistent = p.small_params(PERSISTENCE_THRESHOLD)
         if s is None or not blocks:
-            return cls(p, p.total_params, p.largest_layer.params, 0, 0, 0, 0, 0, False)
+            unit = p.largest_module or p.largest_layer.params
+            return cls(p, p.total_params, p.largest_layer.params, 0, 0, 0, 0, 0, False, 0, unit, persistent)
         idx_first = p.layers.index(blocks[0])
         idx_last = p.layers.index(blocks[-1])
         first = sum(e.params for e in p.layers[:idx_first])
@@ -90,8 +96,12 @@ class ModelFacts:
         block = sum(e.params for e in blocks) // len(blocks)
         lm_head = s.causal  # causal LMs compute logits over the vocabulary
         nonblock = max((e.params for e in p.layers if e.kind != "block"), default=0)
+        unit = p.largest_module
+        if unit is None:  # not traced: the largest projection of a block, or a module outside the blocks
+            d_attn = s.heads * s.head_dim
+            unit = max(nonblock, s.hidden * s.ffn + s.ffn, s.hidden * d_attn + d_attn)
         return cls(p, p.total_params, p.largest_layer.params, block, len(blocks), first, last, replicated, lm_head,
-                   nonblock)
+                   nonblock, unit, persistent)
 
     @property
     def shape(self):

@@ -51,6 +51,50 @@ def allocate(nodes: list[Node], *, precision: str = "fp16", base_batch: int = 4,
     return out
 
 
+def split_by_type(total: int, speeds: list[float], kinds: list[str]) -> list[int]:
+    """Split `total` samples over ranks by speed so that identical GPUs (same `kinds` entry) get identical
+    batches, and only a remainder smaller than a type's group goes to single ranks — the ranks where one
+    more sample costs least ((b + 1) / speed, the fastest first). Among the per-type batches near the
+    speed-proportional shares, the one whose slowest rank finishes first wins (then the smallest
+    remainder). Each rank gets at least one sample."""
+    import itertools
+
+    n = len(speeds)
+    if total < n:
+        raise ValueError(f"cannot give {n} ranks at least one sample each from {total}")
+    types: dict[str, list[int]] = {}
+    for r, k in enumerate(kinds):
+        types.setdefault(k, []).append(r)
+    names = sorted(types)
+    speed = {k: sum(speeds[r] for r in types[k]) / len(types[k]) for k in names}
+    total_speed = sum(speeds)
+    share = {k: total * speed[k] / total_speed for k in names}
+
+    def finish(b: dict) -> tuple[float, int, list[int]] | None:
+        left = total - sum(b[k] * len(types[k]) for k in names)
+        if not 0 <= left <= n:
+            return None
+        out = [b[kinds[r]] for r in range(n)]
+        for r in sorted(range(n), key=lambda r: ((out[r] + 1) / speeds[r], r))[:left]:
+            out[r] += 1
+        return max(out[r] / speeds[r] for r in range(n)), left, out
+
+    spans = [range(max(1, int(share[k]) - 1), max(1, int(share[k]) - 1) + 5) for k in names] if len(names) <= 4 \
+        else [range(max(1, int(share[k])), max(1, int(share[k])) + 1) for k in names]
+    best = None
+    for combo in itertools.product(*spans):
+        res = finish(dict(zip(names, combo)))
+        if res is not None and (best is None or (res[0], res[1]) < (best[0], best[1])):
+            best = res
+    if best is None:  # no per-type batch near the shares: every rank one sample, each next where it costs least
+        out = [1] * n
+        for _ in range(total - n):
+            r = min(range(n), key=lambda r: ((out[r] + 1) / speeds[r], r))
+            out[r] += 1
+        return out
+    return best[2]
+
+
 def split_by_speed(total: int, speeds: list[float]) -> list[int]:
     """Split `total` samples over ranks in proportion to speed (largest remainder, each >= 1)."""
     n = len(speeds)

@@ -19,6 +19,7 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
             "usable_bytes": round(e.usable),
             "tightest_gpu": e.tight_gpu,
             "breakdown": {k: round(v) for k, v in e.memory.items()},
+            "peak_phase": e.peak_phase,  # per_gpu_bytes = the breakdown's terms alive in this phase
             "host_bytes_per_rank": round(e.cpu_bytes_per_rank),
         },
         "time": {
@@ -27,6 +28,8 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
         },
         "throughput": {"samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s},
         "score": e.score,
+        "cost_model_rank": e.cost_rank or rank,  # rank by the cost model alone; differs when a rule moved it
+        "rule_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0,
         "reason": explain(e, rec.cluster),
         "notes": list(e.notes),
         "rules": list(e.rules),

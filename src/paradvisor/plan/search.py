@@ -185,6 +185,8 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     # How the rules moved the shown plans: rank by the cost model alone vs. rank after rules.
     by_time = sorted(plans, key=lambda e: (e.step_time, e.memory_total))
     base_rank = {id(e): i + 1 for i, e in enumerate(by_time)}
+    for e in plans:
+        e.cost_rank = base_rank[id(e)]
     for entry in fired:
         entry["moved"] = []
         if entry["scope"] != "plan":
@@ -193,8 +195,11 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
         if mine:  # the message as it reads on the best-ranked plan the rule fired on
             entry["message"] = next(r["message"] for r in mine[0][1].rules if r["id"] == entry["id"])
         if entry["effect"] in ("prefer", "avoid", "set"):
-            entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1}
-                              for i, e in mine if base_rank[id(e)] != i + 1]
+            applied = [(i, e) for i, e in mine if any(r["id"] == entry["id"] and r.get("applied", True)
+                                                      for r in e.rules)]
+            entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1,
+                               "score_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0}
+                              for i, e in applied if base_rank[id(e)] != i + 1]
     infeasible = summarize_infeasible(estimates, seen)
     if not estimates and unlaunchable:
         warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")
@@ -257,21 +262,52 @@ def _scaled_cluster(cluster: Cluster, factor: int) -> Cluster:
     return replace(cluster, nodes=tuple(nodes))
 
 
+def _gpu_fits(e: Estimate) -> bool:
+    return e.memory_total <= e.usable
+
+
+def _least_memory(estimates) -> Estimate | None:
+    """The plan that fits (least GPU memory), else one that fits the GPUs but not the host RAM its offload
+    needs (least host RAM), else the one closest to fitting the GPUs."""
+    estimates = list(estimates)
+    for pool, key in (([e for e in estimates if e.fits], lambda e: e.ratio),
+                      ([e for e in estimates if _gpu_fits(e)], lambda e: (e.cpu_bytes_per_rank, e.ratio)),
+                      (estimates, lambda e: e.ratio)):
+        if pool:
+            return min(pool, key=key)
+    return None
+
+
 def _min_memory(profile, cluster, wl, precision, margin, shardings=("zero3", "fsdp")) -> Estimate | None:
     mf, topo = ModelFacts.of(profile), Topology.of(cluster)
     family = family_of(profile)
-    best = None
-    for plan in candidates(mf, topo, wl, precision):
-        if (plan.sharding not in shardings and topo.world > 1) or why_not(plan, family):
-            continue
-        e = evaluate(mf, topo, wl, plan, precision, margin)
-        if best is None or e.ratio < best.ratio:
-            best = e
-    return best
+    return _least_memory(evaluate(mf, topo, wl, plan, precision, margin)
+                         for plan in candidates(mf, topo, wl, precision)
+                         if not ((plan.sharding not in shardings and topo.world > 1) or why_not(plan, family)))
+
+
+def _host_need(e: Estimate, cluster) -> float:
+    """Host RAM the busiest node needs for an offload plan (what its ranks keep there)."""
+    topo = Topology.of(cluster)
+    return e.cpu_bytes_per_rank * (topo.max_gpus_per_node if topo.segments else 1)
+
+
+def _host_text(e: Estimate, cluster) -> str:
+    return (f"; its offload needs {_host_need(e, cluster) / GiB:.0f} GiB of host RAM per node "
+            f"(more than these nodes have: set ram in the cluster file if it is not known)")
 
 
 def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimate]) -> dict:
-    closest = min(estimates, key=lambda e: e.ratio)
+    """How far the closest plan is from fitting, and the smallest changes that make one fit: more GPUs,
+    a shorter sequence, more host RAM (for an offload plan that fits the GPUs, short only of the RAM its
+    offload needs: then only a change that fits entirely is worth naming besides the RAM). A fix whose plan
+    fits the GPUs but still needs more host RAM than the nodes have says so (`host_fits`: false)."""
+    closest = _least_memory(estimates)
+    gpu_side_fits = _gpu_fits(closest)  # the GPUs are not the problem: the host RAM is
+
+    def acceptable(e: Estimate | None) -> bool:
+        return e is not None and (e.fits or (_gpu_fits(e) and not gpu_side_fits))
+
     fixes = []
     # (a) more GPUs of the same kind, ZeRO-3/FSDP over all of them.
     for factor in (2, 4, 8, 16, 32, 64):
@@ -280,10 +316,11 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
         gb = -(-gb // bigger.gpu_count) * bigger.gpu_count
         e = _min_memory(profile, bigger, replace(wl, global_batch=gb), precision, margin,
                         shardings=("zero3", "fsdp", "none"))
-        if e is not None and e.fits:
-            fixes.append({"change": "more GPUs", "gpus": bigger.gpu_count,
+        if acceptable(e):
+            fixes.append({"change": "more GPUs", "gpus": bigger.gpu_count, "host_fits": e.host_fits,
                           "text": f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
-                                  f"{e.memory_total / GiB:.1f} GiB per GPU"})
+                                  f"{e.memory_total / GiB:.1f} GiB per GPU"
+                                  + ("" if e.host_fits else _host_text(e, bigger))})
             break
     # (b) shorter sequences.
     if profile.transformer is not None:
@@ -291,16 +328,29 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
         while seq >= 64:
             e = _min_memory(profile, cluster, replace(wl, seq_len=seq), precision, margin,
                             shardings=("zero3", "fsdp", "none", "zero1", "zero2", "hsdp"))
-            if e is not None and e.fits:
-                fixes.append({"change": "shorter sequence", "seq_len": seq,
+            if acceptable(e):
+                fixes.append({"change": "shorter sequence", "seq_len": seq, "host_fits": e.host_fits,
                               "text": f"--seq-len {seq} with {e.plan.label()} "
-                                      f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"})
+                                      f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"
+                                      + ("" if e.host_fits else _host_text(e, cluster))})
                 break
             seq //= 2
+    # (c) more host RAM: a plan that fits the GPUs as they are, short only of the RAM its offload needs.
+    if gpu_side_fits:
+        need = _host_need(closest, cluster)
+        fixes.append({"change": "more host RAM", "host_ram_bytes": round(need), "host_fits": False,
+                      "text": f"{need / GiB:.0f} GiB of host RAM per node with {closest.plan.label()} "
+                              f"(set ram in the cluster file if the nodes have it)"})
+    if gpu_side_fits:
+        text = (f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, micro-batch "
+                f"{closest.plan.micro_batch}) fits the GPUs ({closest.memory_total / GiB:.1f} GiB of "
+                f"{closest.usable / GiB:.1f} usable on {closest.tight_gpu}) but its offload needs "
+                f"{_host_need(closest, cluster) / GiB:.0f} GiB of host RAM per node")
+    else:
+        text = (f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
+                f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
+                f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}")
     return {"closest": {"label": closest.plan.label(), "needs_bytes": closest.memory_total,
-                        "has_bytes": closest.capacity, "plan": closest.plan.to_dict(),
-                        "text": f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
-                                f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
-                                f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}"},
+                        "has_bytes": closest.capacity, "host_bytes_per_node": round(_host_need(closest, cluster)),
+                        "host_fits": closest.host_fits, "plan": closest.plan.to_dict(), "text": text},
             "fixes": fixes}
-

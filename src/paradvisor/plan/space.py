@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.hetero import split_by_speed
+from paradvisor.plan.hetero import split_by_type
 from paradvisor.plan.types import Plan, Workload
 
 MAX_MICRO_BATCH = 64
@@ -124,14 +124,16 @@ def rank_speeds(topo: Topology, precision: str) -> list[float]:
 
 def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
                            ckpts: list[str]) -> Iterator[Plan]:
-    """001: on unlike GPUs, give each rank a share of the batch in proportion to its speed."""
+    """001: on unlike GPUs, give each rank a share of the batch in proportion to its speed (measured by
+    `paradvisor calibrate` where the cluster's GPU was calibrated, catalogue peaks otherwise); identical
+    GPUs get identical batches."""
     world = topo.world
     speeds = rank_speeds(topo, precision)
     for accum in divisors(wl.global_batch):
         per_step = wl.global_batch // accum
         if per_step < world:
             continue
-        batches = split_by_speed(per_step, speeds)
+        batches = split_by_type(per_step, speeds, [s.name for s in topo.rank_spec])
         if max(batches) > MAX_MICRO_BATCH or len(set(batches)) == 1:
             continue  # an even split is the plain plan, already in the space
         for sharding in sharding_options(world, 1, 1, topo.multi_node):

@@ -2,14 +2,17 @@
 
 Ranking stays the cost model's: a rule multiplies a candidate's score (its predicted step time) by
 (1 - weight) to prefer it or (1 + weight) to avoid it, so a rule can reorder close plans but not
-rescue a plan that is much slower. Every firing is recorded on the plan with the rule's citation,
-and `apply_rules` returns one summary per rule (how many plans it touched; advice messages).
+rescue a plan that is much slower — and only inside the evidence it came from (`rules/evidence.py`:
+model size, GPU architecture and link class, strategies compared). Outside it the rule is recorded as
+fired but not applied, with why. Every firing is recorded on the plan with the rule's citation, and
+`apply_rules` returns one summary per rule (how many plans it touched, how many it moved; advice).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
 from paradvisor.rules.vocabulary import base_facts, plan_facts
 
@@ -26,12 +29,19 @@ def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workloa
     base = base_facts(profile, cluster, workload, precision)
     summary: dict[str, dict] = {}
 
-    def record(rule: Rule, facts: dict, scope: str) -> dict:
+    outside_request = {r.id: request_outside(r.evidence, profile, cluster) for r in rules}
+
+    def record(rule: Rule, facts: dict, scope: str, outside: str | None = None) -> dict:
         entry = summary.setdefault(rule.id, {
             "id": rule.id, "title": rule.title, "scope": scope, "effect": rule.effect,
             "weight": rule.weight, "source": rule.cite(), "numbers": rule.source.get("numbers", {}),
-            "message": rule.message(facts), "fired_on": 0})
+            "message": rule.message(facts), "fired_on": 0, "applied_on": 0, "evidence": rule.evidence,
+            "outside_evidence": None})
         entry["fired_on"] += 1
+        if outside is None:
+            entry["applied_on"] += 1
+        elif entry["outside_evidence"] is None:
+            entry["outside_evidence"] = outside
         return entry
 
     for rule in rules:
@@ -43,6 +53,14 @@ def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workloa
         facts = {**base, **plan_facts(e)}
         for rule in plan_rules:
             if not _fires(rule, facts):
+                continue
+            moves = rule.effect in ("prefer", "avoid", "set")
+            outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
+            if outside is not None:
+                e.rules.append({"id": rule.id, "effect": f"{rule.effect} (not applied: outside its evidence)",
+                                "title": rule.title, "source": rule.cite(), "message": rule.message(facts),
+                                "applied": False, "outside_evidence": outside})
+                record(rule, facts, "plan", outside)
                 continue
             if rule.effect == "set" and reevaluate is not None:
                 changed = replace(e.plan, **rule.settings)
@@ -58,6 +76,7 @@ def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workloa
                 e.score *= 1 + rule.weight
             e.rules.append({"id": rule.id, "effect": rule.effect if rule.effect not in ("prefer", "avoid")
                             else f"{rule.effect} x{1 - rule.weight if rule.effect == 'prefer' else 1 + rule.weight:.2f}",
-                            "title": rule.title, "source": rule.cite(), "message": rule.message(facts)})
+                            "title": rule.title, "source": rule.cite(), "message": rule.message(facts),
+                            "applied": True})
             record(rule, facts, "plan")
     return list(summary.values())

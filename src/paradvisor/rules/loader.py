@@ -13,6 +13,10 @@ explain = "Plain words; {cluster.straggler} inserts a fact."
 paper = "001_6ffeecd27d223100.txt"
 where = "Experiment (NODE A vs NODE B)"
 numbers = { node_b_time_ratio = 2.0 }
+[rule.evidence]                           # where it was measured: it moves plans only there (rules/evidence.py)
+params = [1e5, 1.24e8]
+gpu_arch = ["ampere", "pascal"]
+strategies = ["ddp"]
 ```
 """
 
@@ -33,7 +37,7 @@ EFFECTS = ("prefer", "avoid", "warn", "tip", "set")
 SCOPES = ("plan", "advice")
 SETTABLE = {"pp_schedule": "plan.pp_schedule", "checkpointing": "plan.checkpointing",
             "offload": "plan.offload", "sequence_parallel": None}
-_KEYS = {"id", "title", "scope", "when", "effect", "weight", "set", "explain", "source"}
+_KEYS = {"id", "title", "scope", "when", "effect", "weight", "set", "explain", "source", "evidence"}
 _SOURCE_KEYS = {"paper", "where", "numbers", "note"}
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
 
@@ -51,6 +55,7 @@ class Rule:
     source: dict
     file: str
     line: int | None = None
+    evidence: dict | None = None  # where the finding was measured (rules/evidence.py); None: not limited
 
     def cite(self) -> str:
         return f"{self.source['paper']}, {self.source['where']}"
@@ -148,8 +153,14 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
     if "numbers" in src and not (isinstance(src["numbers"], dict) and all(
             isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in src["numbers"].values())):
         raise InputError("source.numbers must be a table of named numbers", where=where)
+    evidence = None
+    if "evidence" in raw:
+        from paradvisor.rules.evidence import check
+
+        evidence = check(raw["evidence"], where)
     return Rule(id=rid, title=str(raw["title"]), scope=scope, when=when, effect=effect, weight=float(weight),
-                settings=dict(settings), explain=raw["explain"], source=dict(src), file=path, line=line)
+                settings=dict(settings), explain=raw["explain"], source=dict(src), file=path, line=line,
+                evidence=evidence)
 
 
 def check_dirs(dirs: list[Path]) -> CheckResult:

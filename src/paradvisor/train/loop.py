@@ -59,6 +59,8 @@ def memory_record(engine) -> dict:
     b = count_bytes(groups)
     rec = {"mem_params_bytes": b["params"], "mem_grads_bytes": b["grads"], "mem_optimizer_bytes": b["optimizer"],
            "mem_model_state_bytes": b["params"] + b["grads"] + b["optimizer"]}
+    if getattr(engine, "step_grads_bytes", None) is not None:
+        rec["mem_step_grads_bytes"] = engine.step_grads_bytes
     peak = cuda_peak()
     if peak is not None:
         rec["cuda_max_allocated_bytes"] = peak
@@ -106,6 +108,8 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
             rec.update(memory_record(engine))
             if meter:
                 rec["activation_bytes"] = meter.bytes
+                rec["act_working_bytes"] = meter.working_bytes
+                rec["act_gathered_bytes"] = meter.gathered_bytes
             writer.write(rec)
         if progress:
             progress(step)

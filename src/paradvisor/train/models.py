@@ -94,7 +94,8 @@ def resolved_config(preset) -> tuple[str, dict]:
 
 
 def profile_of(preset):
-    """The ModelProfile of what will actually train (overrides applied), counted without torch."""
+    """The ModelProfile of what will actually train (overrides applied), counted without torch; its
+    activation coefficients are traced from the same code when the estimator first asks for them."""
     from paradvisor.model.families import FAMILIES
     from paradvisor.model.profile import ModelProfile
     from paradvisor.model.vision import vgg_profile
@@ -106,6 +107,8 @@ def profile_of(preset):
     if fam in FAMILIES:
         if fam == "gpt2" and family == "mingpt":
             cfg = {**cfg, "tie_word_embeddings": False}
+        if fam in ("bert", "albert"):
+            cfg = {**cfg, "num_labels": preset.train.num_labels}
         layers, shape = FAMILIES[fam](cfg)
         if family == "mingpt":
             from dataclasses import replace as _replace
@@ -113,10 +116,28 @@ def profile_of(preset):
             shape = _replace(shape, family="mingpt")  # no dropout layers, unlike HF GPT-2
         total = sum(e.params for e in layers)
         return ModelProfile(name=preset.workload.model, architecture=family, source="preset", total_params=total,
-                            trainable_params=total, layers=tuple(layers), transformer=shape)
+                            trainable_params=total, layers=tuple(layers), transformer=shape,
+                            traced=_traced(preset, family, cfg))
     from paradvisor.model.load import load_profile
 
     return load_profile(preset.workload.model)
+
+
+def _traced(preset, family: str, cfg: dict):
+    """Stored coefficients when the preset trains a built-in unchanged, else traced on demand."""
+    from paradvisor.model.activations import Traced, for_builtin
+
+    if not preset.train.model_overrides:
+        stored = for_builtin(preset.workload.model)
+        if stored is not None:
+            return stored
+    from paradvisor.train import traceable
+
+    cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings" or family != "mingpt"}
+    return Traced(tracer=lambda keys, seq=None: traceable.traced_facts(family, cfg, keys=keys, check=False,
+                                                                       seq=seq)["activations"],
+                  params_fn=lambda: traceable.param_facts_of(family, cfg),
+                  bounds_fn=lambda: traceable.regime_bounds(family, cfg), source="traced from the preset's model")
 
 
 class VGG(nn.Module):

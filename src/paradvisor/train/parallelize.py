@@ -267,6 +267,25 @@ class DeepSpeedEngine:
                                                            optimizer=client_opt)
         self.model = self.engine
         self.last_groups = None
+        self.step_grads_bytes = None
+        self._watch_step()
+
+    def _watch_step(self) -> None:
+        """Measure the gradients alive inside the optimizer step (DeepSpeed's fp32 partition exists only then)."""
+        from paradvisor.train.metrics import count_bytes, deepspeed_state_groups
+
+        inner = getattr(self.engine.optimizer, "optimizer", None)
+        if inner is None or not hasattr(inner, "step"):
+            return
+        step = inner.step
+
+        def watched(*a, **k):  # the fp32 gradients the optimizer steps on (of DeepSpeed's fp32 masters)
+            masters = deepspeed_state_groups(self.engine)["optimizer"]
+            fp32 = count_bytes({"g": [m.grad for m in masters if getattr(m, "grad", None) is not None]})["g"]
+            self.step_grads_bytes = max(self.step_grads_bytes or 0, fp32)
+            return step(*a, **k)
+
+        inner.step = watched
 
     def forward_backward(self, inputs, targets, *, last: bool, scale: float) -> float:
         loss = loss_of(logits_of(self.engine, inputs), targets)
@@ -288,18 +307,10 @@ class DeepSpeedEngine:
         self.last_groups = groups
 
     def memory_groups(self) -> dict:
-        mod = self.engine.module
-        params = [getattr(p, "ds_tensor", p) for p in mod.parameters()]
-        grads = [p.grad for p in mod.parameters() if p.grad is not None]
-        opt = self.engine.optimizer
-        masters = []
-        for attr in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
-            masters.extend(getattr(opt, attr, []) or [])
-        grads += [m.grad for m in masters if getattr(m, "grad", None) is not None]
-        grads += [g for g in (getattr(opt, "averaged_gradients", {}) or {}).values() for g in (g if isinstance(g, list) else [g])
-                  if hasattr(g, "untyped_storage")]
-        inner = getattr(opt, "optimizer", opt)
-        return {"params": params, "grads": grads, "optimizer": masters + optimizer_state_tensors(inner)}
+        from paradvisor.train.metrics import deepspeed_state_groups
+
+        g = deepspeed_state_groups(self.engine)
+        return {"params": g["params"], "grads": g["grads"], "optimizer": g["optimizer"]}
 
 
 class PipelineEngine:

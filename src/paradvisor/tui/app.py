@@ -439,14 +439,15 @@ class ParadvisorApp(App):
         if not self.rec or not 0 <= index < len(self.rec.plans):
             return
         e = self.selected = self.rec.plans[index]
-        self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable))
+        self._w("#memory-bar", Static).update(memory_bar(e.memory, e.capacity, e.usable, total=e.memory_total))
         lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
         moved = self.moved_by_rules().get(e.plan.label())
         if moved and moved[0] != index + 1:
             lines.append(f"[yellow]{'▲' if moved[0] > index + 1 else '▼'} the cost model alone ranks it "
                          f"{moved[0]}; moved by {escape(', '.join(moved[1]))}[/yellow]")
         for r in e.rules:
-            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}): {escape(r['title'])} "
+            why = f" [yellow]{escape(r['outside_evidence'])}[/yellow]" if r.get("outside_evidence") else ""
+            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}){why}: {escape(r['title'])} "
                          f"[dim]— {escape(r['source'])}[/dim]")
         self._w("#plan-reason", Static).update("\n".join(lines))
         alloc = self._w("#alloc-table", DataTable)

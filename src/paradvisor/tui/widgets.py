@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from rich.text import Text
 
-COLORS = {"params": "cyan", "grads": "magenta", "optimizer": "yellow", "gathered": "blue", "activations": "green",
-          "buffers": "red", "overhead": "grey50"}
+COLORS = {"params": "cyan", "grads": "magenta", "optimizer": "yellow", "step_grads": "bright_magenta",
+          "gathered": "blue", "working": "bright_blue", "activations": "green", "buffers": "red", "overhead": "grey50"}
 
 
-def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, width: int = 60) -> Text:
+def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, width: int = 60,
+               total: float | None = None) -> Text:
     """A bar of `width` cells: each memory term in its colour, then free space; a mark at the usable limit."""
     t = Text()
     used = 0
     for k, v in breakdown.items():
+        if k == "step_grads":  # the optimizer step's own phase: in the total and the legend, not stacked
+            continue
         cells = int(round(width * v / capacity)) if capacity else 0
         cells = min(cells, width - used)
         if cells > 0:
@@ -21,7 +24,10 @@ def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, widt
     limit = int(width * usable / capacity) if capacity else width
     for i in range(used, width):
         t.append("│" if i == limit else "░", style="grey35")
-    total = sum(breakdown.values())
+    from paradvisor.estimate.memory import peak_bytes
+
+    if total is None:  # the forward/backward and optimizer-step phases do not coexist
+        total = peak_bytes(breakdown)
     t.append(f" {total / 2**30:.1f}/{capacity / 2**30:.0f} GiB\n")
     for k, v in breakdown.items():
         if v:
