@@ -3,6 +3,7 @@ parameters with experts under EP and FSDP/ZeRO, all-to-all and load imbalance, E
 
 from __future__ import annotations
 
+import re
 import json
 import subprocess
 import sys
@@ -179,7 +180,7 @@ def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512))
     assert rec.plans and all(why_not(e.plan, "mixtral") is None for e in rec.plans)
     best = rec.plan_only[0]
-    assert best["label"] == "EP8 x ZeRO-2x64" and "EP x ZeRO is plan only" in best["why"]
+    assert re.fullmatch(r"EP8 x ZeRO-[12]x64", best["label"]) and "EP x ZeRO is plan only" in best["why"]
     assert any(e.plan.ep > 1 and e.plan.sharding == "fsdp" for e in rec.plans)  # EP x FSDP is ranked
     assert best["step_time_s"] < rec.plans[0].step_time
     assert why_not(Plan(dp=64, ep=8), "mixtral") is None and why_not(Plan(dp=64), "mixtral") is None
