@@ -208,6 +208,8 @@ def test_closing_the_interactive_session_stops_its_run(tmp_path):
             await pilot.pause(0.3)
             app.query_one("#preset-select").value = str(long)
             app.action_launch_preset()
+            await pilot.pause(0.3)
+            await pilot.press("y")  # the confirmation the TUI asks before any run starts
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (app.run_dir and (app.run_dir / "metrics.jsonl").exists()
                                                        and len(steps_of(app.run_dir)) >= 3):

@@ -286,6 +286,15 @@ class ParadvisorApp(App):
 
     @work(thread=True, group="rank")
     def _rank_worker(self, generation: int) -> None:
+        from textual.app import ScreenStackError
+        from textual.css.query import NoMatches
+
+        try:
+            self._rank(generation)
+        except (NoMatches, ScreenStackError):  # the app closed while ranking: its widgets are already gone
+            pass
+
+    def _rank(self, generation: int) -> None:
         from paradvisor.plan.advice import advise
 
         if self.cluster is None:
