@@ -16,6 +16,7 @@ Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -37,13 +38,20 @@ TERMINAL = ("finished", "failed", "cancelled", "interrupted")
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a run file atomically with mode 0600 (whatever the umask or the folder's mode)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write a run file atomically with mode 0600 (whatever the umask or the folder's mode). The temporary
+    name is the writer's own (process and thread): two threads (the ssh engine's node sessions) or two
+    processes writing the same file each rename a whole file, the last one wins."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
