@@ -214,6 +214,18 @@ def test_a_node_that_never_joins_fails_the_run_within_the_join_timeout(cluster, 
     assert_nothing_left(tmp_path)
 
 
+def failed_run(proc, run: Path) -> tuple[str, dict]:
+    """Wait (bounded) for the launcher to end, killing it if it does not; it must exit 1. (its stderr, the
+    run's status.json)"""
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    return err, json.loads((run / "status.json").read_text())
+
+
 def test_a_rank_killed_on_the_second_node_fails_every_node(cluster, tmp_path):
     proc, run = running(cluster, tmp_path)
     try:
@@ -222,12 +234,10 @@ def test_a_rank_killed_on_the_second_node_fails_every_node(cluster, tmp_path):
         victim = psutil.Process(pid)
         assert "node1" in " ".join(victim.cmdline())  # the rank runs from node 1's run directory
         victim.kill()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
-    status = json.loads((run / "status.json").read_text())
+    except BaseException:
+        proc.kill()
+        raise
+    err, status = failed_run(proc, run)
     assert status["status"] == "failed" and status["failed_node"] == 1, status
     assert status["failed_rank"] == int(rank) and status["exit_code"] == -signal.SIGKILL
     assert "SIGKILL" in status["reason"] and "every node was stopped" in status["reason"]
@@ -242,12 +252,10 @@ def test_cancel_stops_every_node(cluster, tmp_path, sig):
     proc, run = running(cluster, tmp_path)
     try:
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
-    status = json.loads((run / "status.json").read_text())
+    except BaseException:
+        proc.kill()
+        raise
+    _, status = failed_run(proc, run)
     assert status["status"] == "cancelled" and signal.Signals(sig).name in status["reason"]
     for i in (0, 1):
         assert json.loads((run / f"status-node{i}.json").read_text())["status"] == "cancelled"

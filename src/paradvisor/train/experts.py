@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 
-import torch
 import torch.distributed as dist
 
 
@@ -60,9 +59,6 @@ def apply_ep(model, plan, device, world: int):
     from transformers.distributed.expert_parallel import apply_expert_parallelism
 
     edp_mesh, ep_mesh, tp_mesh = ep_meshes(plan, device, world)
-    experts = getattr(model.config, "num_local_experts", None) or getattr(model.config, "num_experts", None)
-    if experts is not None and int(experts) % plan.ep:
-        raise ValueError(f"{experts} experts cannot be split over ep = {plan.ep} ranks")
     ep_plan = expanded_plan(model)
     apply_expert_parallelism(model, ep_mesh, tp_mesh, ep_plan)
     modules = dict(model.named_modules())
@@ -75,23 +71,16 @@ def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -
     summed over its EP group's tokens; the reduce-scatter sums it over the expert-DP group, and dividing by
     the world size gives the mean-loss gradient."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
-    from paradvisor.train.models import blocks_of
+    from paradvisor.train.parallelize import apply_fsdp, fsdp_precision
 
-    kw = {}
-    if precision in ("bf16", "fp16"):
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
-                                               reduce_dtype=torch.float32)
     for mod in expert_modules:
-        fully_shard(mod, mesh=edp_mesh, **kw)
+        fully_shard(mod, mesh=edp_mesh, **fsdp_precision(precision))
         mod.set_gradient_divide_factor(float(world))
-        if edp_mesh.get_group() is not None and dist.get_backend(edp_mesh.get_group()) == "gloo":
+        if dist.get_backend(edp_mesh.get_group()) == "gloo":
             mod.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM: sum, then scale
-    dp_mesh = init_device_mesh(edp_mesh.device_type, (world,), mesh_dim_names=("dp",))
-    for blk in blocks_of(model):
-        fully_shard(blk, mesh=dp_mesh, **kw)
-    fully_shard(model, mesh=dp_mesh, **kw)
+    apply_fsdp(model, init_device_mesh(edp_mesh.device_type, (world,), mesh_dim_names=("dp",)), precision)
 
 
 def is_expert(p) -> bool:
@@ -105,11 +94,5 @@ def reduce_grads(params, world: int, edp_mesh) -> None:
     the expert-DP group, divided by the world size."""
     from paradvisor.train.parallelize import average_grads
 
-    dense = [p for p in params if p.grad is not None and not is_expert(p)]
-    experts = [p.grad.to_local() for p in params if p.grad is not None and is_expert(p)]
-    average_grads(dense, None, world)
-    edp_group = edp_mesh.get_group() if edp_mesh.size() > 1 else None
-    for g in experts:
-        if edp_group is not None:
-            dist.all_reduce(g, group=edp_group)
-        g.div_(world)
+    average_grads([p for p in params if not is_expert(p)], None, world)
+    average_grads([p for p in params if is_expert(p)], edp_mesh.get_group(), world)

@@ -284,12 +284,13 @@ def build_model(preset, family: str, cfg: dict, task: Task):
     config = transformers.AutoConfig.for_model(family, **kw)
     config._attn_implementation = "sdpa" if preset.workload.attention == "sdpa" else "eager"
     if cls_name is None:  # any other model type: transformers' own head class for the task
-        auto = transformers.AutoModelForCausalLM if task.kind == "lm" else transformers.AutoModelForSequenceClassification
+        lm = task.kind == "lm"
+        mapping = transformers.MODEL_FOR_CAUSAL_LM_MAPPING if lm else transformers.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
         try:
-            cls = auto._model_mapping[type(config)]
+            cls = mapping[type(config)]
         except KeyError:
             raise InputError(f"no training recipe for model_type {family!r}: transformers has no "
-                             f"{auto.__name__.removeprefix('AutoModelFor')} class for it") from None
+                             f"{'CausalLM' if lm else 'SequenceClassification'} class for it") from None
     else:
         cls = getattr(transformers, cls_name)
     if preset.train.weights:

@@ -104,13 +104,20 @@ def checkpointing_is_flag(model) -> bool:
     return bool(getattr(hf, "supports_gradient_checkpointing", False)) and hasattr(hf, "gradient_checkpointing_enable")
 
 
-def apply_fsdp(model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True) -> None:
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+def fsdp_precision(precision: str) -> dict:
+    """fully_shard's mixed-precision keyword for a plan precision: 16-bit parameters, fp32 reduction."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    kw = {"mesh": mesh, "reshard_after_forward": reshard}
-    if precision in ("bf16", "fp16"):
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
-                                               reduce_dtype=torch.float32)
+    if precision not in ("bf16", "fp16"):
+        return {}
+    return {"mp_policy": MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
+                                              reduce_dtype=torch.float32)}
+
+
+def apply_fsdp(model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True) -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    kw = {"mesh": mesh, "reshard_after_forward": reshard, **fsdp_precision(precision)}
     if offload:
         kw["offload_policy"] = CPUOffloadPolicy()
     for blk in blocks_of(model):
@@ -192,11 +199,11 @@ class TorchEngine:
     """Plain, DDP, FSDP2, TP, TP x DDP and TP x FSDP models under one torch AdamW."""
 
     def __init__(self, model, plan, train, device, *, kind: str, autocast: bool, layout: Layout,
-                 dp_group=None, grad_reduce=None):
+                 grad_reduce=None):
         self.model, self.plan, self.device, self.kind, self.layout = model, plan, device, kind, layout
         self.autocast = autocast and plan.precision in ("bf16", "fp16")
-        self.dp_group = dp_group  # TP x DDP: gradients averaged here after backward
-        self.grad_reduce = grad_reduce  # EP: dense and expert gradients reduced over their own groups
+        # TP x DDP, EP: gradients reduced over their groups after backward (DDP's reducer cannot wrap DTensors)
+        self.grad_reduce = grad_reduce
         foreach = False if plan.tp > 1 or plan.ep > 1 else None
         self.opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay, foreach=foreach)
         self.clip = train.grad_clip
@@ -224,8 +231,6 @@ class TorchEngine:
 
     def step(self) -> None:
         params = [p for p in self.model.parameters()]
-        if self.dp_group is not None:
-            average_grads(params, self.dp_group, self.layout.dp)
         if self.grad_reduce is not None:
             self.grad_reduce(params)
         if self.scaler:
@@ -449,7 +454,7 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
             apply_fsdp(model, dp_mesh, plan.precision)
             return TorchEngine(model, plan, train, device, kind="tp+fsdp", autocast=False, layout=layout), "tp+fsdp"
         return TorchEngine(model, plan, train, device, kind="tp+ddp", autocast=True, layout=layout,
-                           dp_group=dp_mesh.get_group()), "tp+ddp"
+                           grad_reduce=lambda params: average_grads(params, dp_mesh.get_group(), layout.dp)), "tp+ddp"
     apply_checkpointing(model, family, plan.checkpointing)
     if plan.sharding in ("fsdp", "hsdp") and world > 1:
         from torch.distributed.device_mesh import init_device_mesh
