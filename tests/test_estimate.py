@@ -261,3 +261,27 @@ def test_every_memory_term_is_a_byte_count_and_the_peak_is_their_sum(model, clus
                 assert all(v >= 0 for v in a.values() if v is not None), (plan.label(), mb, a)
         n += 1
     assert n
+
+
+def test_the_loss_heads_backward_gradients_are_a_term_of_the_peak_on_the_heads_stage_only():
+    """A causal LM's fp32 cross-entropy allocates two (tokens x vocab) fp32 gradients at the start of
+    backward (measured on an H100 by benchmarks/gpu_check.py): the `transient` term, alive in the
+    forward/backward phase, on the pipeline stage that holds the head; a classifier has none."""
+    from paradvisor.plan.evaluate import memory_need
+    from paradvisor.plan.types import Plan
+
+    topo = Topology.of(single_node_cluster("A100 80GB", 8))
+    llama = ModelFacts.of(load_profile("llama-2-7b"))
+    wl = Workload(model="llama-2-7b", seq_len=2048, global_batch=16)
+    plan = Plan(dp=8, micro_batch=2, grad_accum=1)
+    m = memory_need(llama, topo, wl, plan, "bf16", 2)
+    assert m["terms"]["transient"] == 2 * 2 * 2048 * llama.shape.vocab * 4
+    assert m["phase"] == "forward/backward"
+    without = sum(v for k, v in m["terms"].items() if k not in ("step_grads", "transient"))
+    assert m["total"] == pytest.approx(without + m["terms"]["transient"])
+    pp = Plan(dp=2, pp=4, micro_batch=1, grad_accum=8)
+    assert memory_need(llama, topo, wl, pp, "bf16", 1, stage=0)["terms"]["transient"] == 0
+    assert memory_need(llama, topo, wl, pp, "bf16", 1, stage=3)["terms"]["transient"] == 2 * 2048 * llama.shape.vocab * 4
+    bert = ModelFacts.of(load_profile("bert-base-uncased"))
+    wb = Workload(model="bert-base-uncased", seq_len=512, global_batch=64)
+    assert memory_need(bert, topo, wb, Plan(dp=8, micro_batch=8), "bf16", 8)["terms"]["transient"] == 0

@@ -307,3 +307,17 @@ def test_measured_step_time_is_the_median_of_the_slowest_rank_per_step():
     t = MetricsTally.of(recs)
     assert t.measured_step_time() == pytest.approx(0.020)  # median of 0.030, 0.020, 0.013: warm-up left out
     assert t.step_points()[:2] == [(1, 9.0), (2, 5.0)]
+
+
+def test_a_gpu_rank_reduces_its_cpu_tensors_through_gloo_and_its_gpu_tensors_through_nccl():
+    """NCCL alone has no CPU path: the trainer's logged loss, tied-weight flag and DiLoCo's fp32 outer
+    copies are CPU tensors (a one-GPU run on an H100 failed on the first of them before this)."""
+    import torch
+
+    from paradvisor.train.run import process_group_backend
+
+    assert process_group_backend("auto", torch.device("cpu")) == "gloo"
+    assert process_group_backend("nccl", torch.device("cpu")) == "gloo"
+    assert process_group_backend("auto", torch.device("cuda", 0)) == "cpu:gloo,cuda:nccl"
+    assert process_group_backend("nccl", torch.device("cuda", 0)) == "cpu:gloo,cuda:nccl"
+    assert process_group_backend("gloo", torch.device("cuda", 0)) == "gloo"

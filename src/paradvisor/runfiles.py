@@ -32,6 +32,7 @@ _REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM},
              "outer": {"rank": int, "round": int}}
 # ... and the type of every optional field the readers use (a wrong type also skips the record).
 _OPTIONAL = {"loss": _NUM, "samples_per_s": _NUM, "mem_model_state_bytes": _NUM, "cuda_max_allocated_bytes": _NUM,
+             "cuda_max_reserved_bytes": _NUM,
              "sync_wait_s": _NUM, "world_size": int, "time": _NUM, "activation_bytes": _NUM, "round": int,
              "local_steps": int, "rank": int, "step": int, "node": int}
 

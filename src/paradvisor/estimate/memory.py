@@ -8,8 +8,14 @@ One breakdown, the same names in the prediction and in what `validate` measures:
   gathered     ZeRO-3 / FSDP parameters gathered for the unit that runs (on loan, freed after it)
   working      16-bit weight copies autocast keeps for backward; one block rebuilt under recomputation
   activations  tensors saved for backward
+  transient    gradients the loss head allocates at the start of backward (not saved, so no meter sees
+               them): a causal LM's fp32 cross-entropy makes two (tokens x vocab) fp32 tensors at once
+               (nll_loss backward, then log_softmax backward) next to everything saved: 2·b·s·V·4 bytes.
+               Measured on an H100 (`benchmarks/gpu_check.py`): CUDA peak less the saved terms was
+               2.07-2.11x b·s·V·4 for LLaMA, Mistral and GPT-2 configs, bf16 and fp32, with and without
+               checkpointing.
   buffers      communication buckets;  overhead: CUDA context, cuBLAS workspace (outside torch's allocator)
-Peak = params + optimizer + buffers + overhead + max(grads + activations + gathered + working,
+Peak = params + optimizer + buffers + overhead + max(grads + activations + gathered + working + transient,
 step_grads + grads kept through the step): the optimizer step runs after the activations are freed;
 DeepSpeed ZeRO-1/2 free the 16-bit gradient partition once the fp32 one exists, ZeRO-3 keeps its flat one.
 
@@ -130,7 +136,14 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
 
 
 HELD = ("params", "optimizer", "buffers", "overhead")  # through the whole step
-FWD_BWD = ("grads", "activations", "gathered", "working")  # forward and backward
+FWD_BWD = ("grads", "activations", "gathered", "working", "transient")  # forward and backward
+
+
+def loss_transient_bytes(*, micro_batch: int, seq: int, vocab: int, lm_head: bool) -> float:
+    """The loss head's gradients at the start of backward (the `transient` term): a causal LM's fp32
+    cross-entropy over the full vocabulary (the logits are gathered whole under TP) holds the gradient of
+    its log-probabilities and of its logits at once, 2·b·s·V fp32 values; a classifier's are negligible."""
+    return 2.0 * micro_batch * seq * vocab * 4 if lm_head else 0.0
 
 
 def peak_breakdown(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> tuple[str, dict[str, float]]:

@@ -76,7 +76,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     from paradvisor.runfiles import MetricsReader
 
     # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
-    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes", "device",
+    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "device",
             "gpu_name", *MEASURED.values())  # every term of the breakdown, to hold against its twin
     steps, starts = [], []
 
@@ -133,10 +133,13 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
         m = measured(MEASURED[term])
         if m or pred[term]:
             rows.append({"metric": f"{term} bytes ({label})", "term": term, "predicted": pred[term], "measured": m})
-    peak = max((r.get("cuda_max_allocated_bytes", 0) for r in steps), default=0) or None
-    if peak:
-        rows.append({"metric": "CUDA peak allocated bytes", "term": "peak",
-                     "predicted": e.memory_total - e.memory["overhead"], "measured": peak})
+    # On a GPU: torch's allocator peak against the prediction less the overhead outside the allocator
+    # (CUDA context, cuBLAS workspace); reserved = allocated + the caching allocator's held blocks.
+    for key, label in (("cuda_max_allocated_bytes", "allocated"), ("cuda_max_reserved_bytes", "reserved")):
+        peak = measured(key)
+        if peak:
+            rows.append({"metric": f"CUDA peak {label} bytes", "term": f"peak_{label}",
+                         "predicted": e.memory_total - e.memory["overhead"], "measured": peak})
     meas_step = reader.tally.measured_step_time()  # the one definition (runfiles.MetricsTally)
     has_speed = est.has_speed
     rows.append({"metric": "step time (s)", "term": "step_time", "predicted": e.step_time if has_speed else None,

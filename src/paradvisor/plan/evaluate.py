@@ -29,6 +29,7 @@ from paradvisor.estimate.memory import (
     block_activation_bytes,
     buffer_bytes,
     edge_activation_bytes,
+    loss_transient_bytes,
     model_state_bytes,
     offload_cpu_bytes,
     peak_breakdown,
@@ -158,6 +159,8 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
 
     stages = []
     source = "formula"
+    transient = loss_transient_bytes(micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab,
+                                     lm_head=mf.lm_head) if mf.shape is not None else 0.0
     if mf.shape is None:
         acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=ab,
                                        input_elems=math.prod(mf.profile.input_shape or (1,)))
@@ -181,10 +184,11 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     if stage is not None and len(stages) > 1:
         stages = [stages[0] if stage == 0 else stages[-1]]
     best = None
-    for st, acts, work, psi in stages:
+    for i, (st, acts, work, psi) in enumerate(stages):
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
         terms = {**st, "working": work, "activations": acts, "buffers": buf,
+                 "transient": transient if i == len(stages) - 1 else 0.0,  # the head's stage
                  "overhead": FRAMEWORK_OVERHEAD}
         phase, alive = peak_breakdown(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
         total = sum(alive.values())

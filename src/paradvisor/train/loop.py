@@ -63,7 +63,7 @@ def memory_record(engine) -> dict:
         rec["mem_step_grads_bytes"] = engine.step_grads_bytes
     peak = cuda_peak()
     if peak is not None:
-        rec["cuda_max_allocated_bytes"] = peak
+        rec["cuda_max_allocated_bytes"], rec["cuda_max_reserved_bytes"] = peak
     return rec
 
 

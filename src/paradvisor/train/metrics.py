@@ -130,11 +130,12 @@ def deepspeed_state_groups(engine) -> dict[str, list]:
     return groups
 
 
-def cuda_peak() -> int | None:
+def cuda_peak() -> tuple[int, int] | None:
+    """(allocated, reserved) peak bytes of torch's CUDA caching allocator on this rank's GPU, or None on CPU."""
     import torch
 
-    if torch.cuda.is_available():
-        return int(torch.cuda.max_memory_allocated())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.max_memory_allocated()), int(torch.cuda.max_memory_reserved())
     return None
 
 

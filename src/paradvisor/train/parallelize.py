@@ -262,11 +262,12 @@ class DeepSpeedEngine:
 
         from paradvisor.launch.dsconfig import deepspeed_config
 
-        on_cpu = device.type == "cpu"
+        # The trainer's own torch AdamW on every device: DeepSpeed's FusedAdam would JIT-compile a CUDA op
+        # first (nvcc, minutes; and DeepSpeed 0.19 cannot parse arch lists such as "9.0a"), on CPU a C++ one.
         cfg = deepspeed_config(plan, lr=train.lr, weight_decay=train.weight_decay, grad_clip=train.grad_clip,
-                               world=world, include_optimizer=not on_cpu)
+                               world=world, include_optimizer=False)
         self.config = cfg
-        client_opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay) if on_cpu else None
+        client_opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.plan, self.layout = plan, layout
         self.engine, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg,
                                                            optimizer=client_opt)
@@ -456,7 +457,7 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         return TorchEngine(model, plan, train, device, kind="tp+ddp", autocast=True, layout=layout,
                            grad_reduce=lambda params: average_grads(params, dp_mesh.get_group(), layout.dp)), "tp+ddp"
     apply_checkpointing(model, family, plan.checkpointing)
-    if plan.sharding in ("fsdp", "hsdp") and world > 1:
+    if plan.sharding in ("fsdp", "hsdp"):  # one rank too: the plan runs as ranked (16-bit FSDP parameters)
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = None

@@ -25,6 +25,15 @@ def pick_device(preset, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def process_group_backend(want: str, device: torch.device) -> str:
+    """The process group's backend. On a GPU the tensors of the gradients go through NCCL, and the few
+    small CPU tensors the trainer reduces (the logged loss, the tied-weight flag, DiLoCo's fp32 outer
+    copies) through gloo: NCCL alone has no CPU path and fails on the first of them."""
+    if want == "gloo" or device.type != "cuda":
+        return "gloo"
+    return "cpu:gloo,cuda:nccl"
+
+
 def cap_memory(limit: str) -> None:
     """A real per-process memory cap: the address space may grow by `limit` beyond what start-up used,
     so allocations past it fail in the allocator (RLIMIT_AS), as they would on a full device."""
@@ -44,9 +53,7 @@ def run(run_dir: Path, rank: int) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(preset, local_rank)
-    backend = preset.launch.backend
-    if backend == "auto":
-        backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = process_group_backend(preset.launch.backend, device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 
 COLORS = {"params": "cyan", "grads": "magenta", "optimizer": "yellow", "step_grads": "bright_magenta",
-          "gathered": "blue", "working": "bright_blue", "activations": "green", "buffers": "red", "overhead": "grey50"}
+          "gathered": "blue", "working": "bright_blue", "activations": "green", "buffers": "red", "transient": "bright_red",
+          "overhead": "grey50"}
 
 
 def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, width: int = 60,
