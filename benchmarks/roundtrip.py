@@ -70,9 +70,9 @@ def main() -> int:
 def in_process(args) -> int:
     from paradvisor.errors import InputError
     from paradvisor.hardware.cluster import load_cluster, single_node_cluster
-    from paradvisor.launch.preset import load_preset, preset_from_estimate, save_preset
     from paradvisor.launch.runner import validate
     from paradvisor.plan.advice import Request, advise
+    from paradvisor.rundir.preset import load_preset, preset_from_estimate, save_preset
 
     os.environ["PARADVISOR_CALIBRATION"] = "none"
     t0 = time.time()

@@ -8,7 +8,7 @@ Layers, lowest first (an import may point down or sideways, never up):
     base       errors, limits, safeio, tomlfile, typed, output, shipped (helpers every layer may use)
     facts      hardware/, model/, units
     advice     plan/, estimate/, rules/
-    run        launch/, train/, monitor/, runfiles
+    run        launch/, train/, monitor/, rundir/
     interfaces commands/, tui/, cli, __main__
 
 Imports inside a function body ("lazy") count as edges too and are marked as such: they still tie
@@ -31,7 +31,7 @@ LAYERS = {
     "base": ["errors", "limits", "safeio", "tomlfile", "typed", "output", "shipped", "__init__"],
     "facts": ["hardware", "model", "units"],
     "advice": ["plan", "estimate", "rules"],
-    "run": ["launch", "train", "monitor", "runfiles"],
+    "run": ["launch", "train", "monitor", "rundir"],
     "interfaces": ["commands", "tui", "cli", "__main__"],
 }
 RANK = {name: i for i, name in enumerate(LAYERS)}

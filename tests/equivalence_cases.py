@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paradvisor.launch.preset import LaunchSettings, Preset, TrainSettings
 from paradvisor.plan.types import NodeAllocation, Plan, Workload
+from paradvisor.rundir.preset import LaunchSettings, Preset, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ, BATCH = 32, 8

@@ -255,7 +255,7 @@ def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
 def test_the_main_thread_is_found_wherever_the_stack_signal_landed():
     """faulthandler marks the thread the signal interrupted as 'Current thread'; that need not be the main
     thread, so the hang diagnosis finds the main thread by its outermost frame."""
-    from paradvisor.launch.runner import _main_thread_frames, hang_suspects
+    from paradvisor.launch.diagnose import _main_thread_frames, hang_suspects
 
     dump = [
         "Thread 0x00007f01 (most recent call first):",

@@ -530,8 +530,8 @@ def test_command_line_fuzzed(argv):
 def _preset_fields() -> list[tuple[str, str]]:
     from dataclasses import fields
 
-    from paradvisor.launch.preset import LaunchSettings, TrainSettings
     from paradvisor.plan.types import Plan, Workload
+    from paradvisor.rundir.preset import LaunchSettings, TrainSettings
 
     return [(sec, f.name) for sec, cls in (("train", TrainSettings), ("launch", LaunchSettings), ("plan", Plan),
                                             ("workload", Workload)) for f in fields(cls)]

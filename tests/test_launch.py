@@ -15,8 +15,8 @@ import tomli_w
 import yaml
 
 from paradvisor.errors import InputError
-from paradvisor.launch.preset import load_preset
 from paradvisor.launch.runner import validate
+from paradvisor.rundir.preset import load_preset
 from tests.conftest import REPO, assert_one_line_error
 from tests.runs import SMOKE, launch, leftover, metrics, steps_of, variant
 
@@ -42,7 +42,7 @@ def test_every_preset_loads_and_validates(path):
 
 def test_preset_roundtrip_through_toml(tmp_path):
     p = load_preset(REPO / "presets" / "llama150m-diloco-local-steps.toml")
-    from paradvisor.launch.preset import save_preset
+    from paradvisor.rundir.preset import save_preset
 
     out = save_preset(tmp_path / "copy.toml", p.to_doc())
     q = load_preset(out)
@@ -299,7 +299,7 @@ def test_launch_reports_progress_lines_then_predicted_vs_measured_and_quiet_prin
 
 
 def test_measured_step_time_is_the_median_of_the_slowest_rank_per_step():
-    from paradvisor.runfiles import MetricsTally
+    from paradvisor.rundir.metrics import MetricsTally
 
     recs = [{"kind": "step", "rank": r, "step": s, "step_time_s": t} for s, r, t in
             [(1, 0, 9.0), (1, 1, 9.0), (2, 0, 5.0), (2, 1, 5.0), (3, 0, 0.010), (3, 1, 0.030), (4, 0, 0.020),

@@ -48,3 +48,37 @@ def test_a_broken_contract_fails_the_check(tmp_path):
     assert "paradvisor.hardware.types -> paradvisor.plan.search" in out
     assert "paradvisor.estimate.memory -> torch" in out
     assert "- .rules -> .plan" in out or "paradvisor.rules.engine -> paradvisor.plan.search" in out
+
+
+LIGHT = """
+import contextlib, io, sys
+from paradvisor.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "transformers", "deepspeed", "textual") if m in sys.modules)
+print(code, ",".join(heavy) or "none", out.getvalue().count("torch.distributed.run"))
+"""
+
+
+def _light(*args: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    res = subprocess.run([sys.executable, "-c", LIGHT, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return res.stdout.split()
+
+
+def test_the_preflight_and_a_dry_run_import_no_torch():
+    """`paradvisor launch --dry-run` runs the whole preflight (the plan against the model's shape, counted from
+    its config) and prints the torchrun command without importing torch or any other heavy library."""
+    code, heavy, torchruns = _light("launch", "--preset", "tiny-cpu-smoke", "--dry-run")
+    assert code == "0" and heavy == "none" and int(torchruns) >= 1
+    code, heavy, torchruns = _light("launch", "--preset", "bert-imdb-tp", "--dry-run")  # a transformers model
+    assert code == "0" and heavy == "none" and int(torchruns) >= 1
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    probe = ("import sys; from paradvisor.launch.preflight import validate; from paradvisor.rundir.preset import "
+             "load_preset; validate(load_preset('presets/tiny-cpu-smoke.toml'), reach=False); "
+             "import paradvisor.monitor.follow, paradvisor.launch.runner; print('torch' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.stdout.strip() == "False", res.stdout + res.stderr[-2000:]

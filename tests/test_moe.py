@@ -3,8 +3,8 @@ parameters with experts under EP and FSDP/ZeRO, all-to-all and load imbalance, E
 
 from __future__ import annotations
 
-import re
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -201,8 +201,8 @@ def test_a_small_moe_ranks_a_runnable_ep_plan():
 
 
 def test_the_launcher_refuses_expert_parallel_presets_it_cannot_run():
-    from paradvisor.launch.preset import parse_preset
     from paradvisor.launch.runner import validate
+    from paradvisor.rundir.preset import parse_preset
 
     def preset(model, plan, over=None):
         return parse_preset({"workload": {"model": model, "global_batch": 8},

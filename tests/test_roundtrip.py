@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paradvisor.hardware.cluster import load_cluster
-from paradvisor.launch.preset import load_preset, preset_from_estimate, save_preset
 from paradvisor.launch.runner import validate
 from paradvisor.plan.advice import Request, advise
 from paradvisor.plan.capability import family_of, why_not
+from paradvisor.rundir.preset import load_preset, preset_from_estimate, save_preset
 from tests.conftest import REPO
 
 MODELS = ["gpt-mini", "gpt2", "gpt2-medium", "bert-base-uncased", "albert-base-v2", "llama-150m", "llama-2-7b",

@@ -11,8 +11,8 @@ import tomllib
 import pytest
 import tomli_w
 
-from paradvisor.launch.runner import new_run_dir
-from tests.conftest import assert_one_line_error, REPO, run_cli
+from paradvisor.rundir import new_run_dir
+from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.runs import SMOKE, launch, wait_gone
 
 PACKAGE = REPO / "src" / "paradvisor"
@@ -95,7 +95,7 @@ def test_a_preset_is_data_never_code(tmp_path):
         if line and not line.startswith("#"):
             shlex.split(line.rstrip("\\"))  # every command line still parses
     from paradvisor.launch.exports import k8s_name
-    from paradvisor.launch.preset import load_preset
+    from paradvisor.rundir.preset import load_preset
 
     assert k8s_name(load_preset(p).name) == "touch-pwned-touch-pwned"  # a valid Kubernetes name
     proc, run_dir = launch(p, tmp_path / "runs", cwd=tmp_path)

@@ -118,8 +118,8 @@ def test_a_job_sbatch_refuses_is_a_failed_run_with_the_reason(slurm, tmp_path):
 
 
 def test_the_submitted_script_quotes_what_it_carries(tmp_path):
-    from paradvisor.launch.preset import load_preset
     from paradvisor.launch.slurm import script
+    from paradvisor.rundir.preset import load_preset
 
     mark = tmp_path / "pwned"
     text = script(load_preset(SMOKE), run_dir=f"/tmp/a b/$(touch {mark})/`touch {mark}`", python="/opt/py thon")

@@ -66,12 +66,12 @@ def add_parser(sub) -> None:
 
 
 def preset_from_args(args):
-    from paradvisor.launch.preset import load_preset
+    from paradvisor.rundir.preset import load_preset
 
     if args.preset:
         if args.model:
             raise InputError("give either --preset or --model, not both")
-        from paradvisor.launch.preset import resolve_preset
+        from paradvisor.rundir.preset import resolve_preset
 
         return load_preset(resolve_preset(args.preset))
     if not args.model:
@@ -84,7 +84,7 @@ def preset_from_args(args):
         raise InputError("nothing fits on these machines, so there is nothing to launch (see `paradvisor recommend`)")
     if not 1 <= args.pick <= len(rec.plans):
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
-    from paradvisor.launch.preset import preset_from_estimate
+    from paradvisor.rundir.preset import preset_from_estimate
 
     return preset_from_estimate(rec, rec.plans[args.pick - 1], ref, description=f"rank {args.pick} of recommend")
 
@@ -108,7 +108,7 @@ def apply_overrides(preset, args):
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
     if tkw.get("dataset") in ("imdb", "text") and not (tkw.get("data_path") or t.data_path):
         raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
-    from paradvisor.launch.preset import LaunchSettings, TrainSettings
+    from paradvisor.rundir.preset import LaunchSettings, TrainSettings
     from paradvisor.typed import from_table
 
     # Flags go through the same typed checks and bounds as the preset's fields.
@@ -131,7 +131,7 @@ def run(args) -> int:
         from paradvisor.launch.exports import write_exports
 
         runner.validate(preset, reach=False)
-        from paradvisor.launch.exports import slug
+        from paradvisor.launch.argv import slug
         from paradvisor.safeio import inside
 
         # the default folder is named after the preset, made one safe path component: never '..' or absolute
@@ -148,7 +148,7 @@ def run(args) -> int:
     if args.dry_run:
 
         from paradvisor.launch.argv import node_commands
-        from paradvisor.launch.preset import engine_of
+        from paradvisor.rundir.preset import engine_of
 
         if engine_of(preset.launch) == "ssh":
             return dry_run_ssh(preset, args)

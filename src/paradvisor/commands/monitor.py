@@ -39,8 +39,8 @@ def _line(s: dict) -> str:
 
 
 def run(args) -> int:
-    from paradvisor.launch.runner import TERMINAL
     from paradvisor.monitor.follow import MetricsFollower, node_lines, summarize
+    from paradvisor.rundir.status import TERMINAL
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "status.json").exists() and not (run_dir / "plan.toml").exists():

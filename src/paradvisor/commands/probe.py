@@ -27,8 +27,8 @@ def add_parser(sub) -> None:
 
 def trial(preset, micro_batch: int, runs: Path) -> bool:
     from paradvisor.launch import runner
-    from paradvisor.launch.preset import LaunchSettings
     from paradvisor.launch.replan import is_oom
+    from paradvisor.rundir.preset import LaunchSettings
 
     plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=micro_batch,
                    grad_accum=1, split_by_speed=False, rank_batches=(), diloco=False, nodes=())
@@ -50,7 +50,7 @@ def predicted_max(preset, limit_bytes: int, cap: int) -> int:
     from paradvisor.launch.replan import CPU_SLACK
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.models import profile_of
+    from paradvisor.train.modelspec import profile_of
 
     mf = ModelFacts.of(profile_of(preset))
     topo = Topology.uniform(nominal_spec(limit_bytes), 1, catalog.link("loopback"), name="probe")
@@ -75,7 +75,7 @@ def gpu_memory() -> tuple[str, int] | None:
 
 
 def run(args) -> int:
-    from paradvisor.launch.preset import load_preset, resolve_preset
+    from paradvisor.rundir.preset import load_preset, resolve_preset
     from paradvisor.units import fmt_bytes, parse_size
 
     preset = load_preset(resolve_preset(args.preset))

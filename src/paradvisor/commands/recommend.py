@@ -102,7 +102,7 @@ def run(args) -> int:
 
 
 def save(args, rec, ref) -> None:
-    from paradvisor.launch.preset import preset_from_estimate, save_preset
+    from paradvisor.rundir.preset import preset_from_estimate, save_preset
 
     if not rec.plans:
         raise InputError("nothing fits, so there is no plan to save (see the nearest fix)")

@@ -20,8 +20,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from paradvisor.launch.preset import load_preset, resolve_preset
     from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
+    from paradvisor.rundir.preset import load_preset, resolve_preset
 
     doc = verify(load_preset(resolve_preset(args.preset)), Path(args.runs_dir), steps=args.steps,
                  tolerance=args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE)

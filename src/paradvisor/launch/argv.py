@@ -1,13 +1,19 @@
-"""Exact argv lists for torchrun and the DeepSpeed launcher (never a shell string)."""
+"""Exact argv lists for torchrun and the DeepSpeed launcher (never a shell string), and the safe words (`slug`,
+`comment`) a generated script carries from a preset."""
 
 from __future__ import annotations
 
 import math
+import re
 import socket
 import sys
 
 from paradvisor.errors import InputError
-from paradvisor.launch.preset import DEFAULT_JOIN_TIMEOUT_S
+from paradvisor.rundir.preset import DEFAULT_JOIN_TIMEOUT_S
+
+# Environment variables a launch forwards to every node (the ssh engine sends them in the hello; the node agent
+# accepts no other).
+FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "PARADVISOR_FAULT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -89,3 +95,16 @@ def node_commands(preset, run_dir: str, *, endpoint: str | None = None, python: 
 def deepspeed_argv(run_dir: str, *, hostfile: str, master_addr: str, master_port: int) -> list[str]:
     return ["deepspeed", "--hostfile", hostfile, "--master_addr", master_addr, "--master_port", str(master_port),
             "--module", "paradvisor.train", "--run-dir", run_dir]
+
+
+def slug(name: str, *, dns: bool = False) -> str:
+    """The preset's name made safe for a shell script or a Kubernetes object name (DNS-1123 with dns=True):
+    a generated script never carries the name's own characters into a command line."""
+    if dns:
+        return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "paradvisor"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")[:60] or "paradvisor"
+
+
+def comment(text: str) -> str:
+    """Text for a '#' comment line of a script: one line, printable characters only."""
+    return re.sub(r"[^\x20-\x7e]", "?", " ".join(str(text).split()))

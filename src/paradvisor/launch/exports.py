@@ -13,31 +13,12 @@ from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
-from paradvisor.launch.dsconfig import deepspeed_config
+from paradvisor.launch.argv import comment, slug
+from paradvisor.rundir.dsconfig import deepspeed_config
+from paradvisor.rundir.preset import plan_toml
 from paradvisor.safeio import write_group
 
 RUN_DIR = "/workspace/run"
-
-
-def slug(name: str, *, dns: bool = False) -> str:
-    """The preset's name made safe for a shell script or a Kubernetes object name (DNS-1123 with dns=True):
-    a generated script never carries the name's own characters into a command line."""
-    if dns:
-        return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "paradvisor"
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")[:60] or "paradvisor"
-
-
-def plan_toml(preset) -> str:
-    import tomli_w
-
-    from paradvisor.launch.preset import _clean
-
-    return tomli_w.dumps(_clean(preset.to_doc()))
-
-
-def comment(text: str) -> str:
-    """Text for a '#' comment line of a script: one line, printable characters only."""
-    return re.sub(r"[^\x20-\x7e]", "?", " ".join(str(text).split()))
 
 
 def k8s_name(name: str) -> str:

@@ -28,16 +28,18 @@ import threading
 import time
 from pathlib import Path
 
+from paradvisor.launch.argv import FORWARD_PREFIXES
+from paradvisor.rundir import LINE_FILES
+
 HELLO_LIMIT = 16 << 20  # bytes of the hello line (the plan is a few KiB)
 CHUNK = 1 << 20  # bytes of one file sent at a time
 POLL_S = 0.3
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
 _APPEND = re.compile(r"^(rank-\d+\.(stdout|stderr)\.log|launcher(-node\d+)?\.log)$")
-_LINES = ("metrics.jsonl", "samples.jsonl")
+_LINES = LINE_FILES  # metrics.jsonl, samples.jsonl
 _WHOLE = re.compile(r"^(rank-\d+\.exit\.json|status(-node\d+)?\.json|command(-node\d+)?\.json|"
                     r"torchelastic-error-node\d+\.json)$")
 _PID = re.compile(r"^rank-(\d+)\.pid$")
-FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "PARADVISOR_FAULT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 
 
 def remote_name(name: str, node: int) -> str:
@@ -152,11 +154,6 @@ def _hello(stream) -> dict:
 
 
 def main() -> int:
-    from dataclasses import replace
-
-    from paradvisor import __version__
-    from paradvisor.errors import InputError
-
     out = Emitter(sys.stdout.buffer)
     sys.stdout = sys.stderr  # nothing else may write into the protocol stream
     try:
@@ -164,12 +161,29 @@ def main() -> int:
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         out({"t": "error", "reason": f"bad hello from the launching machine: {exc}"})
         return 2
-    node = hello["node"]
-    import socket
+    started = _start_node(hello, out)
+    if isinstance(started, int):
+        return started
+    launch, run_dir = started
+    doc = _serve(launch, Streamer(run_dir, hello["node"], out), out)
+    out({"t": "end", "status": doc})
+    return 0 if doc.get("status") == "finished" else 1
 
+
+def _start_node(hello: dict, out: Emitter):
+    """(this node's started launch, its run directory), or the exit code after telling the launching machine why
+    the node could not start (exit 2: the plan or the run directory)."""
+    import socket
+    from dataclasses import replace
+
+    from paradvisor import __version__
+    from paradvisor.errors import InputError
+
+    node = hello["node"]
     try:
         from paradvisor.launch import runner
-        from paradvisor.launch.preset import load_preset
+        from paradvisor.rundir.preset import load_preset
+        from paradvisor.rundir.status import write_private
 
         base = Path(os.path.expanduser(hello["remote_dir"])) / hello["run_name"]
         run_dir = base / f"node{node}"
@@ -177,7 +191,7 @@ def main() -> int:
              "version": __version__, "python": sys.executable})
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         sent = base / f".plan-node{node}.toml"
-        runner.write_private(sent, hello["plan"])
+        write_private(sent, hello["plan"])
         preset = load_preset(sent)
         if not 0 <= node < preset.launch.nnodes:
             raise InputError(f"node {node} is not one of the plan's {preset.launch.nnodes} nodes")
@@ -190,6 +204,12 @@ def main() -> int:
     except OSError as exc:
         out({"t": "error", "reason": f"cannot create the node's run directory: {exc.strerror or exc}"})
         return 2
+    return launch, run_dir
+
+
+def _serve(launch, streamer: Streamer, out: Emitter) -> dict:
+    """Stream the node's run directory to the launching machine until the run ends; a `stop` from it, or its
+    going away, cancels the run. Returns the final status."""
 
     def watch_stdin() -> None:
         reason = "the launching machine closed the connection"
@@ -204,7 +224,6 @@ def main() -> int:
         launch.cancel(reason)
 
     threading.Thread(target=watch_stdin, daemon=True, name="paradvisor-node-stdin").start()
-    streamer = Streamer(run_dir, node, out)
 
     def stream() -> None:
         while not launch.done.is_set():
@@ -218,8 +237,7 @@ def main() -> int:
     doc = launch.wait()
     t.join(timeout=10)
     streamer.sweep()
-    out({"t": "end", "status": doc})
-    return 0 if doc.get("status") == "finished" else 1
+    return doc
 
 
 if __name__ == "__main__":

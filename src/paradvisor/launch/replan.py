@@ -44,7 +44,7 @@ def next_plan(preset, run_dir: Path | None = None):
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.models import profile_of
+    from paradvisor.train.modelspec import profile_of
     from paradvisor.units import parse_size
 
     limit = parse_size(preset.launch.memory_limit) if preset.launch.memory_limit else None
@@ -60,7 +60,7 @@ def next_plan(preset, run_dir: Path | None = None):
     # Scale the model by what the failed run measured (its last logged model states), if anything.
     scale = 1.0
     if run_dir is not None and (run_dir / "metrics.jsonl").exists():
-        from paradvisor.runfiles import MetricsReader
+        from paradvisor.rundir.metrics import MetricsReader
 
         reader = MetricsReader(run_dir / "metrics.jsonl")  # tolerant and streamed: a crash may leave garbage
         reader.read(keep=0)
@@ -84,7 +84,7 @@ def next_plan(preset, run_dir: Path | None = None):
 
 
 def write_replan(run_dir: Path, preset) -> dict | None:
-    from paradvisor.launch.preset import write_toml_atomic
+    from paradvisor.rundir.preset import write_toml_atomic
 
     why, new, predicted, limit, current = next_plan(preset, run_dir)
     if new is None:

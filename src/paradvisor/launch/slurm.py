@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.launch.preset import DEFAULT_RDZV_PORT, Preset
+from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset
 
 PLAN_EOF = "PARADVISOR_PLAN"
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
@@ -40,7 +40,8 @@ SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
 def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3") -> str:
     """The sbatch script. With `run_dir` (a submitted run) the job uses that folder and its plan.toml; without
     (an export) it makes runs/<job id>-<name>/ in the submit folder and writes the plan there first."""
-    from paradvisor.launch.exports import comment, plan_toml, slug
+    from paradvisor.launch.argv import comment, slug
+    from paradvisor.rundir.preset import plan_toml
 
     lau = preset.launch
     name = slug(preset.name)
@@ -77,7 +78,7 @@ def node_main(argv: list[str] | None = None) -> int:
     import argparse
 
     from paradvisor.launch import runner
-    from paradvisor.launch.preset import load_preset
+    from paradvisor.rundir.preset import load_preset
 
     ap = argparse.ArgumentParser(prog="python -m paradvisor.launch.slurm")
     ap.add_argument("--run-dir", required=True)
@@ -168,7 +169,7 @@ class SlurmJob:
         return doc
 
     def wait(self, poll: float = POLL_S) -> dict:
-        from paradvisor.launch.runner import write_json_atomic
+        from paradvisor.rundir.status import write_json_atomic
 
         try:
             doc = self._wait(poll)
@@ -180,7 +181,7 @@ class SlurmJob:
             self.done.set()
 
     def _node_statuses(self) -> dict[int, dict]:
-        from paradvisor.runfiles import read_status
+        from paradvisor.rundir.status import read_status
 
         out = {}
         for i in range(self.preset.launch.nnodes):
@@ -190,7 +191,8 @@ class SlurmJob:
         return out
 
     def _wait(self, poll: float) -> dict:
-        from paradvisor.launch.runner import _tail, write_json_atomic
+        from paradvisor.rundir import tail_lines as _tail
+        from paradvisor.rundir.status import write_json_atomic
 
         cancelled_at = None
         gone = 0
@@ -225,7 +227,7 @@ class SlurmJob:
         if self.state == "COMPLETED" and len(nodes) == self.preset.launch.nnodes and not failed:
             return self.status(status="finished", returncode=0, **common)
         if failed:
-            from paradvisor.launch.runner import is_peer_error
+            from paradvisor.launch.diagnose import is_peer_error
 
             i, d = min(failed, key=lambda x: (is_peer_error(x[1].get("reason")), x[1].get("ended") or 0))
             return self.status(status="failed", failed_node=i, failed_rank=d.get("failed_rank"),
@@ -242,8 +244,10 @@ class SlurmJob:
 
 def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
     """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
-    from paradvisor.launch.preset import write_toml_atomic
-    from paradvisor.launch.runner import prepare_run_dir, validate, write_json_atomic, write_private
+    from paradvisor.launch.preflight import validate
+    from paradvisor.rundir.lock import prepare_run_dir
+    from paradvisor.rundir.preset import write_toml_atomic
+    from paradvisor.rundir.status import write_json_atomic, write_private
 
     if shutil.which("sbatch") is None:
         raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.launch.preset import DEFAULT_RDZV_PORT, Preset, write_toml_atomic
+from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_toml_atomic
 
 DEFAULT_SSH_TIMEOUT_S = 10.0
 JOIN_GRACE_S = 15.0  # the agent's start (python, torch import) before its torchrun joins the rendezvous
@@ -109,7 +109,7 @@ def resolve_address(host: str, *, ssh_config: str | None) -> str:
 
 def forwarded_env(extra: dict | None) -> dict:
     """Environment the nodes' ranks get from here: fault drills, NCCL/Gloo settings, thread count."""
-    from paradvisor.launch.nodeagent import FORWARD_PREFIXES
+    from paradvisor.launch.argv import FORWARD_PREFIXES
 
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
     env.update({k: v for k, v in (extra or {}).items() if k.startswith(FORWARD_PREFIXES)})
@@ -118,7 +118,7 @@ def forwarded_env(extra: dict | None) -> dict:
 
 def _score(n: NodeSession) -> int:
     """How likely a failed node is the cause: its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
-    from paradvisor.launch.runner import is_peer_error
+    from paradvisor.launch.diagnose import is_peer_error
 
     if n.final is None:
         return 0  # unreachable, lost, or its agent refused the run: nothing else explains it
@@ -185,7 +185,7 @@ class SshLaunch:
         return doc
 
     def wait(self, poll: float = 0.2) -> dict:
-        from paradvisor.launch.runner import write_json_atomic
+        from paradvisor.rundir.status import write_json_atomic
 
         try:
             doc = self._wait(poll)
@@ -214,7 +214,7 @@ class SshLaunch:
                 os.close(fd)
 
     def _write_nodes(self) -> None:
-        from paradvisor.launch.runner import write_json_atomic
+        from paradvisor.rundir.status import write_json_atomic
 
         write_json_atomic(self.run_dir / "nodes.json", {"schema": "paradvisor.nodes/1", "engine": "ssh",
                                                         "rdzv_endpoint": self.endpoint,
@@ -231,7 +231,7 @@ class SshLaunch:
         return [(n, why) for n, (ok, why) in results if not ok]
 
     def _hello(self, n: NodeSession) -> bytes:
-        from paradvisor.launch.exports import plan_toml
+        from paradvisor.rundir.preset import plan_toml
 
         lau = self.preset.launch
         return (json.dumps({"plan": plan_toml(self.preset), "run_name": self.run_dir.name, "node": n.index,
@@ -267,7 +267,7 @@ class SshLaunch:
             return
         path = self.run_dir / name
         if whole:
-            from paradvisor.launch.runner import write_private
+            from paradvisor.rundir.status import write_private
 
             tmp = data.decode(errors="replace")
             write_private(path, tmp)
@@ -325,7 +325,7 @@ class SshLaunch:
         if n.reader is not None:
             n.reader.join(timeout=5)
         n.ended = time.time()
-        from paradvisor.launch.runner import _tail
+        from paradvisor.rundir import tail_lines as _tail
 
         if n.final is not None:
             n.state = {"finished": "finished", "cancelled": "cancelled"}.get(n.final.get("status"), "failed")
@@ -399,7 +399,7 @@ class SshLaunch:
         return out
 
     def _wait(self, poll: float) -> dict:
-        from paradvisor.launch.runner import write_json_atomic
+        from paradvisor.rundir.status import write_json_atomic
 
         self.log(f"checking {len(self.nodes)} host(s) over ssh (timeout {self.ssh_timeout:g} s)")
         bad = self._precheck()
@@ -492,7 +492,9 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
           ssh_config: str | None = None, ssh_timeout: float | None = None) -> SshLaunch:
     from dataclasses import replace
 
-    from paradvisor.launch.runner import prepare_run_dir, validate, write_json_atomic, write_private
+    from paradvisor.launch.preflight import validate
+    from paradvisor.rundir.lock import prepare_run_dir
+    from paradvisor.rundir.status import write_json_atomic, write_private
 
     ssh_config = ssh_config or os.environ.get("PARADVISOR_SSH_CONFIG") or None
     if ssh_config and not Path(ssh_config).is_file():

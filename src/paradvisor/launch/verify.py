@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from paradvisor.launch.preset import LaunchSettings, Preset
 from paradvisor.plan.types import Plan
+from paradvisor.rundir.preset import LaunchSettings, Preset
 
 DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reduction order differs)
 
@@ -21,7 +21,7 @@ DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reducti
 def numerics_preset(preset: Preset, *, steps: int) -> Preset:
     """The preset made deterministic: fp32, every dropout of the model's config at 0, a loss every step,
     `steps` steps, on this machine's CPU processes."""
-    from paradvisor.train.models import resolved_config
+    from paradvisor.train.modelspec import resolved_config
 
     family, cfg = resolved_config(preset)
     over = dict(preset.train.model_overrides)
@@ -53,7 +53,7 @@ def reference_preset(preset: Preset) -> Preset:
 
 def losses(run_dir: Path) -> dict[int, float]:
     """{step: loss} from rank 0's records (the loss over the whole global batch)."""
-    from paradvisor.runfiles import MetricsReader
+    from paradvisor.rundir.metrics import MetricsReader
 
     out = {}
 

@@ -6,14 +6,14 @@ import math
 import time
 from pathlib import Path
 
-from paradvisor.launch.runner import TERMINAL, effective_status
-from paradvisor.runfiles import MetricsReader, MetricsTally
+from paradvisor.rundir.metrics import MetricsReader, MetricsTally
+from paradvisor.rundir.status import TERMINAL, effective_status
 
 
 class MetricsFollower:
     """Follows metrics.jsonl: `poll()` reads what was appended (a partial last line is kept until it is complete,
     lines that are not well-formed records are skipped and counted in `skipped`) and returns the newest new
-    records; `records` is the running summary (`runfiles.MetricsTally`) that `summarize` takes, so memory does
+    records; `records` is the running summary (`rundir.metrics.MetricsTally`) that `summarize` takes, so memory does
     not grow with the file."""
 
     def __init__(self, run_dir: str | Path):
@@ -35,7 +35,7 @@ class MetricsFollower:
 def plan_doc(run_dir: Path) -> dict:
     """plan.toml as a preset document, or {} when it cannot be read or is not a valid preset."""
     from paradvisor.errors import InputError
-    from paradvisor.launch.preset import load_preset
+    from paradvisor.rundir.preset import load_preset
 
     try:
         return load_preset(run_dir / "plan.toml").to_doc()
@@ -62,7 +62,7 @@ def latest_samples(run_dir: Path) -> dict[int, dict]:
     """The newest reading of each node from the end of samples.jsonl (bounded read; bad lines skipped)."""
     import json
 
-    from paradvisor.launch.runner import _read_tail
+    from paradvisor.rundir import read_tail as _read_tail
 
     out: dict[int, dict] = {}
     for line in reversed(_read_tail(run_dir / "samples.jsonl", SAMPLES_TAIL).splitlines()):
@@ -83,7 +83,7 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
     """(nodes, ranks) of a run: per node its host, state, ranks, their step range and its newest GPU/CPU
     reading (each node's own sampler); per rank its node and last step. nodes.json (ssh engine) names hosts
     and states; a local run's node is this machine."""
-    from paradvisor.runfiles import read_json_object
+    from paradvisor.rundir.status import read_json_object
 
     doc, _ = read_json_object(run_dir / "nodes.json") if (run_dir / "nodes.json").exists() else (None, None)
     listed = [n for n in (doc or {}).get("nodes", []) if isinstance(n, dict) and isinstance(n.get("node"), int)]
@@ -136,7 +136,7 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
     plan = plan_doc(run_dir)
     total = plan.get("train", {}).get("steps") or None
     last_step = tally.last_step
-    step_time = tally.measured_step_time()  # the one definition, shared with `validate` (runfiles.MetricsTally)
+    step_time = tally.measured_step_time()  # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
     batch = plan.get("workload", {}).get("global_batch", 0)
     gsps = (batch / step_time) if step_time else None
     now = time.time()

@@ -31,7 +31,7 @@ def estimate_for(preset, *, on_gpu: bool, gpu_name: str | None = None, calibrati
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import evaluate, memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.models import profile_of
+    from paradvisor.train.modelspec import profile_of
 
     plan, wl = preset.plan, preset.workload
     world = plan.world_size
@@ -107,7 +107,7 @@ def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
 
 def read_prediction(run_dir: Path, plan: dict) -> dict:
     """prediction.json of a run, else (a run directory from before it existed) the plan's [prediction]."""
-    from paradvisor.runfiles import read_json_object
+    from paradvisor.rundir.status import read_json_object
 
     path = Path(run_dir) / "prediction.json"
     if path.exists():

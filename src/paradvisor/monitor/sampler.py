@@ -138,7 +138,7 @@ class RankSampler:
         self.procs: dict[int, object] = {}
 
     def sample(self, world: int, gpus: list | None = None, nvml=None, handles=()) -> dict[int, dict]:
-        from paradvisor.launch.runner import _rank_process
+        from paradvisor.rundir import rank_process as _rank_process
 
         out: dict[int, dict] = {}
         gpu_of: dict[int, tuple[int, int]] = {}

@@ -66,14 +66,14 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
 
 def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     from paradvisor.hardware import calibration as cal_mod
-    from paradvisor.launch.preset import load_preset
-    from paradvisor.train.models import profile_of
+    from paradvisor.rundir.preset import load_preset
+    from paradvisor.train.modelspec import profile_of
 
     run_dir = Path(run_dir)
     if not (run_dir / "plan.toml").exists() or not (run_dir / "metrics.jsonl").exists():
         raise InputError("not a run directory with plan.toml and metrics.jsonl", where=str(run_dir))
     preset = load_preset(run_dir / "plan.toml")
-    from paradvisor.runfiles import MetricsReader
+    from paradvisor.rundir.metrics import MetricsReader
 
     # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
     keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "device",
@@ -140,7 +140,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
         if peak:
             rows.append({"metric": f"CUDA peak {label} bytes", "term": f"peak_{label}",
                          "predicted": e.memory_total - e.memory["overhead"], "measured": peak})
-    meas_step = reader.tally.measured_step_time()  # the one definition (runfiles.MetricsTally)
+    meas_step = reader.tally.measured_step_time()  # the one definition (rundir.metrics.MetricsTally)
     has_speed = est.has_speed
     rows.append({"metric": "step time (s)", "term": "step_time", "predicted": e.step_time if has_speed else None,
                  "measured": meas_step})

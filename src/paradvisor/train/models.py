@@ -8,9 +8,7 @@ Hugging Face config builds that architecture; `train.weights` loads local weight
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import torch
@@ -22,122 +20,6 @@ from paradvisor.train import data as D
 
 HF_CLASSES = {"bert": "BertForSequenceClassification", "albert": "AlbertForSequenceClassification",
               "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
-
-
-def _check_override(key: str, value, base, where: str) -> None:
-    """An override keeps the type of the value it replaces (a count stays a non-negative integer, a rate a
-    finite number, a name a string); a new key takes a scalar."""
-    import math
-
-    def fail(expected: str):
-        raise InputError(f"expected {expected}, got {value!r}", where=f"{where}.{key}")
-
-    def is_int(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    if isinstance(base, bool):
-        if not isinstance(value, bool):
-            fail("true or false")
-    elif is_int(base) or (base is None and is_int(value)):
-        if not is_int(value) or value < 0:
-            fail("a non-negative integer")
-    elif isinstance(base, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            fail("a finite number")
-    elif isinstance(base, str):
-        if not isinstance(value, str):
-            fail("a string")
-    elif isinstance(base, list):
-        kinds = {type(x) for x in base}
-        if not isinstance(value, list) or not value or any(type(x) not in kinds for x in value) or any(
-                is_int(x) and x < 1 for x in value):
-            fail(f"a non-empty list like {base[:4]!r}")
-    elif base is None and value is None:
-        pass
-    elif not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
-        fail("a number, string or boolean")
-
-
-def resolved_config(preset) -> tuple[str, dict]:
-    """(family, config dict) of the preset's model with overrides applied (each override checked)."""
-    from paradvisor.model.config import shape_from_config
-    from paradvisor.model.load import _builtins, builtin_config, is_model_path, unknown_model
-
-    name = preset.workload.model
-    over = dict(preset.train.model_overrides)
-    where = f"{preset.path or 'preset'}: train.model_overrides"
-    if name == "vgg16":
-        spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", "vgg16.toml").read_text())
-        for k, v in over.items():
-            _check_override(k, v, spec.get(k), where)
-        spec.update(over)
-        return "vgg", spec
-    if name in _builtins():
-        base = builtin_config(name)
-        family = "mingpt" if name == "gpt-mini" else base["model_type"]
-    else:
-        from paradvisor.model.hf import read_config
-
-        if not is_model_path(name):
-            raise unknown_model(name, where=f"{preset.path or 'preset'}: workload.model")
-        _, base = read_config(Path(name))
-        family = base["model_type"]
-    for k, v in over.items():
-        if k == "model_type" and v != base.get("model_type"):
-            raise InputError("cannot change the model type; pick another model", where=f"{where}.model_type")
-        _check_override(k, v, base.get(k), where)
-    cfg = {**base, **over}
-    shape = shape_from_config(cfg, where=where)
-    if shape and family in ("bert", "albert", "gpt2", "mingpt") and shape.hidden % shape.heads:
-        raise InputError(f"hidden size {shape.hidden} is not a multiple of {shape.heads} attention heads", where=where)
-    return family, cfg
-
-
-def profile_of(preset):
-    """The ModelProfile of what will actually train (overrides applied), counted without torch; its
-    activation coefficients are traced from the same code when the estimator first asks for them."""
-    from paradvisor.model.families import FAMILIES
-    from paradvisor.model.profile import ModelProfile
-    from paradvisor.model.vision import vgg_profile
-
-    family, cfg = resolved_config(preset)
-    if family == "vgg":
-        return vgg_profile(cfg)
-    fam = "gpt2" if family == "mingpt" else family
-    if fam in FAMILIES:
-        if fam == "gpt2" and family == "mingpt":
-            cfg = {**cfg, "tie_word_embeddings": False}
-        if fam in ("bert", "albert"):
-            cfg = {**cfg, "num_labels": preset.train.num_labels}
-        layers, shape = FAMILIES[fam](cfg)
-        if family == "mingpt":
-            from dataclasses import replace as _replace
-
-            shape = _replace(shape, family="mingpt")  # no dropout layers, unlike HF GPT-2
-        total = sum(e.params for e in layers)
-        return ModelProfile(name=preset.workload.model, architecture=family, source="preset", total_params=total,
-                            trainable_params=total, layers=tuple(layers), transformer=shape,
-                            traced=_traced(preset, family, cfg))
-    from paradvisor.model.load import load_profile
-
-    return load_profile(preset.workload.model)
-
-
-def _traced(preset, family: str, cfg: dict):
-    """Stored coefficients when the preset trains a built-in unchanged, else traced on demand."""
-    from paradvisor.model.activations import Traced, for_builtin
-
-    if not preset.train.model_overrides:
-        stored = for_builtin(preset.workload.model)
-        if stored is not None:
-            return stored
-    from paradvisor.train import traceable
-
-    cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings" or family != "mingpt"}
-    return Traced(tracer=lambda keys, seq=None: traceable.traced_facts(family, cfg, keys=keys, check=False,
-                                                                       seq=seq)["activations"],
-                  params_fn=lambda: traceable.param_facts_of(family, cfg),
-                  bounds_fn=lambda: traceable.regime_bounds(family, cfg), source="traced from the preset's model")
 
 
 class VGG(nn.Module):

@@ -260,7 +260,7 @@ class DeepSpeedEngine:
             # compiler); gloo's collectives are enough for what runs on CPU here.
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
-        from paradvisor.launch.dsconfig import deepspeed_config
+        from paradvisor.rundir.dsconfig import deepspeed_config
 
         # The trainer's own torch AdamW on every device: DeepSpeed's FusedAdam would JIT-compile a CUDA op
         # first (nvcc, minutes; and DeepSpeed 0.19 cannot parse arch lists such as "9.0a"), on CPU a C++ one.

@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from paradvisor.launch.preset import load_preset
+from paradvisor.rundir.preset import load_preset
 from paradvisor.train.loop import train_diloco, train_sync
 from paradvisor.train.metrics import MetricsWriter
-from paradvisor.train.models import build_model, build_task, resolved_config
+from paradvisor.train.models import build_model, build_task
+from paradvisor.train.modelspec import resolved_config
 from paradvisor.train.parallelize import build_engine
 
 

@@ -1,11 +1,10 @@
-"""Tolerant readers of a run directory's files, shared by the launcher, `monitor`, `runs`, `validate` and the TUI.
+"""metrics.jsonl, read tolerantly: shared by the launcher, `monitor`, `runs`, `validate` and the TUI.
 
-A crash can leave a truncated last line in metrics.jsonl; a disk problem can leave garbage, a line that
-is not an object, or a status.json that is not an object. Nothing here raises on what a run wrote: a
-line that is not a well-formed record is skipped and counted (`MetricsReader.skipped`), a status.json
-that cannot be read gives status `unknown` with the reason, and a status field of the wrong type is
-dropped. metrics.jsonl is streamed in bounded chunks and summed up in `MetricsTally`, whose memory does
-not grow with the file (a 200 MB file is read with a few MiB).
+A crash can leave a truncated last line in metrics.jsonl; a disk problem can leave garbage or a line that
+is not an object. Nothing here raises on what a run wrote: a line that is not a well-formed record is
+skipped and counted (`MetricsReader.skipped`). metrics.jsonl is streamed in bounded chunks and summed up
+in `MetricsTally`, whose memory does not grow with the file (a 200 MB file is read with a few MiB).
+(status.json: rundir/status.py.)
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import math
 import os
 from collections import deque
 from pathlib import Path
-
-from paradvisor.limits import MAX_FILE_BYTES
 
 CHUNK = 1 << 20  # bytes read from metrics.jsonl at a time
 MAX_LINE = 1 << 20  # a metrics line longer than this is garbage (a real one is a few hundred bytes)
@@ -264,57 +261,3 @@ class MetricsReader:
         if self.buffer.strip():
             self.skipped += 1
             self.buffer = b""
-
-
-# ------------------------------------------------------------------------------------------------------- status.json
-
-STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
-# The type of every status field a reader uses; a field of another type is dropped (and counted).
-STATUS_TYPES = {"status": str, "reason": (str, type(None)), "label": str, "name": str, "run_dir": str,
-                "started": _NUM, "ended": _NUM, "duration_s": _NUM, "pid": int, "pid_started": _NUM,
-                "launcher_pid": int, "launcher_started": _NUM, "failed_rank": (int, type(None)),
-                "exit_code": (int, type(None)), "hung": bool, "oom": bool, "replan": (dict, type(None)),
-                "world_size": int, "node_rank": int, "returncode": (int, type(None)),
-                "last_log_lines": list, "hang_timeout_s": (_NUM, type(None))}
-
-
-def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
-    """(the JSON object in `path`, None) or (None, why it cannot be read): never raises."""
-    from paradvisor.errors import InputError
-    from paradvisor.safeio import parse_json, read_text
-
-    try:
-        doc = parse_json(read_text(path, what="JSON file", limit=limit), str(path))
-    except InputError as exc:
-        return None, exc.message
-    if not isinstance(doc, dict):
-        return None, f"{path.name} holds {type(doc).__name__}, not a JSON object"
-    return doc, None
-
-
-def _fits(value, typ) -> bool:
-    if isinstance(value, bool):  # True is an int to isinstance, not to a status reader
-        return typ is bool
-    return isinstance(value, typ)
-
-
-def read_status(path: Path) -> dict:
-    """status.json as a dict whose fields have the types in STATUS_TYPES; unreadable: status `unknown`."""
-    doc, why = read_json_object(path)
-    if doc is None:
-        return {"status": "unknown", "run_dir": str(path.parent), "reason": f"no readable status.json ({why})"}
-    out, dropped = {}, []
-    for key, value in doc.items():
-        typ = STATUS_TYPES.get(key)
-        if typ is not None and not _fits(value, typ) or isinstance(value, float) and not math.isfinite(value):
-            dropped.append(key)
-            continue
-        out[key] = value
-    if key_list := out.get("last_log_lines"):
-        out["last_log_lines"] = [str(x) for x in key_list[-200:]]
-    if out.get("status") not in STATUSES:
-        out["reason"] = f"status.json names no known status ({out.get('status')!r})"
-        out["status"] = "unknown"
-    if dropped:
-        out["unreadable_fields"] = dropped
-    return out

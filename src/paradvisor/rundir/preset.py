@@ -1,0 +1,358 @@
+"""Preset files: a Plan plus its workload (and where it runs), as TOML.
+
+Read with tomllib, written with tomli-w, atomically (temporary file + rename), never over an
+existing file unless asked to. Presets are data: nothing in them is ever executed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paradvisor import __version__
+from paradvisor.errors import InputError
+from paradvisor.limits import MAX_NAME
+from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.safeio import write_atomic
+from paradvisor.tomlfile import KeyLocator, read_toml
+from paradvisor.typed import check_mapping, check_value, from_table
+
+SCHEMA = "paradvisor.preset/1"
+
+
+def _clean(value):
+    """tomli-w cannot write None: drop None entries recursively."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value if v is not None]
+    return value
+
+
+def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = False, header: str = "") -> Path:
+    """Write TOML atomically (safeio.write_atomic: never over an existing file unless forced, never over a
+    device, a FIFO or a folder, whatever --force says)."""
+    import tomli_w
+
+    return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
+
+
+def plan_toml(preset) -> str:
+    """The preset as plan.toml text (what a run directory, a ConfigMap or an sbatch script carries)."""
+    import tomli_w
+
+    return tomli_w.dumps(_clean(preset.to_doc()))
+
+
+def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    header = f"# paradvisor preset, written by paradvisor {__version__} on {stamp}\n"
+    return write_toml_atomic(path, doc, force=force, header=header)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading and validating presets.
+
+DATASETS = ("corpus", "reviews", "imdb", "text", "images")
+_TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction"}
+_WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
+_TRAIN = {"steps", "lr", "dataset", "data_path", "weights", "model_overrides", "seed", "log_every", "warmup_steps",
+          "weight_decay", "grad_clip", "device", "outer_lr", "outer_momentum", "num_labels", "image_size",
+          "hang_timeout_s"}
+_LAUNCH = {"nproc_per_node", "node_procs", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend",
+           "image", "memory_limit", "engine", "join_timeout_s", "remote_dir", "remote_python"}
+_CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
+_PLAN = {f for f in Plan.__dataclass_fields__}
+_CLUSTER_TYPES = {"file": str, "gpus": int, "gpu_type": str, "link": str, "local": bool}
+# Predictions are numbers (a breakdown is a table of numbers); the monitor and the hang timeout compute with them.
+_PREDICTION_TYPES = {"memory_per_gpu_bytes": float, "step_time_s": float, "samples_per_s": float,
+                     "tokens_per_s": float, "memory_breakdown": dict[str, float], "time_breakdown": dict[str, float]}
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 20
+    lr: float = 3e-4
+    dataset: str = "corpus"
+    data_path: str | None = None
+    weights: str | None = None
+    model_overrides: dict = field(default_factory=dict)
+    seed: int = 0
+    log_every: int = 1
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    device: str = "auto"
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    num_labels: int = 2
+    image_size: int = 32
+    hang_timeout_s: float | None = None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
+
+
+DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
+ENGINES = ("auto", "local", "ssh")
+DEFAULT_JOIN_TIMEOUT_S = 120.0  # a node that has not joined the rendezvous by then fails the run (torchrun: 600 s)
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    nproc_per_node: int = 1  # processes on each node (the largest node's count when node_procs is given)
+    nnodes: int = 1
+    node_procs: tuple[int, ...] = ()  # processes per node, in node-rank order, when nodes differ (2 + 4 GPUs)
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    hosts: tuple[str, ...] = ()
+    master_port: int = 0
+    backend: str = "auto"
+    image: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
+    memory_limit: str = ""  # per-process cap on CPU runs, e.g. "2 GiB" (address space beyond start-up)
+    # How the nodes start: "local" (this machine is node `node_rank`), "ssh" (every node over ssh from here),
+    # "auto" (ssh when there are several nodes with hosts, else local). See engine_of().
+    engine: str = "auto"
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S  # torchrun --rdzv-conf join_timeout for multi-node runs
+    remote_dir: str = "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
+    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+
+    def procs(self, node_rank: int) -> int:
+        """Processes torchrun starts on node `node_rank`."""
+        return self.node_procs[node_rank] if self.node_procs else self.nproc_per_node
+
+    @property
+    def world(self) -> int:
+        return sum(self.node_procs) if self.node_procs else self.nproc_per_node * self.nnodes
+
+    def layout(self) -> str:
+        """'2 nodes x 4 processes' or '2 + 4 processes on 2 nodes'."""
+        if self.node_procs and len(set(self.node_procs)) > 1:
+            return f"{' + '.join(map(str, self.node_procs))} processes on {self.nnodes} nodes"
+        return f"{self.nnodes} node(s) x {self.nproc_per_node} process(es)"
+
+
+def engine_of(lau: LaunchSettings) -> str:
+    """'ssh' (paradvisor starts every node over ssh) or 'local' (this machine runs node `node_rank`): an explicit
+    launch.engine, else ssh when the launch has several nodes and a host for each."""
+    if lau.engine != "auto":
+        return lau.engine
+    return "ssh" if lau.nnodes > 1 and len(lau.hosts) == lau.nnodes else "local"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    workload: Workload
+    train: TrainSettings
+    launch: LaunchSettings
+    plan: Plan
+    cluster: dict
+    prediction: dict
+    path: str | None = None
+
+    def to_doc(self) -> dict:
+        from dataclasses import asdict
+
+        launch = asdict(self.launch)
+        launch["hosts"] = list(self.launch.hosts)
+        launch["node_procs"] = list(self.launch.node_procs)
+        return {"schema": SCHEMA, "name": self.name, "description": self.description,
+                "workload": self.workload.to_dict(), "train": asdict(self.train), "launch": launch,
+                "cluster": self.cluster, "plan": self.plan.to_dict(), "prediction": self.prediction}
+
+
+def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
+    sec = data.get(name, {})
+    if not isinstance(sec, dict):
+        raise InputError("expected a table", where=loc.where(None, 0, name, name))
+    for k in sec:
+        if k not in allowed:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(allowed))}",
+                             where=loc.where(name, 0, k, f"{name}.{k}"))
+
+    def where(key):
+        return loc.where(name, 0, key, f"{name}.{key}")
+
+    return sec, where
+
+
+def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Preset:
+    loc = KeyLocator(path, text)
+    for k in data:
+        if k not in _TOP:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(_TOP))}",
+                             where=loc.where(None, 0, k, k))
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise InputError(f"unsupported schema {data.get('schema')!r}; expected {SCHEMA!r}", where=f"{path}: schema")
+    w, ww = _section(data, "workload", _WORKLOAD, loc)
+    if "model" not in w:
+        raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
+    # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
+    workload = Workload(**{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)})
+    if workload.precision not in ("auto", *PRECISIONS):
+        raise InputError(f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
+                         where=ww("precision"))
+    precision = workload.precision
+    if workload.attention not in ("sdpa", "eager"):
+        raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
+
+    t, tw = _section(data, "train", _TRAIN, loc)
+    kw = from_table(TrainSettings, t, tw)
+    if kw.get("dataset", "corpus") not in DATASETS:
+        raise InputError(f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset"))
+    if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
+        raise InputError("device must be auto, cpu or cuda", where=tw("device"))
+    if kw.get("dataset") in ("imdb", "text") and not kw.get("data_path"):
+        raise InputError(f"dataset {kw['dataset']!r} needs data_path", where=tw("data_path"))
+    train = TrainSettings(**kw)
+
+    lsec, lw = _section(data, "launch", _LAUNCH, loc)
+    lkw = from_table(LaunchSettings, lsec, lw)
+    if lkw.get("node_procs"):
+        if any(n < 1 or n > 1024 for n in lkw["node_procs"]):
+            raise InputError("node_procs must be a list of process counts (1..1024), one per node",
+                             where=lw("node_procs"))
+        lkw.setdefault("nnodes", len(lkw["node_procs"]))
+        lkw.setdefault("nproc_per_node", max(lkw["node_procs"]))
+    launch = LaunchSettings(**lkw)
+    if launch.node_procs and len(launch.node_procs) != launch.nnodes:
+        raise InputError(f"node_procs lists {len(launch.node_procs)} nodes, nnodes is {launch.nnodes}",
+                         where=lw("node_procs"))
+    if launch.hosts and len(launch.hosts) != launch.nnodes:
+        raise InputError(f"hosts lists {len(launch.hosts)} hosts for {launch.nnodes} node(s)", where=lw("hosts"))
+    if launch.node_rank >= launch.nnodes:
+        raise InputError(f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank"))
+    if launch.memory_limit:
+        from paradvisor.units import parse_size
+
+        try:
+            parse_size(launch.memory_limit)
+        except ValueError as exc:
+            raise InputError(str(exc), where=lw("memory_limit")) from None
+    if launch.backend not in ("auto", "gloo", "nccl"):
+        raise InputError("backend must be auto, gloo or nccl", where=lw("backend"))
+    if not 0 <= launch.master_port <= 65535:
+        raise InputError("master_port must be 0..65535", where=lw("master_port"))
+    if launch.engine not in ENGINES:
+        raise InputError(f"engine {launch.engine!r}; expected one of {', '.join(ENGINES)}", where=lw("engine"))
+    if launch.engine == "ssh" and not launch.hosts:
+        raise InputError("engine = \"ssh\" needs one host per node in launch.hosts", where=lw("hosts"))
+    for key in ("remote_dir", "remote_python"):
+        if not getattr(launch, key).strip():
+            raise InputError("must not be empty", where=lw(key))
+
+    p, pw = _section(data, "plan", _PLAN, loc)
+    pkw = from_table(Plan, p, pw)
+    for key, allowed in (("sharding", SHARDINGS), ("checkpointing", CHECKPOINTING), ("precision", PRECISIONS),
+                         ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
+        if key in pkw and pkw[key] not in allowed:
+            raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    if "precision" not in pkw:
+        pkw["precision"] = precision if precision != "auto" else "fp32"
+    plan = Plan(**pkw)
+    c, cw = _section(data, "cluster", _CLUSTER, loc)
+    cluster = check_mapping(c, _CLUSTER_TYPES, cw)
+    prediction = check_mapping(data.get("prediction", {}), _PREDICTION_TYPES,
+                               lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
+                               at=loc.where(None, 0, "prediction", "prediction"))
+    name = data.get("name") or Path(path).stem
+    if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME:
+        raise InputError(f"name must be a printable string of at most {MAX_NAME} characters",
+                         where=loc.where(None, 0, "name", "name"))
+    description = check_value(data.get("description", ""), str, loc.where(None, 0, "description", "description"))
+    return Preset(name=name, description=description, workload=workload, train=train,
+                  launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
+
+
+REPO_PRESETS = Path(__file__).resolve().parents[3] / "presets"  # the checkout's shipped presets
+
+
+def preset_dirs() -> list[Path]:
+    """Where preset names are looked up: ./presets, then the checkout's presets/."""
+    out = []
+    for d in (Path("presets"), REPO_PRESETS):
+        if d.is_dir() and all(d.resolve() != o.resolve() for o in out):
+            out.append(d)
+    return out
+
+
+def preset_names() -> list[str]:
+    return sorted({p.stem for d in preset_dirs() for p in d.glob("*.toml")})
+
+
+def resolve_preset(ref: str) -> Path:
+    """A preset given as a file path, or by name from presets/ (`tiny-cpu-smoke` or `tiny-cpu-smoke.toml`).
+    InputError listing the names there when it is neither."""
+    path = Path(ref)
+    if path.exists():
+        return path
+    if "/" not in ref and ref not in ("", ".", ".."):
+        stem = ref.removesuffix(".toml")
+        for d in preset_dirs():
+            cand = d / f"{stem}.toml"
+            if cand.is_file():
+                return cand
+    names = preset_names()
+    raise InputError(f"no preset {ref!r}: not a file, and no presets/{Path(ref).stem}.toml"
+                     + (f"; presets: {', '.join(names)}" if names else ""), where="--preset")
+
+
+def load_preset(path: str | os.PathLike) -> Preset:
+    data, text = read_toml(path)
+    return parse_preset(data, path=str(path), text=text)
+
+
+FAMILY_DATASET = {"bert": "reviews", "albert": "reviews", "vgg": "images"}  # others: the shipped corpus (LM)
+
+
+def train_for(family: str) -> TrainSettings:
+    """Train settings a family needs to run on the shipped data (classifiers on reviews, LMs on the corpus)."""
+    return TrainSettings(dataset=FAMILY_DATASET.get(family, "corpus"))
+
+
+def launch_for(cluster, plan=None) -> LaunchSettings:
+    """Process counts, hosts and rendezvous endpoint that follow the cluster: one torchrun per online node,
+    each starting one process per GPU; nodes of different sizes get their own counts. A plan that uses fewer
+    ranks than the cluster has (never produced by the search) falls back to one node of plan.world_size."""
+    nodes = [n for n in cluster.online_nodes if n.gpus]
+    procs = [n.gpu_count for n in nodes]
+    if plan is not None and sum(procs) != plan.world_size:
+        return LaunchSettings(nproc_per_node=plan.world_size)
+    if len(nodes) == 1:
+        return LaunchSettings(nproc_per_node=procs[0])
+    hosts = tuple(n.host or n.name for n in nodes)
+    return LaunchSettings(nproc_per_node=max(procs), nnodes=len(nodes),
+                          node_procs=tuple(procs) if len(set(procs)) > 1 else (),
+                          hosts=hosts, rdzv_endpoint=f"{hosts[0]}:{DEFAULT_RDZV_PORT}", master_port=DEFAULT_RDZV_PORT)
+
+
+def prediction_of(e) -> dict:
+    """What the plan promised, stored in the preset so every run can be compared with it."""
+    return {"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
+            "samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s,
+            "memory_breakdown": {k: round(v) for k, v in e.memory.items()},
+            "time_breakdown": {k: v for k, v in e.time.items()}}
+
+
+def safe_name(text: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")[:100] or "plan"
+
+
+def preset_from_estimate(rec, e, cluster_ref: dict | None = None, *, name: str | None = None,
+                         description: str = "") -> Preset:
+    """The one way a ranked plan becomes a preset (CLI --save, launch --model, the TUI): complete and
+    launchable as written — per-node process counts, hosts and rendezvous from the cluster, the train
+    settings the model family needs, and the prediction."""
+    from dataclasses import replace
+
+    from paradvisor.plan.capability import family_of
+
+    family = family_of(rec.profile)
+    ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})
+    name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}")
+    return Preset(name=name, description=description or f"{rec.profile.name}: {e.plan.label()}",
+                  workload=replace(rec.workload, precision=rec.precision), train=train_for(family),
+                  launch=launch_for(rec.cluster, e.plan), plan=e.plan, cluster=ref, prediction=prediction_of(e))
