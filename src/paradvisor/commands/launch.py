@@ -8,9 +8,13 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
 from paradvisor.units import fmt_seconds
+
+if TYPE_CHECKING:
+    from paradvisor.monitor.follow import RunSummary
 
 
 def add_parser(sub) -> None:
@@ -124,49 +128,64 @@ def apply_overrides(preset, args):
 
 
 def run(args) -> int:
-    from paradvisor.launch import runner
-
     preset = apply_overrides(preset_from_args(args), args)
     if args.export:
-        from paradvisor.launch.exports import write_exports
-
-        runner.validate(preset, reach=False)
-        from paradvisor.launch.argv import slug
-        from paradvisor.safeio import inside
-
-        # the default folder is named after the preset, made one safe path component: never '..' or absolute
-        out = Path(args.out) if args.out else inside(Path("exports"), slug(preset.name), what="preset name")
-        if args.image is not None:
-            from paradvisor.typed import printable
-
-            printable(args.image, "--image", limit=512)
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", args.image):
-                raise InputError(f"--image {args.image!r}: expected an image reference (registry/name:tag)")
-        for path in write_exports(preset, args.export, out, force=args.force, image=args.image):
-            print(path)
-        return 0
+        return export(preset, args)
     if args.dry_run:
-
-        from paradvisor.launch.argv import node_commands
-        from paradvisor.rundir.preset import engine_of
-
-        if engine_of(preset.launch) == "ssh":
-            return dry_run_ssh(preset, args)
-        runner.validate(preset, reach=False)
-        endpoint, preset = runner.endpoint_for(preset)
-        run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
-        commands = node_commands(preset, run_dir, endpoint=endpoint)
-        for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
-            print((f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
-                  + shlex.join(argv))
-        sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-                         f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n")
-        return 0
+        return dry_run(preset, args)
     if args.submit == "slurm":
         from paradvisor.launch import slurm
 
         return slurm.submit_and_follow(preset, runs_dir=Path(args.runs_dir),
                                        run_dir=Path(args.run_dir) if args.run_dir else None)
+    return launch_and_follow(preset, args)
+
+
+def export(preset, args) -> int:
+    """--export: the files for another scheduler (checked like a launch, without reaching the hosts)."""
+    from paradvisor.launch.argv import slug
+    from paradvisor.launch.exports import write_exports
+    from paradvisor.launch.preflight import validate
+    from paradvisor.safeio import inside
+
+    validate(preset, reach=False)
+    # the default folder is named after the preset, made one safe path component: never '..' or absolute
+    out = Path(args.out) if args.out else inside(Path("exports"), slug(preset.name), what="preset name")
+    if args.image is not None:
+        from paradvisor.typed import printable
+
+        printable(args.image, "--image", limit=512)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", args.image):
+            raise InputError(f"--image {args.image!r}: expected an image reference (registry/name:tag)")
+    for path in write_exports(preset, args.export, out, force=args.force, image=args.image):
+        print(path)
+    return 0
+
+
+def dry_run(preset, args) -> int:
+    """--dry-run: every node's exact command, quoted for pasting; nothing is started (and no torch imported)."""
+    from paradvisor.launch import runner
+    from paradvisor.launch.argv import node_commands
+    from paradvisor.rundir.preset import engine_of
+
+    if engine_of(preset.launch) == "ssh":
+        return dry_run_ssh(preset, args)
+    runner.validate(preset, reach=False)
+    endpoint, preset = runner.endpoint_for(preset)
+    run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
+    commands = node_commands(preset, run_dir, endpoint=endpoint)
+    for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
+        print((f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
+              + shlex.join(argv))
+    sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
+                     f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n")
+    return 0
+
+
+def launch_and_follow(preset, args) -> int:
+    """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM)."""
+    from paradvisor.launch import runner
+
     launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None,
                           ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout)
     quiet = getattr(args, "quiet", False)
@@ -178,14 +197,21 @@ def run(args) -> int:
     finally:
         if watch is not None:
             watch.close()
+    report_end(launch, doc, watch)
+    print(launch.run_dir)
+    return runner.main_exit_code(doc)
+
+
+def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
+    """How the run ended (always when it did not finish), predicted vs measured, and the next plan after an OOM."""
     from paradvisor.monitor.follow import failure_text
 
     line = f"{doc['status']}: {launch.run_dir}"
     if failure_text(doc):
         line += f" — {failure_text(doc)}"
-    if not quiet or doc["status"] != "finished":
+    if watch is not None or doc["status"] != "finished":
         sys.stderr.write(line + "\n")
-    if not quiet:
+    if watch is not None:
         watch.summary()
     if doc.get("oom") and doc.get("replan"):
         r = doc["replan"]
@@ -193,8 +219,6 @@ def run(args) -> int:
                          f"{r['predicted_bytes'] / 2**20:.0f} MiB per process"
                          + (f" of {r['limit_bytes'] / 2**20:.0f}" if r.get('limit_bytes') else "")
                          + f"\nlaunch it: {r['command']}\n")
-    print(launch.run_dir)
-    return runner.main_exit_code(doc)
 
 
 def dry_run_ssh(preset, args) -> int:
@@ -231,11 +255,11 @@ class LiveProgress:
         self.last_step = -1
         self.s = None
 
-    def current(self) -> dict:
-        from paradvisor.monitor.follow import summarize
+    def current(self) -> RunSummary:
+        from paradvisor.monitor.follow import summarize_run
 
         self.follower.poll(keep=0)
-        self.s = summarize(self.launch.run_dir, self.follower.records, skipped=self.follower.skipped)
+        self.s = summarize_run(self.launch.run_dir, self.follower.records, skipped=self.follower.skipped)
         return self.s
 
     def __call__(self) -> None:
@@ -252,18 +276,18 @@ class LiveProgress:
                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
                                     console=console(stderr=True), transient=False)
                 self.bar.start()
-                self.task = self.bar.add_task(esc(s["name"]), total=s["total_steps"] or None, info="starting")
-            self.bar.update(self.task, completed=s["step"], info=esc(progress_text(s)))
-        elif s["step"] != self.last_step and time.monotonic() - self.last_line >= self.LINE_EVERY_S:
-            self.last_line, self.last_step = time.monotonic(), s["step"]
-            sys.stderr.write(f"step {s['step']}/{s['total_steps'] or '?'}: {progress_text(s)}\n")
+                self.task = self.bar.add_task(esc(s.name), total=s.total_steps or None, info="starting")
+            self.bar.update(self.task, completed=s.step, info=esc(progress_text(s)))
+        elif s.step != self.last_step and time.monotonic() - self.last_line >= self.LINE_EVERY_S:
+            self.last_line, self.last_step = time.monotonic(), s.step
+            sys.stderr.write(f"step {s.step}/{s.total_steps or '?'}: {progress_text(s)}\n")
             sys.stderr.flush()
 
     def close(self) -> None:
         if self.bar is not None:
             if self.s is not None:
                 s = self.current()
-                self.bar.update(self.task, completed=s["step"], info=progress_text(s))
+                self.bar.update(self.task, completed=s.step, info=progress_text(s))
             self.bar.stop()
 
     def summary(self) -> None:
@@ -272,9 +296,9 @@ class LiveProgress:
         self.follower.reader.finish()
         s = self.current()
         rows = compare_rows(s)
-        head = f"{s['name']}: {s['step']}/{s['total_steps'] or '?'} steps in {fmt_seconds(s['elapsed_s'])}"
-        if s["loss"] is not None:
-            head += f", final loss {s['loss']:.4f}"
+        head = f"{s.name}: {s.step}/{s.total_steps or '?'} steps in {fmt_seconds(s.elapsed_s)}"
+        if s.loss is not None:
+            head += f", final loss {s.loss:.4f}"
         sys.stderr.write(head + "\n")
         if not rows:
             return
@@ -292,13 +316,13 @@ class LiveProgress:
                                  + (f" ({r['error']})" if r["error"] else "") + "\n")
 
 
-def progress_text(s: dict) -> str:
+def progress_text(s: RunSummary) -> str:
     """'loss 3.2733, 608.9 samples/s, ETA 4.1 s' (what is known so far)."""
     parts = []
-    if s["loss"] is not None:
-        parts.append(f"loss {s['loss']:.4f}")
-    if s["samples_per_s"]:
-        parts.append(f"{s['samples_per_s']:.1f} samples/s")
-    if s["eta_s"] is not None:
-        parts.append(f"ETA {fmt_seconds(s['eta_s'])}")
+    if s.loss is not None:
+        parts.append(f"loss {s.loss:.4f}")
+    if s.samples_per_s:
+        parts.append(f"{s.samples_per_s:.1f} samples/s")
+    if s.eta_s is not None:
+        parts.append(f"ETA {fmt_seconds(s.eta_s)}")
     return ", ".join(parts) or "waiting for the first step"

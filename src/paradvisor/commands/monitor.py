@@ -5,9 +5,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
 from paradvisor.units import fmt_bytes, fmt_seconds
+
+if TYPE_CHECKING:
+    from paradvisor.monitor.follow import RunSummary
 
 
 def add_parser(sub) -> None:
@@ -25,73 +29,74 @@ def add_parser(sub) -> None:
     r.set_defaults(run=run_list)
 
 
-def _line(s: dict) -> str:
-    parts = [f"{s['status']}", f"step {s['step']}/{s['total_steps'] or '?'}"]
-    if s["loss"] is not None:
-        parts.append(f"loss {s['loss']:.4f}")
-    if s["samples_per_s"]:
-        parts.append(f"{s['samples_per_s']:.1f} samples/s")
-    if s["model_state_bytes_per_rank"]:
-        parts.append(f"model states {fmt_bytes(s['model_state_bytes_per_rank'])}/rank")
-    if s["eta_s"] is not None:
-        parts.append(f"ETA {fmt_seconds(s['eta_s'])}")
+def _line(s: RunSummary) -> str:
+    parts = [f"{s.status}", f"step {s.step}/{s.total_steps or '?'}"]
+    if s.loss is not None:
+        parts.append(f"loss {s.loss:.4f}")
+    if s.samples_per_s:
+        parts.append(f"{s.samples_per_s:.1f} samples/s")
+    if s.model_state_bytes_per_rank:
+        parts.append(f"model states {fmt_bytes(s.model_state_bytes_per_rank)}/rank")
+    if s.eta_s is not None:
+        parts.append(f"ETA {fmt_seconds(s.eta_s)}")
     return ", ".join(parts)
 
 
 def run(args) -> int:
-    from paradvisor.monitor.follow import MetricsFollower, node_lines, summarize
+    from paradvisor.monitor.follow import MetricsFollower, node_lines, summarize_run
+    from paradvisor.rundir import RunDir
     from paradvisor.rundir.status import TERMINAL
 
     run_dir = Path(args.run_dir)
-    if not (run_dir / "status.json").exists() and not (run_dir / "plan.toml").exists():
+    if not RunDir(run_dir).is_run() and not RunDir(run_dir).plan.exists():
         raise InputError("not a run directory (no status.json or plan.toml)", where=str(run_dir))
     if args.interval <= 0:
         raise InputError("--interval must be positive")
     follower = MetricsFollower(run_dir)
 
-    def current() -> dict:
+    def current() -> RunSummary:
         follower.poll(keep=0)
-        summary = summarize(run_dir, follower.records, skipped=follower.skipped)
-        if summary["status"] in TERMINAL or args.once:  # a last line without its newline stays unreadable
+        summary = summarize_run(run_dir, follower.records, skipped=follower.skipped)
+        if summary.status in TERMINAL or args.once:  # a last line without its newline stays unreadable
             follower.reader.finish()
-            summary = summarize(run_dir, follower.records, skipped=follower.skipped)
+            summary = summarize_run(run_dir, follower.records, skipped=follower.skipped)
         return summary
 
     s = current()
-    if not args.once and s["status"] not in TERMINAL and not args.json:
+    if not args.once and s.status not in TERMINAL and not args.json:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from paradvisor.output import console, esc
 
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                       TimeElapsedColumn(), transient=False, console=console()) as bar:
-            task = bar.add_task(esc(s["name"]), total=s["total_steps"] or None, info=esc(_line(s)))
-            while s["status"] not in TERMINAL:
+            task = bar.add_task(esc(s.name), total=s.total_steps or None, info=esc(_line(s)))
+            while s.status not in TERMINAL:
                 time.sleep(args.interval)
                 s = current()
-                bar.update(task, completed=s["step"], info=esc(_line(s)))
+                bar.update(task, completed=s.step, info=esc(_line(s)))
     elif not args.once:
-        while s["status"] not in TERMINAL:
+        while s.status not in TERMINAL:
             time.sleep(args.interval)
             s = current()
     if args.json:
         from paradvisor.output import emit_json
 
-        emit_json(s)
+        emit_json(s.to_doc())
     else:
-        print(f"{s['name']}: {_line(s)}")
-        if s["failure"]:
-            print(s["failure"])
-            for ln in s["last_log_lines"][-10:]:
+        print(f"{s.name}: {_line(s)}")
+        if s.failure:
+            print(s.failure)
+            for ln in s.last_log_lines[-10:]:
                 print(f"  | {ln}")
-        if len(s["nodes"]) > 1:
+        if len(s.nodes) > 1:
             for line in node_lines(s):
                 print(line)
-        if s["sync_wait_s_by_rank"]:
-            print("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s["sync_wait_s_by_rank"].items()))
-    if s["unreadable"]:
-        sys.stderr.write(f"monitor: skipped what could not be read: {'; '.join(s['unreadable'])}\n")
-    return 0 if s["status"] == "finished" else 1
+        if s.sync_wait_s_by_rank:
+            print("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s.sync_wait_s_by_rank.items()))
+    if s.unreadable:
+        sys.stderr.write(f"monitor: skipped what could not be read: {'; '.join(s.unreadable)}\n")
+    return 0 if s.status == "finished" else 1
 
 
 def run_list(args) -> int:

@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from paradvisor.rundir import RunDir, launcher_log_name, rank_process, read_tail, tail_lines
+from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, rank_process, read_tail, tail_lines
 
 PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
                "remote worker", "communicator was aborted", "socket timeout", "recvbytes", "sendbytes",
@@ -27,7 +27,7 @@ AGENT_ERRORS = re.compile(r"Rendezvous\w*Error|DistNetworkError|DistStoreError|E
 
 
 def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None,
-                   log_name: str = "launcher.log") -> dict | None:
+                   log_name: str = LAUNCHER_LOG) -> dict | None:
     """The torchrun agent itself failed: killed by a signal (torchrun reports a rank's failure with exit code 1,
     so a negative code is the agent's own death), or its rendezvous failed before any rank could say why."""
     who = f"the torchrun agent (pid {agent_pid})" if agent_pid else "the torchrun agent"
@@ -183,7 +183,7 @@ def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
 
 
 def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int,
-                log_name: str = "launcher.log") -> dict:
+                log_name: str = LAUNCHER_LOG) -> dict:
     d = diagnose(run_dir, world, rc, log_name=log_name)
     suspects = hang_suspects(stacks)
     from paradvisor.monitor.follow import MetricsFollower

@@ -14,6 +14,7 @@ from pathlib import Path
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import comment, slug
+from paradvisor.rundir import PLAN
 from paradvisor.rundir.dsconfig import deepspeed_config
 from paradvisor.rundir.preset import plan_toml
 from paradvisor.safeio import write_group
@@ -47,7 +48,7 @@ def _k8s_command(preset, nodes_var: str, rank_var: str, addr: str) -> str:
 def _plan_map(preset, name: str) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-plan", "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
-            "data": {"plan.toml": plan_toml(preset)}}
+            "data": {PLAN: plan_toml(preset)}}
 
 
 def _resources(preset) -> dict:
@@ -159,7 +160,7 @@ def write_exports(preset, kinds: list[str], out: Path, *, force: bool = False, i
             cfg = deepspeed_config(preset.plan, lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip,
                                    world=preset.launch.nproc_per_node * preset.launch.nnodes)
             files[out / "ds_config.json"] = json.dumps(cfg, indent=2, allow_nan=False) + "\n"
-            files[out / "plan.toml"] = plan_toml(preset)
+            files[out / PLAN] = plan_toml(preset)
             from paradvisor.launch.argv import deepspeed_argv
 
             argv = deepspeed_argv("run", hostfile="hostfile", master_addr=(list(preset.launch.hosts) or ["node0"])[0],

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from paradvisor.launch.argv import FORWARD_PREFIXES
-from paradvisor.rundir import LINE_FILES
+from paradvisor.rundir import LINE_FILES, node_file
 
 HELLO_LIMIT = 16 << 20  # bytes of the hello line (the plan is a few KiB)
 CHUNK = 1 << 20  # bytes of one file sent at a time
@@ -45,12 +45,9 @@ _PID = re.compile(r"^rank-(\d+)\.pid$")
 def remote_name(name: str, node: int) -> str:
     """The name a node file gets in the launching machine's run directory (the node's own launcher log and
     status are per node there: launcher-nodeN.log, status-nodeN.json, command-nodeN.json)."""
-    if name.startswith("launcher"):
-        return f"launcher-node{node}.log"
-    if name.startswith("status"):
-        return f"status-node{node}.json"
-    if name.startswith("command"):
-        return f"command-node{node}.json"
+    for kind in ("launcher", "status", "command"):
+        if name.startswith(kind):
+            return node_file(kind, node, suffixed=True)
     return name
 
 

@@ -12,6 +12,8 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor.rundir import RunDir
+
 # A CPU cap (RLIMIT_AS) also counts what the memory model does not: malloc arenas, gloo buffers and
 # autograd workspaces. Measured on the development machine: a 300 MiB cap held 50 MiB of predicted
 # model states + activations but not 100 MiB. On GPUs the framework-overhead term covers this instead.
@@ -59,10 +61,10 @@ def next_plan(preset, run_dir: Path | None = None):
 
     # Scale the model by what the failed run measured (its last logged model states), if anything.
     scale = 1.0
-    if run_dir is not None and (run_dir / "metrics.jsonl").exists():
+    if run_dir is not None and RunDir(run_dir).metrics.exists():
         from paradvisor.rundir.metrics import MetricsReader
 
-        reader = MetricsReader(run_dir / "metrics.jsonl")  # tolerant and streamed: a crash may leave garbage
+        reader = MetricsReader(RunDir(run_dir).metrics)  # tolerant and streamed: a crash may leave garbage
         reader.read(keep=0)
         states = [reader.tally.mem] if reader.tally.mem else []
         if states:
@@ -89,7 +91,7 @@ def write_replan(run_dir: Path, preset) -> dict | None:
     why, new, predicted, limit, current = next_plan(preset, run_dir)
     if new is None:
         return None
-    path = run_dir / "replan.toml"
+    path = RunDir(run_dir).replan
     write_toml_atomic(path, new.to_doc(), force=True, header=f"# paradvisor re-plan after out-of-memory: {why}\n")
     return {"change": why, "label": new.plan.label(), "path": str(path), "predicted_bytes": predicted,
             "failed_plan_predicted_bytes": current, "limit_bytes": limit,

@@ -20,7 +20,7 @@ from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, t
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.limits import MAX_TIMEOUT_S
-from paradvisor.rundir import RunDir, launcher_log_name, new_run_dir, node_file, rank_process
+from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.preset import Preset, write_toml_atomic
 from paradvisor.rundir.status import main_exit_code, write_json_atomic, write_private
@@ -97,7 +97,7 @@ class Launch:
     """A started run: `wait()` blocks until it ends and returns the final status document."""
 
     def __init__(self, preset: Preset, run_dir: Path, argv: list[str], proc: subprocess.Popen, status_name: str,
-                 locks: list | None = None, log_name: str = "launcher.log"):
+                 locks: list | None = None, log_name: str = LAUNCHER_LOG):
         self.preset, self.run_dir, self.argv, self.proc = preset, run_dir, argv, proc
         self.log_name = log_name
         self.status_path = run_dir / status_name

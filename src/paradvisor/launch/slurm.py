@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.rundir import RunDir
 from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset
 
 PLAN_EOF = "PARADVISOR_PLAN"
@@ -92,7 +93,7 @@ def node_main(argv: list[str] | None = None) -> int:
         return 2
     run_dir = Path(args.run_dir)
     try:
-        preset = load_preset(run_dir / "plan.toml")
+        preset = load_preset(RunDir(run_dir).plan)
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
@@ -135,7 +136,7 @@ class SlurmJob:
         import psutil
 
         self.preset, self.run_dir, self.job_id, self.argv, self.locks = preset, run_dir, job_id, argv, locks
-        self.status_path = run_dir / "status.json"
+        self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.started = time.time()
         self.done = threading.Event()
@@ -185,7 +186,7 @@ class SlurmJob:
 
         out = {}
         for i in range(self.preset.launch.nnodes):
-            p = self.run_dir / f"status-node{i}.json"
+            p = RunDir(self.run_dir).node_status(i)
             if p.exists():
                 out[i] = read_status(p)
         return out
@@ -259,13 +260,13 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
     run_dir, locks = prepare_run_dir(Path(run_dir).absolute() if run_dir else None, Path(runs_dir).absolute(),
                                      preset, lock_name=".lock-submit")
     try:
-        write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
+        write_toml_atomic(RunDir(run_dir).plan, preset.to_doc(), force=True,
                           header=f"# paradvisor run plan: {preset.plan.label()}\n")
         text = script(preset, run_dir=str(run_dir), python=sys.executable)
         write_private(run_dir / "job.sbatch", text)
         out = str(run_dir).replace("%", "%%") + "/slurm-%j.out"  # a '%' of the path is not a Slurm pattern
         argv = ["sbatch", "--parsable", "--output", out, str(run_dir / "job.sbatch")]
-        write_json_atomic(run_dir / "command.json", {"engine": "slurm", "argv": argv, "cwd": os.getcwd()})
+        write_json_atomic(RunDir(run_dir).node_file("command", 0), {"engine": "slurm", "argv": argv, "cwd": os.getcwd()})
         proc = _run(argv)
         job_id = proc.stdout.strip().split(";")[0] if proc.returncode == 0 else ""
         if not job_id.isdigit():
@@ -274,7 +275,7 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
                    "name": preset.name, "label": preset.plan.label(), "started": time.time(), "ended": time.time(),
                    "failed_rank": None, "exit_code": proc.returncode, "reason": f"sbatch refused the job: {why}",
                    "last_log_lines": proc.stderr.splitlines()[-20:]}
-            write_json_atomic(run_dir / "status.json", doc)
+            write_json_atomic(RunDir(run_dir).status, doc)
             raise SubmitFailed(doc)
         write_json_atomic(run_dir / "slurm.json", {"job_id": job_id, "script": "job.sbatch", "sbatch": argv,
                                                    "submitted": time.time()})

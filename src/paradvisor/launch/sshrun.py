@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.rundir import LINE_FILES, RunDir
 from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_toml_atomic
 
 DEFAULT_SSH_TIMEOUT_S = 10.0
@@ -47,7 +48,7 @@ LINE_LIMIT = 8 << 20
 _FILE = re.compile(r"^(rank-\d+\.(stdout\.log|stderr\.log|exit\.json)|metrics\.jsonl|samples\.jsonl|"
                    r"launcher-node(\d+)\.log|status-node(\d+)\.json|command-node(\d+)\.json|"
                    r"torchelastic-error-node(\d+)\.json)$")
-_MERGED = ("metrics.jsonl", "samples.jsonl")
+_MERGED = LINE_FILES  # metrics.jsonl, samples.jsonl
 
 
 @dataclass
@@ -150,7 +151,7 @@ class SshLaunch:
 
         self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
         self.locks, self.ssh_config, self.ssh_timeout, self.env = locks, ssh_config, ssh_timeout, env
-        self.status_path = run_dir / "status.json"
+        self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.started = time.time()
         self.done = threading.Event()
@@ -207,7 +208,7 @@ class SshLaunch:
     def log(self, text: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {text}\n".encode(errors="replace")
         with self.log_lock:
-            fd = os.open(self.run_dir / "launcher.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(RunDir(self.run_dir).launcher_log(), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 os.write(fd, line)
             finally:
@@ -216,7 +217,7 @@ class SshLaunch:
     def _write_nodes(self) -> None:
         from paradvisor.rundir.status import write_json_atomic
 
-        write_json_atomic(self.run_dir / "nodes.json", {"schema": "paradvisor.nodes/1", "engine": "ssh",
+        write_json_atomic(RunDir(self.run_dir).nodes, {"schema": "paradvisor.nodes/1", "engine": "ssh",
                                                         "rdzv_endpoint": self.endpoint,
                                                         "nodes": [n.doc() for n in self.nodes]})
 
@@ -238,7 +239,7 @@ class SshLaunch:
                             "endpoint": self.endpoint, "remote_dir": lau.remote_dir, "env": self.env}) + "\n").encode()
 
     def _spawn(self, n: NodeSession) -> None:
-        log = os.open(self.run_dir / f"ssh-node{n.index}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+        log = os.open(RunDir(self.run_dir).ssh_log(n.index), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
                       0o600)
         try:
             # Its own session: Ctrl-C in this terminal reaches this launcher, which stops every node in order.
@@ -335,7 +336,7 @@ class SshLaunch:
         elif n.error:
             n.state, n.reason = "failed", f"the node refused the run: {n.error}"
         else:
-            lines = [ln for ln in _tail(self.run_dir / f"ssh-node{n.index}.log", 20) if ln.strip()]
+            lines = [ln for ln in _tail(RunDir(self.run_dir).ssh_log(n.index), 20) if ln.strip()]
             last = lines[-1].strip() if lines else ""
             if rc == 255 and not n.agent:
                 n.state, n.reason = "unreachable", f"ssh failed: {last or 'exit code 255'}"
@@ -508,15 +509,15 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
-    write_toml_atomic(run_dir / "plan.toml", preset.to_doc(), force=True,
+    write_toml_atomic(RunDir(run_dir).plan, preset.to_doc(), force=True,
                       header=f"# paradvisor run plan: {preset.plan.label()}\n")
     from paradvisor.monitor.predict import launch_prediction
 
-    write_json_atomic(run_dir / "prediction.json", launch_prediction(preset))  # every run carries a prediction
-    write_json_atomic(run_dir / "command.json", {"engine": "ssh", "cwd": os.getcwd(), "rdzv_endpoint": endpoint,
+    write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))  # every run carries a prediction
+    write_json_atomic(RunDir(run_dir).node_file("command", 0), {"engine": "ssh", "cwd": os.getcwd(), "rdzv_endpoint": endpoint,
                                                  "nodes": [{"node": n.index, "host": n.host, "argv": n.argv}
                                                            for n in nodes]})
-    write_private(run_dir / "command.txt", "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n"
+    write_private(RunDir(run_dir).command_txt, "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n"
                                                    for n in nodes))
     launch = SshLaunch(preset, run_dir, nodes, endpoint=endpoint, locks=locks, ssh_config=ssh_config,
                        ssh_timeout=timeout, env=forwarded_env(env))

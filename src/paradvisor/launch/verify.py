@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.plan.types import Plan
+from paradvisor.rundir import RunDir
 from paradvisor.rundir.preset import LaunchSettings, Preset
 
 DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reduction order differs)
@@ -61,7 +62,7 @@ def losses(run_dir: Path) -> dict[int, float]:
         if m["kind"] == "step" and m.get("rank") == 0 and m.get("loss") is not None:
             out[m["step"]] = float(m["loss"])
 
-    MetricsReader(Path(run_dir) / "metrics.jsonl").read(keep=0, on_record=take)
+    MetricsReader(RunDir(run_dir).metrics).read(keep=0, on_record=take)
     return out
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from paradvisor.rundir import PLAN, RunDir
 from paradvisor.rundir.metrics import MetricsReader, MetricsTally
 from paradvisor.rundir.status import TERMINAL, effective_status
 
@@ -18,7 +20,7 @@ class MetricsFollower:
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
-        self.reader = MetricsReader(self.run_dir / "metrics.jsonl")
+        self.reader = MetricsReader(RunDir(self.run_dir).metrics)
 
     def poll(self, keep: int = 1000) -> list[dict]:
         return self.reader.read(keep)
@@ -38,7 +40,7 @@ def plan_doc(run_dir: Path) -> dict:
     from paradvisor.rundir.preset import load_preset
 
     try:
-        return load_preset(run_dir / "plan.toml").to_doc()
+        return load_preset(RunDir(run_dir).plan).to_doc()
     except (InputError, RecursionError):
         return {}
 
@@ -65,7 +67,7 @@ def latest_samples(run_dir: Path) -> dict[int, dict]:
     from paradvisor.rundir import read_tail as _read_tail
 
     out: dict[int, dict] = {}
-    for line in reversed(_read_tail(run_dir / "samples.jsonl", SAMPLES_TAIL).splitlines()):
+    for line in reversed(_read_tail(RunDir(run_dir).samples, SAMPLES_TAIL).splitlines()):
         try:
             rec = json.loads(line)
         except ValueError:
@@ -85,7 +87,7 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
     and states; a local run's node is this machine."""
     from paradvisor.rundir.status import read_json_object
 
-    doc, _ = read_json_object(run_dir / "nodes.json") if (run_dir / "nodes.json").exists() else (None, None)
+    doc, _ = read_json_object(RunDir(run_dir).nodes) if RunDir(run_dir).nodes.exists() else (None, None)
     listed = [n for n in (doc or {}).get("nodes", []) if isinstance(n, dict) and isinstance(n.get("node"), int)]
     node_of = dict(tally.node_by_rank)
     for n in listed:
@@ -123,7 +125,103 @@ def merged_ranks(ranks: list[dict], tally: MetricsTally) -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
+@dataclass(frozen=True)
+class Predicted:
+    """What the run was compared with (prediction.json, else the preset's [prediction])."""
+
+    step_time_s: float | None = None
+    memory_per_gpu_bytes: float | None = None
+    samples_per_s: float | None = None
+    model_state_bytes: float | None = None
+    source: str | None = None
+    note: str | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class Errors:
+    """(predicted - measured) / measured per metric; None where either is missing."""
+
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    model_state_bytes: float | None = None
+    cuda_peak_bytes: float | None = None
+
+
+SUMMARY_SCHEMA = "paradvisor.monitor/1"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Where a run stands, measured vs predicted: what `monitor`, `monitor --json`, `launch` and the TUI show.
+    `to_doc()` is the JSON document (`paradvisor.monitor/1`, keys in this order)."""
+
+    engine: str
+    nodes: list[dict]
+    failed_node: int | None
+    run_dir: str
+    name: str
+    label: str | None
+    status: str | None
+    reason: str | None
+    failed_rank: int | None
+    exit_code: int | None
+    last_log_lines: list[str]
+    hung: bool
+    failure: str | None
+    oom: bool
+    replan: dict | None
+    step: int
+    total_steps: int | None
+    progress: float | None
+    round: int | None
+    total_rounds: int | None
+    loss: float | None
+    loss_history: list[float]
+    loss_points: list[tuple[int, float]]
+    step_time_s: float | None
+    samples_per_s: float | None
+    throughput_history: list[float]
+    step_points: list[tuple[int, float]]
+    throughput_points: list[tuple[int, float]]
+    memory_points: list[tuple[int, float, float]]
+    ranks: list[dict]
+    world_size: int
+    model_state_bytes_per_rank: float
+    cuda_peak_bytes: float | None
+    sync_wait_s_by_rank: dict[str, float]
+    elapsed_s: float
+    eta_s: float | None
+    predicted: Predicted
+    errors: Errors
+    skipped_lines: int
+    unreadable: list[str]
+
+    def to_doc(self) -> dict:
+        doc = {"schema": SUMMARY_SCHEMA}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            doc[f.name] = asdict(v) if isinstance(v, (Predicted, Errors)) else v
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> RunSummary:
+        """The summary of a `to_doc()` document (the TUI still passes documents to compare_rows and node_lines)."""
+        kw = {f.name: doc[f.name] for f in fields(cls)}
+        return cls(**{**kw, "predicted": Predicted(**doc["predicted"]), "errors": Errors(**doc["errors"])})
+
+
+def _typed(s: RunSummary | dict) -> RunSummary:
+    return s if isinstance(s, RunSummary) else RunSummary.from_doc(s)
+
+
 def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *, skipped: int = 0) -> dict:
+    """summarize_run's document (the TUI reads it; `monitor --json` prints it)."""
+    return summarize_run(run_dir, records, skipped=skipped).to_doc()
+
+
+def summarize_run(run_dir: str | Path, records: MetricsTally | list | None = None, *,
+                  skipped: int = 0) -> RunSummary:
     """Status, progress, ETA, loss, throughput, memory and sync waits of a run, measured vs predicted."""
     run_dir = Path(run_dir)
     if records is None:
@@ -135,84 +233,78 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
     status = effective_status(run_dir)
     plan = plan_doc(run_dir)
     total = plan.get("train", {}).get("steps") or None
-    last_step = tally.last_step
-    step_time = tally.measured_step_time()  # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
     batch = plan.get("workload", {}).get("global_batch", 0)
+    step_time = tally.measured_step_time()  # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
     gsps = (batch / step_time) if step_time else None
+    predicted, errors = _compared(run_dir, plan, tally, step_time, gsps)
+    nodes, ranks = node_view(run_dir, tally, status)
+    return RunSummary(
+        **_status_fields(status), nodes=nodes, run_dir=str(run_dir), name=plan.get("name", status.get("name", run_dir.name)),
+        **_progress(tally, status, plan, total, step_time), **_measured(tally, batch), step_time_s=step_time,
+        samples_per_s=gsps, ranks=merged_ranks(ranks, tally), predicted=predicted, errors=errors, skipped_lines=skipped,
+        unreadable=([f"{skipped} line(s) of metrics.jsonl"] if skipped else [])
+        + ([f"status.json fields {', '.join(status['unreadable_fields'])}"] if status.get("unreadable_fields") else [])
+        + ([PLAN] if not plan and RunDir(run_dir).plan.exists() else []))
+
+
+def _status_fields(status: dict) -> dict:
+    """What status.json says: the run's state, and why it failed."""
+    return {"engine": status.get("engine", "local"), "failed_node": status.get("failed_node"),
+            "label": status.get("label"), "status": status.get("status"), "reason": status.get("reason"),
+            "failed_rank": status.get("failed_rank"), "exit_code": status.get("exit_code"),
+            "last_log_lines": status.get("last_log_lines", []), "hung": bool(status.get("hung")),
+            "failure": failure_text(status), "oom": bool(status.get("oom")), "replan": status.get("replan")}
+
+
+def _progress(tally: MetricsTally, status: dict, plan: dict, total: int | None, step_time: float | None) -> dict:
+    """Steps (or DiLoCo's outer rounds: nodes run different numbers of local steps), elapsed time and ETA."""
+    last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
     elapsed = ended - (tally.start_time or status.get("started", now))
     # ETA from the measured step time (the same median as the throughput), while steps remain
     eta = ((total - last_step) * step_time if total and step_time and last_step < total
            and status.get("status") == "running" else None)
+    p = plan.get("plan", {})
+    rounds = total_rounds = None
+    if p.get("diloco"):
+        total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
+        rounds = tally.rounds
+    return {"step": last_step, "total_steps": total,
+            "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
+            "round": rounds, "total_rounds": total_rounds, "elapsed_s": max(0.0, elapsed), "eta_s": eta}
+
+
+def _measured(tally: MetricsTally, batch: int) -> dict:
+    """Loss, throughput and memory as logged (histories for the plots)."""
+    return {"loss": tally.last_loss, "loss_history": [x for x in tally.losses if math.isfinite(x)],
+            "loss_points": tally.loss_points, "throughput_history": [batch / t for t in tally.step_times_rank0],
+            "step_points": tally.step_points(),
+            "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
+            "memory_points": tally.memory_points(), "world_size": tally.world,
+            "model_state_bytes_per_rank": tally.mem, "cuda_peak_bytes": tally.peak or None,
+            "sync_wait_s_by_rank": {str(k): v for k, v in sorted(tally.waits.items())}}
+
+
+def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -> tuple[Predicted, Errors]:
     from paradvisor.monitor.predict import read_prediction, rel_error
 
     pred = read_prediction(run_dir, plan)
-    p = plan.get("plan", {})
-    rounds = total_rounds = None
-    if p.get("diloco"):  # progress in outer rounds: nodes run different numbers of local steps
-        total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
-        rounds = tally.rounds
-    nodes, ranks = node_view(run_dir, tally, status)
-    return {
-        "schema": "paradvisor.monitor/1",
-        "engine": status.get("engine", "local"),
-        "nodes": nodes,
-        "failed_node": status.get("failed_node"),
-        "run_dir": str(run_dir),
-        "name": plan.get("name", status.get("name", run_dir.name)),
-        "label": status.get("label"),
-        "status": status.get("status"),
-        "reason": status.get("reason"),
-        "failed_rank": status.get("failed_rank"),
-        "exit_code": status.get("exit_code"),
-        "last_log_lines": status.get("last_log_lines", []),
-        "hung": bool(status.get("hung")),
-        "failure": failure_text(status),
-        "oom": bool(status.get("oom")),
-        "replan": status.get("replan"),
-        "step": last_step,
-        "total_steps": total,
-        "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
-        "round": rounds,
-        "total_rounds": total_rounds,
-        "loss": tally.last_loss,
-        "loss_history": [x for x in tally.losses if math.isfinite(x)],
-        "loss_points": tally.loss_points,
-        "step_time_s": step_time,
-        "samples_per_s": gsps,
-        "throughput_history": [batch / t for t in tally.step_times_rank0],
-        "step_points": tally.step_points(),
-        "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
-        "memory_points": tally.memory_points(),
-        "ranks": merged_ranks(ranks, tally),
-        "world_size": tally.world,
-        "model_state_bytes_per_rank": tally.mem,
-        "cuda_peak_bytes": tally.peak or None,
-        "sync_wait_s_by_rank": {str(k): v for k, v in sorted(tally.waits.items())},
-        "elapsed_s": max(0.0, elapsed),
-        "eta_s": eta,
-        "predicted": {"step_time_s": pred.get("step_time_s"), "memory_per_gpu_bytes": pred.get("memory_per_gpu_bytes"),
-                      "samples_per_s": pred.get("samples_per_s"), "model_state_bytes": pred.get("model_state_bytes"),
-                      "source": pred.get("source"), "note": pred.get("note"), "device": pred.get("device")},
-        "errors": {"step_time_s": rel_error(pred.get("step_time_s"), step_time),
-                   "samples_per_s": rel_error(pred.get("samples_per_s"), gsps),
-                   "model_state_bytes": rel_error(pred.get("model_state_bytes"), tally.mem or None),
-                   "cuda_peak_bytes": rel_error(pred.get("memory_per_gpu_bytes"), tally.peak or None)},
-        "skipped_lines": skipped,
-        "unreadable": ([f"{skipped} line(s) of metrics.jsonl"] if skipped else [])
-        + ([f"status.json fields {', '.join(status['unreadable_fields'])}"] if status.get("unreadable_fields") else [])
-        + (["plan.toml"] if not plan and (run_dir / "plan.toml").exists() else []),
-    }
+    predicted = Predicted(**{f.name: pred.get(f.name) for f in fields(Predicted)})
+    return predicted, Errors(step_time_s=rel_error(pred.get("step_time_s"), step_time),
+                             samples_per_s=rel_error(pred.get("samples_per_s"), gsps),
+                             model_state_bytes=rel_error(pred.get("model_state_bytes"), tally.mem or None),
+                             cuda_peak_bytes=rel_error(pred.get("memory_per_gpu_bytes"), tally.peak or None))
 
 
-def compare_rows(s: dict) -> list[dict]:
+def compare_rows(s: RunSummary | dict) -> list[dict]:
     """Predicted vs measured for a summary, one row per metric with a prediction or a measurement:
     {metric, predicted, measured, error} as text ("" where absent). The CLI launch summary, `monitor` and the
     TUI all show these rows."""
     from paradvisor.units import fmt_bytes, fmt_seconds
 
-    pred, err = s.get("predicted") or {}, s.get("errors") or {}
+    s = _typed(s)
+    pred, err = s.predicted, s.errors
     rows = []
 
     def add(metric, p, m, e, fmt):
@@ -221,22 +313,21 @@ def compare_rows(s: dict) -> list[dict]:
         rows.append({"metric": metric, "predicted": "" if p is None else fmt(p),
                      "measured": "" if m is None else fmt(m), "error": "" if e is None else f"{e:+.1%}"})
 
-    add("step time", pred.get("step_time_s"), s.get("step_time_s"), err.get("step_time_s"), fmt_seconds)
-    add("samples/s", pred.get("samples_per_s"), s.get("samples_per_s"), err.get("samples_per_s"), lambda v: f"{v:.1f}")
-    if s.get("cuda_peak_bytes"):
-        add("CUDA peak/GPU", pred.get("memory_per_gpu_bytes"), s["cuda_peak_bytes"], err.get("cuda_peak_bytes"),
-            fmt_bytes)
-    add("model states/rank", pred.get("model_state_bytes"), s.get("model_state_bytes_per_rank") or None,
-        err.get("model_state_bytes"), fmt_bytes)
+    add("step time", pred.step_time_s, s.step_time_s, err.step_time_s, fmt_seconds)
+    add("samples/s", pred.samples_per_s, s.samples_per_s, err.samples_per_s, lambda v: f"{v:.1f}")
+    if s.cuda_peak_bytes:
+        add("CUDA peak/GPU", pred.memory_per_gpu_bytes, s.cuda_peak_bytes, err.cuda_peak_bytes, fmt_bytes)
+    add("model states/rank", pred.model_state_bytes, s.model_state_bytes_per_rank or None, err.model_state_bytes,
+        fmt_bytes)
     return rows
 
 
-def prediction_note(s: dict) -> str:
+def prediction_note(s: RunSummary | dict) -> str:
     """Where the prediction came from, in words ('' when there is none)."""
-    pred = s.get("predicted") or {}
-    if not pred.get("source"):
+    pred = _typed(s).predicted
+    if not pred.source:
         return "no prediction for this run"
-    return pred.get("note") or ""
+    return pred.note or ""
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
@@ -252,7 +343,7 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
         return []
     for d in entries:
         try:
-            if not (d.is_dir() and (d / "status.json").exists()):
+            if not (d.is_dir() and RunDir(d).is_run()):
                 continue
             out.append(summarize(d))
         except (OSError, ValueError, TypeError, ArithmeticError) as exc:
@@ -263,15 +354,16 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
     return out
 
 
-def node_lines(s: dict) -> list[str]:
+def node_lines(s: RunSummary | dict) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""
     from paradvisor.output import clean
     from paradvisor.units import fmt_bytes
 
+    s = _typed(s)
     out = []
-    for n in s["nodes"]:
-        ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s["ranks"] if r["node"] == n["node"])
+    for n in s.nodes:
+        ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s.ranks if r["node"] == n["node"])
         line = f"node {n['node']}" + (f" ({clean(n['host'])})" if n["host"] else "") + f": {n['state']}"
         line += f"; {ranks or 'no rank yet'}"
         smp = n["sample"]

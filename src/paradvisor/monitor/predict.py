@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from paradvisor.rundir import RunDir
+
 SCHEMA = "paradvisor.prediction/1"
 
 
@@ -109,7 +111,7 @@ def read_prediction(run_dir: Path, plan: dict) -> dict:
     """prediction.json of a run, else (a run directory from before it existed) the plan's [prediction]."""
     from paradvisor.rundir.status import read_json_object
 
-    path = Path(run_dir) / "prediction.json"
+    path = RunDir(run_dir).prediction
     if path.exists():
         doc, _ = read_json_object(path)
         if doc is not None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from paradvisor.hardware.nvml import HostSample
+from paradvisor.rundir import SAMPLES
 
 
 class Sampler:
@@ -81,7 +82,7 @@ class SamplerThread(threading.Thread):
         self._stop_event.set()
 
 
-SAMPLES_FILE = "samples.jsonl"  # one reading per line: {"kind": "sample", "node", "host", "time", "cpu_pct", ...}
+SAMPLES_FILE = SAMPLES  # samples.jsonl, one reading per line: {"kind": "sample", "node", "host", "time", "cpu_pct", ...}
 SAMPLE_INTERVAL_S = 2.0
 
 

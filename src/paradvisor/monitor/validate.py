@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.rundir import RunDir
 
 
 def _rel(pred, meas):
@@ -70,9 +71,9 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     from paradvisor.train.modelspec import profile_of
 
     run_dir = Path(run_dir)
-    if not (run_dir / "plan.toml").exists() or not (run_dir / "metrics.jsonl").exists():
+    if not RunDir(run_dir).plan.exists() or not RunDir(run_dir).metrics.exists():
         raise InputError("not a run directory with plan.toml and metrics.jsonl", where=str(run_dir))
-    preset = load_preset(run_dir / "plan.toml")
+    preset = load_preset(RunDir(run_dir).plan)
     from paradvisor.rundir.metrics import MetricsReader
 
     # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
@@ -86,12 +87,12 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
         elif r["kind"] == "start" and not starts:
             starts.append({k: r[k] for k in keep if k in r})
 
-    reader = MetricsReader(run_dir / "metrics.jsonl")
+    reader = MetricsReader(RunDir(run_dir).metrics)
     reader.read(keep=0, on_record=collect)
     reader.finish()
     if not steps:
         raise InputError("the run logged no step" + (f" that could be read ({reader.skipped} line(s) skipped)"
-                                                     if reader.skipped else ""), where=str(run_dir / "metrics.jsonl"))
+                                                     if reader.skipped else ""), where=str(RunDir(run_dir).metrics))
     start = starts[0] if starts else {}
     on_gpu = str(start.get("device", "cpu")).startswith("cuda")
     plan, wl = preset.plan, preset.workload

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from paradvisor.rundir import RunDir
 from paradvisor.rundir.preset import load_preset
 from paradvisor.train.loop import train_diloco, train_sync
 from paradvisor.train.metrics import MetricsWriter
@@ -50,7 +51,7 @@ def cap_memory(limit: str) -> None:
 
 
 def run(run_dir: Path, rank: int) -> None:
-    preset = load_preset(run_dir / "plan.toml")
+    preset = load_preset(RunDir(run_dir).plan)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(preset, local_rank)
@@ -69,7 +70,7 @@ def run(run_dir: Path, rank: int) -> None:
             if vocab > int(cfg[key]):
                 cfg[key] = vocab
         model = build_model(preset, family, cfg, task)
-        writer = MetricsWriter(run_dir / "metrics.jsonl", rank)
+        writer = MetricsWriter(RunDir(run_dir).metrics, rank)
         writer.write({"kind": "start", "world_size": world, "device": str(device), "backend": backend,
                       "params": sum(p.numel() for p in model.parameters()), "started": time.time()})
         plan = preset.plan
