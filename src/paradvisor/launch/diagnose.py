@@ -51,6 +51,30 @@ def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_
 def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None, node_rank: int = 0,
              log_name: str | None = None) -> dict:
     """Which rank (or the torchrun agent) failed, with what exit code or signal, and its last log lines."""
+    codes = _exit_codes(run_dir, world)
+    log_name = log_name or launcher_log_name(node_rank)
+    log = read_tail(run_dir / log_name)
+    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid, log_name)
+    if agent is not None:
+        return agent
+    failed_rank, exit_code = _culprit(run_dir, world, returncode, log, codes)
+    reason = None
+    if failed_rank in codes and codes[failed_rank].get("error"):
+        reason = codes[failed_rank]["error"]
+    elif exit_code is not None and exit_code < 0:
+        try:
+            reason = f"killed by signal {signal.Signals(-exit_code).name}"
+        except ValueError:
+            reason = f"killed by signal {-exit_code}"
+    lines = tail_lines(RunDir(run_dir).rank_log(failed_rank)) if failed_rank is not None else tail_lines(run_dir / log_name)
+    if not reason:
+        reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
+    return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
+            "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+
+
+def _exit_codes(run_dir: Path, world: int) -> dict[int, dict]:
+    """rank -> its rank-N.exit.json (exit code, error, time), for the ranks that wrote a readable one."""
     from paradvisor.rundir.status import read_json_object
 
     codes = {}
@@ -61,12 +85,12 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
             if doc is not None and isinstance(doc.get("exit_code", 0), int) and isinstance(doc.get("time", 0),
                                                                                            (int, float)):
                 codes[r] = {**doc, "error": str(doc["error"]) if doc.get("error") is not None else None}
-    log_name = log_name or launcher_log_name(node_rank)
-    log = read_tail(run_dir / log_name)
-    agent = _agent_failure(run_dir, returncode, log, codes, agent_pid, log_name)
-    if agent is not None:
-        return agent
-    failed_rank, exit_code, reason = None, returncode, None
+    return codes
+
+
+def _culprit(run_dir: Path, world: int, returncode: int, log: str, codes: dict) -> tuple[int | None, int | None]:
+    """(the rank that broke the run, its exit code) from torchrun's log and the ranks' exit files."""
+    failed_rank, exit_code = None, returncode
     # torchrun names the first failure it saw ("Root Cause"): that is the rank that broke the run;
     # the others usually died of it (a peer's connection reset, torchrun's SIGTERM).
     root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
@@ -81,35 +105,21 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
                  if d.get("exit_code") and not is_peer_error(d.get("error")))
     killed = [(r, c) for r, c in silent if c < 0]
     if killed:
-        failed_rank, exit_code = killed[0]
-    elif own:
-        failed_rank = own[0][1]
-        exit_code = codes[failed_rank]["exit_code"]
-    elif silent:
-        failed_rank, exit_code = silent[0]
-    elif m:
-        failed_rank, exit_code = int(m.group(1)), int(m.group(2))
-    else:
-        bad = sorted((d.get("time", 0), r) for r, d in codes.items() if d.get("exit_code"))
-        here = [r for r in range(world) if RunDir(run_dir).rank_pid(r).exists()] or range(world)  # this node's
-        missing = [r for r in here if r not in codes]
-        if bad:
-            failed_rank = bad[0][1]
-            exit_code = codes[failed_rank]["exit_code"]
-        elif missing:
-            failed_rank = missing[0]
-    if failed_rank in codes and codes[failed_rank].get("error"):
-        reason = codes[failed_rank]["error"]
-    elif exit_code is not None and exit_code < 0:
-        try:
-            reason = f"killed by signal {signal.Signals(-exit_code).name}"
-        except ValueError:
-            reason = f"killed by signal {-exit_code}"
-    lines = tail_lines(RunDir(run_dir).rank_log(failed_rank)) if failed_rank is not None else tail_lines(run_dir / log_name)
-    if not reason:
-        reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
-    return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
-            "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+        return killed[0]
+    if own:
+        return own[0][1], codes[own[0][1]]["exit_code"]
+    if silent:
+        return silent[0]
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    bad = sorted((d.get("time", 0), r) for r, d in codes.items() if d.get("exit_code"))
+    here = [r for r in range(world) if RunDir(run_dir).rank_pid(r).exists()] or range(world)  # this node's
+    missing = [r for r in here if r not in codes]
+    if bad:
+        return bad[0][1], codes[bad[0][1]]["exit_code"]
+    if missing:
+        return missing[0], exit_code
+    return failed_rank, exit_code
 
 
 HANG_DUMP_WAIT_S = 3.0

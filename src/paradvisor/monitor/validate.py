@@ -66,7 +66,9 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
 
 
 def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
+    """A finished run's measurements against the plan's prediction, term by term (paradvisor.validation/2)."""
     from paradvisor.hardware import calibration as cal_mod
+    from paradvisor.monitor.predict import estimate_for
     from paradvisor.rundir.preset import load_preset
     from paradvisor.train.modelspec import profile_of
 
@@ -74,11 +76,48 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     if not RunDir(run_dir).plan.exists() or not RunDir(run_dir).metrics.exists():
         raise InputError("not a run directory with plan.toml and metrics.jsonl", where=str(run_dir))
     preset = load_preset(RunDir(run_dir).plan)
+    steps, start, reader = _read_steps(run_dir)
+    on_gpu = str(start.get("device", "cpu")).startswith("cuda")
+    plan, wl = preset.plan, preset.workload
+    precision = plan.precision
+    notes = []
+    if plan.pp > 1 and precision != "fp32":
+        # the launcher's pipeline stages run fp32 weights without autocast: predict what ran
+        notes.append("pipeline stages run in fp32 in this launcher: memory compared as fp32")
+        precision = "fp32"
+    cal = calibration if calibration is not None else cal_mod.load()
+    est = estimate_for(preset, on_gpu=on_gpu, gpu_name=start.get("gpu_name"), calibration=cal)
+    e = est.estimate
+    prof = profile_of(preset)
+    pred = predicted_terms(est.facts, est.topo, wl, plan, precision)
+    source = pred.pop("_source", "formula")
+    if prof.traced is not None and prof.traced.failures:
+        notes.append("activations from the formula: tracing failed (" + "; ".join(prof.traced.failures) + ")")
+    rows = _memory_rows(steps, pred, source, e)
+    meas_step = reader.tally.measured_step_time()  # the one definition (rundir.metrics.MetricsTally)
+    has_speed = est.has_speed
+    rows.append({"metric": "step time (s)", "term": "step_time", "predicted": e.step_time if has_speed else None,
+                 "measured": meas_step})
+    rows.append({"metric": "throughput (samples/s)", "term": "throughput",
+                 "predicted": e.samples_per_s if has_speed else None,
+                 "measured": (wl.global_batch / meas_step) if meas_step else None})
+    for row in rows:
+        row["rel_error"] = _rel(row["predicted"], row["measured"])
+    return {"schema": "paradvisor.validation/2", "run_dir": str(run_dir), "name": preset.name,
+            "skipped_lines": reader.skipped,
+            "label": plan.label(), "device": est.device, "world_size": plan.world_size, "rows": rows,
+            "activation_source": source, "notes": notes,
+            "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
+
+
+def _read_steps(run_dir: Path):
+    """(step records, the first start record, the reader): streamed and tolerant, lines a crash or a disk problem
+    left unreadable are skipped and counted; InputError when no step could be read."""
     from paradvisor.rundir.metrics import MetricsReader
 
-    # Streamed and tolerant: lines a crash or a disk problem left unreadable are skipped and counted.
-    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes", "cuda_max_reserved_bytes", "device",
-            "gpu_name", *MEASURED.values())  # every term of the breakdown, to hold against its twin
+    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes",
+            "cuda_max_reserved_bytes", "device", "gpu_name",
+            *MEASURED.values())  # every term of the breakdown, to hold against its twin
     steps, starts = [], []
 
     def collect(r: dict) -> None:
@@ -93,35 +132,18 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     if not steps:
         raise InputError("the run logged no step" + (f" that could be read ({reader.skipped} line(s) skipped)"
                                                      if reader.skipped else ""), where=str(RunDir(run_dir).metrics))
-    start = starts[0] if starts else {}
-    on_gpu = str(start.get("device", "cpu")).startswith("cuda")
-    plan, wl = preset.plan, preset.workload
-    precision = plan.precision
-    notes = []
-    if plan.pp > 1 and precision != "fp32":
-        # the launcher's pipeline stages run fp32 weights without autocast: predict what ran
-        notes.append("pipeline stages run in fp32 in this launcher: memory compared as fp32")
-        precision = "fp32"
-    world = plan.world_size
-    cal = calibration if calibration is not None else cal_mod.load()
-    from paradvisor.monitor.predict import estimate_for
+    return steps, (starts[0] if starts else {}), reader
 
-    est = estimate_for(preset, on_gpu=on_gpu, gpu_name=start.get("gpu_name"), calibration=cal)
-    e, mf, device_note = est.estimate, est.facts, est.device
-    prof = profile_of(preset)
-    pred = predicted_terms(mf, est.topo, wl, plan, precision)
-    source = pred.pop("_source", "formula")
-    if prof.traced is not None and prof.traced.failures:
-        notes.append("activations from the formula: tracing failed (" + "; ".join(prof.traced.failures) + ")")
+
+def _memory_rows(steps: list[dict], pred: dict, source: str, e) -> list[dict]:
+    """Predicted vs measured memory, term by term (the max over ranks and steps of each measurement)."""
 
     def measured(key: str):
         vals = [r[key] for r in steps if key in r]
         return max(vals) if vals else None
 
-    rows = []
-    meas_states = measured("mem_model_state_bytes")
-    rows.append({"metric": "model-state bytes per rank (max)", "term": "states",
-                 "predicted": pred["params"] + pred["grads"] + pred["optimizer"], "measured": meas_states})
+    rows = [{"metric": "model-state bytes per rank (max)", "term": "states",
+             "predicted": pred["params"] + pred["grads"] + pred["optimizer"], "measured": measured("mem_model_state_bytes")}]
     for term in ("params", "grads", "optimizer", "step_grads"):
         m = measured(MEASURED[term])
         if m is None and not pred[term]:
@@ -141,17 +163,4 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
         if peak:
             rows.append({"metric": f"CUDA peak {label} bytes", "term": f"peak_{label}",
                          "predicted": e.memory_total - e.memory["overhead"], "measured": peak})
-    meas_step = reader.tally.measured_step_time()  # the one definition (rundir.metrics.MetricsTally)
-    has_speed = est.has_speed
-    rows.append({"metric": "step time (s)", "term": "step_time", "predicted": e.step_time if has_speed else None,
-                 "measured": meas_step})
-    rows.append({"metric": "throughput (samples/s)", "term": "throughput",
-                 "predicted": e.samples_per_s if has_speed else None,
-                 "measured": (wl.global_batch / meas_step) if meas_step else None})
-    for row in rows:
-        row["rel_error"] = _rel(row["predicted"], row["measured"])
-    return {"schema": "paradvisor.validation/2", "run_dir": str(run_dir), "name": preset.name,
-            "skipped_lines": reader.skipped,
-            "label": plan.label(), "device": device_note, "world_size": world, "rows": rows,
-            "activation_source": source, "notes": notes,
-            "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
+    return rows

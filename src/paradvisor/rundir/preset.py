@@ -185,19 +185,38 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
                              where=loc.where(None, 0, k, k))
     if data.get("schema", SCHEMA) != SCHEMA:
         raise InputError(f"unsupported schema {data.get('schema')!r}; expected {SCHEMA!r}", where=f"{path}: schema")
-    w, ww = _section(data, "workload", _WORKLOAD, loc)
+    # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
+    workload = _parse_workload(*_section(data, "workload", _WORKLOAD, loc))
+    train = _parse_train(*_section(data, "train", _TRAIN, loc))
+    launch = _parse_launch(*_section(data, "launch", _LAUNCH, loc))
+    plan = _parse_plan(*_section(data, "plan", _PLAN, loc), workload.precision)
+    c, cw = _section(data, "cluster", _CLUSTER, loc)
+    cluster = check_mapping(c, _CLUSTER_TYPES, cw)
+    prediction = check_mapping(data.get("prediction", {}), _PREDICTION_TYPES,
+                               lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
+                               at=loc.where(None, 0, "prediction", "prediction"))
+    name = data.get("name") or Path(path).stem
+    if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME:
+        raise InputError(f"name must be a printable string of at most {MAX_NAME} characters",
+                         where=loc.where(None, 0, "name", "name"))
+    description = check_value(data.get("description", ""), str, loc.where(None, 0, "description", "description"))
+    return Preset(name=name, description=description, workload=workload, train=train,
+                  launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
+
+
+def _parse_workload(w: dict, ww) -> Workload:
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
-    # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
     workload = Workload(**{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)})
     if workload.precision not in ("auto", *PRECISIONS):
         raise InputError(f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
                          where=ww("precision"))
-    precision = workload.precision
     if workload.attention not in ("sdpa", "eager"):
         raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
+    return workload
 
-    t, tw = _section(data, "train", _TRAIN, loc)
+
+def _parse_train(t: dict, tw) -> TrainSettings:
     kw = from_table(TrainSettings, t, tw)
     if kw.get("dataset", "corpus") not in DATASETS:
         raise InputError(f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset"))
@@ -205,9 +224,10 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
         raise InputError("device must be auto, cpu or cuda", where=tw("device"))
     if kw.get("dataset") in ("imdb", "text") and not kw.get("data_path"):
         raise InputError(f"dataset {kw['dataset']!r} needs data_path", where=tw("data_path"))
-    train = TrainSettings(**kw)
+    return TrainSettings(**kw)
 
-    lsec, lw = _section(data, "launch", _LAUNCH, loc)
+
+def _parse_launch(lsec: dict, lw) -> LaunchSettings:
     lkw = from_table(LaunchSettings, lsec, lw)
     if lkw.get("node_procs"):
         if any(n < 1 or n > 1024 for n in lkw["node_procs"]):
@@ -241,8 +261,11 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     for key in ("remote_dir", "remote_python"):
         if not getattr(launch, key).strip():
             raise InputError("must not be empty", where=lw(key))
+    return launch
 
-    p, pw = _section(data, "plan", _PLAN, loc)
+
+def _parse_plan(p: dict, pw, precision: str) -> Plan:
+    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
     pkw = from_table(Plan, p, pw)
     for key, allowed in (("sharding", SHARDINGS), ("checkpointing", CHECKPOINTING), ("precision", PRECISIONS),
                          ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
@@ -250,19 +273,7 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
             raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
     if "precision" not in pkw:
         pkw["precision"] = precision if precision != "auto" else "fp32"
-    plan = Plan(**pkw)
-    c, cw = _section(data, "cluster", _CLUSTER, loc)
-    cluster = check_mapping(c, _CLUSTER_TYPES, cw)
-    prediction = check_mapping(data.get("prediction", {}), _PREDICTION_TYPES,
-                               lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
-                               at=loc.where(None, 0, "prediction", "prediction"))
-    name = data.get("name") or Path(path).stem
-    if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME:
-        raise InputError(f"name must be a printable string of at most {MAX_NAME} characters",
-                         where=loc.where(None, 0, "name", "name"))
-    description = check_value(data.get("description", ""), str, loc.where(None, 0, "description", "description"))
-    return Preset(name=name, description=description, workload=workload, train=train,
-                  launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
+    return Plan(**pkw)
 
 
 REPO_PRESETS = Path(__file__).resolve().parents[3] / "presets"  # the checkout's shipped presets

@@ -145,12 +145,7 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     Nesterov SGD step on the averaged pseudo-gradients (start - current). H_i per node from the plan
     (003 technique C). The time a rank waits for the others at each outer sync is recorded."""
     plan, t = preset.plan, preset.train
-    nodes = plan.nodes
-    if not nodes:
-        from paradvisor.plan.types import NodeAllocation
-
-        nodes = tuple(NodeAllocation(node=f"rank{r}", gpus=1, tflops=0, relative_speed=1, batch_per_gpu=plan.micro_batch,
-                                     data_share=1 / world, local_steps=plan.local_steps or 10) for r in range(world))
+    nodes = _diloco_nodes(plan, world)
     groups, start = [], 0
     for n in nodes:  # every rank creates every group, in the same order
         groups.append(dist.new_group(list(range(start, start + n.gpus))))
@@ -158,8 +153,7 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     my_node = node_of_rank(plan.with_(nodes=nodes), rank)
     h = nodes[my_node].local_steps or plan.local_steps or 10
     engine, kind = build_inner(groups[my_node])
-    model = engine.model
-    params = [p for p in model.parameters()]
+    params = [p for p in engine.model.parameters()]
     outer_params = [_full(p).detach().clone().cpu().float() for p in params]
     outer_opt = torch.optim.SGD(outer_params, lr=t.outer_lr, momentum=t.outer_momentum, nesterov=True)
     batches = [n.batch_per_gpu for n in nodes for _ in range(n.gpus)] if plan.nodes else [plan.micro_batch] * world
@@ -189,20 +183,35 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
                        "node_name": nodes[my_node].node}
                 rec.update(memory_record(engine))
                 writer.write(rec)
-        # Outer step: wait for every node (measured), average pseudo-gradients, Nesterov SGD.
-        w0 = time.perf_counter()
-        dist.barrier()
-        wait = time.perf_counter() - w0
-        c0 = time.perf_counter()
-        for p, op in zip(params, outer_params):
-            delta = op - _full(p).detach().cpu().float()
-            dist.all_reduce(delta)
-            op.grad = delta / world
-        outer_opt.step()
-        outer_opt.zero_grad()
-        with torch.no_grad():
-            for p, op in zip(params, outer_params):
-                _assign(p, op)
-        comm = time.perf_counter() - c0
+        wait, comm = _outer_step(params, outer_params, outer_opt, world)
         writer.write({"kind": "outer", "round": rnd, "step": rnd * h, "sync_wait_s": wait, "outer_comm_s": comm,
                       "local_steps": h, "node_name": nodes[my_node].node, "world_size": world, "strategy": "diloco"})
+
+
+def _diloco_nodes(plan, world: int):
+    """The plan's nodes, or (a DiLoCo plan without them) one node per rank with the plan's local steps."""
+    if plan.nodes:
+        return plan.nodes
+    from paradvisor.plan.types import NodeAllocation
+
+    return tuple(NodeAllocation(node=f"rank{r}", gpus=1, tflops=0, relative_speed=1, batch_per_gpu=plan.micro_batch,
+                                data_share=1 / world, local_steps=plan.local_steps or 10) for r in range(world))
+
+
+def _outer_step(params, outer_params, outer_opt, world: int) -> tuple[float, float]:
+    """DiLoCo's outer step: wait for every node (measured), average the pseudo-gradients, Nesterov SGD, and load
+    the result into the model. Returns (seconds waited at the barrier, seconds of the all-reduce and step)."""
+    w0 = time.perf_counter()
+    dist.barrier()
+    wait = time.perf_counter() - w0
+    c0 = time.perf_counter()
+    for p, op in zip(params, outer_params):
+        delta = op - _full(p).detach().cpu().float()
+        dist.all_reduce(delta)
+        op.grad = delta / world
+    outer_opt.step()
+    outer_opt.zero_grad()
+    with torch.no_grad():
+        for p, op in zip(params, outer_params):
+            _assign(p, op)
+    return wait, time.perf_counter() - c0
