@@ -16,13 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm, moe
-from paradvisor.estimate.compute import (
-    MAX_EFFICIENCY,
-    curve_rate,
-    effective_peak,
-    efficiency,
-    transformer_flops_per_token,
-)
+from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
     act_bytes_for,
@@ -38,6 +32,7 @@ from paradvisor.estimate.memory import (
     vision_activation_bytes,
     zero_grad_elements,
 )
+from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
 
