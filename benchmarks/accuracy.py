@@ -219,6 +219,9 @@ def main() -> None:
     ap.add_argument("--before", metavar="SRC", help="another checkout's src folder: its estimator on the same runs")
     ap.add_argument("--from-json", metavar="FILE", help="summarise the rows a previous run wrote (no runs)")
     ap.add_argument("--groups", help="comma-separated group indices (default: all, or --quick's four)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each group's strategies N times round robin; the fastest pass is the measured step "
+                         "time (a loaded machine slows whole runs: one pass can read 2x another)")
     args = ap.parse_args()
     if args.from_json:
         doc = json.loads(Path(args.from_json).read_text())
@@ -238,47 +241,57 @@ def main() -> None:
         groups = [GROUPS[int(i)] for i in args.groups.split(",")]
     partial = tmp / "rows.json"  # written after every run: `--from-json` summarises what finished
     rows = []
-    for mname, seq, precision, ckpt, strategies in groups:
+    order = [(g, sname, rep) for g in groups for rep in range(args.repeat) for sname in g[4]]
+    for (mname, seq, precision, ckpt, strategies), sname, rep in order:
         model, dataset, over = MODELS[mname]
-        for sname in strategies:
-            plan = STRATEGIES[sname]
-            doc = {**base, "name": f"{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower(),
-                   "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": 8,
-                                "precision": precision},
-                   "train": {**base["train"], "steps": args.steps, "dataset": dataset, "model_overrides": over},
-                   "plan": {**base["plan"], "checkpointing": ckpt, "precision": precision, **plan}}
-            p = tmp / f"{doc['name']}.toml"
-            p.write_text(tomli_w.dumps(doc))
-            key = {"model": mname, "seq": seq, "precision": precision, "ckpt": ckpt, "strategy": sname}
-            run = pa("launch", "--preset", str(p), "--runs-dir", str(tmp / "runs"))
-            if run.returncode != 0:
-                err = (run.stderr.strip().splitlines() or ["?"])[-1][:160]
-                rows.append({**key, "error": err})
-                print(f"{doc['name']}: FAILED {err}", file=sys.stderr)
-                continue
-            run_dir = run.stdout.strip().splitlines()[-1]
-            v = json.loads(pa("validate", run_dir, "--calibration", str(cal), "--json").stdout)
-            states = row_of(v["rows"], "model-state bytes")
-            act = row_of(v["rows"], "activation bytes")
-            step = row_of(v["rows"], "step time")
-            rows.append({**key, "states_pred": states["predicted"], "states_meas": states["measured"],
-                         "states_err": states["rel_error"], "act_pred": act["predicted"], "act_meas": act["measured"],
-                         "act_err": act["rel_error"], "step_pred": step["predicted"], "step_meas": step["measured"],
-                         "source": v.get("activation_source", "")})
-            if before_src:  # the other estimator on the same run (its predictions against these measurements)
-                vb = pa("validate", run_dir, "--calibration", str(cal_before), "--json", src=before_src)
-                rb = json.loads(vb.stdout)["rows"] if vb.returncode == 0 else []
-                sb, ab, tb = (row_of(rb, "model-state bytes"), row_of(rb, "activation bytes"),
-                              row_of(rb, "step time"))
-                rows[-1].update({"states_pred_before": sb["predicted"], "act_pred_before": ab["predicted"],
-                                 "step_pred_before": tb["predicted"]})
-                for k, pred in (("states", sb["predicted"]), ("act", ab["predicted"])):
-                    meas = rows[-1][f"{k}_meas"]
-                    rows[-1][f"{k}_err_before"] = (pred - meas) / meas if pred is not None and meas else None
-            partial.write_text(json.dumps({"rows": rows}))
-            r = rows[-1]
-            print(f"{doc['name']}: states {r['states_err']:+.1%} activations {(r['act_err'] or 0):+.1%} "
-                  f"step {r['step_pred'] * 1e3:.1f}/{r['step_meas'] * 1e3:.1f} ms", file=sys.stderr)
+        plan = STRATEGIES[sname]
+        doc = {**base, "name": f"{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower(),
+               "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": 8,
+                            "precision": precision},
+               "train": {**base["train"], "steps": args.steps, "dataset": dataset, "model_overrides": over},
+               "plan": {**base["plan"], "checkpointing": ckpt, "precision": precision, **plan}}
+        p = tmp / f"{doc['name']}.toml"
+        p.write_text(tomli_w.dumps(doc))
+        key = {"model": mname, "seq": seq, "precision": precision, "ckpt": ckpt, "strategy": sname}
+        run = pa("launch", "--preset", str(p), "--runs-dir", str(tmp / "runs"))
+        if rep:  # a repeat (round robin over the group's strategies): the fastest pass counts
+            earlier = next((r for r in rows if all(r.get(k) == v for k, v in key.items())), None)
+            if run.returncode == 0 and earlier is not None and "error" not in earlier:
+                v = json.loads(pa("validate", run.stdout.strip().splitlines()[-1], "--calibration", str(cal),
+                                  "--json").stdout)
+                meas = row_of(v["rows"], "step time")["measured"]
+                earlier["step_passes"] = earlier.get("step_passes", [earlier["step_meas"]]) + [meas]
+                earlier["step_meas"] = min(earlier["step_passes"])
+                partial.write_text(json.dumps({"rows": rows}))
+            continue
+        if run.returncode != 0:
+            err = (run.stderr.strip().splitlines() or ["?"])[-1][:160]
+            rows.append({**key, "error": err})
+            print(f"{doc['name']}: FAILED {err}", file=sys.stderr)
+            continue
+        run_dir = run.stdout.strip().splitlines()[-1]
+        v = json.loads(pa("validate", run_dir, "--calibration", str(cal), "--json").stdout)
+        states = row_of(v["rows"], "model-state bytes")
+        act = row_of(v["rows"], "activation bytes")
+        step = row_of(v["rows"], "step time")
+        rows.append({**key, "states_pred": states["predicted"], "states_meas": states["measured"],
+                     "states_err": states["rel_error"], "act_pred": act["predicted"], "act_meas": act["measured"],
+                     "act_err": act["rel_error"], "step_pred": step["predicted"], "step_meas": step["measured"],
+                     "source": v.get("activation_source", "")})
+        if before_src:  # the other estimator on the same run (its predictions against these measurements)
+            vb = pa("validate", run_dir, "--calibration", str(cal_before), "--json", src=before_src)
+            rb = json.loads(vb.stdout)["rows"] if vb.returncode == 0 else []
+            sb, ab, tb = (row_of(rb, "model-state bytes"), row_of(rb, "activation bytes"),
+                          row_of(rb, "step time"))
+            rows[-1].update({"states_pred_before": sb["predicted"], "act_pred_before": ab["predicted"],
+                             "step_pred_before": tb["predicted"]})
+            for k, pred in (("states", sb["predicted"]), ("act", ab["predicted"])):
+                meas = rows[-1][f"{k}_meas"]
+                rows[-1][f"{k}_err_before"] = (pred - meas) / meas if pred is not None and meas else None
+        partial.write_text(json.dumps({"rows": rows}))
+        r = rows[-1]
+        print(f"{doc['name']}: states {r['states_err']:+.1%} activations {(r['act_err'] or 0):+.1%} "
+              f"step {r['step_pred'] * 1e3:.1f}/{r['step_meas'] * 1e3:.1f} ms", file=sys.stderr)
     try:
         ds = deepspeed_estimators()
     except (ImportError, AttributeError, TypeError) as exc:  # a paradvisor without DeepSpeed's fetch unit

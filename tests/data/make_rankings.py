@@ -10,6 +10,8 @@ Re-recorded once since, with node groups in place, when issue 13 deliberately ch
 (traced activations, DeepSpeed's own accounting): the grouped representation had matched the per-pair
 code's record up to that merge (main 523b7f4, the last commit before it), and the grouped links are still
 checked against the per-pair and per-rank algorithms by tests/test_scale.py's property tests.
+Re-recorded again when the loss head's backward gradients became a memory term (`transient`, measured
+on an H100 by benchmarks/gpu_check.py): a deliberate change of the memory model.
 """
 
 from __future__ import annotations

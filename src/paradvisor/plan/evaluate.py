@@ -181,14 +181,16 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
                            inflight_first * c_first + a["rebuilt"], psi_first))
             stages.append((states(psi_last, False, True), inflight_last * a_last,
                            inflight_last * c_last + a["rebuilt"], psi_last))
+    heads = [False] * (len(stages) - 1) + [True]  # the last stage computes the loss
     if stage is not None and len(stages) > 1:
-        stages = [stages[0] if stage == 0 else stages[-1]]
+        pick = 0 if stage == 0 else -1
+        stages, heads = [stages[pick]], [heads[pick]]
     best = None
-    for i, (st, acts, work, psi) in enumerate(stages):
+    for (st, acts, work, psi), head in zip(stages, heads):
         buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
                            micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
         terms = {**st, "working": work, "activations": acts, "buffers": buf,
-                 "transient": transient if i == len(stages) - 1 else 0.0,  # the head's stage
+                 "transient": transient if head else 0.0,
                  "overhead": FRAMEWORK_OVERHEAD}
         phase, alive = peak_breakdown(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
         total = sum(alive.values())
