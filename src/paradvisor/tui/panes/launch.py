@@ -28,7 +28,7 @@ class LaunchPane(TabPane):
 
     def compose(self) -> ComposeResult:
         opts = self.preset_options()
-        smoke = next((v for k, v in opts if k == DEFAULT_PRESET), Select.BLANK)
+        smoke = next((v for k, v in opts if k == DEFAULT_PRESET), Select.NULL)
         with VerticalScroll():
             with Horizontal(classes="row"):
                 yield Select(opts, id="preset-select", allow_blank=True, prompt="choose a preset", value=smoke)
