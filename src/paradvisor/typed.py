@@ -63,53 +63,16 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
                 text: bool = True):
     """`value` as the annotation `typ` wants it (lists become tuples), or InputError naming `where`. With
     `text=False` a string need not be printable (data shown only through the output escapers)."""
+    kw = {"bound": bound, "cls": cls, "name": name, "text": text}
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if value is None and len(args) < len(typing.get_args(typ)):
-            return None
-        if len(args) == 1:
-            return check_value(value, args[0], where, bound=bound, cls=cls, name=name, text=text)
-        for a in args:
-            try:
-                return check_value(value, a, where, bound=bound, cls=cls, name=name, text=text)
-            except InputError:
-                continue
-        raise InputError(f"expected {' or '.join(_NAMES.get(a, getattr(a, '__name__', str(a))) for a in args)}, "
-                         f"got {shown(value)}", where=where)
+        return _check_union(value, typ, where, kw)
     if origin in (tuple, list):
-        args = typing.get_args(typ)
-        if not isinstance(value, (list, tuple)):
-            raise InputError(f"expected a list, got {shown(value)}", where=where)
-        most = LENGTH_BOUNDS.get(name, MAX_ITEMS)
-        if len(value) > most:
-            raise InputError(f"a list of {len(value):,} entries; at most {most:,} allowed", where=where)
-        item = args[0] if args else object
-        out = [check_value(v, item, f"{where}[{i}]", bound=bound, cls=cls, name=name, text=text)
-               for i, v in enumerate(value)]
-        return tuple(out) if origin is tuple else out
+        return _check_sequence(value, typ, origin, where, kw)
     if origin is dict or typ is dict:
-        if not isinstance(value, dict):
-            raise InputError(f"expected a table, got {shown(value)}", where=where)
-        args = typing.get_args(typ)
-        if args:
-            return {check_value(k, args[0], f"{where}", cls=cls, name=name, text=text):
-                    check_value(v, args[1], f"{where}.{k}", bound=bound, cls=cls, name=name, text=text)
-                    for k, v in value.items()}
-        return dict(value)
-    if dataclasses.is_dataclass(typ):  # a nested table: exactly the dataclass's keys, the required ones present
-        if not isinstance(value, dict):
-            raise InputError(f"expected a table, got {shown(value)}", where=where)
-        fields = dataclasses.fields(typ)
-        unknown = sorted(set(value) - {f.name for f in fields}, key=str)
-        if unknown:
-            raise InputError(f"unknown key {shown(unknown[0])}; expected one of "
-                             f"{', '.join(sorted(f.name for f in fields))}", where=where)
-        missing = [f.name for f in fields if f.name not in value and f.default is dataclasses.MISSING
-                   and f.default_factory is dataclasses.MISSING]
-        if missing:  # found by the fuzz suite: a [[plan.nodes]] table without relative_speed
-            raise InputError(f"missing {missing[0]!r}", where=where)
-        return typ(**from_table(typ, value, lambda k: f"{where}.{k}"))
+        return _check_dict(value, typ, where, kw)
+    if dataclasses.is_dataclass(typ):
+        return _check_dataclass(value, typ, where)
     if typ is object or typ is typing.Any:
         return value
     if typ is bool:
@@ -117,19 +80,7 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
             raise InputError(f"expected true or false, got {shown(value)}", where=where)
         return value
     if typ in (int, float):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if typ is float and isinstance(value, float):
-            ok = True
-        if not ok:
-            raise InputError(f"expected {_NAMES[typ]}, got {shown(value)}", where=where)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"expected a finite number, got {value!r}", where=where)
-        lo, hi = bound if bound is not None else bound_of(cls, name, typ)
-        if value < lo:
-            raise InputError(f"must be at least {lo}, got {shown(value)}", where=where)
-        if value > hi:
-            raise InputError(f"must be at most {hi:,}, got {shown(value)}", where=where)
-        return float(value) if typ is float else value
+        return _check_number(value, typ, where, bound if bound is not None else bound_of(cls, name, typ))
     if typ is str:
         if not isinstance(value, str):
             raise InputError(f"expected a string, got {shown(value)}", where=where)
@@ -137,6 +88,77 @@ def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = N
     if isinstance(typ, type) and not isinstance(value, typ):
         raise InputError(f"expected {_NAMES.get(typ, typ.__name__)}, got {shown(value)}", where=where)
     return value
+
+
+def _check_union(value, typ, where: str, kw: dict):
+    """`X | None` (None allowed) or `X | Y` (the first that accepts the value)."""
+    args = [a for a in typing.get_args(typ) if a is not type(None)]
+    if value is None and len(args) < len(typing.get_args(typ)):
+        return None
+    if len(args) == 1:
+        return check_value(value, args[0], where, **kw)
+    for a in args:
+        try:
+            return check_value(value, a, where, **kw)
+        except InputError:
+            continue
+    raise InputError(f"expected {' or '.join(_NAMES.get(a, getattr(a, '__name__', str(a))) for a in args)}, "
+                     f"got {shown(value)}", where=where)
+
+
+def _check_sequence(value, typ, origin, where: str, kw: dict):
+    args = typing.get_args(typ)
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"expected a list, got {shown(value)}", where=where)
+    most = LENGTH_BOUNDS.get(kw["name"], MAX_ITEMS)
+    if len(value) > most:
+        raise InputError(f"a list of {len(value):,} entries; at most {most:,} allowed", where=where)
+    item = args[0] if args else object
+    out = [check_value(v, item, f"{where}[{i}]", **kw) for i, v in enumerate(value)]
+    return tuple(out) if origin is tuple else out
+
+
+def _check_dict(value, typ, where: str, kw: dict):
+    if not isinstance(value, dict):
+        raise InputError(f"expected a table, got {shown(value)}", where=where)
+    args = typing.get_args(typ)
+    if not args:
+        return dict(value)
+    key_kw = {k: v for k, v in kw.items() if k != "bound"}
+    return {check_value(k, args[0], f"{where}", **key_kw): check_value(v, args[1], f"{where}.{k}", **kw)
+            for k, v in value.items()}
+
+
+def _check_dataclass(value, typ, where: str):
+    """A nested table: exactly the dataclass's keys, the required ones present."""
+    if not isinstance(value, dict):
+        raise InputError(f"expected a table, got {shown(value)}", where=where)
+    fields = dataclasses.fields(typ)
+    unknown = sorted(set(value) - {f.name for f in fields}, key=str)
+    if unknown:
+        raise InputError(f"unknown key {shown(unknown[0])}; expected one of "
+                         f"{', '.join(sorted(f.name for f in fields))}", where=where)
+    missing = [f.name for f in fields if f.name not in value and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:  # found by the fuzz suite: a [[plan.nodes]] table without relative_speed
+        raise InputError(f"missing {missing[0]!r}", where=where)
+    return typ(**from_table(typ, value, lambda k: f"{where}.{k}"))
+
+
+def _check_number(value, typ, where: str, bound: tuple[float, float]):
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if typ is float and isinstance(value, float):
+        ok = True
+    if not ok:
+        raise InputError(f"expected {_NAMES[typ]}, got {shown(value)}", where=where)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"expected a finite number, got {value!r}", where=where)
+    lo, hi = bound
+    if value < lo:
+        raise InputError(f"must be at least {lo}, got {shown(value)}", where=where)
+    if value > hi:
+        raise InputError(f"must be at most {hi:,}, got {shown(value)}", where=where)
+    return float(value) if typ is float else value
 
 
 def from_table(cls, table: dict, where: Where, *, skip: tuple[str, ...] = ()) -> dict:

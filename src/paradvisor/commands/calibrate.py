@@ -248,12 +248,8 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
 def fit_engines(runs: list[dict], device: dict) -> dict:
     """{engine: {precision: {"per_step": s, "per_layer": s}}}: step = per_step + per_layer x layers after the
     compute the estimator predicts for the calibration model (on one rank, at this device's measured rate)."""
-    from paradvisor.estimate.compute import (
-        MAX_EFFICIENCY,
-        curve_rate,
-        efficiency,
-        transformer_flops_per_token,
-    )
+    from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
+    from paradvisor.hardware.speeds import MAX_EFFICIENCY
     from paradvisor.model.profile import TransformerShape
 
     d, h, v = ENGINE_MODEL["n_embd"], ENGINE_MODEL["n_head"], ENGINE_MODEL["vocab_size"]

@@ -59,9 +59,7 @@ def run(args) -> int:
 
 
 def show(cluster: Cluster) -> None:
-    from rich.text import Text
-
-    from paradvisor.output import console, esc, table
+    from paradvisor.output import console, esc
 
     con = console()
     title = esc(cluster.name) + (f" — {esc(cluster.description)}" if cluster.description else "")
@@ -73,51 +71,80 @@ def show(cluster: Cluster) -> None:
         if not node.online:
             con.print(f"{head}: [red]offline[/red] — {esc(node.reason)}")
             continue
-        facts = []
-        if node.cpu_logical:
-            facts.append(f"{node.cpu_logical} CPUs" + (f" ({esc(node.cpu_model)})" if node.cpu_model else ""))
-        if node.ram_total_bytes:
-            facts.append(f"RAM {fmt_bytes(node.ram_total_bytes)}"
-                         + (f", {fmt_bytes(node.ram_available_bytes)} free" if node.ram_available_bytes else ""))
-        if node.driver_version:
-            facts.append(esc(f"driver {node.driver_version}, CUDA {node.cuda_version}"))
-        link = node.intra_link
-        facts.append(f"GPU link {esc(link.kind)} {fmt_bandwidth(link.bandwidth)}, {fmt_latency(link.latency)}")
-        con.print(f"{head}: " + "; ".join(facts))
+        con.print(f"{head}: " + "; ".join(_node_facts(node)))
         if node.gpus and node.source == "planned":
-            from collections import Counter
-
-            for name, n in Counter(g.name for g in node.gpus).items():
-                spec = next(g.spec for g in node.gpus if g.name == name)
-                tf = ", ".join(f"{k} {v:g}" for k, v in spec.tflops.items() if k in ("fp32", "fp16", "bf16", "fp8"))
-                con.print(f"  {n}x {esc(name)}: {spec.memory_bytes / 2**30:.0f} GiB, {spec.mem_bw / 1e9:.0f} GB/s, "
-                          f"TFLOPS {tf}")
+            _show_planned_gpus(con, node)
         elif node.gpus:
-            t = table(None, "#", "GPU", "catalog", "memory GiB", "free GiB", "util %", "CC", "fp16 TFLOPS",
-                      "bf16 TFLOPS")
-            for g in node.gpus:
-                tf = g.spec.tflops if g.spec else {}
-                t.add_row(str(g.index), g.name, g.spec.name if g.spec else Text("unknown", style="yellow"),
-                          f"{g.memory_bytes / 2**30:.1f}",
-                          "" if g.memory_free_bytes is None else f"{g.memory_free_bytes / 2**30:.1f}",
-                          "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}",
-                          g.compute_capability or "", str(tf.get("fp16", "—")), str(tf.get("bf16", "—")))
-            con.print(t)
-            for g in node.gpus:
-                for note in g.notes:
-                    con.print(f"  GPU {g.index}: {esc(note)}")
-            for t_ in node.topology:
-                if t_.get("nvlinks"):
-                    con.print(f"  GPU {t_['gpus'][0]} <-> {t_['gpus'][1]}: {t_['nvlinks']} NVLink(s)")
+            _show_detected_gpus(con, node)
         for note in node.notes:
             con.print(f"  [yellow]{esc(note)}[/yellow]")
     if len(cluster.nodes) > 1 and cluster.links:
-        for scope, names, lk in cluster.links.distinct():
-            if scope == "default":
-                n = len(cluster.nodes)
-                what = f"network (default for the {n * (n - 1) // 2} node pairs)"
-            elif names[0] == names[1]:
-                what = f"link inside node group {esc(names[0])}"
-            else:
-                what = f"link {esc(names[0])} <-> {esc(names[1])}" + (" (node groups)" if scope == "group" else "")
-            con.print(f"{what}: {esc(lk.kind)} {fmt_bandwidth(lk.bandwidth)}, {fmt_latency(lk.latency)}")
+        _show_links(con, cluster)
+
+
+def _node_facts(node) -> list[str]:
+    """CPUs, RAM, driver and the GPU link of one node, each already escaped."""
+    from paradvisor.output import esc
+
+    facts = []
+    if node.cpu_logical:
+        facts.append(f"{node.cpu_logical} CPUs" + (f" ({esc(node.cpu_model)})" if node.cpu_model else ""))
+    if node.ram_total_bytes:
+        facts.append(f"RAM {fmt_bytes(node.ram_total_bytes)}"
+                     + (f", {fmt_bytes(node.ram_available_bytes)} free" if node.ram_available_bytes else ""))
+    if node.driver_version:
+        facts.append(esc(f"driver {node.driver_version}, CUDA {node.cuda_version}"))
+    link = node.intra_link
+    facts.append(f"GPU link {esc(link.kind)} {fmt_bandwidth(link.bandwidth)}, {fmt_latency(link.latency)}")
+    return facts
+
+
+def _show_planned_gpus(con, node) -> None:
+    """A planned node's GPUs: one line per type, with the catalogue's figures."""
+    from collections import Counter
+
+    from paradvisor.output import esc
+
+    for name, n in Counter(g.name for g in node.gpus).items():
+        spec = next(g.spec for g in node.gpus if g.name == name)
+        tf = ", ".join(f"{k} {v:g}" for k, v in spec.tflops.items() if k in ("fp32", "fp16", "bf16", "fp8"))
+        con.print(f"  {n}x {esc(name)}: {spec.memory_bytes / 2**30:.0f} GiB, {spec.mem_bw / 1e9:.0f} GB/s, "
+                  f"TFLOPS {tf}")
+
+
+def _show_detected_gpus(con, node) -> None:
+    """A detected node's GPUs: a table, their notes, NVLink pairs."""
+    from rich.text import Text
+
+    from paradvisor.output import esc, table
+
+    t = table(None, "#", "GPU", "catalog", "memory GiB", "free GiB", "util %", "CC", "fp16 TFLOPS",
+              "bf16 TFLOPS")
+    for g in node.gpus:
+        tf = g.spec.tflops if g.spec else {}
+        t.add_row(str(g.index), g.name, g.spec.name if g.spec else Text("unknown", style="yellow"),
+                  f"{g.memory_bytes / 2**30:.1f}",
+                  "" if g.memory_free_bytes is None else f"{g.memory_free_bytes / 2**30:.1f}",
+                  "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}",
+                  g.compute_capability or "", str(tf.get("fp16", "—")), str(tf.get("bf16", "—")))
+    con.print(t)
+    for g in node.gpus:
+        for note in g.notes:
+            con.print(f"  GPU {g.index}: {esc(note)}")
+    for t_ in node.topology:
+        if t_.get("nvlinks"):
+            con.print(f"  GPU {t_['gpus'][0]} <-> {t_['gpus'][1]}: {t_['nvlinks']} NVLink(s)")
+
+
+def _show_links(con, cluster: Cluster) -> None:
+    from paradvisor.output import esc
+
+    for scope, names, lk in cluster.links.distinct():
+        if scope == "default":
+            n = len(cluster.nodes)
+            what = f"network (default for the {n * (n - 1) // 2} node pairs)"
+        elif names[0] == names[1]:
+            what = f"link inside node group {esc(names[0])}"
+        else:
+            what = f"link {esc(names[0])} <-> {esc(names[1])}" + (" (node groups)" if scope == "group" else "")
+        con.print(f"{what}: {esc(lk.kind)} {fmt_bandwidth(lk.bandwidth)}, {fmt_latency(lk.latency)}")

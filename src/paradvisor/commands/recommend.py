@@ -120,59 +120,16 @@ def save(args, rec, ref) -> None:
 
 
 def show(rec, doc, args) -> None:
-    from paradvisor.output import console, esc, table
+    from paradvisor.output import console, esc
 
     con = console()
-    p, wl = rec.profile, rec.workload
-    active = f", {p.active_params / 1e6:.1f}M active" if p.active_params != p.total_params else ""
-    con.print(f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on "
-              f"[bold]{esc(rec.cluster.name)}[/bold] ({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch "
-              f"{wl.global_batch}, {rec.precision}; {rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
-    for w in rec.warnings:
-        con.print(f"[yellow]warning:[/yellow] {esc(w)}")
-    for name, spec, count in rec.cluster.gpu_kinds():
-        if spec is not None and spec.user_defined:  # figures that are not the catalogue's
-            con.print(f"[cyan]{spec.origin}[/cyan] GPU {esc(name)} x{count}: {esc(spec.source)}")
+    _show_header(con, rec)
     if rec.plans:
-        t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
-        for i, e in enumerate(rec.plans[: args.top], 1):
-            pl = e.plan
-            moved = e.cost_rank and e.cost_rank != i
-            t.add_row(str(i), pl.label(), f"{pl.micro_batch}x{pl.grad_accum}", pl.checkpointing,
-                      f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
-                      f"{e.samples_per_s:.3g}", f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i))
-        con.print(t)
-        moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
-        if moves:
-            con.print("rules changed the order (\"cost #\" is the cost model's own rank; --no-rules ranks by it): "
-                      + "; ".join(f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
-                                  for rid, m in moves))
-        for d in doc["plans"][: args.top]:
-            con.print(f"[bold]{d['rank']}. {esc(d['label'])}[/bold]: {esc(d['reason'])}")
-            mem = d["memory"]["breakdown"]
-            con.print("   memory: " + ", ".join(f"{k} {v / GiB:.2f}" for k, v in mem.items() if v) + " GiB")
-            tb = {k: v for k, v in d["time"]["breakdown"].items() if k not in ("dp_comm_total",) and v}
-            con.print("   time: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in tb.items()))
-            for n in d["notes"]:
-                con.print(f"   note: {esc(n)}")
-            for r in d["rules"]:
-                why = f" [yellow]({esc(r['outside_evidence'])})[/yellow]" if r.get("outside_evidence") else ""
-                con.print(f"   rule {esc(r['id'])}: {r['effect']}{why} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]")
-        if doc["allocation"]:
-            t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
-                      "local steps")
-            for a in doc["allocation"]:
-                t.add_row(a["node"], str(a["gpus"]), half_up(a['tflops'], 1), f"{a['relative_speed']:.3f}",
-                          str(a["batch_per_gpu"]), f"{a['data_share']:.1%}", str(a.get("local_steps", "")))
-            con.print(t)
+        _show_ranking(con, rec, args)
+        _show_plan_details(con, doc, args)
+        _show_allocation(con, doc)
     else:
-        con.print("[bold red]nothing fits[/bold red]")
-        fix = rec.nearest_fix
-        con.print(esc(fix["closest"]["text"]))
-        for f in fix["fixes"]:
-            con.print(f"  fix: {esc(f['text'])}")
-        if not fix["fixes"]:
-            con.print("  no fix found within 64x the GPUs or down to seq-len 64")
+        _show_nothing_fits(con, rec)
     if args.show_infeasible or not rec.plans:
         for item in rec.infeasible[: 10 if not args.show_infeasible else None]:
             con.print(f"  [dim]does not fit:[/dim] {esc(item['label'])} — {esc(item['why'])}")
@@ -184,3 +141,79 @@ def show(rec, doc, args) -> None:
     for r in rec.fired_rules:
         if r.get("scope") == "advice":
             con.print(f"[cyan]advice[/cyan] {esc(r['id'])}: {esc(r['message'])} [dim]({esc(r['source'])})[/dim]")
+
+
+def _show_header(con, rec) -> None:
+    """The model, the machines, the workload; warnings; GPUs whose figures are not the catalogue's."""
+    from paradvisor.output import esc
+
+    p, wl = rec.profile, rec.workload
+    active = f", {p.active_params / 1e6:.1f}M active" if p.active_params != p.total_params else ""
+    con.print(f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on "
+              f"[bold]{esc(rec.cluster.name)}[/bold] ({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch "
+              f"{wl.global_batch}, {rec.precision}; {rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
+    for w in rec.warnings:
+        con.print(f"[yellow]warning:[/yellow] {esc(w)}")
+    for name, spec, count in rec.cluster.gpu_kinds():
+        if spec is not None and spec.user_defined:  # figures that are not the catalogue's
+            con.print(f"[cyan]{spec.origin}[/cyan] GPU {esc(name)} x{count}: {esc(spec.source)}")
+
+
+def _show_ranking(con, rec, args) -> None:
+    """The ranked plans' table and how the rules moved them."""
+    from paradvisor.output import table
+
+    t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
+    for i, e in enumerate(rec.plans[: args.top], 1):
+        pl = e.plan
+        moved = e.cost_rank and e.cost_rank != i
+        t.add_row(str(i), pl.label(), f"{pl.micro_batch}x{pl.grad_accum}", pl.checkpointing,
+                  f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
+                  f"{e.samples_per_s:.3g}", f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i))
+    con.print(t)
+    moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
+    if moves:
+        con.print("rules changed the order (\"cost #\" is the cost model's own rank; --no-rules ranks by it): "
+                  + "; ".join(f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
+                              for rid, m in moves))
+
+
+def _show_plan_details(con, doc, args) -> None:
+    """Each shown plan's reason, memory and time breakdowns, notes and rules."""
+    from paradvisor.output import esc
+
+    for d in doc["plans"][: args.top]:
+        con.print(f"[bold]{d['rank']}. {esc(d['label'])}[/bold]: {esc(d['reason'])}")
+        mem = d["memory"]["breakdown"]
+        con.print("   memory: " + ", ".join(f"{k} {v / GiB:.2f}" for k, v in mem.items() if v) + " GiB")
+        tb = {k: v for k, v in d["time"]["breakdown"].items() if k not in ("dp_comm_total",) and v}
+        con.print("   time: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in tb.items()))
+        for n in d["notes"]:
+            con.print(f"   note: {esc(n)}")
+        for r in d["rules"]:
+            why = f" [yellow]({esc(r['outside_evidence'])})[/yellow]" if r.get("outside_evidence") else ""
+            con.print(f"   rule {esc(r['id'])}: {r['effect']}{why} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]")
+
+
+def _show_allocation(con, doc) -> None:
+    from paradvisor.output import table
+
+    if doc["allocation"]:
+        t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
+                  "local steps")
+        for a in doc["allocation"]:
+            t.add_row(a["node"], str(a["gpus"]), half_up(a['tflops'], 1), f"{a['relative_speed']:.3f}",
+                      str(a["batch_per_gpu"]), f"{a['data_share']:.1%}", str(a.get("local_steps", "")))
+        con.print(t)
+
+
+def _show_nothing_fits(con, rec) -> None:
+    from paradvisor.output import esc
+
+    con.print("[bold red]nothing fits[/bold red]")
+    fix = rec.nearest_fix
+    con.print(esc(fix["closest"]["text"]))
+    for f in fix["fixes"]:
+        con.print(f"  fix: {esc(f['text'])}")
+    if not fix["fixes"]:
+        con.print("  no fix found within 64x the GPUs or down to seq-len 64")

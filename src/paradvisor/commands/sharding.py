@@ -37,7 +37,6 @@ def run(args) -> int:
     cases = [analyse(prof, w, workers_per_server=args.workers_per_server, link_bw=bw, batch=args.batch, tflops=tflops)
              for w in sweep]
     main = next(c for c in cases if c.workers == args.workers)
-    big = prof.largest_layer
     advice = ("memory-based (flat) sharding: one layer holds "
               f"{prof.largest_share:.0%} of the parameters, so the server owning it is the bottleneck under "
               "layer-based sharding; ZeRO/FSDP shard every tensor evenly"
@@ -46,23 +45,34 @@ def run(args) -> int:
     if args.json:
         from paradvisor.output import emit_json
 
-        emit_json({"schema": "paradvisor.sharding/1", "model": prof.name, "total_params": prof.total_params,
-                   "largest_layer": {"name": big.name, "params": big.params, "share": prof.largest_share},
-                   "workers": args.workers, "servers": main.servers,
-                   "layer_based": {"loads": main.layer_loads, "bottleneck_share": main.layer_bottleneck_share,
-                                   "step_s": main.layer_step_s},
-                   "memory_based": {"loads": main.memory_loads, "bottleneck_share": main.memory_bottleneck_share,
-                                    "step_s": main.memory_step_s},
-                   "speed_ratio": main.speed_ratio,
-                   "sweep": [{"workers": c.workers, "servers": c.servers, "speed_ratio": c.speed_ratio,
-                              "layer_bottleneck_share": c.layer_bottleneck_share,
-                              "memory_bottleneck_share": c.memory_bottleneck_share,
-                              "paper_measured_ratio": PAPER.get(c.workers) if prof.name == "vgg16" else None}
-                             for c in cases],
-                   "recommendation": advice})
-        return 0
+        emit_json(_to_doc(prof, args, main, cases, advice))
+    else:
+        _show(prof, args, main, cases, advice)
+    return 0
+
+
+def _to_doc(prof, args, main, cases, advice) -> dict:
+    big = prof.largest_layer
+    return {"schema": "paradvisor.sharding/1", "model": prof.name, "total_params": prof.total_params,
+            "largest_layer": {"name": big.name, "params": big.params, "share": prof.largest_share},
+            "workers": args.workers, "servers": main.servers,
+            "layer_based": {"loads": main.layer_loads, "bottleneck_share": main.layer_bottleneck_share,
+                            "step_s": main.layer_step_s},
+            "memory_based": {"loads": main.memory_loads, "bottleneck_share": main.memory_bottleneck_share,
+                             "step_s": main.memory_step_s},
+            "speed_ratio": main.speed_ratio,
+            "sweep": [{"workers": c.workers, "servers": c.servers, "speed_ratio": c.speed_ratio,
+                       "layer_bottleneck_share": c.layer_bottleneck_share,
+                       "memory_bottleneck_share": c.memory_bottleneck_share,
+                       "paper_measured_ratio": PAPER.get(c.workers) if prof.name == "vgg16" else None}
+                      for c in cases],
+            "recommendation": advice}
+
+
+def _show(prof, args, main, cases, advice) -> None:
     from paradvisor.output import console, esc, table
 
+    big = prof.largest_layer
     con = console()
     con.print(f"[bold]{esc(prof.name)}[/bold]: {prof.total_params:,} parameters; largest layer {esc(big.name)} "
               f"{big.params:,} ({prof.largest_share:.1%})")
@@ -80,4 +90,3 @@ def run(args) -> int:
                   ("1.00x (equal)" if prof.name == "vgg16" and c.workers <= 2 else ""))
     con.print(t)
     con.print(f"recommendation: {advice}")
-    return 0

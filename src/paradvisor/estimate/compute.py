@@ -11,9 +11,7 @@ peak (model FLOPs utilisation), lower for narrow matmuls (small hidden size or h
 
 from __future__ import annotations
 
-# effective_peak moved to hardware/speeds.py (calibration and the rules' vocabulary need it below advice);
-# plan/evaluate still imports it from here.
-from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak  # noqa: F401
+from paradvisor.hardware.speeds import MAX_EFFICIENCY
 from paradvisor.model.profile import TransformerShape
 
 

@@ -58,8 +58,8 @@ attention core; full recomputation keeps only the layer input plus one layer's w
 from __future__ import annotations
 
 from paradvisor.model.profile import TransformerShape
+from paradvisor.units import GiB
 
-GiB = 1024**3
 FRAMEWORK_OVERHEAD = int(0.5 * GiB)  # CUDA context, cuBLAS workspace, NCCL buffers (outside torch's allocator)
 DDP_BUCKET = 25 * 1024**2  # torch DDP bucket_cap_mb default
 DS_BUCKET_ELEMS = 500_000_000  # DeepSpeed reduce/allgather bucket default (elements)

@@ -115,69 +115,102 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
     groups: dict[str, int] = {}  # node-group name -> its node count (a plain node is a group of one)
     total_gpus = 0
     for i, n in enumerate(raw_nodes):
-        here = f"node[{i}]"
-        if not isinstance(n, dict):
-            raise InputError("expected a table", where=loc.where("node", i, None, here))
-        check_keys(n, _NODE, loc.where("node", i, None, here))
-        name = n.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise InputError("missing or empty 'name'", where=loc.where("node", i, "name", f"{here}.name"))
-        check_mapping(n, _NODE_TYPES, lambda k, i=i, here=here: loc.where("node", i, k, f"{here}.{k}"))
-        printable(name, loc.where("node", i, "name", f"{here}.name"), limit=MAX_NAME)
-        count = _positive_int(n.get("count", 1), loc.where("node", i, "count", f"{here}.count"),
-                              "a node count of at least 1", MAX_NODES - len(nodes))
-        member_names = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
-        for nm in ([name] if count > 1 else []) + member_names:
-            if nm in names or nm in groups:
-                raise InputError(f"duplicate node name {nm!r}" + (f" (from count = {count})" if nm != name else ""),
-                                 where=loc.where("node", i, "name", f"{here}.name"))
-        names.update(member_names)
-        groups[name] = count
-        gpus_raw = n.get("gpus", [])
-        if not isinstance(gpus_raw, list):
-            raise InputError("expected a list like [{ type = \"A30\", count = 2 }]",
-                             where=loc.where("node", i, "gpus", f"{here}.gpus"))
-        kinds: list[tuple] = []
-        for j, g in enumerate(gpus_raw):
-            gw = loc.where("node", i, "gpus", f"{here}.gpus[{j}]")
-            if not isinstance(g, dict):
-                raise InputError("expected a table { type = ..., count = ... }", where=gw)
-            check_keys(g, _GPU, gw)
-            if "type" not in g or not isinstance(g["type"], str):
-                raise InputError("missing GPU 'type' (a catalog name, see `paradvisor gpus`)", where=gw)
-            spec = local_gpus.get(g["type"]) or catalog.gpu(g["type"], where=f"{gw}.type")
-            kinds.append((spec, _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1",
-                                              MAX_GPUS_PER_NODE)))
-            per_node = sum(c for _, c in kinds)
-            if per_node > MAX_GPUS_PER_NODE or total_gpus + per_node * count > MAX_GPUS:
-                raise InputError(f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
-                                 "the cluster", where=f"{gw}.count")
-        total_gpus += sum(c for _, c in kinds) * count
-        devices = node_devices(kinds)
-        lw = loc.where("node", i, "link", f"{here}.link")
-        if "link" in n:
-            intra = _link(n["link"], lw)
-        elif kinds:
-            intra = catalog.link(kinds[0][0].intra_link)
-        else:
-            intra = catalog.link("loopback")
-        hosts = _hosts(n, count, loc, i, here)
-        cpus = n.get("cpus")
-        if cpus is not None:
-            _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
-        if isinstance(n.get("ram"), str):
-            try:
-                parse_size(n["ram"])
-            except ValueError as exc:
-                raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
-        notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
-        first = Node(name=member_names[0], host=hosts[0], gpus=devices, intra_link=intra, cpu_logical=cpus,
-                     notes=notes, source="planned", group=name if count > 1 else None)
-        nodes.append(first)
-        for k in range(1, count):
-            nodes.append(Node(name=member_names[k], host=hosts[k], gpus=devices, intra_link=intra, cpu_logical=cpus,
-                              notes=notes, source="planned", group=name))
+        total_gpus += _parse_node(n, i, loc, local_gpus, nodes, names, groups, total_gpus)
+    network = _parse_network(data, loc, names, groups)
+    if network.default is None and len(nodes) > 1:
+        missing = _uncovered_pair(nodes, network)
+        if missing:
+            a, b = missing
+            raise InputError(f"missing link between nodes {a!r} and {b!r}: add a [network] table "
+                             f"(default for all pairs) or a [[link]] with nodes = [\"{a}\", \"{b}\"]", where=path)
+    name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
+    printable(name, loc.where(None, 0, "name", "name"), limit=MAX_NAME)
+    return Cluster(name=name, nodes=tuple(nodes), links=network, description=data.get("description", ""),
+                   source=path)
 
+
+def _node_names(n: dict, i: int, loc: KeyLocator, here: str, nodes: list[Node], names: set[str],
+                groups: dict[str, int]) -> tuple[str, int, list[str]]:
+    """The table's name, node count and member names (checked unique; added to `names` and `groups`)."""
+    if not isinstance(n, dict):
+        raise InputError("expected a table", where=loc.where("node", i, None, here))
+    check_keys(n, _NODE, loc.where("node", i, None, here))
+    name = n.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("missing or empty 'name'", where=loc.where("node", i, "name", f"{here}.name"))
+    check_mapping(n, _NODE_TYPES, lambda k: loc.where("node", i, k, f"{here}.{k}"))
+    printable(name, loc.where("node", i, "name", f"{here}.name"), limit=MAX_NAME)
+    count = _positive_int(n.get("count", 1), loc.where("node", i, "count", f"{here}.count"),
+                          "a node count of at least 1", MAX_NODES - len(nodes))
+    member_names = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
+    for nm in ([name] if count > 1 else []) + member_names:
+        if nm in names or nm in groups:
+            raise InputError(f"duplicate node name {nm!r}" + (f" (from count = {count})" if nm != name else ""),
+                             where=loc.where("node", i, "name", f"{here}.name"))
+    names.update(member_names)
+    groups[name] = count
+    return name, count, member_names
+
+
+def _node_gpus(n: dict, i: int, loc: KeyLocator, here: str, local_gpus: dict, count: int,
+               total_gpus: int) -> list[tuple]:
+    """The table's `gpus` as (spec, count) pairs, within the per-node and per-cluster limits."""
+    gpus_raw = n.get("gpus", [])
+    if not isinstance(gpus_raw, list):
+        raise InputError("expected a list like [{ type = \"A30\", count = 2 }]",
+                         where=loc.where("node", i, "gpus", f"{here}.gpus"))
+    kinds: list[tuple] = []
+    for j, g in enumerate(gpus_raw):
+        gw = loc.where("node", i, "gpus", f"{here}.gpus[{j}]")
+        if not isinstance(g, dict):
+            raise InputError("expected a table { type = ..., count = ... }", where=gw)
+        check_keys(g, _GPU, gw)
+        if "type" not in g or not isinstance(g["type"], str):
+            raise InputError("missing GPU 'type' (a catalog name, see `paradvisor gpus`)", where=gw)
+        spec = local_gpus.get(g["type"]) or catalog.gpu(g["type"], where=f"{gw}.type")
+        kinds.append((spec, _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1",
+                                          MAX_GPUS_PER_NODE)))
+        per_node = sum(c for _, c in kinds)
+        if per_node > MAX_GPUS_PER_NODE or total_gpus + per_node * count > MAX_GPUS:
+            raise InputError(f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
+                             "the cluster", where=f"{gw}.count")
+    return kinds
+
+
+def _parse_node(n, i: int, loc: KeyLocator, local_gpus: dict, nodes: list[Node], names: set[str],
+                groups: dict[str, int], total_gpus: int) -> int:
+    """One [[node]] table: appends its node(s) to `nodes`; returns the GPUs it adds."""
+    here = f"node[{i}]"
+    name, count, member_names = _node_names(n, i, loc, here, nodes, names, groups)
+    kinds = _node_gpus(n, i, loc, here, local_gpus, count, total_gpus)
+    devices = node_devices(kinds)
+    lw = loc.where("node", i, "link", f"{here}.link")
+    if "link" in n:
+        intra = _link(n["link"], lw)
+    elif kinds:
+        intra = catalog.link(kinds[0][0].intra_link)
+    else:
+        intra = catalog.link("loopback")
+    hosts = _hosts(n, count, loc, i, here)
+    cpus = n.get("cpus")
+    if cpus is not None:
+        _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
+    if isinstance(n.get("ram"), str):
+        try:
+            parse_size(n["ram"])
+        except ValueError as exc:
+            raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
+    notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
+    nodes.append(Node(name=member_names[0], host=hosts[0], gpus=devices, intra_link=intra, cpu_logical=cpus,
+                      notes=notes, source="planned", group=name if count > 1 else None))
+    for k in range(1, count):
+        nodes.append(Node(name=member_names[k], host=hosts[k], gpus=devices, intra_link=intra, cpu_logical=cpus,
+                          notes=notes, source="planned", group=name))
+    return sum(c for _, c in kinds) * count
+
+
+def _parse_network(data: dict, loc: KeyLocator, names: set[str], groups: dict[str, int]) -> Network:
+    """The [network] default and the [[link]] tables, between nodes or node groups."""
     default = None
     if "network" in data:
         default = _link(data["network"], loc.where("network", 0, None, "network"))
@@ -205,17 +238,7 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
             group_links[(pair[0], pair[1])] = _link(lk, lw)
         else:
             pair_links[(pair[0], pair[1])] = _link(lk, lw)
-    network = Network(default=default, groups=group_links, pairs=pair_links)
-    if default is None and len(nodes) > 1:
-        missing = _uncovered_pair(nodes, network)
-        if missing:
-            a, b = missing
-            raise InputError(f"missing link between nodes {a!r} and {b!r}: add a [network] table "
-                             f"(default for all pairs) or a [[link]] with nodes = [\"{a}\", \"{b}\"]", where=path)
-    name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
-    printable(name, loc.where(None, 0, "name", "name"), limit=MAX_NAME)
-    return Cluster(name=name, nodes=tuple(nodes), links=network, description=data.get("description", ""),
-                   source=path)
+    return Network(default=default, groups=group_links, pairs=pair_links)
 
 
 def _hosts(n: dict, count: int, loc: KeyLocator, i: int, here: str) -> list[str | None]:

@@ -62,50 +62,67 @@ def _nvml(nv):
     if isinstance(cuda, int) and cuda > 0:
         out["cuda_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
     handles = nv.handles()
-    for i, h in enumerate(handles):
-        mem = get("nvmlDeviceGetMemoryInfo", h)
-        cc = get("nvmlDeviceGetCudaComputeCapability", h)
-        util = get("nvmlDeviceGetUtilizationRates", h)
-        pci = get("nvmlDeviceGetPciInfo", h)
-        gpu = {
-            "index": i,
-            "name": _text(get("nvmlDeviceGetName", h, default="unknown GPU")),
-            "uuid": _text(get("nvmlDeviceGetUUID", h, default="")) or None,
-            "memory_total_bytes": int(mem.total) if mem else None,
-            "memory_free_bytes": int(mem.free) if mem else None,
-            "memory_used_bytes": int(mem.used) if mem else None,
-            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
-            "utilization_pct": float(util.gpu) if util else None,
-            "pci_bus_id": _text(pci.busId) if pci else None,
-            "mig_mode": None,
-            "mig_instances": [],
-        }
-        # What a GPU the catalogue lacks is estimated from (see hardware/userspec.py).
-        attrs = get("nvmlDeviceGetAttributes", h)
-        gpu["sm_count"] = getattr(attrs, "multiprocessorCount", None) or None
-        gpu["cuda_cores"] = get("nvmlDeviceGetNumGpuCores", h)
-        gpu["sm_clock_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", h, nv.constant("NVML_CLOCK_SM", 1))
-        gpu["mem_clock_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", h, nv.constant("NVML_CLOCK_MEM", 2))
-        gpu["memory_bus_width_bits"] = get("nvmlDeviceGetMemoryBusWidth", h)
-        mig = get("nvmlDeviceGetMigMode", h)
-        if mig is not None:
-            gpu["mig_mode"] = bool(mig[0])
-            if mig[0]:
-                for j in range(get("nvmlDeviceGetMaxMigDeviceCount", h, default=0) or 0):
-                    mh = get("nvmlDeviceGetMigDeviceHandleByIndex", h, j)
-                    if mh is None:
-                        continue
-                    mmem = get("nvmlDeviceGetMemoryInfo", mh)
-                    gpu["mig_instances"].append({
-                        "index": j,
-                        "name": _text(get("nvmlDeviceGetName", mh, default="MIG device")),
-                        "uuid": _text(get("nvmlDeviceGetUUID", mh, default="")) or None,
-                        "memory_total_bytes": int(mmem.total) if mmem else None,
-                        "memory_free_bytes": int(mmem.free) if mmem else None,
-                    })
-        out["gpus"].append(gpu)
-    # NVLink peers by PCI bus id, then the PCIe topology level for every pair.
-    bus = [g["pci_bus_id"] for g in out["gpus"]]
+    out["gpus"] = [_gpu_doc(nv, i, h) for i, h in enumerate(handles)]
+    out["topology"] = _gpu_pairs(nv, handles, [g["pci_bus_id"] for g in out["gpus"]])
+    return out
+
+
+def _gpu_doc(nv, i, h):
+    """One GPU: name, memory, compute capability, what an unlisted GPU is estimated from, MIG."""
+    get = nv.get
+    mem = get("nvmlDeviceGetMemoryInfo", h)
+    cc = get("nvmlDeviceGetCudaComputeCapability", h)
+    util = get("nvmlDeviceGetUtilizationRates", h)
+    pci = get("nvmlDeviceGetPciInfo", h)
+    gpu = {
+        "index": i,
+        "name": _text(get("nvmlDeviceGetName", h, default="unknown GPU")),
+        "uuid": _text(get("nvmlDeviceGetUUID", h, default="")) or None,
+        "memory_total_bytes": int(mem.total) if mem else None,
+        "memory_free_bytes": int(mem.free) if mem else None,
+        "memory_used_bytes": int(mem.used) if mem else None,
+        "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        "utilization_pct": float(util.gpu) if util else None,
+        "pci_bus_id": _text(pci.busId) if pci else None,
+        "mig_mode": None,
+        "mig_instances": [],
+    }
+    # What a GPU the catalogue lacks is estimated from (see hardware/userspec.py).
+    attrs = get("nvmlDeviceGetAttributes", h)
+    gpu["sm_count"] = getattr(attrs, "multiprocessorCount", None) or None
+    gpu["cuda_cores"] = get("nvmlDeviceGetNumGpuCores", h)
+    gpu["sm_clock_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", h, nv.constant("NVML_CLOCK_SM", 1))
+    gpu["mem_clock_max_mhz"] = get("nvmlDeviceGetMaxClockInfo", h, nv.constant("NVML_CLOCK_MEM", 2))
+    gpu["memory_bus_width_bits"] = get("nvmlDeviceGetMemoryBusWidth", h)
+    mig = get("nvmlDeviceGetMigMode", h)
+    if mig is not None:
+        gpu["mig_mode"] = bool(mig[0])
+        if mig[0]:
+            gpu["mig_instances"] = _mig_instances(nv, h)
+    return gpu
+
+
+def _mig_instances(nv, h):
+    get = nv.get
+    out = []
+    for j in range(get("nvmlDeviceGetMaxMigDeviceCount", h, default=0) or 0):
+        mh = get("nvmlDeviceGetMigDeviceHandleByIndex", h, j)
+        if mh is None:
+            continue
+        mmem = get("nvmlDeviceGetMemoryInfo", mh)
+        out.append({
+            "index": j,
+            "name": _text(get("nvmlDeviceGetName", mh, default="MIG device")),
+            "uuid": _text(get("nvmlDeviceGetUUID", mh, default="")) or None,
+            "memory_total_bytes": int(mmem.total) if mmem else None,
+            "memory_free_bytes": int(mmem.free) if mmem else None,
+        })
+    return out
+
+
+def _gpu_pairs(nv, handles, bus):
+    """NVLink peers by PCI bus id, then the PCIe topology level for every pair."""
+    get = nv.get
     nvlinks = {}
     max_links = nv.constant("NVML_NVLINK_MAX_LINKS", 18)
     for i, h in enumerate(handles):
@@ -117,16 +134,17 @@ def _nvml(nv):
             if rbus in bus:
                 j = bus.index(rbus)
                 nvlinks[(min(i, j), max(i, j))] = nvlinks.get((min(i, j), max(i, j)), 0) + 1
+    pairs = []
     for i in range(len(handles)):
         for j in range(i + 1, len(handles)):
             level = get("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
             links = nvlinks.get((i, j), 0) // 2 or nvlinks.get((i, j), 0)  # each link seen from both ends
-            out["topology"].append({
+            pairs.append({
                 "gpus": [i, j],
                 "nvlinks": links,
                 "pcie_path": _TOPO_LEVELS.get(level, None if level is None else str(level)),
             })
-    return out
+    return pairs
 
 
 def probe(nvml_module=None):

@@ -15,9 +15,6 @@ from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
-
-# shape_from_config moved to model/config.py; i13's trace modules import it from here until they merge.
-from paradvisor.model.config import shape_from_config  # noqa: F401
 from paradvisor.model.families import FAMILIES
 from paradvisor.model.profile import ModelProfile
 from paradvisor.model.vision import vgg_profile

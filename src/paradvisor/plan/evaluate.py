@@ -16,13 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm, moe
-from paradvisor.estimate.compute import (
-    MAX_EFFICIENCY,
-    curve_rate,
-    effective_peak,
-    efficiency,
-    transformer_flops_per_token,
-)
+from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
     act_bytes_for,
@@ -38,6 +32,7 @@ from paradvisor.estimate.memory import (
     vision_activation_bytes,
     zero_grad_elements,
 )
+from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
 
@@ -120,19 +115,19 @@ def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, m
             "copies_last": 2 * mf.last_params if mode == "amp" and mf.lm_head else 0.0}, "formula"
 
 
-def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
-                stage: int | None = None) -> dict:
-    """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
-    and host bytes for offload."""
-    ab = act_bytes_for(precision)
-    cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
-    psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
+def _shard_degree(topo: Topology, plan: Plan) -> int:
     if plan.sharding == "hsdp":
-        shard = max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
-    elif plan.sharding == "none":
-        shard = 1
-    else:
-        shard = plan.dp
+        return max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
+    if plan.sharding == "none":
+        return 1
+    return plan.dp
+
+
+def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
+    """`states(psi, first, last)`: one stage's model-state bytes by term."""
+    if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
+        moe_states = _moe_states(mf, plan, precision, shard)
+        return lambda psi, first, last: moe_states(psi)
 
     def states(psi, first: bool, last: bool):
         if plan.sharding == "zero3":
@@ -150,37 +145,44 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
                                  offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root,
                                  grad_elements=grad_elements)
+    return states
 
-    if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
-        moe_states = _moe_states(mf, plan, precision, shard)
 
-        def states(psi, first: bool, last: bool):
-            return moe_states(psi)
+def _stage_terms(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
+                 states) -> tuple[list[tuple], str]:
+    """(states, activations, working bytes, params) per pipeline stage worth checking, and where the
+    activation figures came from."""
+    psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
+    if mf.shape is None:
+        acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=act_bytes_for(precision),
+                                       input_elems=math.prod(mf.profile.input_shape or (1,)))
+        return [(states(psi_first, True, True), acts, 0.0, psi_first)], "formula"
+    cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
+    a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+    layers = _stage_layers(mf, plan.pp)
+    if plan.pp == 1:
+        acts, copies = stage_activation_bytes(a, layers, first=True, last=True)
+        return [(states(psi_first, True, True), acts, copies + a["rebuilt"], psi_first)], source
+    m = plan.grad_accum
+    inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
+    inflight_last = m if plan.pp_schedule == "gpipe" else 1
+    a_first, c_first = stage_activation_bytes(a, layers, first=True, last=False)
+    a_last, c_last = stage_activation_bytes(a, layers, first=False, last=True)
+    return [(states(psi_first, True, False), inflight_first * a_first,
+             inflight_first * c_first + a["rebuilt"], psi_first),
+            (states(psi_last, False, True), inflight_last * a_last,
+             inflight_last * c_last + a["rebuilt"], psi_last)], source
 
-    stages = []
-    source = "formula"
+
+def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
+                stage: int | None = None) -> dict:
+    """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
+    and host bytes for offload."""
+    shard = _shard_degree(topo, plan)
+    states = _state_fn(mf, plan, precision, shard)
     transient = loss_transient_bytes(micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab,
                                      lm_head=mf.lm_head) if mf.shape is not None else 0.0
-    if mf.shape is None:
-        acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=ab,
-                                       input_elems=math.prod(mf.profile.input_shape or (1,)))
-        stages.append((states(psi_first, True, True), acts, 0.0, psi_first))
-    else:
-        a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
-        layers = _stage_layers(mf, plan.pp)
-        if plan.pp == 1:
-            acts, copies = stage_activation_bytes(a, layers, first=True, last=True)
-            stages.append((states(psi_first, True, True), acts, copies + a["rebuilt"], psi_first))
-        else:
-            m = plan.grad_accum
-            inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
-            inflight_last = m if plan.pp_schedule == "gpipe" else 1
-            a_first, c_first = stage_activation_bytes(a, layers, first=True, last=False)
-            a_last, c_last = stage_activation_bytes(a, layers, first=False, last=True)
-            stages.append((states(psi_first, True, False), inflight_first * a_first,
-                           inflight_first * c_first + a["rebuilt"], psi_first))
-            stages.append((states(psi_last, False, True), inflight_last * a_last,
-                           inflight_last * c_last + a["rebuilt"], psi_last))
+    stages, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states)
     heads = [False] * (len(stages) - 1) + [True]  # the last stage computes the loss
     if stage is not None and len(stages) > 1:
         pick = 0 if stage == 0 else -1
@@ -277,8 +279,8 @@ def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_
     return {k: v * scale for k, v in f.items()}
 
 
-def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float) -> Estimate:
-    # Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own.
+def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
+    """Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own."""
     classes: dict[tuple[str, int], tuple] = {}
     if plan.rank_batches:
         for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
@@ -286,10 +288,15 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     else:
         for spec in topo.specs:  # distinct GPU types in rank order: the cost does not grow with the rank count
             classes.setdefault((spec.name, plan.micro_batch), (spec, plan.micro_batch))
+    return list(classes.values())
 
+
+def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float):
+    """The tightest class on memory ((need, capacity, usable), its GPU name) and the slowest on
+    compute ((per-micro-batch times, their sum, spec))."""
     worst_mem, worst_ratio, tight = None, -1.0, ""
     slowest = None
-    for spec, mb in classes.values():
+    for spec, mb in _gpu_classes(topo, plan):
         need = memory_need(mf, topo, wl, plan, precision, mb)
         usable = spec.memory_bytes * (1 - margin)
         ratio = need["total"] / usable
@@ -299,14 +306,78 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         total_ct = sum(ct.values())
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
-    need, capacity, usable = worst_mem
-    ct, t_micro, slow_spec = slowest
+    return worst_mem, tight, slowest
+
+
+def _dp_comm(mf: ModelFacts, topo: Topology, plan: Plan, psi: float, shard: int, gb: int, pb: int,
+             t_bwd: float, t_micro: float, lat_k: float) -> tuple[float, float]:
+    """Data-parallel communication per step: (total, exposed after overlap)."""
+    if plan.dp <= 1:
+        return 0.0, 0.0
+    bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp)
+    lat *= lat_k
+    if plan.sharding == "none":
+        dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
+        return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
+    if plan.sharding in ("zero1", "zero2"):
+        dp_total = comm.reduce_scatter(psi * gb, plan.dp, bw, lat) + comm.all_gather(psi * pb, plan.dp, bw, lat)
+        return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
+    if plan.sharding in ("zero3", "fsdp"):
+        per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(psi * gb, plan.dp, bw, lat)
+        # one gather/scatter per unit, each paying the latency; latency chains do not overlap.
+        # FSDP2's units are the blocks (+ root); DeepSpeed ZeRO-3 fetches per parameterised module.
+        if mf.shape is None:
+            units = 1
+        elif plan.sharding == "fsdp":
+            units = mf.shape.num_layers // plan.pp + 1
+        else:
+            units = 8 * (mf.shape.num_layers // plan.pp) + 4
+        chain = 3 * (units - 1) * (plan.dp - 1) * lat
+        return (per_micro + chain) * plan.grad_accum, (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
+    # hsdp: shard inside the node, replicate across nodes
+    ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency * lat_k
+    per_micro = 2 * comm.all_gather(psi * pb, shard, ibw, ilat) + comm.reduce_scatter(psi * gb, shard, ibw, ilat)
+    replicas = max(1, plan.dp // shard)
+    across = comm.all_reduce(psi * gb / shard, replicas, bw, lat)
+    dp_total = per_micro * plan.grad_accum + across
+    return dp_total, max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(0.0, across - OVERLAP * t_bwd)
+
+
+def _optimizer_time(plan: Plan, psi: float, shard: int, pb: int, mem_bw: float) -> tuple[float, float]:
+    """Optimizer step and offload traffic. The step is memory-bound over the local shard (fp32 master,
+    m, v, grad: ~32 B/param moved)."""
+    if plan.offload == "none":
+        return 32 * psi / shard / mem_bw, 0.0
+    t_off = 4 * psi / shard / HOST_LINK_BW
+    if plan.offload == "optimizer+params":
+        t_off += plan.grad_accum * 2 * pb * psi / HOST_LINK_BW
+    return 16 * psi / shard / CPU_ADAM_BW, t_off
+
+
+def _micro_times(mf: ModelFacts, topo: Topology, plan: Plan, ct: dict, t_micro: float, t_tp: float,
+                 t_frame: float, tokens: int, ab: int, lat_k: float, pp_overhead: float) -> dict[str, float]:
+    """The per-step times of the micro-batches: compute, TP, framework, and with a pipeline its p2p
+    and bubble."""
+    m = plan.grad_accum
+    time = {"compute": m * (ct["forward"] + ct["backward"]), "recompute": m * ct["recompute"],
+            "tp_comm": m * t_tp}
+    if plan.pp > 1:
+        pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
+        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, lat_k * plat)
+        time["pp_p2p"] = m * (t_p2p + pp_overhead)
+        time["framework"] = m * t_frame
+        time["pp_bubble"] = (plan.pp - 1) * (t_micro + t_tp + t_p2p + pp_overhead + t_frame)
+    else:
+        time["framework"] = m * t_frame
+    return time
+
+
+def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float) -> Estimate:
+    (need, capacity, usable), tight, (ct, t_micro, slow_spec) = _worst_classes(mf, topo, wl, plan, precision, margin)
     if mf.moe is not None and plan.ep > 1:  # the busiest EP rank's expert work sets the pace
         ct, t_micro = _moe_imbalance(mf, plan, ct)
-
     ab = act_bytes_for(precision)
     tokens = plan.micro_batch * wl.seq_len
-    time: dict[str, float] = {"compute": ct["forward"] + ct["backward"], "recompute": ct["recompute"]}
     # A calibrated CPU knows each engine's fixed cost per step and per layer, collective latencies
     # included: then only the volume terms (FLOPs, bytes) come from the model.
     cal = calibrated_overhead(slow_spec, plan, precision)
@@ -324,71 +395,15 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
-    bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp) if plan.dp > 1 else (1.0, 0.0, False)
-    lat *= lat_k
-    t_bwd = ct["backward"] + ct["recompute"]
-    dp_total = dp_exposed = 0.0
-    if plan.dp > 1:
-        if plan.sharding == "none":
-            dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
-            dp_exposed = max(0.0, dp_total - OVERLAP * t_bwd)
-        elif plan.sharding in ("zero1", "zero2"):
-            dp_total = comm.reduce_scatter(psi * gb, plan.dp, bw, lat) + comm.all_gather(psi * pb, plan.dp, bw, lat)
-            dp_exposed = max(0.0, dp_total - OVERLAP * t_bwd)
-        elif plan.sharding in ("zero3", "fsdp"):
-            per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(psi * gb, plan.dp, bw, lat)
-            # one gather/scatter per unit, each paying the latency; latency chains do not overlap.
-            # FSDP2's units are the blocks (+ root); DeepSpeed ZeRO-3 fetches per parameterised module.
-            if mf.shape is None:
-                units = 1
-            elif plan.sharding == "fsdp":
-                units = mf.shape.num_layers // plan.pp + 1
-            else:
-                units = 8 * (mf.shape.num_layers // plan.pp) + 4
-            chain = 3 * (units - 1) * (plan.dp - 1) * lat
-            dp_total = (per_micro + chain) * plan.grad_accum
-            dp_exposed = (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
-        else:  # hsdp: shard inside the node, replicate across nodes
-            s = need["shard"]
-            ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency * lat_k
-            per_micro = 2 * comm.all_gather(psi * pb, s, ibw, ilat) + comm.reduce_scatter(psi * gb, s, ibw, ilat)
-            replicas = max(1, plan.dp // s)
-            across = comm.all_reduce(psi * gb / s, replicas, bw, lat)
-            dp_total = per_micro * plan.grad_accum + across
-            dp_exposed = max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(0.0, across - OVERLAP * t_bwd)
-
-    # Optimizer step: memory-bound over the local shard (fp32 master, m, v, grad: ~32 B/param moved).
-    shard = need["shard"]
-    t_opt = 32 * psi / shard / slow_spec.mem_bw
-    t_off = 0.0
-    if plan.offload != "none":
-        t_opt = 16 * psi / shard / CPU_ADAM_BW
-        t_off = 4 * psi / shard / HOST_LINK_BW
-        if plan.offload == "optimizer+params":
-            t_off += plan.grad_accum * 2 * pb * psi / HOST_LINK_BW
+    dp_total, dp_exposed = _dp_comm(mf, topo, plan, psi, need["shard"], gb, pb,
+                                    ct["backward"] + ct["recompute"], t_micro, lat_k)
+    t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, slow_spec.mem_bw)
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
     n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
     t_frame = n_layers * (cal["per_layer"] if cal else slow_spec.layer_overhead_s)
-    if plan.pp > 1:
-        pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
-        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw,
-                             lat_k * plat)
-        micro_overhead = 0.0 if cal else PP_MICRO_OVERHEAD
-        slot = t_micro + t_tp + t_p2p + micro_overhead + t_frame
-        m = plan.grad_accum
-        time["compute"] = m * (ct["forward"] + ct["backward"])
-        time["recompute"] = m * ct["recompute"]
-        time["tp_comm"] = m * t_tp
-        time["pp_p2p"] = m * (t_p2p + micro_overhead)
-        time["framework"] = m * t_frame
-        time["pp_bubble"] = (plan.pp - 1) * slot
-    else:
-        m = plan.grad_accum
-        time["compute"] *= m
-        time["recompute"] *= m
-        time["tp_comm"] = m * t_tp
-        time["framework"] = m * t_frame
+    time = _micro_times(mf, topo, plan, ct, t_micro, t_tp, t_frame, tokens, ab, lat_k,
+                        0.0 if cal else PP_MICRO_OVERHEAD)
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
     time["dp_comm_exposed"] = dp_exposed

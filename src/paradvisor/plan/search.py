@@ -119,18 +119,10 @@ def explain(e: Estimate, cluster: Cluster) -> str:
     return "; ".join(parts)
 
 
-def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int = 5, margin: float = 0.10,
-              rule_sets=None, include_all: bool = False) -> Recommendation:
-    t0 = _time.perf_counter()
-    cluster, warnings = without_gpuless_nodes(cluster)
-    warnings += validate(profile, cluster, wl)
-    precision = choose_precision(cluster, wl.precision)
-    if precision == "fp16" and any("bf16" not in spec.tflops for _name, spec, _count in cluster.gpu_kinds()):
-        if wl.precision == "auto":
-            warnings.append("some GPUs have no bf16: planning fp16 mixed precision (loss scaling needed)")
-    mf = ModelFacts.of(profile)
-    topo = Topology.of(cluster)
-    family = family_of(profile)
+def _evaluate_all(mf: ModelFacts, topo: Topology, cluster: Cluster, wl: Workload, precision: str, margin: float,
+                  family) -> tuple[list[Estimate], list[tuple[Estimate, str]], int]:
+    """Every candidate layout (and DiLoCo's on a WAN cluster) evaluated: the launchable ones, the
+    unlaunchable ones with why, and how many were evaluated."""
     estimates: list[Estimate] = []
     unlaunchable: list[tuple[Estimate, str]] = []
     n = 0
@@ -152,19 +144,11 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     if n == 0:
         raise InputError(f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
                          f"use a multiple of {topo.world}")
-    fired: list[dict] = []
-    if rule_sets:
-        from paradvisor.rules.engine import apply_rules
+    return estimates, unlaunchable, n
 
-        def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
-            if why_not(p, family) or not schedule_ok(p):
-                return None
-            return evaluate(mf, topo, wl, p, precision, margin)
 
-        fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo,
-                            precision=precision, reevaluate=reevaluate)
-    feasible = [e for e in estimates if e.fits]
-    feasible.sort(key=lambda e: (e.score, e.memory_total))
+def _distinct(feasible: list[Estimate], include_all: bool) -> tuple[list[Estimate], set]:
+    """One plan per layout, fastest first (all of them with `include_all`), and the layouts seen."""
     plans: list[Estimate] = []
     seen = set()
     same: dict[tuple, Estimate] = {}
@@ -182,7 +166,12 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
             continue
         same[twin] = e
         plans.append(e)
-    # How the rules moved the shown plans: rank by the cost model alone vs. rank after rules.
+    return plans, seen
+
+
+def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
+    """How the rules moved the shown plans: rank by the cost model alone vs. rank after rules
+    (`cost_rank` on each plan, `moved` and the message on each fired rule)."""
     by_time = sorted(plans, key=lambda e: (e.step_time, e.memory_total))
     base_rank = {id(e): i + 1 for i, e in enumerate(by_time)}
     for e in plans:
@@ -200,6 +189,36 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
             entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1,
                                "score_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0}
                               for i, e in applied if base_rank[id(e)] != i + 1]
+
+
+def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int = 5, margin: float = 0.10,
+              rule_sets=None, include_all: bool = False) -> Recommendation:
+    t0 = _time.perf_counter()
+    cluster, warnings = without_gpuless_nodes(cluster)
+    warnings += validate(profile, cluster, wl)
+    precision = choose_precision(cluster, wl.precision)
+    if precision == "fp16" and any("bf16" not in spec.tflops for _name, spec, _count in cluster.gpu_kinds()):
+        if wl.precision == "auto":
+            warnings.append("some GPUs have no bf16: planning fp16 mixed precision (loss scaling needed)")
+    mf = ModelFacts.of(profile)
+    topo = Topology.of(cluster)
+    family = family_of(profile)
+    estimates, unlaunchable, n = _evaluate_all(mf, topo, cluster, wl, precision, margin, family)
+    fired: list[dict] = []
+    if rule_sets:
+        from paradvisor.rules.engine import apply_rules
+
+        def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
+            if why_not(p, family) or not schedule_ok(p):
+                return None
+            return evaluate(mf, topo, wl, p, precision, margin)
+
+        fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo,
+                            precision=precision, reevaluate=reevaluate)
+    feasible = [e for e in estimates if e.fits]
+    feasible.sort(key=lambda e: (e.score, e.memory_total))
+    plans, seen = _distinct(feasible, include_all)
+    _record_moves(plans, fired)
     infeasible = summarize_infeasible(estimates, seen)
     if not estimates and unlaunchable:
         warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")

@@ -105,8 +105,8 @@ class Compiled:
         return self._fn(facts)
 
 
-def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
-    """Parse and check `text` against `vocabulary` (fact name -> type). Raises RuleExprError."""
+def _parse(text: str) -> ast.Expression:
+    """The checks before any node is built: size, dunders, syntax, node count."""
     if not isinstance(text, str) or not text.strip():
         raise RuleExprError("empty condition")
     if len(text) > MAX_CHARS:
@@ -124,127 +124,168 @@ def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
     count = sum(1 for _ in ast.walk(tree))
     if count > MAX_NODES:
         raise RuleExprError(f"expression too large ({count} nodes, at most {MAX_NODES})")
-    names: set[str] = set()
-    strings: list[tuple[str, str]] = []
+    return tree
 
-    def build(node, depth: int) -> Callable[[dict], object]:
-        if depth > MAX_DEPTH:
-            raise RuleExprError(f"expression nested deeper than {MAX_DEPTH}", getattr(node, "col_offset", None))
+
+def _power(left: Callable, right: Callable) -> Callable[[dict], object]:
+    def power(f):
+        b, e = _operand(left(f)), _operand(right(f))
+        if isinstance(e, (int, float)) and abs(e) > MAX_EXPONENT:
+            raise ArithmeticError("exponent too large")
+        if isinstance(b, (int, float)) and abs(b) > 1e12:
+            raise ArithmeticError("base too large for a power")
+        return _num(b ** e)
+    return power
+
+
+def _chain(left: Callable, ops: list, rights: list) -> Callable[[dict], object]:
+    def compare(f):
+        a = left(f)
+        for op, r in zip(ops, rights):
+            b = r(f)
+            if not op(a, b):
+                return False
+            a = b
+        return True
+    return compare
+
+
+class _Builder:
+    """Turns checked `ast` nodes into closures, one method per node kind; collects the facts read
+    (`names`) and the `fact == "literal"` pairs (`strings`)."""
+
+    def __init__(self, vocabulary: dict[str, str]):
+        self.vocabulary = vocabulary
+        self.names: set[str] = set()
+        self.strings: list[tuple[str, str]] = []
+        self._kinds = [
+            (ast.Expression, self._expression), (ast.Constant, self._const),
+            ((ast.Name, ast.Attribute), self._name), ((ast.Tuple, ast.List), self._sequence),
+            (ast.BoolOp, self._boolop), (ast.UnaryOp, self._unary), (ast.BinOp, self._binop),
+            (ast.Compare, self._compare), (ast.IfExp, self._ifexp), (ast.Call, self._call),
+        ]
+
+    def build(self, node, depth: int) -> Callable[[dict], object]:
         col = getattr(node, "col_offset", None)
-        if isinstance(node, ast.Expression):
-            return build(node.body, depth + 1)
-        if isinstance(node, ast.Constant):
-            v = node.value
-            if isinstance(v, bool) or isinstance(v, (int, float, str)):
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    try:
-                        _num(v)
-                    except ArithmeticError:
-                        raise RuleExprError(f"number out of range: {str(v)[:20]}", col) from None
-                if isinstance(v, str) and len(v) > MAX_CHARS:
-                    raise RuleExprError("string constant too long", col)
-                return lambda f, v=v: v
-            raise RuleExprError(f"constant {v!r} is not allowed", col)
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            name = _dotted(node)
-            if name is None:
-                raise RuleExprError("attribute access is not allowed", col)
-            if name in _CONST_NAMES:
-                return lambda f, v=_CONST_NAMES[name]: v
-            if name in FUNCTIONS:
-                raise RuleExprError(f"function {name!r} must be called", col)
-            if name not in vocabulary:
-                raise RuleExprError(f"unknown fact {name!r}", col)
-            names.add(name)
-            return lambda f, n=name: f[n]
-        if isinstance(node, (ast.Tuple, ast.List)):
-            items = [build(e, depth + 1) for e in node.elts]
-            if len(items) > 32:
-                raise RuleExprError("list longer than 32", col)
-            return lambda f, items=items: tuple(i(f) for i in items)
-        if isinstance(node, ast.BoolOp):
-            parts = [build(v, depth + 1) for v in node.values]
-            if isinstance(node.op, ast.And):
-                return lambda f, parts=parts: all(bool(p(f)) for p in parts)
-            return lambda f, parts=parts: any(bool(p(f)) for p in parts)
-        if isinstance(node, ast.UnaryOp):
-            inner = build(node.operand, depth + 1)
-            if isinstance(node.op, ast.Not):
-                return lambda f: not inner(f)
-            if isinstance(node.op, ast.USub):
-                return lambda f: _num(-inner(f))
-            if isinstance(node.op, ast.UAdd):
-                return lambda f: _num(+inner(f))
-            raise RuleExprError("operator not allowed", col)
-        if isinstance(node, ast.BinOp):
-            op = _BIN.get(type(node.op))
-            if op is None:
-                raise RuleExprError(f"operator {type(node.op).__name__} not allowed", col)
-            for side in (node.left, node.right):
-                kind = vocabulary.get(_dotted(side) or "", "num")
-                if (isinstance(side, ast.Constant) and isinstance(side.value, str)) or isinstance(
-                        side, (ast.Tuple, ast.List)) or kind not in ("num", "bool"):
-                    raise RuleExprError("arithmetic is on numbers only (not on strings or lists)", col)
-            left, right = build(node.left, depth + 1), build(node.right, depth + 1)
-            if isinstance(node.op, ast.Pow):
-                def power(f, left=left, right=right):
-                    b, e = _operand(left(f)), _operand(right(f))
-                    if isinstance(e, (int, float)) and abs(e) > MAX_EXPONENT:
-                        raise ArithmeticError("exponent too large")
-                    if isinstance(b, (int, float)) and abs(b) > 1e12:
-                        raise ArithmeticError("base too large for a power")
-                    return _num(b ** e)
-                if _constant(node.right):
-                    try:
-                        e = right({})
-                    except (ArithmeticError, TypeError, ValueError):
-                        raise RuleExprError("exponent out of range", col) from None
-                    if isinstance(e, (int, float)) and abs(e) > MAX_EXPONENT:
-                        raise RuleExprError(f"exponent larger than {MAX_EXPONENT}", col)
-                return power
-            return lambda f, op=op, left=left, right=right: _num(op(_operand(left(f)), _operand(right(f))))
-        if isinstance(node, ast.Compare):
-            left = build(node.left, depth + 1)
-            ops = [_CMP.get(type(o)) for o in node.ops]
-            if any(o is None for o in ops):
-                raise RuleExprError("comparison not allowed (use == != < <= > >= in, not in)", col)
-            rights = [build(c, depth + 1) for c in node.comparators]
-            lhs_name = _dotted(node.left)
-            for c in node.comparators:
-                if lhs_name in vocabulary and isinstance(c, ast.Constant) and isinstance(c.value, str):
-                    strings.append((lhs_name, c.value))
-                if lhs_name in vocabulary and isinstance(c, (ast.Tuple, ast.List)):
-                    strings.extend((lhs_name, e.value) for e in c.elts
-                                   if isinstance(e, ast.Constant) and isinstance(e.value, str))
-
-            def compare(f, left=left, ops=ops, rights=rights):
-                a = left(f)
-                for op, r in zip(ops, rights):
-                    b = r(f)
-                    if not op(a, b):
-                        return False
-                    a = b
-                return True
-            return compare
-        if isinstance(node, ast.IfExp):
-            t, c, e = build(node.test, depth + 1), build(node.body, depth + 1), build(node.orelse, depth + 1)
-            return lambda f: c(f) if t(f) else e(f)
-        if isinstance(node, ast.Call):
-            fname = node.func.id if isinstance(node.func, ast.Name) else None
-            if fname not in FUNCTIONS or node.keywords:
-                raise RuleExprError(f"call of {(_dotted(node.func) or 'an expression')!r} is not allowed "
-                                    f"(functions: {', '.join(FUNCTIONS)})", col)
-            fn, lo, hi = FUNCTIONS[fname]
-            if not lo <= len(node.args) <= hi or any(isinstance(a, ast.Starred) for a in node.args):
-                raise RuleExprError(f"{fname}() takes {lo}..{hi} arguments", col)
-            args = [build(a, depth + 1) for a in node.args]
-            return lambda f, fn=fn, args=args: _num(fn(*(a(f) for a in args)))
+        if depth > MAX_DEPTH:
+            raise RuleExprError(f"expression nested deeper than {MAX_DEPTH}", col)
+        for kind, method in self._kinds:
+            if isinstance(node, kind):
+                return method(node, depth, col)
         raise RuleExprError(f"{type(node).__name__} is not allowed in a rule condition", col)
 
-    fn = build(tree, 0)
-    if not names:  # a constant condition: evaluate it now so that errors surface at load time
+    def _expression(self, node, depth, col):
+        return self.build(node.body, depth + 1)
+
+    def _const(self, node, depth, col):
+        v = node.value
+        if not (isinstance(v, bool) or isinstance(v, (int, float, str))):
+            raise RuleExprError(f"constant {v!r} is not allowed", col)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            try:
+                _num(v)
+            except ArithmeticError:
+                raise RuleExprError(f"number out of range: {str(v)[:20]}", col) from None
+        if isinstance(v, str) and len(v) > MAX_CHARS:
+            raise RuleExprError("string constant too long", col)
+        return lambda f, v=v: v
+
+    def _name(self, node, depth, col):
+        name = _dotted(node)
+        if name is None:
+            raise RuleExprError("attribute access is not allowed", col)
+        if name in _CONST_NAMES:
+            return lambda f, v=_CONST_NAMES[name]: v
+        if name in FUNCTIONS:
+            raise RuleExprError(f"function {name!r} must be called", col)
+        if name not in self.vocabulary:
+            raise RuleExprError(f"unknown fact {name!r}", col)
+        self.names.add(name)
+        return lambda f, n=name: f[n]
+
+    def _sequence(self, node, depth, col):
+        items = [self.build(e, depth + 1) for e in node.elts]
+        if len(items) > 32:
+            raise RuleExprError("list longer than 32", col)
+        return lambda f, items=items: tuple(i(f) for i in items)
+
+    def _boolop(self, node, depth, col):
+        parts = [self.build(v, depth + 1) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return lambda f, parts=parts: all(bool(p(f)) for p in parts)
+        return lambda f, parts=parts: any(bool(p(f)) for p in parts)
+
+    def _unary(self, node, depth, col):
+        inner = self.build(node.operand, depth + 1)
+        if isinstance(node.op, ast.Not):
+            return lambda f: not inner(f)
+        if isinstance(node.op, ast.USub):
+            return lambda f: _num(-inner(f))
+        if isinstance(node.op, ast.UAdd):
+            return lambda f: _num(+inner(f))
+        raise RuleExprError("operator not allowed", col)
+
+    def _binop(self, node, depth, col):
+        op = _BIN.get(type(node.op))
+        if op is None:
+            raise RuleExprError(f"operator {type(node.op).__name__} not allowed", col)
+        for side in (node.left, node.right):
+            kind = self.vocabulary.get(_dotted(side) or "", "num")
+            if (isinstance(side, ast.Constant) and isinstance(side.value, str)) or isinstance(
+                    side, (ast.Tuple, ast.List)) or kind not in ("num", "bool"):
+                raise RuleExprError("arithmetic is on numbers only (not on strings or lists)", col)
+        left, right = self.build(node.left, depth + 1), self.build(node.right, depth + 1)
+        if not isinstance(node.op, ast.Pow):
+            return lambda f, op=op, left=left, right=right: _num(op(_operand(left(f)), _operand(right(f))))
+        if _constant(node.right):
+            try:
+                e = right({})
+            except (ArithmeticError, TypeError, ValueError):
+                raise RuleExprError("exponent out of range", col) from None
+            if isinstance(e, (int, float)) and abs(e) > MAX_EXPONENT:
+                raise RuleExprError(f"exponent larger than {MAX_EXPONENT}", col)
+        return _power(left, right)
+
+    def _compare(self, node, depth, col):
+        left = self.build(node.left, depth + 1)
+        ops = [_CMP.get(type(o)) for o in node.ops]
+        if any(o is None for o in ops):
+            raise RuleExprError("comparison not allowed (use == != < <= > >= in, not in)", col)
+        rights = [self.build(c, depth + 1) for c in node.comparators]
+        lhs_name = _dotted(node.left)
+        for c in node.comparators:
+            if lhs_name in self.vocabulary and isinstance(c, ast.Constant) and isinstance(c.value, str):
+                self.strings.append((lhs_name, c.value))
+            if lhs_name in self.vocabulary and isinstance(c, (ast.Tuple, ast.List)):
+                self.strings.extend((lhs_name, e.value) for e in c.elts
+                                    if isinstance(e, ast.Constant) and isinstance(e.value, str))
+        return _chain(left, ops, rights)
+
+    def _ifexp(self, node, depth, col):
+        t = self.build(node.test, depth + 1)
+        c, e = self.build(node.body, depth + 1), self.build(node.orelse, depth + 1)
+        return lambda f: c(f) if t(f) else e(f)
+
+    def _call(self, node, depth, col):
+        fname = node.func.id if isinstance(node.func, ast.Name) else None
+        if fname not in FUNCTIONS or node.keywords:
+            raise RuleExprError(f"call of {(_dotted(node.func) or 'an expression')!r} is not allowed "
+                                f"(functions: {', '.join(FUNCTIONS)})", col)
+        fn, lo, hi = FUNCTIONS[fname]
+        if not lo <= len(node.args) <= hi or any(isinstance(a, ast.Starred) for a in node.args):
+            raise RuleExprError(f"{fname}() takes {lo}..{hi} arguments", col)
+        args = [self.build(a, depth + 1) for a in node.args]
+        return lambda f, fn=fn, args=args: _num(fn(*(a(f) for a in args)))
+
+
+def compile_expr(text: str, vocabulary: dict[str, str]) -> Compiled:
+    """Parse and check `text` against `vocabulary` (fact name -> type). Raises RuleExprError."""
+    tree = _parse(text)
+    builder = _Builder(vocabulary)
+    fn = builder.build(tree, 0)
+    if not builder.names:  # a constant condition: evaluate it now so that errors surface at load time
         try:
             fn({})
         except (ArithmeticError, TypeError, ValueError) as exc:
             raise RuleExprError(f"cannot be evaluated: {exc}") from None
-    return Compiled(text, fn, names, strings)
+    return Compiled(text, fn, builder.names, builder.strings)

@@ -82,7 +82,8 @@ def default_rules_dir() -> Path:
     return rules_dir()
 
 
-def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
+def _check_head(raw, where: str) -> tuple[str, str, str]:
+    """Keys, id, scope and effect: (id, scope, effect)."""
     if not isinstance(raw, dict):
         raise InputError("expected a [[rule]] table", where=where)
     unknown = sorted(set(raw) - _KEYS)
@@ -102,6 +103,11 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
         raise InputError(f"effect {effect!r}; expected one of {', '.join(EFFECTS)}", where=where)
     if scope == "advice" and effect not in ("warn", "tip"):
         raise InputError("an advice-scope rule can only warn or tip", where=where)
+    return rid, scope, effect
+
+
+def _check_settings(raw: dict, scope: str, effect: str, where: str):
+    """What the effect needs: (weight, settings)."""
     weight = raw.get("weight", 0.0)
     if effect in ("prefer", "avoid"):
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < 1:
@@ -119,6 +125,10 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
                                  f"{', '.join(STRATEGY_VALUES[fact])}", where=where)
             if fact is None and not isinstance(v, bool):
                 raise InputError(f"{k} must be true or false", where=where)
+    return weight, settings
+
+
+def _check_condition(raw: dict, scope: str, where: str) -> Compiled:
     try:
         when = compile_expr(raw["when"], TYPES)
     except RuleExprError as exc:
@@ -132,6 +142,11 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
         if allowed and literal not in allowed:
             raise InputError(f"unknown strategy value {literal!r} for {fact}; expected one of {', '.join(allowed)}",
                              where=where)
+    return when
+
+
+def _check_texts(raw: dict, where: str) -> dict:
+    """Title, explanation and source: printable, known placeholders; returns the source table."""
     if not isinstance(raw["explain"], str) or not raw["explain"].strip():
         raise InputError("explain must be a non-empty string", where=where)
     texts = {"title": raw["title"], "explain": raw["explain"]}
@@ -153,6 +168,14 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
     if "numbers" in src and not (isinstance(src["numbers"], dict) and all(
             isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in src["numbers"].values())):
         raise InputError("source.numbers must be a table of named numbers", where=where)
+    return src
+
+
+def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
+    rid, scope, effect = _check_head(raw, where)
+    weight, settings = _check_settings(raw, scope, effect, where)
+    when = _check_condition(raw, scope, where)
+    src = _check_texts(raw, where)
     evidence = None
     if "evidence" in raw:
         from paradvisor.rules.evidence import check

@@ -73,7 +73,7 @@ def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from paradvisor.train.parallelize import apply_fsdp, fsdp_precision
+    from paradvisor.train.data_parallel import apply_fsdp, fsdp_precision
 
     for mod in expert_modules:
         fully_shard(mod, mesh=edp_mesh, **fsdp_precision(precision))
@@ -92,7 +92,7 @@ def is_expert(p) -> bool:
 def reduce_grads(params, world: int, edp_mesh) -> None:
     """Dense gradients: averaged over all ranks. Expert shards (DTensors on the EP mesh): summed over
     the expert-DP group, divided by the world size."""
-    from paradvisor.train.parallelize import average_grads
+    from paradvisor.train.data_parallel import average_grads
 
     average_grads([p for p in params if not is_expert(p)], None, world)
     average_grads([p for p in params if is_expert(p)], edp_mesh.get_group(), world)

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from paradvisor.errors import InputError
+from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
 from paradvisor.train.metrics import optimizer_state_tensors
 from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
 
@@ -104,56 +105,10 @@ def checkpointing_is_flag(model) -> bool:
     return bool(getattr(hf, "supports_gradient_checkpointing", False)) and hasattr(hf, "gradient_checkpointing_enable")
 
 
-def fsdp_precision(precision: str) -> dict:
-    """fully_shard's mixed-precision keyword for a plan precision: 16-bit parameters, fp32 reduction."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    if precision not in ("bf16", "fp16"):
-        return {}
-    return {"mp_policy": MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
-                                              reduce_dtype=torch.float32)}
-
-
-def apply_fsdp(model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True) -> None:
-    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
-
-    kw = {"mesh": mesh, "reshard_after_forward": reshard, **fsdp_precision(precision)}
-    if offload:
-        kw["offload_policy"] = CPUOffloadPolicy()
-    for blk in blocks_of(model):
-        fully_shard(blk, **kw)
-    fully_shard(model, **kw)
-
-
 def _autocast(device: torch.device, precision: str):
     if precision in ("bf16", "fp16"):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
     return contextlib.nullcontext()
-
-
-def _local(t):
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def average_grads(params, group, size: int) -> None:
-    """Data-parallel gradient averaging over `group` for models DDP cannot wrap (TP'd DTensor parameters):
-    the local gradients flattened into buckets of at most 64 MiB, one all-reduce per bucket."""
-    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
-    grads = [_local(p.grad) for p in params if p.grad is not None]
-    bucket, nbytes, cap = [], 0, 64 * 2**20
-    for g in grads + [None]:
-        if g is not None and (not bucket or (g.dtype == bucket[0].dtype and nbytes < cap)):
-            bucket.append(g)
-            nbytes += g.numel() * g.element_size()
-            continue
-        if bucket:
-            flat = _flatten_dense_tensors(bucket)
-            dist.all_reduce(flat, group=group)
-            flat.div_(size)
-            for t, new in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
-                t.copy_(new)
-        bucket, nbytes = ([g], g.numel() * g.element_size()) if g is not None else ([], 0)
 
 
 def _any_rank_tied(tied: list) -> bool:
@@ -402,7 +357,7 @@ class PipelineEngine:
         if self.tied_group is not None:  # embedding and LM head: one weight, its two uses' gradients summed
             for p in self.tied:
                 if p.grad is not None:
-                    dist.all_reduce(_local(p.grad), group=self.tied_group)
+                    dist.all_reduce(local_shard(p.grad), group=self.tied_group)
         if self.dp_group is not None:
             average_grads(params, self.dp_group, self.layout.dp)
         if self.clip > 0:
