@@ -8,9 +8,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Markdown, Static
 
-from paradvisor.units import fmt_seconds, half_up
-
-GiB = 1024**3
+from paradvisor.tui.text import escape
+from paradvisor.units import GiB, fmt_seconds, half_up
 
 
 def plan_markdown(e, cluster) -> str:
@@ -128,10 +127,10 @@ def launch_question(preset, runs_dir: str) -> str:
     from paradvisor.units import fmt_bytes
 
     pred = launch_prediction(preset)
-    lines = [f"[b]Start {_esc(preset.name)}?[/b]  {_esc(preset.plan.label())}, {_esc(preset.launch.layout())}, "
+    lines = [f"[b]Start {escape(preset.name)}?[/b]  {escape(preset.plan.label())}, {escape(preset.launch.layout())}, "
              f"{preset.train.steps} steps", ""]
     for host, argv in node_commands(preset, f"{runs_dir}/<timestamp>-{preset.name}", python="python"):
-        lines.append((f"[b]{_esc(host)}:[/b] " if preset.launch.nnodes > 1 else "") + _esc(shlex.join(argv)))
+        lines.append((f"[b]{escape(host)}:[/b] " if preset.launch.nnodes > 1 else "") + escape(shlex.join(argv)))
     lines.append("")
     mem = pred.get("memory_per_gpu_bytes")
     states = pred.get("model_state_bytes")
@@ -145,16 +144,8 @@ def launch_question(preset, runs_dir: str) -> str:
     step = pred.get("step_time_s")
     lines.append("predicted time: " + (f"{fmt_seconds(step)} per step, {fmt_seconds(step * preset.train.steps)} "
                                        f"for {preset.train.steps} steps" if step else "—"))
-    lines.append(f"[dim]{_esc(pred.get('note', ''))}[/dim]")
+    lines.append(f"[dim]{escape(pred.get('note', ''))}[/dim]")
     return "\n".join(lines)
-
-
-def _esc(text) -> str:
-    from textual.markup import escape
-
-    from paradvisor.output import clean
-
-    return escape(clean(text))
 
 
 class ConfirmLaunchScreen(ModalScreen[bool]):

@@ -1,7 +1,10 @@
-"""Deterministic scenes of the TUI, for the SVG snapshot tests and `scripts/screenshots.py`.
+"""Deterministic scenes of the TUI, for the SVG snapshot tests (tests/test_tui_snapshots.py) and
+`scripts/screenshots.py`.
 
 Each scene builds the app on fixed inputs (a cluster file, a model, a finished run written here with
-fixed numbers) with live sampling off, so the same code renders the same screen everywhere.
+fixed numbers) with live sampling off, so the same code renders the same screen everywhere. This module
+imports no test fixtures (tests/conftest.py sets the environment of a test session; the screenshots
+script must not get it).
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ import json
 import math
 from pathlib import Path
 
-from paradvisor.tui.app import REPO, ParadvisorApp
+from paradvisor.shipped import presets_dir
+from paradvisor.tui.app import ParadvisorApp
 
-# Relative paths (resolved against the checkout by the app) so that screens do not show where it lives.
+# Relative paths (the current directory first, then the checkout: tui/paths.py) so that screens do not
+# show where the checkout lives.
 CLUSTER = "examples/clusters/paper000-two-servers.toml"
 GEO = "examples/clusters/paper003-geo-four-nodes.toml"
 SIZE = (120, 40)
@@ -21,7 +26,7 @@ SIZE = (120, 40)
 def write_demo_run(run_dir: Path) -> Path:
     """A finished 2-rank DiLoCo run with fixed metrics (no process is started)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    preset = (REPO / "presets" / "llama150m-diloco-local-steps.toml").read_text()
+    preset = (presets_dir() / "llama150m-diloco-local-steps.toml").read_text()
     preset += ("\n[prediction]\nmemory_per_gpu_bytes = 2400000\nstep_time_s = 0.012\nsamples_per_s = 650.0\n"
                if "[prediction]" not in preset else "")
     (run_dir / "plan.toml").write_text(preset)

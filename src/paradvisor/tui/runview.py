@@ -1,4 +1,4 @@
-"""The Monitor pane: a run's status, ETA and predicted vs measured at the top; below it three views —
+"""The run view inside the Monitor tab (panes/monitor.py): a run's status, ETA and predicted vs measured at the top; below it three views —
 plots (loss, throughput, step time, memory against step, the prediction drawn as a reference line; drawn
 with textual-plotext), one row per rank (progress, sync wait, node, CPU/GPU readings of its process) and
 the log at full height. Everything shown comes from `monitor.follow.summarize` (the same summary
@@ -13,20 +13,19 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Button, DataTable, Log, ProgressBar, Static, TabbedContent, TabPane
 
 from paradvisor.output import clean
-from paradvisor.units import fmt_bytes, fmt_seconds
+from paradvisor.tui.text import escape
+from paradvisor.units import MiB, fmt_bytes, fmt_seconds
 
 VIEWS = ("plots", "ranks", "log")
-MiB = 2**20
 
 
-def _markup(text) -> str:
-    from textual.markup import escape
+class RunView(Vertical):
+    """One run: `show(summary, new records)` refreshes it, `show_readings(...)` the live readings."""
 
-    return escape(clean(text))
-
-
-class MonitorPane(Vertical):
-    """The Monitor tab's content; `show(summary)` refreshes it, `show_readings(...)` the live readings."""
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.readings: dict[int, dict] = {}  # rank -> its process's latest reading (monitor.sampler)
+        self.summary: dict | None = None  # the summary shown (monitor.follow.summarize)
 
     def compose(self) -> ComposeResult:
         from textual_plotext import PlotextPlot
@@ -49,8 +48,6 @@ class MonitorPane(Vertical):
     def on_mount(self) -> None:
         self.query_one("#rank-table", DataTable).add_columns("rank", "node", "step", "step time", "loss",
                                                              "sync wait", "CPU", "RSS", "GPU")
-        self.readings: dict[int, dict] = {}
-        self.summary: dict | None = None
         for pid in ("loss-plot", "tput-plot", "step-plot", "mem-plot"):
             self._plot(pid, [], None, {"loss-plot": "loss", "tput-plot": "samples/s", "step-plot": "step time (ms)",
                                        "mem-plot": "memory (MiB)"}[pid])
@@ -124,22 +121,22 @@ class MonitorPane(Vertical):
         colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(s["status"],
                                                                                                      "white")
         eta = (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")
-        head = [f"[b]{_markup(s['name'])}[/b] {_markup(s['label'] or '')}: [{colour}]{_markup(s['status'])}"
+        head = [f"[b]{escape(s['name'])}[/b] {escape(s['label'] or '')}: [{colour}]{escape(s['status'])}"
                 f"[/{colour}] — {where}, {fmt_seconds(s['elapsed_s'])}{eta}"]
         nodes = s.get("nodes") or []
         if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):
             # a run on several machines: each node's state, ranks and its own GPU/CPU reading
             from paradvisor.monitor.follow import node_lines
 
-            head.extend(_markup(line) for line in node_lines(s))
+            head.extend(escape(line) for line in node_lines(s))
         if s["failure"]:
             tone = "red" if s["status"] == "failed" else "yellow"
-            head.append(f"[{tone}]{_markup(s['failure'])}[/{tone}]")
+            head.append(f"[{tone}]{escape(s['failure'])}[/{tone}]")
         if s.get("replan"):
-            head.append(f"[yellow]out of memory — next plan that fits: {_markup(s['replan'].get('label'))} "
-                        f"({_markup(s['replan'].get('change'))}); press R to launch it[/yellow]")
+            head.append(f"[yellow]out of memory — next plan that fits: {escape(s['replan'].get('label'))} "
+                        f"({escape(s['replan'].get('change'))}); press R to launch it[/yellow]")
         if s["unreadable"]:
-            head.append(f"[dim]skipped what could not be read: {_markup('; '.join(s['unreadable']))}[/dim]")
+            head.append(f"[dim]skipped what could not be read: {escape('; '.join(s['unreadable']))}[/dim]")
         self.query_one("#run-status", Static).update("\n".join(head))
         self.query_one("#run-compare", Static).update(
             compare_text(compare_rows(s), prediction_note(s), s["loss"], short=self.app.size.height < 32))

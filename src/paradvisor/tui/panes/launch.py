@@ -1,0 +1,153 @@
+"""Tab 3, Launch: the shipped (or given) presets, the plan selected in tab 2 with the command each node
+would run, saving that plan as a preset. Starting a run is the app's (it asks first and owns the run):
+this pane posts `LaunchRequested`."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Input, Select, Static, TabPane
+
+from paradvisor.errors import InputError
+from paradvisor.tui.messages import LaunchRequested, PlanSelected
+from paradvisor.tui.text import escape
+from paradvisor.units import GiB, fmt_seconds
+
+DEFAULT_PRESET = "tiny-cpu-smoke"  # chosen at start when the presets folder has it
+
+
+class LaunchPane(TabPane):
+    def __init__(self, *, presets_dir: Path, runs_dir: Path) -> None:
+        super().__init__("3 Launch", id="launch")
+        self.presets_dir, self.runs_dir = presets_dir, runs_dir
+        self.plan: PlanSelected | None = None  # the Plans pane's selection, as last posted
+
+    def compose(self) -> ComposeResult:
+        opts = self.preset_options()
+        smoke = next((v for k, v in opts if k == DEFAULT_PRESET), Select.NULL)
+        with VerticalScroll():
+            with Horizontal(classes="row"):
+                yield Select(opts, id="preset-select", allow_blank=True, prompt="choose a preset", value=smoke)
+                yield Button("Launch preset", id="launch-preset", variant="success")
+            yield Static(id="launch-msg")
+            yield Static(id="launch-plan", classes="panel")
+            with Horizontal(classes="row"):
+                yield Input(placeholder="preset name to save the selected plan as", id="preset-name")
+                yield Button("Save preset", id="save-preset")
+                yield Button("Launch plan", id="launch-plan-btn")
+            yield Static(id="launch-command", classes="panel")
+
+    # ------------------------------------------------------------------------------------------ widgets
+    @property
+    def preset_select(self) -> Select:
+        return self.query_one("#preset-select", Select)
+
+    @property
+    def main_widget(self) -> Select:
+        return self.preset_select
+
+    @property
+    def message_line(self) -> Static:
+        return self.query_one("#launch-msg", Static)
+
+    def preset_options(self) -> list[tuple[str, str]]:
+        if not self.presets_dir.is_dir():
+            return []
+        return [(escape(p.stem), str(p)) for p in sorted(self.presets_dir.glob("*.toml"))]
+
+    # ----------------------------------------------------------------------------------------- handlers
+    @on(Button.Pressed, "#launch-preset")
+    def _launch_preset_pressed(self) -> None:
+        self.launch_preset()
+
+    @on(Button.Pressed, "#launch-plan-btn")
+    def _launch_plan_pressed(self) -> None:
+        self.launch_plan()
+
+    @on(Button.Pressed, "#save-preset")
+    def _save_pressed(self) -> None:
+        self.save_preset()
+
+    # ------------------------------------------------------------------------------------ the plan shown
+    def show_plan(self, plan: PlanSelected) -> None:
+        """The selected plan, its layout and prediction, and the command each node runs."""
+        from paradvisor.launch.argv import node_commands
+
+        self.plan = plan
+        if plan.entry is None or plan.rec is None:
+            self.query_one("#launch-plan", Static).update("No plan selected: rank plans in tab 2.")
+            return
+        pr = self.plan_preset()
+        e, rec = plan.entry, plan.rec
+        self.query_one("#launch-plan", Static).update(
+            f"[b]selected plan:[/b] {escape(e.plan.label())} for {escape(rec.profile.name)} on "
+            f"{escape(rec.cluster.name)} ({pr.launch.layout()}); predicted "
+            f"{e.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(e.step_time)}")
+        lines = []
+        for host, argv in node_commands(pr, str(self.runs_dir / f"<timestamp>-{pr.name}"), python="python"):
+            lines.append((f"[b]{escape(host)}:[/b] " if pr.launch.nnodes > 1 else "") + escape(shlex.join(argv)))
+        self.query_one("#launch-command", Static).update("[b]command:[/b]\n" + "\n".join(lines))
+
+    def plan_preset(self):
+        """The selected plan as a launchable preset (single-node clusters run here; others export)."""
+        from paradvisor.rundir.preset import preset_from_estimate
+
+        plan = self.plan
+        return preset_from_estimate(plan.rec, plan.entry, plan.cluster_ref,
+                                    name=self.query_one("#preset-name", Input).value.strip() or None,
+                                    description=f"{plan.rec.profile.name}: {plan.entry.plan.label()} (from the TUI)")
+
+    def _has_plan(self) -> bool:
+        if self.plan is None or self.plan.entry is None:
+            self.notify("no plan selected", severity="warning")
+            return False
+        return True
+
+    # ------------------------------------------------------------------------------------------ actions
+    def save_preset(self) -> None:
+        from paradvisor.rundir.preset import save_preset
+        from paradvisor.safeio import inside
+
+        if not self._has_plan():
+            return
+        pr = self.plan_preset()
+        try:  # the name typed is one file name inside the presets folder, never a path out of it
+            path = inside(self.presets_dir, f"{pr.name}.toml", what="preset name")
+            save_preset(path, pr.to_doc())
+        except InputError as exc:
+            self.notify(escape(exc), severity="error")
+            return
+        self.preset_select.set_options(self.preset_options())
+        self.message_line.update(f"saved {escape(path)}")
+        self.notify(f"saved {escape(path)}")
+
+    def launch_preset(self) -> None:
+        from paradvisor.rundir.preset import load_preset
+
+        value = self.preset_select.value
+        if value is Select.BLANK or not value:
+            self.notify("choose a preset first", severity="warning")
+            return
+        try:
+            self.post_message(LaunchRequested(load_preset(str(value))))
+        except InputError as exc:
+            self.show_error(exc)
+
+    def launch_plan(self) -> None:
+        if not self._has_plan():
+            return
+        try:
+            self.post_message(LaunchRequested(self.plan_preset()))
+        except InputError as exc:
+            self.show_error(exc)
+
+    def show_error(self, exc: Exception) -> None:
+        self.message_line.update(f"[red]{escape(exc)}[/red]")
+        self.notify(escape(exc), severity="error", timeout=8)
+
+    def show_started(self, name: str, run_dir: Path) -> None:
+        self.message_line.update(f"launched {escape(name)}: {escape(run_dir)}")

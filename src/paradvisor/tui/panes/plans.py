@@ -1,0 +1,331 @@
+"""Tab 2, Plans: the workload (model, sequence length, global batch, precision), the plans ranked for the
+cluster with their memory bar and explanation, and the plans that do not fit. Ranking runs in a worker on
+every change (the advice layers are pure); the selected plan is posted as `PlanSelected`."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, DataTable, Input, Select, Static, TabPane
+
+from paradvisor.errors import InputError
+from paradvisor.tui.messages import PlanSelected
+from paradvisor.tui.text import cell, escape
+from paradvisor.units import GiB, fmt_seconds, half_up
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
+
+
+class PlansPane(TabPane):
+    def __init__(self, *, model: str) -> None:
+        super().__init__("2 Plans", id="plans")
+        self.model_arg = model
+        self.cluster = None  # the cluster ranked for (from the Hardware pane's ClusterChanged)
+        self.cluster_ref: dict = {}
+        self.rec = None  # plan.search.Recommendation shown, or None
+        self.selected = None  # the highlighted ranked plan (plan.evaluate.Estimate), or None
+        self.compact_plans: bool | None = None  # the table's columns: compact below 100 terminal columns
+        self._generation = 0  # the newest ranking asked for; older results are dropped
+
+    def compose(self) -> ComposeResult:
+        from paradvisor.model.load import builtin_names
+
+        names = builtin_names()
+        with Horizontal(classes="row", id="workload-row"):
+            yield Select([(n, n) for n in names], value=self.model_arg if self.model_arg in names else "bert-base-uncased",
+                         allow_blank=False, id="model", compact=True)
+            yield Input(placeholder="HF config", id="model-path", compact=True)
+            yield Input(placeholder="seq", id="seq-len", classes="narrow", type="integer", compact=True)
+            yield Input(placeholder="batch", id="global-batch", classes="narrow", type="integer", compact=True)
+            yield Select([(p, p) for p in PRECISIONS], value="auto", allow_blank=False, id="precision", compact=True)
+        yield Static(id="workload")
+        yield Static(id="profile", classes="muted")
+        yield DataTable(id="plans-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="memory-bar", classes="panel")
+        with VerticalScroll(id="plan-info"):
+            yield Static(id="plan-reason")
+            yield DataTable(id="alloc-table", cursor_type="none")
+            yield Button("Plans that do not fit (i)", id="show-infeasible", compact=True)
+            yield Static(id="infeasible")
+
+    def on_mount(self) -> None:
+        self.alloc_table.add_columns("node", "GPUs", "TFLOPS", "speed", "batch/GPU", "share", "local steps")
+        self.alloc_table.display = False
+
+    # ------------------------------------------------------------------------------------------ widgets
+    @property
+    def table(self) -> DataTable:
+        return self.query_one("#plans-table", DataTable)
+
+    @property
+    def main_widget(self) -> DataTable:
+        return self.table
+
+    @property
+    def alloc_table(self) -> DataTable:
+        return self.query_one("#alloc-table", DataTable)
+
+    def _static(self, wid: str) -> Static:
+        return self.query_one(f"#{wid}", Static)
+
+    def _typed(self, wid: str) -> str:
+        return self.query_one(f"#{wid}", Input).value.strip()
+
+    def _chosen(self, wid: str) -> str:
+        return str(self.query_one(f"#{wid}", Select).value)
+
+    # ----------------------------------------------------------------------------------------- handlers
+    @on(DataTable.RowHighlighted, "#plans-table")
+    def _highlight(self, event: DataTable.RowHighlighted) -> None:
+        self.select_plan(event.cursor_row)
+
+    @on(DataTable.RowSelected, "#plans-table")
+    def _open(self, event: DataTable.RowSelected) -> None:
+        from paradvisor.tui.screens import PlanDetailScreen, plan_markdown
+
+        self.select_plan(event.cursor_row)
+        if self.selected is not None:
+            self.app.push_screen(PlanDetailScreen(plan_markdown(self.selected, self.rec.cluster)))
+
+    @on(Button.Pressed, "#show-infeasible")
+    def _infeasible_pressed(self) -> None:
+        self.show_infeasible()
+
+    @on(Select.Changed, "#model")
+    @on(Select.Changed, "#precision")
+    def _workload_changed(self) -> None:
+        if self.cluster is not None:
+            self.rerank()
+
+    @on(Input.Submitted, "#model-path")
+    @on(Input.Submitted, "#seq-len")
+    @on(Input.Submitted, "#global-batch")
+    def _workload_submitted(self) -> None:
+        self.rerank()
+
+    @on(Input.Changed, "#seq-len")
+    @on(Input.Changed, "#global-batch")
+    def _workload_typed(self, event: Input.Changed) -> None:
+        if event.value.strip().isdigit() and self.cluster is not None:
+            self.rerank()
+
+    # ---------------------------------------------------------------------------------------- ranking
+    def set_cluster(self, cluster, ref: dict) -> None:
+        self.cluster, self.cluster_ref = cluster, ref
+        self.rerank()
+
+    def workload_inputs(self):
+        """(profile, advice Request) from the workload boxes; empty boxes take the defaults."""
+        from paradvisor.model.load import load_profile
+        from paradvisor.plan.advice import Request
+
+        model = self._typed("model-path") or self._chosen("model")
+        profile = load_profile(model)
+        seq_txt, gb_txt = self._typed("seq-len"), self._typed("global-batch")
+        return profile, Request(model=model, cluster=self.cluster, cluster_ref=self.cluster_ref,
+                                seq_len=int(seq_txt) if seq_txt else None,
+                                global_batch=int(gb_txt) if gb_txt else None,
+                                precision=self._chosen("precision"), top=20)
+
+    def rerank(self) -> None:
+        """Re-rank in a worker; only the newest request's result is shown."""
+        self._generation += 1
+        self._rank_worker(self._generation)
+
+    @work(thread=True, group="rank")
+    def _rank_worker(self, generation: int) -> None:
+        from textual.app import ScreenStackError
+        from textual.css.query import NoMatches
+
+        try:
+            self._rank(generation)
+        except (NoMatches, ScreenStackError):  # the app closed while ranking: its widgets are already gone
+            pass
+
+    def _rank(self, generation: int) -> None:
+        from paradvisor.plan.advice import advise
+
+        if self.cluster is None:
+            return
+        call = self.app.call_from_thread
+        try:
+            profile, req = call(self.workload_inputs)
+            call(self.show_profile, profile)
+            if self.cluster.gpu_count == 0:
+                call(self.show_plans, None, "no GPU to plan for: load a cluster file (tab 1)")
+                return
+            rec = advise(req, profile)  # the same advice path as `paradvisor recommend` (calibration, rules)
+        except (InputError, ValueError) as exc:
+            if generation == self._generation:
+                call(self.show_plans, None, str(exc))
+            return
+        if generation == self._generation:
+            call(self.show_plans, rec, None)
+
+    # ---------------------------------------------------------------------------------------- showing
+    def show_profile(self, p) -> None:
+        big = p.largest_layer
+        s = p.transformer
+        shape = (f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads" if s else
+                 f"input {'x'.join(map(str, p.input_shape or ()))}")
+        self._static("profile").update(
+            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters; {shape}; largest layer "
+            f"{escape(big.name)} "
+            f"{big.params:,} ({p.largest_share:.0%})" + (" — [yellow]one layer dominates[/yellow]"
+                                                         if p.one_layer_dominates else ""))
+
+    def show_workload(self, rec) -> None:
+        """The workload in force, as values, each with where it came from (typed, or the default's basis)."""
+        from paradvisor.plan.advice import DEFAULT_BATCH_PER_GPU, DEFAULT_SEQ_CAP
+
+        wl, prof = rec.workload, rec.profile
+        s = prof.transformer
+        if self._typed("seq-len"):
+            seq_from = "typed"
+        elif s is None:
+            seq_from = "not a sequence model"
+        elif s.max_positions > DEFAULT_SEQ_CAP:
+            seq_from = f"model context {s.max_positions}, capped at {DEFAULT_SEQ_CAP}"
+        else:
+            seq_from = "model context"
+        gpus = max(1, rec.cluster.gpu_count)
+        gb_from = "typed" if self._typed("global-batch") else f"{DEFAULT_BATCH_PER_GPU}/GPU x {gpus} GPUs"
+        prec_from = "auto" if self._chosen("precision") == "auto" else "chosen"
+        self._static("workload").update(
+            f"[b]workload[/b] seq [b]{wl.seq_len}[/b] [dim]({escape(seq_from)})[/dim] · batch "
+            f"[b]{wl.global_batch}[/b] [dim]({escape(gb_from)})[/dim] · [b]{escape(rec.precision)}[/b] "
+            f"[dim]({prec_from})[/dim]")
+
+    def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
+        """label -> (rank by the cost model alone, the rules that moved it) for plans a rule moved."""
+        out: dict[str, tuple[int, list[str]]] = {}
+        for entry in (self.rec.fired_rules if self.rec else []):
+            for m in entry.get("moved") or []:
+                frm, ids = out.get(m["label"], (m["from"], []))
+                out[m["label"]] = (frm, ids + [entry["id"]])
+        return out
+
+    def _plan_columns(self, t: DataTable) -> None:
+        """Compact columns below 100 terminal columns: step time and throughput always show."""
+        compact = self.app.size.width < 100
+        if compact == self.compact_plans and t.columns:
+            return
+        self.compact_plans = compact
+        t.clear(columns=True)
+        if compact:
+            t.add_columns("#", "plan", "GiB/GPU", "step", "samples/s")
+        else:
+            t.add_columns("#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "rules")
+
+    def relayout(self) -> None:
+        """The terminal was resized: switch between compact and full columns when the width crossed 100."""
+        if self.rec is not None and (self.app.size.width < 100) != self.compact_plans:
+            self.show_plans(self.rec, None)
+
+    def show_plans(self, rec, error: str | None) -> None:
+        self.rec = rec
+        t = self.table
+        self._plan_columns(t)
+        t.clear()
+        info = self._static("plan-reason")
+        if error:
+            info.update(f"[red]{escape(error)}[/red]")
+            self._static("memory-bar").update("")
+            self._static("workload").update("")
+            self._select(None)
+            return
+        self.show_workload(rec)
+        moved = self.moved_by_rules()
+        for i, e in enumerate(rec.plans, 1):
+            p = e.plan
+            frm = moved.get(p.label(), (i, []))[0]
+            mark = "" if frm == i else ("▲" if frm > i else "▼")
+            num = Text(f"{i}{mark}")
+            if mark:
+                num.stylize("yellow", len(str(i)))
+            mem, step, tput = f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time), \
+                f"{e.samples_per_s:.3g}"
+            if self.compact_plans:
+                t.add_row(num, cell(p.label()), mem, step, tput, key=str(i))
+            else:
+                rules = str(len(e.rules)) + (f" (was {frm})" if mark else "")
+                t.add_row(num, cell(p.label()), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing, mem, step, tput,
+                          rules, key=str(i))
+        if rec.plans:
+            self.select_plan(0)
+        else:
+            fix = rec.nearest_fix or {}
+            text = ["[b red]nothing fits[/b red]", escape(fix.get("closest", {}).get("text", ""))]
+            text += [f"fix: {escape(f['text'])}" for f in fix.get("fixes", [])]
+            info.update("\n".join(text))
+            self._static("memory-bar").update("")
+            self._select(None)
+        adv = [f"[cyan]advice[/cyan] {escape(r['id'])}: {escape(r['message'])} [dim]({escape(r['source'])})[/dim]"
+               for r in rec.fired_rules if r.get("scope") == "advice"]
+        self._static("infeasible").update(self._infeasible_text() + ("\n" + "\n".join(adv) if adv else ""))
+
+    def _select(self, entry) -> None:
+        self.selected = entry
+        self.post_message(PlanSelected(self.rec if entry is not None else None, entry, self.cluster_ref))
+
+    def select_plan(self, index: int) -> None:
+        from paradvisor.plan.search import explain
+        from paradvisor.tui.widgets import memory_bar
+
+        if not self.rec or not 0 <= index < len(self.rec.plans):
+            return
+        e = self.rec.plans[index]
+        self._static("memory-bar").update(memory_bar(e.memory, e.capacity, e.usable, total=e.memory_total))
+        lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
+        moved = self.moved_by_rules().get(e.plan.label())
+        if moved and moved[0] != index + 1:
+            lines.append(f"[yellow]{'▲' if moved[0] > index + 1 else '▼'} the cost model alone ranks it "
+                         f"{moved[0]}; moved by {escape(', '.join(moved[1]))}[/yellow]")
+        for r in e.rules:
+            why = f" [yellow]{escape(r['outside_evidence'])}[/yellow]" if r.get("outside_evidence") else ""
+            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}){why}: {escape(r['title'])} "
+                         f"[dim]— {escape(r['source'])}[/dim]")
+        self._static("plan-reason").update("\n".join(lines))
+        alloc = self.alloc_table
+        alloc.clear()
+        alloc.display = bool(e.plan.nodes)
+        for n in e.plan.nodes:
+            alloc.add_row(cell(n.node), str(n.gpus), half_up(n.tflops, 1), f"{n.relative_speed:.3f}", str(n.batch_per_gpu),
+                          f"{n.data_share:.1%}", str(n.local_steps or ""))
+        self._select(e)
+
+    # ------------------------------------------------------------------------------ what does not fit
+    def _infeasible_text(self) -> str:
+        """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then how many do not fit
+        (the whole list opens with i)."""
+        only = [f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
+                f"— {escape(i['why'])}" for i in (self.rec.plan_only if self.rec else [])[:5]]
+        n = len(self.rec.infeasible) if self.rec else 0
+        return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
+
+    def infeasible_markdown(self) -> str:
+        rec = self.rec
+        lines = [f"# What does not fit: {rec.profile.name}", ""]
+        if rec.plan_only:
+            lines += ["## Fits, but paradvisor cannot launch it", "", "| plan | step | why |", "|---|---:|---|"]
+            lines += [f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only]
+            lines.append("")
+        lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
+        if rec.infeasible:
+            lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
+            lines += [f"| {i['label']} | {i['needs_bytes'] / GiB:.1f} GiB | {i['has_bytes'] / GiB:.0f} GiB "
+                      f"({i['usable_bytes'] / GiB:.1f} usable) | {i['gpu']} |" for i in rec.infeasible]
+        else:
+            lines.append("Every layout fits.")
+        return "\n".join(lines)
+
+    def show_infeasible(self) -> None:
+        """The plans that do not fit (and those that fit but cannot be launched), in a scrollable window."""
+        from paradvisor.tui.screens import PlanDetailScreen
+
+        if self.rec is None:
+            self.notify("no plans ranked yet", severity="warning")
+            return
+        self.app.push_screen(PlanDetailScreen(self.infeasible_markdown()))
