@@ -43,8 +43,13 @@ def main() -> int:
                     cells[shape][fam] = "n/a"
                     continue
                 own_ref = shape == "DiLoCo x FSDP"  # compared with DiLoCo x DDP, not one process
-                d = verify(preset_for(fam, plan, steps=args.steps), runs, steps=args.steps,
-                           reference=None if own_ref else ref, reference_dir=None if own_ref else ref_dir)
+                d = verify(
+                    preset_for(fam, plan, steps=args.steps),
+                    runs,
+                    steps=args.steps,
+                    reference=None if own_ref else ref,
+                    reference_dir=None if own_ref else ref_dir,
+                )
                 if not own_ref and ref is None and d["reference_status"] == "finished":
                     ref, ref_dir = d["reference"], Path(d["reference_run_dir"])
                 w = d["max_relative_difference"]
@@ -56,8 +61,10 @@ def main() -> int:
                 print(f"  {fam:<8} {shape:<26} {cells[shape][fam]}", file=sys.stderr, flush=True)
         for s in shapes:
             print(f"{s:<28}" + "".join(f"{cells[s].get(f, ''):>10}" for f in families))
-    print(f"\ncells within {DEFAULT_TOLERANCE:.0e}: worst {worst_all:.1e}; failures: {len(bad)}; "
-          f"{time.time() - t0:.0f} s")
+    print(
+        f"\ncells within {DEFAULT_TOLERANCE:.0e}: worst {worst_all:.1e}; failures: {len(bad)}; "
+        f"{time.time() - t0:.0f} s"
+    )
     for b in bad:
         print("  " + b)
     return 1 if bad else 0

@@ -25,9 +25,15 @@ def main() -> None:
         ("model llama-2-70b --json", ["model", "llama-2-70b", "--json"]),
         ("model vgg16 --json", ["model", "vgg16", "--json"]),
         ("detect --json (local)", ["detect", "--json"]),
-        ("detect --cluster 4x8 H100 --json", ["detect", "--cluster",
-                                               os.path.join(REPO, "examples/clusters/h100-4x8-infiniband.toml"),
-                                               "--json"]),
+        (
+            "detect --cluster 4x8 H100 --json",
+            [
+                "detect",
+                "--cluster",
+                os.path.join(REPO, "examples/clusters/h100-4x8-infiniband.toml"),
+                "--json",
+            ],
+        ),
         ("python -c pass (interpreter floor)", None),
     ]
     print(f"{'command':42s} {'median':>9s} {'min':>9s} {'max':>9s}   (cold process, n={args.repeat})")

@@ -29,24 +29,61 @@ from accuracy import REPO, pa, row_of  # noqa: E402  (same runner: this checkout
 
 MODELS = {
     # LLaMA, GQA 4:1, SwiGLU, untied head
-    "llama-1024": ("llama-150m", "corpus", {"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2816,
-                                            "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
-                                            "max_position_embeddings": 2048, "tie_word_embeddings": False}),
+    "llama-1024": (
+        "llama-150m",
+        "corpus",
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 1024,
+            "intermediate_size": 2816,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+            "tie_word_embeddings": False,
+        },
+    ),
     # Mistral, GQA 8:1, sliding window 256 < sequence
-    "mistral-window": ("mistral-7b", "corpus", {"num_hidden_layers": 4, "hidden_size": 1024,
-                                                "intermediate_size": 3584, "num_attention_heads": 16,
-                                                "num_key_value_heads": 2, "vocab_size": 32000,
-                                                "max_position_embeddings": 2048, "sliding_window": 256}),
+    "mistral-window": (
+        "mistral-7b",
+        "corpus",
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 1024,
+            "intermediate_size": 3584,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+            "sliding_window": 256,
+        },
+    ),
     # GPT-2 (HF), gelu_new, tied head
-    "gpt2-768": ("gpt2", "corpus", {"n_layer": 6, "n_embd": 768, "n_head": 12, "n_positions": 1024,
-                                    "vocab_size": 32000}),
+    "gpt2-768": (
+        "gpt2",
+        "corpus",
+        {"n_layer": 6, "n_embd": 768, "n_head": 12, "n_positions": 1024, "vocab_size": 32000},
+    ),
     # BERT classifier, exact GELU
-    "bert-768": ("bert-base-uncased", "reviews", {"num_hidden_layers": 6, "hidden_size": 768,
-                                                  "num_attention_heads": 12, "intermediate_size": 3072,
-                                                  "max_position_embeddings": 512, "vocab_size": 30522}),
+    "bert-768": (
+        "bert-base-uncased",
+        "reviews",
+        {
+            "num_hidden_layers": 6,
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "intermediate_size": 3072,
+            "max_position_embeddings": 512,
+            "vocab_size": 30522,
+        },
+    ),
 }
-STRATEGIES = {"DDP": {}, "FSDP2": {"sharding": "fsdp"}, "ZeRO-2": {"sharding": "zero2"},
-              "ZeRO-3": {"sharding": "zero3"}}
+STRATEGIES = {
+    "DDP": {},
+    "FSDP2": {"sharding": "fsdp"},
+    "ZeRO-2": {"sharding": "zero2"},
+    "ZeRO-3": {"sharding": "zero3"},
+}
 # (model, seq, micro-batch, precision, checkpointing, strategies)
 GROUPS = [
     ("llama-1024", 1024, 8, "bf16", "none", ["DDP", "FSDP2", "ZeRO-2", "ZeRO-3"]),
@@ -72,13 +109,21 @@ def detection() -> dict:
     doc = json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr.strip()[-300:]}
     gpus = doc.get("gpus") or doc.get("nodes", [{}])[0].get("gpus", []) if isinstance(doc, dict) else []
     props = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None
-    out = {"paradvisor": doc, "torch": None if props is None else
-           {"name": props.name, "total_memory": props.total_memory, "sm_count": props.multi_processor_count,
-            "capability": f"{props.major}.{props.minor}"}, "nvidia_smi": sh("nvidia-smi", "-L")}
+    out = {
+        "paradvisor": doc,
+        "torch": None
+        if props is None
+        else {
+            "name": props.name,
+            "total_memory": props.total_memory,
+            "sm_count": props.multi_processor_count,
+            "capability": f"{props.major}.{props.minor}",
+        },
+        "nvidia_smi": sh("nvidia-smi", "-L"),
+    }
     print(f"nvidia-smi: {out['nvidia_smi']}")
     print(f"torch: {out['torch']}")
-    print(f"paradvisor detect (rc {r.returncode}): "
-          + json.dumps(gpus if gpus else doc)[:1500])
+    print(f"paradvisor detect (rc {r.returncode}): " + json.dumps(gpus if gpus else doc)[:1500])
     return out
 
 
@@ -95,8 +140,10 @@ def main() -> None:
     cal = tmp / "cal.json"
     t0 = time.time()
     c = pa("calibrate", "--quick", "--out", str(cal), timeout=600)
-    print(f"calibrate --quick (rc {c.returncode}, {time.time() - t0:.0f} s): {c.stdout.strip()[-1500:]} "
-          f"{c.stderr.strip()[-500:]}")
+    print(
+        f"calibrate --quick (rc {c.returncode}, {time.time() - t0:.0f} s): {c.stdout.strip()[-1500:]} "
+        f"{c.stderr.strip()[-500:]}"
+    )
     report["calibration"] = json.loads(cal.read_text()) if cal.exists() else None
     base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
     rows = []
@@ -104,18 +151,45 @@ def main() -> None:
     for (mname, seq, mb, precision, ckpt, _), sname in todo:
         model, dataset, over = MODELS[mname]
         name = f"gpu-{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower()
-        doc = {**base, "name": name, "description": "gpu check",
-               "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": mb,
-                            "precision": precision},
-               "train": {**base["train"], "steps": args.steps, "dataset": dataset, "model_overrides": over,
-                         "device": "cuda", "lr": 1e-4},
-               "launch": {**base["launch"], "nproc_per_node": 1},
-               "plan": {**base["plan"], "dp": 1, "micro_batch": mb, "checkpointing": ckpt,
-                        "precision": precision, **STRATEGIES[sname]}}
+        doc = {
+            **base,
+            "name": name,
+            "description": "gpu check",
+            "workload": {
+                **base["workload"],
+                "model": model,
+                "seq_len": seq,
+                "global_batch": mb,
+                "precision": precision,
+            },
+            "train": {
+                **base["train"],
+                "steps": args.steps,
+                "dataset": dataset,
+                "model_overrides": over,
+                "device": "cuda",
+                "lr": 1e-4,
+            },
+            "launch": {**base["launch"], "nproc_per_node": 1},
+            "plan": {
+                **base["plan"],
+                "dp": 1,
+                "micro_batch": mb,
+                "checkpointing": ckpt,
+                "precision": precision,
+                **STRATEGIES[sname],
+            },
+        }
         p = tmp / f"{name}.toml"
         p.write_text(tomli_w.dumps(doc))
-        key = {"model": mname, "seq": seq, "micro_batch": mb, "precision": precision, "ckpt": ckpt,
-               "strategy": sname}
+        key = {
+            "model": mname,
+            "seq": seq,
+            "micro_batch": mb,
+            "precision": precision,
+            "ckpt": ckpt,
+            "strategy": sname,
+        }
         t1 = time.time()
         run = pa("launch", "--preset", str(p), "--runs-dir", str(runs), timeout=900)
         if run.returncode != 0:
@@ -136,17 +210,36 @@ def main() -> None:
             continue
         vd = json.loads(v.stdout)
         got = {}
-        for label, prefix in (("states", "model-state bytes"), ("activations", "activation bytes"),
-                              ("working", "working bytes"), ("gathered", "gathered bytes"),
-                              ("alloc", "CUDA peak allocated"), ("reserved", "CUDA peak reserved"),
-                              ("step", "step time")):
+        for label, prefix in (
+            ("states", "model-state bytes"),
+            ("activations", "activation bytes"),
+            ("working", "working bytes"),
+            ("gathered", "gathered bytes"),
+            ("alloc", "CUDA peak allocated"),
+            ("reserved", "CUDA peak reserved"),
+            ("step", "step time"),
+        ):
             r = row_of(vd["rows"], prefix)
             got[label] = {"predicted": r["predicted"], "measured": r["measured"], "rel_error": r["rel_error"]}
-        rows.append({**key, **got, "device": vd.get("device"), "wall_s": round(time.time() - t1, 1),
-                     "activation_source": vd.get("activation_source")})
-        print(f"{name}: " + "  ".join(
-            f"{k} {g['predicted'] or 0:.4g}/{g['measured'] or 0:.4g} ({(g['rel_error'] or 0):+.1%})"
-            for k, g in got.items() if g["measured"] is not None) + f"  [{time.time() - t1:.0f} s]", flush=True)
+        rows.append(
+            {
+                **key,
+                **got,
+                "device": vd.get("device"),
+                "wall_s": round(time.time() - t1, 1),
+                "activation_source": vd.get("activation_source"),
+            }
+        )
+        print(
+            f"{name}: "
+            + "  ".join(
+                f"{k} {g['predicted'] or 0:.4g}/{g['measured'] or 0:.4g} ({(g['rel_error'] or 0):+.1%})"
+                for k, g in got.items()
+                if g["measured"] is not None
+            )
+            + f"  [{time.time() - t1:.0f} s]",
+            flush=True,
+        )
         if args.json:
             Path(args.json).write_text(json.dumps({**report, "rows": rows}, indent=1))
     report["rows"] = rows
@@ -157,12 +250,16 @@ def main() -> None:
 
 def print_table(rows: list[dict]) -> None:
     gib = 2**30
-    print(f"\n{'model':15s} {'seq':>5s} {'mb':>3s} {'prec':4s} {'ckpt':4s} {'strategy':7s} "
-          f"{'alloc pred':>10s} {'meas':>7s} {'err':>7s} {'reserved':>8s} {'act err':>7s} {'states err':>10s} "
-          f"{'step pred ms':>12s} {'meas':>7s} {'err':>7s}")
+    print(
+        f"\n{'model':15s} {'seq':>5s} {'mb':>3s} {'prec':4s} {'ckpt':4s} {'strategy':7s} "
+        f"{'alloc pred':>10s} {'meas':>7s} {'err':>7s} {'reserved':>8s} {'act err':>7s} {'states err':>10s} "
+        f"{'step pred ms':>12s} {'meas':>7s} {'err':>7s}"
+    )
     for r in rows:
-        head = (f"{r['model']:15s} {r['seq']:5d} {r['micro_batch']:3d} {r['precision']:4s} {r['ckpt']:4s} "
-                f"{r['strategy']:7s}")
+        head = (
+            f"{r['model']:15s} {r['seq']:5d} {r['micro_batch']:3d} {r['precision']:4s} {r['ckpt']:4s} "
+            f"{r['strategy']:7s}"
+        )
         if "error" in r:
             print(f"{head} failed: {r['error']}")
             continue
@@ -171,14 +268,18 @@ def print_table(rows: list[dict]) -> None:
         def e(x):
             return f"{x['rel_error']:+7.1%}" if x["rel_error"] is not None else "      -"
 
-        print(f"{head} {(a['predicted'] or 0) / gib:8.2f}Gi {(a['measured'] or 0) / gib:6.2f}G {e(a)} "
-              f"{(rv['measured'] or 0) / gib:7.2f}G {e(ac)} {e(s):>10s} {(st['predicted'] or 0) * 1e3:12.1f} "
-              f"{(st['measured'] or 0) * 1e3:7.1f} {e(st)}")
+        print(
+            f"{head} {(a['predicted'] or 0) / gib:8.2f}Gi {(a['measured'] or 0) / gib:6.2f}G {e(a)} "
+            f"{(rv['measured'] or 0) / gib:7.2f}G {e(ac)} {e(s):>10s} {(st['predicted'] or 0) * 1e3:12.1f} "
+            f"{(st['measured'] or 0) * 1e3:7.1f} {e(st)}"
+        )
     ok = [r for r in rows if "error" not in r and r["alloc"]["rel_error"] is not None]
     if ok:
         errs = sorted(abs(r["alloc"]["rel_error"]) for r in ok)
-        print(f"\nCUDA peak allocated within 10% of the prediction: {sum(x <= 0.10 for x in errs)}/{len(ok)} "
-              f"(median |error| {errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%})")
+        print(
+            f"\nCUDA peak allocated within 10% of the prediction: {sum(x <= 0.10 for x in errs)}/{len(ok)} "
+            f"(median |error| {errs[len(errs) // 2]:.1%}, worst {errs[-1]:.1%})"
+        )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,11 @@ def one(name: str, seq: int, b: int, precision: str, layers: int, device: str) -
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     m0 = torch.cuda.memory_allocated() if cuda else 0
-    ctx = torch.autocast(device_type=device, dtype=torch.bfloat16) if precision == "bf16" else torch.autocast(
-        device_type=device, enabled=False)
+    ctx = (
+        torch.autocast(device_type=device, dtype=torch.bfloat16)
+        if precision == "bf16"
+        else torch.autocast(device_type=device, enabled=False)
+    )
     with torch.device(device), ctx, Ops(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = run(model, b, seq)
     m1 = torch.cuda.memory_allocated() if cuda else 0
@@ -76,12 +79,20 @@ def one(name: str, seq: int, b: int, precision: str, layers: int, device: str) -
     b_peak = torch.cuda.max_memory_allocated() if cuda else 0
     G = 2**30
     total = sum(saved.values())
-    out = {"case": f"{name} s{seq} b{b} {precision} {layers} layers on {device}", "ops": dict(ops),
-           "saved_gib": round(total / G, 3)}
+    out = {
+        "case": f"{name} s{seq} b{b} {precision} {layers} layers on {device}",
+        "ops": dict(ops),
+        "saved_gib": round(total / G, 3),
+    }
     if cuda:
-        out.update({"params_gib": round(m0 / G, 3), "after_forward_gib": round((m1 - m0) / G, 3),
-                    "forward_peak_extra_gib": round((f_peak - m1) / G, 3),
-                    "backward_peak_extra_gib": round((b_peak - m1) / G, 3)})
+        out.update(
+            {
+                "params_gib": round(m0 / G, 3),
+                "after_forward_gib": round((m1 - m0) / G, 3),
+                "forward_peak_extra_gib": round((f_peak - m1) / G, 3),
+                "backward_peak_extra_gib": round((b_peak - m1) / G, 3),
+            }
+        )
     out["top_saved"] = [(s, d, round(v / 2**20, 1)) for (s, d), v in saved.most_common(10)]
     return out
 

@@ -51,34 +51,70 @@ def main() -> None:
 
     server = Sshd(d, ("127.0.0.1", "127.0.0.2"), accept_env=("PYTHONPATH",))
     if os.environ.get("PYTHONPATH"):
-        server.config.write_text(server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n")
+        server.config.write_text(
+            server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n"
+        )
     stuck = d / "python-on-nodes"
-    stuck.write_text(f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec cat >/dev/null;; esac\nexec {sys.executable} "$@"\n')
+    stuck.write_text(
+        f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec cat >/dev/null;; esac\nexec {sys.executable} "$@"\n'
+    )
     stuck.chmod(0o755)
-    cases = {"refused": (f"127.0.0.2:{free_port('127.0.0.2')}", sys.executable),
-             "silent": (f"127.0.0.2:{silent_listener()}", sys.executable),
-             "no-join": (f"127.0.0.2:{server.port}", str(stuck))}
+    cases = {
+        "refused": (f"127.0.0.2:{free_port('127.0.0.2')}", sys.executable),
+        "silent": (f"127.0.0.2:{silent_listener()}", sys.executable),
+        "no-join": (f"127.0.0.2:{server.port}", str(stuck)),
+    }
     smoke = (ROOT / "presets" / "tiny-cpu-smoke.toml").read_text()
-    print(f"{'missing node':<12} {'wall s':>7} {'run s':>6}  reason   (wall: the whole command, python start-up "
-          "included; run: status.json started -> ended)")
+    print(
+        f"{'missing node':<12} {'wall s':>7} {'run s':>6}  reason   (wall: the whole command, python start-up "
+        "included; run: status.json started -> ended)"
+    )
     try:
         for case, (host, python) in cases.items():
             w = d / case
             w.mkdir()
             preset = w / "p.toml"
-            preset.write_text(smoke.replace("[launch]\nnproc_per_node = 2", (
-                f"[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = {json.dumps([f'127.0.0.1:{server.port}', host])}\n"
-                f"master_port = {free_port()}\nremote_python = {json.dumps(python)}\n"
-                f"remote_dir = {json.dumps(str(w / 'nodes'))}\njoin_timeout_s = {args.join_timeout}")))
+            preset.write_text(
+                smoke.replace(
+                    "[launch]\nnproc_per_node = 2",
+                    (
+                        f"[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = {json.dumps([f'127.0.0.1:{server.port}', host])}\n"
+                        f"master_port = {free_port()}\nremote_python = {json.dumps(python)}\n"
+                        f"remote_dir = {json.dumps(str(w / 'nodes'))}\njoin_timeout_s = {args.join_timeout}"
+                    ),
+                )
+            )
             t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
-                                   str(w / "runs"), "--ssh-config", str(server.config), "--ssh-timeout",
-                                   str(args.ssh_timeout)], capture_output=True, text=True, cwd=w, check=False)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "paradvisor",
+                    "launch",
+                    "--preset",
+                    str(preset),
+                    "--runs-dir",
+                    str(w / "runs"),
+                    "--ssh-config",
+                    str(server.config),
+                    "--ssh-timeout",
+                    str(args.ssh_timeout),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=w,
+                check=False,
+            )
             took = time.perf_counter() - t0
             [run] = list((w / "runs").iterdir())
             status = json.loads((run / "status.json").read_text())
-            assert proc.returncode == 1 and status["status"] == "failed", (proc.returncode, proc.stderr[-2000:])
-            print(f"{case:<12} {took:7.1f} {status['ended'] - status['started']:6.1f}  {status['reason'][:150]}")
+            assert proc.returncode == 1 and status["status"] == "failed", (
+                proc.returncode,
+                proc.stderr[-2000:],
+            )
+            print(
+                f"{case:<12} {took:7.1f} {status['ended'] - status['started']:6.1f}  {status['reason'][:150]}"
+            )
     finally:
         server.stop()
 

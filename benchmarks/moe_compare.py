@@ -45,7 +45,11 @@ def ranked(mf, cluster, wl):
     est = [evaluate(mf, topo, wl, p, precision, 0.10) for p in candidates(mf, topo, wl, precision)]
     fits = sorted((e for e in est if e.fits), key=lambda e: (e.score, e.memory_total))
     family = family_of(mf.profile)
-    return [e for e in fits if not why_not(e.plan, family)], [e for e in fits if why_not(e.plan, family)], len(est)
+    return (
+        [e for e in fits if not why_not(e.plan, family)],
+        [e for e in fits if why_not(e.plan, family)],
+        len(est),
+    )
 
 
 def row(label, e, n, active):
@@ -53,9 +57,11 @@ def row(label, e, n, active):
         return f"{label:34s} {'nothing fits':>12s} {'':>9s} {'':>11s} {n:6d}"
     t = {k: v for k, v in e.time.items() if k != "dp_comm_total" and v > 0}
     top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(t.items(), key=lambda kv: -kv[1])[:3])
-    return (f"{label:34s} {e.step_time:10.2f} s {e.memory_total / GiB:7.1f} GiB {e.tokens_per_s:9,.0f} tok/s "
-            f"{n:6d}  {e.plan.label()} (ckpt {e.plan.checkpointing}, mb {e.plan.micro_batch}); {top}; "
-            f"active {active / 1e9:.1f}B")
+    return (
+        f"{label:34s} {e.step_time:10.2f} s {e.memory_total / GiB:7.1f} GiB {e.tokens_per_s:9,.0f} tok/s "
+        f"{n:6d}  {e.plan.label()} (ckpt {e.plan.checkpointing}, mb {e.plan.micro_batch}); {top}; "
+        f"active {active / 1e9:.1f}B"
+    )
 
 
 def main() -> None:
@@ -65,22 +71,28 @@ def main() -> None:
     args = ap.parse_args()
     prof = load_profile(args.model)
     s = prof.transformer
-    clusters = [single_node_cluster("H100 SXM", 8),
-                load_cluster(os.path.join(REPO, "examples", "clusters", "h100-4x8-infiniband.toml")),
-                single_node_cluster("A100 80GB", 8),
-                load_cluster(os.path.join(REPO, "examples", "clusters", "a100-8x8-ethernet.toml"))]
+    clusters = [
+        single_node_cluster("H100 SXM", 8),
+        load_cluster(os.path.join(REPO, "examples", "clusters", "h100-4x8-infiniband.toml")),
+        single_node_cluster("A100 80GB", 8),
+        load_cluster(os.path.join(REPO, "examples", "clusters", "a100-8x8-ethernet.toml")),
+    ]
     moe = ModelFacts.of(prof)
     as_dense = ModelFacts.of(prof, moe=False)
     all_active = replace(as_dense, compute_shape=replace(s, ffn=s.num_experts * s.expert_ffn + s.shared_ffn))
-    print(f"{prof.name}: {prof.total_params / 1e9:.1f}B parameters, {prof.active_params / 1e9:.1f}B active per "
-          f"token (top-{s.experts_per_token} of {s.num_experts} experts); seq {args.seq_len}, global batch 8 per GPU")
+    print(
+        f"{prof.name}: {prof.total_params / 1e9:.1f}B parameters, {prof.active_params / 1e9:.1f}B active per "
+        f"token (top-{s.experts_per_token} of {s.num_experts} experts); seq {args.seq_len}, global batch 8 per GPU"
+    )
     print(f"{'estimate':34s} {'step':>12s} {'GiB/GPU':>11s} {'throughput':>15s} {'plans':>6s}  best plan")
     for cluster in clusters:
         wl = Workload(model=args.model, seq_len=args.seq_len, global_batch=8 * cluster.gpu_count)
         print(f"-- {cluster.name} ({cluster.gpu_count} GPUs)")
-        for label, mf, active in (("read as dense (before issue 15)", as_dense, prof.total_params),
-                                  ("dense 46.7B (all parameters active)", all_active, prof.total_params),
-                                  ("MoE (top-k, EP in the search)", moe, prof.active_params)):
+        for label, mf, active in (
+            ("read as dense (before issue 15)", as_dense, prof.total_params),
+            ("dense 46.7B (all parameters active)", all_active, prof.total_params),
+            ("MoE (top-k, EP in the search)", moe, prof.active_params),
+        ):
             runnable, plan_only, n = ranked(mf, cluster, wl)
             print(row(label, runnable[0] if runnable else None, n, active))
             if mf is moe:
@@ -89,7 +101,9 @@ def main() -> None:
                 ep = [e for e in plan_only if e.plan.ep > 1]
                 print(row("  best EP plan (plan only)", ep[0] if ep else None, len(ep), active))
         print()
-    print("MoE assumption:", moe and __import__("paradvisor.estimate.moe", fromlist=["ASSUMPTION"]).ASSUMPTION)
+    print(
+        "MoE assumption:", moe and __import__("paradvisor.estimate.moe", fromlist=["ASSUMPTION"]).ASSUMPTION
+    )
 
 
 if __name__ == "__main__":

@@ -52,11 +52,15 @@ def write_cluster(folder: str, nodes: int, *, grouped: bool) -> str:
     with open(path, "w") as f:
         f.write(f'name = "h100-{nodes}x8"\n')
         if grouped:
-            f.write(f'[[node]]\nname = "node"\ncount = {nodes}\ngpus = [{{ type = "H100 SXM", count = 8 }}]\n'
-                    'link = "nvlink4"\n')
+            f.write(
+                f'[[node]]\nname = "node"\ncount = {nodes}\ngpus = [{{ type = "H100 SXM", count = 8 }}]\n'
+                'link = "nvlink4"\n'
+            )
         else:
-            f.writelines(f'[[node]]\nname = "node-{i}"\ngpus = [{{ type = "H100 SXM", count = 8 }}]\nlink = "nvlink4"\n'
-                         for i in range(nodes))
+            f.writelines(
+                f'[[node]]\nname = "node-{i}"\ngpus = [{{ type = "H100 SXM", count = 8 }}]\nlink = "nvlink4"\n'
+                for i in range(nodes)
+            )
         f.write(NETWORK)
     return path
 
@@ -64,20 +68,33 @@ def write_cluster(folder: str, nodes: int, *, grouped: bool) -> str:
 def scale(base: list[str], repeat: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         cases = [
-            ("4 nodes x 8 (shipped example)", ["--cluster", os.path.join(CLUSTERS, "h100-4x8-infiniband.toml")]),
+            (
+                "4 nodes x 8 (shipped example)",
+                ["--cluster", os.path.join(CLUSTERS, "h100-4x8-infiniband.toml")],
+            ),
             ("2,048 nodes x 8, one node group", ["--cluster", write_cluster(folder, 2048, grouped=True)]),
-            ("2,048 nodes x 8, 2,048 [[node]] tables", ["--cluster", write_cluster(folder, 2048, grouped=False)]),
+            (
+                "2,048 nodes x 8, 2,048 [[node]] tables",
+                ["--cluster", write_cluster(folder, 2048, grouped=False)],
+            ),
             ("16,384 GPUs in one node (--gpus)", ["--gpus", "16384", "--gpu-type", "H100"]),
-            ("16,384 nodes x 8 = 131,072, one group", ["--cluster", write_cluster(folder, 16384, grouped=True)]),
+            (
+                "16,384 nodes x 8 = 131,072, one group",
+                ["--cluster", write_cluster(folder, 16384, grouped=True)],
+            ),
         ]
-        print(f"{'llama-2-70b, seq 4096, H100':42s} {'GPUs':>8s} {'wall':>9s} {'CPU':>9s} {'peak RSS':>9s} "
-              f"{'candidates':>11s}  (cold process, n={repeat})")
+        print(
+            f"{'llama-2-70b, seq 4096, H100':42s} {'GPUs':>8s} {'wall':>9s} {'CPU':>9s} {'peak RSS':>9s} "
+            f"{'candidates':>11s}  (cold process, n={repeat})"
+        )
         for label, extra in cases:
             argv = base + ["recommend", "--model", "llama-2-70b", "--seq-len", "4096", "--json", *extra]
             u = cold_runs_usage(argv, repeat)
             doc = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-            print(f"{label:42s} {doc['cluster']['gpu_count']:8,d} {u['wall'] * 1e3:7.0f}ms {u['cpu'] * 1e3:7.0f}ms "
-                  f"{u['rss_mb']:7.0f}MB {doc['candidates_evaluated']:11d}  top: {doc['plans'][0]['label']}")
+            print(
+                f"{label:42s} {doc['cluster']['gpu_count']:8,d} {u['wall'] * 1e3:7.0f}ms {u['cpu'] * 1e3:7.0f}ms "
+                f"{u['rss_mb']:7.0f}MB {doc['candidates_evaluated']:11d}  top: {doc['plans'][0]['label']}"
+            )
 
 
 def main() -> None:
@@ -91,27 +108,55 @@ def main() -> None:
         return
     print()
     cases = [
-        ("recommend llama-2-70b on 4x8 H100 (IB)",
-         ["recommend", "--model", "llama-2-70b", "--cluster", os.path.join(CLUSTERS, "h100-4x8-infiniband.toml"),
-          "--seq-len", "4096", "--json"]),
-        ("recommend bert-base-uncased on 8x A100",
-         ["recommend", "--model", "bert-base-uncased", "--gpus", "8", "--gpu-type", "A100 80GB", "--json"]),
-        ("recommend llama-150m on 003's 4 WAN nodes",
-         ["recommend", "--model", "llama-150m", "--cluster", os.path.join(CLUSTERS, "paper003-geo-four-nodes.toml"),
-          "--seq-len", "1024", "--json"]),
+        (
+            "recommend llama-2-70b on 4x8 H100 (IB)",
+            [
+                "recommend",
+                "--model",
+                "llama-2-70b",
+                "--cluster",
+                os.path.join(CLUSTERS, "h100-4x8-infiniband.toml"),
+                "--seq-len",
+                "4096",
+                "--json",
+            ],
+        ),
+        (
+            "recommend bert-base-uncased on 8x A100",
+            ["recommend", "--model", "bert-base-uncased", "--gpus", "8", "--gpu-type", "A100 80GB", "--json"],
+        ),
+        (
+            "recommend llama-150m on 003's 4 WAN nodes",
+            [
+                "recommend",
+                "--model",
+                "llama-150m",
+                "--cluster",
+                os.path.join(CLUSTERS, "paper003-geo-four-nodes.toml"),
+                "--seq-len",
+                "1024",
+                "--json",
+            ],
+        ),
     ]
-    print(f"{'command':46s} {'median':>9s} {'min':>9s} {'max':>9s} {'candidates':>11s}   (cold process, n={args.repeat})")
+    print(
+        f"{'command':46s} {'median':>9s} {'min':>9s} {'max':>9s} {'candidates':>11s}   (cold process, n={args.repeat})"
+    )
     for label, extra in cases:
         med, lo, hi = cold_runs(base + extra, args.repeat)
         doc = json.loads(subprocess.run(base + extra, capture_output=True, text=True, check=True).stdout)
-        print(f"{label:46s} {med * 1e3:8.1f}ms {lo * 1e3:8.1f}ms {hi * 1e3:8.1f}ms {doc['candidates_evaluated']:11d}"
-              f"   (search itself {doc['elapsed_s'] * 1e3:.1f} ms)")
+        print(
+            f"{label:46s} {med * 1e3:8.1f}ms {lo * 1e3:8.1f}ms {hi * 1e3:8.1f}ms {doc['candidates_evaluated']:11d}"
+            f"   (search itself {doc['elapsed_s'] * 1e3:.1f} ms)"
+        )
     for model in ("llama-2-70b", "bert-base-uncased"):
         argv = [sys.executable, "-c", ACCELERATE, model]
         med, lo, hi = cold_runs(argv, max(3, args.repeat // 2))
         out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
-        print(f"{'accelerate estimate-memory API: ' + model:46s} {med * 1e3:8.1f}ms {lo * 1e3:8.1f}ms {hi * 1e3:8.1f}ms"
-              f"   (fp32 size {out['fp32_bytes'] / 2**30:.2f} GiB, Adam x4 {out['adam_training_bytes'] / 2**30:.1f} GiB)")
+        print(
+            f"{'accelerate estimate-memory API: ' + model:46s} {med * 1e3:8.1f}ms {lo * 1e3:8.1f}ms {hi * 1e3:8.1f}ms"
+            f"   (fp32 size {out['fp32_bytes'] / 2**30:.2f} GiB, Adam x4 {out['adam_training_bytes'] / 2**30:.1f} GiB)"
+        )
 
 
 if __name__ == "__main__":

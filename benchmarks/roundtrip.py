@@ -26,16 +26,24 @@ MODELS = ["bert-base-uncased", "gpt2", "llama-2-7b", "llama-2-70b", "mistral-7b"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "PARADVISOR_CALIBRATION": "none"})
+    return subprocess.run(
+        [sys.executable, "-m", "paradvisor", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PARADVISOR_CALIBRATION": "none"},
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--top", type=int, default=5)
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--in-process", action="store_true",
-                    help="the same path in one process (advise -> preset_from_estimate -> save -> load -> preflight)")
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="the same path in one process (advise -> preset_from_estimate -> save -> load -> preflight)",
+    )
     args = ap.parse_args()
     if args.in_process:
         return in_process(args)
@@ -49,8 +57,19 @@ def main() -> int:
             for model in args.models.split(","):
                 for pick in range(1, args.top + 1):
                     f = Path(tmp) / f"{name.replace(' ', '_')}-{model}-{pick}.toml"
-                    r = cli("recommend", "--model", model, *machine, "--top", str(args.top), "--pick", str(pick),
-                            "--save", str(f), "--force")
+                    r = cli(
+                        "recommend",
+                        "--model",
+                        model,
+                        *machine,
+                        "--top",
+                        str(args.top),
+                        "--pick",
+                        str(pick),
+                        "--save",
+                        str(f),
+                        "--force",
+                    )
                     if r.returncode != 0 or not f.exists():
                         break  # fewer ranked plans than --top, or nothing fits
                     n += 1
@@ -81,8 +100,11 @@ def in_process(args) -> int:
     print(f"{'setup':<34}{'launchable / total':>20}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, machine, _ in SETUPS:
-            cluster = (load_cluster(machine[1]) if machine[0] == "--cluster"
-                       else single_node_cluster(machine[3], int(machine[1])))
+            cluster = (
+                load_cluster(machine[1])
+                if machine[0] == "--cluster"
+                else single_node_cluster(machine[3], int(machine[1]))
+            )
             ok = n = 0
             for model in args.models.split(","):
                 try:
@@ -91,8 +113,11 @@ def in_process(args) -> int:
                     continue
                 for i, e in enumerate(rec.plans[: args.top]):
                     n += 1
-                    f = save_preset(Path(tmp) / f"{i}.toml", preset_from_estimate(rec, e, name=f"p{i}").to_doc(),
-                                    force=True)
+                    f = save_preset(
+                        Path(tmp) / f"{i}.toml",
+                        preset_from_estimate(rec, e, name=f"p{i}").to_doc(),
+                        force=True,
+                    )
                     try:
                         validate(load_preset(f), reach=False)
                         ok += 1

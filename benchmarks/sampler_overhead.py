@@ -43,8 +43,10 @@ def main() -> None:
     cpu = sum(me.cpu_times()[:2]) - c0
     wall = time.perf_counter() - w0
     print(f"GPUs seen by NVML: {gpus}; one sample: {per_sample * 1e3:.3f} ms")
-    print(f"sampler at {args.interval:g} s for {wall:.1f} s: {len(samples)} samples, CPU {cpu * 1e3:.1f} ms "
-          f"= {100 * cpu / wall:.3f}% of one core")
+    print(
+        f"sampler at {args.interval:g} s for {wall:.1f} s: {len(samples)} samples, CPU {cpu * 1e3:.1f} ms "
+        f"= {100 * cpu / wall:.3f}% of one core"
+    )
 
 
 if __name__ == "__main__":

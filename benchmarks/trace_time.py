@@ -28,11 +28,20 @@ KEYS = ["amp/sdpa/none", "amp/sdpa/full", "bf16/sdpa/none", "bf16/sdpa/full"]
 
 
 def timed(argv: list[str], cache: str) -> float:
-    env = {**os.environ, "PARADVISOR_CACHE": cache, "PARADVISOR_CALIBRATION": "none",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PARADVISOR_CACHE": cache,
+        "PARADVISOR_CALIBRATION": "none",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "paradvisor", *argv], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "paradvisor", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"paradvisor {' '.join(argv)} failed: {proc.stderr.strip()[-400:]}")
@@ -53,8 +62,18 @@ def main() -> None:
         d.mkdir()
         cfg = {**builtin_config(name), **extra, "architectures": [builtin_architecture(name)]}
         (d / "config.json").write_text(json.dumps(cfg))
-        rec_argv = ["recommend", "--model", str(d), "--gpus", "8", "--gpu-type", "A100 80GB", "--seq-len", "2048",
-                    "--json"]
+        rec_argv = [
+            "recommend",
+            "--model",
+            str(d),
+            "--gpus",
+            "8",
+            "--gpu-type",
+            "A100 80GB",
+            "--seq-len",
+            "2048",
+            "--json",
+        ]
         row = {}
         for what, argv in (("load", ["model", str(d), "--json"]), ("recommend", rec_argv)):
             cold, cached = [], []
@@ -74,10 +93,12 @@ def main() -> None:
             assert p.traced.entry(k, 2048) is not None
         row["trace_4_keys_warm_s"] = time.perf_counter() - t0
         out[name] = row
-        print(f"{name}: load cold {row['load_cold_s']:.1f} s, cached {row['load_cached_s']:.1f} s; "
-              f"recommend cold {row['recommend_cold_s']:.1f} s, cached {row['recommend_cached_s']:.1f} s; "
-              f"tracing {len(KEYS)} keys in a warm process {row['trace_4_keys_warm_s']:.2f} s "
-              f"({row['trace_4_keys_warm_s'] / len(KEYS):.2f} s per key)")
+        print(
+            f"{name}: load cold {row['load_cold_s']:.1f} s, cached {row['load_cached_s']:.1f} s; "
+            f"recommend cold {row['recommend_cold_s']:.1f} s, cached {row['recommend_cached_s']:.1f} s; "
+            f"tracing {len(KEYS)} keys in a warm process {row['trace_4_keys_warm_s']:.2f} s "
+            f"({row['trace_4_keys_warm_s'] / len(KEYS):.2f} s per key)"
+        )
     print(json.dumps(out))
 
 

@@ -15,21 +15,95 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "src" / "paradvisor" / "data"
 
-POS_ADJ = ["wonderful", "moving", "brilliant", "charming", "gripping", "delightful", "superb", "heartfelt",
-           "clever", "beautiful", "stunning", "funny", "tender", "memorable", "masterful", "warm", "sharp"]
-NEG_ADJ = ["dull", "clumsy", "tedious", "boring", "shallow", "messy", "forgettable", "lifeless", "awkward",
-           "predictable", "bland", "tiresome", "confusing", "flat", "cheap", "sloppy", "hollow"]
-NOUNS = ["story", "acting", "script", "direction", "soundtrack", "ending", "cast", "pacing", "dialogue",
-         "cinematography", "plot", "lead performance", "humour", "editing", "camera work", "score"]
+POS_ADJ = [
+    "wonderful",
+    "moving",
+    "brilliant",
+    "charming",
+    "gripping",
+    "delightful",
+    "superb",
+    "heartfelt",
+    "clever",
+    "beautiful",
+    "stunning",
+    "funny",
+    "tender",
+    "memorable",
+    "masterful",
+    "warm",
+    "sharp",
+]
+NEG_ADJ = [
+    "dull",
+    "clumsy",
+    "tedious",
+    "boring",
+    "shallow",
+    "messy",
+    "forgettable",
+    "lifeless",
+    "awkward",
+    "predictable",
+    "bland",
+    "tiresome",
+    "confusing",
+    "flat",
+    "cheap",
+    "sloppy",
+    "hollow",
+]
+NOUNS = [
+    "story",
+    "acting",
+    "script",
+    "direction",
+    "soundtrack",
+    "ending",
+    "cast",
+    "pacing",
+    "dialogue",
+    "cinematography",
+    "plot",
+    "lead performance",
+    "humour",
+    "editing",
+    "camera work",
+    "score",
+]
 POS_VERB = ["loved", "enjoyed", "admired", "adored", "treasured", "savoured"]
 NEG_VERB = ["hated", "disliked", "endured", "regretted", "sat through", "forgot"]
-GENRES = ["thriller", "comedy", "drama", "western", "romance", "documentary", "sci-fi film", "musical",
-          "horror film", "animated feature", "war film", "mystery"]
+GENRES = [
+    "thriller",
+    "comedy",
+    "drama",
+    "western",
+    "romance",
+    "documentary",
+    "sci-fi film",
+    "musical",
+    "horror film",
+    "animated feature",
+    "war film",
+    "mystery",
+]
 INTENS = ["truly", "really", "quite", "utterly", "surprisingly", "genuinely", "simply", "rather"]
-POS_END = ["I would watch it again.", "Highly recommended.", "A must see.", "Ten out of ten.",
-           "It stayed with me for days.", "Bring the whole family."]
-NEG_END = ["I want my evening back.", "Skip this one.", "Two out of ten.", "I nearly walked out.",
-           "Not worth the ticket.", "Avoid at all costs."]
+POS_END = [
+    "I would watch it again.",
+    "Highly recommended.",
+    "A must see.",
+    "Ten out of ten.",
+    "It stayed with me for days.",
+    "Bring the whole family.",
+]
+NEG_END = [
+    "I want my evening back.",
+    "Skip this one.",
+    "Two out of ten.",
+    "I nearly walked out.",
+    "Not worth the ticket.",
+    "Avoid at all costs.",
+]
 
 
 def review(rng: random.Random, positive: bool) -> str:
@@ -41,20 +115,68 @@ def review(rng: random.Random, positive: bool) -> str:
         f"I {rng.choice(verb)} every minute of it.",
     ]
     if rng.random() < 0.4:  # a contrary remark, so that single words do not decide the label
-        parts.append(f"Only the {rng.choice(NOUNS)} was a little {rng.choice(other)}, but that hardly matters.")
+        parts.append(
+            f"Only the {rng.choice(NOUNS)} was a little {rng.choice(other)}, but that hardly matters."
+        )
     rng.shuffle(parts)
     parts.append(rng.choice(end))
     return " ".join(parts)
 
 
-SUBJ = ["the model", "a researcher", "the cluster", "each node", "the optimizer", "the pipeline", "a small GPU",
-        "the network", "the scheduler", "every worker", "the first stage", "the parameter server"]
-VERB = ["waits for", "computes", "shares", "gathers", "splits", "reduces", "sends", "stores", "checks", "balances",
-        "averages", "shards"]
-OBJ = ["the gradients", "its activations", "a micro-batch", "the largest layer", "the loss", "a shard of the weights",
-       "the learning rate", "every local step", "the slow link", "the bubble", "its memory", "the outer update"]
-ADV = ["slowly", "quickly", "at every step", "after a while", "in parallel", "before the next round", "on time",
-       "without a pause", "when the link is free", "once per round"]
+SUBJ = [
+    "the model",
+    "a researcher",
+    "the cluster",
+    "each node",
+    "the optimizer",
+    "the pipeline",
+    "a small GPU",
+    "the network",
+    "the scheduler",
+    "every worker",
+    "the first stage",
+    "the parameter server",
+]
+VERB = [
+    "waits for",
+    "computes",
+    "shares",
+    "gathers",
+    "splits",
+    "reduces",
+    "sends",
+    "stores",
+    "checks",
+    "balances",
+    "averages",
+    "shards",
+]
+OBJ = [
+    "the gradients",
+    "its activations",
+    "a micro-batch",
+    "the largest layer",
+    "the loss",
+    "a shard of the weights",
+    "the learning rate",
+    "every local step",
+    "the slow link",
+    "the bubble",
+    "its memory",
+    "the outer update",
+]
+ADV = [
+    "slowly",
+    "quickly",
+    "at every step",
+    "after a while",
+    "in parallel",
+    "before the next round",
+    "on time",
+    "without a pause",
+    "when the link is free",
+    "once per round",
+]
 CONN = ["and then", "while", "because", "so", "but", "until"]
 
 

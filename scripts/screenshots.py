@@ -42,8 +42,24 @@ async def shoot(app: ParadvisorApp, keys: list[str], name: str) -> Path:
 
 def real_run(preset: str, runs: Path, env: dict) -> Path:
     """Launch a shipped preset for real; the run directory it wrote."""
-    proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", preset, "--runs-dir", str(runs),
-                           "--quiet"], capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paradvisor",
+            "launch",
+            "--preset",
+            preset,
+            "--runs-dir",
+            str(runs),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=900,
+    )
     if proc.returncode != 0:
         sys.exit(f"screenshots: {preset} did not finish: {proc.stderr.strip()}")
     return Path(proc.stdout.strip().splitlines()[-1])
@@ -51,10 +67,15 @@ def real_run(preset: str, runs: Path, env: dict) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibrate", action="store_true", help="calibrate this CPU first (times in the prediction)")
+    ap.add_argument(
+        "--calibrate", action="store_true", help="calibrate this CPU first (times in the prediction)"
+    )
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for scene in PLANNING:
@@ -62,14 +83,24 @@ def main() -> None:
             print(asyncio.run(shoot(app, keys, scene)))
         if args.calibrate:
             cal = tmp / "calibration.json"
-            subprocess.run([sys.executable, "-m", "paradvisor", "calibrate", "--quick", "--out", str(cal)],
-                           check=True, env=env, cwd=REPO, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "paradvisor", "calibrate", "--quick", "--out", str(cal)],
+                check=True,
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+            )
             env["PARADVISOR_CALIBRATION"] = os.environ["PARADVISOR_CALIBRATION"] = str(cal)
         for preset, name in RUNS.items():
             run = real_run(preset, tmp / "runs", env)
             for suffix, keys in (("", ["4"]), ("-ranks", ["4", "v"])):
-                app = ParadvisorApp(cluster="examples/clusters/paper003-geo-four-nodes.toml", model="llama-150m",
-                                    runs_dir=str(tmp / "runs"), live=False, open_run=str(run))
+                app = ParadvisorApp(
+                    cluster="examples/clusters/paper003-geo-four-nodes.toml",
+                    model="llama-150m",
+                    runs_dir=str(tmp / "runs"),
+                    live=False,
+                    open_run=str(run),
+                )
                 print(asyncio.run(shoot(app, keys, name + suffix)))
 
 

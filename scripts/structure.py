@@ -75,7 +75,9 @@ def resolve(name: str, known: dict[str, Path]) -> str | None:
     return None
 
 
-def imports_of(module: str, path: Path, known: dict[str, Path], top: tuple[str, ...] = (PKG,)) -> list[tuple[str, bool, int]]:
+def imports_of(
+    module: str, path: Path, known: dict[str, Path], top: tuple[str, ...] = (PKG,)
+) -> list[tuple[str, bool, int]]:
     """(target module, lazy, line) for each import of a paradvisor module (or, with `top`, of those
     top-level packages, returned by name)."""
     tree = ast.parse(path.read_text(), str(path))
@@ -174,16 +176,22 @@ def report() -> dict:
         if a != b:
             part_graph[a].add(b)
     upward = sorted(
-        {(e["from"], e["to"], e["lazy"]) for e in edges if RANK.get(layer_of(e["to"]), -1) > RANK.get(layer_of(e["from"]), 99)}
+        {
+            (e["from"], e["to"], e["lazy"])
+            for e in edges
+            if RANK.get(layer_of(e["to"]), -1) > RANK.get(layer_of(e["from"]), 99)
+        }
     )
     heavy = sorted(
-        {(m, lib, lazy) for m, p in known.items() if layer_of(m) in ("base", "facts", "advice")
-         for lib, lazy, _ in imports_of(m, p, known, HEAVY)}
+        {
+            (m, lib, lazy)
+            for m, p in known.items()
+            if layer_of(m) in ("base", "facts", "advice")
+            for lib, lazy, _ in imports_of(m, p, known, HEAVY)
+        }
     )
     sizes = sorted(((len(p.read_text().splitlines()), m) for m, p in known.items()), reverse=True)
-    funcs = sorted(
-        ((n, f"{m}:{name}") for m, p in known.items() for name, n in functions(p)), reverse=True
-    )
+    funcs = sorted(((n, f"{m}:{name}") for m, p in known.items() for name, n in functions(p)), reverse=True)
     return {
         "modules": len(known),
         "lines": sum(n for n, _ in sizes),
@@ -191,7 +199,8 @@ def report() -> dict:
         "module_cycles": strongly_connected(module_graph),
         "package_cycles": strongly_connected(part_graph),
         "upward": [
-            {"from": a, "to": b, "lazy": lazy, "layers": f"{layer_of(a)} -> {layer_of(b)}"} for a, b, lazy in upward
+            {"from": a, "to": b, "lazy": lazy, "layers": f"{layer_of(a)} -> {layer_of(b)}"}
+            for a, b, lazy in upward
         ],
         "heavy_below_run": [{"module": m, "imports": lib, "lazy": lazy} for m, lib, lazy in heavy],
         "largest_modules": [{"module": m, "lines": n} for n, m in sizes[:10]],
@@ -218,7 +227,9 @@ def main() -> None:
     print(f"\nupward imports ({len(r['upward'])}):")
     for u in r["upward"]:
         print(f"  {u['from']} -> {u['to']}  [{u['layers']}{', lazy' if u['lazy'] else ''}]")
-    print(f"\nheavy libraries ({', '.join(HEAVY)}) imported below the run layer ({len(r['heavy_below_run'])}):")
+    print(
+        f"\nheavy libraries ({', '.join(HEAVY)}) imported below the run layer ({len(r['heavy_below_run'])}):"
+    )
     for h in r["heavy_below_run"]:
         print(f"  {h['module']} -> {h['imports']}{'  [lazy]' if h['lazy'] else ''}")
     print("\nlargest modules:")

@@ -25,7 +25,9 @@ def record(name: str, params_only: bool = False, stored: dict | None = None) -> 
     family, cfg = builtin_family_config(name)
     if params_only and stored:
         return {**stored, "params": param_facts_of(family, cfg)}
-    if load_profile(name).transformer.is_moe:  # routing is data-dependent: activations by formula (estimate/moe.py)
+    if load_profile(
+        name
+    ).transformer.is_moe:  # routing is data-dependent: activations by formula (estimate/moe.py)
         return {"params": param_facts_of(family, cfg), "activations": []}
     try:
         return traced_facts(family, cfg)
@@ -35,7 +37,10 @@ def record(name: str, params_only: bool = False, stored: dict | None = None) -> 
         from paradvisor.model import trace as T
 
         keys = [T.key_of(m, "eager", c) for m in T.MODES for c in T.CHECKPOINTING]
-        return {**traced_facts(family, cfg, keys=keys), "unsupported": {"sdpa": str(exc).splitlines()[0][:160]}}
+        return {
+            **traced_facts(family, cfg, keys=keys),
+            "unsupported": {"sdpa": str(exc).splitlines()[0][:160]},
+        }
 
 
 def main() -> int:
@@ -68,9 +73,13 @@ def main() -> int:
         return 0
     from paradvisor.model.activations import FORMAT
 
-    doc = {"schema": f"paradvisor.activations/{FORMAT}", "transformers": transformers.__version__,
-           "torch": torch.__version__.split("+")[0], "regenerate": "python scripts/trace_activations.py",
-           "models": {k: models[k] for k in sorted(models)}}
+    doc = {
+        "schema": f"paradvisor.activations/{FORMAT}",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__.split("+")[0],
+        "regenerate": "python scripts/trace_activations.py",
+        "models": {k: models[k] for k in sorted(models)},
+    }
     OUT.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
     print(f"wrote {OUT}")
     return 0

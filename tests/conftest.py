@@ -13,10 +13,19 @@ from hypothesis import HealthCheck, settings
 
 # Fuzz tests: CI replays the same generated inputs every run (derandomized: a red CI is reproducible);
 # `HYPOTHESIS_PROFILE=explore` draws fresh random inputs, ten times as many, to hunt for new failures.
-settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("explore", deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "explore",
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 FUZZ_SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1
 
@@ -34,8 +43,14 @@ EXAMPLES = REPO / "examples" / "clusters"
 def run_cli(*args: str, timeout: float = 120, env: dict | None = None, cwd: str | None = None):
     """Run `python -m paradvisor ARGS` as a separate process; returns CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd or str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "paradvisor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=cwd or str(REPO),
+    )
 
 
 @pytest.fixture

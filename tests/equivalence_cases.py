@@ -14,28 +14,71 @@ from paradvisor.rundir.preset import LaunchSettings, Preset, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ, BATCH = 32, 8
-_DEC = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "max_position_embeddings": 64}
+_DEC = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
 FAMILIES = {
     # family: (model, dataset, model_overrides)
     "mingpt": ("gpt-mini", "corpus", {"n_layer": 4, "n_head": 4, "n_embd": 32}),
     "gpt2": ("gpt2", "corpus", {"n_layer": 4, "n_head": 4, "n_embd": 32, "n_positions": 64}),
-    "bert": ("bert-base-uncased", "reviews", {"num_hidden_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
-                                              "intermediate_size": 64, "max_position_embeddings": 64}),
-    "albert": ("albert-base-v2", "reviews", {"num_hidden_layers": 4, "hidden_size": 32, "num_attention_heads": 4,
-                                             "intermediate_size": 64, "embedding_size": 16,
-                                             "max_position_embeddings": 64}),
+    "bert": (
+        "bert-base-uncased",
+        "reviews",
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 32,
+            "num_attention_heads": 4,
+            "intermediate_size": 64,
+            "max_position_embeddings": 64,
+        },
+    ),
+    "albert": (
+        "albert-base-v2",
+        "reviews",
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 32,
+            "num_attention_heads": 4,
+            "intermediate_size": 64,
+            "embedding_size": 16,
+            "max_position_embeddings": 64,
+        },
+    ),
     "llama": ("llama-150m", "corpus", dict(_DEC)),
     "mistral": ("mistral-7b", "corpus", {**_DEC, "sliding_window": 16}),
     "qwen2": (str(REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json"), "corpus", {}),
     # mixture of experts: 4 experts, top-2 (Mixtral) and 8 experts, top-4 plus a shared expert (Qwen-MoE)
     "mixtral": ("mixtral-8x7b", "corpus", {**_DEC, "num_local_experts": 4, "num_experts_per_tok": 2}),
-    "qwen2_moe": ("qwen1.5-moe-a2.7b", "corpus", {**_DEC, "num_attention_heads": 4, "num_key_value_heads": 4,
-                                                  "num_experts": 8, "num_experts_per_tok": 4,
-                                                  "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32,
-                                                  "max_window_layers": 4}),
-    "vgg": ("vgg16", "images", {"features": [8, "M", 16, "M"], "avgpool": [2, 2], "classifier": [32],
-                                "classes": 4, "input": [3, 16, 16]}),
+    "qwen2_moe": (
+        "qwen1.5-moe-a2.7b",
+        "corpus",
+        {
+            **_DEC,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "num_experts": 8,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 16,
+            "shared_expert_intermediate_size": 32,
+            "max_window_layers": 4,
+        },
+    ),
+    "vgg": (
+        "vgg16",
+        "images",
+        {
+            "features": [8, "M", 16, "M"],
+            "avgpool": [2, 2],
+            "classifier": [32],
+            "classes": 4,
+            "input": [3, 16, 16],
+        },
+    ),
 }
 
 
@@ -70,20 +113,42 @@ SHAPES = {
     "EP x FSDP": (_p(dp=2, ep=2, sharding="fsdp", micro_batch=2, grad_accum=2), 2),
     "EP2 x FSDP4": (_p(dp=4, ep=2, sharding="fsdp", micro_batch=2), 4),
     "split-by-speed": (_p(dp=2, micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
-    "split-by-speed ZeRO-2": (_p(dp=2, sharding="zero2", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
+    "split-by-speed ZeRO-2": (
+        _p(dp=2, sharding="zero2", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)),
+        2,
+    ),
 }
 # DiLoCo is checked against itself with DDP inside each node (launch/verify.py)
-DILOCO = _p(dp=4, sharding="fsdp", micro_batch=2, diloco=True, local_steps=2,
-            nodes=(NodeAllocation("a", 2, 1.0, 1.0, 2, 0.5, 2), NodeAllocation("b", 2, 1.0, 1.0, 2, 0.5, 2)))
+DILOCO = _p(
+    dp=4,
+    sharding="fsdp",
+    micro_batch=2,
+    diloco=True,
+    local_steps=2,
+    nodes=(NodeAllocation("a", 2, 1.0, 1.0, 2, 0.5, 2), NodeAllocation("b", 2, 1.0, 1.0, 2, 0.5, 2)),
+)
 
 
 def preset_for(family: str, plan: Plan, name: str = "eq", steps: int = 5) -> Preset:
     model, dataset, over = FAMILIES[family]
-    return Preset(name=name, description=f"equivalence: {family} {plan.label()}",
-                  workload=Workload(model=model, seq_len=SEQ, global_batch=BATCH, precision="fp32"),
-                  train=TrainSettings(steps=steps, lr=1e-3, dataset=dataset, model_overrides=dict(over), device="cpu",
-                                      image_size=16, seed=1),
-                  launch=LaunchSettings(nproc_per_node=plan.world_size), plan=plan, cluster={}, prediction={})
+    return Preset(
+        name=name,
+        description=f"equivalence: {family} {plan.label()}",
+        workload=Workload(model=model, seq_len=SEQ, global_batch=BATCH, precision="fp32"),
+        train=TrainSettings(
+            steps=steps,
+            lr=1e-3,
+            dataset=dataset,
+            model_overrides=dict(over),
+            device="cpu",
+            image_size=16,
+            seed=1,
+        ),
+        launch=LaunchSettings(nproc_per_node=plan.world_size),
+        plan=plan,
+        cluster={},
+        prediction={},
+    )
 
 
 def applies(family: str, plan: Plan) -> str | None:

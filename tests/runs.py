@@ -19,8 +19,14 @@ from tests.conftest import REPO
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 
 
-def variant(tmp_path: Path, name: str, plan: dict | None = None, train: dict | None = None,
-            launch: dict | None = None, base: Path = SMOKE) -> Path:
+def variant(
+    tmp_path: Path,
+    name: str,
+    plan: dict | None = None,
+    train: dict | None = None,
+    launch: dict | None = None,
+    base: Path = SMOKE,
+) -> Path:
     doc = tomllib.loads(base.read_text())
     doc["name"] = name
     doc["plan"] = {**doc["plan"], **(plan or {})}
@@ -31,11 +37,32 @@ def variant(tmp_path: Path, name: str, plan: dict | None = None, train: dict | N
     return p
 
 
-def launch(preset: Path, runs: Path, *extra: str, timeout: float = 300, env: dict | None = None,
-           cwd: Path | None = None):
-    proc = subprocess.run([sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
-                           str(runs), *extra], capture_output=True, text=True, timeout=timeout, cwd=str(cwd or REPO),
-                          env={**os.environ, **(env or {})})
+def launch(
+    preset: Path,
+    runs: Path,
+    *extra: str,
+    timeout: float = 300,
+    env: dict | None = None,
+    cwd: Path | None = None,
+):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paradvisor",
+            "launch",
+            "--preset",
+            str(preset),
+            "--runs-dir",
+            str(runs),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(cwd or REPO),
+        env={**os.environ, **(env or {})},
+    )
     run_dir = Path(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
     return proc, run_dir
 
@@ -59,20 +86,28 @@ def leftover(run_dir: Path) -> list[int]:
     return out
 
 
-def start_long_run(tmp_path: Path, name: str, *extra: str, env: dict | None = None, min_steps: int = 4,
-                   **train) -> tuple[subprocess.Popen, Path]:
+def start_long_run(
+    tmp_path: Path, name: str, *extra: str, env: dict | None = None, min_steps: int = 4, **train
+) -> tuple[subprocess.Popen, Path]:
     """`paradvisor launch` of a tiny 2-rank run that would go on for ever; returns once it logged `min_steps`
     step records (0: once its run directory exists)."""
     p = variant(tmp_path, name, train={"steps": 100000, "log_every": 1, **train})
     runs = tmp_path / f"runs-{name}"
-    proc = subprocess.Popen([sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir",
-                             str(runs), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(REPO), env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir", str(runs), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+        env={**os.environ, **(env or {})},
+    )
     deadline = time.time() + 120
     run_dir = None
     while time.time() < deadline and proc.poll() is None:
         dirs = list(runs.glob("*")) if runs.exists() else []
-        if dirs and (min_steps == 0 or (dirs[0] / "metrics.jsonl").exists() and len(steps_of(dirs[0])) >= min_steps):
+        if dirs and (
+            min_steps == 0 or (dirs[0] / "metrics.jsonl").exists() and len(steps_of(dirs[0])) >= min_steps
+        ):
             run_dir = dirs[0]
             break
         time.sleep(0.2)
@@ -88,4 +123,3 @@ def wait_gone(run_dir: Path, timeout: float = 20) -> list[int]:
     while leftover(run_dir) and time.time() < deadline:
         time.sleep(0.2)
     return leftover(run_dir)
-

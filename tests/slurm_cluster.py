@@ -19,16 +19,20 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "s
 
 
 def _which(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.path.exists(p)),
-                                      None)
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.path.exists(p)), None
+    )
 
 
 class Slurm:
     def __init__(self, d: Path):
         missing = [b for b in BINARIES if _which(b) is None]
         if missing or os.geteuid() != 0:
-            why = (f"Slurm binaries missing: {', '.join(missing)} (apt: slurm-wlm munge)" if missing
-                   else "slurmd runs as root here")
+            why = (
+                f"Slurm binaries missing: {', '.join(missing)} (apt: slurm-wlm munge)"
+                if missing
+                else "slurmd runs as root here"
+            )
             if os.environ.get("CI"):
                 pytest.fail(f"{why}: scripts/install.sh --dev installs them")
             pytest.skip(why)
@@ -41,8 +45,18 @@ class Slurm:
         os.chmod(key, 0o400)
         self.procs: list[subprocess.Popen] = []
         sock = d / "munge" / "munge.socket"
-        self._start([_which("munged"), "-F", "--force", f"--key-file={key}", f"--socket={sock}", f"--pid-file={d}/munged.pid",
-                     f"--log-file={d}/munged.log", f"--seed-file={d}/munge/seed"])
+        self._start(
+            [
+                _which("munged"),
+                "-F",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={sock}",
+                f"--pid-file={d}/munged.pid",
+                f"--log-file={d}/munged.log",
+                f"--seed-file={d}/munge/seed",
+            ]
+        )
         self._until(lambda: sock.exists(), 15, "munged's socket")
         self.host = socket.gethostname().split(".")[0]
         cpus = os.cpu_count() or 2
@@ -84,8 +98,14 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
 
     def _start(self, argv: list[str]) -> None:
         log = open(self.dir / f"{Path(argv[0]).name}.stderr", "wb")  # noqa: SIM115 (the daemon's lifetime)
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={
-            **os.environ, "SLURM_CONF": str(self.dir / "slurm.conf")}))
+        self.procs.append(
+            subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "SLURM_CONF": str(self.dir / "slurm.conf")},
+            )
+        )
 
     def _until(self, cond, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -100,7 +120,9 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
         pytest.fail(f"no {what} within {timeout} s")
 
     def run(self, *argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, timeout=60, check=False)
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, env=self.env, timeout=60, check=False
+        )
 
     def state(self, job_id: str) -> str:
         out = self.run("scontrol", "show", "job", "-o", job_id).stdout

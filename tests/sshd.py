@@ -33,8 +33,14 @@ class Sshd:
     """sshd listening on `addresses` (loopback only) at one port; `config` is an ssh client config whose
     `Host` entries cover those addresses and `aliases` ({alias: (address, port)})."""
 
-    def __init__(self, d: Path, addresses: tuple[str, ...] = ("127.0.0.1",), *, aliases: dict | None = None,
-                 accept_env: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        d: Path,
+        addresses: tuple[str, ...] = ("127.0.0.1",),
+        *,
+        aliases: dict | None = None,
+        accept_env: tuple[str, ...] = (),
+    ):
         need_sshd()
         assert all(a.startswith("127.") for a in addresses), "tests use loopback addresses only"
         os.chmod(d, 0o700)
@@ -49,7 +55,8 @@ class Sshd:
             f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             f"PubkeyAuthentication yes\nUsePAM no\nStrictModes no\nPidFile {d / 'sshd.pid'}\n"
             "PermitRootLogin yes\nLogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
-            + (f"AcceptEnv {' '.join(accept_env)}\n" if accept_env else ""))
+            + (f"AcceptEnv {' '.join(accept_env)}\n" if accept_env else "")
+        )
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", exist_ok=True)
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.PIPE)
@@ -63,11 +70,15 @@ class Sshd:
                         pytest.fail(f"sshd did not start: {self.proc.stderr.read().decode()}")
                     time.sleep(0.1)
         self.dead_port = free_port()
-        self.common = (f"  User {getpass.getuser()}\n  IdentityFile {d / 'client_key'}\n  IdentitiesOnly yes\n"
-                       "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n")
+        self.common = (
+            f"  User {getpass.getuser()}\n  IdentityFile {d / 'client_key'}\n  IdentitiesOnly yes\n"
+            "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n"
+        )
         self.config = d / "ssh_config"
-        text = "".join(f"Host {alias}\n  HostName {addr}\n  Port {port}\n{self.common}"
-                       for alias, (addr, port) in (aliases or {}).items())
+        text = "".join(
+            f"Host {alias}\n  HostName {addr}\n  Port {port}\n{self.common}"
+            for alias, (addr, port) in (aliases or {}).items()
+        )
         self.config.write_text(text + f"Host 127.*\n{self.common}")
 
     def stop(self) -> None:

@@ -15,7 +15,9 @@ CASES = tomllib.loads((BAD / "CASES.toml").read_text())["case"]
 
 
 def test_every_file_in_the_corpus_has_a_case():
-    on_disk = {f"{kind}/{p.name}" for kind in ("clusters", "presets", "rules", "hf") for p in (BAD / kind).iterdir()}
+    on_disk = {
+        f"{kind}/{p.name}" for kind in ("clusters", "presets", "rules", "hf") for p in (BAD / kind).iterdir()
+    }
     assert on_disk == {c["path"] for c in CASES}
 
 

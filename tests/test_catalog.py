@@ -21,8 +21,26 @@ def test_paper_003_half_precision_figures(name, tflops):
     assert catalog.gpu(name).tflops["fp16"] == tflops
 
 
-REQUIRED = ["RTX 2080 Ti", "TITAN RTX", "TITAN Xp", "RTX 3090", "A30", "V100", "T4", "A10", "L4", "L40S",
-            "A100 40GB", "A100 80GB", "H100 PCIe", "H100 SXM", "H200", "B200", "MI250X", "MI300X"]
+REQUIRED = [
+    "RTX 2080 Ti",
+    "TITAN RTX",
+    "TITAN Xp",
+    "RTX 3090",
+    "A30",
+    "V100",
+    "T4",
+    "A10",
+    "L4",
+    "L40S",
+    "A100 40GB",
+    "A100 80GB",
+    "H100 PCIe",
+    "H100 SXM",
+    "H200",
+    "B200",
+    "MI250X",
+    "MI300X",
+]
 
 
 @pytest.mark.parametrize("name", REQUIRED)
@@ -41,15 +59,18 @@ def test_fp8_only_where_the_hardware_has_it():
     assert "bf16" not in catalog.gpu("V100").tflops
 
 
-@pytest.mark.parametrize("nvml,expected", [
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
-    ("NVIDIA GeForce RTX 3090", "RTX 3090"),
-    ("Tesla V100-SXM2-32GB", "V100"),
-    ("NVIDIA A30 MIG 1g.6gb", "A30 MIG 1g.6gb"),
-    ("A30:2g.12gb", "A30 MIG 2g.12gb"),
-])
+@pytest.mark.parametrize(
+    "nvml,expected",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("Tesla V100-SXM2-32GB", "V100"),
+        ("NVIDIA A30 MIG 1g.6gb", "A30 MIG 1g.6gb"),
+        ("A30:2g.12gb", "A30 MIG 2g.12gb"),
+    ],
+)
 def test_nvml_names_map_to_catalog(nvml, expected):
     assert catalog.find_gpu(nvml).name == expected
 
@@ -76,14 +97,23 @@ def test_best_half_precision():
 # ---- issue 15: GPUs in use today, aliases, user-defined and estimated GPUs ----
 
 TODAY = {  # name: (memory GiB, memory GB/s, bf16 or fp16 dense TFLOPS, link)
-    "RTX 4090": (24, 1008, 165.2, "pcie4"), "RTX 5090": (32, 1792, 209.5, "pcie5"),
-    "RTX A6000": (48, 768, 154.8, "pcie4"), "RTX 6000 Ada": (48, 960, 364.2, "pcie4"),
-    "L40": (48, 864, 181.0, "pcie4"), "L40S": (48, 864, 362.0, "pcie4"), "A40": (48, 696, 149.7, "pcie4"),
-    "A800": (80, 2039, 312.0, "nvlink3-400"), "H800": (80, 3350, 989.4, "nvlink4-400"),
-    "H20": (96, 4000, 148.0, "nvlink4"), "H100 NVL": (94, 3900, 835.5, "pcie5"),
-    "GH200": (96, 4000, 989.4, "nvlink4"), "GH200 144GB": (144, 4900, 989.4, "nvlink4"),
-    "GB200": (186, 8000, 2500.0, "nvlink5"), "B200": (180, 8000, 2250.0, "nvlink5"),
-    "MI300X": (192, 5300, 1307.4, "infinity-fabric"), "MI325X": (256, 6000, 1307.4, "infinity-fabric"),
+    "RTX 4090": (24, 1008, 165.2, "pcie4"),
+    "RTX 5090": (32, 1792, 209.5, "pcie5"),
+    "RTX A6000": (48, 768, 154.8, "pcie4"),
+    "RTX 6000 Ada": (48, 960, 364.2, "pcie4"),
+    "L40": (48, 864, 181.0, "pcie4"),
+    "L40S": (48, 864, 362.0, "pcie4"),
+    "A40": (48, 696, 149.7, "pcie4"),
+    "A800": (80, 2039, 312.0, "nvlink3-400"),
+    "H800": (80, 3350, 989.4, "nvlink4-400"),
+    "H20": (96, 4000, 148.0, "nvlink4"),
+    "H100 NVL": (94, 3900, 835.5, "pcie5"),
+    "GH200": (96, 4000, 989.4, "nvlink4"),
+    "GH200 144GB": (144, 4900, 989.4, "nvlink4"),
+    "GB200": (186, 8000, 2500.0, "nvlink5"),
+    "B200": (180, 8000, 2250.0, "nvlink5"),
+    "MI300X": (192, 5300, 1307.4, "infinity-fabric"),
+    "MI325X": (256, 6000, 1307.4, "infinity-fabric"),
 }
 
 
@@ -107,20 +137,39 @@ def test_export_variants_have_the_slower_nvlink():
     assert catalog.gpu("H800").tflops == catalog.gpu("H100 SXM").tflops
 
 
-@pytest.mark.parametrize("alias,expected", [
-    ("RTX 4090", "RTX 4090"), ("4090", "RTX 4090"), ("GeForce RTX 4090", "RTX 4090"),
-    ("NVIDIA GeForce RTX 5090", "RTX 5090"), ("rtx a6000", "RTX A6000"), ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
-    ("h100", "H100 SXM"), ("a100", "A100 80GB"), ("2080ti", "RTX 2080 Ti"), ("NVIDIA H800", "H800"),
-    ("NVIDIA GH200 480GB", "GH200"), ("Grace Hopper", "GH200"), ("GB200 NVL72", "GB200"),
-])
+@pytest.mark.parametrize(
+    "alias,expected",
+    [
+        ("RTX 4090", "RTX 4090"),
+        ("4090", "RTX 4090"),
+        ("GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+        ("rtx a6000", "RTX A6000"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+        ("h100", "H100 SXM"),
+        ("a100", "A100 80GB"),
+        ("2080ti", "RTX 2080 Ti"),
+        ("NVIDIA H800", "H800"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("Grace Hopper", "GH200"),
+        ("GB200 NVL72", "GB200"),
+    ],
+)
 def test_aliases(alias, expected):
     assert catalog.gpu(alias).name == expected
 
 
 def _run(*args, env=None):
     full = {**os.environ, "PARADVISOR_CALIBRATION": "none", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True, env=full,
-                          cwd=REPO, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "paradvisor", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_gpu_type_rtx_4090_is_planned():
@@ -130,13 +179,13 @@ def test_gpu_type_rtx_4090_is_planned():
     assert doc["cluster"]["nodes"][0]["gpus"] == [{"type": "RTX 4090", "count": 4}] and doc["plans"]
 
 
-USER_GPU = '''[gpu."RTX 4080 SUPER"]
+USER_GPU = """[gpu."RTX 4080 SUPER"]
 memory_gib = 16
 mem_bw_gbs = 736
 tflops = { fp32 = 52.2, fp16 = 104.4, bf16 = 104.4 }
 aliases = ["4080S"]
 source = "NVIDIA Ada Lovelace whitepaper, RTX 4080 SUPER"
-'''
+"""
 
 
 def test_user_catalogue_under_the_config_folder(tmp_path):
@@ -156,21 +205,38 @@ def test_user_catalogue_under_the_config_folder(tmp_path):
 def test_gpu_spec_file_and_cluster_file_gpus(tmp_path):
     spec = tmp_path / "mine.toml"
     spec.write_text(USER_GPU)
-    proc = _run("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "RTX 4080 SUPER", "--gpu-spec", str(spec),
-                "--json")
+    proc = _run(
+        "recommend",
+        "--model",
+        "gpt2",
+        "--gpus",
+        "2",
+        "--gpu-type",
+        "RTX 4080 SUPER",
+        "--gpu-spec",
+        str(spec),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["cluster"]["nodes"][0]["gpus"][0]["origin"] == "user"
     cluster = tmp_path / "c.toml"
-    cluster.write_text(USER_GPU.replace('[gpu."RTX 4080 SUPER"]', '[gpu."lab card"]') +
-                       '[[node]]\nname = "box"\ngpus = [{ type = "lab card", count = 2 }]\n')
+    cluster.write_text(
+        USER_GPU.replace('[gpu."RTX 4080 SUPER"]', '[gpu."lab card"]')
+        + '[[node]]\nname = "box"\ngpus = [{ type = "lab card", count = 2 }]\n'
+    )
     proc = _run("recommend", "--model", "gpt2", "--cluster", str(cluster), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["cluster"]["nodes"][0]["gpus"] == [{"type": "lab card", "count": 2, "origin": "user"}]
+    assert json.loads(proc.stdout)["cluster"]["nodes"][0]["gpus"] == [
+        {"type": "lab card", "count": 2, "origin": "user"}
+    ]
 
 
 BAD_SPECS = [
-    ("missing tflops", USER_GPU.replace("tflops = { fp32 = 52.2, fp16 = 104.4, bf16 = 104.4 }\n", ""),
-     ["missing 'tflops'"]),
+    (
+        "missing tflops",
+        USER_GPU.replace("tflops = { fp32 = 52.2, fp16 = 104.4, bf16 = 104.4 }\n", ""),
+        ["missing 'tflops'"],
+    ),
     ("unknown dtype", USER_GPU.replace("fp16 = 104.4", "fp12 = 104.4"), ["unknown dtype 'fp12'", ":4"]),
     ("no fp32", USER_GPU.replace("fp32 = 52.2, ", ""), ["tflops needs fp32"]),
     ("unknown key", USER_GPU + "speed = 3\n", ["unknown key 'speed'", ":1"]),
@@ -178,7 +244,7 @@ BAD_SPECS = [
     ("zero bandwidth", USER_GPU.replace("mem_bw_gbs = 736", "mem_bw_gbs = 0"), ["mem_bw_gbs", ":3"]),
     ("memory in bytes", USER_GPU.replace("memory_gib = 16", "memory_gib = 17179869184"), ["at most 4,096"]),
     ("string memory", USER_GPU.replace("memory_gib = 16", 'memory_gib = "16"'), ["memory_gib"]),
-    ("not a table", 'gpu = 3\n', ["expected [gpu"]),
+    ("not a table", "gpu = 3\n", ["expected [gpu"]),
     ("toml syntax", USER_GPU.replace("memory_gib = 16", "memory_gib = "), ["TOML syntax error"]),
 ]
 
@@ -196,8 +262,11 @@ def test_missing_gpu_spec_file(tmp_path):
 
 
 def test_unknown_gpu_type_says_how_to_define_one(cli):
-    assert_one_line_error(cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "Quantum X9"),
-                          "unknown GPU type 'Quantum X9'", "--gpu-spec FILE")
+    assert_one_line_error(
+        cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "Quantum X9"),
+        "unknown GPU type 'Quantum X9'",
+        "--gpu-spec FILE",
+    )
 
 
 @pytest.mark.parametrize("known", ["RTX 4090", "L40S", "H100 SXM", "A100 80GB", "V100"])
@@ -213,8 +282,15 @@ def test_nvml_estimate_of_known_gpus_is_close_to_their_datasheet(known):
         "V100": (80, 1530, 877, 4096, "7.0", "Tesla V100-SXM2-32GB"),
     }[known]
     sms, clk, mclk, bus, cc, nvml_name = nvml
-    est = estimated_spec(nvml_name, memory_bytes=catalog.gpu(known).memory_bytes, compute_capability=cc,
-                         sm_count=sms, sm_clock_mhz=clk, mem_clock_mhz=mclk, bus_width_bits=bus)
+    est = estimated_spec(
+        nvml_name,
+        memory_bytes=catalog.gpu(known).memory_bytes,
+        compute_capability=cc,
+        sm_count=sms,
+        sm_clock_mhz=clk,
+        mem_clock_mhz=mclk,
+        bus_width_bits=bus,
+    )
     ref = catalog.gpu(known)
     assert est.origin == "estimated"
     half = "bf16" if "bf16" in ref.tflops else "fp16"

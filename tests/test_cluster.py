@@ -11,7 +11,11 @@ from tests.conftest import EXAMPLES, assert_one_line_error
 EXPECTED = {
     "paper000-two-servers.toml": (2, 6, {"TITAN RTX": 2, "RTX 3090": 4}),
     "paper001-a30-titanxp.toml": (2, 6, {"A30": 2, "TITAN Xp": 4}),
-    "paper003-geo-four-nodes.toml": (4, 16, {"RTX 2080 Ti": 7, "TITAN RTX": 1, "A30": 4, "RTX 3090": 2, "V100": 2}),
+    "paper003-geo-four-nodes.toml": (
+        4,
+        16,
+        {"RTX 2080 Ti": 7, "TITAN RTX": 1, "A30": 4, "RTX 3090": 2, "V100": 2},
+    ),
     "paper004-vgg-2080ti.toml": (4, 8, {"RTX 2080 Ti": 8}),
     "h100-8x-nvlink.toml": (1, 8, {"H100 SXM": 8}),
     "h100-4x8-infiniband.toml": (4, 32, {"H100 SXM": 32}),
@@ -53,7 +57,7 @@ def test_ib_cluster_uses_nvlink_inside_nodes():
     assert c.link_between("node-0", "node-3").bandwidth == pytest.approx(400e9)
 
 
-GOOD = '''name = "t"
+GOOD = """name = "t"
 [[node]]
 name = "a"
 gpus = [{ type = "A30", count = 2 }]
@@ -63,20 +67,36 @@ gpus = [{ type = "A30", count = 1 }]
 [network]
 kind = "ethernet"
 bandwidth = "10 Gbit/s"
-'''
+"""
 
 BAD = [
     ("syntax", GOOD.replace('name = "a"', 'name = "a'), ["TOML syntax error", ":3"]),
-    ("unknown gpu", GOOD.replace('"A30", count = 2', '"A3O", count = 2'), ["unknown GPU type 'A3O'", "node[0].gpus[0].type", "'A30'"]),
-    ("negative count", GOOD.replace("count = 2", "count = -2"), ["node[0].gpus[0].count", "at least 1", ":4"]),
+    (
+        "unknown gpu",
+        GOOD.replace('"A30", count = 2', '"A3O", count = 2'),
+        ["unknown GPU type 'A3O'", "node[0].gpus[0].type", "'A30'"],
+    ),
+    (
+        "negative count",
+        GOOD.replace("count = 2", "count = -2"),
+        ["node[0].gpus[0].count", "at least 1", ":4"],
+    ),
     ("zero count", GOOD.replace("count = 1", "count = 0"), ["node[1].gpus[0].count"]),
     ("missing link", GOOD.split("[network]")[0], ["missing link between nodes 'a' and 'b'"]),
     ("unknown key", GOOD.replace('name = "b"', 'name = "b"\ngpu = 3'), ["unknown key 'gpu'", "node[1]"]),
     ("bad bandwidth", GOOD.replace('"10 Gbit/s"', '"fast"'), ["network", "expected a bandwidth"]),
-    ("unknown link kind", GOOD.replace('kind = "ethernet"', 'kind = "carrier-pigeon"'), ["unknown link kind"]),
+    (
+        "unknown link kind",
+        GOOD.replace('kind = "ethernet"', 'kind = "carrier-pigeon"'),
+        ["unknown link kind"],
+    ),
     ("duplicate node", GOOD.replace('name = "b"', 'name = "a"'), ["duplicate node name 'a'"]),
     ("no nodes", 'name = "x"\n', ["at least one [[node]]"]),
-    ("bad host", GOOD.replace('name = "a"', 'name = "a"\nhost = "-oProxyCommand=x"'), ["invalid host", "node[0].host"]),
+    (
+        "bad host",
+        GOOD.replace('name = "a"', 'name = "a"\nhost = "-oProxyCommand=x"'),
+        ["invalid host", "node[0].host"],
+    ),
 ]
 
 

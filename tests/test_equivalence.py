@@ -15,17 +15,39 @@ from tests.equivalence_cases import DILOCO, SHAPES, applies, preset_for
 
 pytestmark = pytest.mark.slow
 
-MINGPT = ["DDP+accum", "FSDP", "HSDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "TP", "TP+SP", "TP x DDP", "TP x FSDP",
-          "PP (GPipe)", "PP x FSDP", "checkpointing (selective)", "offload (ZeRO-3)",
-          "split-by-speed", "split-by-speed ZeRO-2"]
-OTHERS = [("gpt2", "TP+SP"), ("gpt2", "PP (1F1B)"),  # fused qkv split; tied embedding across stages
-          ("bert", "TP+SP"), ("bert", "PP x DDP"),  # post-norm SP, padding mask on every stage
-          ("albert", "TP"), ("llama", "PP x TP+SP x DDP"),  # 3-D mesh, 8 ranks, transformers' TP/PP plans
-          ("mistral", "TP+SP"), ("mistral", "checkpointing (full)"),  # sliding window
-          ("qwen2", "PP (1F1B)"),  # per-layer sliding/full masks cut across stages
-          ("mixtral", "EP x DDP"), ("qwen2_moe", "EP2 x DDP4"),  # transformers' EP plan, all-to-all on gloo
-          ("mixtral", "EP2 x FSDP4"),  # experts FSDP'd over their expert-DP group, the rest over all ranks
-          ("vgg", "FSDP")]
+MINGPT = [
+    "DDP+accum",
+    "FSDP",
+    "HSDP",
+    "ZeRO-1",
+    "ZeRO-2",
+    "ZeRO-3",
+    "TP",
+    "TP+SP",
+    "TP x DDP",
+    "TP x FSDP",
+    "PP (GPipe)",
+    "PP x FSDP",
+    "checkpointing (selective)",
+    "offload (ZeRO-3)",
+    "split-by-speed",
+    "split-by-speed ZeRO-2",
+]
+OTHERS = [
+    ("gpt2", "TP+SP"),
+    ("gpt2", "PP (1F1B)"),  # fused qkv split; tied embedding across stages
+    ("bert", "TP+SP"),
+    ("bert", "PP x DDP"),  # post-norm SP, padding mask on every stage
+    ("albert", "TP"),
+    ("llama", "PP x TP+SP x DDP"),  # 3-D mesh, 8 ranks, transformers' TP/PP plans
+    ("mistral", "TP+SP"),
+    ("mistral", "checkpointing (full)"),  # sliding window
+    ("qwen2", "PP (1F1B)"),  # per-layer sliding/full masks cut across stages
+    ("mixtral", "EP x DDP"),
+    ("qwen2_moe", "EP2 x DDP4"),  # transformers' EP plan, all-to-all on gloo
+    ("mixtral", "EP2 x FSDP4"),  # experts FSDP'd over their expert-DP group, the rest over all ranks
+    ("vgg", "FSDP"),
+]
 CASES = [("mingpt", s) for s in MINGPT] + OTHERS
 _refs: dict[str, tuple[dict, Path]] = {}
 
@@ -45,8 +67,11 @@ def test_parallel_losses_equal_one_process(tmp_path_factory, family, shape):
     assert doc["max_relative_difference"] <= DEFAULT_TOLERANCE, doc["steps"]
     assert doc["equal"]
     if plan.ep > 1:  # the experts really were split: each rank ran the EP engine
-        strategies = {json.loads(line).get("strategy") for line in
-                      (Path(doc["run_dir"]) / "metrics.jsonl").read_text().splitlines() if '"step"' in line}
+        strategies = {
+            json.loads(line).get("strategy")
+            for line in (Path(doc["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+            if '"step"' in line
+        }
         assert strategies == {"ep+fsdp" if plan.sharding == "fsdp" else "ep"}
 
 
@@ -66,7 +91,9 @@ def test_a_different_run_is_not_equal(tmp_path):
     assert first["equal"], first["steps"]
     other = preset_for("mingpt", plan)
     other = replace(other, train=replace(other.train, seed=2))
-    doc = verify(other, tmp_path, reference=first["reference"], reference_dir=Path(first["reference_run_dir"]))
+    doc = verify(
+        other, tmp_path, reference=first["reference"], reference_dir=Path(first["reference_run_dir"])
+    )
     assert doc["status"] == "finished"
     assert not doc["equal"]
     assert doc["max_relative_difference"] > 100 * DEFAULT_TOLERANCE

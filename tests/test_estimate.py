@@ -29,12 +29,26 @@ def test_llama7b_largest_layer_is_a_decoder_layer_and_its_fetch_unit_the_embeddi
 def test_zero3_model_states_7b_on_8_gpus_by_hand():
     # DeepSpeed 0.19 ZeRO-3, bf16: 16-bit param partition 2/8, 16-bit grad partition 2/8 (held throughout),
     # fp32 master + Adam 12/8, fp32 grads 4/8 during the step, the fetch unit's param + grad in 16 bit.
-    t = model_state_bytes(psi=LLAMA7B, precision="bf16", sharding="zero3", shard_degree=8, offload="none",
-                          largest_layer=LLAMA7B_MODULE)
-    assert t == {"params": 2 * LLAMA7B / 8, "grads": 2 * LLAMA7B / 8, "optimizer": 12 * LLAMA7B / 8,
-                 "step_grads": 4 * LLAMA7B / 8, "gathered": 4 * LLAMA7B_MODULE}
+    t = model_state_bytes(
+        psi=LLAMA7B,
+        precision="bf16",
+        sharding="zero3",
+        shard_degree=8,
+        offload="none",
+        largest_layer=LLAMA7B_MODULE,
+    )
+    assert t == {
+        "params": 2 * LLAMA7B / 8,
+        "grads": 2 * LLAMA7B / 8,
+        "optimizer": 12 * LLAMA7B / 8,
+        "step_grads": 4 * LLAMA7B / 8,
+        "gathered": 4 * LLAMA7B_MODULE,
+    }
     # DeepSpeed's estimator counts all but the 16-bit gradient partition: 18/N + 4 * largest module
-    assert t["params"] + t["optimizer"] + t["step_grads"] + t["gathered"] == 18 * LLAMA7B / 8 + 4 * LLAMA7B_MODULE
+    assert (
+        t["params"] + t["optimizer"] + t["step_grads"] + t["gathered"]
+        == 18 * LLAMA7B / 8 + 4 * LLAMA7B_MODULE
+    )
 
 
 def test_zero_stage1_and_2_hold_the_same_in_bf16():
@@ -42,7 +56,11 @@ def test_zero_stage1_and_2_hold_the_same_in_bf16():
     # keeps no full 16-bit gradients
     kw = dict(psi=10**9, precision="bf16", shard_degree=8, offload="none", largest_layer=10**7)
     z1, z2, z3 = (model_state_bytes(sharding=s, **kw) for s in ("zero1", "zero2", "zero3"))
-    assert z1 == z2 == {"params": 2e9, "grads": 2e9 / 8, "optimizer": 12e9 / 8, "step_grads": 4e9 / 8, "gathered": 0}
+    assert (
+        z1
+        == z2
+        == {"params": 2e9, "grads": 2e9 / 8, "optimizer": 12e9 / 8, "step_grads": 4e9 / 8, "gathered": 0}
+    )
     assert sum(z2.values()) == 2e9 + 18e9 / 8  # = estimate_zero2_model_states_mem_needs
     assert z3["params"] < z2["params"]
     # peak: the fp32 partition replaces the 16-bit one during the step (ZeRO-1/2), ZeRO-3 keeps its flat one
@@ -53,12 +71,23 @@ def test_zero_stage1_and_2_hold_the_same_in_bf16():
 def test_ddp_model_states_are_16_bytes_per_param():
     # autocast's 16-bit weight copies are working memory of the forward/backward, not model states
     for precision in ("fp32", "bf16"):
-        assert states(psi=1000, precision=precision, sharding="none", shard_degree=1, offload="none",
-                      largest_layer=10) == 16000
+        assert (
+            states(
+                psi=1000,
+                precision=precision,
+                sharding="none",
+                shard_degree=1,
+                offload="none",
+                largest_layer=10,
+            )
+            == 16000
+        )
 
 
 def test_zero3_keeps_small_tensors_whole():
-    kw = dict(psi=10**6, precision="bf16", sharding="zero3", shard_degree=4, offload="none", largest_layer=10**4)
+    kw = dict(
+        psi=10**6, precision="bf16", sharding="zero3", shard_degree=4, offload="none", largest_layer=10**4
+    )
     assert model_state_bytes(persistent=10**5, **kw)["params"] == 2 * 10**6 / 4 + 2 * 10**5
 
 
@@ -78,10 +107,13 @@ def test_tensor_and_sequence_parallel_activation_formulas():
     sbh, a, seq, h = 1024 * 2 * 1024, 16, 1024, 1024
     tp4 = block_activation_bytes(s, seq=seq, micro_batch=2, tp=4, attention="eager")["stored"]
     assert tp4 == pytest.approx(sbh * (10 + 24 / 4 + 5 * a * seq / (h * 4)))
-    sp4 = block_activation_bytes(s, seq=seq, micro_batch=2, tp=4, sequence_parallel=True, attention="eager")["stored"]
+    sp4 = block_activation_bytes(s, seq=seq, micro_batch=2, tp=4, sequence_parallel=True, attention="eager")[
+        "stored"
+    ]
     assert sp4 == pytest.approx(sbh * (34 / 4 + 5 * a * seq / (h * 4)))
-    sel = block_activation_bytes(s, seq=seq, micro_batch=2, tp=4, sequence_parallel=True, attention="eager",
-                                 checkpointing="selective")["stored"]
+    sel = block_activation_bytes(
+        s, seq=seq, micro_batch=2, tp=4, sequence_parallel=True, attention="eager", checkpointing="selective"
+    )["stored"]
     assert sel == pytest.approx(sbh * 34 / 4)
 
 
@@ -94,10 +126,14 @@ def test_flash_attention_keeps_no_quadratic_term():
 
 def test_training_flops_are_6N_plus_attention():
     s = load_profile("llama-2-7b").transformer
-    f = transformer_flops_per_token(s, seq=2048, layers=32, lm_head=True, checkpointing="none", attention="eager")
+    f = transformer_flops_per_token(
+        s, seq=2048, layers=32, lm_head=True, checkpointing="none", attention="eager"
+    )
     n_matmul = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 4096 * 32000
     assert f["forward"] + f["backward"] == pytest.approx(6 * n_matmul + 3 * 32 * 4 * 2048 * 4096)
-    full = transformer_flops_per_token(s, seq=2048, layers=32, lm_head=True, checkpointing="full", attention="eager")
+    full = transformer_flops_per_token(
+        s, seq=2048, layers=32, lm_head=True, checkpointing="full", attention="eager"
+    )
     assert sum(full.values()) == pytest.approx(sum(f.values()) + f["forward"] - 2 * 4096 * 32000)
 
 
@@ -118,7 +154,9 @@ def ds():
     return estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs
 
 
-@pytest.mark.parametrize("model", ["bert-base-uncased", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "vgg16"])
+@pytest.mark.parametrize(
+    "model", ["bert-base-uncased", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b", "vgg16"]
+)
 @pytest.mark.parametrize("gpus_per_node,nodes", [(1, 1), (8, 1), (8, 4)])
 def test_matches_deepspeed_estimators(ds, model, gpus_per_node, nodes):
     """Where both count the same thing, the states equal DeepSpeed's estimators with its own fetch unit
@@ -169,8 +207,14 @@ SHARDED = st.sampled_from(["zero3", "fsdp"])
 
 
 @settings(max_examples=300, deadline=None)
-@given(psi=st.integers(1, 10**11), n=st.integers(1, 1024), k=st.integers(1, 8), sharding=SHARDED,
-       precision=st.sampled_from(["fp32", "bf16"]), offload=st.sampled_from(["none", "optimizer", "optimizer+params"]))
+@given(
+    psi=st.integers(1, 10**11),
+    n=st.integers(1, 1024),
+    k=st.integers(1, 8),
+    sharding=SHARDED,
+    precision=st.sampled_from(["fp32", "bf16"]),
+    offload=st.sampled_from(["none", "optimizer", "optimizer+params"]),
+)
 def test_more_gpus_never_raise_sharded_memory(psi, n, k, sharding, precision, offload):
     if sharding == "fsdp" and offload == "optimizer":
         offload = "optimizer+params"
@@ -182,9 +226,15 @@ MODELS = ["bert-base-uncased", "albert-base-v2", "gpt2", "llama-2-7b", "llama-3-
 
 
 @settings(max_examples=300, deadline=None)
-@given(model=st.sampled_from(MODELS), seq=st.integers(1, 8192), mb=st.integers(1, 64),
-       tp=st.sampled_from([1, 2, 4]), sp=st.booleans(), attention=st.sampled_from(["sdpa", "eager"]),
-       ab=st.sampled_from([2, 4]))
+@given(
+    model=st.sampled_from(MODELS),
+    seq=st.integers(1, 8192),
+    mb=st.integers(1, 64),
+    tp=st.sampled_from([1, 2, 4]),
+    sp=st.booleans(),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    ab=st.sampled_from([2, 4]),
+)
 def test_checkpointing_never_raises_and_batch_never_lowers_activations(model, seq, mb, tp, sp, attention, ab):
     s = load_profile(model).transformer
     kw = dict(seq=seq, tp=tp, sequence_parallel=sp, attention=attention, act_bytes=ab)
@@ -231,19 +281,29 @@ from paradvisor.plan.space import candidates
 from paradvisor.plan.types import Workload
 from tests.conftest import EXAMPLES
 
-CLUSTERS = {"1xT4": lambda: single_node_cluster("T4", 1), "8xA100": lambda: single_node_cluster("A100 80GB", 8),
-            "paper000": lambda: load_cluster(EXAMPLES / "paper000-two-servers.toml"),
-            "paper001": lambda: load_cluster(EXAMPLES / "paper001-a30-titanxp.toml"),
-            "4x8-H100": lambda: load_cluster(EXAMPLES / "h100-4x8-infiniband.toml")}
+CLUSTERS = {
+    "1xT4": lambda: single_node_cluster("T4", 1),
+    "8xA100": lambda: single_node_cluster("A100 80GB", 8),
+    "paper000": lambda: load_cluster(EXAMPLES / "paper000-two-servers.toml"),
+    "paper001": lambda: load_cluster(EXAMPLES / "paper001-a30-titanxp.toml"),
+    "4x8-H100": lambda: load_cluster(EXAMPLES / "h100-4x8-infiniband.toml"),
+}
 
 
 @settings(max_examples=80, deadline=None)
 @example(model="albert-base-v2", cluster="8xA100", precision="bf16", seq=128, attention="sdpa", gb=64)
 @example(model="bert-base-uncased", cluster="paper000", precision="bf16", seq=128, attention="sdpa", gb=64)
-@given(model=st.sampled_from(builtin_names()), cluster=st.sampled_from(sorted(CLUSTERS)),
-       precision=st.sampled_from(["fp32", "bf16"]), seq=st.sampled_from([16, 128, 1000, 4096]),
-       attention=st.sampled_from(["sdpa", "eager"]), gb=st.sampled_from([8, 64]))
-def test_every_memory_term_is_a_byte_count_and_the_peak_is_their_sum(model, cluster, precision, seq, attention, gb):
+@given(
+    model=st.sampled_from(builtin_names()),
+    cluster=st.sampled_from(sorted(CLUSTERS)),
+    precision=st.sampled_from(["fp32", "bf16"]),
+    seq=st.sampled_from([16, 128, 1000, 4096]),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    gb=st.sampled_from([8, 64]),
+)
+def test_every_memory_term_is_a_byte_count_and_the_peak_is_their_sum(
+    model, cluster, precision, seq, attention, gb
+):
     prof = load_profile(model)
     mf, topo = ModelFacts.of(prof), Topology.of(CLUSTERS[cluster]())
     wl = Workload(model=model, seq_len=seq, global_batch=max(gb, topo.world), attention=attention)
@@ -251,7 +311,9 @@ def test_every_memory_term_is_a_byte_count_and_the_peak_is_their_sum(model, clus
     for plan in candidates(mf, topo, wl, precision):
         e = evaluate(mf, topo, wl, plan, precision, 0.1)
         assert all(v >= 0 for v in e.memory.values()), (plan.label(), e.memory)
-        phase, alive = peak_breakdown(e.memory, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
+        phase, alive = peak_breakdown(
+            e.memory, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32"
+        )
         assert phase == e.peak_phase
         assert sum(alive.values()) == pytest.approx(e.memory_total, rel=1e-12)
         assert e.memory_total <= sum(e.memory.values()) * (1 + 1e-12)
@@ -281,7 +343,10 @@ def test_the_loss_heads_backward_gradients_are_a_term_of_the_peak_on_the_heads_s
     assert m["total"] == pytest.approx(without + m["terms"]["transient"])
     pp = Plan(dp=2, pp=4, micro_batch=1, grad_accum=8)
     assert memory_need(llama, topo, wl, pp, "bf16", 1, stage=0)["terms"]["transient"] == 0
-    assert memory_need(llama, topo, wl, pp, "bf16", 1, stage=3)["terms"]["transient"] == 2 * 2048 * llama.shape.vocab * 4
+    assert (
+        memory_need(llama, topo, wl, pp, "bf16", 1, stage=3)["terms"]["transient"]
+        == 2 * 2048 * llama.shape.vocab * 4
+    )
     bert = ModelFacts.of(load_profile("bert-base-uncased"))
     wb = Workload(model="bert-base-uncased", seq_len=512, global_batch=64)
     assert memory_need(bert, topo, wb, Plan(dp=8, micro_batch=8), "bf16", 8)["terms"]["transient"] == 0

@@ -44,6 +44,7 @@ def drill(kind: str, rank: int = 1, step: int = 3) -> dict:
 
 # ---- a rank breaks ------------------------------------------------------------------------------------------
 
+
 def test_a_rank_raising_fails_the_run_with_its_error(tmp_path):
     p = variant(tmp_path, "raise", train={"steps": 30, "log_every": 1})
     proc, run_dir = launch(p, tmp_path / "runs", env=drill("raise"))
@@ -104,8 +105,14 @@ def test_a_hung_rank_is_found_stopped_and_its_stack_recorded(tmp_path):
 
 def test_a_malformed_fault_drill_is_bad_input(tmp_path):
     p = variant(tmp_path, "bad-drill")
-    proc = run_cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"),
-                   env={"PARADVISOR_FAULT": "rank=1,kind=explode"})
+    proc = run_cli(
+        "launch",
+        "--preset",
+        str(p),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        env={"PARADVISOR_FAULT": "rank=1,kind=explode"},
+    )
     assert_one_line_error(proc, "PARADVISOR_FAULT: kind 'explode' is not one of raise, exit, hang")
     assert not (tmp_path / "runs").exists()
 
@@ -131,6 +138,7 @@ def test_a_crashing_rank_reports_its_error(tmp_path):
 
 
 # ---- the launcher is stopped --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signalling_the_launcher_cancels_every_rank(tmp_path, sig):
@@ -171,10 +179,16 @@ def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_pat
 
 # ---- the watchers are closed --------------------------------------------------------------------------------
 
+
 def test_closing_the_monitor_mid_run_leaves_the_run_alone(tmp_path):
     proc, run_dir = start_long_run(tmp_path, "watched")
-    mon = subprocess.Popen([sys.executable, "-m", "paradvisor", "monitor", str(run_dir), "--interval", "0.2"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    mon = subprocess.Popen(
+        [sys.executable, "-m", "paradvisor", "monitor", str(run_dir), "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+    )
     time.sleep(3)
     assert mon.poll() is None  # following
     mon.send_signal(signal.SIGINT)
@@ -211,8 +225,9 @@ def test_closing_the_interactive_session_stops_its_run(tmp_path):
             await pilot.pause(0.3)
             await pilot.press("y")  # the confirmation the TUI asks before any run starts
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not (app.run_dir and (app.run_dir / "metrics.jsonl").exists()
-                                                       and len(steps_of(app.run_dir)) >= 3):
+            while time.monotonic() < deadline and not (
+                app.run_dir and (app.run_dir / "metrics.jsonl").exists() and len(steps_of(app.run_dir)) >= 3
+            ):
                 await pilot.pause(0.2)
             state["run_dir"] = app.run_dir
             state["before"] = snapshot(app.run_dir)
@@ -229,10 +244,21 @@ def test_closing_the_interactive_session_stops_its_run(tmp_path):
 
 # ---- two at once ----------------------------------------------------------------------------------------------
 
+
 def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
     runs = tmp_path / "runs"
-    argv = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(SMOKE), "--runs-dir", str(runs),
-            "--steps", "6"]
+    argv = [
+        sys.executable,
+        "-m",
+        "paradvisor",
+        "launch",
+        "--preset",
+        str(SMOKE),
+        "--runs-dir",
+        str(runs),
+        "--steps",
+        "6",
+    ]
     a = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     b = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
@@ -247,7 +273,11 @@ def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
         starts = [m for m in metrics(d) if m["kind"] == "start"]
         assert sorted(m["rank"] for m in starts) == [0, 1]  # exactly one run's ranks wrote here
         assert sorted((m["rank"], m["step"]) for m in steps_of(d) if m["step"] in (1, 6)) == [
-            (0, 1), (0, 6), (1, 1), (1, 6)]
+            (0, 1),
+            (0, 6),
+            (1, 1),
+            (1, 6),
+        ]
         assert (d.stat().st_mode & 0o777) == 0o700
     assert not leftover(dirs[0]) and not leftover(dirs[1])
 
@@ -270,10 +300,12 @@ def test_the_main_thread_is_found_wherever_the_stack_signal_landed():
         '  File "<frozen runpy>", line 198 in _run_module_as_main',
     ]
     assert _main_thread_frames(dump)[0].startswith('File "/src/paradvisor/train/faults.py"')
-    waiting = ["Current thread 0x1 (most recent call first):",
-               f'  File "/site-packages{os.sep}torch{os.sep}autograd/graph.py", line 9 in _engine_run_backward',
-               '  File "/src/paradvisor/train/loop.py", line 72 in train_sync',
-               '  File "/src/paradvisor/train/__main__.py", line 62 in <module>']
+    waiting = [
+        "Current thread 0x1 (most recent call first):",
+        f'  File "/site-packages{os.sep}torch{os.sep}autograd/graph.py", line 9 in _engine_run_backward',
+        '  File "/src/paradvisor/train/loop.py", line 72 in train_sync',
+        '  File "/src/paradvisor/train/__main__.py", line 62 in <module>',
+    ]
     assert hang_suspects({0: waiting, 1: dump}) == [1]
     assert hang_suspects({0: waiting, 1: None}) == [1]  # a rank that does not answer is the suspect
     assert hang_suspects({0: waiting, 1: waiting}) == []

@@ -53,6 +53,7 @@ def n(examples: int) -> int:
 
 # ---- running the front door ------------------------------------------------------------------------------------
 
+
 def cli(*argv: str) -> tuple[int, str, str]:
     """`paradvisor ARGV` in this process: (exit code, stdout, stderr). Unexpected exceptions propagate."""
     out, err = io.StringIO(), io.StringIO()
@@ -96,11 +97,53 @@ def write(name: str, text: str | bytes) -> Path:
 
 # ---- generators -------------------------------------------------------------------------------------------------
 
-TRICKY_STRINGS = ["", " ", "0", "-1", "1e309", "nan", "inf", "A100", "H100 80GB", "RTX 3090", "TITAN RTX", "nvlink",
-                  "pcie", "ib", "ethernet", "wan", "10 GB/s", "-5 GB/s", "0 GB/s", "1 ms", "-1 ms", "1e400 Gbit/s",
-                  "ddp", "zero3", "fsdp", "gpipe", "1f1b", "bf16", "fp8", "cpu", "cuda", "gpt2", "bert-base-uncased",
-                  "../../etc/passwd", "/dev/zero", "-oProxyCommand=touch /tmp/pwned", "a@b:99999", "localhost:0",
-                  "\x00", "\u202e", "💥", "x" * 300, "{plan.tp}", "__import__('os')", "1;rm -rf /"]
+TRICKY_STRINGS = [
+    "",
+    " ",
+    "0",
+    "-1",
+    "1e309",
+    "nan",
+    "inf",
+    "A100",
+    "H100 80GB",
+    "RTX 3090",
+    "TITAN RTX",
+    "nvlink",
+    "pcie",
+    "ib",
+    "ethernet",
+    "wan",
+    "10 GB/s",
+    "-5 GB/s",
+    "0 GB/s",
+    "1 ms",
+    "-1 ms",
+    "1e400 Gbit/s",
+    "ddp",
+    "zero3",
+    "fsdp",
+    "gpipe",
+    "1f1b",
+    "bf16",
+    "fp8",
+    "cpu",
+    "cuda",
+    "gpt2",
+    "bert-base-uncased",
+    "../../etc/passwd",
+    "/dev/zero",
+    "-oProxyCommand=touch /tmp/pwned",
+    "a@b:99999",
+    "localhost:0",
+    "\x00",
+    "\u202e",
+    "💥",
+    "x" * 300,
+    "{plan.tp}",
+    "__import__('os')",
+    "1;rm -rf /",
+]
 
 SCALARS = st.one_of(
     st.booleans(),
@@ -111,8 +154,13 @@ SCALARS = st.one_of(
     st.text(max_size=16),
     st.sampled_from(TRICKY_STRINGS),
 )
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3), max_leaves=6)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def mutate(draw, doc) -> None:
@@ -156,7 +204,9 @@ def mutated_toml(draw, texts: dict[str, str]) -> tuple[str, str]:
         assume(False)
 
 
-SYNTAX = st.sampled_from(list("[]{}=\"'#,.\n \t") + ["[[", "]]", '"""', "=\n", "\\u", "\\", "1e", "-", "inf", "0x"])
+SYNTAX = st.sampled_from(
+    list("[]{}=\"'#,.\n \t") + ["[[", "]]", '"""', "=\n", "\\u", "\\", "1e", "-", "inf", "0x"]
+)
 
 
 @st.composite
@@ -168,7 +218,7 @@ def mutated_text(draw, texts: dict[str, str]) -> tuple[str, str]:
         i = draw(st.integers(0, len(t)))
         op = draw(st.sampled_from(["delete", "insert", "insert", "dupline", "truncate", "swap"]))
         if op == "delete":
-            t = t[:i] + t[i + draw(st.integers(1, 20)):]
+            t = t[:i] + t[i + draw(st.integers(1, 20)) :]
         elif op == "insert":
             t = t[:i] + draw(st.one_of(SYNTAX, st.text(max_size=6))) + t[i:]
         elif op == "dupline":
@@ -192,6 +242,7 @@ def any_mutation(texts):
 
 # ---- cluster files -----------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=n(500))
 @given(any_mutation(CLUSTERS))
 def test_cluster_files_fuzzed(case):
@@ -205,6 +256,7 @@ def test_cluster_files_fuzzed(case):
 
 # ---- presets ---------------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=n(500))
 @given(any_mutation(PRESETS))
 def test_presets_fuzzed(case):
@@ -216,6 +268,7 @@ def test_presets_fuzzed(case):
 
 # ---- rule files ------------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=n(300))
 @given(any_mutation(RULE_FILES))
 def test_rule_files_fuzzed(case):
@@ -226,8 +279,9 @@ def test_rule_files_fuzzed(case):
         old.unlink()
     (d / name).write_text(text, encoding="utf-8", errors="surrogatepass")
     code = assert_clean(cli("rules", "check", str(d)))
-    result = assert_clean(cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--rules", str(d),
-                              "--json"))
+    result = assert_clean(
+        cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--rules", str(d), "--json")
+    )
     if code == 2:  # a broken rule file stops the recommendation with the same kind of error
         assert result == 2
 
@@ -235,15 +289,74 @@ def test_rule_files_fuzzed(case):
 # ---- rule expressions ----------------------------------------------------------------------------------------------
 
 FACTS = {k: (3 if t == "num" else (True if t == "bool" else "ddp")) for k, t in TYPES.items()}
-HOSTILE_ATOMS = ["plan.tp", "plan.dp", "model.params", "1", "0", "-1", "2.5", "1e308", "10**64", "9" * 320,
-                 "'x'", "'%999999999d'", "true", "none", "__import__", "().__class__", "plan.__class__",
-                 "plan.tp.real", "plan.tp.__class__.__mro__", "open('/etc/passwd')", "exec('1')", "eval('1')",
-                 "getattr(plan, 'tp')", "lambda: 1", "[x for x in (1, 2)]", "{1: 2}", "{1}", "plan['tp']",
-                 "f'{plan}'", "b'x'", "...", "(1,) * 99", "'a' * 10**9", "'%s' % plan.tp", "globals()",
-                 "__builtins__", "_", "math.pi", "log2(0)", "sqrt(-1)", "round(1.5, 10**200)", "clamp(1, 2)",
-                 "max(1, 2, 3, 4, 5, 6, 7, 8, 9)", "min()"]
-OPS = ["+", "-", "*", "/", "//", "%", "**", "==", "!=", "<", ">=", "and", "or", "in", "not in", "is", "&", "<<",
-       "@", ":="]
+HOSTILE_ATOMS = [
+    "plan.tp",
+    "plan.dp",
+    "model.params",
+    "1",
+    "0",
+    "-1",
+    "2.5",
+    "1e308",
+    "10**64",
+    "9" * 320,
+    "'x'",
+    "'%999999999d'",
+    "true",
+    "none",
+    "__import__",
+    "().__class__",
+    "plan.__class__",
+    "plan.tp.real",
+    "plan.tp.__class__.__mro__",
+    "open('/etc/passwd')",
+    "exec('1')",
+    "eval('1')",
+    "getattr(plan, 'tp')",
+    "lambda: 1",
+    "[x for x in (1, 2)]",
+    "{1: 2}",
+    "{1}",
+    "plan['tp']",
+    "f'{plan}'",
+    "b'x'",
+    "...",
+    "(1,) * 99",
+    "'a' * 10**9",
+    "'%s' % plan.tp",
+    "globals()",
+    "__builtins__",
+    "_",
+    "math.pi",
+    "log2(0)",
+    "sqrt(-1)",
+    "round(1.5, 10**200)",
+    "clamp(1, 2)",
+    "max(1, 2, 3, 4, 5, 6, 7, 8, 9)",
+    "min()",
+]
+OPS = [
+    "+",
+    "-",
+    "*",
+    "/",
+    "//",
+    "%",
+    "**",
+    "==",
+    "!=",
+    "<",
+    ">=",
+    "and",
+    "or",
+    "in",
+    "not in",
+    "is",
+    "&",
+    "<<",
+    "@",
+    ":=",
+]
 
 
 @st.composite
@@ -291,44 +404,59 @@ def test_hostile_rule_expressions(text):
 
 
 @settings(max_examples=n(600))
-@given(st.text(alphabet=st.sampled_from(list("plan.tp model.params()[]{}+-*/%<>=!&|^~ 0123456789'\"_,:;@#\\")),
-               max_size=120))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("plan.tp model.params()[]{}+-*/%<>=!&|^~ 0123456789'\"_,:;@#\\")),
+        max_size=120,
+    )
+)
 def test_random_rule_expressions(text):
     check_expression(text)
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ("plan.__class__", "'__'"),
-    ("().__class__.__bases__[0].__subclasses__()", "'__'"),
-    ("plan.tp.real", "unknown fact 'plan.tp.real'"),
-    ("getattr(plan, 'tp')", "call of 'getattr'"),
-    ("open('/etc/passwd')", "call of 'open'"),
-    ("plan['tp']", "Subscript is not allowed"),
-    ("lambda: 1", "Lambda is not allowed"),
-    ("[x for x in (1, 2)]", "ListComp is not allowed"),
-    ("2 ** 10**6", "exponent"),
-    ("9 ** 999", "exponent larger than 64"),
-    ("'a' * 10**9", "arithmetic is on numbers only"),
-    ("'%999999999d' % 1", "arithmetic is on numbers only"),
-    ("(1,) * 10**9", "arithmetic is on numbers only"),
-    ("(" * 400 + "1" + ")" * 400, "syntax error"),
-    ("[" * 100 + "1" + "]" * 100, "nested"),
-    ("-" * 500 + "1", "too large"),
-    ("-" * 100 + "1", "nested"),
-    ("not " * 300 + "true", ""),
-    ("1" + "+1" * 400, "too large"),
-    ("plan.tp == " + "1" * 2000, "longer than"),
-    ("1e309 > 0", "number out of range"),
-    ("9" * 320 + " > plan.tp", "number out of range"),
-], ids=lambda v: v[:40] if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("plan.__class__", "'__'"),
+        ("().__class__.__bases__[0].__subclasses__()", "'__'"),
+        ("plan.tp.real", "unknown fact 'plan.tp.real'"),
+        ("getattr(plan, 'tp')", "call of 'getattr'"),
+        ("open('/etc/passwd')", "call of 'open'"),
+        ("plan['tp']", "Subscript is not allowed"),
+        ("lambda: 1", "Lambda is not allowed"),
+        ("[x for x in (1, 2)]", "ListComp is not allowed"),
+        ("2 ** 10**6", "exponent"),
+        ("9 ** 999", "exponent larger than 64"),
+        ("'a' * 10**9", "arithmetic is on numbers only"),
+        ("'%999999999d' % 1", "arithmetic is on numbers only"),
+        ("(1,) * 10**9", "arithmetic is on numbers only"),
+        ("(" * 400 + "1" + ")" * 400, "syntax error"),
+        ("[" * 100 + "1" + "]" * 100, "nested"),
+        ("-" * 500 + "1", "too large"),
+        ("-" * 100 + "1", "nested"),
+        ("not " * 300 + "true", ""),
+        ("1" + "+1" * 400, "too large"),
+        ("plan.tp == " + "1" * 2000, "longer than"),
+        ("1e309 > 0", "number out of range"),
+        ("9" * 320 + " > plan.tp", "number out of range"),
+    ],
+    ids=lambda v: v[:40] if isinstance(v, str) else None,
+)
 def test_hostile_expressions_are_rejected_at_load_time(text, fragment):
     with pytest.raises(RuleExprError) as exc:
         compile_expr(text, TYPES)
     assert fragment in str(exc.value)
 
 
-@pytest.mark.parametrize("text", ["plan.sharding * plan.tp * 10**9", "plan.sharding % plan.tp",
-                                  "(plan.tp,) * 10**9 == plan.tp", "'%999999d' % plan.tp"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plan.sharding * plan.tp * 10**9",
+        "plan.sharding % plan.tp",
+        "(plan.tp,) * 10**9 == plan.tp",
+        "'%999999d' % plan.tp",
+    ],
+)
 def test_string_and_sequence_arithmetic_is_refused_at_load_time(text):
     with pytest.raises(RuleExprError, match="arithmetic is on numbers only"):
         compile_expr(text, TYPES)
@@ -349,7 +477,9 @@ for _name in ("gpt2", "bert-base-uncased", "llama-150m"):
         if _k in _cfg:
             _cfg[_k] = 2
     SMALL_CONFIGS[_name] = _cfg
-CONFIG_KEYS = sorted({k for c in SMALL_CONFIGS.values() for k in c} | {"architectures", "torch_dtype", "num_layers"})
+CONFIG_KEYS = sorted(
+    {k for c in SMALL_CONFIGS.values() for k in c} | {"architectures", "torch_dtype", "num_layers"}
+)
 
 
 @st.composite
@@ -361,12 +491,18 @@ def mutated_config(draw) -> str:
         if action == "delete":
             cfg.pop(key, None)
         else:
-            cfg[key] = draw(st.one_of(st.none(), SCALARS, st.sampled_from([0, -1, 10**7, 2**40, 3, 5]),
-                                      st.lists(SCALARS, max_size=2)))
+            cfg[key] = draw(
+                st.one_of(
+                    st.none(),
+                    SCALARS,
+                    st.sampled_from([0, -1, 10**7, 2**40, 3, 5]),
+                    st.lists(SCALARS, max_size=2),
+                )
+            )
     text = json.dumps(cfg, allow_nan=True)
     if draw(st.integers(0, 4)) == 0:  # sometimes break the JSON itself
         i = draw(st.integers(0, len(text)))
-        text = text[:i] + draw(st.sampled_from(["", "{", "}", ",", '"', "\x00", "NaN"])) + text[i + 1:]
+        text = text[:i] + draw(st.sampled_from(["", "{", "}", ",", '"', "\x00", "NaN"])) + text[i + 1 :]
     return text
 
 
@@ -385,14 +521,37 @@ def test_hf_configs_fuzzed(text):
 # ---- ssh host strings --------------------------------------------------------------------------------------------------
 
 HOST_ALPHABET = string.ascii_letters + string.digits + "-_.@:[]=/ \t\n;$`'\"\\|&<>()*?!~%"
-HOSTILE_HOSTS = ["-oProxyCommand=touch /tmp/pwned", "-oProxyCommand=sh", "--", "-p", "-F/etc/passwd",
-                 "host -oProxyCommand=x", "user@-oProxyCommand=x", "host\n-oProxyCommand=x", "host;id", "$(id)",
-                 "`id`", "host:99999", "host:0", "@host", "user@", "[::1]:22", "a" * 300, "host\n", "host\x00",
-                 "localhost", "user@host:22"]
+HOSTILE_HOSTS = [
+    "-oProxyCommand=touch /tmp/pwned",
+    "-oProxyCommand=sh",
+    "--",
+    "-p",
+    "-F/etc/passwd",
+    "host -oProxyCommand=x",
+    "user@-oProxyCommand=x",
+    "host\n-oProxyCommand=x",
+    "host;id",
+    "$(id)",
+    "`id`",
+    "host:99999",
+    "host:0",
+    "@host",
+    "user@",
+    "[::1]:22",
+    "a" * 300,
+    "host\n",
+    "host\x00",
+    "localhost",
+    "user@host:22",
+]
 
 
 @settings(max_examples=n(2000))
-@given(st.one_of(st.sampled_from(HOSTILE_HOSTS), st.text(alphabet=HOST_ALPHABET, max_size=40), st.text(max_size=20)))
+@given(
+    st.one_of(
+        st.sampled_from(HOSTILE_HOSTS), st.text(alphabet=HOST_ALPHABET, max_size=40), st.text(max_size=20)
+    )
+)
 def test_host_strings_never_reach_ssh_as_options(text):
     try:
         user, host, port = parse_host(text)
@@ -403,7 +562,7 @@ def test_host_strings_never_reach_ssh_as_options(text):
     assert user is None or (not user.startswith("-") and re.fullmatch(r"[A-Za-z0-9._-]+", user))
     argv = ssh_argv(text, timeout=5)
     assert argv[argv.index("--") + 1] == host  # the host comes after "--": never read as an option
-    options = argv[1:argv.index("--")]
+    options = argv[1 : argv.index("--")]
     assert all(a in ("-o", "-F", "-p", "-l") for a in options[0::2])  # only paradvisor's own options
     assert port is None or 1 <= port <= 65535
 
@@ -443,12 +602,60 @@ def _parser_options() -> dict[tuple[str, ...], list[str]]:
 
 
 OPTIONS = _parser_options()
-ARG_VALUES = ["gpt2", "bert-base-uncased", "llama-2-70b", "vgg16", "no-such-model", "A100", "H100", "RTX 3090",
-              "TITAN RTX", "A30", "nvlink", "pcie", "ib", "wan", "0", "1", "2", "8", "-1", "3.5", "1e309", "nan",
-              "inf", "-inf", "1000000000000", "99999999999999999999999", "/dev/zero", "\x1b[2J", "", "--", "-", "bf16", "fp16", "fp32", "fp8", "flash", "ddp", "zero3", "10 GB/s", "1x", "💥",
-              str(EXAMPLES / "paper000-two-servers.toml"), str(EXAMPLES / "paper003-geo-four-nodes.toml"),
-              str(REPO / "presets" / "tiny-cpu-smoke.toml"), str(REPO / "rules"), str(REPO / "tests" / "data" / "bad"),
-              str(REPO / "README.md"), "/dev/null", "/nonexistent/file.toml", "kubeflow", "slurm", "hostfile"]
+ARG_VALUES = [
+    "gpt2",
+    "bert-base-uncased",
+    "llama-2-70b",
+    "vgg16",
+    "no-such-model",
+    "A100",
+    "H100",
+    "RTX 3090",
+    "TITAN RTX",
+    "A30",
+    "nvlink",
+    "pcie",
+    "ib",
+    "wan",
+    "0",
+    "1",
+    "2",
+    "8",
+    "-1",
+    "3.5",
+    "1e309",
+    "nan",
+    "inf",
+    "-inf",
+    "1000000000000",
+    "99999999999999999999999",
+    "/dev/zero",
+    "\x1b[2J",
+    "",
+    "--",
+    "-",
+    "bf16",
+    "fp16",
+    "fp32",
+    "fp8",
+    "flash",
+    "ddp",
+    "zero3",
+    "10 GB/s",
+    "1x",
+    "💥",
+    str(EXAMPLES / "paper000-two-servers.toml"),
+    str(EXAMPLES / "paper003-geo-four-nodes.toml"),
+    str(REPO / "presets" / "tiny-cpu-smoke.toml"),
+    str(REPO / "rules"),
+    str(REPO / "tests" / "data" / "bad"),
+    str(REPO / "README.md"),
+    "/dev/null",
+    "/nonexistent/file.toml",
+    "kubeflow",
+    "slurm",
+    "hostfile",
+]
 
 
 @st.composite
@@ -475,18 +682,62 @@ def argv_lists(draw) -> list[str]:
 
 C000, C003 = str(EXAMPLES / "paper000-two-servers.toml"), str(EXAMPLES / "paper003-geo-four-nodes.toml")
 GOOD_COMMANDS = [
-    ["model", "gpt2", "--json"], ["model", "vgg16", "--all-layers"], ["models", "--json"], ["gpus", "--json"],
+    ["model", "gpt2", "--json"],
+    ["model", "vgg16", "--all-layers"],
+    ["models", "--json"],
+    ["gpus", "--json"],
     ["recommend", "--model", "bert-base-uncased", "--cluster", C000, "--json"],
-    ["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--link", "nvlink", "--seq-len", "512",
-     "--global-batch", "64", "--precision", "bf16", "--top", "3", "--json"],
-    ["recommend", "--model", "llama-2-70b", "--gpus", "16", "--gpu-type", "H100", "--show-infeasible", "--json"],
+    [
+        "recommend",
+        "--model",
+        "gpt2",
+        "--gpus",
+        "8",
+        "--gpu-type",
+        "A100",
+        "--link",
+        "nvlink",
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "64",
+        "--precision",
+        "bf16",
+        "--top",
+        "3",
+        "--json",
+    ],
+    [
+        "recommend",
+        "--model",
+        "llama-2-70b",
+        "--gpus",
+        "16",
+        "--gpu-type",
+        "H100",
+        "--show-infeasible",
+        "--json",
+    ],
     ["explain", "--model", "gpt2", "--cluster", C000, "--top", "2", "--json"],
     ["hetero", "--cluster", C003, "--base-batch", "8", "--base-local-steps", "10", "--json"],
-    ["sharding", "--model", "vgg16", "--workers", "4", "--workers-per-server", "2", "--link", "ethernet", "--json"],
+    [
+        "sharding",
+        "--model",
+        "vgg16",
+        "--workers",
+        "4",
+        "--workers-per-server",
+        "2",
+        "--link",
+        "ethernet",
+        "--json",
+    ],
     ["detect", "--cluster", C000, "--no-local", "--json"],
     ["launch", "--preset", str(REPO / "presets" / "tiny-cpu-smoke.toml"), "--steps", "3", "--dry-run"],
     ["launch", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--dry-run"],
-    ["rules", "list", "--json"], ["rules", "facts"], ["rules", "check"],
+    ["rules", "list", "--json"],
+    ["rules", "facts"],
+    ["rules", "check"],
     ["runs", "--runs-dir", "runs", "--json"],
 ]
 
@@ -498,8 +749,13 @@ def mutated_argv(draw) -> list[str]:
     argv = list(draw(st.sampled_from(GOOD_COMMANDS)))
     skip = 2 if argv[0] == "rules" else 1
     opts = OPTIONS.get(tuple(argv[:skip]), [])
-    value = st.one_of(st.sampled_from(ARG_VALUES), st.sampled_from(ARG_VALUES), st.text(max_size=8),
-                      st.integers(-10, 10**6).map(str), st.floats().map(str))
+    value = st.one_of(
+        st.sampled_from(ARG_VALUES),
+        st.sampled_from(ARG_VALUES),
+        st.text(max_size=8),
+        st.integers(-10, 10**6).map(str),
+        st.floats().map(str),
+    )
     for _ in range(draw(st.integers(1, 2))):
         values = [i for i in range(skip, len(argv)) if not argv[i].startswith("--")]
         if values and draw(st.booleans()):
@@ -527,25 +783,54 @@ def test_command_line_fuzzed(argv):
 
 # ---- hostile values in every preset field (issue 14) -------------------------------------------------------------------
 
+
 def _preset_fields() -> list[tuple[str, str]]:
     from dataclasses import fields
 
     from paradvisor.plan.types import Plan, Workload
     from paradvisor.rundir.preset import LaunchSettings, TrainSettings
 
-    return [(sec, f.name) for sec, cls in (("train", TrainSettings), ("launch", LaunchSettings), ("plan", Plan),
-                                            ("workload", Workload)) for f in fields(cls)]
+    return [
+        (sec, f.name)
+        for sec, cls in (
+            ("train", TrainSettings),
+            ("launch", LaunchSettings),
+            ("plan", Plan),
+            ("workload", Workload),
+        )
+        for f in fields(cls)
+    ]
 
 
-SHELL = ["$(touch pwned)", "`touch pwned`", "1)\ntouch pwned\n#", "x; touch pwned", "PARADVISOR_PLAN",
-         "\nPARADVISOR_PLAN\ntouch pwned\n", "\x1b]0;owned\x07", "\x1b[2J", "[/red]", "\u202e", "../../x", "/etc/passwd",
-         "-oProxyCommand=touch pwned", "a\x00b"]
+SHELL = [
+    "$(touch pwned)",
+    "`touch pwned`",
+    "1)\ntouch pwned\n#",
+    "x; touch pwned",
+    "PARADVISOR_PLAN",
+    "\nPARADVISOR_PLAN\ntouch pwned\n",
+    "\x1b]0;owned\x07",
+    "\x1b[2J",
+    "[/red]",
+    "\u202e",
+    "../../x",
+    "/etc/passwd",
+    "-oProxyCommand=touch pwned",
+    "a\x00b",
+]
 HOSTILE_VALUES = st.one_of(
     st.sampled_from(SHELL),
-    st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e308, -1.0, 0, -1, 2**31, 2**63 - 1, 10**30, True]),
+    st.sampled_from(
+        [float("nan"), float("inf"), -float("inf"), 1e308, -1.0, 0, -1, 2**31, 2**63 - 1, 10**30, True]
+    ),
     st.integers(min_value=-(2**70), max_value=2**70),
-    st.recursive(st.integers(0, 3), lambda inner: st.lists(inner, max_size=2) | st.dictionaries(
-        st.sampled_from(["a", "n"]), inner, max_size=2), max_leaves=4).map(lambda v: _nest(v, 40)),
+    st.recursive(
+        st.integers(0, 3),
+        lambda inner: (
+            st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(["a", "n"]), inner, max_size=2)
+        ),
+        max_leaves=4,
+    ).map(lambda v: _nest(v, 40)),
     VALUES,
 )
 
@@ -586,24 +871,41 @@ def test_hostile_values_in_every_preset_field(doc):
     if code == 0:
         shlex.split(out.strip())  # quoted: it parses, whatever the names held
         exports = SCRATCH / "exports"
-        code, out, err = cli("launch", "--preset", str(path), "--export", "slurm", "--export", "hostfile",
-                             "--out", str(exports), "--force")
+        code, out, err = cli(
+            "launch",
+            "--preset",
+            str(path),
+            "--export",
+            "slurm",
+            "--export",
+            "hostfile",
+            "--out",
+            str(exports),
+            "--force",
+        )
         assert_clean((code, out, err))
         if code == 0:
             script = (exports / "job.sbatch").read_text()
             body = re.sub(r"<<'PARADVISOR_PLAN'\n.*?\nPARADVISOR_PLAN\n", "", script, flags=re.DOTALL)
             assert "touch pwned" not in body and "$(" not in body.replace("$(scontrol", ""), body
-            assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True,
-                                  check=False).returncode == 0
+            assert (
+                subprocess.run(
+                    ["bash", "-n"], input=script, text=True, capture_output=True, check=False
+                ).returncode
+                == 0
+            )
     assert not (SCRATCH / "runs").exists()
 
 
 # ---- broken run directories (issue 14) -----------------------------------------------------------------------------
 
-GOOD_RECORDS = [{"kind": "start", "rank": 0, "time": 1.0e9, "world_size": 2},
-                {"kind": "step", "rank": 0, "step": 1, "loss": 2.0, "step_time_s": 0.1, "world_size": 2},
-                {"kind": "step", "rank": 1, "step": 1, "loss": 2.1, "step_time_s": 0.2, "samples_per_s": 3.0},
-                {"kind": "outer", "rank": 0, "round": 1, "sync_wait_s": 0.5}, {"kind": "end", "world_size": 2}]
+GOOD_RECORDS = [
+    {"kind": "start", "rank": 0, "time": 1.0e9, "world_size": 2},
+    {"kind": "step", "rank": 0, "step": 1, "loss": 2.0, "step_time_s": 0.1, "world_size": 2},
+    {"kind": "step", "rank": 1, "step": 1, "loss": 2.1, "step_time_s": 0.2, "samples_per_s": 3.0},
+    {"kind": "outer", "rank": 0, "round": 1, "sync_wait_s": 0.5},
+    {"kind": "end", "world_size": 2},
+]
 
 
 @st.composite
@@ -615,8 +917,9 @@ def metrics_lines(draw) -> bytes:
             lines.append(json.dumps(draw(st.sampled_from(GOOD_RECORDS))).encode())
         elif kind == 2:  # a good record with one field mutated
             rec = copy.deepcopy(draw(st.sampled_from(GOOD_RECORDS)))
-            rec[draw(st.sampled_from(["kind", "rank", "step", "loss", "step_time_s", "world_size", "round"]))] = \
-                draw(SCALARS)
+            rec[
+                draw(st.sampled_from(["kind", "rank", "step", "loss", "step_time_s", "world_size", "round"]))
+            ] = draw(SCALARS)
             lines.append(json.dumps(rec, allow_nan=True).encode())
         elif kind == 3:
             lines.append(json.dumps(draw(VALUES), allow_nan=True).encode())
@@ -629,11 +932,29 @@ def metrics_lines(draw) -> bytes:
 
 
 STATUS_DOCS = st.one_of(
-    st.builds(lambda st_, extra: json.dumps({"status": st_, **extra}, allow_nan=True),
-              st.sampled_from(["running", "finished", "failed", "cancelled", "interrupted", "", "weird"]),
-              st.dictionaries(st.sampled_from(["pid", "started", "ended", "reason", "failed_rank", "exit_code",
-                                               "label", "last_log_lines", "hung", "replan", "launcher_pid"]),
-                              SCALARS | st.lists(SCALARS, max_size=2), max_size=4)),
+    st.builds(
+        lambda st_, extra: json.dumps({"status": st_, **extra}, allow_nan=True),
+        st.sampled_from(["running", "finished", "failed", "cancelled", "interrupted", "", "weird"]),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "pid",
+                    "started",
+                    "ended",
+                    "reason",
+                    "failed_rank",
+                    "exit_code",
+                    "label",
+                    "last_log_lines",
+                    "hung",
+                    "replan",
+                    "launcher_pid",
+                ]
+            ),
+            SCALARS | st.lists(SCALARS, max_size=2),
+            max_size=4,
+        ),
+    ),
     VALUES.map(lambda v: json.dumps(v, allow_nan=True)),
     st.text(max_size=20),
 )
@@ -664,14 +985,22 @@ def test_broken_run_directories_never_break_monitor_or_runs(metrics, status):
 
 # ---- human output carries no control characters (issue 14) -----------------------------------------------------------
 
+
 @settings(max_examples=n(150))
 @given(st.text(min_size=1, max_size=12), st.text(max_size=12), st.text(max_size=12))
 def test_names_from_files_reach_the_terminal_escaped(name, note, description):
-    text = tomli_w.dumps({"name": name, "description": description,
-                          "node": [{"name": name, "notes": note, "gpus": [{"type": "A100", "count": 2}]}]})
+    text = tomli_w.dumps(
+        {
+            "name": name,
+            "description": description,
+            "node": [{"name": name, "notes": note, "gpus": [{"type": "A100", "count": 2}]}],
+        }
+    )
     path = write("names.toml", text)
-    for argv in (["detect", "--cluster", str(path), "--no-local"],
-                 ["recommend", "--cluster", str(path), "--model", "gpt2", "--top", "1"]):
+    for argv in (
+        ["detect", "--cluster", str(path), "--no-local"],
+        ["recommend", "--cluster", str(path), "--model", "gpt2", "--top", "1"],
+    ):
         code, out, err = cli(*argv)
         assert_clean((code, out, err))
         assert not any(not c.isprintable() and c not in "\n\t" for c in out + err), (out, err)
@@ -679,15 +1008,28 @@ def test_names_from_files_reach_the_terminal_escaped(name, note, description):
 
 # ---- remote probe replies of any shape (issue 14) ----------------------------------------------------------------------
 
+
 def _probe_reply() -> dict:
     from paradvisor.hardware.probe import probe
 
     doc = probe()
-    doc["nvidia"] = doc.get("nvidia") or {"driver_version": "550.54", "cuda_version": "12.4", "gpus": [],
-                                          "topology": []}
+    doc["nvidia"] = doc.get("nvidia") or {
+        "driver_version": "550.54",
+        "cuda_version": "12.4",
+        "gpus": [],
+        "topology": [],
+    }
     doc["nvidia"].setdefault("gpus", []).append(
-        {"name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * 2**30, "memory_free_bytes": 2**30,
-         "utilization_pct": 3.0, "compute_capability": "8.0", "mig_mode": False, "mig_instances": []})
+        {
+            "name": "NVIDIA A100-SXM4-80GB",
+            "memory_total_bytes": 80 * 2**30,
+            "memory_free_bytes": 2**30,
+            "utilization_pct": 3.0,
+            "compute_capability": "8.0",
+            "mig_mode": False,
+            "mig_instances": [],
+        }
+    )
     return doc
 
 

@@ -54,14 +54,19 @@ def write_preset(tmp_path: Path, file: str = "p", **changes) -> Path:
 
 # ---- typed checks derived from the dataclasses --------------------------------------------------------------------
 
+
 def every_field():
     from dataclasses import fields
 
     from paradvisor.plan.types import Plan, Workload
     from paradvisor.rundir.preset import LaunchSettings, TrainSettings
 
-    for section, cls in (("train", TrainSettings), ("launch", LaunchSettings), ("plan", Plan),
-                         ("workload", Workload)):
+    for section, cls in (
+        ("train", TrainSettings),
+        ("launch", LaunchSettings),
+        ("plan", Plan),
+        ("workload", Workload),
+    ):
         for f in fields(cls):
             yield section, f.name
 
@@ -76,7 +81,9 @@ def test_every_preset_field_is_type_checked(section, field, tmp_path):
 
     cls = {"train": TrainSettings, "launch": LaunchSettings, "plan": Plan, "workload": Workload}[section]
     wants_table = "dict" in str(hints(cls)[field])
-    p = write_preset(tmp_path, **{f"{section}__{field}": "$(touch pwned)" if wants_table else {"x": "$(touch)"}})
+    p = write_preset(
+        tmp_path, **{f"{section}__{field}": "$(touch pwned)" if wants_table else {"x": "$(touch)"}}
+    )
     with pytest.raises(InputError) as exc:
         load_preset(p)
     assert f"{section}.{field}" in str(exc.value), str(exc.value)
@@ -101,8 +108,12 @@ def test_a_new_field_is_checked_without_listing_it():
     from paradvisor.typed import from_table
 
     assert from_table(Future, {"procs_per_node": [2, 4]}, str) == {"procs_per_node": (2, 4)}
-    for bad, what in (({"procs_per_node": ["2"]}, "expected an integer"), ({"procs_per_node": [-1]}, "at least 0"),
-                      ({"note": "a\x1bb"}, "control character"), ({"note": 3}, "expected a string")):
+    for bad, what in (
+        ({"procs_per_node": ["2"]}, "expected an integer"),
+        ({"procs_per_node": [-1]}, "at least 0"),
+        ({"note": "a\x1bb"}, "control character"),
+        ({"note": 3}, "expected a string"),
+    ):
         with pytest.raises(InputError, match=what):
             from_table(Future, bad, str)
 
@@ -131,8 +142,9 @@ def test_dry_run_command_is_shell_quoted(tmp_path):
     argv = shlex.split(line)  # what a shell would run when the line is pasted
     assert argv[argv.index("--rdzv-id") + 1] == PAYLOAD
     subprocess.run(["sh", "-n", "-c", line], check=True)  # parses; and running `echo` of it touches nothing:
-    subprocess.run(["sh", "-c", "echo " + line[line.index("--rdzv-id"):]], check=True, cwd=tmp_path,
-                   capture_output=True)
+    subprocess.run(
+        ["sh", "-c", "echo " + line[line.index("--rdzv-id") :]], check=True, cwd=tmp_path, capture_output=True
+    )
     assert not (tmp_path / "pwned").exists()
 
 
@@ -176,6 +188,7 @@ def test_export_folder_stays_inside_exports(tmp_path):
 
 # ---- escaping on output ---------------------------------------------------------------------------------------------
 
+
 def hostile_run_dir(tmp_path: Path, status) -> Path:
     d = tmp_path / "runs" / f"20250101-000000-evil{ESC}[2J"
     d.mkdir(parents=True)
@@ -185,9 +198,17 @@ def hostile_run_dir(tmp_path: Path, status) -> Path:
 
 
 def test_control_characters_from_files_never_reach_the_terminal(tmp_path):
-    d = hostile_run_dir(tmp_path, {"status": "failed", "reason": f"boom{ESC}]0;owned\x07{ESC}[2J",
-                                   "label": f"[/red]{ESC}[31m", "last_log_lines": [f"x{ESC}[1;1H\r"],
-                                   "failed_rank": 0, "exit_code": 1})
+    d = hostile_run_dir(
+        tmp_path,
+        {
+            "status": "failed",
+            "reason": f"boom{ESC}]0;owned\x07{ESC}[2J",
+            "label": f"[/red]{ESC}[31m",
+            "last_log_lines": [f"x{ESC}[1;1H\r"],
+            "failed_rank": 0,
+            "exit_code": 1,
+        },
+    )
     for argv in (["monitor", str(d), "--once"], ["runs", "--runs-dir", str(d.parent)]):
         proc = run_cli(*argv)
         assert proc.returncode in (0, 1), proc.stderr
@@ -199,11 +220,15 @@ def test_control_characters_from_files_never_reach_the_terminal(tmp_path):
 
 def test_markup_in_names_is_printed_as_text(tmp_path):
     c = tmp_path / "c.toml"
-    c.write_text('name = "[/red]cluster[bold]"\n[[node]]\nname = "[/bold]node"\ngpus = [{ type = "A100", count = 2 }]\n'
-                 'notes = "[link=file:///etc]x[/link]"\n')
+    c.write_text(
+        'name = "[/red]cluster[bold]"\n[[node]]\nname = "[/bold]node"\ngpus = [{ type = "A100", count = 2 }]\n'
+        'notes = "[link=file:///etc]x[/link]"\n'
+    )
     proc = run_cli("detect", "--cluster", str(c), "--no-local")
     assert proc.returncode == 0, proc.stderr
-    assert "[/red]cluster[bold]" in proc.stdout and "[/bold]node" in proc.stdout and "[link=file" in proc.stdout
+    assert (
+        "[/red]cluster[bold]" in proc.stdout and "[/bold]node" in proc.stdout and "[link=file" in proc.stdout
+    )
 
 
 def test_output_escapers():
@@ -220,10 +245,21 @@ def test_tui_shows_hostile_names_as_text(tmp_path):
     from paradvisor.tui.app import ParadvisorApp
 
     c = tmp_path / "c.toml"
-    c.write_text('name = "[/b]c"\n[[node]]\nname = "[/yellow]n[b]"\nnotes = "[/red]"\n'
-                 'gpus = [{ type = "A100", count = 2 }]\n')
-    d = hostile_run_dir(tmp_path, {"status": "failed", "reason": f"x{ESC}[2J[/red]", "failed_rank": 0,
-                                   "exit_code": 1, "label": "[/b]", "last_log_lines": [f"{ESC}[31m"]})
+    c.write_text(
+        'name = "[/b]c"\n[[node]]\nname = "[/yellow]n[b]"\nnotes = "[/red]"\n'
+        'gpus = [{ type = "A100", count = 2 }]\n'
+    )
+    d = hostile_run_dir(
+        tmp_path,
+        {
+            "status": "failed",
+            "reason": f"x{ESC}[2J[/red]",
+            "failed_rank": 0,
+            "exit_code": 1,
+            "label": "[/b]",
+            "last_log_lines": [f"{ESC}[31m"],
+        },
+    )
 
     async def go():
         app = ParadvisorApp(cluster=str(c), runs_dir=str(tmp_path / "runs"), live=False, open_run=str(d))
@@ -241,11 +277,24 @@ def test_tui_shows_hostile_names_as_text(tmp_path):
 
 # ---- a remote probe reply of the wrong shape loses only that host ---------------------------------------------------
 
-@pytest.mark.parametrize("reply", ["", "[]", "null", '{"cpu": "x"}', '{"nvidia": {"gpus": [{"name": 3}]}}',
-                                   '{"nvidia": {"gpus": 5}}', '{"cpu": {"logical": "many"}}', "NaN",
-                                   '{"nvidia": {"gpus": [{"name": "A100", "memory_total_bytes": "big"}]}}',
-                                   '{"nvidia": {"topology": [1]}, "cpu": {"ram_total_bytes": 1e400}}',
-                                   "[" * 5000 + "]" * 5000, '{"hostname": "h\\u001b[2J"}'])
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "",
+        "[]",
+        "null",
+        '{"cpu": "x"}',
+        '{"nvidia": {"gpus": [{"name": 3}]}}',
+        '{"nvidia": {"gpus": 5}}',
+        '{"cpu": {"logical": "many"}}',
+        "NaN",
+        '{"nvidia": {"gpus": [{"name": "A100", "memory_total_bytes": "big"}]}}',
+        '{"nvidia": {"topology": [1]}, "cpu": {"ram_total_bytes": 1e400}}',
+        "[" * 5000 + "]" * 5000,
+        '{"hostname": "h\\u001b[2J"}',
+    ],
+)
 def test_a_wrong_probe_reply_makes_only_that_host_offline(reply):
     from paradvisor.hardware.remote import node_from_reply
 
@@ -260,15 +309,34 @@ def test_a_wrong_probe_reply_makes_only_that_host_offline(reply):
 
 # ---- private run files ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_files_in_an_existing_run_dir_are_private_under_a_permissive_umask(tmp_path):
     run_dir = tmp_path / "existing"
     run_dir.mkdir(mode=0o777)
     os.chmod(run_dir, 0o777)
     p = variant(tmp_path, "private", train={"steps": 2})
-    proc = subprocess.run(["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, "-m", "paradvisor", "launch",
-                           "--preset", str(p), "--run-dir", str(run_dir)], check=False, capture_output=True, text=True,
-                          timeout=300, cwd=str(REPO))
+    proc = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'umask 000 && exec "$@"',
+            "sh",
+            sys.executable,
+            "-m",
+            "paradvisor",
+            "launch",
+            "--preset",
+            str(p),
+            "--run-dir",
+            str(run_dir),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(REPO),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     found = list(run_dir.rglob("*"))
@@ -280,6 +348,7 @@ def test_files_in_an_existing_run_dir_are_private_under_a_permissive_umask(tmp_p
 
 # ---- bounded reading ------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def fifo(tmp_path):
     p = tmp_path / "fifo.toml"
@@ -287,8 +356,14 @@ def fifo(tmp_path):
     return p
 
 
-@pytest.mark.parametrize("argv", [["launch", "--preset", "{f}", "--dry-run"], ["detect", "--cluster", "{f}", "--no-local"],
-                                  ["recommend", "--cluster", "{f}", "--model", "gpt2"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launch", "--preset", "{f}", "--dry-run"],
+        ["detect", "--cluster", "{f}", "--no-local"],
+        ["recommend", "--cluster", "{f}", "--model", "gpt2"],
+    ],
+)
 def test_a_fifo_is_refused_not_waited_for(argv, fifo):
     proc = run_cli(*[a.replace("{f}", str(fifo)) for a in argv], timeout=60)
     assert_one_line_error(proc, "is a FIFO, expected a TOML file (a regular file)")
@@ -319,14 +394,20 @@ def test_a_huge_file_is_refused_without_reading_it(tmp_path):
     big = tmp_path / "big.toml"
     with open(big, "wb") as f:  # sparse: costs no disk
         f.truncate(MAX_FILE_BYTES + 1)
-    assert_one_line_error(run_cli("detect", "--cluster", str(big), "--no-local"), "more than the 16,777,216 bytes")
+    assert_one_line_error(
+        run_cli("detect", "--cluster", str(big), "--no-local"), "more than the 16,777,216 bytes"
+    )
 
 
 def test_deep_nesting_and_non_finite_numbers_in_any_file(tmp_path):
     from paradvisor.safeio import parse_json
 
-    for text, what in (("[" * 100_000 + "]" * 100_000, "nested deeper"), ('{"a": Infinity}', "Infinity"),
-                       ('{"a": -Infinity}', "-Infinity"), ('{"a": 1e999}', "inf is not a finite number")):
+    for text, what in (
+        ("[" * 100_000 + "]" * 100_000, "nested deeper"),
+        ('{"a": Infinity}', "Infinity"),
+        ('{"a": -Infinity}', "-Infinity"),
+        ('{"a": 1e999}', "inf is not a finite number"),
+    ):
         with pytest.raises(InputError, match=what):
             parse_json(text, "x.json")
     t = tmp_path / "deep.toml"
@@ -338,20 +419,52 @@ def test_deep_nesting_and_non_finite_numbers_in_any_file(tmp_path):
 
 # ---- bounds on counts -------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["recommend", "--model", "gpt2", "--gpus", "1000000000", "--gpu-type", "A100"], "--gpus: 1000000000 is beyond"),
-    (["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--seq-len", "99999999999"], "beyond"),
-    (["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--global-batch", "10000000000"], "beyond"),
-    (["sharding", "--model", "vgg16", "--workers", "1000000000000"], "--workers: 1000000000000 is beyond"),
-    (["launch", "--preset", str(SMOKE), "--nproc-per-node", "100000", "--dry-run"], "--nproc-per-node"),
-    (["launch", "--preset", str(SMOKE), "--steps", "100000000000", "--dry-run"], "--steps"),
-    (["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--top", "99999999"], "--top"),
-    (["launch", "--preset", str(SMOKE), "--lr", "nan", "--dry-run"], "'nan' is not a finite number"),
-    (["launch", "--preset", str(SMOKE), "--hang-timeout", "inf", "--dry-run"], "'inf' is not a finite number"),
-    (["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--margin", "nan"], "not a finite"),
-    (["monitor", "runs", "--interval", "1e308"], "--interval"),
-    (["detect", "--timeout=-inf"], "not a finite number"),
-])
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (
+            ["recommend", "--model", "gpt2", "--gpus", "1000000000", "--gpu-type", "A100"],
+            "--gpus: 1000000000 is beyond",
+        ),
+        (
+            ["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--seq-len", "99999999999"],
+            "beyond",
+        ),
+        (
+            [
+                "recommend",
+                "--model",
+                "gpt2",
+                "--gpus",
+                "8",
+                "--gpu-type",
+                "A100",
+                "--global-batch",
+                "10000000000",
+            ],
+            "beyond",
+        ),
+        (
+            ["sharding", "--model", "vgg16", "--workers", "1000000000000"],
+            "--workers: 1000000000000 is beyond",
+        ),
+        (["launch", "--preset", str(SMOKE), "--nproc-per-node", "100000", "--dry-run"], "--nproc-per-node"),
+        (["launch", "--preset", str(SMOKE), "--steps", "100000000000", "--dry-run"], "--steps"),
+        (["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--top", "99999999"], "--top"),
+        (["launch", "--preset", str(SMOKE), "--lr", "nan", "--dry-run"], "'nan' is not a finite number"),
+        (
+            ["launch", "--preset", str(SMOKE), "--hang-timeout", "inf", "--dry-run"],
+            "'inf' is not a finite number",
+        ),
+        (
+            ["recommend", "--model", "gpt2", "--gpus", "8", "--gpu-type", "A100", "--margin", "nan"],
+            "not a finite",
+        ),
+        (["monitor", "runs", "--interval", "1e308"], "--interval"),
+        (["detect", "--timeout=-inf"], "not a finite number"),
+    ],
+)
 def test_every_count_and_number_has_a_bound(argv, fragment):
     assert_one_line_error(run_cli(*argv, timeout=60), fragment)
 
@@ -360,8 +473,13 @@ def test_cluster_node_and_gpu_counts_are_bounded(tmp_path):
     from paradvisor.limits import MAX_NODES
 
     c = tmp_path / "many.toml"
-    c.write_text("[network]\nkind = \"ethernet\"\n" + "".join(
-        f'[[node]]\nname = "n{i}"\ngpus = [{{ type = "A100", count = 1 }}]\n' for i in range(MAX_NODES + 1)))
+    c.write_text(
+        '[network]\nkind = "ethernet"\n'
+        + "".join(
+            f'[[node]]\nname = "n{i}"\ngpus = [{{ type = "A100", count = 1 }}]\n'
+            for i in range(MAX_NODES + 1)
+        )
+    )
     assert_one_line_error(run_cli("detect", "--cluster", str(c), "--no-local"), f"at most {MAX_NODES:,}")
 
 
@@ -372,8 +490,10 @@ def test_ten_thousand_rules_load_in_linear_time(tmp_path):
     from paradvisor.limits import MAX_RULES
     from paradvisor.tomlfile import KeyLocator
 
-    rule = ('[[rule]]\nid = "r{i}"\ntitle = "t"\nwhen = "plan.tp > 1"\neffect = "tip"\nexplain = "x"\n'
-            '[rule.source]\npaper = "p"\nwhere = "w"\n')
+    rule = (
+        '[[rule]]\nid = "r{i}"\ntitle = "t"\nwhen = "plan.tp > 1"\neffect = "tip"\nexplain = "x"\n'
+        '[rule.source]\npaper = "p"\nwhere = "w"\n'
+    )
     d = tmp_path / "many"
     d.mkdir()
     text = "".join(rule.format(i=i) for i in range(MAX_RULES - 16))  # room for the 16 shipped rules
@@ -389,19 +509,42 @@ def test_ten_thousand_rules_load_in_linear_time(tmp_path):
 
 # ---- tolerant run readers ---------------------------------------------------------------------------------------------
 
+
 def broken_run(tmp_path: Path, status="auto") -> Path:
     d = tmp_path / "runs" / "20250101-000000-broken"
     d.mkdir(parents=True)
     (d / "plan.toml").write_text(SMOKE.read_text())
-    good = {"kind": "step", "rank": 0, "step": 1, "loss": 2.5, "step_time_s": 0.1, "samples_per_s": 80.0,
-            "mem_model_state_bytes": 1000, "world_size": 2}
-    lines = [json.dumps({"kind": "start", "rank": 0, "time": time.time(), "world_size": 2}), json.dumps(good),
-             "garbage", "[1, 2]", '"a string"', json.dumps({**good, "step": "two"}), "\xff\xfe",
-             json.dumps({**good, "step": 2, "loss": 2.0}), '{"kind": "step", "rank": 0, "st']  # truncated last line
+    good = {
+        "kind": "step",
+        "rank": 0,
+        "step": 1,
+        "loss": 2.5,
+        "step_time_s": 0.1,
+        "samples_per_s": 80.0,
+        "mem_model_state_bytes": 1000,
+        "world_size": 2,
+    }
+    lines = [
+        json.dumps({"kind": "start", "rank": 0, "time": time.time(), "world_size": 2}),
+        json.dumps(good),
+        "garbage",
+        "[1, 2]",
+        '"a string"',
+        json.dumps({**good, "step": "two"}),
+        "\xff\xfe",
+        json.dumps({**good, "step": 2, "loss": 2.0}),
+        '{"kind": "step", "rank": 0, "st',
+    ]  # truncated last line
     (d / "metrics.jsonl").write_text("\n".join(lines))
     if status == "auto":
-        status = {"schema": "paradvisor.status/1", "status": "finished", "started": time.time() - 5,
-                  "ended": time.time(), "label": "DDPx2", "world_size": 2}
+        status = {
+            "schema": "paradvisor.status/1",
+            "status": "finished",
+            "started": time.time() - 5,
+            "ended": time.time(),
+            "label": "DDPx2",
+            "world_size": 2,
+        }
     (d / "status.json").write_text(status if isinstance(status, str) else json.dumps(status))
     return d
 
@@ -413,20 +556,35 @@ def test_monitor_and_runs_skip_and_count_what_they_cannot_read(tmp_path):
     s = json.loads(proc.stdout)
     assert s["step"] == 2 and s["loss"] == 2.0 and s["skipped_lines"] == 6
     proc = run_cli("monitor", str(d), "--once")
-    assert proc.returncode == 0 and "skipped what could not be read: 6 line(s) of metrics.jsonl" in proc.stderr
+    assert (
+        proc.returncode == 0 and "skipped what could not be read: 6 line(s) of metrics.jsonl" in proc.stderr
+    )
     listed = run_cli("runs", "--runs-dir", str(d.parent), "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["runs"][0]["skipped_lines"] == 6
 
 
-@pytest.mark.parametrize("status", ["[1, 2]", '"finished"', "null", "{not json", "", '{"status": 7, "started": "x"}',
-                                    '{"status": "running", "pid": "me", "ended": []}', "[" * 10_000])
+@pytest.mark.parametrize(
+    "status",
+    [
+        "[1, 2]",
+        '"finished"',
+        "null",
+        "{not json",
+        "",
+        '{"status": 7, "started": "x"}',
+        '{"status": "running", "pid": "me", "ended": []}',
+        "[" * 10_000,
+    ],
+)
 def test_a_non_object_status_json_never_breaks_monitor_or_runs(tmp_path, status):
     d = broken_run(tmp_path, status)
     (d.parent / "20250101-000001-good").mkdir()
     good = broken_run(tmp_path / "g")
     os.replace(good, d.parent / "20250101-000002-good")
     proc = run_cli("monitor", str(d), "--once", "--json")
-    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] in ("unknown", "interrupted"), proc.stderr
+    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] in ("unknown", "interrupted"), (
+        proc.stderr
+    )
     listed = run_cli("runs", "--runs-dir", str(d.parent), "--json")
     assert listed.returncode == 0, listed.stderr
     runs = json.loads(listed.stdout)["runs"]
@@ -447,8 +605,20 @@ def test_following_a_large_metrics_file_keeps_memory_bounded(tmp_path):
     from paradvisor.monitor.follow import MetricsFollower, summarize
 
     d = broken_run(tmp_path)
-    line = json.dumps({"kind": "step", "rank": 0, "step": 3, "loss": 1.0, "step_time_s": 0.1, "world_size": 2,
-                       "pad": "x" * 150}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "kind": "step",
+                "rank": 0,
+                "step": 3,
+                "loss": 1.0,
+                "step_time_s": 0.1,
+                "world_size": 2,
+                "pad": "x" * 150,
+            }
+        )
+        + "\n"
+    )
     with open(d / "metrics.jsonl", "a") as f:
         f.write("\n")
         f.writelines(line * 1000 for _ in range(60))  # ~13 MB in all
@@ -468,18 +638,37 @@ def test_a_run_whose_pid_was_reused_is_not_running(tmp_path):
     from paradvisor.rundir.status import effective_status
 
     me = psutil.Process()
-    d = broken_run(tmp_path, {"status": "running", "pid": os.getpid(), "started": time.time() - 3600,
-                              "launcher_pid": os.getpid(), "launcher_started": me.create_time() - 1000,
-                              "pid_started": me.create_time() - 1000})
+    d = broken_run(
+        tmp_path,
+        {
+            "status": "running",
+            "pid": os.getpid(),
+            "started": time.time() - 3600,
+            "launcher_pid": os.getpid(),
+            "launcher_started": me.create_time() - 1000,
+            "pid_started": me.create_time() - 1000,
+        },
+    )
     assert effective_status(d)["status"] == "interrupted"  # the pid lives, but it is another process now
-    d2 = broken_run(tmp_path / "2", {"status": "running", "pid": os.getpid(), "started": time.time(),
-                                     "launcher_pid": os.getpid(), "launcher_started": me.create_time()})
+    d2 = broken_run(
+        tmp_path / "2",
+        {
+            "status": "running",
+            "pid": os.getpid(),
+            "started": time.time(),
+            "launcher_pid": os.getpid(),
+            "launcher_started": me.create_time(),
+        },
+    )
     assert effective_status(d2)["status"] == "running"
-    legacy = broken_run(tmp_path / "3", {"status": "running", "pid": os.getpid(), "started": me.create_time() - 3600})
+    legacy = broken_run(
+        tmp_path / "3", {"status": "running", "pid": os.getpid(), "started": me.create_time() - 3600}
+    )
     assert effective_status(legacy)["status"] == "interrupted"  # the pid's process started after the run
 
 
 # ---- runs that collide or hang ----------------------------------------------------------------------------------------
+
 
 def test_a_run_directory_is_locked_and_not_reused(tmp_path):
     from paradvisor.launch.runner import prepare_run_dir
@@ -495,8 +684,9 @@ def test_a_run_directory_is_locked_and_not_reused(tmp_path):
         for lock in locks:
             lock.close()
     (run_dir / "status.json").write_text('{"status": "finished"}')
-    assert_one_line_error(run_cli("launch", "--preset", str(SMOKE), "--run-dir", str(run_dir)),
-                          "already holds a run")
+    assert_one_line_error(
+        run_cli("launch", "--preset", str(SMOKE), "--run-dir", str(run_dir)), "already holds a run"
+    )
 
 
 def test_a_fixed_port_is_held_by_one_launch(tmp_path):
@@ -582,40 +772,77 @@ def test_multi_file_exports_are_all_or_nothing(tmp_path, monkeypatch):
 def test_saving_onto_a_device_never_replaces_it(tmp_path):
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
-    proc = run_cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A100", "--save", "/dev/full",
-                   "--force")
+    proc = run_cli(
+        "recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A100", "--save", "/dev/full", "--force"
+    )
     assert_one_line_error(proc, "/dev/full: is a character device; paradvisor only writes regular files")
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["launch", "--preset", str(SMOKE), "--run-dir", "/dev/null/run"], "cannot use this run directory"),
-    (["launch", "--preset", str(SMOKE), "--runs-dir", str(SMOKE)], "cannot use this run directory"),
-    (["launch", "--preset", str(SMOKE), "--export", "slurm", "--out", str(SMOKE)], "cannot create the export folder"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["launch", "--preset", str(SMOKE), "--run-dir", "/dev/null/run"], "cannot use this run directory"),
+        (["launch", "--preset", str(SMOKE), "--runs-dir", str(SMOKE)], "cannot use this run directory"),
+        (
+            ["launch", "--preset", str(SMOKE), "--export", "slurm", "--out", str(SMOKE)],
+            "cannot create the export folder",
+        ),
+    ],
+)
 def test_unusable_run_and_output_folders_are_bad_input(argv, fragment):
     assert_one_line_error(run_cli(*argv), fragment)
 
 
 def test_an_unusable_calibration_file_is_bad_input(tmp_path):
     cal = tmp_path / "cal.json"
-    for text, fragment in (("{", "invalid JSON"), ("[]", "expected a table"), ('{"schema": "x"}', "schema 'x'"),
-                           (('{"schema": "paradvisor.calibration/1", "device": {"name": "c", "tflops": {"fp32": '
-                             '"fast"}, "mem_bw_bytes_per_s": 1}}'), "device.tflops.fp32: expected a number")):
+    for text, fragment in (
+        ("{", "invalid JSON"),
+        ("[]", "expected a table"),
+        ('{"schema": "x"}', "schema 'x'"),
+        (
+            (
+                '{"schema": "paradvisor.calibration/1", "device": {"name": "c", "tflops": {"fp32": '
+                '"fast"}, "mem_bw_bytes_per_s": 1}}'
+            ),
+            "device.tflops.fp32: expected a number",
+        ),
+    ):
         cal.write_text(text)
-        proc = run_cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A100",
-                       env={"PARADVISOR_CALIBRATION": str(cal)})
+        proc = run_cli(
+            "recommend",
+            "--model",
+            "gpt2",
+            "--gpus",
+            "2",
+            "--gpu-type",
+            "A100",
+            env={"PARADVISOR_CALIBRATION": str(cal)},
+        )
         assert_one_line_error(proc, str(cal), fragment)
 
 
 # ---- errors as JSON -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv,code", [
-    (["recommend", "--model", "no-such-model", "--gpus", "2", "--gpu-type", "A100", "--json"], 2),
-    (["recommend", "--model", "gpt2", "--gpus", "nan", "--gpu-type", "A100", "--json"], 2),
-    (["detect", "--cluster", str(REPO / "tests/data/bad/clusters/nan-latency.toml"), "--no-local", "--json"], 2),
-    (["monitor", "/nonexistent/run", "--json"], 2),
-])
+
+@pytest.mark.parametrize(
+    "argv,code",
+    [
+        (["recommend", "--model", "no-such-model", "--gpus", "2", "--gpu-type", "A100", "--json"], 2),
+        (["recommend", "--model", "gpt2", "--gpus", "nan", "--gpu-type", "A100", "--json"], 2),
+        (
+            [
+                "detect",
+                "--cluster",
+                str(REPO / "tests/data/bad/clusters/nan-latency.toml"),
+                "--no-local",
+                "--json",
+            ],
+            2,
+        ),
+        (["monitor", "/nonexistent/run", "--json"], 2),
+    ],
+)
 def test_json_errors_are_documents_on_stdout(argv, code):
     proc = run_cli(*argv)
     assert_one_line_error(proc, code=code)

@@ -60,8 +60,10 @@ def test_trainjob_is_a_valid_trainer_v2_object(cli, tmp_path, name):
     pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     spec = pod["template"]["spec"]["template"]["spec"]
     assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
-    assert "cp /etc/paradvisor/plan.toml" in t["command"][-1] and spec["containers"][0]["volumeMounts"][0][
-        "mountPath"] == "/etc/paradvisor"
+    assert (
+        "cp /etc/paradvisor/plan.toml" in t["command"][-1]
+        and spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/etc/paradvisor"
+    )
     docker = (out / "Dockerfile").read_text()
     assert f"FROM {p.launch.image}\n" in docker and f"paradvisor-{__version__}-py3-none-any.whl" in docker
 
@@ -92,7 +94,16 @@ def test_names_become_dns_1035_labels(tmp_path):
 
 
 def test_bad_image_references_are_refused(cli, tmp_path):
-    proc = cli("launch", "--preset", str(REPO / "presets" / "tiny-cpu-smoke.toml"), "--export", "kubeflow",
-               "--image", "x; rm -rf /", "--out", str(tmp_path / "k"))
+    proc = cli(
+        "launch",
+        "--preset",
+        str(REPO / "presets" / "tiny-cpu-smoke.toml"),
+        "--export",
+        "kubeflow",
+        "--image",
+        "x; rm -rf /",
+        "--out",
+        str(tmp_path / "k"),
+    )
     assert_one_line_error(proc, "--image")
     assert not (tmp_path / "k").exists()

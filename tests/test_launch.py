@@ -21,13 +21,34 @@ from tests.conftest import REPO, assert_one_line_error
 from tests.runs import SMOKE, launch, leftover, metrics, steps_of, variant
 
 PRESETS = sorted((REPO / "presets").glob("*.toml"))
-REQUIRED = {"bert-imdb-ddp", "bert-imdb-tp", "albert-imdb-ddp", "albert-imdb-tp", "mingpt-shakespeare-hetero-ddp",
-            "llama150m-diloco-local-steps", "vgg16-sharded", "tiny-cpu-smoke"}
-STEP_FIELDS = {"step", "rank", "loss", "lr", "samples_per_s", "tokens_per_s", "step_time_s", "sync_wait_s",
-               "mem_params_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_model_state_bytes"}
+REQUIRED = {
+    "bert-imdb-ddp",
+    "bert-imdb-tp",
+    "albert-imdb-ddp",
+    "albert-imdb-tp",
+    "mingpt-shakespeare-hetero-ddp",
+    "llama150m-diloco-local-steps",
+    "vgg16-sharded",
+    "tiny-cpu-smoke",
+}
+STEP_FIELDS = {
+    "step",
+    "rank",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "tokens_per_s",
+    "step_time_s",
+    "sync_wait_s",
+    "mem_params_bytes",
+    "mem_grads_bytes",
+    "mem_optimizer_bytes",
+    "mem_model_state_bytes",
+}
 
 
 # ---- presets ----------------------------------------------------------------------------------------------
+
 
 def test_required_presets_ship():
     assert REQUIRED <= {p.stem for p in PRESETS}
@@ -50,14 +71,17 @@ def test_preset_roundtrip_through_toml(tmp_path):
     assert [n.local_steps for n in q.plan.nodes] == [4, 6]
 
 
-@pytest.mark.parametrize("mutate,fragment", [
-    (lambda d: d["train"].update(stepz=3), "unknown key 'stepz'"),
-    (lambda d: d.update(extra=1), "unknown key 'extra'"),
-    (lambda d: d["plan"].update(sharding="zero9"), "'zero9'"),
-    (lambda d: d["plan"].update(micro_batch=0), "at least 1"),
-    (lambda d: d["train"].update(dataset="imdb"), "needs data_path"),
-    (lambda d: d["workload"].update(seq_len="long"), "expected an integer"),
-])
+@pytest.mark.parametrize(
+    "mutate,fragment",
+    [
+        (lambda d: d["train"].update(stepz=3), "unknown key 'stepz'"),
+        (lambda d: d.update(extra=1), "unknown key 'extra'"),
+        (lambda d: d["plan"].update(sharding="zero9"), "'zero9'"),
+        (lambda d: d["plan"].update(micro_batch=0), "at least 1"),
+        (lambda d: d["train"].update(dataset="imdb"), "needs data_path"),
+        (lambda d: d["workload"].update(seq_len="long"), "expected an integer"),
+    ],
+)
 def test_bad_preset_keys(tmp_path, cli, mutate, fragment):
     doc = tomllib.loads(SMOKE.read_text())
     mutate(doc)
@@ -65,7 +89,9 @@ def test_bad_preset_keys(tmp_path, cli, mutate, fragment):
     p.write_text(tomli_w.dumps(doc))
     with pytest.raises(InputError, match=fragment.replace("(", r"\(")):
         load_preset(p)
-    assert_one_line_error(cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs")), fragment, str(p))
+    assert_one_line_error(
+        cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs")), fragment, str(p)
+    )
     assert not (tmp_path / "runs").exists()
 
 
@@ -75,21 +101,42 @@ def test_broken_toml_names_the_line(tmp_path, cli):
     assert_one_line_error(cli("launch", "--preset", str(p)), f"{p}:", "TOML syntax error")
 
 
-@pytest.mark.parametrize("plan,launch_kw,train,fragment", [
-    ({"dp": 1, "tp": 3, "micro_batch": 8}, {"nproc_per_node": 3}, None, "TP degree 3 does not divide"),
-    ({"dp": 1, "pp": 3, "micro_batch": 2, "grad_accum": 4}, {"nproc_per_node": 3}, None, "PP degree 3 does not divide"),
-    ({"dp": 4}, None, None, "= 2 processes"),
-    (None, None, {"dataset": "imdb", "data_path": "/nonexistent/aclImdb"}, "not an aclImdb folder"),
-    (None, {"hosts": ["no-such-host.invalid"]}, None, "unreachable"),
-    ({"sharding": "zero2", "dp": 1, "tp": 2, "micro_batch": 8}, None, None, "ZeRO runs data-parallel only"),
-    ({"dp": 1, "pp": 2, "micro_batch": 8, "grad_accum": 1}, None, None, "needs at least 2 micro-batches"),
-    ({"dp": 1, "tp": 2, "precision": "fp8", "micro_batch": 8}, None, None, "fp8 training is plan only"),
-    ({"dp": 2, "micro_batch": 4, "offload": "optimizer", "sharding": "none"}, None, None, "CPU offload"),
-    ({"dp": 2, "micro_batch": 4, "offload": "optimizer+params", "sharding": "fsdp"}, None, {"device": "cpu"},
-     "FSDP CPU offload needs a GPU"),
-    ({"dp": 1, "tp": 2, "micro_batch": 8}, {"nproc_per_node": 1, "nnodes": 2, "node_procs": [1, 1],
-                                            "rdzv_endpoint": "127.0.0.1:29999"}, None, "stay inside one node"),
-])
+@pytest.mark.parametrize(
+    "plan,launch_kw,train,fragment",
+    [
+        ({"dp": 1, "tp": 3, "micro_batch": 8}, {"nproc_per_node": 3}, None, "TP degree 3 does not divide"),
+        (
+            {"dp": 1, "pp": 3, "micro_batch": 2, "grad_accum": 4},
+            {"nproc_per_node": 3},
+            None,
+            "PP degree 3 does not divide",
+        ),
+        ({"dp": 4}, None, None, "= 2 processes"),
+        (None, None, {"dataset": "imdb", "data_path": "/nonexistent/aclImdb"}, "not an aclImdb folder"),
+        (None, {"hosts": ["no-such-host.invalid"]}, None, "unreachable"),
+        (
+            {"sharding": "zero2", "dp": 1, "tp": 2, "micro_batch": 8},
+            None,
+            None,
+            "ZeRO runs data-parallel only",
+        ),
+        ({"dp": 1, "pp": 2, "micro_batch": 8, "grad_accum": 1}, None, None, "needs at least 2 micro-batches"),
+        ({"dp": 1, "tp": 2, "precision": "fp8", "micro_batch": 8}, None, None, "fp8 training is plan only"),
+        ({"dp": 2, "micro_batch": 4, "offload": "optimizer", "sharding": "none"}, None, None, "CPU offload"),
+        (
+            {"dp": 2, "micro_batch": 4, "offload": "optimizer+params", "sharding": "fsdp"},
+            None,
+            {"device": "cpu"},
+            "FSDP CPU offload needs a GPU",
+        ),
+        (
+            {"dp": 1, "tp": 2, "micro_batch": 8},
+            {"nproc_per_node": 1, "nnodes": 2, "node_procs": [1, 1], "rdzv_endpoint": "127.0.0.1:29999"},
+            None,
+            "stay inside one node",
+        ),
+    ],
+)
 def test_impossible_plans_fail_before_anything_starts(tmp_path, cli, plan, launch_kw, train, fragment):
     p = variant(tmp_path, "bad", plan, train, launch_kw)
     proc = cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"), timeout=60)
@@ -103,7 +150,9 @@ def test_port_in_use_is_refused(tmp_path, cli):
         s.listen(1)
         port = s.getsockname()[1]
         p = variant(tmp_path, "busy", launch={"master_port": port})
-        assert_one_line_error(cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs")), "in use")
+        assert_one_line_error(
+            cli("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs")), "in use"
+        )
 
 
 def test_dry_run_prints_the_exact_argv_and_starts_nothing(tmp_path, cli):
@@ -118,8 +167,19 @@ def test_dry_run_prints_the_exact_argv_and_starts_nothing(tmp_path, cli):
 
 def test_exports_parse(tmp_path, cli):
     out = tmp_path / "exp"
-    proc = cli("launch", "--preset", str(REPO / "presets" / "bert-imdb-ddp.toml"), "--export", "pytorchjob",
-               "--export", "slurm", "--export", "hostfile", "--out", str(out))
+    proc = cli(
+        "launch",
+        "--preset",
+        str(REPO / "presets" / "bert-imdb-ddp.toml"),
+        "--export",
+        "pytorchjob",
+        "--export",
+        "slurm",
+        "--export",
+        "hostfile",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     cm, job = yaml.safe_load_all((out / "pytorchjob.yaml").read_text())
     assert cm["kind"] == "ConfigMap" and tomllib.loads(cm["data"]["plan.toml"])["plan"]["dp"] == 2
@@ -137,8 +197,15 @@ def test_exports_parse(tmp_path, cli):
     assert ds["train_micro_batch_size_per_gpu"] == 8 and ds["zero_optimization"]["stage"] == 0
     assert (out / "hostfile").read_text() == "node0 slots=2\n"
     assert "deepspeed --hostfile hostfile" in (out / "run.sh").read_text()
-    again = cli("launch", "--preset", str(REPO / "presets" / "bert-imdb-ddp.toml"), "--export", "slurm",
-                "--out", str(out))
+    again = cli(
+        "launch",
+        "--preset",
+        str(REPO / "presets" / "bert-imdb-ddp.toml"),
+        "--export",
+        "slurm",
+        "--out",
+        str(out),
+    )
     assert_one_line_error(again, "already exists")
 
 
@@ -151,11 +218,30 @@ STRATEGIES = {
     "zero3": {"sharding": "zero3"},
     "tp": {"dp": 1, "tp": 2, "micro_batch": 8},
     "pp": {"dp": 1, "pp": 2, "micro_batch": 2, "grad_accum": 4},
-    "diloco": {"diloco": True, "local_steps": 3, "nodes": [
-        {"node": "slow", "gpus": 1, "tflops": 100.0, "relative_speed": 1.0, "batch_per_gpu": 4, "data_share": 0.4,
-         "local_steps": 3},
-        {"node": "fast", "gpus": 1, "tflops": 150.0, "relative_speed": 1.5, "batch_per_gpu": 4, "data_share": 0.6,
-         "local_steps": 5}]},
+    "diloco": {
+        "diloco": True,
+        "local_steps": 3,
+        "nodes": [
+            {
+                "node": "slow",
+                "gpus": 1,
+                "tflops": 100.0,
+                "relative_speed": 1.0,
+                "batch_per_gpu": 4,
+                "data_share": 0.4,
+                "local_steps": 3,
+            },
+            {
+                "node": "fast",
+                "gpus": 1,
+                "tflops": 150.0,
+                "relative_speed": 1.5,
+                "batch_per_gpu": 4,
+                "data_share": 0.6,
+                "local_steps": 5,
+            },
+        ],
+    },
 }
 
 
@@ -236,21 +322,41 @@ def test_two_torchrun_nodes_train_together(tmp_path):
     p_num = port.getsockname()[1]
     port.close()
     run_dir = tmp_path / "shared-run"
-    common = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(SMOKE), "--nnodes", "2",
-              "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{p_num}", "--run-dir", str(run_dir),
-              "--steps", "6"]
-    n0 = subprocess.Popen(common + ["--node-rank", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          cwd=str(REPO))
+    common = [
+        sys.executable,
+        "-m",
+        "paradvisor",
+        "launch",
+        "--preset",
+        str(SMOKE),
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{p_num}",
+        "--run-dir",
+        str(run_dir),
+        "--steps",
+        "6",
+    ]
+    n0 = subprocess.Popen(
+        common + ["--node-rank", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+    )
     time.sleep(0.5)
-    n1 = subprocess.run(common + ["--node-rank", "1"], capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    n1 = subprocess.run(
+        common + ["--node-rank", "1"], capture_output=True, text=True, timeout=300, cwd=str(REPO)
+    )
     out0, err0 = n0.communicate(timeout=300)
     assert n0.returncode == 0 and n1.returncode == 0, (err0[-2000:], n1.stderr[-2000:])
     assert json.loads((run_dir / "status.json").read_text())["status"] == "finished"
     assert json.loads((run_dir / "status-node1.json").read_text())["status"] == "finished"
     starts = [m for m in metrics(run_dir) if m["kind"] == "start"]
     assert {m["rank"] for m in starts} == {0, 1} and all(m["world_size"] == 2 for m in starts)
-
-
 
 
 # ---- issue 17: names, progress, one measurement, a prediction for every run ----------------------------------
@@ -274,7 +380,9 @@ def test_probe_batch_without_a_limit_and_without_a_gpu_is_a_clear_error(cli):
 
 
 @pytest.mark.slow
-def test_launch_reports_progress_lines_then_predicted_vs_measured_and_quiet_prints_only_the_run_dir(tmp_path, cli):
+def test_launch_reports_progress_lines_then_predicted_vs_measured_and_quiet_prints_only_the_run_dir(
+    tmp_path, cli
+):
     """Not a terminal: line-oriented progress (no bar, no carriage returns), then the summary; monitor and
     validate then read the same measured throughput off the run directory, and prediction.json is there."""
     proc = cli("launch", "--preset", "tiny-cpu-smoke", "--runs-dir", str(tmp_path / "runs"), timeout=300)
@@ -292,8 +400,12 @@ def test_launch_reports_progress_lines_then_predicted_vs_measured_and_quiet_prin
     measured = {r["metric"]: r["measured"] for r in val["rows"]}
     assert mon["samples_per_s"] == pytest.approx(measured["throughput (samples/s)"], rel=1e-12)
     assert mon["step_time_s"] == pytest.approx(measured["step time (s)"], rel=1e-12)
-    assert f"samples/s: predicted —, measured {mon['samples_per_s']:.1f}" in err  # the summary: the same figure
-    quiet = cli("launch", "--preset", "tiny-cpu-smoke", "--runs-dir", str(tmp_path / "runs"), "--quiet", timeout=300)
+    assert (
+        f"samples/s: predicted —, measured {mon['samples_per_s']:.1f}" in err
+    )  # the summary: the same figure
+    quiet = cli(
+        "launch", "--preset", "tiny-cpu-smoke", "--runs-dir", str(tmp_path / "runs"), "--quiet", timeout=300
+    )
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     assert len(quiet.stdout.splitlines()) == 1
 
@@ -301,9 +413,21 @@ def test_launch_reports_progress_lines_then_predicted_vs_measured_and_quiet_prin
 def test_measured_step_time_is_the_median_of_the_slowest_rank_per_step():
     from paradvisor.rundir.metrics import MetricsTally
 
-    recs = [{"kind": "step", "rank": r, "step": s, "step_time_s": t} for s, r, t in
-            [(1, 0, 9.0), (1, 1, 9.0), (2, 0, 5.0), (2, 1, 5.0), (3, 0, 0.010), (3, 1, 0.030), (4, 0, 0.020),
-             (4, 1, 0.011), (5, 0, 0.012), (5, 1, 0.013)]]
+    recs = [
+        {"kind": "step", "rank": r, "step": s, "step_time_s": t}
+        for s, r, t in [
+            (1, 0, 9.0),
+            (1, 1, 9.0),
+            (2, 0, 5.0),
+            (2, 1, 5.0),
+            (3, 0, 0.010),
+            (3, 1, 0.030),
+            (4, 0, 0.020),
+            (4, 1, 0.011),
+            (5, 0, 0.012),
+            (5, 1, 0.013),
+        ]
+    ]
     t = MetricsTally.of(recs)
     assert t.measured_step_time() == pytest.approx(0.020)  # median of 0.030, 0.020, 0.013: warm-up left out
     assert t.step_points()[:2] == [(1, 9.0), (2, 5.0)]

@@ -13,13 +13,19 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"]
+LINT = [
+    sys.executable,
+    "-c",
+    "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())",
+]
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """`lint-imports` over the package under root/src, with root/pyproject.toml's contracts (no cache files)."""
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    return subprocess.run([*LINT, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*LINT, "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_import_contracts_hold():
@@ -30,8 +36,11 @@ def test_the_import_contracts_hold():
 
 def test_a_broken_contract_fails_the_check(tmp_path):
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    shutil.copytree(REPO / "src" / "paradvisor", tmp_path / "src" / "paradvisor",
-                    ignore=shutil.ignore_patterns("__pycache__", "data", "*.json", "*.svg"))
+    shutil.copytree(
+        REPO / "src" / "paradvisor",
+        tmp_path / "src" / "paradvisor",
+        ignore=shutil.ignore_patterns("__pycache__", "data", "*.json", "*.svg"),
+    )
     pkg = tmp_path / "src" / "paradvisor"
 
     def append(rel: str, line: str) -> None:
@@ -63,8 +72,9 @@ print(code, ",".join(heavy) or "none", out.getvalue().count("torch.distributed.r
 
 def _light(*args: str) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    res = subprocess.run([sys.executable, "-c", LIGHT, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", LIGHT, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     return res.stdout.split()
 
@@ -77,8 +87,12 @@ def test_the_preflight_and_a_dry_run_import_no_torch():
     code, heavy, torchruns = _light("launch", "--preset", "bert-imdb-tp", "--dry-run")  # a transformers model
     assert code == "0" and heavy == "none" and int(torchruns) >= 1
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    probe = ("import sys; from paradvisor.launch.preflight import validate; from paradvisor.rundir.preset import "
-             "load_preset; validate(load_preset('presets/tiny-cpu-smoke.toml'), reach=False); "
-             "import paradvisor.monitor.follow, paradvisor.launch.runner; print('torch' in sys.modules)")
-    res = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    probe = (
+        "import sys; from paradvisor.launch.preflight import validate; from paradvisor.rundir.preset import "
+        "load_preset; validate(load_preset('presets/tiny-cpu-smoke.toml'), reach=False); "
+        "import paradvisor.monitor.follow, paradvisor.launch.runner; print('torch' in sys.modules)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert res.stdout.strip() == "False", res.stdout + res.stderr[-2000:]

@@ -15,31 +15,59 @@ TRANSFORMER_BUILTINS = [n for n in builtin_names() if n != "vgg16"]
 
 
 def test_required_builtins_exist():
-    required = {"bert-base-uncased", "bert-large-uncased", "albert-base-v2", "gpt2", "gpt2-medium", "gpt2-large",
-                "gpt2-xl", "llama-150m", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
-                "mistral-7b", "gpt-mini", "vgg16",
-                # models people train now (issue 15)
-                "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b",
-                "gemma-2-2b", "gemma-2-9b", "phi-3-mini", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "olmoe-1b-7b",
-                "deepseek-v2-lite"}
+    required = {
+        "bert-base-uncased",
+        "bert-large-uncased",
+        "albert-base-v2",
+        "gpt2",
+        "gpt2-medium",
+        "gpt2-large",
+        "gpt2-xl",
+        "llama-150m",
+        "llama-2-7b",
+        "llama-2-13b",
+        "llama-2-70b",
+        "llama-3-8b",
+        "llama-3-70b",
+        "mistral-7b",
+        "gpt-mini",
+        "vgg16",
+        # models people train now (issue 15)
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "llama-3.1-405b",
+        "qwen2.5-0.5b",
+        "qwen2.5-7b",
+        "qwen2.5-72b",
+        "gemma-2-2b",
+        "gemma-2-9b",
+        "phi-3-mini",
+        "mixtral-8x7b",
+        "qwen1.5-moe-a2.7b",
+        "olmoe-1b-7b",
+        "deepseek-v2-lite",
+    }
     assert required <= set(builtin_names())
 
 
-@pytest.mark.parametrize("name,count", [
-    ("bert-base-uncased", 109_482_240),
-    ("llama-2-7b", 6_738_415_616),
-    ("vgg16", 138_357_544),
-    ("gpt2", 124_439_808),
-    ("albert-base-v2", 11_683_584),
-    # the counts their model cards give (8.03B, 70.6B, 405.9B, 7.62B, 9.24B, 3.82B, 46.7B)
-    ("llama-3.1-8b", 8_030_261_248),
-    ("llama-3.1-70b", 70_553_706_496),
-    ("llama-3.1-405b", 405_853_388_800),
-    ("qwen2.5-7b", 7_615_616_512),
-    ("gemma-2-9b", 9_241_705_984),
-    ("phi-3-mini", 3_821_079_552),
-    ("mixtral-8x7b", 46_702_792_704),
-])
+@pytest.mark.parametrize(
+    "name,count",
+    [
+        ("bert-base-uncased", 109_482_240),
+        ("llama-2-7b", 6_738_415_616),
+        ("vgg16", 138_357_544),
+        ("gpt2", 124_439_808),
+        ("albert-base-v2", 11_683_584),
+        # the counts their model cards give (8.03B, 70.6B, 405.9B, 7.62B, 9.24B, 3.82B, 46.7B)
+        ("llama-3.1-8b", 8_030_261_248),
+        ("llama-3.1-70b", 70_553_706_496),
+        ("llama-3.1-405b", 405_853_388_800),
+        ("qwen2.5-7b", 7_615_616_512),
+        ("gemma-2-9b", 9_241_705_984),
+        ("phi-3-mini", 3_821_079_552),
+        ("mixtral-8x7b", 46_702_792_704),
+    ],
+)
 def test_reference_counts(name, count):
     assert load_profile(name).total_params == count
 
@@ -86,8 +114,13 @@ def test_vgg16_agrees_with_a_torch_build():
         else:
             mods += [nn.Conv2d(c, v, 3, padding=1, device="meta"), nn.ReLU()]
             c = v
-    net = nn.Sequential(*mods, nn.Flatten(), nn.Linear(512 * 7 * 7, 4096, device="meta"),
-                        nn.Linear(4096, 4096, device="meta"), nn.Linear(4096, 1000, device="meta"))
+    net = nn.Sequential(
+        *mods,
+        nn.Flatten(),
+        nn.Linear(512 * 7 * 7, 4096, device="meta"),
+        nn.Linear(4096, 4096, device="meta"),
+        nn.Linear(4096, 1000, device="meta"),
+    )
     assert sum(p.numel() for p in net.parameters()) == load_profile("vgg16").total_params
 
 
@@ -99,8 +132,15 @@ def test_llama_shapes():
 
 
 def test_hf_config_folder_on_meta_device(tmp_path, cli):
-    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 64, "n_head": 4,
-           "vocab_size": 100, "n_positions": 32}
+    cfg = {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "n_layer": 2,
+        "n_embd": 64,
+        "n_head": 4,
+        "vocab_size": 100,
+        "n_positions": 32,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     prof = load_profile(str(tmp_path))
     assert prof.architecture == "GPT2LMHeadModel"
@@ -113,13 +153,16 @@ def test_hf_config_folder_on_meta_device(tmp_path, cli):
     assert json.loads(proc.stdout)["total_params"] == prof.total_params
 
 
-@pytest.mark.parametrize("content,fragment", [
-    (None, "folder has no config.json"),
-    ("{ not json", "invalid JSON"),
-    ('{"hidden_size": 8}', "missing 'model_type'"),
-    ('{"model_type": "no-such-arch"}', "model_type 'no-such-arch' is not one transformers"),
-    ('[1, 2]', "expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (None, "folder has no config.json"),
+        ("{ not json", "invalid JSON"),
+        ('{"hidden_size": 8}', "missing 'model_type'"),
+        ('{"model_type": "no-such-arch"}', "model_type 'no-such-arch' is not one transformers"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+)
 def test_bad_hf_configs(tmp_path, cli, content, fragment):
     if content is not None:
         (tmp_path / "config.json").write_text(content)
@@ -135,9 +178,11 @@ def test_unknown_model_suggests_close_names(cli):
 
 
 def test_builtin_profiling_imports_no_heavy_library():
-    code = ("import sys; from paradvisor.cli import main; main(['model', 'llama-2-70b', '--json']); "
-            "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'textual') if m in sys.modules]; "
-            "sys.stderr.write(repr(heavy))")
+    code = (
+        "import sys; from paradvisor.cli import main; main(['model', 'llama-2-70b', '--json']); "
+        "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'textual') if m in sys.modules]; "
+        "sys.stderr.write(repr(heavy))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "[]"

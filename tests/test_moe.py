@@ -82,8 +82,13 @@ def test_compute_follows_active_parameters():
     mf, dense_read = ModelFacts.of(p), ModelFacts.of(p, moe=False)
     assert mf.shape.ffn == 2 * 14336 and dense_read.shape.ffn == 14336
     f = transformer_flops_per_token(mf.shape, seq=4096, layers=32, lm_head=True, checkpointing="none")
-    two_wide = transformer_flops_per_token(replace(s, ffn=2 * s.ffn, num_experts=0, moe_layers=0), seq=4096,
-                                           layers=32, lm_head=True, checkpointing="none")
+    two_wide = transformer_flops_per_token(
+        replace(s, ffn=2 * s.ffn, num_experts=0, moe_layers=0),
+        seq=4096,
+        layers=32,
+        lm_head=True,
+        checkpointing="none",
+    )
     assert f == two_wide
     topo = Topology.of(single_node_cluster("H100", 8))
     plan = Plan(dp=8, sharding="fsdp", micro_batch=1, grad_accum=8)
@@ -114,7 +119,9 @@ def test_router_and_dispatch_activations_and_checkpointing():
     dense_same_shape = replace(mf, moe=None)  # the same active FFN width, without router and dispatch
     plan = Plan(dp=8, sharding="fsdp", micro_batch=1, grad_accum=8)
     extra = moe.layer_activation_bytes(hidden=4096, experts=8, top_k=2, seq=4096, micro_batch=1, act_bytes=2)
-    assert extra["stored"] == pytest.approx(4096 * (8 * 8 + 2 * 12) + 4096 * 2 * 2 * 4096 * 2 * moe.CAPACITY_FACTOR)
+    assert extra["stored"] == pytest.approx(
+        4096 * (8 * 8 + 2 * 12) + 4096 * 2 * 2 * 4096 * 2 * moe.CAPACITY_FACTOR
+    )
     a_moe = _est(mf, topo, plan).memory["activations"]
     a_dense = _est(dense_same_shape, topo, plan).memory["activations"]
     assert a_moe - a_dense == pytest.approx(32 * extra["stored"], rel=1e-9)
@@ -168,8 +175,6 @@ def test_ep_candidates_divide_dp_and_the_experts():
     assert not list(ep_candidates(dense, topo, wl, "bf16", ["none"]))
 
 
-
-
 def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
     nodes. The launcher runs EP x DDP and EP x FSDP; EP x ZeRO-2 needs DeepSpeed-MoE, and the capability
@@ -177,7 +182,9 @@ def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     from paradvisor.plan.capability import why_not
 
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
-    rec = recommend(load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512))
+    rec = recommend(
+        load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512)
+    )
     assert rec.plans and all(why_not(e.plan, "mixtral") is None for e in rec.plans)
     best = rec.plan_only[0]
     assert re.fullmatch(r"EP8 x ZeRO-[12]x64", best["label"]) and "EP x ZeRO is plan only" in best["why"]
@@ -192,7 +199,9 @@ def test_a_small_moe_ranks_a_runnable_ep_plan():
     """A MoE model small enough for replicated dense weights: EP x DDP and EP x FSDP plans are ranked
     (runnable), with their all-to-all time in the breakdown."""
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
-    rec = recommend(load_profile("olmoe-1b-7b"), c, Workload(model="olmoe-1b-7b", seq_len=2048, global_batch=512))
+    rec = recommend(
+        load_profile("olmoe-1b-7b"), c, Workload(model="olmoe-1b-7b", seq_len=2048, global_batch=512)
+    )
     ep = [e for e in rec.plans if e.plan.ep > 1]
     assert ep, [e.plan.label() for e in rec.plans[:10]]
     assert all(e.plan.sharding in ("none", "fsdp") and e.plan.tp == 1 and e.plan.pp == 1 for e in ep)
@@ -205,10 +214,15 @@ def test_the_launcher_refuses_expert_parallel_presets_it_cannot_run():
     from paradvisor.rundir.preset import parse_preset
 
     def preset(model, plan, over=None):
-        return parse_preset({"workload": {"model": model, "global_batch": 8},
-                             "train": {"model_overrides": over or {}},
-                             "plan": {"dp": 2, "micro_batch": 4, **plan},
-                             "launch": {"nproc_per_node": 2}}, path="ep.toml")
+        return parse_preset(
+            {
+                "workload": {"model": model, "global_batch": 8},
+                "train": {"model_overrides": over or {}},
+                "plan": {"dp": 2, "micro_batch": 4, **plan},
+                "launch": {"nproc_per_node": 2},
+            },
+            path="ep.toml",
+        )
 
     with pytest.raises(InputError, match=r"no expert-parallel plan for 'mingpt'"):
         validate(preset("gpt-mini", {"ep": 2}))
@@ -220,16 +234,33 @@ def test_the_launcher_refuses_expert_parallel_presets_it_cannot_run():
 
 
 def test_model_json_carries_the_moe_facts():
-    proc = subprocess.run([sys.executable, "-m", "paradvisor", "model", "olmoe-1b-7b", "--json"], capture_output=True,
-                          text=True, cwd=REPO, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "paradvisor", "model", "olmoe-1b-7b", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     m = json.loads(proc.stdout)["moe"]
-    assert (m["experts"], m["top_k"], m["active_params"], m["total_params"]) == (64, 8, 1_282_017_280, 6_919_161_856)
+    assert (m["experts"], m["top_k"], m["active_params"], m["total_params"]) == (
+        64,
+        8,
+        1_282_017_280,
+        6_919_161_856,
+    )
 
 
 def test_dense_vs_moe_benchmark_prints_the_comparison():
-    proc = subprocess.run([sys.executable, "benchmarks/moe_compare.py"], capture_output=True, text=True, cwd=REPO,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/moe_compare.py"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "12.9B active" in out and "read as dense (before issue 15)" in out and "best EP plan" in out

@@ -32,8 +32,23 @@ def test_a_built_wheel_carries_rules_and_presets_and_uses_them_outside_the_check
     # symlinks=True: the package's data/rules and data/presets stay links to the folders above, as in git
     shutil.copytree(REPO / "src", src / "src", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(wheels), str(src)], capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = wheels.glob("paradvisor-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -46,14 +61,30 @@ def test_a_built_wheel_carries_rules_and_presets_and_uses_them_outside_the_check
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import paradvisor, paradvisor.shipped as s; "
-                            "print(paradvisor.__file__); print(s.rules_dir()); print(s.presets_dir())"],
-                           capture_output=True, text=True, cwd=elsewhere, env=env, timeout=60)
+    where = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import paradvisor, paradvisor.shipped as s; "
+            "print(paradvisor.__file__); print(s.rules_dir()); print(s.presets_dir())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=60,
+    )
     assert where.returncode == 0, where.stderr
     pkg, rules, presets = where.stdout.split()
     assert all(p.startswith(str(site)) for p in (pkg, rules, presets)), where.stdout
-    listed = subprocess.run([sys.executable, "-m", "paradvisor", "rules", "list", "--json"], capture_output=True,
-                            text=True, cwd=elsewhere, env=env, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, "-m", "paradvisor", "rules", "list", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr
     from paradvisor.rules.loader import load_rule_sets
 

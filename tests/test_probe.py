@@ -98,11 +98,15 @@ class ScriptedNVML:
         return ("mig", h[1], j)
 
     def nvmlDeviceGetNvLinkState(self, h, link):
-        peers = [b for a, b in self.nvlink_pairs if a == h[1]] + [a for a, b in self.nvlink_pairs if b == h[1]]
+        peers = [b for a, b in self.nvlink_pairs if a == h[1]] + [
+            a for a, b in self.nvlink_pairs if b == h[1]
+        ]
         return 1 if link < len(peers) else 0
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
-        peers = [b for a, b in self.nvlink_pairs if a == h[1]] + [a for a, b in self.nvlink_pairs if b == h[1]]
+        peers = [b for a, b in self.nvlink_pairs if a == h[1]] + [
+            a for a, b in self.nvlink_pairs if b == h[1]
+        ]
         return SimpleNamespace(busId=f"0000:{peers[link]:02x}:00.0")
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
@@ -130,9 +134,18 @@ def test_nvml_without_nvlink_falls_back_to_pcie():
 
 
 def test_mig_instances_become_devices():
-    nv = ScriptedNVML([{"name": "NVIDIA A30", "mem": 24 * GiB,
-                        "mig": [{"name": "NVIDIA A30 MIG 1g.6gb", "mem": 6 * GiB},
-                                {"name": "NVIDIA A30 MIG 2g.12gb", "mem": 12 * GiB}]}])
+    nv = ScriptedNVML(
+        [
+            {
+                "name": "NVIDIA A30",
+                "mem": 24 * GiB,
+                "mig": [
+                    {"name": "NVIDIA A30 MIG 1g.6gb", "mem": 6 * GiB},
+                    {"name": "NVIDIA A30 MIG 2g.12gb", "mem": 12 * GiB},
+                ],
+            }
+        ]
+    )
     node = node_from_probe(probe(nvml_module=nv))
     assert [g.spec.name for g in node.gpus] == ["A30 MIG 1g.6gb", "A30 MIG 2g.12gb"]
     assert node.gpus[1].memory_bytes == 12 * GiB
@@ -170,17 +183,23 @@ class ClockedNVML(ScriptedNVML):
 
 
 def test_gpu_missing_from_the_catalogue_gets_an_estimated_entry_from_nvml():
-    node = node_from_probe(probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}])))
+    node = node_from_probe(
+        probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}]))
+    )
     spec = node.gpus[0].spec
     assert spec.origin == "estimated" and spec.user_defined
     assert spec.tflops["fp32"] == pytest.approx(114 * 128 * 2 * 2.52 / 1e3, rel=1e-3)
-    assert spec.tflops["bf16"] == pytest.approx(114 * 1024 * 2.52 / 1e3 / 2, rel=1e-3)  # GeForce: FP32 accumulate
+    assert spec.tflops["bf16"] == pytest.approx(
+        114 * 1024 * 2.52 / 1e3 / 2, rel=1e-3
+    )  # GeForce: FP32 accumulate
     assert spec.mem_bw == pytest.approx(1008e9, rel=1e-3) and spec.memory_bytes == 24 * GiB
     assert "114 SMs at 2520 MHz" in spec.source and "estimated" in node.gpus[0].notes[0]
 
 
 def test_without_clocks_the_estimate_borrows_a_catalogue_gpu_of_the_same_capability():
-    node = node_from_probe(probe(nvml_module=ScriptedNVML([{"name": "NVIDIA Future GPU 9000", "mem": 96 * GiB}])))
+    node = node_from_probe(
+        probe(nvml_module=ScriptedNVML([{"name": "NVIDIA Future GPU 9000", "mem": 96 * GiB}]))
+    )
     spec = node.gpus[0].spec
     assert spec.origin == "estimated" and spec.memory_bytes == 96 * GiB
     assert spec.tflops == __import__("paradvisor.hardware.catalog", fromlist=["gpu"]).gpu("A100 80GB").tflops
@@ -193,9 +212,12 @@ def test_an_estimated_gpu_can_be_planned_for():
     from paradvisor.plan.search import recommend
     from paradvisor.plan.types import Workload
 
-    node = node_from_probe(probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}] * 2)))
-    rec = recommend(load_profile("gpt2"), cluster_from_nodes([node]), Workload(model="gpt2", seq_len=512,
-                                                                               global_batch=16))
+    node = node_from_probe(
+        probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}] * 2))
+    )
+    rec = recommend(
+        load_profile("gpt2"), cluster_from_nodes([node]), Workload(model="gpt2", seq_len=512, global_batch=16)
+    )
     assert rec.plans and rec.plans[0].tight_gpu == "NVIDIA GeForce RTX 4090 D"
 
 
@@ -216,7 +238,10 @@ class LostGPUNVML(ScriptedNVML):
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         if h[1] == 1:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return [SimpleNamespace(pid=4242, usedGpuMemory=3 * GiB), SimpleNamespace(pid=4243, usedGpuMemory=None)]
+        return [
+            SimpleNamespace(pid=4242, usedGpuMemory=3 * GiB),
+            SimpleNamespace(pid=4243, usedGpuMemory=None),
+        ]
 
 
 def test_nvml_wrapper_samples_are_typed_and_a_lost_gpu_is_a_missing_reading():
@@ -227,11 +252,20 @@ def test_nvml_wrapper_samples_are_typed_and_a_lost_gpu_is_a_missing_reading():
         assert good == GPUSample(index=0, util_pct=37.0, mem_used_bytes=40 * GiB, mem_total_bytes=80 * GiB)
         assert lost.error and lost.util_pct is None
         assert nv.processes(0) == [(4242, 3 * GiB), (4243, 0)] and nv.processes(1) == []
-        assert nv.get("nvmlDeviceGetNoSuchReading", nv.handle(0), default="absent") == "absent"  # older bindings
+        assert (
+            nv.get("nvmlDeviceGetNoSuchReading", nv.handle(0), default="absent") == "absent"
+        )  # older bindings
     doc = HostSample(time=1.0, cpu_pct=5.0, ram_used_bytes=1, ram_total_bytes=2, gpus=(good, lost)).to_doc()
-    assert doc == {"time": 1.0, "cpu_pct": 5.0, "ram_used_bytes": 1, "ram_total_bytes": 2, "gpus": [
-        {"index": 0, "util_pct": 37.0, "mem_used_bytes": 40 * GiB, "mem_total_bytes": 80 * GiB},
-        {"index": 1, "util_pct": None, "mem_used_bytes": None, "mem_total_bytes": None, "error": True}]}
+    assert doc == {
+        "time": 1.0,
+        "cpu_pct": 5.0,
+        "ram_used_bytes": 1,
+        "ram_total_bytes": 2,
+        "gpus": [
+            {"index": 0, "util_pct": 37.0, "mem_used_bytes": 40 * GiB, "mem_total_bytes": 80 * GiB},
+            {"index": 1, "util_pct": None, "mem_used_bytes": None, "mem_total_bytes": None, "error": True},
+        ],
+    }
 
 
 def test_first_gpu_and_rank_readings_go_through_the_wrapper(tmp_path):
@@ -261,7 +295,9 @@ def test_first_gpu_and_rank_readings_go_through_the_wrapper(tmp_path):
         with NVML.open(OnGPU0(gpus)) as nv:
             out = RankSampler(tmp_path).sample(2, [{"index": 0, "util_pct": 37.0}], nv, nv.handles())
         assert set(out) == {0} and out[0]["rss_bytes"] > 0  # rank 1 has no pid file: no reading
-        assert out[0]["gpu_index"] == 0 and out[0]["gpu_mem_bytes"] == 3 * GiB and out[0]["gpu_util_pct"] == 37.0
+        assert (
+            out[0]["gpu_index"] == 0 and out[0]["gpu_mem_bytes"] == 3 * GiB and out[0]["gpu_util_pct"] == 37.0
+        )
     finally:
         child.kill()
         child.wait()
@@ -276,8 +312,10 @@ def test_nvml_wrapper_swallows_only_nvml_errors():
     """A failure that is not NVML's answer (here a TypeError) is not taken for a missing reading."""
     from paradvisor.hardware.nvml import NVML
 
-    with NVML.open(BrokenBindingNVML([{"name": "NVIDIA A30", "mem": 24 * GiB}])) as nv, \
-            pytest.raises(TypeError, match="a bug in the bindings"):
+    with (
+        NVML.open(BrokenBindingNVML([{"name": "NVIDIA A30", "mem": 24 * GiB}])) as nv,
+        pytest.raises(TypeError, match="a bug in the bindings"),
+    ):
         nv.get("nvmlDeviceGetMemoryInfo", nv.handle(0))
 
 
@@ -304,8 +342,14 @@ def test_the_remote_probe_script_runs_without_paradvisor(tmp_path):
 
     from paradvisor.hardware.remote import _probe_source
 
-    proc = subprocess.run([sys.executable, "-I", "-S", "-"], input=_probe_source(), capture_output=True, text=True,
-                          cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-"],
+        input=_probe_source(),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "paradvisor.probe/1" and doc["cpu"]["logical"] >= 1
@@ -324,7 +368,9 @@ def test_detect_cli_json(cli):
     assert doc["nodes"][0]["cpu"]["logical"] >= 1
 
 
-@pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/pwned", "a b", "host;rm", "user@@h", "h:99999", ""])
+@pytest.mark.parametrize(
+    "host", ["-oProxyCommand=touch /tmp/pwned", "a b", "host;rm", "user@@h", "h:99999", ""]
+)
 def test_hostile_host_strings_are_rejected(cli, host):
     from tests.conftest import assert_one_line_error
 

@@ -20,7 +20,9 @@ from paradvisor.plan.types import Plan, Workload
 from tests.conftest import EXAMPLES, assert_one_line_error
 
 GiB = 2**30
-SCHEMA = json.loads(resources.files("paradvisor").joinpath("schemas", "recommendation.schema.json").read_text())
+SCHEMA = json.loads(
+    resources.files("paradvisor").joinpath("schemas", "recommendation.schema.json").read_text()
+)
 
 
 def rec(model, cluster, all=False, **wl):
@@ -29,8 +31,12 @@ def rec(model, cluster, all=False, **wl):
 
 
 def test_bert_base_on_paper000_six_gpus():
-    r = recommend(load_profile("bert-base-uncased"), load_cluster(EXAMPLES / "paper000-two-servers.toml"),
-                  Workload("bert-base-uncased", seq_len=512, global_batch=48), include_all=True)
+    r = recommend(
+        load_profile("bert-base-uncased"),
+        load_cluster(EXAMPLES / "paper000-two-servers.toml"),
+        Workload("bert-base-uncased", seq_len=512, global_batch=48),
+        include_all=True,
+    )
     assert r.feasible and r.precision == "fp16"  # TITAN RTX has no bf16
     assert all(e.plan.world_size == 6 for e in r.plans)
     labels = {e.plan.label() for e in r.plans}
@@ -40,7 +46,11 @@ def test_bert_base_on_paper000_six_gpus():
     ddp = next(e for e in r.plans if e.plan.label() == "DDPx6" and e.plan.micro_batch == 8)
     # 109.5M params at 16 B/param (fp32 weights, grads, Adam) + autocast's 16-bit copies of the projection
     # weights (85M: the embeddings are not cast) is ~1.8 GiB
-    assert 1.7 * GiB < ddp.memory["params"] + ddp.memory["grads"] + ddp.memory["optimizer"] + ddp.memory["working"] < 1.9 * GiB
+    assert (
+        1.7 * GiB
+        < ddp.memory["params"] + ddp.memory["grads"] + ddp.memory["optimizer"] + ddp.memory["working"]
+        < 1.9 * GiB
+    )
 
 
 def test_albert_on_paper000_has_no_pipeline_for_shared_layers():
@@ -66,8 +76,10 @@ def test_vgg16_on_2080ti_nodes():
     assert r.feasible
     assert all(e.plan.tp == 1 and e.plan.pp == 1 for e in r.plans)
     ddp = min((e for e in r.plans if e.plan.sharding == "none"), key=lambda e: e.memory_total)
-    zero3 = min((e for e in r.plans if e.plan.sharding == "zero3" and e.plan.offload == "none"),
-                key=lambda e: e.memory_total)
+    zero3 = min(
+        (e for e in r.plans if e.plan.sharding == "zero3" and e.plan.offload == "none"),
+        key=lambda e: e.memory_total,
+    )
     assert zero3.memory_total < ddp.memory_total
 
 
@@ -79,26 +91,69 @@ def test_llama70b_on_8_h100_needs_sharding():
 
 
 def test_nothing_fits_gives_nearest_fix(cli):
-    proc = cli("recommend", "--model", "llama-2-13b", "--gpus", "1", "--gpu-type", "A30 MIG 1g.6gb",
-               "--seq-len", "8192", "--json")
+    proc = cli(
+        "recommend",
+        "--model",
+        "llama-2-13b",
+        "--gpus",
+        "1",
+        "--gpu-type",
+        "A30 MIG 1g.6gb",
+        "--seq-len",
+        "8192",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     jsonschema.validate(doc, SCHEMA)
     assert doc["feasible"] is False and doc["plans"] == []
     assert doc["nearest_fix"]["closest"]["needs_bytes"] > doc["nearest_fix"]["closest"]["has_bytes"] * 0.9
     assert doc["nearest_fix"]["fixes"], doc["nearest_fix"]
-    human = cli("recommend", "--model", "llama-2-13b", "--gpus", "1", "--gpu-type", "A30 MIG 1g.6gb",
-                "--seq-len", "8192")
+    human = cli(
+        "recommend",
+        "--model",
+        "llama-2-13b",
+        "--gpus",
+        "1",
+        "--gpu-type",
+        "A30 MIG 1g.6gb",
+        "--seq-len",
+        "8192",
+    )
     assert human.returncode == 0 and "nothing fits" in human.stdout and "fix:" in human.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ["--model", "bert-base-uncased", "--cluster", str(EXAMPLES / "paper000-two-servers.toml")],
-    ["--model", "llama-2-70b", "--cluster", str(EXAMPLES / "h100-4x8-infiniband.toml"), "--seq-len", "4096"],
-    ["--model", "llama-150m", "--cluster", str(EXAMPLES / "paper003-geo-four-nodes.toml"), "--seq-len", "1024"],
-    ["--model", "gpt-mini", "--cluster", str(EXAMPLES / "paper001-a30-titanxp.toml"), "--global-batch", "64"],
-    ["--model", "vgg16", "--gpus", "4", "--gpu-type", "A100 80GB"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "bert-base-uncased", "--cluster", str(EXAMPLES / "paper000-two-servers.toml")],
+        [
+            "--model",
+            "llama-2-70b",
+            "--cluster",
+            str(EXAMPLES / "h100-4x8-infiniband.toml"),
+            "--seq-len",
+            "4096",
+        ],
+        [
+            "--model",
+            "llama-150m",
+            "--cluster",
+            str(EXAMPLES / "paper003-geo-four-nodes.toml"),
+            "--seq-len",
+            "1024",
+        ],
+        [
+            "--model",
+            "gpt-mini",
+            "--cluster",
+            str(EXAMPLES / "paper001-a30-titanxp.toml"),
+            "--global-batch",
+            "64",
+        ],
+        ["--model", "vgg16", "--gpus", "4", "--gpu-type", "A100 80GB"],
+    ],
+)
 def test_json_output_validates_against_the_schema(cli, args):
     proc = cli("recommend", *args, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -107,7 +162,9 @@ def test_json_output_validates_against_the_schema(cli, args):
     assert doc["feasible"] and doc["candidates_evaluated"] >= len(doc["plans"])
     for p in doc["plans"]:
         assert p["memory"]["per_gpu_bytes"] <= p["memory"]["usable_bytes"]
-        assert p["throughput"]["samples_per_s"] == pytest.approx(doc["workload"]["global_batch"] / p["time"]["step_time_s"], rel=0.5)
+        assert p["throughput"]["samples_per_s"] == pytest.approx(
+            doc["workload"]["global_batch"] / p["time"]["step_time_s"], rel=0.5
+        )
 
 
 def test_heterogeneous_split_by_speed_on_paper001():
@@ -116,16 +173,34 @@ def test_heterogeneous_split_by_speed_on_paper001():
     assert split
     b = split[0].plan.rank_batches
     assert len(b) == 6 and b[0] > b[2]  # A30 ranks get more than TITAN Xp ranks
-    even = min((e for e in r.plans if e.plan.sharding == split[0].plan.sharding and not e.plan.split_by_speed
-                and e.plan.grad_accum == split[0].plan.grad_accum), key=lambda e: e.step_time, default=None)
+    even = min(
+        (
+            e
+            for e in r.plans
+            if e.plan.sharding == split[0].plan.sharding
+            and not e.plan.split_by_speed
+            and e.plan.grad_accum == split[0].plan.grad_accum
+        ),
+        key=lambda e: e.step_time,
+        default=None,
+    )
     if even is not None:
         assert split[0].step_time < even.step_time
 
 
 def test_save_preset_roundtrip_and_no_overwrite(cli, tmp_path):
     out = tmp_path / "p.toml"
-    args = ["recommend", "--model", "bert-base-uncased", "--cluster", str(EXAMPLES / "paper000-two-servers.toml"),
-            "--save", str(out), "--pick", "2"]
+    args = [
+        "recommend",
+        "--model",
+        "bert-base-uncased",
+        "--cluster",
+        str(EXAMPLES / "paper000-two-servers.toml"),
+        "--save",
+        str(out),
+        "--pick",
+        "2",
+    ]
     proc = cli(*args)
     assert proc.returncode == 0, proc.stderr
     doc = tomllib.loads(out.read_text())
@@ -140,18 +215,33 @@ def test_save_preset_roundtrip_and_no_overwrite(cli, tmp_path):
     assert cli(*args, "--force", "--pick", "1").returncode == 0
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--model", "bert-base-uncased", "--gpus", "4", "--gpu-type", "RTX 9090"], "unknown GPU type"),
-    (["--model", "bert-base-uncased", "--gpus", "0", "--gpu-type", "A30"], "at least 1"),
-    (["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--seq-len", "0"], "--seq-len"),
-    (["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--global-batch", "-4"], "--global-batch"),
-    (["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--seq-len", "1024"], "512 learned positions"),
-    (["--model", "vgg16", "--gpus", "4", "--gpu-type", "A100 80GB", "--global-batch", "7"], "multiple of 4"),
-    (["--model", "gpt2", "--gpus", "2", "--gpu-type", "V100", "--precision", "bf16"], "not supported by V100"),
-    (["--model", "gpt2", "--gpus", "2"], "go together"),
-    (["--model", "nope-model", "--gpus", "2", "--gpu-type", "A30"], "unknown model"),
-    (["--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--margin", "1.5"], "--margin"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--model", "bert-base-uncased", "--gpus", "4", "--gpu-type", "RTX 9090"], "unknown GPU type"),
+        (["--model", "bert-base-uncased", "--gpus", "0", "--gpu-type", "A30"], "at least 1"),
+        (["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--seq-len", "0"], "--seq-len"),
+        (
+            ["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--global-batch", "-4"],
+            "--global-batch",
+        ),
+        (
+            ["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--seq-len", "1024"],
+            "512 learned positions",
+        ),
+        (
+            ["--model", "vgg16", "--gpus", "4", "--gpu-type", "A100 80GB", "--global-batch", "7"],
+            "multiple of 4",
+        ),
+        (
+            ["--model", "gpt2", "--gpus", "2", "--gpu-type", "V100", "--precision", "bf16"],
+            "not supported by V100",
+        ),
+        (["--model", "gpt2", "--gpus", "2"], "go together"),
+        (["--model", "nope-model", "--gpus", "2", "--gpu-type", "A30"], "unknown model"),
+        (["--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--margin", "1.5"], "--margin"),
+    ],
+)
 def test_bad_input(cli, args, fragment):
     assert_one_line_error(cli("recommend", *args), fragment)
 
@@ -164,10 +254,12 @@ def test_no_gpu_here_and_no_cluster_is_a_clear_error(cli):
 
 
 def test_recommend_imports_no_heavy_library():
-    code = ("import sys; from paradvisor.cli import main; main(['recommend', '--model', 'llama-2-70b', '--cluster', "
-            f"'{EXAMPLES / 'h100-4x8-infiniband.toml'}', '--json']); "
-            "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'textual') if m in sys.modules]; "
-            "sys.stderr.write(repr(heavy))")
+    code = (
+        "import sys; from paradvisor.cli import main; main(['recommend', '--model', 'llama-2-70b', '--cluster', "
+        f"'{EXAMPLES / 'h100-4x8-infiniband.toml'}', '--json']); "
+        "heavy = [m for m in ('torch', 'transformers', 'deepspeed', 'textual') if m in sys.modules]; "
+        "sys.stderr.write(repr(heavy))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stderr.strip().endswith("[]")
@@ -177,15 +269,22 @@ GPUS = ["T4", "A10", "RTX 3090", "A100 80GB", "H100 SXM", "V100", "RTX 2080 Ti"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(model=st.sampled_from(["bert-base-uncased", "gpt2-medium", "llama-2-7b", "albert-base-v2", "vgg16",
-                              "llama-2-13b"]),
-       gpu=st.sampled_from(GPUS), count=st.sampled_from([1, 2, 4, 8]), per_gpu=st.sampled_from([1, 2, 4, 8]),
-       seq=st.sampled_from([128, 512]))
+@given(
+    model=st.sampled_from(
+        ["bert-base-uncased", "gpt2-medium", "llama-2-7b", "albert-base-v2", "vgg16", "llama-2-13b"]
+    ),
+    gpu=st.sampled_from(GPUS),
+    count=st.sampled_from([1, 2, 4, 8]),
+    per_gpu=st.sampled_from([1, 2, 4, 8]),
+    seq=st.sampled_from([128, 512]),
+)
 def test_every_returned_plan_fits(model, gpu, count, per_gpu, seq):
     cluster = single_node_cluster(gpu, count)
     prof = load_profile(model)
     try:
-        r = recommend(prof, cluster, Workload(model, seq_len=seq, global_batch=per_gpu * count), include_all=True)
+        r = recommend(
+            prof, cluster, Workload(model, seq_len=seq, global_batch=per_gpu * count), include_all=True
+        )
     except InputError:
         return
     for e in r.plans:
@@ -228,17 +327,24 @@ def test_offload_plans_must_fit_host_ram():
     assert "host RAM" in r.nearest_fix["closest"]["text"]
     ram = [f for f in r.nearest_fix["fixes"] if f["change"] == "more host RAM"]
     assert ram and 1.1e12 < ram[0]["host_ram_bytes"] < 1.4e12
-    assert not any(f["change"] == "shorter sequence" for f in r.nearest_fix["fixes"])  # the GPU was never short
+    assert not any(
+        f["change"] == "shorter sequence" for f in r.nearest_fix["fixes"]
+    )  # the GPU was never short
     roomy = replace(c, nodes=(replace(c.nodes[0], ram_total_bytes=2 * 2**40),))  # 2 TiB
     r2 = recommend(prof, roomy, wl)
     assert r2.plans and all(e.plan.offload != "none" for e in r2.plans)
     need = r2.plans[0].cpu_bytes_per_rank
-    assert 1.1e12 < need < 1.4e12  # DeepSpeed: 18 bytes per parameter (16-bit params, fp32 master, m, v, grads)
+    assert (
+        1.1e12 < need < 1.4e12
+    )  # DeepSpeed: 18 bytes per parameter (16-bit params, fp32 master, m, v, grads)
 
 
 @settings(max_examples=300, deadline=None)
-@given(kinds=st.lists(st.sampled_from("ABC"), min_size=1, max_size=8), total=st.integers(1, 400),
-       rates=st.fixed_dictionaries({k: st.floats(0.5, 20) for k in "ABC"}))
+@given(
+    kinds=st.lists(st.sampled_from("ABC"), min_size=1, max_size=8),
+    total=st.integers(1, 400),
+    rates=st.fixed_dictionaries({k: st.floats(0.5, 20) for k in "ABC"}),
+)
 def test_identical_gpus_get_identical_batches(kinds, total, rates):
     from paradvisor.plan.hetero import split_by_type
 
@@ -258,8 +364,16 @@ def test_split_by_speed_follows_calibration_where_measured():
     from paradvisor.hardware import calibration
 
     cluster = load_cluster(EXAMPLES / "paper001-a30-titanxp.toml")
-    cal = {"device": {"kind": "cuda", "name": "NVIDIA A30", "tflops": {"fp32": 5.0},
-                      "mem_bw_bytes_per_s": 9.0e11, "memory_bytes": 24e9, "layer_overhead_s": 1e-4}}
+    cal = {
+        "device": {
+            "kind": "cuda",
+            "name": "NVIDIA A30",
+            "tflops": {"fp32": 5.0},
+            "mem_bw_bytes_per_s": 9.0e11,
+            "memory_bytes": 24e9,
+            "layer_overhead_s": 1e-4,
+        }
+    }
 
     def batches(c):
         r = rec("gpt-mini", c, seq_len=128, global_batch=64, precision="fp32", all=True)

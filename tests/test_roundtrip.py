@@ -16,10 +16,27 @@ from paradvisor.plan.capability import family_of, why_not
 from paradvisor.rundir.preset import load_preset, preset_from_estimate, save_preset
 from tests.conftest import REPO
 
-MODELS = ["gpt-mini", "gpt2", "gpt2-medium", "bert-base-uncased", "albert-base-v2", "llama-150m", "llama-2-7b",
-          "mistral-7b", "vgg16", "mixtral-8x7b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b", str(REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json")]
+MODELS = [
+    "gpt-mini",
+    "gpt2",
+    "gpt2-medium",
+    "bert-base-uncased",
+    "albert-base-v2",
+    "llama-150m",
+    "llama-2-7b",
+    "mistral-7b",
+    "vgg16",
+    "mixtral-8x7b",
+    "olmoe-1b-7b",
+    "qwen1.5-moe-a2.7b",
+    str(REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json"),
+]
 GPUS = ["H100 SXM", "A100 80GB", "A100 40GB", "RTX 3090", "V100", "T4", "TITAN RTX", "L40S", "A10"]
-LINKS = [("ethernet", "10 Gbit/s", "0.1 ms"), ("ib-ndr", "400 Gbit/s", "0.005 ms"), ("wan", "1 Gbit/s", "30 ms")]
+LINKS = [
+    ("ethernet", "10 Gbit/s", "0.1 ms"),
+    ("ib-ndr", "400 Gbit/s", "0.005 ms"),
+    ("wan", "1 Gbit/s", "30 ms"),
+]
 
 
 @st.composite
@@ -37,18 +54,33 @@ def clusters(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
-@given(text=clusters(), model=st.sampled_from(MODELS), seq=st.sampled_from([None, 128, 256]),
-       per_gpu=st.sampled_from([None, 1, 2, 4]))
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    text=clusters(),
+    model=st.sampled_from(MODELS),
+    seq=st.sampled_from([None, 128, 256]),
+    per_gpu=st.sampled_from([None, 1, 2, 4]),
+)
 def test_every_ranked_plan_passes_the_launch_preflight(tmp_path_factory, text, model, seq, per_gpu):
     d = tmp_path_factory.mktemp("rt")
     (d / "c.toml").write_text(text)
     cluster = load_cluster(d / "c.toml")
     gb = None if per_gpu is None else per_gpu * cluster.gpu_count
     try:
-        rec = advise(Request(model=model, cluster=cluster, cluster_ref={"file": str(d / "c.toml")}, seq_len=seq,
-                             global_batch=gb, top=5))
+        rec = advise(
+            Request(
+                model=model,
+                cluster=cluster,
+                cluster_ref={"file": str(d / "c.toml")},
+                seq_len=seq,
+                global_batch=gb,
+                top=5,
+            )
+        )
     except Exception as exc:  # an impossible request is an input error, never something else
         from paradvisor.errors import InputError
 

@@ -47,7 +47,7 @@ def _rule_file(tmp_path, body: str) -> Path:
     return d
 
 
-GOOD = '''
+GOOD = """
 [[rule]]
 id = "mine"
 title = "t"
@@ -58,7 +58,7 @@ explain = "x"
 [rule.source]
 paper = "my-notes.txt"
 where = "section 1"
-'''
+"""
 
 HOSTILE = [
     ("__import__('os').system('touch /tmp/x')", "'__' are not allowed"),
@@ -85,20 +85,52 @@ def test_hostile_or_broken_conditions_are_rejected(tmp_path, cli, when, fragment
     assert f"{d / 'r.toml'}:2: rule mine" in res.errors[0]
     proc = cli("rules", "check", str(d))
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
-    assert_one_line_error(cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--rules", str(d)),
-                          fragment)
+    assert_one_line_error(
+        cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A30", "--rules", str(d)), fragment
+    )
 
 
-@pytest.mark.parametrize("body,fragment", [
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "explode"), "effect 'explode'"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "avoid").replace("weight = 0.5", "weight = 7"), "weight"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "warn").replace('where = "section 1"', ""), "source must give"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "warn").replace('title = "t"', 'title = "t"\nscope = "advice"'), "per-plan fact"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "warn") * 2, "duplicate id"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "warn").replace('id = "mine"', 'id = "mine'), "TOML syntax error"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "warn").replace('explain = "x"', 'explain = "{plan.nope}"'), "unknown fact"),
-    (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "set"), "needs a plan-scope rule and a table"),
-])
+@pytest.mark.parametrize(
+    "body,fragment",
+    [
+        (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "explode"), "effect 'explode'"),
+        (
+            GOOD.replace("{when}", "plan.tp > 1")
+            .replace("{effect}", "avoid")
+            .replace("weight = 0.5", "weight = 7"),
+            "weight",
+        ),
+        (
+            GOOD.replace("{when}", "plan.tp > 1")
+            .replace("{effect}", "warn")
+            .replace('where = "section 1"', ""),
+            "source must give",
+        ),
+        (
+            GOOD.replace("{when}", "plan.tp > 1")
+            .replace("{effect}", "warn")
+            .replace('title = "t"', 'title = "t"\nscope = "advice"'),
+            "per-plan fact",
+        ),
+        (GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "warn") * 2, "duplicate id"),
+        (
+            GOOD.replace("{when}", "plan.tp > 1")
+            .replace("{effect}", "warn")
+            .replace('id = "mine"', 'id = "mine'),
+            "TOML syntax error",
+        ),
+        (
+            GOOD.replace("{when}", "plan.tp > 1")
+            .replace("{effect}", "warn")
+            .replace('explain = "x"', 'explain = "{plan.nope}"'),
+            "unknown fact",
+        ),
+        (
+            GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "set"),
+            "needs a plan-scope rule and a table",
+        ),
+    ],
+)
 def test_broken_rule_files(tmp_path, body, fragment):
     res = check_dirs([_rule_file(tmp_path, body)])
     assert any(fragment in e for e in res.errors), res.errors
@@ -109,8 +141,12 @@ def test_user_rules_are_applied_like_shipped_ones(tmp_path):
     wl = Workload("bert-base-uncased", seq_len=512, global_batch=64)
     plain = recommend(prof, c, wl, rule_sets=load_rule_sets())
     top = plain.plans[0].plan.sharding
-    d = _rule_file(tmp_path, GOOD.replace("{when}", f"plan.sharding == '{top}'").replace("{effect}", "avoid")
-                   .replace("weight = 0.5", "weight = 0.9"))
+    d = _rule_file(
+        tmp_path,
+        GOOD.replace("{when}", f"plan.sharding == '{top}'")
+        .replace("{effect}", "avoid")
+        .replace("weight = 0.5", "weight = 0.9"),
+    )
     mine = recommend(prof, c, wl, rule_sets=load_rule_sets([str(d)]))
     assert mine.plans[0].plan.sharding != top
     fired = {f["id"]: f for f in mine.fired_rules}
@@ -119,6 +155,7 @@ def test_user_rules_are_applied_like_shipped_ones(tmp_path):
 
 
 # ---- 000: DP vs TP -------------------------------------------------------------------------------------
+
 
 def test_000_numbers_give_the_stated_speedups():
     n = BY_ID["000-tp-beats-dp-on-fast-links"].source["numbers"]
@@ -139,28 +176,48 @@ def test_000_moves_plans_only_inside_its_evidence():
     """000 measured BERT/ALBERT on 6 PCIe GPUs (Turing, Ampere): there its TP result moves TP plans; for a
     340M model on NVLinked H100s it fires but moves nothing, and says why."""
     wl6 = Workload("bert-base-uncased", seq_len=512, global_batch=48)
-    pcie = recommend(load_profile("bert-base-uncased"), load_cluster(EXAMPLES / "paper000-two-servers.toml"), wl6,
-                     rule_sets=RULES, include_all=True)
-    tp = [e for e in pcie.plans if e.plan.tp > 1 and e.plan.sharding == "none" and e.plan.pp == 1]  # TP2 x DDP3
+    pcie = recommend(
+        load_profile("bert-base-uncased"),
+        load_cluster(EXAMPLES / "paper000-two-servers.toml"),
+        wl6,
+        rule_sets=RULES,
+        include_all=True,
+    )
+    tp = [
+        e for e in pcie.plans if e.plan.tp > 1 and e.plan.sharding == "none" and e.plan.pp == 1
+    ]  # TP2 x DDP3
     assert tp and all(_applied(e, "000-tp-beats-dp-on-fast-links") for e in tp)
     other = [e for e in pcie.plans if e.plan.tp > 1 and e.plan.pp > 1]  # pipelines were not compared in 000
     assert other and not any(_applied(e, "000-tp-beats-dp-on-fast-links") for e in other)
     assert all(e.score == pytest.approx(0.95 * e.step_time) for e in tp)
     assert all("000-tp-result-on-slow-links" in _ids(e) for e in pcie.plans if e.plan.tp > 1)
     wl = Workload("bert-large-uncased", seq_len=512, global_batch=64)
-    nv = recommend(load_profile("bert-large-uncased"), single_node_cluster("H100 SXM", 8), wl, rule_sets=RULES,
-                   include_all=True)
+    nv = recommend(
+        load_profile("bert-large-uncased"),
+        single_node_cluster("H100 SXM", 8),
+        wl,
+        rule_sets=RULES,
+        include_all=True,
+    )
     tp = [e for e in nv.plans if e.plan.tp > 1]
     assert tp and all("000-tp-beats-dp-on-fast-links" in _ids(e) for e in tp)
     assert not any(_applied(e, "000-tp-beats-dp-on-fast-links") for e in tp)
-    assert all(e.score == e.step_time for e in tp if not any(r.get("applied", True) and r["effect"].startswith(
-        ("prefer", "avoid")) for r in e.rules))
+    assert all(
+        e.score == e.step_time
+        for e in tp
+        if not any(r.get("applied", True) and r["effect"].startswith(("prefer", "avoid")) for r in e.rules)
+    )
     why = next(r["outside_evidence"] for r in tp[0].rules if r["id"] == "000-tp-beats-dp-on-fast-links")
     assert "parameters" in why and "110M" in why
     fired = {f["id"]: f for f in nv.fired_rules}["000-tp-beats-dp-on-fast-links"]
     assert fired["applied_on"] == 0 and fired["moved"] == [] and fired["outside_evidence"]
-    albert = recommend(load_profile("albert-base-v2"), single_node_cluster("H100 SXM", 8),
-                       Workload("albert-base-v2", seq_len=512, global_batch=64), rule_sets=RULES, include_all=True)
+    albert = recommend(
+        load_profile("albert-base-v2"),
+        single_node_cluster("H100 SXM", 8),
+        Workload("albert-base-v2", seq_len=512, global_batch=64),
+        rule_sets=RULES,
+        include_all=True,
+    )
     assert all("000-tiny-model-tp" in _ids(e) for e in albert.plans if e.plan.tp > 1)
 
 
@@ -183,39 +240,84 @@ def test_every_rule_that_moves_plans_declares_its_evidence():
             assert r.evidence.get("note"), r.id
 
 
-@pytest.mark.parametrize("evidence,fragment", [('params = [1e9]', "evidence.params"),
-                                               ('gpu_arch = ["vax"]', "unknown 'vax'"),
-                                               ('strategies = ["zero4"]', "unknown 'zero4'"),
-                                               ('colour = "red"', "unknown evidence key")])
+@pytest.mark.parametrize(
+    "evidence,fragment",
+    [
+        ("params = [1e9]", "evidence.params"),
+        ('gpu_arch = ["vax"]', "unknown 'vax'"),
+        ('strategies = ["zero4"]', "unknown 'zero4'"),
+        ('colour = "red"', "unknown evidence key"),
+    ],
+)
 def test_broken_evidence_is_rejected(tmp_path, evidence, fragment):
-    body = GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "avoid") + "[rule.evidence]\n" + evidence + "\n"
+    body = (
+        GOOD.replace("{when}", "plan.tp > 1").replace("{effect}", "avoid")
+        + "[rule.evidence]\n"
+        + evidence
+        + "\n"
+    )
     res = check_dirs([_rule_file(tmp_path, body)])
     assert any(fragment in e for e in res.errors), res.errors
 
 
 def test_cli_shows_the_cost_models_rank_and_the_moves(cli):
-    proc = cli("recommend", "--model", "bert-base-uncased", "--cluster", str(EXAMPLES / "paper000-two-servers.toml"),
-               "--seq-len", "512", "--global-batch", "48", "--json", "--top", "30")
+    proc = cli(
+        "recommend",
+        "--model",
+        "bert-base-uncased",
+        "--cluster",
+        str(EXAMPLES / "paper000-two-servers.toml"),
+        "--seq-len",
+        "512",
+        "--global-batch",
+        "48",
+        "--json",
+        "--top",
+        "30",
+    )
     doc = json.loads(proc.stdout)
     assert all("cost_model_rank" in p for p in doc["plans"])
     moved = [m for f in doc["rules_fired"] for m in f["moved"]]
     assert moved and all(m["score_factor"] != 1.0 for m in moved)
-    plain = json.loads(cli("recommend", "--model", "bert-base-uncased", "--cluster",
-                           str(EXAMPLES / "paper000-two-servers.toml"), "--seq-len", "512", "--global-batch", "48",
-                           "--json", "--top", "30", "--no-rules").stdout)
+    plain = json.loads(
+        cli(
+            "recommend",
+            "--model",
+            "bert-base-uncased",
+            "--cluster",
+            str(EXAMPLES / "paper000-two-servers.toml"),
+            "--seq-len",
+            "512",
+            "--global-batch",
+            "48",
+            "--json",
+            "--top",
+            "30",
+            "--no-rules",
+        ).stdout
+    )
     assert [p["step_time_s"] for p in (q["time"] for q in plain["plans"])] == sorted(
-        p["time"]["step_time_s"] for p in plain["plans"])
+        p["time"]["step_time_s"] for p in plain["plans"]
+    )
 
 
 # ---- 001: heterogeneous DDP ----------------------------------------------------------------------------
 
+
 def test_001_straggler_node_named_and_split_by_speed_preferred():
-    r = recommend(load_profile("gpt-mini"), load_cluster(EXAMPLES / "paper001-a30-titanxp.toml"),
-                  Workload("gpt-mini", seq_len=128, global_batch=64), rule_sets=RULES, include_all=True)
+    r = recommend(
+        load_profile("gpt-mini"),
+        load_cluster(EXAMPLES / "paper001-a30-titanxp.toml"),
+        Workload("gpt-mini", seq_len=128, global_batch=64),
+        rule_sets=RULES,
+        include_all=True,
+    )
     advice = {f["id"]: f for f in r.fired_rules}
     assert "node-b" in advice["001-more-but-slower-node"]["message"]
     assert r.plans[0].plan.split_by_speed
-    assert all("001-even-split-straggler" in _ids(e) for e in r.plans if not e.plan.split_by_speed and e.plan.dp > 1)
+    assert all(
+        "001-even-split-straggler" in _ids(e) for e in r.plans if not e.plan.split_by_speed and e.plan.dp > 1
+    )
     b = r.plans[0].plan.rank_batches
     assert b[0] == b[1] and b[2] == b[3] == b[4] == b[5] and b[0] > b[2]
     assert BY_ID["001-split-by-speed"].source["numbers"]["node_b_time_ratio"] == 2.0
@@ -223,13 +325,18 @@ def test_001_straggler_node_named_and_split_by_speed_preferred():
 
 def test_001_mig_slices_are_devices():
     c = single_node_cluster("A30 MIG 2g.12gb", 2)
-    r = recommend(load_profile("bert-base-uncased"), c, Workload("bert-base-uncased", seq_len=128, global_batch=16),
-                  rule_sets=RULES)
+    r = recommend(
+        load_profile("bert-base-uncased"),
+        c,
+        Workload("bert-base-uncased", seq_len=128, global_batch=16),
+        rule_sets=RULES,
+    )
     assert r.feasible and "001-mig-slices" in {f["id"] for f in r.fired_rules}
     assert r.plans[0].capacity == 12 * 2**30
 
 
 # ---- 002: pipeline micro-batches, column/row splits -----------------------------------------------------
+
 
 def test_002_pipeline_has_an_optimum_number_of_micro_batches():
     prof = load_profile("gpt2-xl")
@@ -247,10 +354,17 @@ def test_002_pipeline_has_an_optimum_number_of_micro_batches():
 
 
 def test_002_tips_and_1f1b_setting():
-    r = recommend(load_profile("llama-2-13b"), single_node_cluster("A100 80GB", 8),
-                  Workload("llama-2-13b", seq_len=2048, global_batch=64), rule_sets=RULES, include_all=True)
+    r = recommend(
+        load_profile("llama-2-13b"),
+        single_node_cluster("A100 80GB", 8),
+        Workload("llama-2-13b", seq_len=2048, global_batch=64),
+        rule_sets=RULES,
+        include_all=True,
+    )
     # set to 1F1B wherever it can run; GPipe stays only where 1F1B cannot (fewer micro-batches than stages)
-    assert all(e.plan.pp_schedule == "1f1b" or e.plan.grad_accum < e.plan.pp for e in r.plans if e.plan.pp > 1)
+    assert all(
+        e.plan.pp_schedule == "1f1b" or e.plan.grad_accum < e.plan.pp for e in r.plans if e.plan.pp > 1
+    )
     assert any(e.plan.pp > 1 and e.plan.pp_schedule == "1f1b" for e in r.plans)
     assert any("002-interleaved-schedule" in _ids(e) for e in r.plans)
     tp = [e for e in r.plans if e.plan.tp > 1]
@@ -260,6 +374,7 @@ def test_002_tips_and_1f1b_setting():
 
 
 # ---- 003: local steps ----------------------------------------------------------------------------------
+
 
 def test_003_table2_exactly(cli):
     proc = cli("hetero", "--cluster", str(EXAMPLES / "paper003-geo-four-nodes.toml"), "--json")
@@ -280,8 +395,16 @@ def test_003_table2_exactly(cli):
 
 def test_hetero_never_contradicts_its_prediction_without_saying_why(cli):
     """Outside 003's evidence (a 7B model) the model's own prediction decides."""
-    proc = cli("hetero", "--cluster", str(EXAMPLES / "paper003-geo-four-nodes.toml"), "--model", "llama-2-7b",
-               "--seq-len", "512", "--json")
+    proc = cli(
+        "hetero",
+        "--cluster",
+        str(EXAMPLES / "paper003-geo-four-nodes.toml"),
+        "--model",
+        "llama-2-7b",
+        "--seq-len",
+        "512",
+        "--json",
+    )
     doc = json.loads(proc.stdout)
     totals = {k: sum(v) for k, v in doc["predicted_idle_s"].items() if v is not None}
     assert doc["evidence"] in ("model", "both")
@@ -302,22 +425,30 @@ def test_003_table3_evidence_in_the_rule():
 
 def test_003_method_is_general(tmp_path):
     f = tmp_path / "mix.toml"
-    f.write_text('name = "mix"\n[[node]]\nname = "a"\ngpus = [{ type = "T4", count = 8 }]\n'
-                 '[[node]]\nname = "b"\ngpus = [{ type = "A100 80GB", count = 2 }, { type = "A10", count = 2 }]\n'
-                 '[[node]]\nname = "c"\ngpus = [{ type = "H100 SXM", count = 1 }]\n'
-                 '[network]\nkind = "wan"\nbandwidth = "500 Mbit/s"\nlatency = "30 ms"\n')
+    f.write_text(
+        'name = "mix"\n[[node]]\nname = "a"\ngpus = [{ type = "T4", count = 8 }]\n'
+        '[[node]]\nname = "b"\ngpus = [{ type = "A100 80GB", count = 2 }, { type = "A10", count = 2 }]\n'
+        '[[node]]\nname = "c"\ngpus = [{ type = "H100 SXM", count = 1 }]\n'
+        '[network]\nkind = "wan"\nbandwidth = "500 Mbit/s"\nlatency = "30 ms"\n'
+    )
     c = load_cluster(f)
     speeds = allocate(list(c.nodes), precision="fp16", base_batch=4, base_local_steps=100)
     t4, b, h100 = 65.0, (312 + 312 + 125 + 125) / 4, 989.4
     assert [s.tflops for s in speeds] == pytest.approx([t4, b, h100])
-    assert [s.local_steps_c for s in speeds] == [100, round_half_up(100 * b / t4), round_half_up(100 * h100 / t4)]
-    r = recommend(load_profile("llama-150m"), c, Workload("llama-150m", seq_len=512, global_batch=52),
-                  rule_sets=RULES)
+    assert [s.local_steps_c for s in speeds] == [
+        100,
+        round_half_up(100 * b / t4),
+        round_half_up(100 * h100 / t4),
+    ]
+    r = recommend(
+        load_profile("llama-150m"), c, Workload("llama-150m", seq_len=512, global_batch=52), rule_sets=RULES
+    )
     assert r.plans[0].plan.diloco
     assert [n.local_steps for n in r.plans[0].plan.nodes] == [s.local_steps_c for s in speeds]
 
 
 # ---- 004: parameter sharding ---------------------------------------------------------------------------
+
 
 def test_004_vgg16_sharding(cli):
     proc = cli("sharding", "--model", "vgg16", "--workers", "8", "--json")
@@ -334,21 +465,35 @@ def test_004_vgg16_sharding(cli):
 
 
 def test_004_rule_prefers_flat_sharding_for_vgg16():
-    r = recommend(load_profile("vgg16"), load_cluster(EXAMPLES / "paper004-vgg-2080ti.toml"),
-                  Workload("vgg16", seq_len=1, global_batch=64), rule_sets=RULES, include_all=True)
+    r = recommend(
+        load_profile("vgg16"),
+        load_cluster(EXAMPLES / "paper004-vgg-2080ti.toml"),
+        Workload("vgg16", seq_len=1, global_batch=64),
+        rule_sets=RULES,
+        include_all=True,
+    )
     sharded = [e for e in r.plans if e.plan.sharding != "none"]
     assert sharded and all("004-flat-sharding-for-dominant-layer" in _ids(e) for e in sharded)
     assert r.plans[0].plan.sharding != "none"
-    llama = recommend(load_profile("llama-2-7b"), single_node_cluster("A100 80GB", 8),
-                      Workload("llama-2-7b", seq_len=2048, global_batch=64), rule_sets=RULES)
+    llama = recommend(
+        load_profile("llama-2-7b"),
+        single_node_cluster("A100 80GB", 8),
+        Workload("llama-2-7b", seq_len=2048, global_batch=64),
+        rule_sets=RULES,
+    )
     assert not any("004-flat-sharding-for-dominant-layer" in _ids(e) for e in llama.plans)
 
 
 # ---- the expression language under fuzz ------------------------------------------------------------------
 
+
 @settings(max_examples=400, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("plan.tp model.params()[]{}+-*/%<>=!&|^~ 0123456789'\"_,:;@#\\")),
-               max_size=80))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("plan.tp model.params()[]{}+-*/%<>=!&|^~ 0123456789'\"_,:;@#\\")),
+        max_size=80,
+    )
+)
 def test_expression_parser_only_raises_its_own_error(text):
     try:
         c = compile_expr(text, TYPES)

@@ -39,9 +39,16 @@ def test_same_ranking_as_before_node_groups(case):
     est = [evaluate(mf, topo, wl, p, precision, 0.10) for p in candidates(mf, topo, wl, precision)]
     feasible = sorted((e for e in est if e.fits), key=lambda e: (e.score, e.memory_total))
     assert len(est) == case["candidates"] and len(feasible) == case["feasible"]
-    got = [{"plan": {k: v for k, v in e.plan.to_dict().items() if k != "nodes" and k in r["plan"]},
-            "label": e.plan.label(), "step_time": float(f"{e.step_time:.9g}"), "memory": round(e.memory_total),
-            "fits": e.fits} for e, r in zip(feasible, case["top"])]
+    got = [
+        {
+            "plan": {k: v for k, v in e.plan.to_dict().items() if k != "nodes" and k in r["plan"]},
+            "label": e.plan.label(),
+            "step_time": float(f"{e.step_time:.9g}"),
+            "memory": round(e.memory_total),
+            "fits": e.fits,
+        }
+        for e, r in zip(feasible, case["top"])
+    ]
     assert got == case["top"]
     for key, link in case["dp_links"].items():
         assert list(topo.dp_link(*map(int, key.split(",")))) == link, key
@@ -76,7 +83,7 @@ def _brute_dp_link(topo, tp, dp, pp):
     return min((link(g) for g in groups), key=lambda t: t[0])
 
 
-MIXED = '''name = "mixed"
+MIXED = """name = "mixed"
 [[node]]
 name = "a"
 count = 3
@@ -96,7 +103,7 @@ kind = "ib-hdr"
 nodes = ["a", "c"]
 kind = "ethernet"
 bandwidth = "25 Gbit/s"
-'''
+"""
 
 
 def test_grouped_dp_link_equals_the_per_rank_algorithm():
@@ -132,7 +139,7 @@ def test_node_groups_expand_to_named_nodes_sharing_one_gpu_tuple():
 def test_group_link_inside_a_group_and_missing_links_are_found_per_group():
     import tomllib
 
-    text = '''[[node]]
+    text = """[[node]]
 name = "pod"
 count = 4
 gpus = [{ type = "H100 SXM", count = 8 }]
@@ -142,7 +149,7 @@ gpus = [{ type = "H100 SXM", count = 8 }]
 [[link]]
 nodes = ["pod", "pod"]
 kind = "ib-ndr"
-'''
+"""
     with pytest.raises(InputError, match="missing link between nodes 'pod-0' and 'solo'"):
         parse_cluster(tomllib.loads(text), path="x.toml", text=text)
     text += '[[link]]\nnodes = ["pod", "solo"]\nkind = "ethernet"\n'
@@ -152,19 +159,42 @@ kind = "ib-ndr"
     assert c.slowest_inter_link().kind == "ethernet"
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ('[[node]]\nname = "p"\ncount = 0\ngpus = [{ type = "A30" }]\n', "a node count of at least 1"),
-    (f'[[node]]\nname = "p"\ncount = {MAX_NODES + 1}\ngpus = [{{ type = "A30" }}]\n', "more than the 16,384 allowed"),
-    ((f'[[node]]\nname = "p"\ncount = 16\ngpus = [{{ type = "A30", count = {MAX_GPUS_PER_NODE} }}]\n[network]\n'
-      'kind = "ethernet"\n'), "or 131,072 in the cluster"),
-    (f'[[node]]\nname = "p"\ngpus = [{{ type = "A30", count = {MAX_GPUS_PER_NODE + 1} }}]\n', "more than the 16,384"),
-    ('[[node]]\nname = "p"\ncount = 2\nhost = "h1"\ngpus = [{ type = "A30" }]\n[network]\nkind = "ethernet"\n',
-     "hosts = [...]"),
-    ('[[node]]\nname = "p"\ncount = 2\nhosts = ["h1"]\ngpus = [{ type = "A30" }]\n[network]\nkind = "ethernet"\n',
-     "a list of 2 host names"),
-    (('[[node]]\nname = "p"\ncount = 2\ngpus = [{ type = "A30" }]\n[[node]]\nname = "p-1"\ngpus = []\n'
-      '[network]\nkind = "ethernet"\n'), "duplicate node name 'p-1'"),
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ('[[node]]\nname = "p"\ncount = 0\ngpus = [{ type = "A30" }]\n', "a node count of at least 1"),
+        (
+            f'[[node]]\nname = "p"\ncount = {MAX_NODES + 1}\ngpus = [{{ type = "A30" }}]\n',
+            "more than the 16,384 allowed",
+        ),
+        (
+            (
+                f'[[node]]\nname = "p"\ncount = 16\ngpus = [{{ type = "A30", count = {MAX_GPUS_PER_NODE} }}]\n[network]\n'
+                'kind = "ethernet"\n'
+            ),
+            "or 131,072 in the cluster",
+        ),
+        (
+            f'[[node]]\nname = "p"\ngpus = [{{ type = "A30", count = {MAX_GPUS_PER_NODE + 1} }}]\n',
+            "more than the 16,384",
+        ),
+        (
+            '[[node]]\nname = "p"\ncount = 2\nhost = "h1"\ngpus = [{ type = "A30" }]\n[network]\nkind = "ethernet"\n',
+            "hosts = [...]",
+        ),
+        (
+            '[[node]]\nname = "p"\ncount = 2\nhosts = ["h1"]\ngpus = [{ type = "A30" }]\n[network]\nkind = "ethernet"\n',
+            "a list of 2 host names",
+        ),
+        (
+            (
+                '[[node]]\nname = "p"\ncount = 2\ngpus = [{ type = "A30" }]\n[[node]]\nname = "p-1"\ngpus = []\n'
+                '[network]\nkind = "ethernet"\n'
+            ),
+            "duplicate node name 'p-1'",
+        ),
+    ],
+)
 def test_bad_node_groups(text, fragment):
     import tomllib
 
@@ -190,8 +220,10 @@ def test_thousands_of_nodes_plan_like_four():
 
     base = (EXAMPLES / "h100-4x8-infiniband.toml").read_text()
     network = base.partition("[network]")[2]
-    text = ('name = "big"\n[[node]]\nname = "node"\ncount = 2048\ngpus = [{ type = "H100 SXM", count = 8 }]\n'
-            'link = "nvlink4"\n[network]' + network)
+    text = (
+        'name = "big"\n[[node]]\nname = "node"\ncount = 2048\ngpus = [{ type = "H100 SXM", count = 8 }]\n'
+        'link = "nvlink4"\n[network]' + network
+    )
     big = parse_cluster(tomllib.loads(text), path="big.toml", text=text)
     topo = Topology.of(big)
     assert len(topo.segments) == 1 and topo.world == 16384 and topo.node_count == 2048
@@ -203,15 +235,43 @@ def test_thousands_of_nodes_plan_like_four():
 
 def test_recommend_json_lists_a_node_group_once(tmp_path):
     f = tmp_path / "g.toml"
-    f.write_text('[[node]]\nname = "n"\ncount = 300\ngpus = [{ type = "A100", count = 8 }]\n'
-                 '[network]\nkind = "ib-hdr"\n')
-    proc = subprocess.run([sys.executable, "-m", "paradvisor", "recommend", "--model", "gpt2", "--cluster", str(f),
-                           "--json", "--top", "2"], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    f.write_text(
+        '[[node]]\nname = "n"\ncount = 300\ngpus = [{ type = "A100", count = 8 }]\n'
+        '[network]\nkind = "ib-hdr"\n'
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paradvisor",
+            "recommend",
+            "--model",
+            "gpt2",
+            "--cluster",
+            str(f),
+            "--json",
+            "--top",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["cluster"]["gpu_count"] == 2400
-    assert doc["cluster"]["nodes"] == [{"name": "n-0", "online": True, "gpus": [{"type": "A100 80GB", "count": 8}],
-                                        "intra_link": "nvlink3", "count": 300, "last": "n-299"}]
+    assert doc["cluster"]["nodes"] == [
+        {
+            "name": "n-0",
+            "online": True,
+            "gpus": [{"type": "A100 80GB", "count": 8}],
+            "intra_link": "nvlink3",
+            "count": 300,
+            "last": "n-299",
+        }
+    ]
 
 
 # ---- property: the grouped algorithms agree with the per-pair / per-rank ones on random clusters ----
@@ -221,9 +281,18 @@ LINKS = ["ethernet", "ib-hdr", "ib-ndr", "wan"]
 
 @st.composite
 def grouped_clusters(draw):
-    groups = draw(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(1, 4),
-                                     st.sampled_from(["A30", "A100 80GB", "H100 SXM"]),
-                                     st.sampled_from(["pcie4", "nvlink3", "nvlink4"])), min_size=1, max_size=4))
+    groups = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([1, 2, 4, 8]),
+                st.integers(1, 4),
+                st.sampled_from(["A30", "A100 80GB", "H100 SXM"]),
+                st.sampled_from(["pcie4", "nvlink3", "nvlink4"]),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
     text = ""
     names = []
     for i, (size, count, gpu, link) in enumerate(groups):
@@ -245,7 +314,7 @@ def test_grouped_links_equal_brute_force(text):
 
     c = parse_cluster(tomllib.loads(text), path="random.toml", text=text)
     online = c.online_nodes
-    pairs = [c.link_between(a.name, b.name) for i, a in enumerate(online) for b in online[i + 1:]]
+    pairs = [c.link_between(a.name, b.name) for i, a in enumerate(online) for b in online[i + 1 :]]
     brute = min(pairs, key=lambda lk: (lk.bandwidth, -lk.latency)) if pairs else None
     assert c.slowest_inter_link() == brute
     topo = Topology.of(c)

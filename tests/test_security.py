@@ -35,14 +35,27 @@ def test_the_package_has_no_eval_exec_or_shell():
     for py in sorted(PACKAGE.rglob("*.py")):
         for n, line in enumerate(py.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
-            hits += [f"{py.relative_to(REPO)}:{n}: {what}" for pat, what in FORBIDDEN.items() if re.search(pat, code)]
+            hits += [
+                f"{py.relative_to(REPO)}:{n}: {what}"
+                for pat, what in FORBIDDEN.items()
+                if re.search(pat, code)
+            ]
     assert not hits, hits
 
 
 def test_the_grep_would_catch_them(tmp_path):
     """The patterns above match the calls they are meant to (so the test above can fail)."""
-    sample = ["eval('1')", "exec(code)", "subprocess.run(cmd, shell=True)", "os.system('ls')", "pickle.load(f)",
-              "yaml.load(text)", "__import__('os')", "compile(src, 'x', 'exec')", "Popen(a, preexec_fn=f)"]
+    sample = [
+        "eval('1')",
+        "exec(code)",
+        "subprocess.run(cmd, shell=True)",
+        "os.system('ls')",
+        "pickle.load(f)",
+        "yaml.load(text)",
+        "__import__('os')",
+        "compile(src, 'x', 'exec')",
+        "Popen(a, preexec_fn=f)",
+    ]
     for line in sample:
         assert any(re.search(p, line) for p in FORBIDDEN), line
     for line in ["re.compile('x')", "compile_expr(text)", "yaml.safe_load(t)", "evaluate(plan)"]:
@@ -56,7 +69,7 @@ def test_run_directories_are_private_and_never_shared(tmp_path):
     for d in (a, b):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
     c = new_run_dir(tmp_path, "../../etc/x; rm -rf ~")
-    assert c.parent == tmp_path and ";" not in c.name and "/" not in c.name[len("YYYYmmdd-HHMMSS"):]
+    assert c.parent == tmp_path and ";" not in c.name and "/" not in c.name[len("YYYYmmdd-HHMMSS") :]
 
 
 def hostile_preset(tmp_path, mark):
@@ -79,12 +92,30 @@ def test_a_preset_is_data_never_code(tmp_path):
     proc = run_cli("launch", "--preset", str(p), "--dry-run", cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "exports"
-    proc = run_cli("launch", "--preset", str(p), "--export", "slurm", "--export", "hostfile",
-                   "--out", str(out), cwd=str(tmp_path))
+    proc = run_cli(
+        "launch",
+        "--preset",
+        str(p),
+        "--export",
+        "slurm",
+        "--export",
+        "hostfile",
+        "--out",
+        str(out),
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     # the Dockerfile's FROM line takes launch.image: a payload there is refused, not written
-    proc = run_cli("launch", "--preset", str(p), "--export", "kubeflow", "--out", str(tmp_path / "k8s"),
-                   cwd=str(tmp_path))
+    proc = run_cli(
+        "launch",
+        "--preset",
+        str(p),
+        "--export",
+        "kubeflow",
+        "--out",
+        str(tmp_path / "k8s"),
+        cwd=str(tmp_path),
+    )
     assert_one_line_error(proc, "launch.image")
     # Outside the quoted plan.toml here-document, the Slurm script carries no shell character of the name.
     script = (out / "job.sbatch").read_text()

@@ -31,16 +31,27 @@ def slurm(tmp_path_factory):
 
 def preset(tmp_path, *, steps=10, extra=""):
     text = SMOKE.read_text().replace("steps = 10", f"steps = {steps}")
-    text = text.replace("[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}"
-                        + extra)
+    text = text.replace(
+        "[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}" + extra
+    )
     p = tmp_path / "job.toml"
     p.write_text(text)
     return p
 
 
 def submit_argv(p, tmp_path):
-    return [sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--submit", "slurm", "--runs-dir",
-            str(tmp_path / "runs")]
+    return [
+        sys.executable,
+        "-m",
+        "paradvisor",
+        "launch",
+        "--preset",
+        str(p),
+        "--submit",
+        "slurm",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
 
 
 def the_run(tmp_path):
@@ -59,8 +70,15 @@ def no_ranks_left(run) -> bool:
 
 
 def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
-    proc = subprocess.run(submit_argv(preset(tmp_path), tmp_path), capture_output=True, text=True, timeout=400,
-                          env=slurm.env, cwd=str(tmp_path), check=False)
+    proc = subprocess.run(
+        submit_argv(preset(tmp_path), tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=slurm.env,
+        cwd=str(tmp_path),
+        check=False,
+    )
     run = the_run(tmp_path)
     assert proc.returncode == 0, proc.stderr + "\n".join(p.read_text()[-2000:] for p in run.glob("*.out"))
     job = json.loads((run / "slurm.json").read_text())["job_id"]
@@ -80,8 +98,14 @@ def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
 
 
 def test_ctrl_c_cancels_the_job_with_scancel(slurm, tmp_path):
-    proc = subprocess.Popen(submit_argv(preset(tmp_path, steps=100000), tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=slurm.env, cwd=str(tmp_path))
+    proc = subprocess.Popen(
+        submit_argv(preset(tmp_path, steps=100000), tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=slurm.env,
+        cwd=str(tmp_path),
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -109,8 +133,15 @@ def test_ctrl_c_cancels_the_job_with_scancel(slurm, tmp_path):
 def test_a_job_sbatch_refuses_is_a_failed_run_with_the_reason(slurm, tmp_path):
     p = preset(tmp_path)  # on GPUs: the script asks for --gpus-per-node=2, which this GPU-less Slurm refuses
     p.write_text(p.read_text().replace('device = "cpu"', 'device = "cuda"'))
-    proc = subprocess.run(submit_argv(p, tmp_path), capture_output=True, text=True, timeout=120, env=slurm.env,
-                          cwd=str(tmp_path), check=False)
+    proc = subprocess.run(
+        submit_argv(p, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=slurm.env,
+        cwd=str(tmp_path),
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr
     status = json.loads((the_run(tmp_path) / "status.json").read_text())
     assert status["status"] == "failed" and status["reason"].startswith("sbatch refused the job")
@@ -122,7 +153,9 @@ def test_the_submitted_script_quotes_what_it_carries(tmp_path):
     from paradvisor.rundir.preset import load_preset
 
     mark = tmp_path / "pwned"
-    text = script(load_preset(SMOKE), run_dir=f"/tmp/a b/$(touch {mark})/`touch {mark}`", python="/opt/py thon")
+    text = script(
+        load_preset(SMOKE), run_dir=f"/tmp/a b/$(touch {mark})/`touch {mark}`", python="/opt/py thon"
+    )
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
     body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
     assert f"run_dir='/tmp/a b/$(touch {mark})/`touch {mark}`'" in body and "'/opt/py thon' -m" in body

@@ -13,12 +13,15 @@ from tests.sshd import Sshd
 
 pytestmark = pytest.mark.ssh
 
+
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     d = tmp_path_factory.mktemp("sshd")
     server = Sshd(d, ("127.0.0.1",), aliases={})
-    server.config.write_text(f"Host pa-local\n  HostName 127.0.0.1\n  Port {server.port}\n{server.common}"
-                             f"Host pa-dead\n  HostName 127.0.0.1\n  Port {server.dead_port}\n{server.common}")
+    server.config.write_text(
+        f"Host pa-local\n  HostName 127.0.0.1\n  Port {server.port}\n{server.common}"
+        f"Host pa-dead\n  HostName 127.0.0.1\n  Port {server.dead_port}\n{server.common}"
+    )
     yield {"config": str(server.config), "port": server.port}
     server.stop()
 
@@ -42,17 +45,29 @@ def test_unreachable_host_is_offline_with_reason_and_others_still_come_back(sshd
 
 def test_refusing_authentication_is_reported(sshd, tmp_path):
     cfg = tmp_path / "cfg"
-    cfg.write_text(f"Host pa-nokey\n  HostName 127.0.0.1\n  Port {sshd['port']}\n  User nobody-here\n"
-                   "  IdentitiesOnly yes\n  IdentityFile /nonexistent\n  UserKnownHostsFile /dev/null\n"
-                   "  StrictHostKeyChecking no\n  LogLevel ERROR\n")
+    cfg.write_text(
+        f"Host pa-nokey\n  HostName 127.0.0.1\n  Port {sshd['port']}\n  User nobody-here\n"
+        "  IdentitiesOnly yes\n  IdentityFile /nonexistent\n  UserKnownHostsFile /dev/null\n"
+        "  StrictHostKeyChecking no\n  LogLevel ERROR\n"
+    )
     [node] = probe_hosts(["pa-nokey"], ssh_config=str(cfg), timeout=5)
     assert not node.online
     assert "denied" in node.reason.lower() or "permission" in node.reason.lower()
 
 
 def test_detect_cli_with_hosts(cli, sshd):
-    proc = cli("detect", "--json", "--host", "pa-local", "--host", "pa-dead", "--ssh-config", sshd["config"],
-               "--timeout", "3")
+    proc = cli(
+        "detect",
+        "--json",
+        "--host",
+        "pa-local",
+        "--host",
+        "pa-dead",
+        "--ssh-config",
+        sshd["config"],
+        "--timeout",
+        "3",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     names = [n["name"] for n in doc["nodes"]]

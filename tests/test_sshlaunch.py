@@ -31,7 +31,9 @@ def cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("sshcluster")
     server = Sshd(d, ("127.0.0.1", "127.0.0.2"), accept_env=("PYTHONPATH",))
     if os.environ.get("PYTHONPATH"):  # the nodes import this checkout's paradvisor, as the tests do
-        server.config.write_text(server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n")
+        server.config.write_text(
+            server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n"
+        )
     yield {"sshd": server, "dir": d}
     server.stop()
 
@@ -39,10 +41,14 @@ def cluster(tmp_path_factory):
 def write_preset(cluster, tmp_path, *, hosts=None, steps=10, join_timeout=60, python=None) -> Path:
     port = cluster["sshd"].port
     hosts = hosts or [f"127.0.0.1:{port}", f"127.0.0.2:{port}"]
-    text = SMOKE.read_text().replace("[launch]\nnproc_per_node = 2", (
-        f"[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = {json.dumps(hosts)}\nmaster_port = {free_port()}\n"
-        f"remote_python = {json.dumps(python or sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
-        f"join_timeout_s = {join_timeout}"))
+    text = SMOKE.read_text().replace(
+        "[launch]\nnproc_per_node = 2",
+        (
+            f"[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = {json.dumps(hosts)}\nmaster_port = {free_port()}\n"
+            f"remote_python = {json.dumps(python or sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
+            f"join_timeout_s = {join_timeout}"
+        ),
+    )
     text = text.replace("steps = 10", f"steps = {steps}")
     p = tmp_path / "two-nodes.toml"
     p.write_text(text)
@@ -50,8 +56,21 @@ def write_preset(cluster, tmp_path, *, hosts=None, steps=10, join_timeout=60, py
 
 
 def launch_argv(cluster, preset: Path, tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
-            str(tmp_path / "runs"), "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "paradvisor",
+        "launch",
+        "--preset",
+        str(preset),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--ssh-config",
+        str(cluster["sshd"].config),
+        "--ssh-timeout",
+        "5",
+        *extra,
+    ]
 
 
 def the_run(tmp_path: Path) -> Path:
@@ -66,8 +85,11 @@ def leftovers(tmp_path: Path) -> list[str]:
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
             cmd = " ".join(p.info["cmdline"] or [])
-            if mark in cmd or ("paradvisor.launch.nodeagent" in cmd and p.pid != os.getpid()) or \
-                    ("paradvisor.train" in cmd and mark in " ".join(p.cmdline())):
+            if (
+                mark in cmd
+                or ("paradvisor.launch.nodeagent" in cmd and p.pid != os.getpid())
+                or ("paradvisor.train" in cmd and mark in " ".join(p.cmdline()))
+            ):
                 out.append(f"{p.pid}: {cmd[:160]}")
         except psutil.Error:
             continue
@@ -109,8 +131,13 @@ def steps_on_both_nodes(run: Path):
 def running(cluster, tmp_path):
     """A long two-node run, started in the background, once both nodes log steps: (launch process, run dir)."""
     preset = write_preset(cluster, tmp_path, steps=100000)
-    proc = subprocess.Popen(launch_argv(cluster, preset, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=str(tmp_path))
+    proc = subprocess.Popen(
+        launch_argv(cluster, preset, tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
     try:
         run = wait_for(lambda: (tmp_path / "runs").exists() and the_run(tmp_path), 60, "run directory", proc)
         wait_for(lambda: steps_on_both_nodes(run), 180, "steps from both nodes", proc)
@@ -122,8 +149,9 @@ def running(cluster, tmp_path):
 
 def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster, tmp_path, cli):
     preset = write_preset(cluster, tmp_path)
-    proc = subprocess.run(launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=300,
-                          cwd=str(tmp_path))
+    proc = subprocess.run(
+        launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=300, cwd=str(tmp_path)
+    )
     assert proc.returncode == 0, proc.stderr
     run = the_run(tmp_path)
     status = json.loads((run / "status.json").read_text())
@@ -150,7 +178,9 @@ def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster,
     doc = json.loads(mon.stdout)
     assert [n["node"] for n in doc["nodes"]] == [0, 1]
     assert all(n["sample"] is not None and n["state"] == "finished" for n in doc["nodes"])
-    assert {(r["rank"], r["node"], r["step"]) for r in doc["ranks"]} == {(r, n, 10) for r, n in rank_node.items()}
+    assert {(r["rank"], r["node"], r["step"]) for r in doc["ranks"]} == {
+        (r, n, 10) for r, n in rank_node.items()
+    }
     text = cli("monitor", str(run), "--once")
     assert "node 1 (127.0.0.2:" in text.stdout and "rank 1" in text.stdout, text.stdout
     # the TUI's Monitor shows the same: a line per node with its own reading, each rank's node in the table
@@ -184,9 +214,12 @@ def tui_view_of(run: Path, tmp_path: Path) -> None:
 
 def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_path):
     port = cluster["sshd"].port
-    preset = write_preset(cluster, tmp_path, hosts=[f"127.0.0.1:{port}", f"127.0.0.2:{free_port('127.0.0.2')}"])
-    proc = subprocess.run(launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=120,
-                          cwd=str(tmp_path))
+    preset = write_preset(
+        cluster, tmp_path, hosts=[f"127.0.0.1:{port}", f"127.0.0.2:{free_port('127.0.0.2')}"]
+    )
+    proc = subprocess.run(
+        launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=120, cwd=str(tmp_path)
+    )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     status = json.loads((the_run(tmp_path) / "status.json").read_text())
@@ -200,12 +233,15 @@ def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_p
 def test_a_node_that_never_joins_fails_the_run_within_the_join_timeout(cluster, tmp_path):
     # node 1's "python" never starts the agent (a node stuck before the rendezvous); node 0 is real
     stuck = tmp_path / "python-on-nodes"
-    stuck.write_text(f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec cat >/dev/null;; esac\n'
-                     f'exec {sys.executable} "$@"\n')
+    stuck.write_text(
+        f'#!/bin/sh\ncase "$SSH_CONNECTION" in *127.0.0.2*) exec cat >/dev/null;; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     stuck.chmod(0o755)
     preset = write_preset(cluster, tmp_path, join_timeout=5, python=str(stuck))
-    proc = subprocess.run(launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=200,
-                          cwd=str(tmp_path))
+    proc = subprocess.run(
+        launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=200, cwd=str(tmp_path)
+    )
     assert proc.returncode == 1, proc.stderr
     status = json.loads((the_run(tmp_path) / "status.json").read_text())
     assert status["status"] == "failed" and status["failed_node"] == 1, status
@@ -267,6 +303,8 @@ def test_dry_run_prints_one_quoted_ssh_command_per_node(cluster, tmp_path, cli):
     proc = cli("launch", "--preset", str(preset), "--ssh-config", str(cluster["sshd"].config), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ssh ")]
-    assert len(lines) == 2 and all("BatchMode=yes" in ln and "paradvisor.launch.nodeagent" in ln for ln in lines)
+    assert len(lines) == 2 and all(
+        "BatchMode=yes" in ln and "paradvisor.launch.nodeagent" in ln for ln in lines
+    )
     assert "rendezvous at 127.0.0.1:" in proc.stderr
     assert not list(tmp_path.glob("runs"))

@@ -15,7 +15,9 @@ import pytest
 
 from tests.conftest import EXAMPLES, REPO
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux missing")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux missing"
+)
 
 
 def tmux(*args: str) -> str:
@@ -43,8 +45,10 @@ def test_recommend_and_launch_round_in_tmux(tmp_path):
     exe = shutil.which("paradvisor") or f"{sys.executable} -m paradvisor"
     # pytest exports COLUMNS/LINES; the app would believe them instead of the tmux window. PYTHONPATH: this
     # checkout's code, whichever checkout the installed binary was installed from.
-    cmd = (f"unset COLUMNS LINES; cd {REPO} && PYTHONPATH={REPO / 'src'} {exe} --cluster "
-           f"{EXAMPLES / 'paper000-two-servers.toml'} --runs-dir {tmp_path / 'runs'} ; sleep 30")
+    cmd = (
+        f"unset COLUMNS LINES; cd {REPO} && PYTHONPATH={REPO / 'src'} {exe} --cluster "
+        f"{EXAMPLES / 'paper000-two-servers.toml'} --runs-dir {tmp_path / 'runs'} ; sleep 30"
+    )
     tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd)
     tmux("resize-window", "-t", session, "-x", "80", "-y", "24")
     try:
@@ -53,7 +57,9 @@ def test_recommend_and_launch_round_in_tmux(tmp_path):
         wait_for(session, "samples/s")
         deadline = time.monotonic() + 120  # the rows arrive from the ranking worker after the header
         out = screen(session)
-        while not any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")) and time.monotonic() < deadline:
+        while (
+            not any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")) and time.monotonic() < deadline
+        ):
             time.sleep(0.5)
             out = screen(session)
         assert any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")), out  # ranked plans on screen

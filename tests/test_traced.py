@@ -21,16 +21,60 @@ from paradvisor.train.traceable import builtin_family_config, recipe_for, traced
 # Shapes no other test uses: GQA 3:1 and 2:1, relu / gelu / silu MLPs, a sliding window shorter than the
 # sequence, tied and untied heads, an odd head size.
 CONFIGS = {
-    "llama-gqa3": ("llama", {"model_type": "llama", "vocab_size": 512, "hidden_size": 96, "intermediate_size": 160,
-                             "num_hidden_layers": 2, "num_attention_heads": 6, "num_key_value_heads": 2,
-                             "max_position_embeddings": 256, "tie_word_embeddings": True}),
-    "mistral-window": ("mistral", {"model_type": "mistral", "vocab_size": 512, "hidden_size": 64,
-                                   "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                                   "num_key_value_heads": 2, "max_position_embeddings": 256, "sliding_window": 12}),
-    "gpt2-relu": ("gpt2", {"model_type": "gpt2", "vocab_size": 512, "n_embd": 80, "n_layer": 2, "n_head": 5,
-                           "n_positions": 128, "activation_function": "relu", "bos_token_id": 0, "eos_token_id": 0}),
-    "bert-gelu": ("bert", {"model_type": "bert", "vocab_size": 512, "hidden_size": 48, "num_hidden_layers": 2,
-                           "num_attention_heads": 3, "intermediate_size": 112, "max_position_embeddings": 128}),
+    "llama-gqa3": (
+        "llama",
+        {
+            "model_type": "llama",
+            "vocab_size": 512,
+            "hidden_size": 96,
+            "intermediate_size": 160,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+            "tie_word_embeddings": True,
+        },
+    ),
+    "mistral-window": (
+        "mistral",
+        {
+            "model_type": "mistral",
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+            "sliding_window": 12,
+        },
+    ),
+    "gpt2-relu": (
+        "gpt2",
+        {
+            "model_type": "gpt2",
+            "vocab_size": 512,
+            "n_embd": 80,
+            "n_layer": 2,
+            "n_head": 5,
+            "n_positions": 128,
+            "activation_function": "relu",
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+        },
+    ),
+    "bert-gelu": (
+        "bert",
+        {
+            "model_type": "bert",
+            "vocab_size": 512,
+            "hidden_size": 48,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 3,
+            "intermediate_size": 112,
+            "max_position_embeddings": 128,
+        },
+    ),
 }
 
 
@@ -55,22 +99,39 @@ def _measure(family: str, cfg: dict, *, kernel: str, mode: str, ckpt: str, layer
 
 
 def _predict(regimes, key: str, *, layers: int, b: int, s: int, ckpt: str):
-    reg = next(r for r in sorted(regimes, key=lambda r: (r["seq_max"] is None, r["seq_max"] or 0))
-               if r["seq_max"] is None or s <= r["seq_max"])
+    reg = next(
+        r
+        for r in sorted(regimes, key=lambda r: (r["seq_max"] is None, r["seq_max"] or 0))
+        if r["seq_max"] is None or s <= r["seq_max"]
+    )
     entry = reg["keys"][key]
     g = entry.get("b1", entry["groups"]) if b == 1 else entry["groups"]
     g_none_key = key.rsplit("/", 1)[0] + "/none"
     e_none = reg["keys"].get(g_none_key, entry)
     g_none = e_none.get("b1", e_none["groups"]) if b == 1 else e_none["groups"]
-    a = traced_activation_terms(g_none, g if ckpt == "full" else None, seq=s, micro_batch=b, tp=1,
-                                sequence_parallel=False, checkpointing=ckpt, cuda_sdpa=False)
+    a = traced_activation_terms(
+        g_none,
+        g if ckpt == "full" else None,
+        seq=s,
+        micro_batch=b,
+        tp=1,
+        sequence_parallel=False,
+        checkpointing=ckpt,
+        cuda_sdpa=False,
+    )
     return stage_activation_bytes(a, layers, first=True, last=True)
 
 
-CASES = [("llama-gqa3", "sdpa", "amp", "none"), ("llama-gqa3", "eager", "bf16", "full"),
-         ("mistral-window", "sdpa", "fp32", "none"), ("mistral-window", "sdpa", "bf16", "none"),
-         ("gpt2-relu", "eager", "fp32", "none"), ("gpt2-relu", "sdpa", "amp", "full"),
-         ("bert-gelu", "sdpa", "bf16", "none"), ("bert-gelu", "eager", "amp", "none")]
+CASES = [
+    ("llama-gqa3", "sdpa", "amp", "none"),
+    ("llama-gqa3", "eager", "bf16", "full"),
+    ("mistral-window", "sdpa", "fp32", "none"),
+    ("mistral-window", "sdpa", "bf16", "none"),
+    ("gpt2-relu", "eager", "fp32", "none"),
+    ("gpt2-relu", "sdpa", "amp", "full"),
+    ("bert-gelu", "sdpa", "bf16", "none"),
+    ("bert-gelu", "eager", "amp", "none"),
+]
 
 
 @pytest.mark.parametrize("name,kernel,mode,ckpt", CASES)
@@ -94,18 +155,27 @@ def test_sliding_window_takes_the_gqa_saving_away_beyond_the_window():
     below, beyond = sorted(regimes, key=lambda r: (r["seq_max"] is None, r["seq_max"] or 0))
     assert below["seq_max"] == 11 and beyond["seq_max"] is None
     k = key_of("fp32", "sdpa", "none")
-    per_token = {name: r["keys"][k]["groups"]["block.split"].get("bs", 0) for name, r in
-                 (("below", below), ("beyond", beyond))}
+    per_token = {
+        name: r["keys"][k]["groups"]["block.split"].get("bs", 0)
+        for name, r in (("below", below), ("beyond", beyond))
+    }
     assert per_token["beyond"] > per_token["below"]
 
 
-STORED = json.loads(resources.files("paradvisor.model").joinpath("data", "activations.json").read_text())["models"]
+STORED = json.loads(resources.files("paradvisor.model").joinpath("data", "activations.json").read_text())[
+    "models"
+]
 
 
-@pytest.mark.parametrize("name,keys", [("gpt-mini", ["amp/sdpa/none", "fp32/sdpa/full"]),
-                                       ("bert-base-uncased", ["bf16/sdpa/none"]),
-                                       ("llama-3-8b", ["amp/sdpa/none", "bf16/eager/full"]),
-                                       ("mistral-7b", ["bf16/sdpa/none"])])
+@pytest.mark.parametrize(
+    "name,keys",
+    [
+        ("gpt-mini", ["amp/sdpa/none", "fp32/sdpa/full"]),
+        ("bert-base-uncased", ["bf16/sdpa/none"]),
+        ("llama-3-8b", ["amp/sdpa/none", "bf16/eager/full"]),
+        ("mistral-7b", ["bf16/sdpa/none"]),
+    ],
+)
 def test_stored_coefficients_match_transformers(name, keys):
     """The package data re-derived from the installed transformers (regenerate with
     `python scripts/trace_activations.py` when this fails after an upgrade)."""
@@ -122,7 +192,9 @@ def test_stored_coefficients_match_transformers(name, keys):
 
 def test_every_builtin_transformer_has_every_key():
     names = [n for n in STORED]
-    assert set(names) == {n for n in __import__("paradvisor.model.load", fromlist=["x"]).builtin_names()} - {"vgg16"}
+    assert set(names) == {n for n in __import__("paradvisor.model.load", fromlist=["x"]).builtin_names()} - {
+        "vgg16"
+    }
     for n in names:
         if load_profile(n).transformer.is_moe:  # MoE: parameter facts only (activations by estimate/moe.py)
             assert STORED[n]["params"]["largest_module"] > 0 and STORED[n]["activations"] == []
@@ -150,9 +222,14 @@ def test_a_config_path_traces_only_the_regime_asked_for(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": ["MistralForCausalLM"]}))
     p = load_profile(str(tmp_path))
     beyond = p.traced.groups("fp32/sdpa/none", 40, 2)
-    assert [r["keys"] != {} for r in sorted(p.traced.regimes, key=lambda r: r["seq_max"] is None)] == [False, True]
+    assert [r["keys"] != {} for r in sorted(p.traced.regimes, key=lambda r: r["seq_max"] is None)] == [
+        False,
+        True,
+    ]
     below = p.traced.groups("fp32/sdpa/none", 8, 2)
-    assert below["block.split"]["bs"] < beyond["block.split"]["bs"]  # K/V repeated to every head beyond the window
+    assert (
+        below["block.split"]["bs"] < beyond["block.split"]["bs"]
+    )  # K/V repeated to every head beyond the window
 
 
 def test_a_traced_config_is_read_back_from_the_cache_without_torch(tmp_path):
@@ -168,16 +245,26 @@ def test_a_traced_config_is_read_back_from_the_cache_without_torch(tmp_path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps({**cfg, "architectures": ["LlamaForCausalLM"]}))
     cache = tmp_path / "cache"
-    code = ("import json, sys; from paradvisor.model import load_profile; p = load_profile(sys.argv[1]); "
-            "g = p.traced.groups('bf16/sdpa/none', 64, 2); "
-            "print(json.dumps({'total': p.total_params, 'largest': p.largest_module, 'g': g, "
-            "'layers': [e.to_dict() for e in p.layers], "
-            "'heavy': sorted(m for m in ('torch', 'transformers') if m in sys.modules)}))")
+    code = (
+        "import json, sys; from paradvisor.model import load_profile; p = load_profile(sys.argv[1]); "
+        "g = p.traced.groups('bf16/sdpa/none', 64, 2); "
+        "print(json.dumps({'total': p.total_params, 'largest': p.largest_module, 'g': g, "
+        "'layers': [e.to_dict() for e in p.layers], "
+        "'heavy': sorted(m for m in ('torch', 'transformers') if m in sys.modules)}))"
+    )
     env = {**__import__("os").environ, "PARADVISOR_CACHE": str(cache)}
-    runs = [json.loads(subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, env=env,
-                                      check=True).stdout) for _ in range(2)]
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", code, str(d)], capture_output=True, text=True, env=env, check=True
+            ).stdout
+        )
+        for _ in range(2)
+    ]
     assert runs[0]["heavy"] == ["torch", "transformers"] and runs[1]["heavy"] == []
-    assert {k: v for k, v in runs[0].items() if k != "heavy"} == {k: v for k, v in runs[1].items() if k != "heavy"}
+    assert {k: v for k, v in runs[0].items() if k != "heavy"} == {
+        k: v for k, v in runs[1].items() if k != "heavy"
+    }
     assert len(list(cache.glob("*.json"))) == 1
     # a different config is a different entry
     assert trace_cache.config_key(cfg) != trace_cache.config_key({**cfg, "intermediate_size": 161})
@@ -193,7 +280,11 @@ def test_a_broken_cache_file_is_ignored(tmp_path, monkeypatch):
     fresh = load_profile(str(tmp_path))
     want = fresh.traced.groups("fp32/sdpa/none", 32, 2)
     (f,) = (tmp_path / "cache").glob("*.json")
-    for junk in ("{", "[]", json.dumps({"schema": trace_cache.SCHEMA, "key": f.stem, "profile": {"layers": 3}})):
+    for junk in (
+        "{",
+        "[]",
+        json.dumps({"schema": trace_cache.SCHEMA, "key": f.stem, "profile": {"layers": 3}}),
+    ):
         f.write_text(junk)
         trace_cache.forget_memory()
         again = load_profile(str(tmp_path))

@@ -48,7 +48,9 @@ def test_whole_flow(tmp_path):
     (presets / "long-run.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long-run"'))
 
     async def flow():
-        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), model="gpt2", live=False)
+        app = ParadvisorApp(
+            runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), model="gpt2", live=False
+        )
         async with app.run_test(size=(130, 42)) as pilot:
             await settle(app, pilot)
             # Hardware: this machine first, then the cluster file of paper 000
@@ -114,8 +116,9 @@ def test_whole_flow(tmp_path):
             await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
             await pilot.press("y")
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not (app.run_summary and app.run_summary["step"] >= 2
-                                                       and app.run_dir != first):
+            while time.monotonic() < deadline and not (
+                app.run_summary and app.run_summary["step"] >= 2 and app.run_dir != first
+            ):
                 await pilot.pause(0.3)
             await pilot.press("s")
             s = await wait_status(app, pilot, {"cancelled", "failed", "finished"})
@@ -190,8 +193,9 @@ def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
     two.write_text('name = "two-t4"\n[[node]]\nname = "box"\ngpus = [{ type = "T4", count = 2 }]\n')
 
     async def flow():
-        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), presets_dir=str(tmp_path), model="bert-base-uncased",
-                            live=False)
+        app = ParadvisorApp(
+            runs_dir=str(tmp_path / "runs"), presets_dir=str(tmp_path), model="bert-base-uncased", live=False
+        )
         async with app.run_test(size=(130, 42)) as pilot:
             await settle(app, pilot)
             app.query_one("#cluster-path").focus()
@@ -218,8 +222,15 @@ def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
             app.query_one("#seq-len").value = "32"
             app.query_one("#global-batch").value = "8"
             await settle(app, pilot)
-            await until(pilot, lambda: app.rec is not None and app.rec.profile.name == "gpt-mini"
-                        and app.rec.workload.seq_len == 32 and app.rec.workload.global_batch == 8)
+            await until(
+                pilot,
+                lambda: (
+                    app.rec is not None
+                    and app.rec.profile.name == "gpt-mini"
+                    and app.rec.workload.seq_len == 32
+                    and app.rec.workload.global_batch == 8
+                ),
+            )
             plan = app.selected.plan
             assert plan.world_size == 2
             app.action_launch_plan()
@@ -330,7 +341,9 @@ def test_monitor_at_80x24_has_plots_rank_rows_and_a_full_height_log(tmp_path):
             assert str(rows.get_row_at(0)[2]) == "12/12" and str(rows.get_row_at(0)[5]) == "0.14 s"
             await pilot.press("v")
             log = app.query_one("#run-log")
-            assert log.size.height >= 10 and log.line_count > log.size.height  # it fills the view, and scrolls
+            assert (
+                log.size.height >= 10 and log.line_count > log.size.height
+            )  # it fills the view, and scrolls
 
     asyncio.run(flow())
 
@@ -344,16 +357,30 @@ def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
     (presets / "long.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long"'))
 
     async def flow():
-        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), live=True,
-                            sample_interval=0.3, confirm=False)
+        app = ParadvisorApp(
+            cluster=C000,
+            runs_dir=str(tmp_path / "runs"),
+            presets_dir=str(presets),
+            live=True,
+            sample_interval=0.3,
+            confirm=False,
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(app, pilot)
             app.query_one("#preset-select").value = str(presets / "long.toml")
             app.action_launch_preset()
-            await until(pilot, lambda: app.run_summary is not None and app.run_summary["step"] >= 3, timeout=120)
+            await until(
+                pilot, lambda: app.run_summary is not None and app.run_summary["step"] >= 3, timeout=120
+            )
             pane = app.query_one("#monitor-pane")
-            await until(pilot, lambda: len(pane.readings) == 2 and all(r.get("cpu_pct") is not None
-                                                                       for r in pane.readings.values()), timeout=30)
+            await until(
+                pilot,
+                lambda: (
+                    len(pane.readings) == 2
+                    and all(r.get("cpu_pct") is not None for r in pane.readings.values())
+                ),
+                timeout=30,
+            )
             table = app.query_one("#rank-table")
             assert table.row_count == 2
             for i in range(2):

@@ -3,10 +3,17 @@ import pytest
 from paradvisor.units import parse_bandwidth, parse_latency, parse_size
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("1 Gbit/s", 125e6), ("1 Gb/s", 125e6), ("400 Gbit/s", 50e9), ("25 GB/s", 25e9), ("100 MB/s", 100e6),
-    ("10Gbps", 1.25e9),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("1 Gbit/s", 125e6),
+        ("1 Gb/s", 125e6),
+        ("400 Gbit/s", 50e9),
+        ("25 GB/s", 25e9),
+        ("100 MB/s", 100e6),
+        ("10Gbps", 1.25e9),
+    ],
+)
 def test_bandwidth(text, expected):
     assert parse_bandwidth(text) == pytest.approx(expected)
 

@@ -29,8 +29,13 @@ def preset_file(tmp_path: Path, name: str, *, plan=None, train=None, launch=None
 
 
 def pa(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "paradvisor", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "paradvisor", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +54,17 @@ def calibration(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,plan", [("ddp", {}), ("fsdp", {"sharding": "fsdp"}), ("zero3", {"sharding": "zero3"}),
-                                       ("tp", {"dp": 1, "tp": 2, "micro_batch": 8}),
-                                       ("zero1-bf16", {"sharding": "zero1", "precision": "bf16"}),
-                                       ("ddp-bf16-ckpt", {"precision": "bf16", "checkpointing": "full"})])
+@pytest.mark.parametrize(
+    "name,plan",
+    [
+        ("ddp", {}),
+        ("fsdp", {"sharding": "fsdp"}),
+        ("zero3", {"sharding": "zero3"}),
+        ("tp", {"dp": 1, "tp": 2, "micro_batch": 8}),
+        ("zero1-bf16", {"sharding": "zero1", "precision": "bf16"}),
+        ("ddp-bf16-ckpt", {"precision": "bf16", "checkpointing": "full"}),
+    ],
+)
 def test_validate_model_states_and_activations(tmp_path, calibration, name, plan):
     p = preset_file(tmp_path, name, plan=plan, train={"steps": 4})
     proc = pa("launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"))
@@ -84,9 +96,12 @@ def test_validate_bad_dir(tmp_path):
     assert_one_line_error(pa("validate", str(tmp_path)), "not a run directory")
 
 
-OOM = dict(workload={"seq_len": 256, "global_batch": 128},
-           train={"steps": 2, "model_overrides": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256}},
-           plan={"micro_batch": 64, "grad_accum": 1}, launch={"memory_limit": "300 MiB"})
+OOM = dict(
+    workload={"seq_len": 256, "global_batch": 128},
+    train={"steps": 2, "model_overrides": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256}},
+    plan={"micro_batch": 64, "grad_accum": 1},
+    launch={"memory_limit": "300 MiB"},
+)
 
 
 @pytest.mark.slow
@@ -118,7 +133,11 @@ def test_probe_batch_finds_the_largest_micro_batch(tmp_path):
     assert 1 <= largest < 64
     trials = {t["micro_batch"]: t["fits"] for t in doc["trials"]}
     assert trials[largest] is True
-    assert any(not ok and b == min(b2 for b2, ok2 in trials.items() if not ok2 and b2 > largest)
-               for b, ok in trials.items())
-    assert all(ok for b, ok in trials.items() if b <= largest) and all(not ok for b, ok in trials.items() if b > largest)
+    assert any(
+        not ok and b == min(b2 for b2, ok2 in trials.items() if not ok2 and b2 > largest)
+        for b, ok in trials.items()
+    )
+    assert all(ok for b, ok in trials.items() if b <= largest) and all(
+        not ok for b, ok in trials.items() if b > largest
+    )
     assert doc["predicted_largest_micro_batch"] >= 1

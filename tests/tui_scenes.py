@@ -27,13 +27,26 @@ def write_demo_run(run_dir: Path) -> Path:
     """A finished 2-rank DiLoCo run with fixed metrics (no process is started)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     preset = (presets_dir() / "llama150m-diloco-local-steps.toml").read_text()
-    preset += ("\n[prediction]\nmemory_per_gpu_bytes = 2400000\nstep_time_s = 0.012\nsamples_per_s = 650.0\n"
-               if "[prediction]" not in preset else "")
+    preset += (
+        "\n[prediction]\nmemory_per_gpu_bytes = 2400000\nstep_time_s = 0.012\nsamples_per_s = 650.0\n"
+        if "[prediction]" not in preset
+        else ""
+    )
     (run_dir / "plan.toml").write_text(preset)
-    (run_dir / "prediction.json").write_text(json.dumps({  # what a launch writes (monitor/predict.py)
-        "schema": "paradvisor.prediction/1", "source": "preset", "runs_on": "cpu",
-        "note": "the preset's prediction, for the GPUs it was planned on", "memory_per_gpu_bytes": 2400000,
-        "step_time_s": 0.012, "samples_per_s": 650.0, "model_state_bytes": 2400000}))
+    (run_dir / "prediction.json").write_text(
+        json.dumps(
+            {  # what a launch writes (monitor/predict.py)
+                "schema": "paradvisor.prediction/1",
+                "source": "preset",
+                "runs_on": "cpu",
+                "note": "the preset's prediction, for the GPUs it was planned on",
+                "memory_per_gpu_bytes": 2400000,
+                "step_time_s": 0.012,
+                "samples_per_s": 650.0,
+                "model_state_bytes": 2400000,
+            }
+        )
+    )
     t0 = 1_700_000_000.0
     lines = [{"rank": r, "time": t0, "kind": "start", "world_size": 2} for r in (0, 1)]
     for step in range(1, 19):
@@ -41,22 +54,64 @@ def write_demo_run(run_dir: Path) -> Path:
             if step > 3 * h:
                 continue
             loss = 8.3 * math.exp(-step / 14) + 2.0 + 0.05 * math.sin(step)
-            lines.append({"rank": r, "time": t0 + step * 0.1, "kind": "step", "step": step, "loss": loss,
-                          "lr": 3e-3, "step_time_s": 0.011 + 0.001 * (step % 3), "samples": 4,
-                          "samples_per_s": 350.0 + step, "tokens_per_s": 22400.0, "sync_wait_s": 0.0,
-                          "world_size": 2, "strategy": "diloco", "mem_params_bytes": 600000,
-                          "mem_grads_bytes": 600000, "mem_optimizer_bytes": 1200000,
-                          "mem_model_state_bytes": 2400000, "node": r, "node_name": ("slow", "fast")[r]})
+            lines.append(
+                {
+                    "rank": r,
+                    "time": t0 + step * 0.1,
+                    "kind": "step",
+                    "step": step,
+                    "loss": loss,
+                    "lr": 3e-3,
+                    "step_time_s": 0.011 + 0.001 * (step % 3),
+                    "samples": 4,
+                    "samples_per_s": 350.0 + step,
+                    "tokens_per_s": 22400.0,
+                    "sync_wait_s": 0.0,
+                    "world_size": 2,
+                    "strategy": "diloco",
+                    "mem_params_bytes": 600000,
+                    "mem_grads_bytes": 600000,
+                    "mem_optimizer_bytes": 1200000,
+                    "mem_model_state_bytes": 2400000,
+                    "node": r,
+                    "node_name": ("slow", "fast")[r],
+                }
+            )
     for rnd in (1, 2, 3):
         for r, wait in ((0, 0.024 * rnd), (1, 0.001)):
-            lines.append({"rank": r, "time": t0 + rnd, "kind": "outer", "round": rnd, "step": rnd * 4,
-                          "sync_wait_s": wait, "outer_comm_s": 0.004, "local_steps": 4 if r == 0 else 6,
-                          "world_size": 2, "strategy": "diloco", "node": r, "node_name": ("slow", "fast")[r]})
+            lines.append(
+                {
+                    "rank": r,
+                    "time": t0 + rnd,
+                    "kind": "outer",
+                    "round": rnd,
+                    "step": rnd * 4,
+                    "sync_wait_s": wait,
+                    "outer_comm_s": 0.004,
+                    "local_steps": 4 if r == 0 else 6,
+                    "world_size": 2,
+                    "strategy": "diloco",
+                    "node": r,
+                    "node_name": ("slow", "fast")[r],
+                }
+            )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (run_dir / "status.json").write_text(json.dumps({
-        "schema": "paradvisor.status/1", "status": "finished", "run_dir": str(run_dir),
-        "name": "llama150m-diloco-local-steps", "pid": 0, "started": t0 - 2, "ended": t0 + 4.5, "world_size": 2,
-        "label": "DiLoCo(H=4) x DDPx2", "returncode": 0}))
+    (run_dir / "status.json").write_text(
+        json.dumps(
+            {
+                "schema": "paradvisor.status/1",
+                "status": "finished",
+                "run_dir": str(run_dir),
+                "name": "llama150m-diloco-local-steps",
+                "pid": 0,
+                "started": t0 - 2,
+                "ended": t0 + 4.5,
+                "world_size": 2,
+                "label": "DiLoCo(H=4) x DDPx2",
+                "returncode": 0,
+            }
+        )
+    )
     (run_dir / "rank-0.stderr.log").write_text("")
     return run_dir
 
@@ -76,8 +131,10 @@ def scene_app(scene: str, tmp: Path) -> tuple[ParadvisorApp, list[str]]:
     if scene in ("monitor", "monitor-ranks", "monitor-log"):
         run = write_demo_run(tmp / "demo-run")
         views = {"monitor": [], "monitor-ranks": ["v"], "monitor-log": ["v", "v"]}[scene]
-        return (ParadvisorApp(cluster=GEO, model="llama-150m", runs_dir="runs", live=False, open_run=str(run)),
-                ["4", *views])
+        return (
+            ParadvisorApp(cluster=GEO, model="llama-150m", runs_dir="runs", live=False, open_run=str(run)),
+            ["4", *views],
+        )
     if scene == "help":
         return ParadvisorApp(cluster=CLUSTER, runs_dir="runs", live=False), ["question_mark"]
     if scene == "not-fitting":
@@ -87,8 +144,19 @@ def scene_app(scene: str, tmp: Path) -> tuple[ParadvisorApp, list[str]]:
     raise ValueError(scene)
 
 
-SCENES = ("hardware", "plans", "plans-geo", "plan-detail", "not-fitting", "launch", "confirm", "monitor",
-          "monitor-ranks", "monitor-log", "help")
+SCENES = (
+    "hardware",
+    "plans",
+    "plans-geo",
+    "plan-detail",
+    "not-fitting",
+    "launch",
+    "confirm",
+    "monitor",
+    "monitor-ranks",
+    "monitor-log",
+    "help",
+)
 SIZES = ((80, 24), (120, 40))  # the smallest terminal the TUI is made for, and a common one
 
 

@@ -14,7 +14,22 @@ import sys
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
 
-COMMANDS = ("detect", "model", "gpus", "recommend", "rules", "hetero", "sharding", "launch", "monitor", "tui", "calibrate", "validate", "probe", "verify")
+COMMANDS = (
+    "detect",
+    "model",
+    "gpus",
+    "recommend",
+    "rules",
+    "hetero",
+    "sharding",
+    "launch",
+    "monitor",
+    "tui",
+    "calibrate",
+    "validate",
+    "probe",
+    "verify",
+)
 
 
 def one_line(message: str) -> str:
@@ -23,7 +38,9 @@ def one_line(message: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
-_JSON_ERRORS = False  # set by main() when the command line asks for --json: errors then also go to stdout as JSON
+_JSON_ERRORS = (
+    False  # set by main() when the command line asks for --json: errors then also go to stdout as JSON
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,8 +86,11 @@ def _bound_numbers(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = _Parser(prog="paradvisor", description="Advisor and launcher for distributed-training parallelism. "
-                     "Run with no command for the interactive session.")
+    parser = _Parser(
+        prog="paradvisor",
+        description="Advisor and launcher for distributed-training parallelism. "
+        "Run with no command for the interactive session.",
+    )
     parser.add_argument("--version", action="version", version=f"paradvisor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
@@ -123,11 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("error", "input nested too deeply", None, 2)
     except OSError as exc:  # a folder or file the command was told to use cannot be used: bad input
         return _fail("error", f"cannot use it: {exc.strerror or exc}", exc.filename and str(exc.filename), 2)
-    except Exception as exc:  # a bug, not the user's fault: one line, exit 1 (PARADVISOR_DEBUG=1 shows it all)
+    except (
+        Exception
+    ) as exc:  # a bug, not the user's fault: one line, exit 1 (PARADVISOR_DEBUG=1 shows it all)
         if os.environ.get("PARADVISOR_DEBUG"):
             raise
-        return _fail("internal error", f"{type(exc).__name__}: {exc} (run again with PARADVISOR_DEBUG=1 for the "
-                     "traceback, and please report it)", None, 1)
+        return _fail(
+            "internal error",
+            f"{type(exc).__name__}: {exc} (run again with PARADVISOR_DEBUG=1 for the "
+            "traceback, and please report it)",
+            None,
+            1,
+        )
 
 
 if __name__ == "__main__":

@@ -87,8 +87,12 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 # Lengths of list fields by field name (other lists: MAX_ITEMS).
-LENGTH_BOUNDS: dict[str, int] = {"hosts": MAX_HOSTS, "nodes": MAX_NODES, "node_procs": MAX_NODES,
-                                 "rank_batches": MAX_GPUS}
+LENGTH_BOUNDS: dict[str, int] = {
+    "hosts": MAX_HOSTS,
+    "nodes": MAX_NODES,
+    "node_procs": MAX_NODES,
+    "rank_batches": MAX_GPUS,
+}
 
 # Numeric command-line options by their dest (upper bounds; the commands check their own lower bounds,
 # and every float option must be finite). Options not named here get MAX_INT / MAX_FLOAT.

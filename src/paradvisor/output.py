@@ -96,7 +96,9 @@ def console(stderr: bool = False):
         def render_str(self, text: str, **kw):
             return super().render_str(clean(text), **kw)
 
-    return CleanConsole(file=raw_stream(sys.stderr if stderr else sys.stdout), highlight=False, soft_wrap=False)
+    return CleanConsole(
+        file=raw_stream(sys.stderr if stderr else sys.stdout), highlight=False, soft_wrap=False
+    )
 
 
 def table(title: str | None = None, *columns: str, **kw):

@@ -26,8 +26,12 @@ from paradvisor.limits import MAX_DEPTH, MAX_FILE_BYTES
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -51,7 +55,9 @@ def read_bytes(path: str | os.PathLike, *, what: str = "file", limit: int = MAX_
         if not stat.S_ISREG(st.st_mode):
             raise InputError(f"is {_kind(st.st_mode)}, expected a {what} (a regular file)", where=p)
         if st.st_size > limit:
-            raise InputError(f"is {st.st_size:,} bytes, more than the {limit:,} bytes a {what} may have", where=p)
+            raise InputError(
+                f"is {st.st_size:,} bytes, more than the {limit:,} bytes a {what} may have", where=p
+            )
         chunks, total = [], 0
         while True:  # the size can change while we read: never read more than the limit
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -122,7 +128,9 @@ def parse_json(text: str, where: str):
     try:
         doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{where}:{exc.lineno}") from None
+        raise InputError(
+            f"invalid JSON: {exc.msg} (column {exc.colno})", where=f"{where}:{exc.lineno}"
+        ) from None
     except RecursionError:
         raise InputError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels", where=where) from None
     except ValueError as exc:
@@ -147,6 +155,7 @@ def finite(doc):
 
 
 # ---------------------------------------------------------------------------------------------------------- writing
+
 
 def check_target(path: Path, *, force: bool) -> None:
     """Whether `path` may be (over)written: its folder exists, and it is absent, or a regular file and forced."""
@@ -188,12 +197,16 @@ def _unlink(path) -> None:
         pass
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes, *, force: bool = False, mode: int | None = None) -> Path:
+def write_atomic(
+    path: str | os.PathLike, data: str | bytes, *, force: bool = False, mode: int | None = None
+) -> Path:
     """Write one file atomically (see the module docstring); OSError becomes an InputError naming the file."""
     return write_group({Path(path): data}, force=force, mode=mode)[0]
 
 
-def write_group(files: dict[Path, str | bytes], *, force: bool = False, mode: int | None = None) -> list[Path]:
+def write_group(
+    files: dict[Path, str | bytes], *, force: bool = False, mode: int | None = None
+) -> list[Path]:
     """Write several files all or nothing: every target is checked first, every temporary file written, and
     only then are they renamed into place; if a rename fails, the files already renamed are put back as
     they were (the old file restored, or the new one removed)."""
@@ -224,8 +237,10 @@ def write_group(files: dict[Path, str | bytes], *, force: bool = False, mode: in
                 _unlink(p)
         for _, tmp in temps:
             _unlink(tmp)
-        raise InputError(f"cannot write: {exc.strerror or exc}; nothing was written",
-                         where=str(getattr(exc, "filename", None) or paths[0])) from None
+        raise InputError(
+            f"cannot write: {exc.strerror or exc}; nothing was written",
+            where=str(getattr(exc, "filename", None) or paths[0]),
+        ) from None
     except BaseException:
         for _, tmp in temps:
             _unlink(tmp)

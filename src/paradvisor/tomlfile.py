@@ -79,7 +79,11 @@ class KeyLocator:
             if key is None:
                 return start + 1
         keypat = re.compile(r"^\s*" + re.escape(key or "") + r"\s*=")
-        after = bisect.bisect_right(self.table_starts, start) if header else bisect.bisect_left(self.table_starts, 0)
+        after = (
+            bisect.bisect_right(self.table_starts, start)
+            if header
+            else bisect.bisect_left(self.table_starts, 0)
+        )
         end = self.table_starts[after] if after < len(self.table_starts) else len(self.lines)
         for i in range(start + (1 if header else 0), end):
             if keypat.match(self.lines[i]):
@@ -95,5 +99,6 @@ class KeyLocator:
 def check_keys(table: dict, allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise InputError(f"unknown key {unknown[0]!r}; expected one of {', '.join(sorted(allowed))}",
-                         where=where)
+        raise InputError(
+            f"unknown key {unknown[0]!r}; expected one of {', '.join(sorted(allowed))}", where=where
+        )

@@ -24,8 +24,15 @@ from paradvisor.limits import FIELD_BOUNDS, LENGTH_BOUNDS, MAX_FLOAT, MAX_INT, M
 
 Where = Callable[[str], str]
 
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a table",
-          list: "a list", tuple: "a list"}
+_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    dict: "a table",
+    list: "a list",
+    tuple: "a list",
+}
 
 
 def shown(value, limit: int = 60) -> str:
@@ -54,13 +61,22 @@ def printable(value: str, where: str, *, limit: int = MAX_STRING, multiline: boo
         raise InputError(f"a string of {len(value):,} characters; at most {limit} allowed", where=where)
     bad = next((c for c in value if not c.isprintable() and not (multiline and c in "\n\t")), None)
     if bad is not None:
-        raise InputError(f"{shown(value)} holds the control character {bad!r}; only printable text is allowed",
-                         where=where)
+        raise InputError(
+            f"{shown(value)} holds the control character {bad!r}; only printable text is allowed", where=where
+        )
     return value
 
 
-def check_value(value, typ, where: str, *, bound: tuple[float, float] | None = None, cls=None, name: str = "",
-                text: bool = True):
+def check_value(
+    value,
+    typ,
+    where: str,
+    *,
+    bound: tuple[float, float] | None = None,
+    cls=None,
+    name: str = "",
+    text: bool = True,
+):
     """`value` as the annotation `typ` wants it (lists become tuples), or InputError naming `where`. With
     `text=False` a string need not be printable (data shown only through the output escapers)."""
     kw = {"bound": bound, "cls": cls, "name": name, "text": text}
@@ -102,8 +118,11 @@ def _check_union(value, typ, where: str, kw: dict):
             return check_value(value, a, where, **kw)
         except InputError:
             continue
-    raise InputError(f"expected {' or '.join(_NAMES.get(a, getattr(a, '__name__', str(a))) for a in args)}, "
-                     f"got {shown(value)}", where=where)
+    raise InputError(
+        f"expected {' or '.join(_NAMES.get(a, getattr(a, '__name__', str(a))) for a in args)}, "
+        f"got {shown(value)}",
+        where=where,
+    )
 
 
 def _check_sequence(value, typ, origin, where: str, kw: dict):
@@ -125,8 +144,10 @@ def _check_dict(value, typ, where: str, kw: dict):
     if not args:
         return dict(value)
     key_kw = {k: v for k, v in kw.items() if k != "bound"}
-    return {check_value(k, args[0], f"{where}", **key_kw): check_value(v, args[1], f"{where}.{k}", **kw)
-            for k, v in value.items()}
+    return {
+        check_value(k, args[0], f"{where}", **key_kw): check_value(v, args[1], f"{where}.{k}", **kw)
+        for k, v in value.items()
+    }
 
 
 def _check_dataclass(value, typ, where: str):
@@ -136,10 +157,17 @@ def _check_dataclass(value, typ, where: str):
     fields = dataclasses.fields(typ)
     unknown = sorted(set(value) - {f.name for f in fields}, key=str)
     if unknown:
-        raise InputError(f"unknown key {shown(unknown[0])}; expected one of "
-                         f"{', '.join(sorted(f.name for f in fields))}", where=where)
-    missing = [f.name for f in fields if f.name not in value and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+        raise InputError(
+            f"unknown key {shown(unknown[0])}; expected one of {', '.join(sorted(f.name for f in fields))}",
+            where=where,
+        )
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in value
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
     if missing:  # found by the fuzz suite: a [[plan.nodes]] table without relative_speed
         raise InputError(f"missing {missing[0]!r}", where=where)
     return typ(**from_table(typ, value, lambda k: f"{where}.{k}"))
@@ -186,8 +214,15 @@ def check_instance(obj, where: str) -> None:
             for i, v in enumerate(value):
                 check_instance(v, f"{where}.{f.name}[{i}]")
             continue
-        check_value(list(value) if isinstance(value, tuple) else value, types_[f.name], f"{where}.{f.name}",
-                    bound=(-math.inf, math.inf), cls=type(obj), name=f.name, text=False)
+        check_value(
+            list(value) if isinstance(value, tuple) else value,
+            types_[f.name],
+            f"{where}.{f.name}",
+            bound=(-math.inf, math.inf),
+            cls=type(obj),
+            name=f.name,
+            text=False,
+        )
 
 
 def check_mapping(table, types_: dict[str, object], where: Where, *, at: str = "") -> dict:

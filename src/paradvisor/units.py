@@ -16,18 +16,44 @@ MiB = 1024**2
 
 _BW_UNITS = {
     # bits per second
-    "bit/s": 1 / 8, "bps": 1 / 8,
-    "kbit/s": 1e3 / 8, "kbps": 1e3 / 8, "kb/s": 1e3 / 8,
-    "mbit/s": 1e6 / 8, "mbps": 1e6 / 8, "mb/s": 1e6 / 8,
-    "gbit/s": 1e9 / 8, "gbps": 1e9 / 8, "gb/s": 1e9 / 8,
-    "tbit/s": 1e12 / 8, "tbps": 1e12 / 8, "tb/s": 1e12 / 8,
+    "bit/s": 1 / 8,
+    "bps": 1 / 8,
+    "kbit/s": 1e3 / 8,
+    "kbps": 1e3 / 8,
+    "kb/s": 1e3 / 8,
+    "mbit/s": 1e6 / 8,
+    "mbps": 1e6 / 8,
+    "mb/s": 1e6 / 8,
+    "gbit/s": 1e9 / 8,
+    "gbps": 1e9 / 8,
+    "gb/s": 1e9 / 8,
+    "tbit/s": 1e12 / 8,
+    "tbps": 1e12 / 8,
+    "tb/s": 1e12 / 8,
 }
 # Byte units are case-sensitive ("GB/s" is bytes, "Gb/s" is bits), so they are matched exactly.
-_BYTE_BW_UNITS = {"B/s": 1.0, "kB/s": 1e3, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12,
-                  "MiB/s": MiB, "GiB/s": GiB}
+_BYTE_BW_UNITS = {
+    "B/s": 1.0,
+    "kB/s": 1e3,
+    "KB/s": 1e3,
+    "MB/s": 1e6,
+    "GB/s": 1e9,
+    "TB/s": 1e12,
+    "MiB/s": MiB,
+    "GiB/s": GiB,
+}
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
-_SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-               "KiB": 1024, "MiB": MiB, "GiB": GiB, "TiB": 1024**4}
+_SIZE_UNITS = {
+    "B": 1,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KiB": 1024,
+    "MiB": MiB,
+    "GiB": GiB,
+    "TiB": 1024**4,
+}
 
 _NUM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-zµ/]+)\s*$")
 

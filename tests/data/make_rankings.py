@@ -51,9 +51,13 @@ CASES = [  # (cluster file, model, seq_len, global batch per GPU)
 
 def row(e) -> dict:
     p = e.plan
-    return {"plan": {k: v for k, v in p.to_dict().items() if k not in ("nodes",)},
-            "label": p.label(), "step_time": float(f"{e.step_time:.9g}"), "memory": round(e.memory_total),
-            "fits": e.fits}
+    return {
+        "plan": {k: v for k, v in p.to_dict().items() if k not in ("nodes",)},
+        "label": p.label(),
+        "step_time": float(f"{e.step_time:.9g}"),
+        "memory": round(e.memory_total),
+        "fits": e.fits,
+    }
 
 
 def ranking(cluster_file: str, model: str, seq: int, per_gpu: int) -> dict:
@@ -64,14 +68,29 @@ def ranking(cluster_file: str, model: str, seq: int, per_gpu: int) -> dict:
     mf, topo = ModelFacts.of(profile), Topology.of(cluster)
     est = [evaluate(mf, topo, wl, p, precision, 0.10) for p in candidates(mf, topo, wl, precision)]
     feasible = sorted((e for e in est if e.fits), key=lambda e: (e.score, e.memory_total))
-    return {"cluster": cluster_file, "model": model, "seq_len": seq, "global_batch": wl.global_batch,
-            "candidates": len(est), "feasible": len(feasible), "top": [row(e) for e in feasible[:TOP]],
-            "dp_links": {f"{tp},{dp},{pp}": list(topo.dp_link(tp, dp, pp))
-                         for tp in (1, 2, 4) for pp in (1, 2) for dp in [topo.world // (tp * pp)]
-                         if topo.world % (tp * pp) == 0 and tp <= topo.min_gpus_per_node},
-            "pp_links": {f"{tp},{dp},{pp}": list(topo.pp_link(tp, dp, pp))
-                         for tp in (1, 2) for pp in (2, 4) for dp in [topo.world // (tp * pp)]
-                         if topo.world % (tp * pp) == 0 and tp <= topo.min_gpus_per_node and dp >= 1}}
+    return {
+        "cluster": cluster_file,
+        "model": model,
+        "seq_len": seq,
+        "global_batch": wl.global_batch,
+        "candidates": len(est),
+        "feasible": len(feasible),
+        "top": [row(e) for e in feasible[:TOP]],
+        "dp_links": {
+            f"{tp},{dp},{pp}": list(topo.dp_link(tp, dp, pp))
+            for tp in (1, 2, 4)
+            for pp in (1, 2)
+            for dp in [topo.world // (tp * pp)]
+            if topo.world % (tp * pp) == 0 and tp <= topo.min_gpus_per_node
+        },
+        "pp_links": {
+            f"{tp},{dp},{pp}": list(topo.pp_link(tp, dp, pp))
+            for tp in (1, 2)
+            for pp in (2, 4)
+            for dp in [topo.world // (tp * pp)]
+            if topo.world % (tp * pp) == 0 and tp <= topo.min_gpus_per_node and dp >= 1
+        },
+    }
 
 
 if __name__ == "__main__":

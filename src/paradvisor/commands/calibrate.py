@@ -25,11 +25,20 @@ from paradvisor.limits import MAX_BANDWIDTH
 def add_parser(sub) -> None:
     p = sub.add_parser("calibrate", help="measure achievable TFLOPS, memory bandwidth and collectives here")
     p.add_argument("--json", action="store_true", help="print the calibration document")
-    p.add_argument("--out", metavar="FILE", help="where to store it (default ~/.cache/paradvisor/calibration-<host>.json)")
-    p.add_argument("--ranks", type=int, default=2, metavar="N", help="measure collectives over 2..N processes")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="where to store it (default ~/.cache/paradvisor/calibration-<host>.json)",
+    )
+    p.add_argument(
+        "--ranks", type=int, default=2, metavar="N", help="measure collectives over 2..N processes"
+    )
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer steps")
-    p.add_argument("--no-engines", action="store_true", help="skip the engine overheads (2-process runs of each "
-                                                              "engine; about a minute)")
+    p.add_argument(
+        "--no-engines",
+        action="store_true",
+        help="skip the engine overheads (2-process runs of each engine; about a minute)",
+    )
     p.set_defaults(run=run)
 
 
@@ -84,7 +93,9 @@ def measure_device(quick: bool) -> dict:
             torch.set_num_threads(threads)
             _say(f"matmul {name} one thread: {tflops_1[name]:.4g} TFLOPS")
     curve = {}
-    if not cuda:  # what one rank's narrow matmuls achieve: the estimator reads its CPU compute from this curve
+    if (
+        not cuda
+    ):  # what one rank's narrow matmuls achieve: the estimator reads its CPU compute from this curve
         torch.set_num_threads(1)
         for name, dt in dtypes.items():
             curve[name] = []
@@ -92,8 +103,11 @@ def measure_device(quick: bool) -> dict:
                 a = torch.randn(CURVE_TOKENS, w, dtype=dt)
                 b = torch.randn(w, w, dtype=dt)
                 curve[name].append([w, _sig(2 * CURVE_TOKENS * w * w / _time(lambda: a @ b, 5, sync) / 1e12)])
-            _say(f"matmul {name} {CURVE_TOKENS} tokens, one thread: " +
-                 ", ".join(f"width {w} {r:.3g}" for w, r in curve[name]) + " TFLOPS")
+            _say(
+                f"matmul {name} {CURVE_TOKENS} tokens, one thread: "
+                + ", ".join(f"width {w} {r:.3g}" for w, r in curve[name])
+                + " TFLOPS"
+            )
         torch.set_num_threads(threads)
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -115,9 +129,17 @@ def measure_device(quick: bool) -> dict:
         from paradvisor.hardware.probe import _cpu_and_ram
 
         name, mem = f"CPU ({_cpu_and_ram()['model'] or 'unknown'})", psutil.virtual_memory().total
-    return {"kind": "cuda" if cuda else "cpu", "name": name, "tflops": tflops, "tflops_per_process": tflops_1 or tflops,
-            **({"matmul_curve": curve, "curve_tokens": CURVE_TOKENS} if curve else {}),
-            "mem_bw_bytes_per_s": bw, "memory_bytes": int(mem), "threads": threads, "layer_overhead_s": overhead}
+    return {
+        "kind": "cuda" if cuda else "cpu",
+        "name": name,
+        "tflops": tflops,
+        "tflops_per_process": tflops_1 or tflops,
+        **({"matmul_curve": curve, "curve_tokens": CURVE_TOKENS} if curve else {}),
+        "mem_bw_bytes_per_s": bw,
+        "memory_bytes": int(mem),
+        "threads": threads,
+        "layer_overhead_s": overhead,
+    }
 
 
 def measure_layer_overhead(dev, sync) -> float:
@@ -182,14 +204,21 @@ def fit(rows: list[tuple[int, float]], op: str, n: int) -> dict:
     intercept = max(0.0, my - slope * mx)
     hops = 2 * (n - 1) if op == "all_reduce" else (n - 1)
     # no measurable slope: the link is faster than the timer can tell; the bound keeps the file finite JSON
-    return {"bandwidth": (1 / slope) if slope > 1 / MAX_BANDWIDTH else MAX_BANDWIDTH, "latency": intercept / hops,
-            "samples": [[s, t] for s, t in rows]}
+    return {
+        "bandwidth": (1 / slope) if slope > 1 / MAX_BANDWIDTH else MAX_BANDWIDTH,
+        "latency": intercept / hops,
+        "samples": [[s, t] for s, t in rows],
+    }
 
 
 ENGINE_PLANS = {  # engine -> Plan fields (2 processes)
-    "ddp": {"dp": 2}, "fsdp": {"dp": 2, "sharding": "fsdp"}, "tp": {"dp": 1, "tp": 2},
-    "pp": {"dp": 1, "pp": 2, "grad_accum": 2}, "zero1": {"dp": 2, "sharding": "zero1"},
-    "zero2": {"dp": 2, "sharding": "zero2"}, "zero3": {"dp": 2, "sharding": "zero3"},
+    "ddp": {"dp": 2},
+    "fsdp": {"dp": 2, "sharding": "fsdp"},
+    "tp": {"dp": 1, "tp": 2},
+    "pp": {"dp": 1, "pp": 2, "grad_accum": 2},
+    "zero1": {"dp": 2, "sharding": "zero1"},
+    "zero2": {"dp": 2, "sharding": "zero2"},
+    "zero3": {"dp": 2, "sharding": "zero3"},
 }
 ENGINE_MODEL = {"n_embd": 32, "n_head": 2, "vocab_size": 64, "n_positions": 16}
 ENGINE_BATCH = 2  # micro-batch per rank (pp: per micro-batch)
@@ -199,8 +228,15 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
     """Every engine of the launcher, fp32 and bf16, at two depths: median step time per configuration."""
     from types import SimpleNamespace
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), DS_ACCELERATOR="cpu")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        DS_ACCELERATOR="cpu",
+    )
     import torch
     import torch.distributed as dist
 
@@ -214,7 +250,7 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
     res = []
     for engine, fields in ENGINE_PLANS.items():
         for precision in ("fp32", "bf16"):
-            for layers in ((2, 4) if engine == "pp" else (1, 3)):
+            for layers in (2, 4) if engine == "pp" else (1, 3):
                 torch.manual_seed(0)
                 model = from_config({**ENGINE_MODEL, "n_layer": layers})
                 plan = Plan(micro_batch=ENGINE_BATCH, precision=precision, **fields)
@@ -258,22 +294,33 @@ def fit_engines(runs: list[dict], device: dict) -> dict:
     out: dict = {}
     for engine in ENGINE_PLANS:
         for precision in ("fp32", "bf16"):
-            rows = sorted((r for r in runs if r["engine"] == engine and r["precision"] == precision),
-                          key=lambda r: r["layers"])
+            rows = sorted(
+                (r for r in runs if r["engine"] == engine and r["precision"] == precision),
+                key=lambda r: r["layers"],
+            )
             if len(rows) < 2:
                 continue
             curve = (device.get("matmul_curve") or {}).get(precision)
-            peak = curve_rate(curve, d / (2 if engine == "tp" else 1)) if curve else (rates.get(precision) or rates["fp32"])
+            peak = (
+                curve_rate(curve, d / (2 if engine == "tp" else 1))
+                if curve
+                else (rates.get(precision) or rates["fp32"])
+            )
             tp = 2 if engine == "tp" else 1
             stages = 2 if engine == "pp" else 1
             micro = ENGINE_PLANS[engine].get("grad_accum", 1)
-            slots = (micro + stages - 1) / stages if engine == "pp" else 1.0  # layer-slots per layer (pipeline)
+            slots = (
+                (micro + stages - 1) / stages if engine == "pp" else 1.0
+            )  # layer-slots per layer (pipeline)
             tokens = ENGINE_BATCH * ENGINE_MODEL["n_positions"]
-            eff = 1.0 if curve else efficiency(d / tp, tokens) / MAX_EFFICIENCY  # curve: the rate at this width
+            eff = (
+                1.0 if curve else efficiency(d / tp, tokens) / MAX_EFFICIENCY
+            )  # curve: the rate at this width
 
             def compute(layers, tp=tp, slots=slots, peak=peak, eff=eff, tokens=tokens):
-                f = transformer_flops_per_token(shape, seq=ENGINE_MODEL["n_positions"], layers=layers,
-                                                lm_head=False, checkpointing="none")
+                f = transformer_flops_per_token(
+                    shape, seq=ENGINE_MODEL["n_positions"], layers=layers, lm_head=False, checkpointing="none"
+                )
                 return slots * (f["forward"] + f["backward"]) * tokens / tp / (peak * 1e12 * eff)
 
             (l1, t1), (l2, t2) = [(r["layers"], r["step_s"] - compute(r["layers"])) for r in rows[:2]]
@@ -291,10 +338,18 @@ def measure_engines(quick: bool) -> dict:
     from paradvisor.launch.argv import free_port
 
     with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(_engine_worker, args=(2, free_port(), 8 if quick else 12, d), nprocs=2, join=True,
-                           start_method="spawn")
-        return {"runs": json.loads(Path(d, "engines.json").read_text()), "model": ENGINE_MODEL,
-                "micro_batch": ENGINE_BATCH}
+        mp.start_processes(
+            _engine_worker,
+            args=(2, free_port(), 8 if quick else 12, d),
+            nprocs=2,
+            join=True,
+            start_method="spawn",
+        )
+        return {
+            "runs": json.loads(Path(d, "engines.json").read_text()),
+            "model": ENGINE_MODEL,
+            "micro_batch": ENGINE_BATCH,
+        }
 
 
 def measure_collectives(max_ranks: int, quick: bool) -> dict:
@@ -308,12 +363,15 @@ def measure_collectives(max_ranks: int, quick: bool) -> dict:
     out = {"backend": "gloo", "ranks": {}}
     for n in range(2, max_ranks + 1):
         with tempfile.TemporaryDirectory() as d:
-            mp.start_processes(_collective_worker, args=(n, free_port(), sizes, d), nprocs=n, join=True,
-                               start_method="spawn")
+            mp.start_processes(
+                _collective_worker, args=(n, free_port(), sizes, d), nprocs=n, join=True, start_method="spawn"
+            )
             res = json.loads(Path(d, "collectives.json").read_text())
         out["ranks"][str(n)] = {op: fit([tuple(r) for r in rows], op, n) for op, rows in res.items()}
         ar = out["ranks"][str(n)]["all_reduce"]
-        _say(f"gloo all-reduce over {n} processes: {ar['bandwidth'] / 1e9:.2f} GB/s, latency {ar['latency'] * 1e6:.0f} us")
+        _say(
+            f"gloo all-reduce over {n} processes: {ar['bandwidth'] / 1e9:.2f} GB/s, latency {ar['latency'] * 1e6:.0f} us"
+        )
     return out
 
 
@@ -332,12 +390,25 @@ def run(args) -> int:
         engines = measure_engines(args.quick)
         engines["fit"] = fit_engines(engines["runs"], device)
         for eng, per in engines["fit"].items():
-            _say(f"{eng}: " + ", ".join(f"{p} {v['per_step'] * 1e3:.1f} ms/step + {v['per_layer'] * 1e3:.2f} ms/layer"
-                                        for p, v in per.items()))
-    doc = {"schema": SCHEMA, "host": socket.gethostname(), "measured_at": time.time(),
-           "duration_s": round(time.time() - t0, 2), "device": device, "collectives": collectives}
+            _say(
+                f"{eng}: "
+                + ", ".join(
+                    f"{p} {v['per_step'] * 1e3:.1f} ms/step + {v['per_layer'] * 1e3:.2f} ms/layer"
+                    for p, v in per.items()
+                )
+            )
+    doc = {
+        "schema": SCHEMA,
+        "host": socket.gethostname(),
+        "measured_at": time.time(),
+        "duration_s": round(time.time() - t0, 2),
+        "device": device,
+        "collectives": collectives,
+    }
     if engines:
-        doc["engines"] = engines  # per engine and precision: {"per_step", "per_layer"} seconds (see fit_engines)
+        doc["engines"] = (
+            engines  # per engine and precision: {"per_step", "per_layer"} seconds (see fit_engines)
+        )
     path = Path(args.out) if args.out else default_path()
     if path is not None:
         from paradvisor.safeio import write_atomic

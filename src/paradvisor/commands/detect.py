@@ -9,12 +9,22 @@ SCHEMA = "paradvisor.inventory/1"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("detect", help="list GPUs, CPU and RAM of this machine, ssh hosts or a cluster file",
-                       description="Hardware inventory. Local GPUs through NVML (nvidia-ml-py), CPU and RAM "
-                                   "through psutil; remote nodes over ssh; or a cluster file you plan for.")
-    p.add_argument("--json", action="store_true", help="print one JSON document (schema paradvisor.inventory/1)")
-    p.add_argument("--host", action="append", default=[], metavar="H",
-                   help="probe [user@]host[:port] over ssh (repeatable); needs python3 there")
+    p = sub.add_parser(
+        "detect",
+        help="list GPUs, CPU and RAM of this machine, ssh hosts or a cluster file",
+        description="Hardware inventory. Local GPUs through NVML (nvidia-ml-py), CPU and RAM "
+        "through psutil; remote nodes over ssh; or a cluster file you plan for.",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON document (schema paradvisor.inventory/1)"
+    )
+    p.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="H",
+        help="probe [user@]host[:port] over ssh (repeatable); needs python3 there",
+    )
     p.add_argument("--cluster", metavar="FILE", help="validate and show a cluster TOML file")
     p.add_argument("--ssh-config", metavar="FILE", help="ssh client config file (ssh -F)")
     p.add_argument("--timeout", type=float, default=10.0, help="ssh connect timeout in seconds (default 10)")
@@ -43,8 +53,11 @@ def inventory(args) -> Cluster:
 
 
 def to_doc(cluster: Cluster) -> dict:
-    return {"schema": SCHEMA, **cluster.to_dict(),
-            "offline": [{"name": n.name, "reason": n.reason} for n in cluster.nodes if not n.online]}
+    return {
+        "schema": SCHEMA,
+        **cluster.to_dict(),
+        "offline": [{"name": n.name, "reason": n.reason} for n in cluster.nodes if not n.online],
+    }
 
 
 def run(args) -> int:
@@ -90,8 +103,10 @@ def _node_facts(node) -> list[str]:
     if node.cpu_logical:
         facts.append(f"{node.cpu_logical} CPUs" + (f" ({esc(node.cpu_model)})" if node.cpu_model else ""))
     if node.ram_total_bytes:
-        facts.append(f"RAM {fmt_bytes(node.ram_total_bytes)}"
-                     + (f", {fmt_bytes(node.ram_available_bytes)} free" if node.ram_available_bytes else ""))
+        facts.append(
+            f"RAM {fmt_bytes(node.ram_total_bytes)}"
+            + (f", {fmt_bytes(node.ram_available_bytes)} free" if node.ram_available_bytes else "")
+        )
     if node.driver_version:
         facts.append(esc(f"driver {node.driver_version}, CUDA {node.cuda_version}"))
     link = node.intra_link
@@ -108,8 +123,10 @@ def _show_planned_gpus(con, node) -> None:
     for name, n in Counter(g.name for g in node.gpus).items():
         spec = next(g.spec for g in node.gpus if g.name == name)
         tf = ", ".join(f"{k} {v:g}" for k, v in spec.tflops.items() if k in ("fp32", "fp16", "bf16", "fp8"))
-        con.print(f"  {n}x {esc(name)}: {spec.memory_bytes / 2**30:.0f} GiB, {spec.mem_bw / 1e9:.0f} GB/s, "
-                  f"TFLOPS {tf}")
+        con.print(
+            f"  {n}x {esc(name)}: {spec.memory_bytes / 2**30:.0f} GiB, {spec.mem_bw / 1e9:.0f} GB/s, "
+            f"TFLOPS {tf}"
+        )
 
 
 def _show_detected_gpus(con, node) -> None:
@@ -118,15 +135,22 @@ def _show_detected_gpus(con, node) -> None:
 
     from paradvisor.output import esc, table
 
-    t = table(None, "#", "GPU", "catalog", "memory GiB", "free GiB", "util %", "CC", "fp16 TFLOPS",
-              "bf16 TFLOPS")
+    t = table(
+        None, "#", "GPU", "catalog", "memory GiB", "free GiB", "util %", "CC", "fp16 TFLOPS", "bf16 TFLOPS"
+    )
     for g in node.gpus:
         tf = g.spec.tflops if g.spec else {}
-        t.add_row(str(g.index), g.name, g.spec.name if g.spec else Text("unknown", style="yellow"),
-                  f"{g.memory_bytes / 2**30:.1f}",
-                  "" if g.memory_free_bytes is None else f"{g.memory_free_bytes / 2**30:.1f}",
-                  "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}",
-                  g.compute_capability or "", str(tf.get("fp16", "—")), str(tf.get("bf16", "—")))
+        t.add_row(
+            str(g.index),
+            g.name,
+            g.spec.name if g.spec else Text("unknown", style="yellow"),
+            f"{g.memory_bytes / 2**30:.1f}",
+            "" if g.memory_free_bytes is None else f"{g.memory_free_bytes / 2**30:.1f}",
+            "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}",
+            g.compute_capability or "",
+            str(tf.get("fp16", "—")),
+            str(tf.get("bf16", "—")),
+        )
     con.print(t)
     for g in node.gpus:
         for note in g.notes:
@@ -146,5 +170,7 @@ def _show_links(con, cluster: Cluster) -> None:
         elif names[0] == names[1]:
             what = f"link inside node group {esc(names[0])}"
         else:
-            what = f"link {esc(names[0])} <-> {esc(names[1])}" + (" (node groups)" if scope == "group" else "")
+            what = f"link {esc(names[0])} <-> {esc(names[1])}" + (
+                " (node groups)" if scope == "group" else ""
+            )
         con.print(f"{what}: {esc(lk.kind)} {fmt_bandwidth(lk.bandwidth)}, {fmt_latency(lk.latency)}")

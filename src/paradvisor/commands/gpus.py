@@ -7,8 +7,13 @@ def add_parser(sub) -> None:
     p = sub.add_parser("gpus", help="list the GPU catalog (memory, bandwidth, dense TFLOPS per dtype)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--mig", action="store_true", help="include MIG slices")
-    p.add_argument("--gpu-spec", action="append", default=[], metavar="FILE",
-                   help='also list the GPUs defined in FILE ([gpu."NAME"] tables; repeatable)')
+    p.add_argument(
+        "--gpu-spec",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help='also list the GPUs defined in FILE ([gpu."NAME"] tables; repeatable)',
+    )
     p.add_argument("--sources", action="store_true", help="show each entry's datasheet source")
     p.set_defaults(run=run)
 
@@ -21,22 +26,57 @@ def run(args) -> int:
     if args.json:
         from paradvisor.output import emit_json
 
-        emit_json({"schema": "paradvisor.gpus/1", "gpus": [
-            {"name": s.name, "vendor": s.vendor, "arch": s.arch, "memory_bytes": s.memory_bytes,
-             "mem_bw_bytes_per_s": s.mem_bw, "tflops": s.tflops, "intra_link": s.intra_link,
-             "compute_capability": s.compute_capability, "nvml_names": list(s.nvml_names), "mig_of": s.mig_of,
-             "aliases": list(s.aliases), "origin": s.origin, "source": s.source}
-            for s in specs]})
+        emit_json(
+            {
+                "schema": "paradvisor.gpus/1",
+                "gpus": [
+                    {
+                        "name": s.name,
+                        "vendor": s.vendor,
+                        "arch": s.arch,
+                        "memory_bytes": s.memory_bytes,
+                        "mem_bw_bytes_per_s": s.mem_bw,
+                        "tflops": s.tflops,
+                        "intra_link": s.intra_link,
+                        "compute_capability": s.compute_capability,
+                        "nvml_names": list(s.nvml_names),
+                        "mig_of": s.mig_of,
+                        "aliases": list(s.aliases),
+                        "origin": s.origin,
+                        "source": s.source,
+                    }
+                    for s in specs
+                ],
+            }
+        )
         return 0
     from paradvisor.output import console, table
 
-    t = table("GPU catalog (dense peak)", "name", "arch", "memory GiB", "mem BW GB/s", "fp32", "tf32", "fp16",
-              "bf16", "fp8", "link", *(["source"] if args.sources else []))
+    t = table(
+        "GPU catalog (dense peak)",
+        "name",
+        "arch",
+        "memory GiB",
+        "mem BW GB/s",
+        "fp32",
+        "tf32",
+        "fp16",
+        "bf16",
+        "fp8",
+        "link",
+        *(["source"] if args.sources else []),
+    )
     for s in specs:
         tf = s.tflops
         name = s.name + (f" [cyan]({s.origin})[/cyan]" if s.user_defined else "")
-        t.add_row(name, s.arch, f"{s.memory_bytes / 2**30:.0f}", f"{s.mem_bw / 1e9:.0f}",
-                  *[str(tf.get(k, "—")) for k in ("fp32", "tf32", "fp16", "bf16", "fp8")], s.intra_link,
-                  *([s.source] if args.sources else []))
+        t.add_row(
+            name,
+            s.arch,
+            f"{s.memory_bytes / 2**30:.0f}",
+            f"{s.mem_bw / 1e9:.0f}",
+            *[str(tf.get(k, "—")) for k in ("fp32", "tf32", "fp16", "bf16", "fp8")],
+            s.intra_link,
+            *([s.source] if args.sources else []),
+        )
     console().print(t)
     return 0

@@ -20,18 +20,30 @@ if TYPE_CHECKING:
 def add_parser(sub) -> None:
     from paradvisor.commands.recommend import add_workload_args
 
-    p = sub.add_parser("launch", help="launch a preset (or a recommended plan) as a real training run",
-                       description="Builds the exact torchrun argv (DeepSpeed engine for ZeRO plans), starts it in "
-                                   "its own process group, records plan, command, per-rank logs, metrics and status "
-                                   "in a run directory. Exit code: 0 finished, 1 failed or cancelled, 2 bad input.")
-    p.add_argument("--preset", metavar="NAME|FILE", help="a preset: a name from presets/ (tiny-cpu-smoke) or a TOML file")
+    p = sub.add_parser(
+        "launch",
+        help="launch a preset (or a recommended plan) as a real training run",
+        description="Builds the exact torchrun argv (DeepSpeed engine for ZeRO plans), starts it in "
+        "its own process group, records plan, command, per-rank logs, metrics and status "
+        "in a run directory. Exit code: 0 finished, 1 failed or cancelled, 2 bad input.",
+    )
+    p.add_argument(
+        "--preset", metavar="NAME|FILE", help="a preset: a name from presets/ (tiny-cpu-smoke) or a TOML file"
+    )
     add_workload_args(p, model_required=False)
     p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")
     p.add_argument("--dry-run", action="store_true", help="print the command and stop")
-    p.add_argument("--runs-dir", default="runs", metavar="DIR", help="where run directories go (default runs/)")
-    p.add_argument("--run-dir", metavar="DIR", help="use this run directory (multi-node: the same on every node)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress and no summary: only the run directory on stdout (errors still on stderr)")
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="where run directories go (default runs/)"
+    )
+    p.add_argument(
+        "--run-dir", metavar="DIR", help="use this run directory (multi-node: the same on every node)"
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress and no summary: only the run directory on stdout (errors still on stderr)",
+    )
     o = p.add_argument_group("overrides (flags win over the preset)")
     o.add_argument("--steps", type=int)
     o.add_argument("--lr", type=float)
@@ -45,25 +57,46 @@ def add_parser(sub) -> None:
     o.add_argument("--rdzv-endpoint", metavar="HOST:PORT")
     o.add_argument("--master-port", type=int)
     o.add_argument("--hosts", metavar="H1,H2", help="comma-separated hosts (checked over ssh before launch)")
-    o.add_argument("--hang-timeout", type=float, metavar="S", help="fail the run after S seconds without progress")
-    o.add_argument("--join-timeout", type=float, metavar="S",
-                   help="multi-node: fail the run when a node has not joined the rendezvous after S seconds "
-                        "(launch.join_timeout_s, default 120)")
+    o.add_argument(
+        "--hang-timeout", type=float, metavar="S", help="fail the run after S seconds without progress"
+    )
+    o.add_argument(
+        "--join-timeout",
+        type=float,
+        metavar="S",
+        help="multi-node: fail the run when a node has not joined the rendezvous after S seconds "
+        "(launch.join_timeout_s, default 120)",
+    )
     m = p.add_argument_group("several nodes")
-    m.add_argument("--engine", choices=["auto", "local", "ssh"],
-                   help="local: this machine is node --node-rank; ssh: start every node of launch.hosts over ssh "
-                        "from here; auto (default): ssh when the launch has several nodes with hosts and no "
-                        "--node-rank is given")
-    m.add_argument("--ssh-config", metavar="FILE", help="ssh client config file for the ssh engine (ssh -F; also "
-                                                         "$PARADVISOR_SSH_CONFIG)")
+    m.add_argument(
+        "--engine",
+        choices=["auto", "local", "ssh"],
+        help="local: this machine is node --node-rank; ssh: start every node of launch.hosts over ssh "
+        "from here; auto (default): ssh when the launch has several nodes with hosts and no "
+        "--node-rank is given",
+    )
+    m.add_argument(
+        "--ssh-config",
+        metavar="FILE",
+        help="ssh client config file for the ssh engine (ssh -F; also $PARADVISOR_SSH_CONFIG)",
+    )
     m.add_argument("--ssh-timeout", type=float, metavar="S", help="ssh connect timeout per host (default 10)")
     m.add_argument("--submit", choices=["slurm"], help="submit the run to a scheduler (sbatch) and follow it")
     e = p.add_argument_group("exports (write files instead of launching)")
-    e.add_argument("--export", choices=["kubeflow", "pytorchjob", "slurm", "hostfile"], action="append", default=[],
-                   help="kubeflow: Trainer v2 TrainJob + ConfigMap + Dockerfile; pytorchjob: the legacy kubeflow.org/v1 "
-                        "PyTorchJob; slurm: the sbatch script; hostfile: DeepSpeed hostfile + ds_config.json")
-    e.add_argument("--image", metavar="REF", help="kubeflow/pytorchjob: the image the job runs (the Dockerfile's "
-                                                  "build, pushed where the cluster pulls from)")
+    e.add_argument(
+        "--export",
+        choices=["kubeflow", "pytorchjob", "slurm", "hostfile"],
+        action="append",
+        default=[],
+        help="kubeflow: Trainer v2 TrainJob + ConfigMap + Dockerfile; pytorchjob: the legacy kubeflow.org/v1 "
+        "PyTorchJob; slurm: the sbatch script; hostfile: DeepSpeed hostfile + ds_config.json",
+    )
+    e.add_argument(
+        "--image",
+        metavar="REF",
+        help="kubeflow/pytorchjob: the image the job runs (the Dockerfile's "
+        "build, pushed where the cluster pulls from)",
+    )
     e.add_argument("--out", metavar="DIR", help="where exports go (default exports/<name>/)")
     e.add_argument("--force", action="store_true", help="overwrite existing export files")
     p.set_defaults(run=run)
@@ -85,23 +118,46 @@ def preset_from_args(args):
     args.top, args.rules, args.no_rules = max(args.pick, 1), [], False
     rec, ref = compute(args)
     if not rec.plans:
-        raise InputError("nothing fits on these machines, so there is nothing to launch (see `paradvisor recommend`)")
+        raise InputError(
+            "nothing fits on these machines, so there is nothing to launch (see `paradvisor recommend`)"
+        )
     if not 1 <= args.pick <= len(rec.plans):
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
     from paradvisor.rundir.preset import preset_from_estimate
 
-    return preset_from_estimate(rec, rec.plans[args.pick - 1], ref, description=f"rank {args.pick} of recommend")
+    return preset_from_estimate(
+        rec, rec.plans[args.pick - 1], ref, description=f"rank {args.pick} of recommend"
+    )
 
 
 def apply_overrides(preset, args):
     t, lau = preset.train, preset.launch
-    tkw = {k: v for k, v in (("steps", args.steps), ("lr", args.lr), ("seed", args.seed), ("dataset", args.dataset),
-                             ("data_path", args.data_path), ("device", args.device),
-                             ("hang_timeout_s", args.hang_timeout)) if v is not None}
-    lkw = {k: v for k, v in (("nproc_per_node", args.nproc_per_node), ("nnodes", args.nnodes),
-                             ("node_rank", args.node_rank), ("rdzv_endpoint", args.rdzv_endpoint),
-                             ("master_port", args.master_port), ("join_timeout_s", args.join_timeout),
-                             ("engine", args.engine)) if v is not None}
+    tkw = {
+        k: v
+        for k, v in (
+            ("steps", args.steps),
+            ("lr", args.lr),
+            ("seed", args.seed),
+            ("dataset", args.dataset),
+            ("data_path", args.data_path),
+            ("device", args.device),
+            ("hang_timeout_s", args.hang_timeout),
+        )
+        if v is not None
+    }
+    lkw = {
+        k: v
+        for k, v in (
+            ("nproc_per_node", args.nproc_per_node),
+            ("nnodes", args.nnodes),
+            ("node_rank", args.node_rank),
+            ("rdzv_endpoint", args.rdzv_endpoint),
+            ("master_port", args.master_port),
+            ("join_timeout_s", args.join_timeout),
+            ("engine", args.engine),
+        )
+        if v is not None
+    }
     if args.node_rank is not None and args.engine is None:
         lkw["engine"] = "local"  # "this machine is node R": the user starts each node
     if args.hosts:
@@ -118,12 +174,17 @@ def apply_overrides(preset, args):
     # Flags go through the same typed checks and bounds as the preset's fields.
     flag = {"hang_timeout_s": "--hang-timeout", "join_timeout_s": "--join-timeout"}
     from_table(TrainSettings, tkw, lambda k: flag.get(k, f"--{k.replace('_', '-')}"))
-    from_table(LaunchSettings, {k: list(v) if k == "hosts" else v for k, v in lkw.items()},
-               lambda k: flag.get(k, f"--{k.replace('_', '-')}"))
+    from_table(
+        LaunchSettings,
+        {k: list(v) if k == "hosts" else v for k, v in lkw.items()},
+        lambda k: flag.get(k, f"--{k.replace('_', '-')}"),
+    )
     out = replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw))
     if out.launch.engine == "ssh" and len(out.launch.hosts) != out.launch.nnodes:
-        raise InputError(f"the ssh engine needs one host per node: {len(out.launch.hosts)} host(s) for "
-                         f"{out.launch.nnodes} node(s) (launch.hosts or --hosts)")
+        raise InputError(
+            f"the ssh engine needs one host per node: {len(out.launch.hosts)} host(s) for "
+            f"{out.launch.nnodes} node(s) (launch.hosts or --hosts)"
+        )
     return out
 
 
@@ -136,8 +197,9 @@ def run(args) -> int:
     if args.submit == "slurm":
         from paradvisor.launch import slurm
 
-        return slurm.submit_and_follow(preset, runs_dir=Path(args.runs_dir),
-                                       run_dir=Path(args.run_dir) if args.run_dir else None)
+        return slurm.submit_and_follow(
+            preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None
+        )
     return launch_and_follow(preset, args)
 
 
@@ -175,10 +237,14 @@ def dry_run(preset, args) -> int:
     run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
     commands = node_commands(preset, run_dir, endpoint=endpoint)
     for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
-        print((f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
-              + shlex.join(argv))
-    sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-                     f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n")
+        print(
+            (f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
+            + shlex.join(argv)
+        )
+    sys.stderr.write(
+        f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
+        f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n"
+    )
     return 0
 
 
@@ -186,11 +252,18 @@ def launch_and_follow(preset, args) -> int:
     """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM)."""
     from paradvisor.launch import runner
 
-    launch = runner.start(preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None,
-                          ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout)
+    launch = runner.start(
+        preset,
+        runs_dir=Path(args.runs_dir),
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        ssh_config=args.ssh_config,
+        ssh_timeout=args.ssh_timeout,
+    )
     quiet = getattr(args, "quiet", False)
     if not quiet:
-        sys.stderr.write(f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n")
+        sys.stderr.write(
+            f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n"
+        )
     watch = None if quiet else LiveProgress(launch)
     try:
         doc = runner.run_blocking(launch, watch=watch)
@@ -215,10 +288,12 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
         watch.summary()
     if doc.get("oom") and doc.get("replan"):
         r = doc["replan"]
-        sys.stderr.write(f"out of memory; the next plan that fits: {r['label']} ({r['change']}), predicted "
-                         f"{r['predicted_bytes'] / 2**20:.0f} MiB per process"
-                         + (f" of {r['limit_bytes'] / 2**20:.0f}" if r.get('limit_bytes') else "")
-                         + f"\nlaunch it: {r['command']}\n")
+        sys.stderr.write(
+            f"out of memory; the next plan that fits: {r['label']} ({r['change']}), predicted "
+            f"{r['predicted_bytes'] / 2**20:.0f} MiB per process"
+            + (f" of {r['limit_bytes'] / 2**20:.0f}" if r.get("limit_bytes") else "")
+            + f"\nlaunch it: {r['command']}\n"
+        )
 
 
 def dry_run_ssh(preset, args) -> int:
@@ -227,13 +302,18 @@ def dry_run_ssh(preset, args) -> int:
 
     from paradvisor.launch import runner, sshrun
 
-    nodes, endpoint = sshrun.plan_nodes(preset, ssh_config=args.ssh_config,
-                                        ssh_timeout=args.ssh_timeout or sshrun.DEFAULT_SSH_TIMEOUT_S)
+    nodes, endpoint = sshrun.plan_nodes(
+        preset, ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout or sshrun.DEFAULT_SSH_TIMEOUT_S
+    )
     runner.validate(replace(preset, launch=replace(preset.launch, rdzv_endpoint=endpoint)), reach=False)
     for n in nodes:
-        print(f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shlex.join(n.argv)}")
-    sys.stderr.write(f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-                     f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n")
+        print(
+            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shlex.join(n.argv)}"
+        )
+    sys.stderr.write(
+        f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
+        f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n"
+    )
     return 0
 
 
@@ -272,9 +352,15 @@ class LiveProgress:
             from paradvisor.output import console, esc
 
             if self.bar is None:
-                self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                                    console=console(stderr=True), transient=False)
+                self.bar = Progress(
+                    TextColumn("[bold]{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(),
+                    console=console(stderr=True),
+                    transient=False,
+                )
                 self.bar.start()
                 self.task = self.bar.add_task(esc(s.name), total=s.total_steps or None, info="starting")
             self.bar.update(self.task, completed=s.step, info=esc(progress_text(s)))
@@ -305,15 +391,20 @@ class LiveProgress:
         if self.tty:
             from paradvisor.output import console, table
 
-            t = table(f"predicted vs measured ({prediction_note(s)})", "metric", "predicted", "measured", "error")
+            t = table(
+                f"predicted vs measured ({prediction_note(s)})", "metric", "predicted", "measured", "error"
+            )
             for r in rows:
                 t.add_row(r["metric"], r["predicted"] or "—", r["measured"] or "—", r["error"])
             console(stderr=True).print(t)
         else:
             sys.stderr.write(f"predicted vs measured ({prediction_note(s)}):\n")
             for r in rows:
-                sys.stderr.write(f"  {r['metric']}: predicted {r['predicted'] or '—'}, measured {r['measured'] or '—'}"
-                                 + (f" ({r['error']})" if r["error"] else "") + "\n")
+                sys.stderr.write(
+                    f"  {r['metric']}: predicted {r['predicted'] or '—'}, measured {r['measured'] or '—'}"
+                    + (f" ({r['error']})" if r["error"] else "")
+                    + "\n"
+                )
 
 
 def progress_text(s: RunSummary) -> str:

@@ -7,9 +7,12 @@ from paradvisor.units import fmt_count
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("model", help="profile a model: parameters per layer, largest layer, shape",
-                       description="MODEL is a built-in name (see `paradvisor models`) or a path to a Hugging "
-                                   "Face config (a folder holding config.json, or the file).")
+    p = sub.add_parser(
+        "model",
+        help="profile a model: parameters per layer, largest layer, shape",
+        description="MODEL is a built-in name (see `paradvisor models`) or a path to a Hugging "
+        "Face config (a folder holding config.json, or the file).",
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="print one JSON document (schema paradvisor.model/1)")
     p.add_argument("--all-layers", action="store_true", help="list every layer instead of grouping repeats")
@@ -38,8 +41,12 @@ def grouped(layers) -> list[tuple[str, str, int, int]]:
     i = 0
     while i < len(layers):
         j = i
-        while j + 1 < len(layers) and layers[j + 1].params == layers[i].params and layers[j + 1].kind == layers[i].kind \
-                and layers[i].kind == "block":
+        while (
+            j + 1 < len(layers)
+            and layers[j + 1].params == layers[i].params
+            and layers[j + 1].kind == layers[i].kind
+            and layers[i].kind == "block"
+        ):
             j += 1
         label = layers[i].name if j == i else f"{layers[i].name} … {layers[j].name.rsplit('.', 1)[-1]}"
         out.append((label, layers[i].kind, layers[i].params, j - i + 1))
@@ -52,21 +59,27 @@ def show(prof: ModelProfile, *, all_layers: bool = False) -> None:
 
     con = console()
     con.print(f"[bold]{esc(prof.name)}[/bold] ({esc(prof.architecture)}) — {esc(prof.description)}")
-    con.print(f"parameters: {prof.total_params:,} ({fmt_count(prof.total_params)}), trainable {prof.trainable_params:,}")
+    con.print(
+        f"parameters: {prof.total_params:,} ({fmt_count(prof.total_params)}), trainable {prof.trainable_params:,}"
+    )
     big = prof.largest_layer
     dom = " — [bold yellow]one layer dominates[/bold yellow]" if prof.one_layer_dominates else ""
     con.print(f"largest layer: {esc(big.name)} with {big.params:,} ({prof.largest_share:.1%} of all){dom}")
     s = prof.transformer
     if s and s.is_moe:
-        con.print(f"mixture of experts: {s.num_experts} experts, top-{s.experts_per_token}"
-                  + (f" + shared FFN {s.shared_ffn}" if s.shared_ffn else "")
-                  + f", {s.moe_layers} of {s.num_layers} layers; active per token {prof.active_params:,} "
-                  f"({fmt_count(prof.active_params)}) of {fmt_count(prof.total_params)}; routed experts "
-                  f"{prof.expert_params:,}")
+        con.print(
+            f"mixture of experts: {s.num_experts} experts, top-{s.experts_per_token}"
+            + (f" + shared FFN {s.shared_ffn}" if s.shared_ffn else "")
+            + f", {s.moe_layers} of {s.num_layers} layers; active per token {prof.active_params:,} "
+            f"({fmt_count(prof.active_params)}) of {fmt_count(prof.total_params)}; routed experts "
+            f"{prof.expert_params:,}"
+        )
     if s:
-        con.print(f"transformer: {s.num_layers} layers, hidden {s.hidden}, {s.heads} heads ({s.kv_heads} KV), "
-                  f"ffn {s.ffn}{' (gated)' if s.gated_mlp else ''}, vocab {s.vocab}, max positions {s.max_positions}, "
-                  f"{'causal' if s.causal else 'bidirectional'}")
+        con.print(
+            f"transformer: {s.num_layers} layers, hidden {s.hidden}, {s.heads} heads ({s.kv_heads} KV), "
+            f"ffn {s.ffn}{' (gated)' if s.gated_mlp else ''}, vocab {s.vocab}, max positions {s.max_positions}, "
+            f"{'causal' if s.causal else 'bidirectional'}"
+        )
     if prof.input_shape:
         con.print(f"input: {'x'.join(map(str, prof.input_shape))}")
     t = table(None, "layer", "kind", "params", "share", "x")
@@ -87,9 +100,20 @@ def run_list(args) -> int:
     if args.json:
         from paradvisor.output import emit_json
 
-        emit_json({"schema": "paradvisor.models/1",
-                   "models": [{"name": p.name, "architecture": p.architecture, "total_params": p.total_params,
-                               "description": p.description} for p in profiles]})
+        emit_json(
+            {
+                "schema": "paradvisor.models/1",
+                "models": [
+                    {
+                        "name": p.name,
+                        "architecture": p.architecture,
+                        "total_params": p.total_params,
+                        "description": p.description,
+                    }
+                    for p in profiles
+                ],
+            }
+        )
         return 0
     from paradvisor.output import console, table
 

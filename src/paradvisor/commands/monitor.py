@@ -15,11 +15,16 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("monitor", help="follow a run directory: progress, loss, throughput, memory, status",
-                       description="Follows RUN_DIR until the run ends (or now, with --once) and exits with its "
-                                   "status: 0 finished, 1 failed / cancelled / interrupted.")
+    p = sub.add_parser(
+        "monitor",
+        help="follow a run directory: progress, loss, throughput, memory, status",
+        description="Follows RUN_DIR until the run ends (or now, with --once) and exits with its "
+        "status: 0 finished, 1 failed / cancelled / interrupted.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--json", action="store_true", help="print the final summary as JSON (schema paradvisor.monitor/1)")
+    p.add_argument(
+        "--json", action="store_true", help="print the final summary as JSON (schema paradvisor.monitor/1)"
+    )
     p.add_argument("--once", action="store_true", help="report the current state and exit")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     p.set_defaults(run=run)
@@ -68,8 +73,14 @@ def run(args) -> int:
 
         from paradvisor.output import console, esc
 
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                      TimeElapsedColumn(), transient=False, console=console()) as bar:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            transient=False,
+            console=console(),
+        ) as bar:
             task = bar.add_task(esc(s.name), total=s.total_steps or None, info=esc(_line(s)))
             while s.status not in TERMINAL:
                 time.sleep(args.interval)
@@ -93,7 +104,10 @@ def run(args) -> int:
             for line in node_lines(s):
                 print(line)
         if s.sync_wait_s_by_rank:
-            print("sync wait per rank: " + ", ".join(f"rank {k} {v:.2f} s" for k, v in s.sync_wait_s_by_rank.items()))
+            print(
+                "sync wait per rank: "
+                + ", ".join(f"rank {k} {v:.2f} s" for k, v in s.sync_wait_s_by_rank.items())
+            )
     if s.unreadable:
         sys.stderr.write(f"monitor: skipped what could not be read: {'; '.join(s.unreadable)}\n")
     return 0 if s.status == "finished" else 1
@@ -114,11 +128,19 @@ def run_list(args) -> int:
     from paradvisor.output import console, table
 
     t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
-    skipped = [f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")]
+    skipped = [
+        f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
+    ]
     for s in runs:
-        t.add_row(Path(s["run_dir"]).name, s["label"] or "", s["status"], f"{s['step']}/{s['total_steps'] or '?'}",
-                  "" if s["loss"] is None else f"{s['loss']:.4f}",
-                  "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}", fmt_seconds(s["elapsed_s"]))
+        t.add_row(
+            Path(s["run_dir"]).name,
+            s["label"] or "",
+            s["status"],
+            f"{s['step']}/{s['total_steps'] or '?'}",
+            "" if s["loss"] is None else f"{s['loss']:.4f}",
+            "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
+            fmt_seconds(s["elapsed_s"]),
+        )
     console().print(t)
     for line in skipped:
         sys.stderr.write(f"runs: skipped what could not be read in {line}\n")

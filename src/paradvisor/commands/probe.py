@@ -15,11 +15,18 @@ from paradvisor.errors import InputError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("probe-batch", help="largest micro-batch that fits, by real trial steps (doubling, bisecting)")
-    p.add_argument("--preset", required=True, metavar="NAME|FILE", help="a preset name from presets/ or a TOML file")
-    p.add_argument("--memory-limit", metavar="SIZE",
-                   help="per-process cap on CPU, e.g. '1 GiB' (default: the preset's launch.memory_limit; on a GPU, "
-                        "the GPU's own memory)")
+    p = sub.add_parser(
+        "probe-batch", help="largest micro-batch that fits, by real trial steps (doubling, bisecting)"
+    )
+    p.add_argument(
+        "--preset", required=True, metavar="NAME|FILE", help="a preset name from presets/ or a TOML file"
+    )
+    p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="per-process cap on CPU, e.g. '1 GiB' (default: the preset's launch.memory_limit; on a GPU, "
+        "the GPU's own memory)",
+    )
     p.add_argument("--max", type=int, default=1024, help="largest micro-batch to try (default 1024)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
@@ -30,12 +37,28 @@ def trial(preset, micro_batch: int, runs: Path) -> bool:
     from paradvisor.launch.replan import is_oom
     from paradvisor.rundir.preset import LaunchSettings
 
-    plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=micro_batch,
-                   grad_accum=1, split_by_speed=False, rank_batches=(), diloco=False, nodes=())
-    p = replace(preset, name=f"probe-mb{micro_batch}", plan=plan,
-                workload=replace(preset.workload, global_batch=micro_batch),
-                train=replace(preset.train, steps=1, log_every=1, hang_timeout_s=0.0),
-                launch=LaunchSettings(nproc_per_node=1, memory_limit=preset.launch.memory_limit))
+    plan = replace(
+        preset.plan,
+        dp=1,
+        tp=1,
+        pp=1,
+        sharding="none",
+        offload="none",
+        micro_batch=micro_batch,
+        grad_accum=1,
+        split_by_speed=False,
+        rank_batches=(),
+        diloco=False,
+        nodes=(),
+    )
+    p = replace(
+        preset,
+        name=f"probe-mb{micro_batch}",
+        plan=plan,
+        workload=replace(preset.workload, global_batch=micro_batch),
+        train=replace(preset.train, steps=1, log_every=1, hang_timeout_s=0.0),
+        launch=LaunchSettings(nproc_per_node=1, memory_limit=preset.launch.memory_limit),
+    )
     sys.stderr.write(f"probe-batch: trying micro-batch {micro_batch} ... ")
     doc = runner.start(p, runs_dir=runs).wait()
     ok = doc["status"] == "finished"
@@ -58,7 +81,9 @@ def predicted_max(preset, limit_bytes: int, cap: int) -> int:
     best = 0
     b = 1
     while b <= cap:
-        plan = replace(preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=b, grad_accum=1)
+        plan = replace(
+            preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=b, grad_accum=1
+        )
         n = memory_need(mf, topo, replace(preset.workload, global_batch=b), plan, plan.precision, b)
         if n["total"] - n["terms"]["overhead"] > budget:
             break
@@ -88,14 +113,21 @@ def run(args) -> int:
     else:  # on a GPU the device's own memory is the cap: a trial step runs out of it for real
         gpu = gpu_memory() if preset.train.device != "cpu" else None
         if gpu is None:
-            raise InputError("no GPU here" + (" (the preset runs on CPU)" if preset.train.device == "cpu" else "")
-                             + ": give --memory-limit SIZE (e.g. '1 GiB') or launch.memory_limit in the preset")
+            raise InputError(
+                "no GPU here"
+                + (" (the preset runs on CPU)" if preset.train.device == "cpu" else "")
+                + ": give --memory-limit SIZE (e.g. '1 GiB') or launch.memory_limit in the preset"
+            )
         limit_bytes = gpu[1]
-        sys.stderr.write(f"probe-batch: no --memory-limit: the limit is {gpu[0]}'s {fmt_bytes(limit_bytes)}\n")
+        sys.stderr.write(
+            f"probe-batch: no --memory-limit: the limit is {gpu[0]}'s {fmt_bytes(limit_bytes)}\n"
+        )
         limit = fmt_bytes(limit_bytes)
     if args.max < 1:
         raise InputError("--max must be at least 1")
-    preset = replace(preset, launch=replace(preset.launch, memory_limit=args.memory_limit or preset.launch.memory_limit))
+    preset = replace(
+        preset, launch=replace(preset.launch, memory_limit=args.memory_limit or preset.launch.memory_limit)
+    )
     with tempfile.TemporaryDirectory(prefix="paradvisor-probe-") as tmp:
         runs = Path(tmp)
         good, bad, b = 0, None, max(1, preset.plan.micro_batch)
@@ -118,14 +150,23 @@ def run(args) -> int:
             lo, hi = (mid, hi) if ok else (lo, mid)
         largest = lo
     pred = predicted_max(preset, limit_bytes, max(args.max, largest * 2, 2))
-    doc = {"schema": "paradvisor.probe/1", "preset": preset.name, "memory_limit_bytes": limit_bytes,
-           "largest_micro_batch": largest, "hit_max": bad is None, "predicted_largest_micro_batch": pred,
-           "trials": trials}
+    doc = {
+        "schema": "paradvisor.probe/1",
+        "preset": preset.name,
+        "memory_limit_bytes": limit_bytes,
+        "largest_micro_batch": largest,
+        "hit_max": bad is None,
+        "predicted_largest_micro_batch": pred,
+        "trials": trials,
+    }
     if args.json:
         from paradvisor.output import emit_json
 
         emit_json(doc)
     else:
-        print(f"{preset.name}: largest micro-batch that fits in {limit}: {largest}"
-              + (" (the --max limit)" if bad is None else "") + f"; the memory model predicts {pred}")
+        print(
+            f"{preset.name}: largest micro-batch that fits in {limit}: {largest}"
+            + (" (the --max limit)" if bad is None else "")
+            + f"; the memory model predicts {pred}"
+        )
     return 0

@@ -15,30 +15,52 @@ def add_workload_args(p, *, model_required: bool = True) -> None:
     where.add_argument("--cluster", metavar="FILE", help="cluster TOML file")
     where.add_argument("--gpus", type=int, metavar="N", help="N GPUs of --gpu-type in one node")
     where.add_argument("--gpu-type", metavar="NAME", help="catalog GPU name (see `paradvisor gpus`)")
-    where.add_argument("--link", metavar="KIND", help="with --gpus: link between them (default from the catalog)")
-    where.add_argument("--gpu-spec", action="append", default=[], metavar="FILE",
-                       help='GPU definitions ([gpu."NAME"] tables: memory_gib, mem_bw_gbs, tflops) for GPUs the '
-                            "catalog lacks (repeatable)")
+    where.add_argument(
+        "--link", metavar="KIND", help="with --gpus: link between them (default from the catalog)"
+    )
+    where.add_argument(
+        "--gpu-spec",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help='GPU definitions ([gpu."NAME"] tables: memory_gib, mem_bw_gbs, tflops) for GPUs the '
+        "catalog lacks (repeatable)",
+    )
     p.add_argument("--seq-len", type=int, help="sequence length (default: min(model context, 2048))")
     p.add_argument("--global-batch", type=int, help="samples per optimizer step (default: 8 per GPU)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16", "fp8"])
-    p.add_argument("--attention", default="sdpa", choices=["sdpa", "eager"],
-                   help="sdpa: flash/memory-efficient kernels (no s x s activations); eager: plain softmax")
-    p.add_argument("--margin", type=float, default=0.10, help="memory safety margin (default 0.10 = keep 10%% free)")
+    p.add_argument(
+        "--attention",
+        default="sdpa",
+        choices=["sdpa", "eager"],
+        help="sdpa: flash/memory-efficient kernels (no s x s activations); eager: plain softmax",
+    )
+    p.add_argument(
+        "--margin", type=float, default=0.10, help="memory safety margin (default 0.10 = keep 10%% free)"
+    )
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("recommend", help="rank parallel plans (DDP, ZeRO/FSDP, TP, PP, DiLoCo) with memory and time",
-                       description="Search every dp x tp x pp layout with its sharding, micro-batch, checkpointing "
-                                   "and offload settings; keep what fits; rank by predicted step time; explain.")
+    p = sub.add_parser(
+        "recommend",
+        help="rank parallel plans (DDP, ZeRO/FSDP, TP, PP, DiLoCo) with memory and time",
+        description="Search every dp x tp x pp layout with its sharding, micro-batch, checkpointing "
+        "and offload settings; keep what fits; rank by predicted step time; explain.",
+    )
     add_workload_args(p)
     p.add_argument("--top", type=int, default=5, metavar="K", help="how many plans to show (default 5)")
-    p.add_argument("--json", action="store_true", help="print one JSON document (schema paradvisor.recommendation/1)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON document (schema paradvisor.recommendation/1)"
+    )
     p.add_argument("--show-infeasible", action="store_true", help="list the plans that do not fit, with why")
     p.add_argument("--save", metavar="FILE", help="save a plan as a preset TOML for `paradvisor launch`")
-    p.add_argument("--pick", type=int, default=1, metavar="N", help="with --save: which ranked plan (default 1)")
+    p.add_argument(
+        "--pick", type=int, default=1, metavar="N", help="with --save: which ranked plan (default 1)"
+    )
     p.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
-    p.add_argument("--rules", action="append", default=[], metavar="DIR", help="extra rule folder (repeatable)")
+    p.add_argument(
+        "--rules", action="append", default=[], metavar="DIR", help="extra rule folder (repeatable)"
+    )
     p.add_argument("--no-rules", action="store_true", help="rank by the cost model alone")
     p.set_defaults(run=run)
 
@@ -57,22 +79,37 @@ def resolve_cluster(args):
         if args.gpus is None or not args.gpu_type:
             raise InputError("--gpus and --gpu-type go together (e.g. --gpus 8 --gpu-type 'H100 SXM')")
         c = single_node_cluster(args.gpu_type, args.gpus, link=args.link)
-        return c, {"gpus": args.gpus, "gpu_type": c.nodes[0].gpus[0].spec.name, "link": c.nodes[0].intra_link.kind}
+        return c, {
+            "gpus": args.gpus,
+            "gpu_type": c.nodes[0].gpus[0].spec.name,
+            "link": c.nodes[0].intra_link.kind,
+        }
     from paradvisor.hardware.inventory import detect_local
 
     node = detect_local()
     if not node.gpus:
-        raise InputError("no GPU found on this machine to plan for; give --cluster FILE or --gpus N --gpu-type NAME")
+        raise InputError(
+            "no GPU found on this machine to plan for; give --cluster FILE or --gpus N --gpu-type NAME"
+        )
     return cluster_from_nodes([node], name=node.name), {"local": True}
 
 
 def request_from_args(args, cluster, ref):
     from paradvisor.plan.advice import Request
 
-    return Request(model=args.model, cluster=cluster, cluster_ref=ref, seq_len=args.seq_len,
-                   global_batch=args.global_batch, precision=args.precision, attention=args.attention,
-                   margin=args.margin, top=max(args.top, getattr(args, "pick", 1)), rules=tuple(args.rules),
-                   use_rules=not getattr(args, "no_rules", False))
+    return Request(
+        model=args.model,
+        cluster=cluster,
+        cluster_ref=ref,
+        seq_len=args.seq_len,
+        global_batch=args.global_batch,
+        precision=args.precision,
+        attention=args.attention,
+        margin=args.margin,
+        top=max(args.top, getattr(args, "pick", 1)),
+        rules=tuple(args.rules),
+        use_rules=not getattr(args, "no_rules", False),
+    )
 
 
 def compute(args):
@@ -110,9 +147,13 @@ def save(args, rec, ref) -> None:
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
     e = rec.plans[args.pick - 1]
     name = os.path.splitext(os.path.basename(args.save))[0]
-    preset = preset_from_estimate(rec, e, ref, name=name,
-                                  description=f"{rec.profile.name}: {e.plan.label()} (rank {args.pick} of "
-                                              "`paradvisor recommend`)")
+    preset = preset_from_estimate(
+        rec,
+        e,
+        ref,
+        name=name,
+        description=f"{rec.profile.name}: {e.plan.label()} (rank {args.pick} of `paradvisor recommend`)",
+    )
     path = save_preset(args.save, preset.to_doc(), force=args.force)
     import sys
 
@@ -136,11 +177,15 @@ def show(rec, doc, args) -> None:
     elif rec.infeasible:
         con.print(f"[dim]{len(rec.infeasible)} layouts do not fit (--show-infeasible lists them)[/dim]")
     for item in rec.plan_only[:5]:
-        con.print(f"  [dim]plan only (not launchable):[/dim] {esc(item['label'])}, step "
-                  f"{fmt_seconds(item['step_time_s'])} — {esc(item['why'])}")
+        con.print(
+            f"  [dim]plan only (not launchable):[/dim] {esc(item['label'])}, step "
+            f"{fmt_seconds(item['step_time_s'])} — {esc(item['why'])}"
+        )
     for r in rec.fired_rules:
         if r.get("scope") == "advice":
-            con.print(f"[cyan]advice[/cyan] {esc(r['id'])}: {esc(r['message'])} [dim]({esc(r['source'])})[/dim]")
+            con.print(
+                f"[cyan]advice[/cyan] {esc(r['id'])}: {esc(r['message'])} [dim]({esc(r['source'])})[/dim]"
+            )
 
 
 def _show_header(con, rec) -> None:
@@ -149,9 +194,11 @@ def _show_header(con, rec) -> None:
 
     p, wl = rec.profile, rec.workload
     active = f", {p.active_params / 1e6:.1f}M active" if p.active_params != p.total_params else ""
-    con.print(f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on "
-              f"[bold]{esc(rec.cluster.name)}[/bold] ({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch "
-              f"{wl.global_batch}, {rec.precision}; {rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms")
+    con.print(
+        f"[bold]{esc(p.name)}[/bold] ({p.total_params / 1e6:.1f}M params{active}) on "
+        f"[bold]{esc(rec.cluster.name)}[/bold] ({rec.cluster.gpu_count} GPUs) — seq {wl.seq_len}, global batch "
+        f"{wl.global_batch}, {rec.precision}; {rec.evaluated} candidates in {rec.elapsed_s * 1e3:.0f} ms"
+    )
     for w in rec.warnings:
         con.print(f"[yellow]warning:[/yellow] {esc(w)}")
     for name, spec, count in rec.cluster.gpu_kinds():
@@ -167,15 +214,26 @@ def _show_ranking(con, rec, args) -> None:
     for i, e in enumerate(rec.plans[: args.top], 1):
         pl = e.plan
         moved = e.cost_rank and e.cost_rank != i
-        t.add_row(str(i), pl.label(), f"{pl.micro_batch}x{pl.grad_accum}", pl.checkpointing,
-                  f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time),
-                  f"{e.samples_per_s:.3g}", f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i))
+        t.add_row(
+            str(i),
+            pl.label(),
+            f"{pl.micro_batch}x{pl.grad_accum}",
+            pl.checkpointing,
+            f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
+            fmt_seconds(e.step_time),
+            f"{e.samples_per_s:.3g}",
+            f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i),
+        )
     con.print(t)
     moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
     if moves:
-        con.print("rules changed the order (\"cost #\" is the cost model's own rank; --no-rules ranks by it): "
-                  + "; ".join(f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
-                              for rid, m in moves))
+        con.print(
+            'rules changed the order ("cost #" is the cost model\'s own rank; --no-rules ranks by it): '
+            + "; ".join(
+                f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
+                for rid, m in moves
+            )
+        )
 
 
 def _show_plan_details(con, doc, args) -> None:
@@ -192,18 +250,28 @@ def _show_plan_details(con, doc, args) -> None:
             con.print(f"   note: {esc(n)}")
         for r in d["rules"]:
             why = f" [yellow]({esc(r['outside_evidence'])})[/yellow]" if r.get("outside_evidence") else ""
-            con.print(f"   rule {esc(r['id'])}: {r['effect']}{why} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]")
+            con.print(
+                f"   rule {esc(r['id'])}: {r['effect']}{why} — {esc(r['title'])} [dim]({esc(r['source'])})[/dim]"
+            )
 
 
 def _show_allocation(con, doc) -> None:
     from paradvisor.output import table
 
     if doc["allocation"]:
-        t = table("per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share",
-                  "local steps")
+        t = table(
+            "per-node allocation", "node", "GPUs", "TFLOPS", "speed", "batch/GPU", "data share", "local steps"
+        )
         for a in doc["allocation"]:
-            t.add_row(a["node"], str(a["gpus"]), half_up(a['tflops'], 1), f"{a['relative_speed']:.3f}",
-                      str(a["batch_per_gpu"]), f"{a['data_share']:.1%}", str(a.get("local_steps", "")))
+            t.add_row(
+                a["node"],
+                str(a["gpus"]),
+                half_up(a["tflops"], 1),
+                f"{a['relative_speed']:.3f}",
+                str(a["batch_per_gpu"]),
+                f"{a['data_share']:.1%}",
+                str(a.get("local_steps", "")),
+            )
         con.print(t)
 
 

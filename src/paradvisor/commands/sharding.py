@@ -9,7 +9,9 @@ PAPER = {4: 1.20, 8: 1.66}  # 004: memory-based sharding was 20% faster at 4 wor
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("sharding", help="per-server parameter load: layer-based vs memory-based sharding (004)")
+    p = sub.add_parser(
+        "sharding", help="per-server parameter load: layer-based vs memory-based sharding (004)"
+    )
     p.add_argument("--model", required=True)
     p.add_argument("--workers", type=int, required=True, metavar="N", help="workers (one server per two)")
     p.add_argument("--workers-per-server", type=int, default=2)
@@ -34,14 +36,20 @@ def run(args) -> int:
     prof = load_profile(args.model)
     tflops = gpu(args.gpu_type, where="--gpu-type").tflops["fp32"]
     sweep = sorted({1, 2, 4, 8, args.workers})
-    cases = [analyse(prof, w, workers_per_server=args.workers_per_server, link_bw=bw, batch=args.batch, tflops=tflops)
-             for w in sweep]
+    cases = [
+        analyse(
+            prof, w, workers_per_server=args.workers_per_server, link_bw=bw, batch=args.batch, tflops=tflops
+        )
+        for w in sweep
+    ]
     main = next(c for c in cases if c.workers == args.workers)
-    advice = ("memory-based (flat) sharding: one layer holds "
-              f"{prof.largest_share:.0%} of the parameters, so the server owning it is the bottleneck under "
-              "layer-based sharding; ZeRO/FSDP shard every tensor evenly"
-              if prof.one_layer_dominates else
-              "either: no layer dominates, so whole-layer packing is already close to even")
+    advice = (
+        "memory-based (flat) sharding: one layer holds "
+        f"{prof.largest_share:.0%} of the parameters, so the server owning it is the bottleneck under "
+        "layer-based sharding; ZeRO/FSDP shard every tensor evenly"
+        if prof.one_layer_dominates
+        else "either: no layer dominates, so whole-layer packing is already close to even"
+    )
     if args.json:
         from paradvisor.output import emit_json
 
@@ -53,20 +61,37 @@ def run(args) -> int:
 
 def _to_doc(prof, args, main, cases, advice) -> dict:
     big = prof.largest_layer
-    return {"schema": "paradvisor.sharding/1", "model": prof.name, "total_params": prof.total_params,
-            "largest_layer": {"name": big.name, "params": big.params, "share": prof.largest_share},
-            "workers": args.workers, "servers": main.servers,
-            "layer_based": {"loads": main.layer_loads, "bottleneck_share": main.layer_bottleneck_share,
-                            "step_s": main.layer_step_s},
-            "memory_based": {"loads": main.memory_loads, "bottleneck_share": main.memory_bottleneck_share,
-                             "step_s": main.memory_step_s},
-            "speed_ratio": main.speed_ratio,
-            "sweep": [{"workers": c.workers, "servers": c.servers, "speed_ratio": c.speed_ratio,
-                       "layer_bottleneck_share": c.layer_bottleneck_share,
-                       "memory_bottleneck_share": c.memory_bottleneck_share,
-                       "paper_measured_ratio": PAPER.get(c.workers) if prof.name == "vgg16" else None}
-                      for c in cases],
-            "recommendation": advice}
+    return {
+        "schema": "paradvisor.sharding/1",
+        "model": prof.name,
+        "total_params": prof.total_params,
+        "largest_layer": {"name": big.name, "params": big.params, "share": prof.largest_share},
+        "workers": args.workers,
+        "servers": main.servers,
+        "layer_based": {
+            "loads": main.layer_loads,
+            "bottleneck_share": main.layer_bottleneck_share,
+            "step_s": main.layer_step_s,
+        },
+        "memory_based": {
+            "loads": main.memory_loads,
+            "bottleneck_share": main.memory_bottleneck_share,
+            "step_s": main.memory_step_s,
+        },
+        "speed_ratio": main.speed_ratio,
+        "sweep": [
+            {
+                "workers": c.workers,
+                "servers": c.servers,
+                "speed_ratio": c.speed_ratio,
+                "layer_bottleneck_share": c.layer_bottleneck_share,
+                "memory_bottleneck_share": c.memory_bottleneck_share,
+                "paper_measured_ratio": PAPER.get(c.workers) if prof.name == "vgg16" else None,
+            }
+            for c in cases
+        ],
+        "recommendation": advice,
+    }
 
 
 def _show(prof, args, main, cases, advice) -> None:
@@ -74,19 +99,38 @@ def _show(prof, args, main, cases, advice) -> None:
 
     big = prof.largest_layer
     con = console()
-    con.print(f"[bold]{esc(prof.name)}[/bold]: {prof.total_params:,} parameters; largest layer {esc(big.name)} "
-              f"{big.params:,} ({prof.largest_share:.1%})")
-    con.print(f"{args.workers} workers -> {main.servers} parameter server(s) (one per {args.workers_per_server})")
+    con.print(
+        f"[bold]{esc(prof.name)}[/bold]: {prof.total_params:,} parameters; largest layer {esc(big.name)} "
+        f"{big.params:,} ({prof.largest_share:.1%})"
+    )
+    con.print(
+        f"{args.workers} workers -> {main.servers} parameter server(s) (one per {args.workers_per_server})"
+    )
     t = table(None, "server", "layer-based params", "share", "memory-based params", "share")
     for i, (lb, mb) in enumerate(zip(main.layer_loads, main.memory_loads)):
-        t.add_row(str(i), f"{lb:,}", f"{lb / prof.total_params:.1%}", f"{mb:,}", f"{mb / prof.total_params:.1%}")
+        t.add_row(
+            str(i), f"{lb:,}", f"{lb / prof.total_params:.1%}", f"{mb:,}", f"{mb / prof.total_params:.1%}"
+        )
     con.print(t)
-    t = table("predicted speed of memory-based over layer-based sharding", "workers", "servers",
-              "bottleneck layer-based", "bottleneck memory-based", "speed ratio", "004 measured")
+    t = table(
+        "predicted speed of memory-based over layer-based sharding",
+        "workers",
+        "servers",
+        "bottleneck layer-based",
+        "bottleneck memory-based",
+        "speed ratio",
+        "004 measured",
+    )
     for c in cases:
-        t.add_row(str(c.workers), str(c.servers), f"{c.layer_bottleneck_share:.1%}", f"{c.memory_bottleneck_share:.1%}",
-                  f"{c.speed_ratio:.2f}x",
-                  f"{PAPER[c.workers]:.2f}x" if prof.name == "vgg16" and c.workers in PAPER else
-                  ("1.00x (equal)" if prof.name == "vgg16" and c.workers <= 2 else ""))
+        t.add_row(
+            str(c.workers),
+            str(c.servers),
+            f"{c.layer_bottleneck_share:.1%}",
+            f"{c.memory_bottleneck_share:.1%}",
+            f"{c.speed_ratio:.2f}x",
+            f"{PAPER[c.workers]:.2f}x"
+            if prof.name == "vgg16" and c.workers in PAPER
+            else ("1.00x (equal)" if prof.name == "vgg16" and c.workers <= 2 else ""),
+        )
     con.print(t)
     con.print(f"recommendation: {advice}")

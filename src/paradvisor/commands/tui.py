@@ -14,7 +14,9 @@ def add_tui_args(p) -> None:
     p.add_argument("--model", default="bert-base-uncased", help="model to start with")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
     p.add_argument("--presets-dir", metavar="DIR", help="presets to offer (default: the repo's presets/)")
-    p.add_argument("--sample-interval", type=float, default=1.0, metavar="S", help="NVML/psutil sampling interval")
+    p.add_argument(
+        "--sample-interval", type=float, default=1.0, metavar="S", help="NVML/psutil sampling interval"
+    )
     p.add_argument("--open", metavar="RUN_DIR", help="open an existing run directory in the monitor")
 
 
@@ -29,10 +31,20 @@ def run(args) -> int:
         from paradvisor.hardware.cluster import load_cluster
         from paradvisor.tui.app import REPO
 
-        path = args.cluster if Path(args.cluster).exists() or not (REPO / args.cluster).exists() else REPO / args.cluster
+        path = (
+            args.cluster
+            if Path(args.cluster).exists() or not (REPO / args.cluster).exists()
+            else REPO / args.cluster
+        )
         load_cluster(path)  # bad files fail here, before the screen opens
     from paradvisor.tui.app import ParadvisorApp
 
-    ParadvisorApp(cluster=args.cluster, model=args.model, runs_dir=args.runs_dir, presets_dir=args.presets_dir,
-                  sample_interval=args.sample_interval, open_run=args.open).run()
+    ParadvisorApp(
+        cluster=args.cluster,
+        model=args.model,
+        runs_dir=args.runs_dir,
+        presets_dir=args.presets_dir,
+        sample_interval=args.sample_interval,
+        open_run=args.open,
+    ).run()
     return 0

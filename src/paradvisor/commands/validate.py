@@ -35,7 +35,9 @@ def run(args) -> int:
     from paradvisor.output import console, esc, table
 
     con = console()
-    con.print(f"[bold]{esc(doc['name'])}[/bold] {esc(doc['label'])} on {doc['world_size']} process(es); device: {esc(doc['device'])}")
+    con.print(
+        f"[bold]{esc(doc['name'])}[/bold] {esc(doc['label'])} on {doc['world_size']} process(es); device: {esc(doc['device'])}"
+    )
     t = table(None, "metric", "predicted", "measured", "error")
     for r in doc["rows"]:
         err = "" if r["rel_error"] is None else f"{r['rel_error']:+.1%}"

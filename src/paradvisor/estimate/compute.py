@@ -25,8 +25,15 @@ def layer_matmul_params(shape: TransformerShape) -> int:
     return attn + mlp
 
 
-def transformer_flops_per_token(shape: TransformerShape, *, seq: int, layers: int, lm_head: bool,
-                                checkpointing: str, attention: str = "sdpa") -> dict[str, float]:
+def transformer_flops_per_token(
+    shape: TransformerShape,
+    *,
+    seq: int,
+    layers: int,
+    lm_head: bool,
+    checkpointing: str,
+    attention: str = "sdpa",
+) -> dict[str, float]:
     """Training FLOPs per token for `layers` transformer layers (+ LM head), split fwd/bwd/recompute."""
     mm = layer_matmul_params(shape)
     attn_fwd = 4 * seq * shape.heads * shape.head_dim  # QK^T + AV, forward, per token per layer
@@ -65,4 +72,3 @@ def curve_rate(curve: list, width: float) -> float:
             f = (math.log(width) - math.log(w0)) / (math.log(w1) - math.log(w0))
             return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
     return pts[-1][1]
-

@@ -60,7 +60,9 @@ from __future__ import annotations
 from paradvisor.model.profile import TransformerShape
 from paradvisor.units import GiB
 
-FRAMEWORK_OVERHEAD = int(0.5 * GiB)  # CUDA context, cuBLAS workspace, NCCL buffers (outside torch's allocator)
+FRAMEWORK_OVERHEAD = int(
+    0.5 * GiB
+)  # CUDA context, cuBLAS workspace, NCCL buffers (outside torch's allocator)
 DDP_BUCKET = 25 * 1024**2  # torch DDP bucket_cap_mb default
 DS_BUCKET_ELEMS = 500_000_000  # DeepSpeed reduce/allgather bucket default (elements)
 
@@ -97,9 +99,18 @@ def zero_grad_elements(order: tuple[int, ...] | list[int], n: int) -> int:
     return best
 
 
-def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: int, offload: str,
-                      largest_layer: int, persistent: int = 0, root: int = 0,
-                      grad_elements: float | None = None) -> dict[str, float]:
+def model_state_bytes(
+    psi: int,
+    *,
+    precision: str,
+    sharding: str,
+    shard_degree: int,
+    offload: str,
+    largest_layer: int,
+    persistent: int = 0,
+    root: int = 0,
+    grad_elements: float | None = None,
+) -> dict[str, float]:
     """Model-state bytes on one GPU for `psi` parameters held by this rank (after TP/PP).
 
     `largest_layer`: ZeRO-3's fetch unit (largest module) or FSDP's largest block; `persistent`: parameters in
@@ -114,7 +125,13 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
         if offload != "none":
             return {**zero, "params": pb * psi}
         grads = pb * (grad_elements if grad_elements is not None else psi / n)
-        return {**zero, "params": pb * psi, "grads": grads, "optimizer": 12 * psi / n, "step_grads": 4 * psi / n}
+        return {
+            **zero,
+            "params": pb * psi,
+            "grads": grads,
+            "optimizer": 12 * psi / n,
+            "step_grads": 4 * psi / n,
+        }
     if sharding == "zero3":
         pb = 2 if mixed else 4
         whole = pb * persistent  # tensors DeepSpeed keeps whole on every rank (besides their partition)
@@ -123,14 +140,25 @@ def model_state_bytes(psi: int, *, precision: str, sharding: str, shard_degree: 
             return {**zero, "gathered": gathered}
         if offload == "optimizer":
             return {**zero, "params": pb * psi / n + whole, "gathered": gathered}
-        return {"params": pb * psi / n + whole, "grads": pb * psi / n, "optimizer": 12 * psi / n,
-                "step_grads": 4 * psi / n, "gathered": gathered}
+        return {
+            "params": pb * psi / n + whole,
+            "grads": pb * psi / n,
+            "optimizer": 12 * psi / n,
+            "step_grads": 4 * psi / n,
+            "gathered": gathered,
+        }
     if sharding in ("fsdp", "hsdp"):
         cb = 2 if mixed else 4
         gathered = cb * (root + 2 * lam) + 4 * max(root, lam)
         if offload != "none":
             return {**zero, "gathered": gathered}
-        return {**zero, "params": 4 * psi / n, "grads": 4 * psi / n, "optimizer": 8 * psi / n, "gathered": gathered}
+        return {
+            **zero,
+            "params": 4 * psi / n,
+            "grads": 4 * psi / n,
+            "optimizer": 8 * psi / n,
+            "gathered": gathered,
+        }
     # No sharding: torch DDP / TP / PP replicas with fp32 master weights (autocast copies: `working`).
     return {**zero, "params": 4 * psi, "grads": 4 * psi, "optimizer": 8 * psi}
 
@@ -146,7 +174,9 @@ def loss_transient_bytes(*, micro_batch: int, seq: int, vocab: int, lm_head: boo
     return 2.0 * micro_batch * seq * vocab * 4 if lm_head else 0.0
 
 
-def peak_breakdown(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> tuple[str, dict[str, float]]:
+def peak_breakdown(
+    terms: dict[str, float], *, grads_kept_in_step: bool = False
+) -> tuple[str, dict[str, float]]:
     """The phase at the peak ("forward/backward" or "optimizer step") and the terms alive then, which sum
     to the peak: parameters, optimizer, buffers and overhead always; then the larger of the forward/backward
     phase (gradients, activations, gathered units, working copies) and the optimizer step (DeepSpeed's
@@ -177,7 +207,9 @@ def gathered_param_bytes(*, precision: str, sharding: str, unit: int, root: int 
     return 0.0
 
 
-def offload_cpu_bytes(psi: int, *, sharding: str, shard_degree: int, offload: str, precision: str = "bf16") -> float:
+def offload_cpu_bytes(
+    psi: int, *, sharding: str, shard_degree: int, offload: str, precision: str = "bf16"
+) -> float:
     """Host memory one rank needs for offloaded states: DeepSpeed keeps the fp32 master, m, v and fp32
     gradients of its partition (16 B/param; + 2 for 16-bit parameters with parameter offload: 18, as
     `estimate_zero3_model_states_mem_needs` counts without its buffer factor); FSDP2's CPU offload keeps
@@ -190,9 +222,18 @@ def offload_cpu_bytes(psi: int, *, sharding: str, shard_degree: int, offload: st
     return per * psi / max(1, shard_degree)
 
 
-def block_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: int, tp: int = 1,
-                           sequence_parallel: bool = False, checkpointing: str = "none",
-                           act_bytes: int = 2, attention: str = "sdpa", dropout: bool | None = None) -> dict:
+def block_activation_bytes(
+    shape: TransformerShape,
+    *,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    checkpointing: str = "none",
+    act_bytes: int = 2,
+    attention: str = "sdpa",
+    dropout: bool | None = None,
+) -> dict:
     """Activation bytes one transformer layer keeps for backward, per micro-batch, on one TP rank.
 
     Returns {"stored": bytes kept per layer, "working": extra bytes while one layer recomputes}.
@@ -226,11 +267,14 @@ def block_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: in
     return {"stored": full_layer, "working": 0.0}
 
 
-def edge_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: int, tp: int, act_bytes: int,
-                          lm_head: bool) -> dict[str, float]:
+def edge_activation_bytes(
+    shape: TransformerShape, *, seq: int, micro_batch: int, tp: int, act_bytes: int, lm_head: bool
+) -> dict[str, float]:
     """Activations outside the blocks: embedding output (first stage), logits and loss (last stage)."""
     tokens = seq * micro_batch
-    emb = tokens * (act_bytes * shape.hidden + (shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0))
+    emb = tokens * (
+        act_bytes * shape.hidden + (shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0)
+    )
     head = 0.0
     if lm_head:
         # the loss's fp32 log-softmax output over the vocabulary (what cross-entropy keeps for backward;
@@ -242,12 +286,26 @@ def edge_activation_bytes(shape: TransformerShape, *, seq: int, micro_batch: int
 def _poly(p, b: float, s: float, *, drop_quadratic: bool = False) -> float:
     if not p:
         return 0.0
-    return float(sum(v * (b if "b" in m else 1) * s ** m.count("s") for m, v in p.items()
-                     if not (drop_quadratic and m.count("s") >= 2)))
+    return float(
+        sum(
+            v * (b if "b" in m else 1) * s ** m.count("s")
+            for m, v in p.items()
+            if not (drop_quadratic and m.count("s") >= 2)
+        )
+    )
 
 
-def traced_block_bytes(groups: dict, *, seq: int, micro_batch: int, tp: int = 1, sequence_parallel: bool = False,
-                       drop_quadratic: bool = False, quadratic_only: bool = False, prefix: str = "block") -> float:
+def traced_block_bytes(
+    groups: dict,
+    *,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    drop_quadratic: bool = False,
+    quadratic_only: bool = False,
+    prefix: str = "block",
+) -> float:
     """One block's saved bytes on one TP rank from traced polynomials: the part TP splits divides by t,
     the rest too with sequence parallelism."""
     t = max(1, tp)
@@ -262,9 +320,18 @@ def traced_block_bytes(groups: dict, *, seq: int, micro_batch: int, tp: int = 1,
     return (rep / t if sequence_parallel else rep) + split / t
 
 
-def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micro_batch: int, tp: int,
-                            sequence_parallel: bool, checkpointing: str, cuda_sdpa: bool,
-                            shared_layers: bool = False) -> dict[str, float]:
+def traced_activation_terms(
+    g_none: dict,
+    g_ckpt: dict | None,
+    *,
+    seq: int,
+    micro_batch: int,
+    tp: int,
+    sequence_parallel: bool,
+    checkpointing: str,
+    cuda_sdpa: bool,
+    shared_layers: bool = False,
+) -> dict[str, float]:
     """Per block stored bytes (a leading block and the last one), the working set of one block rebuilt in
     backward, the edges (first stage: embeddings and shared masks; last stage: head and loss) and the
     weight copies, from traced keys (`g_ckpt`: the key traced with full recomputation). Every value is a
@@ -274,7 +341,10 @@ def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micr
     kw = {"seq": seq, "micro_batch": micro_batch, "tp": tp, "sequence_parallel": sequence_parallel}
 
     def blocks(g, **extra):
-        return (traced_block_bytes(g, **kw, **extra), traced_block_bytes(g, prefix="lastblock", **kw, **extra))
+        return (
+            traced_block_bytes(g, **kw, **extra),
+            traced_block_bytes(g, prefix="lastblock", **kw, **extra),
+        )
 
     none, none_last = blocks(g_none, drop_quadratic=cuda_sdpa)
     if checkpointing == "full" and g_ckpt is not None:
@@ -289,15 +359,26 @@ def traced_activation_terms(g_none: dict, g_ckpt: dict | None, *, seq: int, micr
     b, s, t = micro_batch, seq, max(1, tp)
 
     def copies(prefix):  # weight copies saved for backward: a recomputed block saves none (it casts again)
-        return _poly(edges.get(f"{prefix}_copies.rep"), b, s) + _poly(edges.get(f"{prefix}_copies.split"), b, s) / t
+        return (
+            _poly(edges.get(f"{prefix}_copies.rep"), b, s)
+            + _poly(edges.get(f"{prefix}_copies.split"), b, s) / t
+        )
 
     c_block, c_last = copies("block"), copies("lastblock")
     # shared layers (ALBERT): autocast casts the shared weights once; the traced blocks hold that one set
     once = (TRACED_BLOCKS - 1) * c_block + c_last if shared_layers else None
-    return {"block": stored, "lastblock": stored_last, "rebuilt": rebuilt, "first": _poly(edges.get("first"), b, s),
-            "last": _poly(edges.get("last"), b, s), "copies_block": c_block, "copies_lastblock": c_last,
-            "copies_once": once, "copies_first": _poly(edges.get("first_copies"), b, s),
-            "copies_last": _poly(edges.get("last_copies"), b, s)}
+    return {
+        "block": stored,
+        "lastblock": stored_last,
+        "rebuilt": rebuilt,
+        "first": _poly(edges.get("first"), b, s),
+        "last": _poly(edges.get("last"), b, s),
+        "copies_block": c_block,
+        "copies_lastblock": c_last,
+        "copies_once": once,
+        "copies_first": _poly(edges.get("first_copies"), b, s),
+        "copies_last": _poly(edges.get("last_copies"), b, s),
+    }
 
 
 def stage_activation_bytes(a: dict, layers: int, *, first: bool, last: bool) -> tuple[float, float]:
@@ -327,8 +408,9 @@ def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_e
     return total * micro_batch
 
 
-def buffer_bytes(*, sharding: str, psi: int, precision: str, tp: int, seq: int, micro_batch: int,
-                 hidden: int, dp: int = 2) -> float:
+def buffer_bytes(
+    *, sharding: str, psi: int, precision: str, tp: int, seq: int, micro_batch: int, hidden: int, dp: int = 2
+) -> float:
     """Communication buffers: DDP buckets (only with data-parallel peers), DeepSpeed reduce buckets,
     TP all-reduce output."""
     gb = 2 if precision != "fp32" else 4

@@ -22,8 +22,10 @@ its even share of routed-expert work while the others wait for it.
 from __future__ import annotations
 
 CAPACITY_FACTOR = 1.25
-ASSUMPTION = (f"MoE: capacity factor {CAPACITY_FACTOR} assumed (an expert gets at most {CAPACITY_FACTOR}x its "
-              "even share of tokens; with EP the busiest rank's expert work sets the pace)")
+ASSUMPTION = (
+    f"MoE: capacity factor {CAPACITY_FACTOR} assumed (an expert gets at most {CAPACITY_FACTOR}x its "
+    "even share of tokens; with EP the busiest rank's expert work sets the pace)"
+)
 
 
 def all_to_all(size: float, n: int, bw: float, lat: float) -> float:
@@ -48,9 +50,19 @@ def rank_params(psi: float, *, expert_psi: float, ep: int) -> float:
     return psi - expert_psi + expert_psi / ep
 
 
-def layer_activation_bytes(*, hidden: int, experts: int, top_k: int, seq: int, micro_batch: int, act_bytes: int,
-                           tp: int = 1, sequence_parallel: bool = False, checkpointing: str = "none",
-                           capacity: float = CAPACITY_FACTOR) -> dict:
+def layer_activation_bytes(
+    *,
+    hidden: int,
+    experts: int,
+    top_k: int,
+    seq: int,
+    micro_batch: int,
+    act_bytes: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    checkpointing: str = "none",
+    capacity: float = CAPACITY_FACTOR,
+) -> dict:
     """Router and dispatch activations of one MoE layer per micro-batch (on top of the FFN's own):
     {"stored": kept for backward, "working": extra while one layer recomputes}."""
     tokens = seq * micro_batch / (tp if sequence_parallel else 1)
@@ -62,8 +74,19 @@ def layer_activation_bytes(*, hidden: int, experts: int, top_k: int, seq: int, m
     return {"stored": layer, "working": 0.0}
 
 
-def a2a_time(*, tokens: float, hidden: int, top_k: int, act_bytes: int, ep: int, bw: float, lat: float,
-             moe_layers: int, recompute: bool, capacity: float = CAPACITY_FACTOR) -> float:
+def a2a_time(
+    *,
+    tokens: float,
+    hidden: int,
+    top_k: int,
+    act_bytes: int,
+    ep: int,
+    bw: float,
+    lat: float,
+    moe_layers: int,
+    recompute: bool,
+    capacity: float = CAPACITY_FACTOR,
+) -> float:
     """All-to-all seconds per micro-batch for `moe_layers` MoE layers on one rank."""
     if ep <= 1 or moe_layers <= 0:
         return 0.0

@@ -29,18 +29,32 @@ def default_path() -> Path | None:
 
 
 # The declared shape of a calibration file (checked with paradvisor.typed: types, finite numbers, bounds).
-_DEVICE = {"kind": str, "name": str, "tflops": dict[str, float], "tflops_per_process": dict[str, float],
-           "mem_bw_bytes_per_s": float, "memory_bytes": float, "threads": int, "layer_overhead_s": float}
+_DEVICE = {
+    "kind": str,
+    "name": str,
+    "tflops": dict[str, float],
+    "tflops_per_process": dict[str, float],
+    "mem_bw_bytes_per_s": float,
+    "memory_bytes": float,
+    "threads": int,
+    "layer_overhead_s": float,
+}
 _COLLECTIVE = {"bandwidth": float, "latency": float}
 
 
 def check(doc, where: str) -> dict:
     """A calibration document that every reader below can use, or an InputError naming the key."""
-    check_mapping(doc, {"schema": str, "host": str, "device": dict, "collectives": dict}, lambda k: f"{where}: {k}",
-                  at=where)
+    check_mapping(
+        doc,
+        {"schema": str, "host": str, "device": dict, "collectives": dict},
+        lambda k: f"{where}: {k}",
+        at=where,
+    )
     if doc.get("schema") != SCHEMA:
-        raise InputError(f"schema {doc.get('schema')!r}; expected {SCHEMA!r} (run `paradvisor calibrate` again)",
-                         where=f"{where}: schema")
+        raise InputError(
+            f"schema {doc.get('schema')!r}; expected {SCHEMA!r} (run `paradvisor calibrate` again)",
+            where=f"{where}: schema",
+        )
     dev = doc.get("device")
     for key in ("name", "tflops", "mem_bw_bytes_per_s"):
         if not isinstance(dev, dict) or key not in dev:
@@ -49,13 +63,19 @@ def check(doc, where: str) -> dict:
     if dev["mem_bw_bytes_per_s"] <= 0 or any(v <= 0 for v in dev["tflops"].values()) or not dev["tflops"]:
         raise InputError("measured rates must be positive", where=f"{where}: device")
     ranks = (doc.get("collectives") or {}).get("ranks", {})
-    check_mapping({"ranks": ranks}, {"ranks": dict[str, dict[str, dict]]}, lambda k: f"{where}: collectives.{k}")
+    check_mapping(
+        {"ranks": ranks}, {"ranks": dict[str, dict[str, dict]]}, lambda k: f"{where}: collectives.{k}"
+    )
     for n, entry in ranks.items():
         if not n.isdigit():
             raise InputError(f"{n!r} is not a process count", where=f"{where}: collectives.ranks")
         for op, fit in entry.items():
-            check_mapping(fit, _COLLECTIVE, lambda k, n=n, op=op: f"{where}: collectives.ranks.{n}.{op}.{k}",
-                          at=f"{where}: collectives.ranks.{n}.{op}")
+            check_mapping(
+                fit,
+                _COLLECTIVE,
+                lambda k, n=n, op=op: f"{where}: collectives.ranks.{n}.{op}.{k}",
+                at=f"{where}: collectives.ranks.{n}.{op}",
+            )
     return doc
 
 
@@ -77,12 +97,19 @@ def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
 
     d = cal["device"]
     rates = d.get("tflops_per_process") if per_process and d.get("tflops_per_process") else d["tflops"]
-    return GPUSpec(name=d["name"], vendor=d.get("kind", "cpu"), arch=d.get("kind", "cpu"),
-                   memory_bytes=int(d.get("memory_bytes", 0)), mem_bw=float(d["mem_bw_bytes_per_s"]),
-                   tflops={k: float(v) / MAX_EFFICIENCY for k, v in rates.items()}, intra_link="loopback",
-                   layer_overhead_s=float(d.get("layer_overhead_s", 1e-4)),
-                   measured={"matmul_curve": d.get("matmul_curve"),
-                             "engines": (cal.get("engines") or {}).get("fit")} if d.get("kind") == "cpu" else None)
+    return GPUSpec(
+        name=d["name"],
+        vendor=d.get("kind", "cpu"),
+        arch=d.get("kind", "cpu"),
+        memory_bytes=int(d.get("memory_bytes", 0)),
+        mem_bw=float(d["mem_bw_bytes_per_s"]),
+        tflops={k: float(v) / MAX_EFFICIENCY for k, v in rates.items()},
+        intra_link="loopback",
+        layer_overhead_s=float(d.get("layer_overhead_s", 1e-4)),
+        measured={"matmul_curve": d.get("matmul_curve"), "engines": (cal.get("engines") or {}).get("fit")}
+        if d.get("kind") == "cpu"
+        else None,
+    )
 
 
 def collective_link(cal: dict, ranks: int = 2) -> Link | None:
@@ -108,7 +135,9 @@ def apply(cluster, cal: dict | None = None):
     if target is None:
         return cluster
     measured = device_spec(cal, per_process=False)
-    spec = replace(target, tflops=measured.tflops, mem_bw=measured.mem_bw, layer_overhead_s=measured.layer_overhead_s)
+    spec = replace(
+        target, tflops=measured.tflops, mem_bw=measured.mem_bw, layer_overhead_s=measured.layer_overhead_s
+    )
     from paradvisor.hardware.types import SameDevices
 
     done: dict[int, object] = {}  # nodes of a group share one GPU tuple: recalibrate it once
@@ -117,11 +146,15 @@ def apply(cluster, cal: dict | None = None):
         if id(gpus) not in done:
             if isinstance(gpus, SameDevices):
                 t = gpus.template
-                done[id(gpus)] = SameDevices(replace(t, spec=spec), len(gpus)) \
-                    if t.spec and t.spec.name == target.name else gpus
+                done[id(gpus)] = (
+                    SameDevices(replace(t, spec=spec), len(gpus))
+                    if t.spec and t.spec.name == target.name
+                    else gpus
+                )
             else:
-                done[id(gpus)] = tuple(replace(g, spec=spec) if g.spec and g.spec.name == target.name else g
-                                       for g in gpus)
+                done[id(gpus)] = tuple(
+                    replace(g, spec=spec) if g.spec and g.spec.name == target.name else g for g in gpus
+                )
         return done[id(gpus)]
 
     nodes = tuple(replace(n, gpus=calibrated(n.gpus)) for n in cluster.nodes)

@@ -22,8 +22,9 @@ from paradvisor.units import GiB
 
 
 def _norm(name: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "", name.lower().replace("nvidia", "").replace("geforce", "")
-                  .replace("tesla", ""))
+    return re.sub(
+        r"[^a-z0-9.]+", "", name.lower().replace("nvidia", "").replace("geforce", "").replace("tesla", "")
+    )
 
 
 def _read(name: str) -> tuple[dict, str]:
@@ -51,8 +52,13 @@ def _builtin() -> dict[str, GPUSpec]:
     loc = KeyLocator("gpus.toml", text)
     out: dict[str, GPUSpec] = {}
     for name, e in data["gpu"].items():
-        spec = parse_entry(name, e, origin="catalog", extra_keys=frozenset({"mig"}),
-                           where=lambda key, name=name: loc.where(f'gpu."{name}"', 0, key, f"gpu.{name!r}"))
+        spec = parse_entry(
+            name,
+            e,
+            origin="catalog",
+            extra_keys=frozenset({"mig"}),
+            where=lambda key, name=name: loc.where(f'gpu."{name}"', 0, key, f"gpu.{name!r}"),
+        )
         out[name] = spec
         for profile, m in e.get("mig", {}).items():
             frac = float(m["compute_fraction"])
@@ -118,6 +124,9 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
         names = [n for n, s in gpus().items() if not s.mig_of]
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise InputError(f"unknown GPU type {name!r}{hint} (see `paradvisor gpus`; define it with --gpu-spec FILE "
-                         "or a [gpu.\"NAME\"] table)", where=where)
+        raise InputError(
+            f"unknown GPU type {name!r}{hint} (see `paradvisor gpus`; define it with --gpu-spec FILE "
+            'or a [gpu."NAME"] table)',
+            where=where,
+        )
     return spec

@@ -50,8 +50,16 @@ SAME_DEVICES_FROM = 64  # a node with more GPUs than this, all of one type, keep
 
 # The declared type of every key of a cluster file (checked with paradvisor.typed, bounds from limits).
 _TYPES = {"name": str, "description": str, "source": str}
-_NODE_TYPES = {"name": str, "host": str, "hosts": list[str], "count": int, "cpus": int, "ram": str | int,
-               "notes": str | list[str], "link": str | dict}
+_NODE_TYPES = {
+    "name": str,
+    "host": str,
+    "hosts": list[str],
+    "count": int,
+    "cpus": int,
+    "ram": str | int,
+    "notes": str | list[str],
+    "link": str | dict,
+}
 _LINK_TYPES = {"kind": str, "bandwidth": str, "latency": str, "nodes": list[str]}
 
 
@@ -88,13 +96,28 @@ def node_devices(specs: list[tuple], *, same_from: int = SAME_DEVICES_FROM):
     """A node's GPUs from [(GPUSpec, count), ...]: a tuple, or one SameDevices for many of one type."""
     if len(specs) == 1 and specs[0][1] > same_from:
         spec, count = specs[0]
-        return SameDevices(Device(index=0, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes,
-                                  compute_capability=spec.compute_capability), count)
+        return SameDevices(
+            Device(
+                index=0,
+                name=spec.name,
+                spec=spec,
+                memory_bytes=spec.memory_bytes,
+                compute_capability=spec.compute_capability,
+            ),
+            count,
+        )
     devices: list[Device] = []
     for spec, count in specs:
         for _ in range(count):
-            devices.append(Device(index=len(devices), name=spec.name, spec=spec, memory_bytes=spec.memory_bytes,
-                                  compute_capability=spec.compute_capability))
+            devices.append(
+                Device(
+                    index=len(devices),
+                    name=spec.name,
+                    spec=spec,
+                    memory_bytes=spec.memory_bytes,
+                    compute_capability=spec.compute_capability,
+                )
+            )
     return tuple(devices)
 
 
@@ -109,7 +132,9 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InputError("expected at least one [[node]] table", where=path)
     if len(raw_nodes) > MAX_NODES:
-        raise InputError(f"{len(raw_nodes):,} nodes; a cluster file may have at most {MAX_NODES:,}", where=path)
+        raise InputError(
+            f"{len(raw_nodes):,} nodes; a cluster file may have at most {MAX_NODES:,}", where=path
+        )
     nodes: list[Node] = []
     names: set[str] = set()
     groups: dict[str, int] = {}  # node-group name -> its node count (a plain node is a group of one)
@@ -121,16 +146,21 @@ def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Clu
         missing = _uncovered_pair(nodes, network)
         if missing:
             a, b = missing
-            raise InputError(f"missing link between nodes {a!r} and {b!r}: add a [network] table "
-                             f"(default for all pairs) or a [[link]] with nodes = [\"{a}\", \"{b}\"]", where=path)
+            raise InputError(
+                f"missing link between nodes {a!r} and {b!r}: add a [network] table "
+                f'(default for all pairs) or a [[link]] with nodes = ["{a}", "{b}"]',
+                where=path,
+            )
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
     printable(name, loc.where(None, 0, "name", "name"), limit=MAX_NAME)
-    return Cluster(name=name, nodes=tuple(nodes), links=network, description=data.get("description", ""),
-                   source=path)
+    return Cluster(
+        name=name, nodes=tuple(nodes), links=network, description=data.get("description", ""), source=path
+    )
 
 
-def _node_names(n: dict, i: int, loc: KeyLocator, here: str, nodes: list[Node], names: set[str],
-                groups: dict[str, int]) -> tuple[str, int, list[str]]:
+def _node_names(
+    n: dict, i: int, loc: KeyLocator, here: str, nodes: list[Node], names: set[str], groups: dict[str, int]
+) -> tuple[str, int, list[str]]:
     """The table's name, node count and member names (checked unique; added to `names` and `groups`)."""
     if not isinstance(n, dict):
         raise InputError("expected a table", where=loc.where("node", i, None, here))
@@ -140,25 +170,34 @@ def _node_names(n: dict, i: int, loc: KeyLocator, here: str, nodes: list[Node], 
         raise InputError("missing or empty 'name'", where=loc.where("node", i, "name", f"{here}.name"))
     check_mapping(n, _NODE_TYPES, lambda k: loc.where("node", i, k, f"{here}.{k}"))
     printable(name, loc.where("node", i, "name", f"{here}.name"), limit=MAX_NAME)
-    count = _positive_int(n.get("count", 1), loc.where("node", i, "count", f"{here}.count"),
-                          "a node count of at least 1", MAX_NODES - len(nodes))
+    count = _positive_int(
+        n.get("count", 1),
+        loc.where("node", i, "count", f"{here}.count"),
+        "a node count of at least 1",
+        MAX_NODES - len(nodes),
+    )
     member_names = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
     for nm in ([name] if count > 1 else []) + member_names:
         if nm in names or nm in groups:
-            raise InputError(f"duplicate node name {nm!r}" + (f" (from count = {count})" if nm != name else ""),
-                             where=loc.where("node", i, "name", f"{here}.name"))
+            raise InputError(
+                f"duplicate node name {nm!r}" + (f" (from count = {count})" if nm != name else ""),
+                where=loc.where("node", i, "name", f"{here}.name"),
+            )
     names.update(member_names)
     groups[name] = count
     return name, count, member_names
 
 
-def _node_gpus(n: dict, i: int, loc: KeyLocator, here: str, local_gpus: dict, count: int,
-               total_gpus: int) -> list[tuple]:
+def _node_gpus(
+    n: dict, i: int, loc: KeyLocator, here: str, local_gpus: dict, count: int, total_gpus: int
+) -> list[tuple]:
     """The table's `gpus` as (spec, count) pairs, within the per-node and per-cluster limits."""
     gpus_raw = n.get("gpus", [])
     if not isinstance(gpus_raw, list):
-        raise InputError("expected a list like [{ type = \"A30\", count = 2 }]",
-                         where=loc.where("node", i, "gpus", f"{here}.gpus"))
+        raise InputError(
+            'expected a list like [{ type = "A30", count = 2 }]',
+            where=loc.where("node", i, "gpus", f"{here}.gpus"),
+        )
     kinds: list[tuple] = []
     for j, g in enumerate(gpus_raw):
         gw = loc.where("node", i, "gpus", f"{here}.gpus[{j}]")
@@ -168,17 +207,34 @@ def _node_gpus(n: dict, i: int, loc: KeyLocator, here: str, local_gpus: dict, co
         if "type" not in g or not isinstance(g["type"], str):
             raise InputError("missing GPU 'type' (a catalog name, see `paradvisor gpus`)", where=gw)
         spec = local_gpus.get(g["type"]) or catalog.gpu(g["type"], where=f"{gw}.type")
-        kinds.append((spec, _positive_int(g.get("count", 1), f"{gw}.count", "a GPU count of at least 1",
-                                          MAX_GPUS_PER_NODE)))
+        kinds.append(
+            (
+                spec,
+                _positive_int(
+                    g.get("count", 1), f"{gw}.count", "a GPU count of at least 1", MAX_GPUS_PER_NODE
+                ),
+            )
+        )
         per_node = sum(c for _, c in kinds)
         if per_node > MAX_GPUS_PER_NODE or total_gpus + per_node * count > MAX_GPUS:
-            raise InputError(f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
-                             "the cluster", where=f"{gw}.count")
+            raise InputError(
+                f"more than {min(MAX_GPUS_PER_NODE, MAX_GPUS):,} GPUs in a node or {MAX_GPUS:,} in "
+                "the cluster",
+                where=f"{gw}.count",
+            )
     return kinds
 
 
-def _parse_node(n, i: int, loc: KeyLocator, local_gpus: dict, nodes: list[Node], names: set[str],
-                groups: dict[str, int], total_gpus: int) -> int:
+def _parse_node(
+    n,
+    i: int,
+    loc: KeyLocator,
+    local_gpus: dict,
+    nodes: list[Node],
+    names: set[str],
+    groups: dict[str, int],
+    total_gpus: int,
+) -> int:
     """One [[node]] table: appends its node(s) to `nodes`; returns the GPUs it adds."""
     here = f"node[{i}]"
     name, count, member_names = _node_names(n, i, loc, here, nodes, names, groups)
@@ -201,11 +257,31 @@ def _parse_node(n, i: int, loc: KeyLocator, local_gpus: dict, nodes: list[Node],
         except ValueError as exc:
             raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
     notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
-    nodes.append(Node(name=member_names[0], host=hosts[0], gpus=devices, intra_link=intra, cpu_logical=cpus,
-                      notes=notes, source="planned", group=name if count > 1 else None))
+    nodes.append(
+        Node(
+            name=member_names[0],
+            host=hosts[0],
+            gpus=devices,
+            intra_link=intra,
+            cpu_logical=cpus,
+            notes=notes,
+            source="planned",
+            group=name if count > 1 else None,
+        )
+    )
     for k in range(1, count):
-        nodes.append(Node(name=member_names[k], host=hosts[k], gpus=devices, intra_link=intra, cpu_logical=cpus,
-                          notes=notes, source="planned", group=name))
+        nodes.append(
+            Node(
+                name=member_names[k],
+                host=hosts[k],
+                gpus=devices,
+                intra_link=intra,
+                cpu_logical=cpus,
+                notes=notes,
+                source="planned",
+                group=name,
+            )
+        )
     return sum(c for _, c in kinds) * count
 
 
@@ -225,15 +301,21 @@ def _parse_network(data: dict, loc: KeyLocator, names: set[str], groups: dict[st
             raise InputError("expected a table", where=lw)
         pair = lk.get("nodes")
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
-            raise InputError("expected nodes = [\"a\", \"b\"] naming two nodes or node groups", where=f"{lw}.nodes")
+            raise InputError(
+                'expected nodes = ["a", "b"] naming two nodes or node groups', where=f"{lw}.nodes"
+            )
         for p_ in pair:
             if p_ not in names and p_ not in groups:
                 listed = sorted(groups) if len(names) > 20 else sorted(names | set(groups))
-                raise InputError(f"unknown node {p_!r}; nodes and groups are {', '.join(listed)}", where=f"{lw}.nodes")
+                raise InputError(
+                    f"unknown node {p_!r}; nodes and groups are {', '.join(listed)}", where=f"{lw}.nodes"
+                )
         multi = [p_ for p_ in pair if groups.get(p_, 1) > 1]
         if pair[0] == pair[1] and not multi:
-            raise InputError("a link joins two different nodes (use the node's 'link' for its own GPUs)",
-                             where=f"{lw}.nodes")
+            raise InputError(
+                "a link joins two different nodes (use the node's 'link' for its own GPUs)",
+                where=f"{lw}.nodes",
+            )
         if multi:
             group_links[(pair[0], pair[1])] = _link(lk, lw)
         else:
@@ -246,12 +328,16 @@ def _hosts(n: dict, count: int, loc: KeyLocator, i: int, here: str) -> list[str 
     from paradvisor.hardware.remote import parse_host
 
     if "host" in n and count > 1:
-        raise InputError(f"a group of {count} nodes takes hosts = [...] (one per node), not host",
-                         where=loc.where("node", i, "host", f"{here}.host"))
+        raise InputError(
+            f"a group of {count} nodes takes hosts = [...] (one per node), not host",
+            where=loc.where("node", i, "host", f"{here}.host"),
+        )
     raw = [n["host"]] if "host" in n else n.get("hosts")
     if raw is None:
         return [None] * count
-    hw = loc.where("node", i, "hosts" if "hosts" in n else "host", f"{here}.hosts" if "hosts" in n else f"{here}.host")
+    hw = loc.where(
+        "node", i, "hosts" if "hosts" in n else "host", f"{here}.hosts" if "hosts" in n else f"{here}.host"
+    )
     if not isinstance(raw, list) or len(raw) != count:
         raise InputError(f"expected a list of {count} host names (one per node)", where=hw)
     for h in raw:
@@ -283,7 +369,7 @@ def _uncovered_pair(nodes: list[Node], net: Network) -> tuple[str, str] | None:
             if named.get(k, 0) >= (na * (na - 1) // 2 if ga == gb else na * nb):
                 continue
             for i, a in enumerate(members[ga]):
-                for b in (members[ga][i + 1:] if ga == gb else members[gb]):
+                for b in members[ga][i + 1 :] if ga == gb else members[gb]:
                     if net.link(a, b) is None:
                         return a.name, b.name
     return None
@@ -294,7 +380,9 @@ def load_cluster(path: str | os.PathLike) -> Cluster:
     return parse_cluster(data, path=str(path), text=text)
 
 
-def single_node_cluster(gpu_type: str, count: int, *, link: str | None = None, name: str | None = None) -> Cluster:
+def single_node_cluster(
+    gpu_type: str, count: int, *, link: str | None = None, name: str | None = None
+) -> Cluster:
     """`--gpus N --gpu-type NAME`: one node of N identical GPUs."""
     if count < 1:
         raise InputError(f"--gpus must be at least 1, got {count}")

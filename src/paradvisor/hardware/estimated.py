@@ -16,14 +16,33 @@ from paradvisor.hardware.types import GPUSpec
 # architecture's whitepaper, e.g. A100 312 TFLOPS = 108 SMs x 1.41 GHz x 2048; H100 SXM 989.4 =
 # 132 x 1.83 GHz x 4096. GeForce/pro boards of a generation share the per-SM rate of its GA10x/AD10x
 # whitepaper table (FP32 accumulate on pro boards).
-TENSOR_FLOPS_PER_SM_CLOCK = {(7, 0): 1024, (7, 2): 1024, (7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 7): 1024,
-                             (8, 9): 1024, (9, 0): 4096, (10, 0): 8192, (10, 3): 8192, (12, 0): 1024}
+TENSOR_FLOPS_PER_SM_CLOCK = {
+    (7, 0): 1024,
+    (7, 2): 1024,
+    (7, 5): 1024,
+    (8, 0): 2048,
+    (8, 6): 1024,
+    (8, 7): 1024,
+    (8, 9): 1024,
+    (9, 0): 4096,
+    (10, 0): 8192,
+    (10, 3): 8192,
+    (12, 0): 1024,
+}
 CUDA_CORES_PER_SM = {6: 128, 7: 64, 8: 128, 9: 128, 10: 128, 12: 128}  # (8, 0): 64, below
 
 
-def estimated_spec(name: str, *, memory_bytes: int | None, compute_capability: str | None,
-                   sm_count: int | None = None, cuda_cores: int | None = None, sm_clock_mhz: float | None = None,
-                   mem_clock_mhz: float | None = None, bus_width_bits: int | None = None) -> GPUSpec | None:
+def estimated_spec(
+    name: str,
+    *,
+    memory_bytes: int | None,
+    compute_capability: str | None,
+    sm_count: int | None = None,
+    cuda_cores: int | None = None,
+    sm_clock_mhz: float | None = None,
+    mem_clock_mhz: float | None = None,
+    bus_width_bits: int | None = None,
+) -> GPUSpec | None:
     """A usable entry from what NVML reports about a GPU the catalogue lacks, or None if too little is known
     (no memory size, or neither SM count nor cores with a clock)."""
     if not memory_bytes or not compute_capability:
@@ -56,8 +75,11 @@ def estimated_spec(name: str, *, memory_bytes: int | None, compute_capability: s
     else:
         # No SM count or clock: borrow the rates of the catalogue GPU of the same compute capability
         # whose memory is closest.
-        same = [s for s in catalog.gpus().values() if s.compute_capability == compute_capability
-                and not s.mig_of and s.origin == "catalog"]
+        same = [
+            s
+            for s in catalog.gpus().values()
+            if s.compute_capability == compute_capability and not s.mig_of and s.origin == "catalog"
+        ]
         if not same:
             return None
         like = min(same, key=lambda s: abs(s.memory_bytes - memory_bytes))
@@ -70,6 +92,16 @@ def estimated_spec(name: str, *, memory_bytes: int | None, compute_capability: s
         bw = 500e9
         basis.append("memory bandwidth unknown, 500 GB/s assumed")
     link = "pcie5" if major >= 9 else "pcie4" if major >= 8 else "pcie3"
-    return GPUSpec(name=name, vendor="nvidia", arch=f"sm_{major}{minor}", memory_bytes=int(memory_bytes),
-                   mem_bw=bw, tflops=tflops, intra_link=link, compute_capability=compute_capability,
-                   nvml_names=(name,), origin="estimated", source="estimated from NVML: " + "; ".join(basis))
+    return GPUSpec(
+        name=name,
+        vendor="nvidia",
+        arch=f"sm_{major}{minor}",
+        memory_bytes=int(memory_bytes),
+        mem_bw=bw,
+        tflops=tflops,
+        intra_link=link,
+        compute_capability=compute_capability,
+        nvml_names=(name,),
+        origin="estimated",
+        source="estimated from NVML: " + "; ".join(basis),
+    )

@@ -20,18 +20,25 @@ def _intra_link(devices: list[Device], topology: list[dict]) -> Link:
     return catalog.link(default)
 
 
-def _device(index: int, name: str, mem_total: int | None, mem_free: int | None, nvml: dict | None = None,
-            **extra) -> Device:
+def _device(
+    index: int, name: str, mem_total: int | None, mem_free: int | None, nvml: dict | None = None, **extra
+) -> Device:
     spec = catalog.find_gpu(name)
     notes = []
     if spec is None and nvml is not None:  # a whole GPU (not a MIG slice): estimate from NVML's figures
         from paradvisor.hardware.estimated import estimated_spec
 
         g = nvml
-        spec = estimated_spec(name, memory_bytes=mem_total, compute_capability=extra.get("compute_capability"),
-                              sm_count=g.get("sm_count"), cuda_cores=g.get("cuda_cores"),
-                              sm_clock_mhz=g.get("sm_clock_max_mhz"), mem_clock_mhz=g.get("mem_clock_max_mhz"),
-                              bus_width_bits=g.get("memory_bus_width_bits"))
+        spec = estimated_spec(
+            name,
+            memory_bytes=mem_total,
+            compute_capability=extra.get("compute_capability"),
+            sm_count=g.get("sm_count"),
+            cuda_cores=g.get("cuda_cores"),
+            sm_clock_mhz=g.get("sm_clock_max_mhz"),
+            mem_clock_mhz=g.get("mem_clock_max_mhz"),
+            bus_width_bits=g.get("memory_bus_width_bits"),
+        )
         if spec is not None:
             notes.append(f"not in the GPU catalog: {spec.source} (define it in a GPU file for exact figures)")
     if spec is None:
@@ -47,8 +54,9 @@ def _device(index: int, name: str, mem_total: int | None, mem_free: int | None, 
     )
 
 
-def node_from_probe(data: dict, *, name: str | None = None, host: str | None = None,
-                    source: str = "local") -> Node:
+def node_from_probe(
+    data: dict, *, name: str | None = None, host: str | None = None, source: str = "local"
+) -> Node:
     """Build a Node from `probe.probe()` output. MIG instances become the node's devices."""
     cpu = data.get("cpu") or {}
     nvidia = data.get("nvidia") or {}
@@ -63,12 +71,28 @@ def node_from_probe(data: dict, *, name: str | None = None, host: str | None = N
         )
         if g.get("mig_mode") and g.get("mig_instances"):
             for mig in g["mig_instances"]:
-                devices.append(_device(len(devices), mig["name"], mig.get("memory_total_bytes"),
-                                       mig.get("memory_free_bytes"), **{**common, "uuid": mig.get("uuid")}))
+                devices.append(
+                    _device(
+                        len(devices),
+                        mig["name"],
+                        mig.get("memory_total_bytes"),
+                        mig.get("memory_free_bytes"),
+                        **{**common, "uuid": mig.get("uuid")},
+                    )
+                )
         else:
-            devices.append(_device(len(devices), g["name"], g.get("memory_total_bytes"),
-                                   g.get("memory_free_bytes"), nvml=g, memory_used_bytes=g.get("memory_used_bytes"),
-                                   mig_instances=tuple(g.get("mig_instances") or ()), **common))
+            devices.append(
+                _device(
+                    len(devices),
+                    g["name"],
+                    g.get("memory_total_bytes"),
+                    g.get("memory_free_bytes"),
+                    nvml=g,
+                    memory_used_bytes=g.get("memory_used_bytes"),
+                    mig_instances=tuple(g.get("mig_instances") or ()),
+                    **common,
+                )
+            )
     notes = list(data.get("notes", []))
     return Node(
         name=name or data.get("hostname") or "local",

@@ -16,9 +16,13 @@ from paradvisor.units import parse_bandwidth, parse_latency
 
 @lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
-    table = tomllib.loads(resources.files("paradvisor.hardware").joinpath("data", "links.toml").read_text())["link"]
-    return {kind: Link(kind=kind, bandwidth=parse_bandwidth(e["bandwidth"]), latency=parse_latency(e["latency"]))
-            for kind, e in table.items()}
+    table = tomllib.loads(resources.files("paradvisor.hardware").joinpath("data", "links.toml").read_text())[
+        "link"
+    ]
+    return {
+        kind: Link(kind=kind, bandwidth=parse_bandwidth(e["bandwidth"]), latency=parse_latency(e["latency"]))
+        for kind, e in table.items()
+    }
 
 
 def link(kind: str, *, where: str | None = None) -> Link:

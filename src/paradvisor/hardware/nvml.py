@@ -48,8 +48,12 @@ class GPUSample:
     error: bool = False
 
     def to_doc(self) -> dict:
-        doc = {"index": self.index, "util_pct": self.util_pct, "mem_used_bytes": self.mem_used_bytes,
-               "mem_total_bytes": self.mem_total_bytes}
+        doc = {
+            "index": self.index,
+            "util_pct": self.util_pct,
+            "mem_used_bytes": self.mem_used_bytes,
+            "mem_total_bytes": self.mem_total_bytes,
+        }
         if self.error:
             doc["error"] = True
         return doc
@@ -66,8 +70,13 @@ class HostSample:
     gpus: tuple[GPUSample, ...] = field(default_factory=tuple)
 
     def to_doc(self) -> dict:
-        return {"time": self.time, "cpu_pct": self.cpu_pct, "ram_used_bytes": self.ram_used_bytes,
-                "ram_total_bytes": self.ram_total_bytes, "gpus": [g.to_doc() for g in self.gpus]}
+        return {
+            "time": self.time,
+            "cpu_pct": self.cpu_pct,
+            "ram_used_bytes": self.ram_used_bytes,
+            "ram_total_bytes": self.ram_total_bytes,
+            "gpus": [g.to_doc() for g in self.gpus],
+        }
 
 
 class NVML:
@@ -143,7 +152,9 @@ class NVML:
             mem = self.module.nvmlDeviceGetMemoryInfo(h)
         except self.Error:
             return GPUSample(index=index, error=True)
-        return GPUSample(index=index, util_pct=util, mem_used_bytes=int(mem.used), mem_total_bytes=int(mem.total))
+        return GPUSample(
+            index=index, util_pct=util, mem_used_bytes=int(mem.used), mem_total_bytes=int(mem.total)
+        )
 
     def processes(self, index: int) -> list[tuple[int, int]]:
         """(pid, GPU memory bytes) of the compute processes on GPU `index`; empty where the GPU or driver

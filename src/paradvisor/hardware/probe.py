@@ -16,8 +16,14 @@ if "NVML" not in globals():  # imported normally; over ssh, nvml.py's source cam
 
 SCHEMA = "paradvisor.probe/1"
 
-_TOPO_LEVELS = {0: "same-board", 10: "pcie-single-switch", 20: "pcie-multi-switch",
-                30: "pcie-host-bridge", 40: "numa-node", 50: "system (cross-socket)"}
+_TOPO_LEVELS = {
+    0: "same-board",
+    10: "pcie-single-switch",
+    20: "pcie-multi-switch",
+    30: "pcie-host-bridge",
+    40: "numa-node",
+    50: "system (cross-socket)",
+}
 
 
 def _text(value):
@@ -25,8 +31,13 @@ def _text(value):
 
 
 def _cpu_and_ram():
-    info = {"model": None, "logical": os.cpu_count(), "physical": None,
-            "ram_total_bytes": None, "ram_available_bytes": None}
+    info = {
+        "model": None,
+        "logical": os.cpu_count(),
+        "physical": None,
+        "ram_total_bytes": None,
+        "ram_available_bytes": None,
+    }
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -56,8 +67,12 @@ def _nvml(nv):
     """Everything NVML tells about the GPUs. `nv` is an open NVML session (nvml.py); a reading this GPU,
     driver or binding does not offer is None."""
     get = nv.get
-    out = {"driver_version": _text(get("nvmlSystemGetDriverVersion", default="") or "") or None,
-           "cuda_version": None, "gpus": [], "topology": []}
+    out = {
+        "driver_version": _text(get("nvmlSystemGetDriverVersion", default="") or "") or None,
+        "cuda_version": None,
+        "gpus": [],
+        "topology": [],
+    }
     cuda = get("nvmlSystemGetCudaDriverVersion")
     if isinstance(cuda, int) and cuda > 0:
         out["cuda_version"] = f"{cuda // 1000}.{(cuda % 1000) // 10}"
@@ -110,13 +125,15 @@ def _mig_instances(nv, h):
         if mh is None:
             continue
         mmem = get("nvmlDeviceGetMemoryInfo", mh)
-        out.append({
-            "index": j,
-            "name": _text(get("nvmlDeviceGetName", mh, default="MIG device")),
-            "uuid": _text(get("nvmlDeviceGetUUID", mh, default="")) or None,
-            "memory_total_bytes": int(mmem.total) if mmem else None,
-            "memory_free_bytes": int(mmem.free) if mmem else None,
-        })
+        out.append(
+            {
+                "index": j,
+                "name": _text(get("nvmlDeviceGetName", mh, default="MIG device")),
+                "uuid": _text(get("nvmlDeviceGetUUID", mh, default="")) or None,
+                "memory_total_bytes": int(mmem.total) if mmem else None,
+                "memory_free_bytes": int(mmem.free) if mmem else None,
+            }
+        )
     return out
 
 
@@ -139,18 +156,27 @@ def _gpu_pairs(nv, handles, bus):
         for j in range(i + 1, len(handles)):
             level = get("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
             links = nvlinks.get((i, j), 0) // 2 or nvlinks.get((i, j), 0)  # each link seen from both ends
-            pairs.append({
-                "gpus": [i, j],
-                "nvlinks": links,
-                "pcie_path": _TOPO_LEVELS.get(level, None if level is None else str(level)),
-            })
+            pairs.append(
+                {
+                    "gpus": [i, j],
+                    "nvlinks": links,
+                    "pcie_path": _TOPO_LEVELS.get(level, None if level is None else str(level)),
+                }
+            )
     return pairs
 
 
 def probe(nvml_module=None):
     """Probe this machine. `nvml_module` replaces `import pynvml` (used by tests)."""
-    result = {"schema": SCHEMA, "hostname": socket.gethostname(), "platform": platform.platform(),
-              "python": platform.python_version(), "cpu": _cpu_and_ram(), "nvidia": None, "notes": []}
+    result = {
+        "schema": SCHEMA,
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_and_ram(),
+        "nvidia": None,
+        "notes": [],
+    }
     try:
         nv = NVML.open(nvml_module)
     except NVMLUnavailable as why:  # no bindings, no library, no driver, no permission

@@ -33,7 +33,9 @@ def parse_host(text: str) -> tuple[str | None, str, int | None]:
     """Validate '[user@]host[:port]'. Raises InputError for anything else (e.g. '-oProxyCommand=...')."""
     m = _HOST_RE.fullmatch(text) if isinstance(text, str) else None
     if not m or text.startswith("-"):
-        raise InputError(f"invalid host {text!r}: expected [user@]host[:port] with letters, digits, '.', '-', '_'")
+        raise InputError(
+            f"invalid host {text!r}: expected [user@]host[:port] with letters, digits, '.', '-', '_'"
+        )
     port = int(m.group("port")) if m.group("port") else None
     if port is not None and not 1 <= port <= 65535:
         raise InputError(f"invalid host {text!r}: port must be 1..65535")
@@ -43,8 +45,17 @@ def parse_host(text: str) -> tuple[str | None, str, int | None]:
 
 def ssh_argv(target: str, *, timeout: float, ssh_config: str | None = None) -> list[str]:
     user, host, port = parse_host(target)
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2"]
+    argv = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={max(1, int(timeout))}",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=2",
+    ]
     if ssh_config:
         argv += ["-F", ssh_config]
     if port:
@@ -62,16 +73,30 @@ def _probe_source() -> str:
 
 
 def _offline(target: str, reason: str) -> Node:
-    return Node(name=target, host=target, gpus=(), intra_link=catalog.link("loopback"), online=False,
-                reason=reason, source="ssh")
+    return Node(
+        name=target,
+        host=target,
+        gpus=(),
+        intra_link=catalog.link("loopback"),
+        online=False,
+        reason=reason,
+        source="ssh",
+    )
 
 
 def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = None) -> Node:
     """Probe one host. Never raises for an unreachable host: returns an offline Node with the reason."""
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)
     try:
-        proc = subprocess.run(argv, check=False, input=_probe_source(), capture_output=True, text=True, errors="replace",
-                              timeout=timeout + 15)
+        proc = subprocess.run(
+            argv,
+            check=False,
+            input=_probe_source(),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout + 15,
+        )
     except FileNotFoundError:
         return _offline(target, "the ssh client is not installed on this machine")
     except subprocess.TimeoutExpired:
@@ -126,7 +151,9 @@ def check_reachable(target: str, *, timeout: float = 5.0, ssh_config: str | None
     """Can we run a command there over ssh (BatchMode)? (ok, reason)."""
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)[:-2] + ["true"]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout + 10, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         return False, "the ssh client is not installed"
     except subprocess.TimeoutExpired:

@@ -35,7 +35,9 @@ class GPUSpec:
     # measured by `paradvisor calibrate` on a CPU: matmul TFLOPS by width, and each engine's fixed time per
     # step and per layer ({"matmul_curve": {dtype: [[width, tflops], ...]}, "engines": {engine: {dtype: ...}}})
     measured: dict | None = field(default=None, compare=False, hash=False, repr=False)
-    origin: str = "catalog"  # catalog | user (a cluster file, the user catalogue, --gpu-spec) | estimated (NVML)
+    origin: str = (
+        "catalog"  # catalog | user (a cluster file, the user catalogue, --gpu-spec) | estimated (NVML)
+    )
     source: str = ""  # datasheet the figures come from; for user entries the file and line
     aliases: tuple[str, ...] = ()
 
@@ -134,7 +136,9 @@ class SameDevices(Sequence):
     def __eq__(self, other) -> bool:
         if isinstance(other, SameDevices):
             return self.count == other.count and self.template == other.template
-        return isinstance(other, tuple) and len(other) == self.count and all(a == b for a, b in zip(self, other))
+        return (
+            isinstance(other, tuple) and len(other) == self.count and all(a == b for a, b in zip(self, other))
+        )
 
     def __hash__(self) -> int:
         return hash((self.template.name, self.count))
@@ -196,8 +200,11 @@ class Node:
         and state (names, hosts and measured utilisation may differ)."""
         if self.gpus is not other.gpus and self.kinds != other.kinds:
             return False
-        return (self.intra_link == other.intra_link and self.online == other.online
-                and self.ram_total_bytes == other.ram_total_bytes)
+        return (
+            self.intra_link == other.intra_link
+            and self.online == other.online
+            and self.ram_total_bytes == other.ram_total_bytes
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -254,9 +261,11 @@ class Network:
         return out
 
     def to_dict(self) -> dict:
-        return {"default": self.default.to_dict() if self.default else None,
-                "groups": [{"between": list(k), **lk.to_dict()} for k, lk in self.groups.items()],
-                "pairs": [{"between": list(k), **lk.to_dict()} for k, lk in self.pairs.items()]}
+        return {
+            "default": self.default.to_dict() if self.default else None,
+            "groups": [{"between": list(k), **lk.to_dict()} for k, lk in self.groups.items()],
+            "pairs": [{"between": list(k), **lk.to_dict()} for k, lk in self.pairs.items()],
+        }
 
 
 @dataclass(frozen=True)

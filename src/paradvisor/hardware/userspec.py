@@ -30,8 +30,19 @@ from paradvisor.hardware.types import DTYPES, GPUSpec
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
 from paradvisor.units import GiB
 
-ENTRY_KEYS = {"vendor", "arch", "compute_capability", "memory_gib", "mem_bw_gbs", "tflops", "intra_link",
-              "nvml_names", "aliases", "source", "layer_overhead_s"}
+ENTRY_KEYS = {
+    "vendor",
+    "arch",
+    "compute_capability",
+    "memory_gib",
+    "mem_bw_gbs",
+    "tflops",
+    "intra_link",
+    "nvml_names",
+    "aliases",
+    "source",
+    "layer_overhead_s",
+}
 MAX_MEMORY_GIB = 4096  # no single accelerator has more; a larger figure is a unit mistake
 MAX_BW_GBS = 100_000
 MAX_TFLOPS = 100_000
@@ -39,13 +50,15 @@ MAX_TFLOPS = 100_000
 
 def _number(v, where, key: str, what: str, lo: float, hi: float) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
-        raise InputError(f"expected {what} (a number above {lo:g}, at most {hi:,g}), got {v!r}", where=where(key))
+        raise InputError(
+            f"expected {what} (a number above {lo:g}, at most {hi:,g}), got {v!r}", where=where(key)
+        )
     return float(v)
 
 
 def _strings(v, where, key: str) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
-        raise InputError("expected a list of names, e.g. [\"RTX 4090\"]", where=where(key))
+        raise InputError('expected a list of names, e.g. ["RTX 4090"]', where=where(key))
     return tuple(v)
 
 
@@ -57,42 +70,61 @@ def parse_entry(name: str, e, *, origin: str, where, extra_keys: frozenset = fro
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise InputError("a GPU name is 1 to 100 characters", where=where(None))
     if not isinstance(e, dict):
-        raise InputError(f"expected a table [gpu.\"{name}\"] with memory_gib, mem_bw_gbs, tflops", where=where(None))
+        raise InputError(
+            f'expected a table [gpu."{name}"] with memory_gib, mem_bw_gbs, tflops', where=where(None)
+        )
     if not e.keys() <= ENTRY_KEYS | extra_keys:
         check_keys(e, ENTRY_KEYS | extra_keys, where(None))
     for key in ("memory_gib", "mem_bw_gbs", "tflops"):
         if key not in e:
-            raise InputError(f"GPU {name!r} is missing {key!r} (memory_gib, mem_bw_gbs and tflops are required)",
-                             where=where(None))
+            raise InputError(
+                f"GPU {name!r} is missing {key!r} (memory_gib, mem_bw_gbs and tflops are required)",
+                where=where(None),
+            )
     memory = _number(e["memory_gib"], where, "memory_gib", "memory in GiB", 0, MAX_MEMORY_GIB)
     bw = _number(e["mem_bw_gbs"], where, "mem_bw_gbs", "memory bandwidth in GB/s", 0, MAX_BW_GBS)
     tf = e["tflops"]
     if not isinstance(tf, dict) or not tf:
-        raise InputError("expected a table of dense peak TFLOPS per dtype, e.g. { fp32 = 82.6, bf16 = 165.2 }",
-                         where=where("tflops"))
+        raise InputError(
+            "expected a table of dense peak TFLOPS per dtype, e.g. { fp32 = 82.6, bf16 = 165.2 }",
+            where=where("tflops"),
+        )
     for k in tf:
         if k not in DTYPES:
-            raise InputError(f"unknown dtype {k!r} in tflops; expected {', '.join(DTYPES)}", where=where("tflops"))
+            raise InputError(
+                f"unknown dtype {k!r} in tflops; expected {', '.join(DTYPES)}", where=where("tflops")
+            )
     if "fp32" not in tf:
         raise InputError("tflops needs fp32 (the non-tensor rate, on every datasheet)", where=where("tflops"))
     tflops = {k: _number(v, where, "tflops", f"{k} TFLOPS", 0, MAX_TFLOPS) for k, v in tf.items()}
     link = e.get("intra_link", "pcie4")
     if not isinstance(link, str) or link not in links():
-        raise InputError(f"unknown link kind {link!r}; expected one of {', '.join(links())}",
-                         where=where("intra_link"))
+        raise InputError(
+            f"unknown link kind {link!r}; expected one of {', '.join(links())}", where=where("intra_link")
+        )
     text = {}
     for key in ("vendor", "arch", "compute_capability", "source"):
         if key in e and not isinstance(e[key], str):
             raise InputError("expected a string", where=where(key))
         text[key] = e.get(key)
-    overhead = _number(e.get("layer_overhead_s", 1e-4), where, "layer_overhead_s", "seconds per layer", 0, 1.0)
+    overhead = _number(
+        e.get("layer_overhead_s", 1e-4), where, "layer_overhead_s", "seconds per layer", 0, 1.0
+    )
     return GPUSpec(
-        name=name, vendor=text["vendor"] or "unknown", arch=text["arch"] or "unknown",
-        memory_bytes=int(memory * GiB), mem_bw=bw * 1e9, tflops=tflops, intra_link=link,
+        name=name,
+        vendor=text["vendor"] or "unknown",
+        arch=text["arch"] or "unknown",
+        memory_bytes=int(memory * GiB),
+        mem_bw=bw * 1e9,
+        tflops=tflops,
+        intra_link=link,
         compute_capability=text["compute_capability"],
         nvml_names=_strings(e["nvml_names"], where, "nvml_names") if "nvml_names" in e else (),
         aliases=_strings(e["aliases"], where, "aliases") if "aliases" in e else (),
-        layer_overhead_s=overhead, origin=origin, source=text["source"] or "")
+        layer_overhead_s=overhead,
+        origin=origin,
+        source=text["source"] or "",
+    )
 
 
 def _header(name: str) -> str:
@@ -104,9 +136,10 @@ def parse_gpu_tables(tables, *, path: str, loc: KeyLocator, origin: str = "user"
     if tables is None:
         return {}
     if not isinstance(tables, dict):
-        raise InputError("expected [gpu.\"NAME\"] tables", where=loc.where(None, 0, "gpu", "gpu"))
+        raise InputError('expected [gpu."NAME"] tables', where=loc.where(None, 0, "gpu", "gpu"))
     out = {}
     for name, e in tables.items():
+
         def where(key, name=name):
             line = loc.line(_header(name), 0, key)
             at = f"{path}:{line}" if line else path
@@ -135,7 +168,7 @@ def read_gpu_file(path: str | os.PathLike) -> dict[str, GPUSpec]:
     loc = KeyLocator(str(path), text)
     check_keys(data, {"gpu"}, loc.where(None, 0, None, "top level"))
     if "gpu" not in data:
-        raise InputError("expected [gpu.\"NAME\"] tables (memory_gib, mem_bw_gbs, tflops)", where=str(path))
+        raise InputError('expected [gpu."NAME"] tables (memory_gib, mem_bw_gbs, tflops)', where=str(path))
     return parse_gpu_tables(data["gpu"], path=str(path), loc=loc)
 
 

@@ -13,7 +13,14 @@ from paradvisor.rundir.preset import DEFAULT_JOIN_TIMEOUT_S
 
 # Environment variables a launch forwards to every node (the ssh engine sends them in the hello; the node agent
 # accepts no other).
-FORWARD_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "PARADVISOR_FAULT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+FORWARD_PREFIXES = (
+    "NCCL_",
+    "GLOO_",
+    "TORCH_NCCL_",
+    "PARADVISOR_FAULT",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -28,8 +35,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as exc:
-            raise InputError(f"port {port} on {host} is in use ({exc.strerror}); pick another launch.master_port "
-                             "or 0 for a free one") from None
+            raise InputError(
+                f"port {port} on {host} is in use ({exc.strerror}); pick another launch.master_port "
+                "or 0 for a free one"
+            ) from None
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -39,13 +48,28 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def torchrun_args(*, nnodes, nproc_per_node, endpoint: str, node_rank=None, run_id: str | None = None,
-                  options: tuple[str, ...] = ()) -> list[str]:
+def torchrun_args(
+    *,
+    nnodes,
+    nproc_per_node,
+    endpoint: str,
+    node_rank=None,
+    run_id: str | None = None,
+    options: tuple[str, ...] = (),
+) -> list[str]:
     """torchrun's own arguments, the one place they are spelled: a c10d rendezvous at `endpoint`, no restarts
     (a failed rank fails the run), then `options`; `--node-rank` last when given. Values may be numbers or
     (in the Kubernetes export) the shell variables the runtime sets."""
-    args = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint]
+    args = [
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        str(nproc_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+    ]
     if run_id is not None:
         args += ["--rdzv-id", run_id]
     args += ["--max-restarts", "0", *options]
@@ -54,13 +78,23 @@ def torchrun_args(*, nnodes, nproc_per_node, endpoint: str, node_rank=None, run_
 
 def trainer_args(run_dir: str, node_index=None) -> list[str]:
     """The module torchrun starts on every rank (`python -m paradvisor.train`) and its arguments."""
-    return ["-m", "paradvisor.train", "--run-dir", run_dir] + (["--node-index", str(node_index)]
-                                                                if node_index is not None else [])
+    return ["-m", "paradvisor.train", "--run-dir", run_dir] + (
+        ["--node-index", str(node_index)] if node_index is not None else []
+    )
 
 
-def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                  endpoint: str, run_id: str, python: str | None = None, join_timeout_s: float | None = None,
-                  is_host: bool | None = None) -> list[str]:
+def torchrun_argv(
+    run_dir: str,
+    *,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    endpoint: str,
+    run_id: str,
+    python: str | None = None,
+    join_timeout_s: float | None = None,
+    is_host: bool | None = None,
+) -> list[str]:
     """torchrun for one node. With c10d the rendezvous orders nodes by host name, not by --node-rank, so
     the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes.
     A multi-node run bounds the rendezvous (`join_timeout`: a node that never comes fails the run after that
@@ -72,29 +106,63 @@ def torchrun_argv(run_dir: str, *, nproc_per_node: int, nnodes: int = 1, node_ra
             conf.append(f"is_host={int(is_host)}")
         options += ["--rdzv-conf", ",".join(conf)]
     multi = nnodes > 1
-    return [python or sys.executable, "-m", "torch.distributed.run",
-            *torchrun_args(nnodes=nnodes, nproc_per_node=nproc_per_node, endpoint=endpoint, run_id=run_id,
-                           node_rank=node_rank if multi else None, options=tuple(options)),
-            *trainer_args(run_dir, node_rank if multi else None)]
+    return [
+        python or sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *torchrun_args(
+            nnodes=nnodes,
+            nproc_per_node=nproc_per_node,
+            endpoint=endpoint,
+            run_id=run_id,
+            node_rank=node_rank if multi else None,
+            options=tuple(options),
+        ),
+        *trainer_args(run_dir, node_rank if multi else None),
+    ]
 
 
-def node_commands(preset, run_dir: str, *, endpoint: str | None = None, python: str | None = None
-                  ) -> list[tuple[str, list[str]]]:
+def node_commands(
+    preset, run_dir: str, *, endpoint: str | None = None, python: str | None = None
+) -> list[tuple[str, list[str]]]:
     """(host, torchrun argv) for every node of the preset, node-rank order: per-node process counts, the
     rendezvous on the first node, the same run directory name everywhere."""
     lau = preset.launch
     if endpoint is None:
         endpoint = lau.rdzv_endpoint or f"127.0.0.1:{lau.master_port or '<free port>'}"
     hosts = list(lau.hosts) or (["localhost"] if lau.nnodes == 1 else [f"node{i}" for i in range(lau.nnodes)])
-    return [(hosts[r], torchrun_argv(run_dir, nproc_per_node=lau.procs(r), nnodes=lau.nnodes, node_rank=r,
-                                     endpoint=endpoint, run_id=preset.name, python=python,
-                                     join_timeout_s=lau.join_timeout_s))
-            for r in range(lau.nnodes)]
+    return [
+        (
+            hosts[r],
+            torchrun_argv(
+                run_dir,
+                nproc_per_node=lau.procs(r),
+                nnodes=lau.nnodes,
+                node_rank=r,
+                endpoint=endpoint,
+                run_id=preset.name,
+                python=python,
+                join_timeout_s=lau.join_timeout_s,
+            ),
+        )
+        for r in range(lau.nnodes)
+    ]
 
 
 def deepspeed_argv(run_dir: str, *, hostfile: str, master_addr: str, master_port: int) -> list[str]:
-    return ["deepspeed", "--hostfile", hostfile, "--master_addr", master_addr, "--master_port", str(master_port),
-            "--module", "paradvisor.train", "--run-dir", run_dir]
+    return [
+        "deepspeed",
+        "--hostfile",
+        hostfile,
+        "--master_addr",
+        master_addr,
+        "--master_port",
+        str(master_port),
+        "--module",
+        "paradvisor.train",
+        "--run-dir",
+        run_dir,
+    ]
 
 
 def slug(name: str, *, dns: bool = False) -> str:

@@ -11,9 +11,18 @@ from pathlib import Path
 
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, rank_process, read_tail, tail_lines
 
-PEER_ERRORS = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
-               "remote worker", "communicator was aborted", "socket timeout", "recvbytes", "sendbytes",
-               "the paradvisor launcher")
+PEER_ERRORS = (
+    "connection reset by peer",
+    "connection closed by peer",
+    "broken pipe",
+    "connection refused",
+    "remote worker",
+    "communicator was aborted",
+    "socket timeout",
+    "recvbytes",
+    "sendbytes",
+    "the paradvisor launcher",
+)
 
 
 def is_peer_error(error: str | None) -> bool:
@@ -22,12 +31,14 @@ def is_peer_error(error: str | None) -> bool:
     return any(p in e for p in PEER_ERRORS)
 
 
-AGENT_ERRORS = re.compile(r"Rendezvous\w*Error|DistNetworkError|DistStoreError|EADDRINUSE|address already in use",
-                          re.IGNORECASE)
+AGENT_ERRORS = re.compile(
+    r"Rendezvous\w*Error|DistNetworkError|DistStoreError|EADDRINUSE|address already in use", re.IGNORECASE
+)
 
 
-def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None,
-                   log_name: str = LAUNCHER_LOG) -> dict | None:
+def _agent_failure(
+    run_dir: Path, returncode: int, log: str, codes: dict, agent_pid: int | None, log_name: str = LAUNCHER_LOG
+) -> dict | None:
     """The torchrun agent itself failed: killed by a signal (torchrun reports a rank's failure with exit code 1,
     so a negative code is the agent's own death), or its rendezvous failed before any rank could say why."""
     who = f"the torchrun agent (pid {agent_pid})" if agent_pid else "the torchrun agent"
@@ -43,13 +54,24 @@ def _agent_failure(run_dir: Path, returncode: int, log: str, codes: dict, agent_
         if own or line is None:
             return None
         reason = f"{who} failed: {line[-300:]}"
-    return {"failed_rank": None, "failed_process": "torchrun agent", "exit_code": returncode, "reason": reason,
-            "last_log_lines": tail_lines(run_dir / log_name),
-            "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+    return {
+        "failed_rank": None,
+        "failed_process": "torchrun agent",
+        "exit_code": returncode,
+        "reason": reason,
+        "last_log_lines": tail_lines(run_dir / log_name),
+        "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())},
+    }
 
 
-def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None = None, node_rank: int = 0,
-             log_name: str | None = None) -> dict:
+def diagnose(
+    run_dir: Path,
+    world: int,
+    returncode: int,
+    agent_pid: int | None = None,
+    node_rank: int = 0,
+    log_name: str | None = None,
+) -> dict:
     """Which rank (or the torchrun agent) failed, with what exit code or signal, and its last log lines."""
     codes = _exit_codes(run_dir, world)
     log_name = log_name or launcher_log_name(node_rank)
@@ -66,11 +88,20 @@ def diagnose(run_dir: Path, world: int, returncode: int, agent_pid: int | None =
             reason = f"killed by signal {signal.Signals(-exit_code).name}"
         except ValueError:
             reason = f"killed by signal {-exit_code}"
-    lines = tail_lines(RunDir(run_dir).rank_log(failed_rank)) if failed_rank is not None else tail_lines(run_dir / log_name)
+    lines = (
+        tail_lines(RunDir(run_dir).rank_log(failed_rank))
+        if failed_rank is not None
+        else tail_lines(run_dir / log_name)
+    )
     if not reason:
         reason = next((ln for ln in reversed(lines) if ln.strip()), f"exit code {returncode}")
-    return {"failed_rank": failed_rank, "exit_code": exit_code, "reason": reason, "last_log_lines": lines,
-            "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())}}
+    return {
+        "failed_rank": failed_rank,
+        "exit_code": exit_code,
+        "reason": reason,
+        "last_log_lines": lines,
+        "rank_exit_codes": {str(r): d.get("exit_code") for r, d in sorted(codes.items())},
+    }
 
 
 def _exit_codes(run_dir: Path, world: int) -> dict[int, dict]:
@@ -82,13 +113,18 @@ def _exit_codes(run_dir: Path, world: int) -> dict[int, dict]:
         f = RunDir(run_dir).rank_exit(r)
         if f.exists():
             doc, _ = read_json_object(f)
-            if doc is not None and isinstance(doc.get("exit_code", 0), int) and isinstance(doc.get("time", 0),
-                                                                                           (int, float)):
+            if (
+                doc is not None
+                and isinstance(doc.get("exit_code", 0), int)
+                and isinstance(doc.get("time", 0), (int, float))
+            ):
                 codes[r] = {**doc, "error": str(doc["error"]) if doc.get("error") is not None else None}
     return codes
 
 
-def _culprit(run_dir: Path, world: int, returncode: int, log: str, codes: dict) -> tuple[int | None, int | None]:
+def _culprit(
+    run_dir: Path, world: int, returncode: int, log: str, codes: dict
+) -> tuple[int | None, int | None]:
     """(the rank that broke the run, its exit code) from torchrun's log and the ranks' exit files."""
     failed_rank, exit_code = None, returncode
     # torchrun names the first failure it saw ("Root Cause"): that is the rank that broke the run;
@@ -101,8 +137,11 @@ def _culprit(run_dir: Path, world: int, returncode: int, log: str, codes: dict) 
     # "connection reset" is a consequence, not a cause; else torchrun's first observed failure.
     failures = [(int(r), int(c)) for r, c in entry.findall(log)]
     silent = [(r, c) for r, c in failures if c != 0 and c != -signal.SIGTERM and r not in codes]
-    own = sorted((d.get("time", 0), r) for r, d in codes.items()
-                 if d.get("exit_code") and not is_peer_error(d.get("error")))
+    own = sorted(
+        (d.get("time", 0), r)
+        for r, d in codes.items()
+        if d.get("exit_code") and not is_peer_error(d.get("error"))
+    )
     killed = [(r, c) for r, c in silent if c < 0]
     if killed:
         return killed[0]
@@ -192,8 +231,14 @@ def hang_suspects(stacks: dict[int, list[str] | None]) -> list[int]:
     return out
 
 
-def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float, rc: int, world: int,
-                log_name: str = LAUNCHER_LOG) -> dict:
+def hang_report(
+    run_dir: Path,
+    stacks: dict[int, list[str] | None],
+    hang: float,
+    rc: int,
+    world: int,
+    log_name: str = LAUNCHER_LOG,
+) -> dict:
     d = diagnose(run_dir, world, rc, log_name=log_name)
     suspects = hang_suspects(stacks)
     from paradvisor.monitor.follow import MetricsFollower
@@ -203,14 +248,26 @@ def hang_report(run_dir: Path, stacks: dict[int, list[str] | None], hang: float,
     last = follower.records.last_by_rank
     steps = ", ".join(f"rank {r} step {last.get(r, 0)}" for r in range(world))
     failed = suspects[0] if len(suspects) == 1 else None
-    who = (f"rank {failed} stopped making progress, the others waited for it" if failed is not None
-           else "no single rank to blame")
+    who = (
+        f"rank {failed} stopped making progress, the others waited for it"
+        if failed is not None
+        else "no single rank to blame"
+    )
     reason = f"no progress for {hang:g} s (hung): {who}; last logged: {steps}; all ranks stopped"
     frames = _main_thread_frames(stacks[failed] or []) if failed is not None else []
-    lines = (["(the rank did not answer the stack request)"] if failed is not None and stacks[failed] is None
-             else frames or d["last_log_lines"])
-    return {**d, "failed_rank": failed, "exit_code": None, "reason": reason, "hung": True,
-            "hang_suspects": suspects, "last_steps": {str(r): last.get(r, 0) for r in range(world)},
-            "last_log_lines": lines,
-            "stacks": {str(r): _main_thread_frames(v) if v else None for r, v in sorted(stacks.items())}}
-
+    lines = (
+        ["(the rank did not answer the stack request)"]
+        if failed is not None and stacks[failed] is None
+        else frames or d["last_log_lines"]
+    )
+    return {
+        **d,
+        "failed_rank": failed,
+        "exit_code": None,
+        "reason": reason,
+        "hung": True,
+        "hang_suspects": suspects,
+        "last_steps": {str(r): last.get(r, 0) for r in range(world)},
+        "last_log_lines": lines,
+        "stacks": {str(r): _main_thread_frames(v) if v else None for r, v in sorted(stacks.items())},
+    }

@@ -41,14 +41,19 @@ def _k8s_command(preset, nodes_var: str, rank_var: str, addr: str) -> str:
 
     per_node = int(preset.launch.nproc_per_node)
     torchrun = torchrun_args(nnodes=nodes_var, nproc_per_node=per_node, endpoint=addr, node_rank=rank_var)
-    return (f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/plan.toml && "
-            f"exec torchrun {' '.join(torchrun + trainer_args(RUN_DIR, rank_var))}")
+    return (
+        f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/plan.toml && "
+        f"exec torchrun {' '.join(torchrun + trainer_args(RUN_DIR, rank_var))}"
+    )
 
 
 def _plan_map(preset, name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"{name}-plan", "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
-            "data": {PLAN: plan_toml(preset)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-plan", "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
+        "data": {PLAN: plan_toml(preset)},
+    }
 
 
 def _resources(preset) -> dict:
@@ -64,23 +69,66 @@ def trainjob(preset, image: str | None = None) -> str:
 
     lau = preset.launch
     name = k8s_name(preset.name)
-    trainer = {"image": image or default_image(preset),
-               "command": ["sh", "-c", _k8s_command(preset, "$PET_NNODES", "$PET_NODE_RANK",
-                                                    "$PET_MASTER_ADDR:$PET_MASTER_PORT")],
-               "numNodes": int(max(1, lau.nnodes)), "numProcPerNode": int(lau.nproc_per_node),
-               "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}]}
+    trainer = {
+        "image": image or default_image(preset),
+        "command": [
+            "sh",
+            "-c",
+            _k8s_command(preset, "$PET_NNODES", "$PET_NODE_RANK", "$PET_MASTER_ADDR:$PET_MASTER_PORT"),
+        ],
+        "numNodes": int(max(1, lau.nnodes)),
+        "numProcPerNode": int(lau.nproc_per_node),
+        "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}],
+    }
     if _resources(preset):
         trainer["resourcesPerNode"] = _resources(preset)
-    patch = {"manager": "paradvisor", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{
-        "name": "node", "template": {"spec": {"template": {"spec": {
-            "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}],
-            "containers": [{"name": "node", "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}]}],
-        }}}}}]}}}}
-    doc = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-           "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
-           "spec": {"runtimeRef": {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org",
-                                   "kind": "ClusterTrainingRuntime"},
-                    "trainer": trainer, "runtimePatches": [patch]}}
+    patch = {
+        "manager": "paradvisor",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "volumes": [
+                                                {"name": "plan", "configMap": {"name": f"{name}-plan"}}
+                                            ],
+                                            "containers": [
+                                                {
+                                                    "name": "node",
+                                                    "volumeMounts": [
+                                                        {"name": "plan", "mountPath": "/etc/paradvisor"}
+                                                    ],
+                                                }
+                                            ],
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    doc = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
+        "spec": {
+            "runtimeRef": {
+                "name": "torch-distributed",
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+            },
+            "trainer": trainer,
+            "runtimePatches": [patch],
+        },
+    }
     return yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False)
 
 
@@ -95,21 +143,39 @@ def pytorchjob(preset, image: str | None = None) -> str:
     command = _k8s_command(preset, str(nodes), "$RANK", "$MASTER_ADDR:$MASTER_PORT")
 
     def replica(n: int) -> dict:
-        container = {"name": "pytorch", "image": image or default_image(preset), "command": ["sh", "-c", command],
-                     "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}],
-                     "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}]}
+        container = {
+            "name": "pytorch",
+            "image": image or default_image(preset),
+            "command": ["sh", "-c", command],
+            "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}],
+            "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}],
+        }
         if _resources(preset):
             container["resources"] = _resources(preset)
-        return {"replicas": n, "restartPolicy": "Never", "template": {"spec": {
-            "containers": [container], "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}]}}}
+        return {
+            "replicas": n,
+            "restartPolicy": "Never",
+            "template": {
+                "spec": {
+                    "containers": [container],
+                    "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}],
+                }
+            },
+        }
 
     specs = {"Master": replica(1)}
     if nodes > 1:
         specs["Worker"] = replica(nodes - 1)
-    doc = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-           "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
-           "spec": {"nprocPerNode": str(int(lau.nproc_per_node)), "runPolicy": {"cleanPodPolicy": "None"},
-                    "pytorchReplicaSpecs": specs}}
+    doc = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
+        "spec": {
+            "nprocPerNode": str(int(lau.nproc_per_node)),
+            "runPolicy": {"cleanPodPolicy": "None"},
+            "pytorchReplicaSpecs": specs,
+        },
+    }
     return yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False)
 
 
@@ -118,14 +184,18 @@ def dockerfile(preset) -> str:
     (built into the export folder: `pip wheel --no-deps -w OUT .` in a paradvisor checkout)."""
     wheel = f"paradvisor-{__version__}-py3-none-any.whl"
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", preset.launch.image):
-        raise InputError(f"launch.image {preset.launch.image!r}: expected an image reference (registry/name:tag)")
-    return (f"# paradvisor {__version__} on {comment(preset.launch.image)}: the image the TrainJob / PyTorchJob runs.\n"
-            f"# Build context: this folder, holding {wheel} (pip wheel --no-deps -w <this folder> <paradvisor checkout>)\n"
-            f"FROM {preset.launch.image}\n"
-            f"COPY {wheel} /tmp/\n"
-            f"RUN python -m pip install --no-cache-dir /tmp/{wheel} && rm /tmp/{wheel} && "
-            f"python -c 'import paradvisor.train'\n"
-            f"WORKDIR /workspace\n")
+        raise InputError(
+            f"launch.image {preset.launch.image!r}: expected an image reference (registry/name:tag)"
+        )
+    return (
+        f"# paradvisor {__version__} on {comment(preset.launch.image)}: the image the TrainJob / PyTorchJob runs.\n"
+        f"# Build context: this folder, holding {wheel} (pip wheel --no-deps -w <this folder> <paradvisor checkout>)\n"
+        f"FROM {preset.launch.image}\n"
+        f"COPY {wheel} /tmp/\n"
+        f"RUN python -m pip install --no-cache-dir /tmp/{wheel} && rm /tmp/{wheel} && "
+        f"python -c 'import paradvisor.train'\n"
+        f"WORKDIR /workspace\n"
+    )
 
 
 def slurm(preset) -> str:
@@ -141,7 +211,9 @@ def hostfile(preset) -> str:
     return "".join(f"{h} slots={preset.launch.nproc_per_node}\n" for h in hosts)
 
 
-def write_exports(preset, kinds: list[str], out: Path, *, force: bool = False, image: str | None = None) -> list[Path]:
+def write_exports(
+    preset, kinds: list[str], out: Path, *, force: bool = False, image: str | None = None
+) -> list[Path]:
     """Write the exports all or nothing (safeio.write_group): a failure leaves no file of this export behind,
     and files that were there before are as they were."""
     files: dict[Path, str] = {}
@@ -157,16 +229,27 @@ def write_exports(preset, kinds: list[str], out: Path, *, force: bool = False, i
         elif kind == "hostfile":
             files[out / "hostfile"] = hostfile(preset)
             t = preset.train
-            cfg = deepspeed_config(preset.plan, lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip,
-                                   world=preset.launch.nproc_per_node * preset.launch.nnodes)
+            cfg = deepspeed_config(
+                preset.plan,
+                lr=t.lr,
+                weight_decay=t.weight_decay,
+                grad_clip=t.grad_clip,
+                world=preset.launch.nproc_per_node * preset.launch.nnodes,
+            )
             files[out / "ds_config.json"] = json.dumps(cfg, indent=2, allow_nan=False) + "\n"
             files[out / PLAN] = plan_toml(preset)
             from paradvisor.launch.argv import deepspeed_argv
 
-            argv = deepspeed_argv("run", hostfile="hostfile", master_addr=(list(preset.launch.hosts) or ["node0"])[0],
-                                  master_port=preset.launch.master_port or 29500)
-            files[out / "run.sh"] = ("#!/bin/sh\n# DeepSpeed launcher over the hostfile\n"
-                                     "set -e\nmkdir -p run && cp plan.toml run/\n" + shlex.join(argv) + "\n")
+            argv = deepspeed_argv(
+                "run",
+                hostfile="hostfile",
+                master_addr=(list(preset.launch.hosts) or ["node0"])[0],
+                master_port=preset.launch.master_port or 29500,
+            )
+            files[out / "run.sh"] = (
+                "#!/bin/sh\n# DeepSpeed launcher over the hostfile\n"
+                "set -e\nmkdir -p run && cp plan.toml run/\n" + shlex.join(argv) + "\n"
+            )
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -37,8 +37,10 @@ POLL_S = 0.3
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
 _APPEND = re.compile(r"^(rank-\d+\.(stdout|stderr)\.log|launcher(-node\d+)?\.log)$")
 _LINES = LINE_FILES  # metrics.jsonl, samples.jsonl
-_WHOLE = re.compile(r"^(rank-\d+\.exit\.json|status(-node\d+)?\.json|command(-node\d+)?\.json|"
-                    r"torchelastic-error-node\d+\.json)$")
+_WHOLE = re.compile(
+    r"^(rank-\d+\.exit\.json|status(-node\d+)?\.json|command(-node\d+)?\.json|"
+    r"torchelastic-error-node\d+\.json)$"
+)
 _PID = re.compile(r"^rank-(\d+)\.pid$")
 
 
@@ -118,15 +120,26 @@ class Streamer:
                             break
                         data = data[:cut] if cut else data
                     offset += len(data)
-                    self.emit({"t": "append", "f": remote_name(name, self.node),
-                               "b": base64.b64encode(data).decode()})
+                    self.emit(
+                        {
+                            "t": "append",
+                            "f": remote_name(name, self.node),
+                            "b": base64.b64encode(data).decode(),
+                        }
+                    )
                 self.offsets[name] = offset
             elif _WHOLE.match(name):
                 key = (st.st_mtime_ns, st.st_size)
                 if self.seen.get(name) != key and st.st_size <= CHUNK:
                     self.seen[name] = key
                     data = self._read(Path(e.path), 0)
-                    self.emit({"t": "whole", "f": remote_name(name, self.node), "b": base64.b64encode(data).decode()})
+                    self.emit(
+                        {
+                            "t": "whole",
+                            "f": remote_name(name, self.node),
+                            "b": base64.b64encode(data).decode(),
+                        }
+                    )
         if new_pids:
             self.pids.update(new_pids)
             self.emit({"t": "ranks", "pids": {str(r): p for r, p in sorted(self.pids.items())}})
@@ -137,15 +150,23 @@ def _hello(stream) -> dict:
     doc = json.loads(line)
     if not isinstance(doc, dict):
         raise ValueError("the hello is not a JSON object")
-    for key, typ in (("plan", str), ("run_name", str), ("node", int), ("endpoint", str), ("remote_dir", str),
-                     ("env", dict)):
+    for key, typ in (
+        ("plan", str),
+        ("run_name", str),
+        ("node", int),
+        ("endpoint", str),
+        ("remote_dir", str),
+        ("env", dict),
+    ):
         if not isinstance(doc.get(key), typ) or isinstance(doc.get(key), bool):
             raise ValueError(f"the hello's {key!r} is missing or of the wrong type")
     if not RUN_NAME.match(doc["run_name"]) or ".." in doc["run_name"]:
         raise ValueError(f"run name {doc['run_name']!r} is not one safe path component")
     env = doc["env"]
-    if not all(isinstance(k, str) and isinstance(v, str) and k.startswith(FORWARD_PREFIXES) and "\0" not in v
-               for k, v in env.items()):
+    if not all(
+        isinstance(k, str) and isinstance(v, str) and k.startswith(FORWARD_PREFIXES) and "\0" not in v
+        for k, v in env.items()
+    ):
         raise ValueError("the hello's env holds a name that is not forwarded to nodes")
     return doc
 
@@ -184,8 +205,17 @@ def _start_node(hello: dict, out: Emitter):
 
         base = Path(os.path.expanduser(hello["remote_dir"])) / hello["run_name"]
         run_dir = base / f"node{node}"
-        out({"t": "hello", "node": node, "pid": os.getpid(), "host": socket.gethostname(), "run_dir": str(run_dir),
-             "version": __version__, "python": sys.executable})
+        out(
+            {
+                "t": "hello",
+                "node": node,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "run_dir": str(run_dir),
+                "version": __version__,
+                "python": sys.executable,
+            }
+        )
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         sent = base / f".plan-node{node}.toml"
         write_private(sent, hello["plan"])
@@ -193,8 +223,15 @@ def _start_node(hello: dict, out: Emitter):
         if not 0 <= node < preset.launch.nnodes:
             raise InputError(f"node {node} is not one of the plan's {preset.launch.nnodes} nodes")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=hello["endpoint"])
-        launch = runner.start(replace(preset, launch=lau), runs_dir=base, run_dir=run_dir, env=hello["env"],
-                              run_id=hello["run_name"], reach=False, is_host=node == 0)
+        launch = runner.start(
+            replace(preset, launch=lau),
+            runs_dir=base,
+            run_dir=run_dir,
+            env=hello["env"],
+            run_id=hello["run_name"],
+            reach=False,
+            is_host=node == 0,
+        )
     except InputError as exc:
         out({"t": "error", "reason": str(exc)})
         return 2

@@ -29,22 +29,35 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
         raise InputError(str(exc)) from None
     world = lau.world
     if plan.world_size != world:
-        raise InputError(f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
-                         f"starts {lau.layout()} = {world} processes", where=f"{where}: plan")
+        raise InputError(
+            f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
+            f"starts {lau.layout()} = {world} processes",
+            where=f"{where}: plan",
+        )
     if plan.diloco:
         if plan.nodes and sum(n.gpus for n in plan.nodes) != world:
-            raise InputError(f"plan.nodes cover {sum(n.gpus for n in plan.nodes)} GPUs, the launch starts {world}",
-                             where=f"{where}: plan.nodes")
+            raise InputError(
+                f"plan.nodes cover {sum(n.gpus for n in plan.nodes)} GPUs, the launch starts {world}",
+                where=f"{where}: plan.nodes",
+            )
     elif plan.split_by_speed:
         if len(plan.rank_batches) != plan.dp:
-            raise InputError(f"rank_batches has {len(plan.rank_batches)} entries for {plan.dp} data ranks",
-                             where=f"{where}: plan.rank_batches")
+            raise InputError(
+                f"rank_batches has {len(plan.rank_batches)} entries for {plan.dp} data ranks",
+                where=f"{where}: plan.rank_batches",
+            )
         if sum(plan.rank_batches) * plan.grad_accum != wl.global_batch:
-            raise InputError(f"sum(rank_batches) x grad_accum = {sum(plan.rank_batches) * plan.grad_accum} "
-                             f"!= global_batch {wl.global_batch}", where=f"{where}: plan")
+            raise InputError(
+                f"sum(rank_batches) x grad_accum = {sum(plan.rank_batches) * plan.grad_accum} "
+                f"!= global_batch {wl.global_batch}",
+                where=f"{where}: plan",
+            )
     elif plan.micro_batch * plan.grad_accum * plan.dp != wl.global_batch:
-        raise InputError(f"micro_batch x grad_accum x dp = {plan.micro_batch} x {plan.grad_accum} x {plan.dp} != "
-                         f"global_batch {wl.global_batch}", where=f"{where}: plan")
+        raise InputError(
+            f"micro_batch x grad_accum x dp = {plan.micro_batch} x {plan.grad_accum} x {plan.dp} != "
+            f"global_batch {wl.global_batch}",
+            where=f"{where}: plan",
+        )
     from paradvisor.train.modelspec import profile_of, resolved_config
 
     family, _ = resolved_config(preset)
@@ -54,8 +67,10 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     if preset.train.weights and not Path(preset.train.weights).exists():
         raise InputError("weights path does not exist", where=f"{where}: train.weights")
     if lau.nnodes > 1 and not lau.rdzv_endpoint:
-        raise InputError("a multi-node launch needs launch.rdzv_endpoint = \"HOST:PORT\" (or --rdzv-endpoint)",
-                         where=f"{where}: launch")
+        raise InputError(
+            'a multi-node launch needs launch.rdzv_endpoint = "HOST:PORT" (or --rdzv-endpoint)',
+            where=f"{where}: launch",
+        )
     hosts = [h for h in lau.hosts if h not in ("localhost", "127.0.0.1")]
     if hosts:
         from paradvisor.hardware.remote import check_reachable, parse_host
@@ -83,54 +98,82 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
         raise InputError(why, where=f"{where}: plan")
     s = prof.transformer
     if plan.tp > 1 and s is None:
-        raise InputError(f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp")
+        raise InputError(
+            f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp"
+        )
     if plan.tp > 1:
         for what, n in (("attention heads", s.heads), ("KV heads", s.kv_heads), ("FFN width", s.ffn)):
             if n % plan.tp:
-                raise InputError(f"TP degree {plan.tp} does not divide {prof.name}'s {n} {what}",
-                                 where=f"{where}: plan.tp")
+                raise InputError(
+                    f"TP degree {plan.tp} does not divide {prof.name}'s {n} {what}", where=f"{where}: plan.tp"
+                )
         for r in range(lau.nnodes):
             if lau.procs(r) % plan.tp:
-                raise InputError(f"TP degree {plan.tp} does not divide node {r}'s {lau.procs(r)} processes: a TP "
-                                 "group must stay inside one node", where=f"{where}: plan.tp")
+                raise InputError(
+                    f"TP degree {plan.tp} does not divide node {r}'s {lau.procs(r)} processes: a TP "
+                    "group must stay inside one node",
+                    where=f"{where}: plan.tp",
+                )
     if plan.pp > 1:
         if s is None or s.shared_layers:
-            raise InputError(f"{prof.name} has no stack of separate blocks to cut into pipeline stages",
-                             where=f"{where}: plan.pp")
+            raise InputError(
+                f"{prof.name} has no stack of separate blocks to cut into pipeline stages",
+                where=f"{where}: plan.pp",
+            )
         if s.num_layers % plan.pp:
-            raise InputError(f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
-                             where=f"{where}: plan.pp")
+            raise InputError(
+                f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
+                where=f"{where}: plan.pp",
+            )
         from paradvisor.plan.space import schedule_ok
 
         if not schedule_ok(plan):
-            raise InputError(f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
-                             f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",
-                             where=f"{where}: plan.grad_accum")
+            raise InputError(
+                f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
+                f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",
+                where=f"{where}: plan.grad_accum",
+            )
     if plan.ep > 1:
         experts = s.num_experts if s is not None and s.is_moe else 0
         if not experts:
             raise InputError(f"{prof.name} has no experts to split over EP ranks", where=f"{where}: plan.ep")
         if experts % plan.ep:
-            raise InputError(f"EP degree {plan.ep} does not divide {prof.name}'s {experts} experts",
-                             where=f"{where}: plan.ep")
+            raise InputError(
+                f"EP degree {plan.ep} does not divide {prof.name}'s {experts} experts",
+                where=f"{where}: plan.ep",
+            )
     if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
-        raise InputError(f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
-                         f"is not a multiple of it", where=f"{where}: workload.seq_len")
-    if reach and plan.sharding == "fsdp" and plan.offload != "none" and (preset.train.device == "cpu" or
-                                                               (preset.train.device == "auto" and not _has_cuda())):
-        raise InputError("FSDP CPU offload needs a GPU: FSDP2's CPUOffloadPolicy copies shards to the accelerator to "
-                         "compute (on CPU-only machines use ZeRO-3 offload)", where=f"{where}: plan.offload")
+        raise InputError(
+            f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
+            f"is not a multiple of it",
+            where=f"{where}: workload.seq_len",
+        )
+    if (
+        reach
+        and plan.sharding == "fsdp"
+        and plan.offload != "none"
+        and (preset.train.device == "cpu" or (preset.train.device == "auto" and not _has_cuda()))
+    ):
+        raise InputError(
+            "FSDP CPU offload needs a GPU: FSDP2's CPUOffloadPolicy copies shards to the accelerator to "
+            "compute (on CPU-only machines use ZeRO-3 offload)",
+            where=f"{where}: plan.offload",
+        )
     if plan.sharding == "hsdp":
         shard = hsdp_shard_size(preset)
         if shard < 1 or plan.dp % shard:
-            raise InputError(f"HSDP shards over each node's {shard} processes, which must divide dp = {plan.dp}",
-                             where=f"{where}: plan.sharding")
+            raise InputError(
+                f"HSDP shards over each node's {shard} processes, which must divide dp = {plan.dp}",
+                where=f"{where}: plan.sharding",
+            )
     if plan.diloco and plan.nodes and lau.nnodes > 1:
         counts = [n.gpus for n in plan.nodes]
         if counts != [lau.procs(r) for r in range(lau.nnodes)]:
-            raise InputError(f"plan.nodes have {counts} GPUs, the launch starts "
-                             f"{[lau.procs(r) for r in range(lau.nnodes)]} processes per node",
-                             where=f"{where}: plan.nodes")
+            raise InputError(
+                f"plan.nodes have {counts} GPUs, the launch starts "
+                f"{[lau.procs(r) for r in range(lau.nnodes)]} processes per node",
+                where=f"{where}: plan.nodes",
+            )
 
 
 def hsdp_shard_size(preset: Preset) -> int:
@@ -148,4 +191,3 @@ def _has_cuda() -> bool:
     from paradvisor.hardware.nvml import gpu_count
 
     return gpu_count() > 0
-

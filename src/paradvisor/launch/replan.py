@@ -19,8 +19,9 @@ from paradvisor.rundir import RunDir
 # model states + activations but not 100 MiB. On GPUs the framework-overhead term covers this instead.
 CPU_SLACK = 192 * 2**20
 
-OOM_PATTERNS = re.compile(r"out of memory|can't allocate memory|Cannot allocate memory|OutOfMemoryError|MemoryError",
-                          re.I)
+OOM_PATTERNS = re.compile(
+    r"out of memory|can't allocate memory|Cannot allocate memory|OutOfMemoryError|MemoryError", re.I
+)
 
 
 def is_oom(text: str) -> bool:
@@ -38,7 +39,10 @@ def _variants(plan, transformer: bool):
         for sharding in ("zero2", "zero3", "fsdp"):
             if sharding != plan.sharding:
                 yield f"sharding {sharding}", replace(plan, sharding=sharding, checkpointing="full")
-        yield "ZeRO-3 with CPU offload", replace(plan, sharding="zero3", offload="optimizer", checkpointing="full")
+        yield (
+            "ZeRO-3 with CPU offload",
+            replace(plan, sharding="zero3", offload="optimizer", checkpointing="full"),
+        )
 
 
 def next_plan(preset, run_dir: Path | None = None):
@@ -68,7 +72,9 @@ def next_plan(preset, run_dir: Path | None = None):
         reader.read(keep=0)
         states = [reader.tally.mem] if reader.tally.mem else []
         if states:
-            n = memory_need(mf, topo, preset.workload, preset.plan, preset.plan.precision, preset.plan.micro_batch)
+            n = memory_need(
+                mf, topo, preset.workload, preset.plan, preset.plan.precision, preset.plan.micro_batch
+            )
             pred = n["terms"]["params"] + n["terms"]["grads"] + n["terms"]["optimizer"]
             scale = max(1.0, max(states) / pred) if pred else 1.0
     current = need(preset.plan) * scale
@@ -81,7 +87,13 @@ def next_plan(preset, run_dir: Path | None = None):
         if b <= budget:
             return why, replace(preset, plan=plan, name=f"{preset.name}-replan"), b, limit, current
     if best:
-        return best[0] + " (still predicted over the limit)", replace(preset, plan=best[1], name=f"{preset.name}-replan"), best[2], limit, current
+        return (
+            best[0] + " (still predicted over the limit)",
+            replace(preset, plan=best[1], name=f"{preset.name}-replan"),
+            best[2],
+            limit,
+            current,
+        )
     return "no smaller plan", None, current, limit, current
 
 
@@ -92,7 +104,15 @@ def write_replan(run_dir: Path, preset) -> dict | None:
     if new is None:
         return None
     path = RunDir(run_dir).replan
-    write_toml_atomic(path, new.to_doc(), force=True, header=f"# paradvisor re-plan after out-of-memory: {why}\n")
-    return {"change": why, "label": new.plan.label(), "path": str(path), "predicted_bytes": predicted,
-            "failed_plan_predicted_bytes": current, "limit_bytes": limit,
-            "command": shlex.join(["paradvisor", "launch", "--preset", str(path)])}
+    write_toml_atomic(
+        path, new.to_doc(), force=True, header=f"# paradvisor re-plan after out-of-memory: {why}\n"
+    )
+    return {
+        "change": why,
+        "label": new.plan.label(),
+        "path": str(path),
+        "predicted_bytes": predicted,
+        "failed_plan_predicted_bytes": current,
+        "limit_bytes": limit,
+        "command": shlex.join(["paradvisor", "launch", "--preset", str(path)]),
+    }

@@ -25,8 +25,19 @@ from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.preset import Preset, write_toml_atomic
 from paradvisor.rundir.status import main_exit_code, write_json_atomic, write_private
 
-__all__ = ["HANG_FACTOR", "HANG_FLOOR_S", "Launch", "endpoint_for", "hang_timeout", "main_exit_code", "new_run_dir",
-           "prepare_run_dir", "run_blocking", "start", "validate"]
+__all__ = [
+    "HANG_FACTOR",
+    "HANG_FLOOR_S",
+    "Launch",
+    "endpoint_for",
+    "hang_timeout",
+    "main_exit_code",
+    "new_run_dir",
+    "prepare_run_dir",
+    "run_blocking",
+    "start",
+    "validate",
+]
 
 
 def endpoint_for(preset: Preset) -> tuple[str, Preset]:
@@ -43,7 +54,9 @@ def endpoint_for(preset: Preset) -> tuple[str, Preset]:
 
 
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
-HANG_FACTOR = 10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
+HANG_FACTOR = (
+    10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
+)
 
 
 def hang_timeout(preset: Preset) -> tuple[float, str]:
@@ -52,17 +65,27 @@ def hang_timeout(preset: Preset) -> tuple[float, str]:
     time and the log interval; 0 turns it off."""
     t = preset.train.hang_timeout_s
     if t is not None:
-        return t, (f"hang detection after {t:g} s without progress (train.hang_timeout_s)" if t
-                   else "hang detection off (train.hang_timeout_s = 0)")
+        return t, (
+            f"hang detection after {t:g} s without progress (train.hang_timeout_s)"
+            if t
+            else "hang detection off (train.hang_timeout_s = 0)"
+        )
     step = preset.prediction.get("step_time_s") or 0.0
     every = preset.train.log_every
     if preset.plan.diloco:  # a node may wait a whole round of the slowest node's local steps at an outer sync
-        every = max(every, max([preset.plan.local_steps or 1, *(n.local_steps or 1 for n in preset.plan.nodes)]))
+        every = max(
+            every, max([preset.plan.local_steps or 1, *(n.local_steps or 1 for n in preset.plan.nodes)])
+        )
     t = min(MAX_TIMEOUT_S, max(HANG_FLOOR_S, HANG_FACTOR * step * every))
-    basis = (f"{HANG_FACTOR:g} x predicted step {step:.3g} s x log interval {every}, at least {HANG_FLOOR_S:g} s"
-             if step else f"no predicted step time: the {HANG_FLOOR_S:g} s floor")
-    return t, (f"hang detection: {t:g} s without progress stops the run ({basis}; grows with the slowest interval "
-               "seen; --hang-timeout S sets it, 0 turns it off)")
+    basis = (
+        f"{HANG_FACTOR:g} x predicted step {step:.3g} s x log interval {every}, at least {HANG_FLOOR_S:g} s"
+        if step
+        else f"no predicted step time: the {HANG_FLOOR_S:g} s floor"
+    )
+    return t, (
+        f"hang detection: {t:g} s without progress stops the run ({basis}; grows with the slowest interval "
+        "seen; --hang-timeout S sets it, 0 turns it off)"
+    )
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -96,8 +119,16 @@ def _reap_ranks(run_dir: Path, world: int) -> None:
 class Launch:
     """A started run: `wait()` blocks until it ends and returns the final status document."""
 
-    def __init__(self, preset: Preset, run_dir: Path, argv: list[str], proc: subprocess.Popen, status_name: str,
-                 locks: list | None = None, log_name: str = LAUNCHER_LOG):
+    def __init__(
+        self,
+        preset: Preset,
+        run_dir: Path,
+        argv: list[str],
+        proc: subprocess.Popen,
+        status_name: str,
+        locks: list | None = None,
+        log_name: str = LAUNCHER_LOG,
+    ):
         self.preset, self.run_dir, self.argv, self.proc = preset, run_dir, argv, proc
         self.log_name = log_name
         self.status_path = run_dir / status_name
@@ -122,11 +153,21 @@ class Launch:
         self.cancel_requested = True
 
     def status(self, **kw) -> dict:
-        doc = {"schema": "paradvisor.status/1", "status": "running", "run_dir": str(self.run_dir),
-               "name": self.preset.name, "pid": self.proc.pid, "started": self.started,
-               "world_size": self.preset.plan.world_size, "node_rank": self.preset.launch.node_rank,
-               "label": self.preset.plan.label(), "command": self.argv, **self.identity,
-               "hang_timeout_s": self.hang_timeout_s or None, "hang_detection": self.hang_detection}
+        doc = {
+            "schema": "paradvisor.status/1",
+            "status": "running",
+            "run_dir": str(self.run_dir),
+            "name": self.preset.name,
+            "pid": self.proc.pid,
+            "started": self.started,
+            "world_size": self.preset.plan.world_size,
+            "node_rank": self.preset.launch.node_rank,
+            "label": self.preset.plan.label(),
+            "command": self.argv,
+            **self.identity,
+            "hang_timeout_s": self.hang_timeout_s or None,
+            "hang_detection": self.hang_detection,
+        }
         doc.update(kw)
         return doc
 
@@ -162,7 +203,9 @@ class Launch:
                     size = 0
                 if size != last_size:
                     now = time.monotonic()
-                    if derived and last_size:  # a derived timeout also stays 10x above the slowest interval seen
+                    if (
+                        derived and last_size
+                    ):  # a derived timeout also stays 10x above the slowest interval seen
                         hang = min(MAX_TIMEOUT_S, max(hang, HANG_FACTOR * (now - last_progress)))
                     last_size, last_progress = size, now
                 elif size and time.monotonic() - last_progress > hang:
@@ -183,8 +226,13 @@ class Launch:
         elif rc == 0:
             doc = self.status(status="finished", **common)
         else:
-            doc = self.status(status="failed", **diagnose(self.run_dir, self.preset.plan.world_size, rc,
-                                                          self.proc.pid, log_name=self.log_name), **common)
+            doc = self.status(
+                status="failed",
+                **diagnose(
+                    self.run_dir, self.preset.plan.world_size, rc, self.proc.pid, log_name=self.log_name
+                ),
+                **common,
+            )
             from paradvisor.launch.replan import is_oom, write_replan
 
             if is_oom(doc.get("reason", "")) or any(is_oom(x) for x in doc.get("last_log_lines", [])):
@@ -210,9 +258,19 @@ def _port_lock(endpoint: str, preset: Preset):
     return lock_file(d / f"{port}.lock", f"port {port}")
 
 
-def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None,
-          ssh_config: str | None = None, ssh_timeout: float | None = None, run_id: str | None = None,
-          reach: bool = True, is_host: bool | None = None, suffixed: bool = False):
+def start(
+    preset: Preset,
+    *,
+    runs_dir: Path,
+    run_dir: Path | None = None,
+    env: dict | None = None,
+    ssh_config: str | None = None,
+    ssh_timeout: float | None = None,
+    run_id: str | None = None,
+    reach: bool = True,
+    is_host: bool | None = None,
+    suffixed: bool = False,
+):
     """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py,
     whose SshLaunch has the same wait/cancel/done/run_dir). `run_id` names the rendezvous (default: the run
     directory's name); `is_host` tells torchrun whether this node serves the rendezvous store; `suffixed` names
@@ -222,31 +280,58 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     if engine_of(preset.launch) == "ssh":
         from paradvisor.launch import sshrun
 
-        return sshrun.start(preset, runs_dir=runs_dir, run_dir=run_dir, env=env, ssh_config=ssh_config,
-                            ssh_timeout=ssh_timeout)
+        return sshrun.start(
+            preset,
+            runs_dir=runs_dir,
+            run_dir=run_dir,
+            env=env,
+            ssh_config=ssh_config,
+            ssh_timeout=ssh_timeout,
+        )
     validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
     run_dir, locks = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
     lau = preset.launch
-    argv = torchrun_argv(str(run_dir), nproc_per_node=lau.procs(lau.node_rank), nnodes=lau.nnodes,
-                         node_rank=lau.node_rank, endpoint=endpoint, run_id=run_id or run_dir.name,
-                         join_timeout_s=lau.join_timeout_s, is_host=is_host)
+    argv = torchrun_argv(
+        str(run_dir),
+        nproc_per_node=lau.procs(lau.node_rank),
+        nnodes=lau.nnodes,
+        node_rank=lau.node_rank,
+        endpoint=endpoint,
+        run_id=run_id or run_dir.name,
+        join_timeout_s=lau.join_timeout_s,
+        is_host=is_host,
+    )
     _write_run_files(RunDir(run_dir), preset, argv, suffixed)
     log_name = launcher_log_name(lau.node_rank, suffixed)
-    log = os.fdopen(os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab")
+    log = os.fdopen(
+        os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab"
+    )
     # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=_torchrun_env(preset, RunDir(run_dir), env), start_new_session=True, umask=0o077)
+    proc = subprocess.Popen(
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=_torchrun_env(preset, RunDir(run_dir), env),
+        start_new_session=True,
+        umask=0o077,
+    )
     log.close()
-    launch = Launch(preset, run_dir, argv, proc, node_file("status", lau.node_rank, suffixed), locks,
-                    log_name=log_name)
+    launch = Launch(
+        preset, run_dir, argv, proc, node_file("status", lau.node_rank, suffixed), locks, log_name=log_name
+    )
     write_json_atomic(launch.status_path, launch.status())
     return launch
 
 
-def _claim(run_dir: Path | None, runs_dir: Path, preset: Preset, endpoint: str, suffixed: bool) -> tuple[Path, list]:
+def _claim(
+    run_dir: Path | None, runs_dir: Path, preset: Preset, endpoint: str, suffixed: bool
+) -> tuple[Path, list]:
     """The run directory and its locks, with the fixed rendezvous port's lock when the preset names one."""
-    port_lock = _port_lock(endpoint, preset) if (preset.launch.master_port or preset.launch.rdzv_endpoint) else None
+    port_lock = (
+        _port_lock(endpoint, preset) if (preset.launch.master_port or preset.launch.rdzv_endpoint) else None
+    )
     try:
         run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset, suffixed=suffixed)
     except BaseException:
@@ -262,7 +347,9 @@ def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool
     """plan.toml (node 0, or the first node to get there), prediction.json (node 0), this node's command files."""
     lau = preset.launch
     if (lau.node_rank == 0 and not suffixed) or not rd.plan.exists():
-        write_toml_atomic(rd.plan, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n")
+        write_toml_atomic(
+            rd.plan, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
+        )
     if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py)
         from paradvisor.monitor.predict import launch_prediction
 
@@ -278,10 +365,15 @@ def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
 
     from paradvisor.train.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
 
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                LAUNCHER_PID_ENV: str(os.getpid()), LAUNCHER_START_ENV: repr(psutil.Process().create_time()),
-                "TORCHELASTIC_ERROR_FILE": str(rd.torchelastic_error(preset.launch.node_rank)),
-                **(env or {})}
+    full_env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        LAUNCHER_PID_ENV: str(os.getpid()),
+        LAUNCHER_START_ENV: repr(psutil.Process().create_time()),
+        "TORCHELASTIC_ERROR_FILE": str(rd.torchelastic_error(preset.launch.node_rank)),
+        **(env or {}),
+    }
     if preset.train.device == "cpu":
         full_env["CUDA_VISIBLE_DEVICES"] = ""
         full_env["DS_ACCELERATOR"] = "cpu"
@@ -295,6 +387,7 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
     given, is called every `interval` seconds while the run goes (the wait then runs on a thread)."""
     old = {}
     if on_signal:
+
         def handler(signum, frame):
             launch.cancel(f"the launcher received {signal.Signals(signum).name}")
 
@@ -322,5 +415,3 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
-
-

@@ -31,8 +31,17 @@ from paradvisor.rundir import RunDir
 from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset
 
 PLAN_EOF = "PARADVISOR_PLAN"
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                   "BOOT_FAIL", "DEADLINE")
+TERMINAL_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 POLL_S = 1.0
 CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default)
 SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
@@ -53,8 +62,10 @@ def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3
         plan = plan_toml(preset)
         if any(line.strip() == PLAN_EOF for line in plan.splitlines()):
             raise InputError(f"the plan holds the line {PLAN_EOF!r}, which would end its here-document early")
-        where = (f'run_dir="runs/$SLURM_JOB_ID-"{q(name)}\nmkdir -p "$run_dir"\n'
-                 f"cat > \"$run_dir/plan.toml\" <<'{PLAN_EOF}'\n{plan}{PLAN_EOF}\n")
+        where = (
+            f'run_dir="runs/$SLURM_JOB_ID-"{q(name)}\nmkdir -p "$run_dir"\n'
+            f"cat > \"$run_dir/plan.toml\" <<'{PLAN_EOF}'\n{plan}{PLAN_EOF}\n"
+        )
         output = "#SBATCH --output=%x-%j.out\n"
     else:
         where = f"run_dir={q(run_dir)}\n"
@@ -89,7 +100,9 @@ def node_main(argv: list[str] | None = None) -> int:
         node, nnodes = int(os.environ["SLURM_NODEID"]), int(os.environ.get("SLURM_NNODES", "1"))
         job = os.environ.get("SLURM_JOB_ID", "0")
     except (KeyError, ValueError):
-        sys.stderr.write("paradvisor.launch.slurm: run it inside a Slurm job step (srun): SLURM_NODEID is not set\n")
+        sys.stderr.write(
+            "paradvisor.launch.slurm: run it inside a Slurm job step (srun): SLURM_NODEID is not set\n"
+        )
         return 2
     run_dir = Path(args.run_dir)
     try:
@@ -97,9 +110,15 @@ def node_main(argv: list[str] | None = None) -> int:
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
-        launch = runner.start(replace(preset, launch=lau), runs_dir=run_dir.parent, run_dir=run_dir,
-                              run_id=f"slurm-{job}", reach=False, suffixed=True,
-                              is_host=(node == 0) if nnodes > 1 else None)
+        launch = runner.start(
+            replace(preset, launch=lau),
+            runs_dir=run_dir.parent,
+            run_dir=run_dir,
+            run_id=f"slurm-{job}",
+            reach=False,
+            suffixed=True,
+            is_host=(node == 0) if nnodes > 1 else None,
+        )
     except InputError as exc:
         sys.stderr.write(f"paradvisor: {exc}\n")
         return 2
@@ -110,12 +129,20 @@ def node_main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------------------------------- submitting
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, check=False,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=SLURM_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer within {SLURM_TIMEOUT_S:g} s")
+        return subprocess.CompletedProcess(
+            argv, 124, "", f"{argv[0]}: no answer within {SLURM_TIMEOUT_S:g} s"
+        )
 
 
 def job_state(job_id: str) -> tuple[str | None, str]:
@@ -142,10 +169,16 @@ class SlurmJob:
         self.done = threading.Event()
         self.state: str | None = "PENDING"
         me = psutil.Process()
-        self.identity = {"launcher_pid": os.getpid(), "launcher_started": me.create_time(), "pid": os.getpid(),
-                         "pid_started": me.create_time()}
-        self.hang_detection = (f"Slurm job {job_id}: followed with scontrol; each node's hang detection as for a "
-                               "local run; Ctrl-C cancels the job (scancel)")
+        self.identity = {
+            "launcher_pid": os.getpid(),
+            "launcher_started": me.create_time(),
+            "pid": os.getpid(),
+            "pid_started": me.create_time(),
+        }
+        self.hang_detection = (
+            f"Slurm job {job_id}: followed with scontrol; each node's hang detection as for a "
+            "local run; Ctrl-C cancels the job (scancel)"
+        )
 
         class _Proc:  # poll() like a process, for callers that watch a launch's process (the TUI)
             pid = os.getpid()
@@ -161,11 +194,23 @@ class SlurmJob:
         self.cancel_requested = True
 
     def status(self, **kw) -> dict:
-        doc = {"schema": "paradvisor.status/1", "status": "running", "engine": "slurm", "job_id": self.job_id,
-               "slurm_state": self.state, "run_dir": str(self.run_dir), "name": self.preset.name,
-               "started": self.started, "world_size": self.preset.plan.world_size, "node_rank": 0,
-               "label": self.preset.plan.label(), "command": self.argv, **self.identity, "hang_timeout_s": None,
-               "hang_detection": self.hang_detection}
+        doc = {
+            "schema": "paradvisor.status/1",
+            "status": "running",
+            "engine": "slurm",
+            "job_id": self.job_id,
+            "slurm_state": self.state,
+            "run_dir": str(self.run_dir),
+            "name": self.preset.name,
+            "started": self.started,
+            "world_size": self.preset.plan.world_size,
+            "node_rank": 0,
+            "label": self.preset.plan.label(),
+            "command": self.argv,
+            **self.identity,
+            "hang_timeout_s": None,
+            "hang_detection": self.hang_detection,
+        }
         doc.update(kw)
         return doc
 
@@ -210,20 +255,33 @@ class SlurmJob:
             if self.cancel_requested and cancelled_at is None:
                 cancelled_at = time.monotonic()
                 _run(["scancel", self.job_id])
-            if base in TERMINAL_STATES or gone >= 5 or (
-                    cancelled_at is not None and time.monotonic() - cancelled_at > CANCEL_WAIT_S):
+            if (
+                base in TERMINAL_STATES
+                or gone >= 5
+                or (cancelled_at is not None and time.monotonic() - cancelled_at > CANCEL_WAIT_S)
+            ):
                 break
             time.sleep(poll)
         time.sleep(0.5)  # the node launchers' last status writes
         nodes = self._node_statuses()
         ended = time.time()
-        common = {"ended": ended, "duration_s": ended - self.started, "slurm_state": self.state,
-                  "nodes": [{"node": i, "state": d.get("status"), "reason": d.get("reason")}
-                            for i, d in sorted(nodes.items())]}
+        common = {
+            "ended": ended,
+            "duration_s": ended - self.started,
+            "slurm_state": self.state,
+            "nodes": [
+                {"node": i, "state": d.get("status"), "reason": d.get("reason")}
+                for i, d in sorted(nodes.items())
+            ],
+        }
         out_tail = _tail(self.run_dir / f"slurm-{self.job_id}.out")
         if self.cancel_requested:
-            return self.status(status="cancelled", reason=f"{self.cancel_reason}; Slurm job {self.job_id} cancelled "
-                                                         "(scancel)", returncode=1, **common)
+            return self.status(
+                status="cancelled",
+                reason=f"{self.cancel_reason}; Slurm job {self.job_id} cancelled (scancel)",
+                returncode=1,
+                **common,
+            )
         failed = sorted((i, d) for i, d in nodes.items() if d.get("status") != "finished")
         if self.state == "COMPLETED" and len(nodes) == self.preset.launch.nnodes and not failed:
             return self.status(status="finished", returncode=0, **common)
@@ -231,16 +289,30 @@ class SlurmJob:
             from paradvisor.launch.diagnose import is_peer_error
 
             i, d = min(failed, key=lambda x: (is_peer_error(x[1].get("reason")), x[1].get("ended") or 0))
-            return self.status(status="failed", failed_node=i, failed_rank=d.get("failed_rank"),
-                               exit_code=d.get("exit_code"), hung=bool(d.get("hung")),
-                               reason=f"{d.get('reason') or 'failed'} — on node {i} of Slurm job {self.job_id} "
-                                      f"({self.state})",
-                               last_log_lines=d.get("last_log_lines") or out_tail, returncode=1, **common)
+            return self.status(
+                status="failed",
+                failed_node=i,
+                failed_rank=d.get("failed_rank"),
+                exit_code=d.get("exit_code"),
+                hung=bool(d.get("hung")),
+                reason=f"{d.get('reason') or 'failed'} — on node {i} of Slurm job {self.job_id} "
+                f"({self.state})",
+                last_log_lines=d.get("last_log_lines") or out_tail,
+                returncode=1,
+                **common,
+            )
         missing = [i for i in range(self.preset.launch.nnodes) if i not in nodes]
-        return self.status(status="failed", failed_rank=None, exit_code=None, failed_node=missing[0] if missing else None,
-                           reason=f"Slurm job {self.job_id} ended {self.state or 'unknown to Slurm'} before "
-                                  f"node(s) {', '.join(map(str, missing))} reported; see slurm-{self.job_id}.out",
-                           last_log_lines=out_tail, returncode=1, **common)
+        return self.status(
+            status="failed",
+            failed_rank=None,
+            exit_code=None,
+            failed_node=missing[0] if missing else None,
+            reason=f"Slurm job {self.job_id} ended {self.state or 'unknown to Slurm'} before "
+            f"node(s) {', '.join(map(str, missing))} reported; see slurm-{self.job_id}.out",
+            last_log_lines=out_tail,
+            returncode=1,
+            **common,
+        )
 
 
 def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
@@ -254,31 +326,55 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
         raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")
     lau = preset.launch  # the rendezvous is the allocation's first node, known only inside the job
     port = lau.master_port or DEFAULT_RDZV_PORT
-    validate(replace(preset, launch=replace(lau, rdzv_endpoint=lau.rdzv_endpoint or f"slurm-head:{port}")),
-             reach=False)
+    validate(
+        replace(preset, launch=replace(lau, rdzv_endpoint=lau.rdzv_endpoint or f"slurm-head:{port}")),
+        reach=False,
+    )
     preset = replace(preset, launch=replace(lau, engine="local", node_rank=0))
-    run_dir, locks = prepare_run_dir(Path(run_dir).absolute() if run_dir else None, Path(runs_dir).absolute(),
-                                     preset, lock_name=".lock-submit")
+    run_dir, locks = prepare_run_dir(
+        Path(run_dir).absolute() if run_dir else None,
+        Path(runs_dir).absolute(),
+        preset,
+        lock_name=".lock-submit",
+    )
     try:
-        write_toml_atomic(RunDir(run_dir).plan, preset.to_doc(), force=True,
-                          header=f"# paradvisor run plan: {preset.plan.label()}\n")
+        write_toml_atomic(
+            RunDir(run_dir).plan,
+            preset.to_doc(),
+            force=True,
+            header=f"# paradvisor run plan: {preset.plan.label()}\n",
+        )
         text = script(preset, run_dir=str(run_dir), python=sys.executable)
         write_private(run_dir / "job.sbatch", text)
         out = str(run_dir).replace("%", "%%") + "/slurm-%j.out"  # a '%' of the path is not a Slurm pattern
         argv = ["sbatch", "--parsable", "--output", out, str(run_dir / "job.sbatch")]
-        write_json_atomic(RunDir(run_dir).node_file("command", 0), {"engine": "slurm", "argv": argv, "cwd": os.getcwd()})
+        write_json_atomic(
+            RunDir(run_dir).node_file("command", 0), {"engine": "slurm", "argv": argv, "cwd": os.getcwd()}
+        )
         proc = _run(argv)
         job_id = proc.stdout.strip().split(";")[0] if proc.returncode == 0 else ""
         if not job_id.isdigit():
             why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-            doc = {"schema": "paradvisor.status/1", "status": "failed", "engine": "slurm", "run_dir": str(run_dir),
-                   "name": preset.name, "label": preset.plan.label(), "started": time.time(), "ended": time.time(),
-                   "failed_rank": None, "exit_code": proc.returncode, "reason": f"sbatch refused the job: {why}",
-                   "last_log_lines": proc.stderr.splitlines()[-20:]}
+            doc = {
+                "schema": "paradvisor.status/1",
+                "status": "failed",
+                "engine": "slurm",
+                "run_dir": str(run_dir),
+                "name": preset.name,
+                "label": preset.plan.label(),
+                "started": time.time(),
+                "ended": time.time(),
+                "failed_rank": None,
+                "exit_code": proc.returncode,
+                "reason": f"sbatch refused the job: {why}",
+                "last_log_lines": proc.stderr.splitlines()[-20:],
+            }
             write_json_atomic(RunDir(run_dir).status, doc)
             raise SubmitFailed(doc)
-        write_json_atomic(run_dir / "slurm.json", {"job_id": job_id, "script": "job.sbatch", "sbatch": argv,
-                                                   "submitted": time.time()})
+        write_json_atomic(
+            run_dir / "slurm.json",
+            {"job_id": job_id, "script": "job.sbatch", "sbatch": argv, "submitted": time.time()},
+        )
         job = SlurmJob(preset, run_dir, job_id, argv, locks)
         write_json_atomic(job.status_path, job.status())
         return job
@@ -305,7 +401,9 @@ def submit_and_follow(preset: Preset, *, runs_dir: Path, run_dir: Path | None = 
         sys.stderr.write(f"failed: {exc.doc['run_dir']} — {exc.doc['reason']}\n")
         print(exc.doc["run_dir"])
         return 1
-    sys.stderr.write(f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shlex.join(job.argv)}\n")
+    sys.stderr.write(
+        f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shlex.join(job.argv)}\n"
+    )
     doc = runner.run_blocking(job)
     line = f"{doc['status']}: {job.run_dir} (Slurm job {job.job_id}, {doc.get('slurm_state')})"
     if failure_text(doc):

@@ -45,9 +45,11 @@ PEER_GRACE_S = 5.0  # a node failing of a peer's error waits this long for the p
 STOP_GRACE_S = 25.0  # a stopped agent ends its ranks (SIGTERM, 10 s, SIGKILL) within this
 NO_AGENT_GRACE_S = 3.0  # a session whose agent never said hello gets this long to end after its input closes
 LINE_LIMIT = 8 << 20
-_FILE = re.compile(r"^(rank-\d+\.(stdout\.log|stderr\.log|exit\.json)|metrics\.jsonl|samples\.jsonl|"
-                   r"launcher-node(\d+)\.log|status-node(\d+)\.json|command-node(\d+)\.json|"
-                   r"torchelastic-error-node(\d+)\.json)$")
+_FILE = re.compile(
+    r"^(rank-\d+\.(stdout\.log|stderr\.log|exit\.json)|metrics\.jsonl|samples\.jsonl|"
+    r"launcher-node(\d+)\.log|status-node(\d+)\.json|command-node(\d+)\.json|"
+    r"torchelastic-error-node(\d+)\.json)$"
+)
 _MERGED = LINE_FILES  # metrics.jsonl, samples.jsonl
 
 
@@ -74,11 +76,19 @@ class NodeSession:
         return f"node {self.index} ({self.host})"
 
     def doc(self) -> dict:
-        return {"node": self.index, "host": self.host, "address": self.address, "procs": self.procs,
-                "state": self.state, "reason": self.reason, "ranks": sorted(int(r) for r in self.pids),
-                "rank_pids": dict(sorted(self.pids.items(), key=lambda kv: int(kv[0]))),
-                "agent_pid": self.agent.get("pid"), "agent_host": self.agent.get("host"),
-                "remote_run_dir": self.agent.get("run_dir")}
+        return {
+            "node": self.index,
+            "host": self.host,
+            "address": self.address,
+            "procs": self.procs,
+            "state": self.state,
+            "reason": self.reason,
+            "ranks": sorted(int(r) for r in self.pids),
+            "rank_pids": dict(sorted(self.pids.items(), key=lambda kv: int(kv[0]))),
+            "agent_pid": self.agent.get("pid"),
+            "agent_host": self.agent.get("host"),
+            "remote_run_dir": self.agent.get("run_dir"),
+        }
 
 
 def ssh_base(host: str, *, timeout: float, ssh_config: str | None) -> list[str]:
@@ -94,11 +104,16 @@ def resolve_address(host: str, *, ssh_config: str | None) -> str:
     from paradvisor.hardware.remote import parse_host
 
     _user, name, port = parse_host(host)
-    argv = ["ssh", "-G"] + (["-F", ssh_config] if ssh_config else []) + (["-p", str(port)] if port else []) + \
-        ["--", name]
+    argv = (
+        ["ssh", "-G"]
+        + (["-F", ssh_config] if ssh_config else [])
+        + (["-p", str(port)] if port else [])
+        + ["--", name]
+    )
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL,
-                             check=False).stdout
+        out = subprocess.run(
+            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return name
     for line in out.splitlines():
@@ -145,8 +160,18 @@ class SshLaunch:
     """A run over ssh: `wait()` runs it to the end and returns the final status (the same interface as
     runner.Launch: cancel(), done, run_dir, argv, status_path)."""
 
-    def __init__(self, preset: Preset, run_dir: Path, nodes: list[NodeSession], *, endpoint: str, locks: list,
-                 ssh_config: str | None, ssh_timeout: float, env: dict):
+    def __init__(
+        self,
+        preset: Preset,
+        run_dir: Path,
+        nodes: list[NodeSession],
+        *,
+        endpoint: str,
+        locks: list,
+        ssh_config: str | None,
+        ssh_timeout: float,
+        env: dict,
+    ):
         import psutil
 
         self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
@@ -162,13 +187,19 @@ class SshLaunch:
         self.log_lock = threading.Lock()
         lau = preset.launch
         self.join_bound_s = lau.join_timeout_s + JOIN_GRACE_S
-        self.hang_detection = (f"ssh engine: {len(nodes)} nodes; an unreachable host fails the run within the ssh "
-                               f"timeout ({ssh_timeout:g} s), a node that never joins within {lau.join_timeout_s:g} s "
-                               f"(launch.join_timeout_s; at most {self.join_bound_s:g} s); each node's hang "
-                               "detection as for a local run")
+        self.hang_detection = (
+            f"ssh engine: {len(nodes)} nodes; an unreachable host fails the run within the ssh "
+            f"timeout ({ssh_timeout:g} s), a node that never joins within {lau.join_timeout_s:g} s "
+            f"(launch.join_timeout_s; at most {self.join_bound_s:g} s); each node's hang "
+            "detection as for a local run"
+        )
         me = psutil.Process()
-        self.identity = {"launcher_pid": os.getpid(), "launcher_started": me.create_time(), "pid": os.getpid(),
-                         "pid_started": me.create_time()}
+        self.identity = {
+            "launcher_pid": os.getpid(),
+            "launcher_started": me.create_time(),
+            "pid": os.getpid(),
+            "pid_started": me.create_time(),
+        }
 
     # ------------------------------------------------------------------------------------------ interface
     def cancel(self, reason: str = "stopped by the user") -> None:
@@ -177,11 +208,23 @@ class SshLaunch:
         self.cancel_requested = True
 
     def status(self, **kw) -> dict:
-        doc = {"schema": "paradvisor.status/1", "status": "running", "engine": "ssh", "run_dir": str(self.run_dir),
-               "name": self.preset.name, "started": self.started, "world_size": self.preset.plan.world_size,
-               "node_rank": 0, "label": self.preset.plan.label(), "rdzv_endpoint": self.endpoint,
-               "command": self.argv, **self.identity, "hang_timeout_s": None, "hang_detection": self.hang_detection,
-               "nodes": [n.doc() for n in self.nodes]}
+        doc = {
+            "schema": "paradvisor.status/1",
+            "status": "running",
+            "engine": "ssh",
+            "run_dir": str(self.run_dir),
+            "name": self.preset.name,
+            "started": self.started,
+            "world_size": self.preset.plan.world_size,
+            "node_rank": 0,
+            "label": self.preset.plan.label(),
+            "rdzv_endpoint": self.endpoint,
+            "command": self.argv,
+            **self.identity,
+            "hang_timeout_s": None,
+            "hang_detection": self.hang_detection,
+            "nodes": [n.doc() for n in self.nodes],
+        }
         doc.update(kw)
         return doc
 
@@ -208,7 +251,11 @@ class SshLaunch:
     def log(self, text: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {text}\n".encode(errors="replace")
         with self.log_lock:
-            fd = os.open(RunDir(self.run_dir).launcher_log(), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(
+                RunDir(self.run_dir).launcher_log(),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                0o600,
+            )
             try:
                 os.write(fd, line)
             finally:
@@ -217,9 +264,15 @@ class SshLaunch:
     def _write_nodes(self) -> None:
         from paradvisor.rundir.status import write_json_atomic
 
-        write_json_atomic(RunDir(self.run_dir).nodes, {"schema": "paradvisor.nodes/1", "engine": "ssh",
-                                                        "rdzv_endpoint": self.endpoint,
-                                                        "nodes": [n.doc() for n in self.nodes]})
+        write_json_atomic(
+            RunDir(self.run_dir).nodes,
+            {
+                "schema": "paradvisor.nodes/1",
+                "engine": "ssh",
+                "rdzv_endpoint": self.endpoint,
+                "nodes": [n.doc() for n in self.nodes],
+            },
+        )
 
     def _precheck(self) -> list[tuple[NodeSession, str]]:
         from paradvisor.hardware.remote import check_reachable
@@ -235,16 +288,31 @@ class SshLaunch:
         from paradvisor.rundir.preset import plan_toml
 
         lau = self.preset.launch
-        return (json.dumps({"plan": plan_toml(self.preset), "run_name": self.run_dir.name, "node": n.index,
-                            "endpoint": self.endpoint, "remote_dir": lau.remote_dir, "env": self.env}) + "\n").encode()
+        return (
+            json.dumps(
+                {
+                    "plan": plan_toml(self.preset),
+                    "run_name": self.run_dir.name,
+                    "node": n.index,
+                    "endpoint": self.endpoint,
+                    "remote_dir": lau.remote_dir,
+                    "env": self.env,
+                }
+            )
+            + "\n"
+        ).encode()
 
     def _spawn(self, n: NodeSession) -> None:
-        log = os.open(RunDir(self.run_dir).ssh_log(n.index), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                      0o600)
+        log = os.open(
+            RunDir(self.run_dir).ssh_log(n.index),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+            0o600,
+        )
         try:
             # Its own session: Ctrl-C in this terminal reaches this launcher, which stops every node in order.
-            n.proc = subprocess.Popen(n.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                      start_new_session=True)
+            n.proc = subprocess.Popen(
+                n.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+            )
         except OSError as exc:
             n.state, n.reason, n.ended = "failed", f"cannot run ssh: {exc.strerror or exc}", time.time()
             return
@@ -256,7 +324,9 @@ class SshLaunch:
             n.proc.stdin.flush()
         except OSError:
             pass  # the session already ended: its exit code says why
-        n.reader = threading.Thread(target=self._read, args=(n,), daemon=True, name=f"paradvisor-ssh-{n.index}")
+        n.reader = threading.Thread(
+            target=self._read, args=(n,), daemon=True, name=f"paradvisor-ssh-{n.index}"
+        )
         n.reader.start()
         self.log(f"{n.label}: started: {shlex.join(n.argv)}")
 
@@ -293,17 +363,25 @@ class SshLaunch:
                 continue
             t = msg.get("t")
             try:
-                if t in ("append", "whole") and isinstance(msg.get("f"), str) and isinstance(msg.get("b"), str):
+                if (
+                    t in ("append", "whole")
+                    and isinstance(msg.get("f"), str)
+                    and isinstance(msg.get("b"), str)
+                ):
                     self._store(n, msg["f"], base64.b64decode(msg["b"]), t == "whole")
                 elif t == "hello":
                     n.agent = {k: msg.get(k) for k in ("pid", "host", "run_dir", "version", "python")}
                     with n.lock:
                         if n.state == "starting":
                             n.state = "running"
-                    self.log(f"{n.label}: agent pid {msg.get('pid')} on {msg.get('host')}, run directory "
-                             f"{msg.get('run_dir')}")
+                    self.log(
+                        f"{n.label}: agent pid {msg.get('pid')} on {msg.get('host')}, run directory "
+                        f"{msg.get('run_dir')}"
+                    )
                 elif t == "ranks" and isinstance(msg.get("pids"), dict):
-                    n.pids = {str(k): v for k, v in msg["pids"].items() if str(k).isdigit() and isinstance(v, int)}
+                    n.pids = {
+                        str(k): v for k, v in msg["pids"].items() if str(k).isdigit() and isinstance(v, int)
+                    }
                     with n.lock:
                         if n.state in ("starting", "running"):
                             n.state = "joined"
@@ -341,11 +419,19 @@ class SshLaunch:
             if rc == 255 and not n.agent:
                 n.state, n.reason = "unreachable", f"ssh failed: {last or 'exit code 255'}"
             elif not n.agent:
-                n.state, n.reason = "failed", (f"the agent did not start (exit code {rc}): "
-                                               f"{last or 'no output'}; is paradvisor installed for "
-                                               f"{self.preset.launch.remote_python!r} there?")
+                n.state, n.reason = (
+                    "failed",
+                    (
+                        f"the agent did not start (exit code {rc}): "
+                        f"{last or 'no output'}; is paradvisor installed for "
+                        f"{self.preset.launch.remote_python!r} there?"
+                    ),
+                )
             else:
-                n.state, n.reason = "failed", f"the node's session ended (exit code {rc}) without a status: {last}"
+                n.state, n.reason = (
+                    "failed",
+                    f"the node's session ended (exit code {rc}) without a status: {last}",
+                )
         self.log(f"{n.label}: {n.state}" + (f": {n.reason}" if n.reason else ""))
 
     def _stop_all(self, reason: str) -> None:
@@ -366,7 +452,9 @@ class SshLaunch:
             time.sleep(0.1)
         for n in live:  # no answer: closing its ssh session ends it (the agent stops at the end of its input)
             if n.proc.poll() is None:
-                self.log(f"{n.label}: no answer to the stop within {grace[n.index]:g} s; closing its ssh session")
+                self.log(
+                    f"{n.label}: no answer to the stop within {grace[n.index]:g} s; closing its ssh session"
+                )
                 for sig in (signal.SIGTERM, signal.SIGKILL):
                     try:
                         os.killpg(n.proc.pid, sig)
@@ -382,16 +470,26 @@ class SshLaunch:
 
     def _final(self, status: str, **kw) -> dict:
         ended = time.time()
-        return self.status(status=status, ended=ended, duration_s=ended - self.started,
-                           returncode=0 if status == "finished" else 1, **kw)
+        return self.status(
+            status=status,
+            ended=ended,
+            duration_s=ended - self.started,
+            returncode=0 if status == "finished" else 1,
+            **kw,
+        )
 
     def _failure(self, root: NodeSession) -> dict:
         f = root.final or {}
         why = root.reason or "failed"
-        out = {"failed_node": root.index, "failed_host": root.host, "failed_rank": f.get("failed_rank"),
-               "exit_code": f.get("exit_code"), "hung": bool(f.get("hung")),
-               "last_log_lines": f.get("last_log_lines") or [],
-               "rank_exit_codes": f.get("rank_exit_codes") or {}}
+        out = {
+            "failed_node": root.index,
+            "failed_host": root.host,
+            "failed_rank": f.get("failed_rank"),
+            "exit_code": f.get("exit_code"),
+            "hung": bool(f.get("hung")),
+            "last_log_lines": f.get("last_log_lines") or [],
+            "rank_exit_codes": f.get("rank_exit_codes") or {},
+        }
         if f.get("failed_rank") is not None:  # failure_text adds "rank R exit code C:" in front
             why = f.get("reason") or why
         out["reason"] = f"{why} — on {root.label}; every node was stopped"
@@ -409,9 +507,15 @@ class SshLaunch:
                 n.state, n.reason = "unreachable", why
                 self.log(f"{n.label}: unreachable: {why}")
             n, why = bad[0]
-            return self._final("failed", failed_node=n.index, failed_host=n.host, failed_rank=None, exit_code=None,
-                               reason=f"{n.label} is unreachable: {why}; nothing was started on any node",
-                               last_log_lines=[f"{m.label}: {w}" for m, w in bad])
+            return self._final(
+                "failed",
+                failed_node=n.index,
+                failed_host=n.host,
+                failed_rank=None,
+                exit_code=None,
+                reason=f"{n.label} is unreachable: {why}; nothing was started on any node",
+                last_log_lines=[f"{m.label}: {w}" for m, w in bad],
+            )
         if self.cancel_requested:
             return self._final("cancelled", reason=self.cancel_reason)
         for n in self.nodes:
@@ -455,15 +559,26 @@ class SshLaunch:
     def _never_joined(self, missing: list[NodeSession], seen: str | None) -> dict:
         late = [n for n in missing if not n.agent] or missing
         what = "its agent never started" if not late[0].agent else "its ranks never started"
-        reason = (f"{', '.join(m.label for m in late)} did not join the rendezvous within "
-                  f"{self.preset.launch.join_timeout_s:g} s (launch.join_timeout_s; {what})")
+        reason = (
+            f"{', '.join(m.label for m in late)} did not join the rendezvous within "
+            f"{self.preset.launch.join_timeout_s:g} s (launch.join_timeout_s; {what})"
+        )
         self._stop_all(reason)
         lines = [seen] if seen else []
-        return self._final("failed", failed_node=late[0].index, failed_host=late[0].host, failed_rank=None,
-                           exit_code=None, reason=reason + "; every node was stopped", last_log_lines=lines)
+        return self._final(
+            "failed",
+            failed_node=late[0].index,
+            failed_host=late[0].host,
+            failed_rank=None,
+            exit_code=None,
+            reason=reason + "; every node was stopped",
+            last_log_lines=lines,
+        )
 
 
-def plan_nodes(preset: Preset, *, ssh_config: str | None, ssh_timeout: float) -> tuple[list[NodeSession], str]:
+def plan_nodes(
+    preset: Preset, *, ssh_config: str | None, ssh_timeout: float
+) -> tuple[list[NodeSession], str]:
     """The node sessions (ssh argv for each node) and the rendezvous endpoint (node 0's address)."""
     from paradvisor.hardware.remote import parse_host
     from paradvisor.launch.argv import split_endpoint
@@ -480,7 +595,9 @@ def plan_nodes(preset: Preset, *, ssh_config: str | None, ssh_timeout: float) ->
         endpoint = lau.rdzv_endpoint
     else:
         endpoint = f"{addresses[0]}:{lau.master_port or DEFAULT_RDZV_PORT}"
-    remote = shlex.join([lau.remote_python, "-m", "paradvisor.launch.nodeagent"])  # one word per argument there
+    remote = shlex.join(
+        [lau.remote_python, "-m", "paradvisor.launch.nodeagent"]
+    )  # one word per argument there
     nodes = []
     for i, host in enumerate(lau.hosts):
         n = NodeSession(index=i, host=host, address=addresses[i], procs=lau.procs(i))
@@ -489,8 +606,15 @@ def plan_nodes(preset: Preset, *, ssh_config: str | None, ssh_timeout: float) ->
     return nodes, endpoint
 
 
-def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: dict | None = None,
-          ssh_config: str | None = None, ssh_timeout: float | None = None) -> SshLaunch:
+def start(
+    preset: Preset,
+    *,
+    runs_dir: Path,
+    run_dir: Path | None = None,
+    env: dict | None = None,
+    ssh_config: str | None = None,
+    ssh_timeout: float | None = None,
+) -> SshLaunch:
     from dataclasses import replace
 
     from paradvisor.launch.preflight import validate
@@ -503,24 +627,46 @@ def start(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, env: d
     timeout = ssh_timeout or DEFAULT_SSH_TIMEOUT_S
     lau = preset.launch
     if len(lau.hosts) != lau.nnodes:
-        raise InputError(f"the ssh engine needs one host per node: {len(lau.hosts)} host(s) for {lau.nnodes} node(s)",
-                         where=f"{preset.path or 'preset'}: launch.hosts")
+        raise InputError(
+            f"the ssh engine needs one host per node: {len(lau.hosts)} host(s) for {lau.nnodes} node(s)",
+            where=f"{preset.path or 'preset'}: launch.hosts",
+        )
     nodes, endpoint = plan_nodes(preset, ssh_config=ssh_config, ssh_timeout=timeout)
     preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
-    write_toml_atomic(RunDir(run_dir).plan, preset.to_doc(), force=True,
-                      header=f"# paradvisor run plan: {preset.plan.label()}\n")
+    write_toml_atomic(
+        RunDir(run_dir).plan,
+        preset.to_doc(),
+        force=True,
+        header=f"# paradvisor run plan: {preset.plan.label()}\n",
+    )
     from paradvisor.monitor.predict import launch_prediction
 
     write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))  # every run carries a prediction
-    write_json_atomic(RunDir(run_dir).node_file("command", 0), {"engine": "ssh", "cwd": os.getcwd(), "rdzv_endpoint": endpoint,
-                                                 "nodes": [{"node": n.index, "host": n.host, "argv": n.argv}
-                                                           for n in nodes]})
-    write_private(RunDir(run_dir).command_txt, "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n"
-                                                   for n in nodes))
-    launch = SshLaunch(preset, run_dir, nodes, endpoint=endpoint, locks=locks, ssh_config=ssh_config,
-                       ssh_timeout=timeout, env=forwarded_env(env))
+    write_json_atomic(
+        RunDir(run_dir).node_file("command", 0),
+        {
+            "engine": "ssh",
+            "cwd": os.getcwd(),
+            "rdzv_endpoint": endpoint,
+            "nodes": [{"node": n.index, "host": n.host, "argv": n.argv} for n in nodes],
+        },
+    )
+    write_private(
+        RunDir(run_dir).command_txt,
+        "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n" for n in nodes),
+    )
+    launch = SshLaunch(
+        preset,
+        run_dir,
+        nodes,
+        endpoint=endpoint,
+        locks=locks,
+        ssh_config=ssh_config,
+        ssh_timeout=timeout,
+        env=forwarded_env(env),
+    )
     write_json_atomic(launch.status_path, launch.status())
     launch._write_nodes()
     return launch

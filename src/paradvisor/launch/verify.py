@@ -33,7 +33,9 @@ def numerics_preset(preset: Preset, *, steps: int) -> Preset:
     for k, v in cfg.items():
         if ("dropout" in k or "pdrop" in k) and isinstance(v, (int, float)) and not isinstance(v, bool) and v:
             over[k] = 0.0
-    train = replace(preset.train, steps=steps, log_every=1, model_overrides=over, device="cpu", warmup_steps=0)
+    train = replace(
+        preset.train, steps=steps, log_every=1, model_overrides=over, device="cpu", warmup_steps=0
+    )
     plan = preset.plan.with_(precision="fp32")
     wl = replace(preset.workload, precision="fp32")
     one_node = LaunchSettings(nproc_per_node=plan.world_size, memory_limit=preset.launch.memory_limit)
@@ -48,8 +50,12 @@ def reference_preset(preset: Preset) -> Preset:
         ref_plan = p.with_(sharding="none", checkpointing="none", offload="none")
     else:
         ref_plan = Plan(dp=1, micro_batch=preset.workload.global_batch, grad_accum=1, precision="fp32")
-    return replace(preset, name=f"{preset.name}-reference", plan=ref_plan,
-                   launch=replace(preset.launch, nproc_per_node=ref_plan.world_size))
+    return replace(
+        preset,
+        name=f"{preset.name}-reference",
+        plan=ref_plan,
+        launch=replace(preset.launch, nproc_per_node=ref_plan.world_size),
+    )
 
 
 def losses(run_dir: Path) -> dict[int, float]:
@@ -66,7 +72,9 @@ def losses(run_dir: Path) -> dict[int, float]:
     return out
 
 
-def run_one(preset: Preset, runs_dir: Path, *, tokenizer: Path | None = None) -> tuple[dict, dict[int, float]]:
+def run_one(
+    preset: Preset, runs_dir: Path, *, tokenizer: Path | None = None
+) -> tuple[dict, dict[int, float]]:
     """Launch and wait. `tokenizer`: a tokenizer.json to train on instead of training one (the tokenizers
     library breaks ties between equally frequent merges in hash order, so two trainings of the same text
     can number tokens differently — both runs must read the same token ids)."""
@@ -92,8 +100,15 @@ def compare(got: dict[int, float], want: dict[int, float]) -> tuple[float, list[
     return worst, rows
 
 
-def verify(preset: Preset, runs_dir: Path, *, steps: int = 5, tolerance: float = DEFAULT_TOLERANCE,
-           reference: dict[int, float] | None = None, reference_dir: Path | None = None) -> dict:
+def verify(
+    preset: Preset,
+    runs_dir: Path,
+    *,
+    steps: int = 5,
+    tolerance: float = DEFAULT_TOLERANCE,
+    reference: dict[int, float] | None = None,
+    reference_dir: Path | None = None,
+) -> dict:
     """Run `preset` (made deterministic) and its reference; `reference` (with the `reference_dir` it came
     from) reuses losses already measured."""
     from paradvisor.errors import InputError
@@ -111,9 +126,18 @@ def verify(preset: Preset, runs_dir: Path, *, steps: int = 5, tolerance: float =
     doc, got = run_one(test, runs_dir, tokenizer=reference_dir / "tokenizer.json" if reference_dir else None)
     ok_runs = doc.get("status") == "finished" and (ref_doc is None or ref_doc.get("status") == "finished")
     worst, rows = compare(got, reference) if ok_runs and reference else (float("inf"), [])
-    return {"schema": "paradvisor.verify/1", "name": preset.name, "label": preset.plan.label(),
-            "status": doc.get("status"), "reason": doc.get("reason"), "run_dir": doc.get("run_dir"),
-            "reference_run_dir": str(reference_dir) if reference_dir else None,
-            "reference_status": ref_doc.get("status") if ref_doc else "given",
-            "tolerance": tolerance, "max_relative_difference": worst if worst != float("inf") else None,
-            "equal": ok_runs and bool(rows) and worst <= tolerance, "steps": rows, "reference": reference}
+    return {
+        "schema": "paradvisor.verify/1",
+        "name": preset.name,
+        "label": preset.plan.label(),
+        "status": doc.get("status"),
+        "reason": doc.get("reason"),
+        "run_dir": doc.get("run_dir"),
+        "reference_run_dir": str(reference_dir) if reference_dir else None,
+        "reference_status": ref_doc.get("status") if ref_doc else "given",
+        "tolerance": tolerance,
+        "max_relative_difference": worst if worst != float("inf") else None,
+        "equal": ok_runs and bool(rows) and worst <= tolerance,
+        "steps": rows,
+        "reference": reference,
+    }

@@ -77,8 +77,16 @@ class Traced:
 
     tracer(keys, seq) -> regimes (only the one covering `seq`); params_fn() -> params facts."""
 
-    def __init__(self, regimes: list[dict] | None = None, params: dict | None = None, *, tracer=None,
-                 params_fn=None, bounds_fn=None, source: str = "package data"):
+    def __init__(
+        self,
+        regimes: list[dict] | None = None,
+        params: dict | None = None,
+        *,
+        tracer=None,
+        params_fn=None,
+        bounds_fn=None,
+        source: str = "package data",
+    ):
         self.regimes = list(regimes or [])
         self._params = params
         self._tracer = tracer
@@ -142,4 +150,6 @@ def for_builtin(name: str) -> Traced | None:
     entry = builtin_table().get(name)
     if not entry:
         return None
-    return Traced(entry.get("activations"), entry.get("params"), source="package data (scripts/trace_activations.py)")
+    return Traced(
+        entry.get("activations"), entry.get("params"), source="package data (scripts/trace_activations.py)"
+    )

@@ -28,32 +28,66 @@ def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape |
 
     layers = get("num_hidden_layers", "n_layer", "num_layers")
     if layers is not None and layers > MAX_LAYERS:
-        raise InputError(f"{layers} layers is beyond any real model (at most {MAX_LAYERS}); check the config",
-                         where=f"{where}: num_hidden_layers")
+        raise InputError(
+            f"{layers} layers is beyond any real model (at most {MAX_LAYERS}); check the config",
+            where=f"{where}: num_hidden_layers",
+        )
     hidden = get("hidden_size", "n_embd", "d_model")
     heads = get("num_attention_heads", "n_head", "num_heads")
     if layers is None or hidden is None or heads is None:
         return None
     mt = cfg.get("model_type", "unknown")
-    gated = mt in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "mixtral", "qwen2_moe",
-                   "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3") or cfg.get("hidden_act") in ("silu", "swiglu")
-    causal = mt not in ("bert", "albert", "roberta", "distilbert", "electra", "deberta", "deberta-v2", "xlm-roberta")
+    gated = mt in (
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+        "phi3",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "olmoe",
+        "deepseek_v2",
+        "deepseek_v3",
+    ) or cfg.get("hidden_act") in ("silu", "swiglu")
+    causal = mt not in (
+        "bert",
+        "albert",
+        "roberta",
+        "distilbert",
+        "electra",
+        "deberta",
+        "deberta-v2",
+        "xlm-roberta",
+    )
     kv_heads = get("num_key_value_heads", default=heads)
     if heads % kv_heads:
-        raise InputError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
-                         where=f"{where}: num_key_value_heads")
+        raise InputError(
+            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
+            where=f"{where}: num_key_value_heads",
+        )
     ffn = get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden)
     head_dim = get("head_dim", default=max(1, hidden // heads))
     moe = _moe_fields(cfg, get, layers, ffn)
     if moe.get("head_dim"):
         head_dim = moe.pop("head_dim")
     return TransformerShape(
-        family=str(mt), num_layers=layers, hidden=hidden, heads=heads,
-        kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
+        family=str(mt),
+        num_layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn=ffn,
         vocab=get("vocab_size", default=0, minimum=0),
         max_positions=get("max_position_embeddings", "n_positions", default=2048),
-        causal=causal, gated_mlp=bool(gated), shared_layers=mt == "albert",
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", True)), embedding_size=get("embedding_size"),
+        causal=causal,
+        gated_mlp=bool(gated),
+        shared_layers=mt == "albert",
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        embedding_size=get("embedding_size"),
         **moe,
     )
 
@@ -78,7 +112,13 @@ def _moe_fields(cfg: dict, get, layers: int, ffn: int) -> dict:
         step = get("decoder_sparse_step", default=1)
         dense = set(cfg.get("mlp_only_layers") or [])
         moe_layers = sum(1 for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    out = {"num_experts": E, "experts_per_token": k, "expert_ffn": f_e, "shared_ffn": shared, "moe_layers": moe_layers}
+    out = {
+        "num_experts": E,
+        "experts_per_token": k,
+        "expert_ffn": f_e,
+        "shared_ffn": shared,
+        "moe_layers": moe_layers,
+    }
     if cfg.get("kv_lora_rank"):  # DeepSeek multi-head latent attention: count its projections
         h, heads = get("hidden_size"), get("num_attention_heads")
         nope, rope, vd = get("qk_nope_head_dim"), get("qk_rope_head_dim"), get("v_head_dim")

@@ -34,17 +34,35 @@ def bert(c: dict):
 def albert(c: dict):
     h, L, V, E = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c.get("embedding_size", 128)
     ffn, P, T = c["intermediate_size"], c.get("max_position_embeddings", 512), c.get("type_vocab_size", 2)
-    heads, groups, inner = c["num_attention_heads"], c.get("num_hidden_groups", 1), c.get("inner_group_num", 1)
+    heads, groups, inner = (
+        c["num_attention_heads"],
+        c.get("num_hidden_groups", 1),
+        c.get("inner_group_num", 1),
+    )
     emb = V * E + P * E + T * E + 2 * E
     block = 4 * _linear(h, h) + 2 * h + _linear(h, ffn) + _linear(ffn, h) + 2 * h
-    layers = [LayerEntry("embeddings", "embedding", emb),
-              LayerEntry("encoder.embedding_hidden_mapping_in", "linear", _linear(E, h))]
+    layers = [
+        LayerEntry("embeddings", "embedding", emb),
+        LayerEntry("encoder.embedding_hidden_mapping_in", "linear", _linear(E, h)),
+    ]
     layers += [LayerEntry(f"encoder.albert_layer_groups.{g}", "block", inner * block) for g in range(groups)]
     layers.append(LayerEntry("pooler", "pooler", _linear(h, h)))
     if c.get("num_labels"):  # trained as a sequence classifier
         layers.append(LayerEntry("classifier", "head", _linear(h, c["num_labels"])))
-    shape = TransformerShape("albert", L, h, heads, heads, h // heads, ffn, V, P, causal=False,
-                             shared_layers=True, embedding_size=E)
+    shape = TransformerShape(
+        "albert",
+        L,
+        h,
+        heads,
+        heads,
+        h // heads,
+        ffn,
+        V,
+        P,
+        causal=False,
+        shared_layers=True,
+        embedding_size=E,
+    )
     return layers, shape
 
 
@@ -54,12 +72,17 @@ def gpt2(c: dict):
     ffn = c.get("n_inner") or 4 * h
     tied = c.get("tie_word_embeddings", True)
     block = 2 * h + _linear(h, 3 * h) + _linear(h, h) + 2 * h + _linear(h, ffn) + _linear(ffn, h)
-    layers = [LayerEntry("transformer.wte", "embedding", V * h), LayerEntry("transformer.wpe", "embedding", P * h)]
+    layers = [
+        LayerEntry("transformer.wte", "embedding", V * h),
+        LayerEntry("transformer.wpe", "embedding", P * h),
+    ]
     layers += [LayerEntry(f"transformer.h.{i}", "block", block) for i in range(L)]
     layers.append(LayerEntry("transformer.ln_f", "norm", 2 * h))
     if not tied:
         layers.append(LayerEntry("lm_head", "head", V * h))
-    shape = TransformerShape("gpt2", L, h, heads, heads, h // heads, ffn, V, P, causal=True, tied_embeddings=tied)
+    shape = TransformerShape(
+        "gpt2", L, h, heads, heads, h // heads, ffn, V, P, causal=True, tied_embeddings=tied
+    )
     return layers, shape
 
 
@@ -79,9 +102,20 @@ def llama(c: dict):
     layers.append(LayerEntry("model.norm", "norm", h))
     if not tied:
         layers.append(LayerEntry("lm_head", "head", V * h))
-    shape = TransformerShape(c.get("model_type", "llama"), L, h, heads, kv, d, ffn, V,
-                             c.get("max_position_embeddings", 4096), causal=True, gated_mlp=True,
-                             tied_embeddings=tied)
+    shape = TransformerShape(
+        c.get("model_type", "llama"),
+        L,
+        h,
+        heads,
+        kv,
+        d,
+        ffn,
+        V,
+        c.get("max_position_embeddings", 4096),
+        causal=True,
+        gated_mlp=True,
+        tied_embeddings=tied,
+    )
     return layers, shape
 
 
@@ -90,15 +124,28 @@ def _decoder(c: dict, blocks: list[tuple[int, int]], shape_kw: dict, *, extra_no
     h, V = c["hidden_size"], c["vocab_size"]
     tied = c.get("tie_word_embeddings", False)
     layers = [LayerEntry("model.embed_tokens", "embedding", V * h)]
-    layers += [LayerEntry(f"model.layers.{i}", "block", n, expert_params=e) for i, (n, e) in enumerate(blocks)]
+    layers += [
+        LayerEntry(f"model.layers.{i}", "block", n, expert_params=e) for i, (n, e) in enumerate(blocks)
+    ]
     layers.append(LayerEntry("model.norm", "norm", h + extra_norm))
     if not tied:
         layers.append(LayerEntry("lm_head", "head", V * h))
     heads = c["num_attention_heads"]
-    shape = TransformerShape(c["model_type"], c["num_hidden_layers"], h, heads, c.get("num_key_value_heads") or heads,
-                             shape_kw.pop("head_dim", c.get("head_dim") or h // heads), c["intermediate_size"], V,
-                             c.get("max_position_embeddings", 4096), causal=True, gated_mlp=True,
-                             tied_embeddings=tied, **shape_kw)
+    shape = TransformerShape(
+        c["model_type"],
+        c["num_hidden_layers"],
+        h,
+        heads,
+        c.get("num_key_value_heads") or heads,
+        shape_kw.pop("head_dim", c.get("head_dim") or h // heads),
+        c["intermediate_size"],
+        V,
+        c.get("max_position_embeddings", 4096),
+        causal=True,
+        gated_mlp=True,
+        tied_embeddings=tied,
+        **shape_kw,
+    )
     return layers, shape
 
 
@@ -123,10 +170,16 @@ def qwen2(c: dict):
 def gemma2(c: dict):
     """Gemma 2: head_dim apart from hidden/heads, four norms per layer, tied embeddings."""
     h = c["hidden_size"]
-    block = _attention(c, qkv_bias=c.get("attention_bias", False), o_bias=c.get("attention_bias", False)) \
-        + _mlp(h, c["intermediate_size"]) + 4 * h
-    return _decoder({**c, "tie_word_embeddings": c.get("tie_word_embeddings", True)},
-                    [(block, 0)] * c["num_hidden_layers"], {})
+    block = (
+        _attention(c, qkv_bias=c.get("attention_bias", False), o_bias=c.get("attention_bias", False))
+        + _mlp(h, c["intermediate_size"])
+        + 4 * h
+    )
+    return _decoder(
+        {**c, "tie_word_embeddings": c.get("tie_word_embeddings", True)},
+        [(block, 0)] * c["num_hidden_layers"],
+        {},
+    )
 
 
 def phi3(c: dict):
@@ -137,8 +190,14 @@ def phi3(c: dict):
 
 
 def _moe_shape(E: int, k: int, f_e: int, shared: int, moe_layers: int, **kw) -> dict:
-    return {"num_experts": E, "experts_per_token": k, "expert_ffn": f_e, "shared_ffn": shared, "moe_layers": moe_layers,
-            **kw}
+    return {
+        "num_experts": E,
+        "experts_per_token": k,
+        "expert_ffn": f_e,
+        "shared_ffn": shared,
+        "moe_layers": moe_layers,
+        **kw,
+    }
 
 
 def mixtral(c: dict):
@@ -175,8 +234,14 @@ def olmoe(c: dict):
     kv = c.get("num_key_value_heads") or heads
     d = h // heads
     experts = E * _mlp(h, f)
-    block = _attention(c, qkv_bias=c.get("attention_bias", False), o_bias=c.get("attention_bias", False)) \
-        + heads * d + kv * d + h * E + experts + 2 * h
+    block = (
+        _attention(c, qkv_bias=c.get("attention_bias", False), o_bias=c.get("attention_bias", False))
+        + heads * d
+        + kv * d
+        + h * E
+        + experts
+        + 2 * h
+    )
     L = c["num_hidden_layers"]
     return _decoder(c, [(block, experts)] * L, _moe_shape(E, k, f, 0, L))
 
@@ -188,10 +253,18 @@ def deepseek_v2(c: dict):
     nope, rope, vd = c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
     kv_rank, q_rank = c["kv_lora_rank"], c.get("q_lora_rank")
     bias = c.get("attention_bias", False)
-    q = _linear(h, heads * (nope + rope), False) if not q_rank else \
-        _linear(h, q_rank, bias) + q_rank + _linear(q_rank, heads * (nope + rope), False)
-    attn = q + _linear(h, kv_rank + rope, bias) + kv_rank + _linear(kv_rank, heads * (nope + vd), False) \
+    q = (
+        _linear(h, heads * (nope + rope), False)
+        if not q_rank
+        else _linear(h, q_rank, bias) + q_rank + _linear(q_rank, heads * (nope + rope), False)
+    )
+    attn = (
+        q
+        + _linear(h, kv_rank + rope, bias)
+        + kv_rank
+        + _linear(kv_rank, heads * (nope + vd), False)
         + _linear(heads * vd, h, bias)
+    )
     E, k, f_e = c["n_routed_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"]
     f_s = c.get("n_shared_experts", 0) * f_e
     first, freq = c.get("first_k_dense_replace", 0), c.get("moe_layer_freq", 1)
@@ -203,9 +276,22 @@ def deepseek_v2(c: dict):
         else:
             blocks.append((attn + _mlp(h, c["intermediate_size"]) + 2 * h, 0))
     moe = sum(1 for _, e in blocks if e)
-    return _decoder(c, blocks, _moe_shape(E, k, f_e, f_s, moe, head_dim=nope + rope, attn_params=attn - kv_rank))
+    return _decoder(
+        c, blocks, _moe_shape(E, k, f_e, f_s, moe, head_dim=nope + rope, attn_params=attn - kv_rank)
+    )
 
 
-FAMILIES = {"bert": bert, "albert": albert, "gpt2": gpt2, "llama": llama, "mistral": llama, "qwen2": qwen2,
-            "gemma2": gemma2, "phi3": phi3, "mixtral": mixtral, "qwen2_moe": qwen2_moe, "olmoe": olmoe,
-            "deepseek_v2": deepseek_v2}
+FAMILIES = {
+    "bert": bert,
+    "albert": albert,
+    "gpt2": gpt2,
+    "llama": llama,
+    "mistral": llama,
+    "qwen2": qwen2,
+    "gemma2": gemma2,
+    "phi3": phi3,
+    "mixtral": mixtral,
+    "qwen2_moe": qwen2_moe,
+    "olmoe": olmoe,
+    "deepseek_v2": deepseek_v2,
+}

@@ -17,19 +17,24 @@ def read_config(path: Path) -> tuple[Path, dict]:
     """Read and check config.json; InputError with file:line for every kind of breakage."""
     cfg_file = path / "config.json" if path.is_dir() else path
     if not path.exists():
-        raise InputError("no such file or folder (expected a folder holding config.json, or the file)",
-                         where=str(path))
-    if not cfg_file.exists() or cfg_file.is_dir():  # anything else that is not a regular file: read_json says so
+        raise InputError(
+            "no such file or folder (expected a folder holding config.json, or the file)", where=str(path)
+        )
+    if (
+        not cfg_file.exists() or cfg_file.is_dir()
+    ):  # anything else that is not a regular file: read_json says so
         raise InputError("folder has no config.json", where=str(path))
     cfg = read_json(cfg_file, what="config.json")  # a regular file of bounded size, depth, finite numbers
     if not isinstance(cfg, dict):
         raise InputError("expected a JSON object", where=str(cfg_file))
     if not isinstance(cfg.get("model_type"), str):
-        raise InputError("missing 'model_type' (e.g. \"bert\", \"llama\")", where=f"{cfg_file}: model_type")
+        raise InputError('missing \'model_type\' (e.g. "bert", "llama")', where=f"{cfg_file}: model_type")
     arch = cfg.get("architectures")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
-        raise InputError("'architectures' must be a list of class names, e.g. [\"LlamaForCausalLM\"]",
-                         where=f"{cfg_file}: architectures")
+        raise InputError(
+            "'architectures' must be a list of class names, e.g. [\"LlamaForCausalLM\"]",
+            where=f"{cfg_file}: architectures",
+        )
     return cfg_file, cfg
 
 
@@ -111,14 +116,19 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
 
         close = difflib.get_close_matches(cfg["model_type"], list(CONFIG_MAPPING.keys()), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise InputError(f"model_type {cfg['model_type']!r} is not one transformers {transformers.__version__} "
-                         f"knows{hint}", where=f"{where}: model_type")
+        raise InputError(
+            f"model_type {cfg['model_type']!r} is not one transformers {transformers.__version__} "
+            f"knows{hint}",
+            where=f"{where}: model_type",
+        )
     try:
         config = AutoConfig.for_model(**cfg)
     except (ValueError, KeyError) as exc:
         raise InputError(f"transformers cannot read this config: {_first_line(exc)}", where=where) from None
     except TypeError as exc:
-        raise InputError(f"a value in the config has the wrong type: {_first_line(exc)}", where=where) from None
+        raise InputError(
+            f"a value in the config has the wrong type: {_first_line(exc)}", where=where
+        ) from None
     except Exception as exc:  # e.g. huggingface_hub's strict-dataclass validation of a field's type
         raise InputError(f"transformers rejected this config: {_first_line(exc)}", where=where) from None
     arch_names = cfg.get("architectures") or []
@@ -127,8 +137,10 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
         cls = None  # only a model class is ever built (never another attribute of transformers)
     elif not (isinstance(getattr(cls, "config_class", None), type) and isinstance(config, cls.config_class)):
         # an abstract base (PreTrainedModel) or another family's class: it would build no model of this config
-        raise InputError(f"architectures[0] {arch_names[0]!r} is not a model class for model_type "
-                         f"{cfg['model_type']!r}", where=f"{where}: architectures")
+        raise InputError(
+            f"architectures[0] {arch_names[0]!r} is not a model class for model_type {cfg['model_type']!r}",
+            where=f"{where}: architectures",
+        )
     try:
         with torch.device("meta"):
             if cls is not None:
@@ -138,8 +150,9 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
                 model = AutoModel.from_config(config)
                 arch = type(model).__name__
     except Exception as exc:  # any failure of the model's own __init__ on a bad config
-        raise InputError(f"transformers could not build the model from this config: {_first_line(exc)}",
-                         where=where) from None
+        raise InputError(
+            f"transformers could not build the model from this config: {_first_line(exc)}", where=where
+        ) from None
     return arch, model
 
 
@@ -163,18 +176,41 @@ def profile_from_config_path(path: Path) -> ModelProfile:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         layers = [e.to_dict() for e in layer_entries_from_module(model)]
         bounds = T.regimes_for(shape.max_positions if shape else None, T.hf_window(cfg)) if shape else []
-        entry = trace_cache.new_entry(key, architecture=arch, total=int(total), trainable=int(trainable),
-                                      layers=layers, params=T.param_facts(model) if shape is not None else None,
-                                      bounds=bounds)
+        entry = trace_cache.new_entry(
+            key,
+            architecture=arch,
+            total=int(total),
+            trainable=int(trainable),
+            layers=layers,
+            params=T.param_facts(model) if shape is not None else None,
+            bounds=bounds,
+        )
         trace_cache.store(entry)
     prof = entry["profile"]
-    layers = tuple(LayerEntry(e["name"], e["kind"], e["params"], e.get("out_elems_per_sample"),
-                              e.get("fwd_flops_per_sample"), e.get("expert_params", 0)) for e in prof["layers"])
+    layers = tuple(
+        LayerEntry(
+            e["name"],
+            e["kind"],
+            e["params"],
+            e.get("out_elems_per_sample"),
+            e.get("fwd_flops_per_sample"),
+            e.get("expert_params", 0),
+        )
+        for e in prof["layers"]
+    )
     name = cfg.get("_name_or_path") or (path.name if path.is_dir() else path.parent.name) or str(path)
-    return ModelProfile(name=str(name), architecture=prof["architecture"], source=str(cfg_file),
-                        total_params=prof["total_params"], trainable_params=prof["trainable_params"],
-                        layers=layers, transformer=shape, description=f"{cfg['model_type']} from {cfg_file}",
-                        provenance=str(cfg_file), traced=traced_for_config(cfg, entry))
+    return ModelProfile(
+        name=str(name),
+        architecture=prof["architecture"],
+        source=str(cfg_file),
+        total_params=prof["total_params"],
+        trainable_params=prof["trainable_params"],
+        layers=layers,
+        transformer=shape,
+        description=f"{cfg['model_type']} from {cfg_file}",
+        provenance=str(cfg_file),
+        traced=traced_for_config(cfg, entry),
+    )
 
 
 def traced_for_config(cfg: dict, entry: dict):
@@ -202,8 +238,12 @@ def traced_for_config(cfg: dict, entry: dict):
         trace_cache.store(entry)
         return new
 
-    t = Traced(entry["regimes"], entry["params"], tracer=None if entry.get("failure") else tracer,
-               source=f"traced from {cfg['model_type']} when loaded")
+    t = Traced(
+        entry["regimes"],
+        entry["params"],
+        tracer=None if entry.get("failure") else tracer,
+        source=f"traced from {cfg['model_type']} when loaded",
+    )
     if entry.get("failure"):
         t.failures.append(entry["failure"])
     return t

@@ -49,14 +49,25 @@ def _profile_from_family(name: str, entry: dict) -> ModelProfile:
     total = sum(e.params for e in layers)
     notes = []
     if shape.shared_layers:
-        notes.append(f"one set of layer weights is applied {shape.num_layers} times (ALBERT parameter sharing): "
-                     "parameters count once, compute and activations count per application")
+        notes.append(
+            f"one set of layer weights is applied {shape.num_layers} times (ALBERT parameter sharing): "
+            "parameters count once, compute and activations count per application"
+        )
     from paradvisor.model.activations import for_builtin
 
-    return ModelProfile(name=name, architecture=entry["architecture"], source="builtin", total_params=total,
-                        trainable_params=total, layers=tuple(layers), transformer=shape,
-                        description=entry.get("description", ""), provenance=entry.get("source", ""),
-                        notes=tuple(notes), traced=for_builtin(name))
+    return ModelProfile(
+        name=name,
+        architecture=entry["architecture"],
+        source="builtin",
+        total_params=total,
+        trainable_params=total,
+        layers=tuple(layers),
+        transformer=shape,
+        description=entry.get("description", ""),
+        provenance=entry.get("source", ""),
+        notes=tuple(notes),
+        traced=for_builtin(name),
+    )
 
 
 def _vision(name: str) -> ModelProfile:
@@ -85,5 +96,8 @@ def is_model_path(model: str) -> bool:
 def unknown_model(model: str, *, where: str | None = None) -> InputError:
     close = difflib.get_close_matches(model, builtin_names(), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return InputError(f"unknown model {model!r}{hint} (built-ins: `paradvisor models`; or give a path to a "
-                      "folder holding a Hugging Face config.json)", where=where)
+    return InputError(
+        f"unknown model {model!r}{hint} (built-ins: `paradvisor models`; or give a path to a "
+        "folder holding a Hugging Face config.json)",
+        where=where,
+    )

@@ -128,19 +128,31 @@ class ModelProfile:
         s = self.transformer
         if s is None or not s.is_moe:
             return self.total_params
-        return self.total_params - self.expert_params + self.expert_params * s.experts_per_token // s.num_experts
+        return (
+            self.total_params - self.expert_params + self.expert_params * s.experts_per_token // s.num_experts
+        )
 
     def moe_dict(self) -> dict | None:
         s = self.transformer
         if s is None or not s.is_moe:
             return None
         blocks = [e for e in self.layers if e.kind == "block"]
-        return {"total_params": self.total_params, "active_params": self.active_params,
-                "expert_params": self.expert_params, "dense_params": self.total_params - self.expert_params,
-                "experts": s.num_experts, "top_k": s.experts_per_token, "expert_ffn": s.expert_ffn,
-                "shared_ffn": s.shared_ffn, "moe_layers": s.moe_layers, "layers": s.num_layers,
-                "per_layer": [{"name": e.name, "expert_params": e.expert_params,
-                               "dense_params": e.params - e.expert_params} for e in blocks]}
+        return {
+            "total_params": self.total_params,
+            "active_params": self.active_params,
+            "expert_params": self.expert_params,
+            "dense_params": self.total_params - self.expert_params,
+            "experts": s.num_experts,
+            "top_k": s.experts_per_token,
+            "expert_ffn": s.expert_ffn,
+            "shared_ffn": s.shared_ffn,
+            "moe_layers": s.moe_layers,
+            "layers": s.num_layers,
+            "per_layer": [
+                {"name": e.name, "expert_params": e.expert_params, "dense_params": e.params - e.expert_params}
+                for e in blocks
+            ],
+        }
 
     def to_dict(self) -> dict:
         big = self.largest_layer

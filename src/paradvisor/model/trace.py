@@ -29,8 +29,21 @@ from collections.abc import Callable
 
 from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, MONOMIALS, TRACED_BLOCKS, key_of
 
-TRACE_LAYERS = TRACED_BLOCKS  # blocks 0 and 1 stand for every block, block 2 for the last (its output feeds the head)
-ROW_LEAVES = {"o_proj", "out_proj", "down_proj", "c_proj", "fc2", "wo", "w2", "dense_4h_to_h", "ffn_output", "proj"}
+TRACE_LAYERS = (
+    TRACED_BLOCKS  # blocks 0 and 1 stand for every block, block 2 for the last (its output feeds the head)
+)
+ROW_LEAVES = {
+    "o_proj",
+    "out_proj",
+    "down_proj",
+    "c_proj",
+    "fc2",
+    "wo",
+    "w2",
+    "dense_4h_to_h",
+    "ffn_output",
+    "proj",
+}
 ROW_SUFFIXES = ("output.dense", "attention.dense")  # BERT's attention/FFN outputs, ALBERT's attention output
 ENCODERS = ("bert", "albert", "roberta", "distilbert", "electra", "deberta", "deberta-v2", "xlm-roberta")
 
@@ -104,11 +117,13 @@ class _Recorder:
             self.block_calls += 1
             self.region = "last" if self.block_calls >= n_blocks else f"between{self.block_calls}"
             self.state = "rep"
+
         return hook
 
     def _lin_pre(self, row: bool):
         def hook(mod, args):
             self.linears.append(row)
+
         return hook
 
     def _lin_post(self, row: bool):
@@ -116,6 +131,7 @@ class _Recorder:
             self.linears.pop()
             if self.region.startswith("block"):
                 self.state = "rep" if row else "split"
+
         return hook
 
     def note_created(self, func, args, out) -> None:
@@ -127,7 +143,7 @@ class _Recorder:
                 copy = self._key(args[0]) in self.params  # a cast of a weight: autocast's 16-bit copy
             except (RuntimeError, NotImplementedError):
                 pass
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+        for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
                 try:
                     k = self._key(t)
@@ -153,7 +169,7 @@ class _Recorder:
         self.alive.append(t.untyped_storage())
         region, state, kind = self.created.get(k, ("first", "rep", "act"))
         if region.startswith("between"):  # between two blocks (e.g. ALBERT's group loop): a block's share
-            region = "block" + region[len("between"):]
+            region = "block" + region[len("between") :]
         self.saved.append((k, t.untyped_storage().nbytes(), region, state, kind))
         return t
 
@@ -197,8 +213,15 @@ def _as_in_training():
         return None if fake(position_ids) else packed(position_ids, *a, **k)
 
     def ignore_causal(padding_mask, q_length, kv_length, q_offset, kv_offset, *a, **k):
-        return causal(None if fake(padding_mask) else padding_mask, q_length, kv_length,
-                      0 if fake(q_offset) else q_offset, 0 if fake(kv_offset) else kv_offset, *a, **k)
+        return causal(
+            None if fake(padding_mask) else padding_mask,
+            q_length,
+            kv_length,
+            0 if fake(q_offset) else q_offset,
+            0 if fake(kv_offset) else kv_offset,
+            *a,
+            **k,
+        )
 
     if causal is not None:
         mu._ignore_causal_mask_sdpa = ignore_causal
@@ -278,14 +301,18 @@ def _fit(t1: list, t2: list, p1: tuple, p2: tuple) -> dict[str, dict[str, float]
     """Match two traces storage by storage; each storage's growth factor gives its monomial."""
     (b1, s1), (b2, s2) = p1, p2
     if len(t1) != len(t2) or any(x[1:] != y[1:] for x, y in zip(t1, t2)):
-        raise TraceError(f"the traces at (b, s) = {p1} and {p2} saved different tensors "
-                         "(the code path depends on the shape)")
+        raise TraceError(
+            f"the traces at (b, s) = {p1} and {p2} saved different tensors "
+            "(the code path depends on the shape)"
+        )
     per: dict[tuple, dict[str, float]] = {}  # (region, group) -> polynomial
     for (n1, region, tp, kind), (n2, *_) in zip(t1, t2):
         ratio = n2 / n1 if n1 else 1.0
         mono = _monomial(ratio, b2 / b1, s2 / s1)
         if mono is None:
-            raise TraceError(f"a saved tensor grows {ratio:.4g}x from (b, s) = {p1} to {p2}: not a b/s monomial")
+            raise TraceError(
+                f"a saved tensor grows {ratio:.4g}x from (b, s) = {p1} to {p2}: not a b/s monomial"
+            )
         scale = (b1 if "b" in mono else 1) * s1 ** mono.count("s")
         g = per.setdefault((region, _group(region, tp, kind)), {})
         g[mono] = g.get(mono, 0.0) + n1 / scale
@@ -324,19 +351,23 @@ def _total(trace: list) -> float:
 
 
 def _check(groups: dict, trace: list, point: tuple) -> None:
-    predicted = sum(_eval(g, *point) * (TRACE_LAYERS - 1 if name.startswith("block") else 1)
-                    for name, g in groups.items())
+    predicted = sum(
+        _eval(g, *point) * (TRACE_LAYERS - 1 if name.startswith("block") else 1) for name, g in groups.items()
+    )
     if abs(predicted - _total(trace)) > 1e-6 * max(1.0, _total(trace)):
-        raise TraceError(f"the fit does not reproduce a trace at (b, s) = {point}: "
-                         f"{predicted:.0f} vs {_total(trace):.0f} bytes")
+        raise TraceError(
+            f"the fit does not reproduce a trace at (b, s) = {point}: "
+            f"{predicted:.0f} vs {_total(trace):.0f} bytes"
+        )
 
 
 def _clean(groups: dict) -> dict:
     return {name: {m: v for m, v in sorted(g.items()) if v} for name, g in sorted(groups.items()) if g}
 
 
-def trace_key(build: Callable, run: Callable, *, mode: str, checkpointing: str, base_seq: int,
-              check: bool = True) -> dict:
+def trace_key(
+    build: Callable, run: Callable, *, mode: str, checkpointing: str, base_seq: int, check: bool = True
+) -> dict:
     """The coefficients of one (mode, kernel, checkpointing) key; `build(n_layers, checkpointing)` returns
     the model (called inside fake mode), `run(model, b, s)` runs its forward and loss for a (b, s) batch.
 
@@ -370,7 +401,9 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
 
     family = cfg["model_type"]
     encoder = family in ENCODERS
-    layer_keys = [k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in cfg] or ["num_hidden_layers"]
+    layer_keys = [k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in cfg] or [
+        "num_hidden_layers"
+    ]
 
     def build(n_layers: int, checkpointing: str):
         kw = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "_name_or_path")}
@@ -385,8 +418,14 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
         arch = (cfg.get("architectures") or [None])[0]
         cls = getattr(transformers, arch, None) if arch else None
         wanted = "ForSequenceClassification" if encoder else "ForCausalLM"
-        if not (isinstance(cls, type) and cls.__name__.endswith(("ForCausalLM", "LMHeadModel")) and not encoder):
-            auto = transformers.AutoModelForSequenceClassification if encoder else transformers.AutoModelForCausalLM
+        if not (
+            isinstance(cls, type) and cls.__name__.endswith(("ForCausalLM", "LMHeadModel")) and not encoder
+        ):
+            auto = (
+                transformers.AutoModelForSequenceClassification
+                if encoder
+                else transformers.AutoModelForCausalLM
+            )
             model = auto.from_config(config)
         else:
             model = cls(config)
@@ -434,13 +473,23 @@ def regimes_for(max_positions: int | None, sliding_window: int | None = None) ->
     return [(None, max(8, min(256, limit // 3)))]
 
 
-def trace_model(build_for: Callable[[str], tuple[Callable, Callable]], *, max_positions: int | None,
-                sliding_window: int | None = None, keys=None, check: bool = True, seq: int | None = None) -> list[dict]:
+def trace_model(
+    build_for: Callable[[str], tuple[Callable, Callable]],
+    *,
+    max_positions: int | None,
+    sliding_window: int | None = None,
+    keys=None,
+    check: bool = True,
+    seq: int | None = None,
+) -> list[dict]:
     """Regimes [{"seq_max", "base_seq", "keys": {key: coefficients}}]; `build_for(kernel)` gives
     (build, run) for an attention kernel; `keys` (default: all) limits what is traced, `seq` the regimes
     (only the one covering that sequence length)."""
-    wanted = list(keys) if keys is not None else [key_of(m, k, c) for k in KERNELS for m in MODES
-                                                  for c in CHECKPOINTING]
+    wanted = (
+        list(keys)
+        if keys is not None
+        else [key_of(m, k, c) for k in KERNELS for m in MODES for c in CHECKPOINTING]
+    )
     out = []
     regimes = regimes_for(max_positions, sliding_window)
     if seq is not None:
@@ -472,8 +521,11 @@ def param_facts(model) -> dict:
         order.append(int(p.numel()))
     # tensor_order: sizes in parameters() order (DeepSpeed flattens them in this order and partitions the
     # flat buffer; ZeRO-1/2 keep the whole gradient of every tensor that overlaps a rank's partition)
-    return {"largest_module": int(largest), "tensor_sizes": sorted([int(n), c] for n, c in sizes.items()),
-            "tensor_order": order}
+    return {
+        "largest_module": int(largest),
+        "tensor_sizes": sorted([int(n), c] for n, c in sizes.items()),
+        "tensor_order": order,
+    }
 
 
 def hf_window(cfg: dict) -> int | None:
@@ -481,8 +533,9 @@ def hf_window(cfg: dict) -> int | None:
     import transformers
 
     try:
-        config = transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items()
-                                                                          if k not in ("model_type", "architectures")})
+        config = transformers.AutoConfig.for_model(
+            cfg["model_type"], **{k: v for k, v in cfg.items() if k not in ("model_type", "architectures")}
+        )
     except Exception:  # the caller reports a config transformers rejects
         return None
     w = getattr(config, "sliding_window", None)
@@ -495,5 +548,11 @@ def trace_hf_config(cfg: dict, *, keys=None, check: bool = True, seq: int | None
     from paradvisor.model.config import shape_from_config
 
     shape = shape_from_config(cfg)
-    return trace_model(lambda kernel: hf_recipe(cfg, attention=kernel), max_positions=shape.max_positions if shape
-                       else None, sliding_window=hf_window(cfg), keys=keys, check=check, seq=seq)
+    return trace_model(
+        lambda kernel: hf_recipe(cfg, attention=kernel),
+        max_positions=shape.max_positions if shape else None,
+        sliding_window=hf_window(cfg),
+        keys=keys,
+        check=check,
+        seq=seq,
+    )

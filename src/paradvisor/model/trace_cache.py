@@ -78,20 +78,33 @@ def _valid(doc) -> bool:
     if not (isinstance(doc, dict) and doc.get("schema") == SCHEMA):
         return False
     prof = doc.get("profile")
-    if not (isinstance(prof, dict) and isinstance(prof.get("architecture"), str)
-            and isinstance(prof.get("total_params"), int) and isinstance(prof.get("trainable_params"), int)
-            and isinstance(prof.get("layers"), list)):
+    if not (
+        isinstance(prof, dict)
+        and isinstance(prof.get("architecture"), str)
+        and isinstance(prof.get("total_params"), int)
+        and isinstance(prof.get("trainable_params"), int)
+        and isinstance(prof.get("layers"), list)
+    ):
         return False
-    if not all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("kind"), str)
-               and isinstance(e.get("params"), int) and isinstance(e.get("expert_params", 0), int)
-               for e in prof["layers"]):
+    if not all(
+        isinstance(e, dict)
+        and isinstance(e.get("name"), str)
+        and isinstance(e.get("kind"), str)
+        and isinstance(e.get("params"), int)
+        and isinstance(e.get("expert_params", 0), int)
+        for e in prof["layers"]
+    ):
         return False
     regs = doc.get("regimes")
     if not isinstance(regs, list):
         return False
     for r in regs:
-        if not (isinstance(r, dict) and isinstance(r.get("keys"), dict) and isinstance(r.get("base_seq"), int)
-                and (r.get("seq_max") is None or isinstance(r.get("seq_max"), int))):
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("keys"), dict)
+            and isinstance(r.get("base_seq"), int)
+            and (r.get("seq_max") is None or isinstance(r.get("seq_max"), int))
+        ):
             return False
     return doc.get("params") is None or isinstance(doc.get("params"), dict)
 
@@ -130,13 +143,29 @@ def store(doc: dict) -> None:
         pass
 
 
-def new_entry(key: str, *, architecture: str, total: int, trainable: int, layers: list[dict], params: dict | None,
-              bounds: list[tuple[int | None, int]]) -> dict:
-    return {"schema": SCHEMA, "key": key,
-            "profile": {"architecture": architecture, "total_params": total, "trainable_params": trainable,
-                        "layers": layers},
-            "params": params, "regimes": [{"seq_max": m, "base_seq": b, "keys": {}} for m, b in bounds],
-            "failure": None}
+def new_entry(
+    key: str,
+    *,
+    architecture: str,
+    total: int,
+    trainable: int,
+    layers: list[dict],
+    params: dict | None,
+    bounds: list[tuple[int | None, int]],
+) -> dict:
+    return {
+        "schema": SCHEMA,
+        "key": key,
+        "profile": {
+            "architecture": architecture,
+            "total_params": total,
+            "trainable_params": trainable,
+            "layers": layers,
+        },
+        "params": params,
+        "regimes": [{"seq_max": m, "base_seq": b, "keys": {}} for m, b in bounds],
+        "failure": None,
+    }
 
 
 def forget_memory() -> None:

@@ -73,11 +73,21 @@ def latest_samples(run_dir: Path) -> dict[int, dict]:
         except ValueError:
             continue
         node = rec.get("node") if isinstance(rec, dict) else None
-        if isinstance(node, int) and not isinstance(node, bool) and node not in out and \
-                isinstance(rec.get("time"), (int, float)) and isinstance(rec.get("gpus", []), list):
-            out[node] = {k: rec.get(k) for k in ("time", "host", "cpu_pct", "ram_used_bytes", "ram_total_bytes")}
-            out[node]["gpus"] = [{k: g.get(k) for k in ("index", "util_pct", "mem_used_bytes", "mem_total_bytes")}
-                                 for g in rec.get("gpus", []) if isinstance(g, dict)]
+        if (
+            isinstance(node, int)
+            and not isinstance(node, bool)
+            and node not in out
+            and isinstance(rec.get("time"), (int, float))
+            and isinstance(rec.get("gpus", []), list)
+        ):
+            out[node] = {
+                k: rec.get(k) for k in ("time", "host", "cpu_pct", "ram_used_bytes", "ram_total_bytes")
+            }
+            out[node]["gpus"] = [
+                {k: g.get(k) for k in ("index", "util_pct", "mem_used_bytes", "mem_total_bytes")}
+                for g in rec.get("gpus", [])
+                if isinstance(g, dict)
+            ]
     return out
 
 
@@ -88,7 +98,9 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
     from paradvisor.rundir.status import read_json_object
 
     doc, _ = read_json_object(RunDir(run_dir).nodes) if RunDir(run_dir).nodes.exists() else (None, None)
-    listed = [n for n in (doc or {}).get("nodes", []) if isinstance(n, dict) and isinstance(n.get("node"), int)]
+    listed = [
+        n for n in (doc or {}).get("nodes", []) if isinstance(n, dict) and isinstance(n.get("node"), int)
+    ]
     node_of = dict(tally.node_by_rank)
     for n in listed:
         for r in n.get("ranks") or []:
@@ -104,12 +116,23 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
         ranks = sorted(r for r, k in node_of.items() if k == i)
         steps = [tally.last_by_rank.get(r, 0) for r in ranks]
         sample = samples.get(i)
-        nodes.append({"node": i, "host": n.get("host") or (sample or {}).get("host"),
-                      "state": n.get("state") or status.get("status"), "reason": n.get("reason"), "ranks": ranks,
-                      "step_min": min(steps) if steps else None, "step_max": max(steps) if steps else None,
-                      "sample": sample, "sample_age_s": max(0.0, now - sample["time"]) if sample else None})
-    ranks = [{"rank": r, "node": node_of.get(r), "step": tally.last_by_rank.get(r, 0)}
-             for r in sorted(set(tally.last_by_rank) | set(node_of))[:65536]]
+        nodes.append(
+            {
+                "node": i,
+                "host": n.get("host") or (sample or {}).get("host"),
+                "state": n.get("state") or status.get("status"),
+                "reason": n.get("reason"),
+                "ranks": ranks,
+                "step_min": min(steps) if steps else None,
+                "step_max": max(steps) if steps else None,
+                "sample": sample,
+                "sample_age_s": max(0.0, now - sample["time"]) if sample else None,
+            }
+        )
+    ranks = [
+        {"rank": r, "node": node_of.get(r), "step": tally.last_by_rank.get(r, 0)}
+        for r in sorted(set(tally.last_by_rank) | set(node_of))[:65536]
+    ]
     return nodes, ranks
 
 
@@ -118,8 +141,18 @@ def merged_ranks(ranks: list[dict], tally: MetricsTally) -> list[dict]:
     node index from node_view (the metrics' own `node` where the run has no node map)."""
     rows = {k: dict(r) for k, r in tally.ranks.items()}
     for r in ranks:
-        row = rows.setdefault(r["rank"], {"rank": r["rank"], "node": None, "step": r["step"], "step_time_s": None, "loss": None,
-                                          "sync_wait_s": 0.0, "round": 0})
+        row = rows.setdefault(
+            r["rank"],
+            {
+                "rank": r["rank"],
+                "node": None,
+                "step": r["step"],
+                "step_time_s": None,
+                "loss": None,
+                "sync_wait_s": 0.0,
+                "round": 0,
+            },
+        )
         if r["node"] is not None:
             row["node"] = r["node"]
     return [rows[k] for k in sorted(rows)]
@@ -220,8 +253,9 @@ def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *
     return summarize_run(run_dir, records, skipped=skipped).to_doc()
 
 
-def summarize_run(run_dir: str | Path, records: MetricsTally | list | None = None, *,
-                  skipped: int = 0) -> RunSummary:
+def summarize_run(
+    run_dir: str | Path, records: MetricsTally | list | None = None, *, skipped: int = 0
+) -> RunSummary:
     """Status, progress, ETA, loss, throughput, memory and sync waits of a run, measured vs predicted."""
     run_dir = Path(run_dir)
     if records is None:
@@ -234,56 +268,98 @@ def summarize_run(run_dir: str | Path, records: MetricsTally | list | None = Non
     plan = plan_doc(run_dir)
     total = plan.get("train", {}).get("steps") or None
     batch = plan.get("workload", {}).get("global_batch", 0)
-    step_time = tally.measured_step_time()  # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
+    step_time = (
+        tally.measured_step_time()
+    )  # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
     gsps = (batch / step_time) if step_time else None
     predicted, errors = _compared(run_dir, plan, tally, step_time, gsps)
     nodes, ranks = node_view(run_dir, tally, status)
     return RunSummary(
-        **_status_fields(status), nodes=nodes, run_dir=str(run_dir), name=plan.get("name", status.get("name", run_dir.name)),
-        **_progress(tally, status, plan, total, step_time), **_measured(tally, batch), step_time_s=step_time,
-        samples_per_s=gsps, ranks=merged_ranks(ranks, tally), predicted=predicted, errors=errors, skipped_lines=skipped,
+        **_status_fields(status),
+        nodes=nodes,
+        run_dir=str(run_dir),
+        name=plan.get("name", status.get("name", run_dir.name)),
+        **_progress(tally, status, plan, total, step_time),
+        **_measured(tally, batch),
+        step_time_s=step_time,
+        samples_per_s=gsps,
+        ranks=merged_ranks(ranks, tally),
+        predicted=predicted,
+        errors=errors,
+        skipped_lines=skipped,
         unreadable=([f"{skipped} line(s) of metrics.jsonl"] if skipped else [])
-        + ([f"status.json fields {', '.join(status['unreadable_fields'])}"] if status.get("unreadable_fields") else [])
-        + ([PLAN] if not plan and RunDir(run_dir).plan.exists() else []))
+        + (
+            [f"status.json fields {', '.join(status['unreadable_fields'])}"]
+            if status.get("unreadable_fields")
+            else []
+        )
+        + ([PLAN] if not plan and RunDir(run_dir).plan.exists() else []),
+    )
 
 
 def _status_fields(status: dict) -> dict:
     """What status.json says: the run's state, and why it failed."""
-    return {"engine": status.get("engine", "local"), "failed_node": status.get("failed_node"),
-            "label": status.get("label"), "status": status.get("status"), "reason": status.get("reason"),
-            "failed_rank": status.get("failed_rank"), "exit_code": status.get("exit_code"),
-            "last_log_lines": status.get("last_log_lines", []), "hung": bool(status.get("hung")),
-            "failure": failure_text(status), "oom": bool(status.get("oom")), "replan": status.get("replan")}
+    return {
+        "engine": status.get("engine", "local"),
+        "failed_node": status.get("failed_node"),
+        "label": status.get("label"),
+        "status": status.get("status"),
+        "reason": status.get("reason"),
+        "failed_rank": status.get("failed_rank"),
+        "exit_code": status.get("exit_code"),
+        "last_log_lines": status.get("last_log_lines", []),
+        "hung": bool(status.get("hung")),
+        "failure": failure_text(status),
+        "oom": bool(status.get("oom")),
+        "replan": status.get("replan"),
+    }
 
 
-def _progress(tally: MetricsTally, status: dict, plan: dict, total: int | None, step_time: float | None) -> dict:
+def _progress(
+    tally: MetricsTally, status: dict, plan: dict, total: int | None, step_time: float | None
+) -> dict:
     """Steps (or DiLoCo's outer rounds: nodes run different numbers of local steps), elapsed time and ETA."""
     last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
     elapsed = ended - (tally.start_time or status.get("started", now))
     # ETA from the measured step time (the same median as the throughput), while steps remain
-    eta = ((total - last_step) * step_time if total and step_time and last_step < total
-           and status.get("status") == "running" else None)
+    eta = (
+        (total - last_step) * step_time
+        if total and step_time and last_step < total and status.get("status") == "running"
+        else None
+    )
     p = plan.get("plan", {})
     rounds = total_rounds = None
     if p.get("diloco"):
         total_rounds = math.ceil((total or 1) / max(1, int(p.get("local_steps") or 1)))
         rounds = tally.rounds
-    return {"step": last_step, "total_steps": total,
-            "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
-            "round": rounds, "total_rounds": total_rounds, "elapsed_s": max(0.0, elapsed), "eta_s": eta}
+    return {
+        "step": last_step,
+        "total_steps": total,
+        "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
+        "round": rounds,
+        "total_rounds": total_rounds,
+        "elapsed_s": max(0.0, elapsed),
+        "eta_s": eta,
+    }
 
 
 def _measured(tally: MetricsTally, batch: int) -> dict:
     """Loss, throughput and memory as logged (histories for the plots)."""
-    return {"loss": tally.last_loss, "loss_history": [x for x in tally.losses if math.isfinite(x)],
-            "loss_points": tally.loss_points, "throughput_history": [batch / t for t in tally.step_times_rank0],
-            "step_points": tally.step_points(),
-            "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
-            "memory_points": tally.memory_points(), "world_size": tally.world,
-            "model_state_bytes_per_rank": tally.mem, "cuda_peak_bytes": tally.peak or None,
-            "sync_wait_s_by_rank": {str(k): v for k, v in sorted(tally.waits.items())}}
+    return {
+        "loss": tally.last_loss,
+        "loss_history": [x for x in tally.losses if math.isfinite(x)],
+        "loss_points": tally.loss_points,
+        "throughput_history": [batch / t for t in tally.step_times_rank0],
+        "step_points": tally.step_points(),
+        "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
+        "memory_points": tally.memory_points(),
+        "world_size": tally.world,
+        "model_state_bytes_per_rank": tally.mem,
+        "cuda_peak_bytes": tally.peak or None,
+        "sync_wait_s_by_rank": {str(k): v for k, v in sorted(tally.waits.items())},
+    }
 
 
 def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -> tuple[Predicted, Errors]:
@@ -291,10 +367,12 @@ def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -
 
     pred = read_prediction(run_dir, plan)
     predicted = Predicted(**{f.name: pred.get(f.name) for f in fields(Predicted)})
-    return predicted, Errors(step_time_s=rel_error(pred.get("step_time_s"), step_time),
-                             samples_per_s=rel_error(pred.get("samples_per_s"), gsps),
-                             model_state_bytes=rel_error(pred.get("model_state_bytes"), tally.mem or None),
-                             cuda_peak_bytes=rel_error(pred.get("memory_per_gpu_bytes"), tally.peak or None))
+    return predicted, Errors(
+        step_time_s=rel_error(pred.get("step_time_s"), step_time),
+        samples_per_s=rel_error(pred.get("samples_per_s"), gsps),
+        model_state_bytes=rel_error(pred.get("model_state_bytes"), tally.mem or None),
+        cuda_peak_bytes=rel_error(pred.get("memory_per_gpu_bytes"), tally.peak or None),
+    )
 
 
 def compare_rows(s: RunSummary | dict) -> list[dict]:
@@ -310,15 +388,26 @@ def compare_rows(s: RunSummary | dict) -> list[dict]:
     def add(metric, p, m, e, fmt):
         if p is None and m is None:
             return
-        rows.append({"metric": metric, "predicted": "" if p is None else fmt(p),
-                     "measured": "" if m is None else fmt(m), "error": "" if e is None else f"{e:+.1%}"})
+        rows.append(
+            {
+                "metric": metric,
+                "predicted": "" if p is None else fmt(p),
+                "measured": "" if m is None else fmt(m),
+                "error": "" if e is None else f"{e:+.1%}",
+            }
+        )
 
     add("step time", pred.step_time_s, s.step_time_s, err.step_time_s, fmt_seconds)
     add("samples/s", pred.samples_per_s, s.samples_per_s, err.samples_per_s, lambda v: f"{v:.1f}")
     if s.cuda_peak_bytes:
         add("CUDA peak/GPU", pred.memory_per_gpu_bytes, s.cuda_peak_bytes, err.cuda_peak_bytes, fmt_bytes)
-    add("model states/rank", pred.model_state_bytes, s.model_state_bytes_per_rank or None, err.model_state_bytes,
-        fmt_bytes)
+    add(
+        "model states/rank",
+        pred.model_state_bytes,
+        s.model_state_bytes_per_rank or None,
+        err.model_state_bytes,
+        fmt_bytes,
+    )
     return rows
 
 
@@ -347,10 +436,22 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
                 continue
             out.append(summarize(d))
         except (OSError, ValueError, TypeError, ArithmeticError) as exc:
-            out.append({"run_dir": str(d), "name": d.name, "label": None, "status": "unknown", "step": 0,
-                        "total_steps": None, "loss": None, "samples_per_s": None, "elapsed_s": 0.0,
-                        "reason": f"unreadable run directory: {type(exc).__name__}: {exc}", "skipped_lines": 0,
-                        "unreadable": ["the run directory"]})
+            out.append(
+                {
+                    "run_dir": str(d),
+                    "name": d.name,
+                    "label": None,
+                    "status": "unknown",
+                    "step": 0,
+                    "total_steps": None,
+                    "loss": None,
+                    "samples_per_s": None,
+                    "elapsed_s": 0.0,
+                    "reason": f"unreadable run directory: {type(exc).__name__}: {exc}",
+                    "skipped_lines": 0,
+                    "unreadable": ["the run directory"],
+                }
+            )
     return out
 
 
@@ -376,8 +477,10 @@ def node_lines(s: RunSummary | dict) -> list[str]:
                 if g.get("util_pct") is None:
                     line += f", GPU{g['index']} no reading"
                 else:
-                    line += (f", GPU{g['index']} {g['util_pct']:.0f}% "
-                             f"{fmt_bytes(g['mem_used_bytes'] or 0)}/{fmt_bytes(g['mem_total_bytes'] or 0)}")
+                    line += (
+                        f", GPU{g['index']} {g['util_pct']:.0f}% "
+                        f"{fmt_bytes(g['mem_used_bytes'] or 0)}/{fmt_bytes(g['mem_total_bytes'] or 0)}"
+                    )
         if n.get("reason") and n["state"] not in ("finished", "running", "joined"):
             line += f" — {clean(n['reason'])}"
         out.append(line)

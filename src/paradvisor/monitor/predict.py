@@ -28,7 +28,9 @@ class RunEstimate:
     model_state_bytes: int  # params + grads + optimizer of the largest stage, per rank
 
 
-def estimate_for(preset, *, on_gpu: bool, gpu_name: str | None = None, calibration: dict | None = None) -> RunEstimate:
+def estimate_for(
+    preset, *, on_gpu: bool, gpu_name: str | None = None, calibration: dict | None = None
+) -> RunEstimate:
     from paradvisor.hardware import calibration as cal_mod
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import evaluate, memory_need
@@ -57,7 +59,7 @@ def estimate_for(preset, *, on_gpu: bool, gpu_name: str | None = None, calibrati
     # the largest model states of any stage (pipeline stages hold different layers); the autocast copy
     # ("gathered") is transient, not a held tensor, so it is not part of the model states
     states = 0
-    for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
+    for st in (0, plan.pp - 1) if plan.pp > 1 else (0,):
         need = memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch, stage=st)
         states = max(states, need["terms"]["params"] + need["terms"]["grads"] + need["terms"]["optimizer"])
     return RunEstimate(e, mf, topo, device, has_speed, round(states))
@@ -85,11 +87,16 @@ def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
         cal = cal_mod.load() if calibration is True else calibration
         r = estimate_for(preset, on_gpu=on_gpu, gpu_name=name, calibration=cal)
         e = r.estimate
-        computed = {"memory_per_gpu_bytes": round(e.memory_total), "model_state_bytes": r.model_state_bytes,
-                    "step_time_s": e.step_time if r.has_speed else None,
-                    "samples_per_s": e.samples_per_s if r.has_speed else None,
-                    "memory_breakdown": {k: round(v) for k, v in e.memory.items()}}
-        doc["device"] = r.device if r.has_speed else "this CPU: memory only (`paradvisor calibrate` once for times)"
+        computed = {
+            "memory_per_gpu_bytes": round(e.memory_total),
+            "model_state_bytes": r.model_state_bytes,
+            "step_time_s": e.step_time if r.has_speed else None,
+            "samples_per_s": e.samples_per_s if r.has_speed else None,
+            "memory_breakdown": {k: round(v) for k, v in e.memory.items()},
+        }
+        doc["device"] = (
+            r.device if r.has_speed else "this CPU: memory only (`paradvisor calibrate` once for times)"
+        )
         doc["runs_on"] = "cuda" if on_gpu else "cpu"
     except Exception as exc:  # a prediction is advice: it never stops a launch
         computed = {}
@@ -115,8 +122,11 @@ def read_prediction(run_dir: Path, plan: dict) -> dict:
     if path.exists():
         doc, _ = read_json_object(path)
         if doc is not None:
-            return {k: v for k, v in doc.items()
-                    if not isinstance(v, (int, float)) or isinstance(v, bool) or v == v and abs(v) != float("inf")}
+            return {
+                k: v
+                for k, v in doc.items()
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or v == v and abs(v) != float("inf")
+            }
     own = plan.get("prediction", {}) if isinstance(plan, dict) else {}
     return {**own, "source": "preset"} if own else {}
 

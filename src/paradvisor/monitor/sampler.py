@@ -40,8 +40,13 @@ class Sampler:
         vm = self._psutil.virtual_memory()
         gpus = tuple(self.nvml.sample(i) for i in range(len(self.handles))) if self.nvml is not None else ()
         self.errors += sum(g.error for g in gpus)  # GPU lost, reset, or NVML hiccup: that reading is missing
-        return HostSample(time=time.time(), cpu_pct=self._psutil.cpu_percent(None), ram_used_bytes=int(vm.used),
-                          ram_total_bytes=int(vm.total), gpus=gpus)
+        return HostSample(
+            time=time.time(),
+            cpu_pct=self._psutil.cpu_percent(None),
+            ram_used_bytes=int(vm.used),
+            ram_total_bytes=int(vm.total),
+            gpus=gpus,
+        )
 
     def sample(self) -> dict:
         return self.read().to_doc()
@@ -82,7 +87,9 @@ class SamplerThread(threading.Thread):
         self._stop_event.set()
 
 
-SAMPLES_FILE = SAMPLES  # samples.jsonl, one reading per line: {"kind": "sample", "node", "host", "time", "cpu_pct", ...}
+SAMPLES_FILE = (
+    SAMPLES  # samples.jsonl, one reading per line: {"kind": "sample", "node", "host", "time", "cpu_pct", ...}
+)
 SAMPLE_INTERVAL_S = 2.0
 
 

@@ -21,9 +21,15 @@ def _rel(pred, meas):
 
 
 TERMS = ("params", "grads", "optimizer", "step_grads", "gathered", "working", "activations")
-MEASURED = {"params": "mem_params_bytes", "grads": "mem_grads_bytes", "optimizer": "mem_optimizer_bytes",
-            "step_grads": "mem_step_grads_bytes", "gathered": "act_gathered_bytes", "working": "act_working_bytes",
-            "activations": "activation_bytes"}
+MEASURED = {
+    "params": "mem_params_bytes",
+    "grads": "mem_grads_bytes",
+    "optimizer": "mem_optimizer_bytes",
+    "step_grads": "mem_step_grads_bytes",
+    "gathered": "act_gathered_bytes",
+    "working": "act_working_bytes",
+    "activations": "activation_bytes",
+}
 
 
 def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
@@ -34,29 +40,42 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
     from paradvisor.plan.evaluate import _stage_layers, activation_terms, memory_need
 
     out = {k: 0.0 for k in TERMS}
-    for st in ((0, plan.pp - 1) if plan.pp > 1 else (0,)):
+    for st in (0, plan.pp - 1) if plan.pp > 1 else (0,):
         t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)["terms"]
         if t["params"] + t["grads"] + t["optimizer"] > out["params"] + out["grads"] + out["optimizer"]:
             for k in ("params", "grads", "optimizer", "step_grads"):
                 out[k] = t[k]
     # what the meter can see of `gathered`: the parameters on loan (not the unit's gradient)
-    unit = mf.fetch_unit if plan.sharding == "zero3" else (mf.block_params // plan.tp if mf.shape else mf.largest)
-    out["gathered"] = gathered_param_bytes(precision=precision, sharding=plan.sharding, unit=unit,
-                                           root=mf.first_params + mf.last_params if mf.shape else 0)
+    unit = (
+        mf.fetch_unit
+        if plan.sharding == "zero3"
+        else (mf.block_params // plan.tp if mf.shape else mf.largest)
+    )
+    out["gathered"] = gathered_param_bytes(
+        precision=precision,
+        sharding=plan.sharding,
+        unit=unit,
+        root=mf.first_params + mf.last_params if mf.shape else 0,
+    )
     if mf.shape is None:
         from paradvisor.estimate.memory import act_bytes_for, vision_activation_bytes
 
         out["activations"] = vision_activation_bytes(
-            mf.profile.layers, micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
-            act_bytes=act_bytes_for(precision), input_elems=math.prod(mf.profile.input_shape or (1,)))
+            mf.profile.layers,
+            micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
+            act_bytes=act_bytes_for(precision),
+            input_elems=math.prod(mf.profile.input_shape or (1,)),
+        )
         return out
     mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
     a, source = activation_terms(mf, wl, plan, precision, mb, cuda=topo.rank_spec[0].vendor != "cpu")
     layers = _stage_layers(mf, plan.pp)
     if plan.pp > 1:  # measured on the stage whose ranks logged the most: take the larger of both ends
         m = plan.grad_accum
-        ends = [stage_activation_bytes(a, layers, first=True, last=False),
-                stage_activation_bytes(a, layers, first=False, last=True)]
+        ends = [
+            stage_activation_bytes(a, layers, first=True, last=False),
+            stage_activation_bytes(a, layers, first=False, last=True),
+        ]
         out["activations"] = m * max(x[0] for x in ends)
         out["working"] = m * max(x[1] for x in ends)
     else:
@@ -96,18 +115,37 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     rows = _memory_rows(steps, pred, source, e)
     meas_step = reader.tally.measured_step_time()  # the one definition (rundir.metrics.MetricsTally)
     has_speed = est.has_speed
-    rows.append({"metric": "step time (s)", "term": "step_time", "predicted": e.step_time if has_speed else None,
-                 "measured": meas_step})
-    rows.append({"metric": "throughput (samples/s)", "term": "throughput",
-                 "predicted": e.samples_per_s if has_speed else None,
-                 "measured": (wl.global_batch / meas_step) if meas_step else None})
+    rows.append(
+        {
+            "metric": "step time (s)",
+            "term": "step_time",
+            "predicted": e.step_time if has_speed else None,
+            "measured": meas_step,
+        }
+    )
+    rows.append(
+        {
+            "metric": "throughput (samples/s)",
+            "term": "throughput",
+            "predicted": e.samples_per_s if has_speed else None,
+            "measured": (wl.global_batch / meas_step) if meas_step else None,
+        }
+    )
     for row in rows:
         row["rel_error"] = _rel(row["predicted"], row["measured"])
-    return {"schema": "paradvisor.validation/2", "run_dir": str(run_dir), "name": preset.name,
-            "skipped_lines": reader.skipped,
-            "label": plan.label(), "device": est.device, "world_size": plan.world_size, "rows": rows,
-            "activation_source": source, "notes": notes,
-            "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None}
+    return {
+        "schema": "paradvisor.validation/2",
+        "run_dir": str(run_dir),
+        "name": preset.name,
+        "skipped_lines": reader.skipped,
+        "label": plan.label(),
+        "device": est.device,
+        "world_size": plan.world_size,
+        "rows": rows,
+        "activation_source": source,
+        "notes": notes,
+        "time_breakdown": {k: v for k, v in e.time.items()} if has_speed else None,
+    }
 
 
 def _read_steps(run_dir: Path):
@@ -115,9 +153,18 @@ def _read_steps(run_dir: Path):
     left unreadable are skipped and counted; InputError when no step could be read."""
     from paradvisor.rundir.metrics import MetricsReader
 
-    keep = ("kind", "rank", "step", "step_time_s", "mem_model_state_bytes", "cuda_max_allocated_bytes",
-            "cuda_max_reserved_bytes", "device", "gpu_name",
-            *MEASURED.values())  # every term of the breakdown, to hold against its twin
+    keep = (
+        "kind",
+        "rank",
+        "step",
+        "step_time_s",
+        "mem_model_state_bytes",
+        "cuda_max_allocated_bytes",
+        "cuda_max_reserved_bytes",
+        "device",
+        "gpu_name",
+        *MEASURED.values(),
+    )  # every term of the breakdown, to hold against its twin
     steps, starts = [], []
 
     def collect(r: dict) -> None:
@@ -130,8 +177,11 @@ def _read_steps(run_dir: Path):
     reader.read(keep=0, on_record=collect)
     reader.finish()
     if not steps:
-        raise InputError("the run logged no step" + (f" that could be read ({reader.skipped} line(s) skipped)"
-                                                     if reader.skipped else ""), where=str(RunDir(run_dir).metrics))
+        raise InputError(
+            "the run logged no step"
+            + (f" that could be read ({reader.skipped} line(s) skipped)" if reader.skipped else ""),
+            where=str(RunDir(run_dir).metrics),
+        )
     return steps, (starts[0] if starts else {}), reader
 
 
@@ -142,25 +192,49 @@ def _memory_rows(steps: list[dict], pred: dict, source: str, e) -> list[dict]:
         vals = [r[key] for r in steps if key in r]
         return max(vals) if vals else None
 
-    rows = [{"metric": "model-state bytes per rank (max)", "term": "states",
-             "predicted": pred["params"] + pred["grads"] + pred["optimizer"], "measured": measured("mem_model_state_bytes")}]
+    rows = [
+        {
+            "metric": "model-state bytes per rank (max)",
+            "term": "states",
+            "predicted": pred["params"] + pred["grads"] + pred["optimizer"],
+            "measured": measured("mem_model_state_bytes"),
+        }
+    ]
     for term in ("params", "grads", "optimizer", "step_grads"):
         m = measured(MEASURED[term])
         if m is None and not pred[term]:
             continue
-        rows.append({"metric": f"{term} bytes per rank (max)", "term": term, "predicted": pred[term], "measured": m})
-    rows.append({"metric": f"activation bytes (one micro-batch, saved for backward; {source})", "term": "activations",
-                 "predicted": pred["activations"], "measured": measured("activation_bytes")})
-    for term, label in (("working", "16-bit weight copies saved for backward"),
-                        ("gathered", "parameters gathered on loan (ZeRO-3/FSDP), most at once")):
+        rows.append(
+            {"metric": f"{term} bytes per rank (max)", "term": term, "predicted": pred[term], "measured": m}
+        )
+    rows.append(
+        {
+            "metric": f"activation bytes (one micro-batch, saved for backward; {source})",
+            "term": "activations",
+            "predicted": pred["activations"],
+            "measured": measured("activation_bytes"),
+        }
+    )
+    for term, label in (
+        ("working", "16-bit weight copies saved for backward"),
+        ("gathered", "parameters gathered on loan (ZeRO-3/FSDP), most at once"),
+    ):
         m = measured(MEASURED[term])
         if m or pred[term]:
-            rows.append({"metric": f"{term} bytes ({label})", "term": term, "predicted": pred[term], "measured": m})
+            rows.append(
+                {"metric": f"{term} bytes ({label})", "term": term, "predicted": pred[term], "measured": m}
+            )
     # On a GPU: torch's allocator peak against the prediction less the overhead outside the allocator
     # (CUDA context, cuBLAS workspace); reserved = allocated + the caching allocator's held blocks.
     for key, label in (("cuda_max_allocated_bytes", "allocated"), ("cuda_max_reserved_bytes", "reserved")):
         peak = measured(key)
         if peak:
-            rows.append({"metric": f"CUDA peak {label} bytes", "term": f"peak_{label}",
-                         "predicted": e.memory_total - e.memory["overhead"], "measured": peak})
+            rows.append(
+                {
+                    "metric": f"CUDA peak {label} bytes",
+                    "term": f"peak_{label}",
+                    "predicted": e.memory_total - e.memory["overhead"],
+                    "measured": peak,
+                }
+            )
     return rows

@@ -1,6 +1,6 @@
 """The one advice path: a request (model, workload, machines, calibration, rules) in, a ranked
 Recommendation out. `paradvisor recommend`, `explain`, `launch --model` and the TUI all call
-`advise()`, so the same input gives the same ranking — and, through `launch.preset.preset_from_estimate`,
+`advise()`, so the same input gives the same ranking — and, through `rundir.preset.preset_from_estimate`,
 the same preset — everywhere.
 """
 
@@ -30,16 +30,25 @@ class Request:
     calibrated: bool = True  # measured figures from `paradvisor calibrate` in place of catalogue ones
 
 
-def default_workload(profile, cluster, *, seq_len=None, global_batch=None, precision="auto", attention="sdpa",
-                     model: str | None = None):
+def default_workload(
+    profile,
+    cluster,
+    *,
+    seq_len=None,
+    global_batch=None,
+    precision="auto",
+    attention="sdpa",
+    model: str | None = None,
+):
     """The workload in force: given values, else the model's context (capped at 2048) and 8 samples per GPU."""
     from paradvisor.plan.types import Workload
 
     s = profile.transformer
     seq = seq_len if seq_len is not None else (min(s.max_positions, DEFAULT_SEQ_CAP) if s else 1)
     gb = global_batch if global_batch is not None else DEFAULT_BATCH_PER_GPU * max(1, cluster.gpu_count)
-    return Workload(model=model or profile.name, seq_len=seq, global_batch=gb, precision=precision,
-                    attention=attention)
+    return Workload(
+        model=model or profile.name, seq_len=seq, global_batch=gb, precision=precision, attention=attention
+    )
 
 
 def advise(req: Request, profile=None):
@@ -54,8 +63,15 @@ def advise(req: Request, profile=None):
         raise InputError(f"--top must be at least 1, got {req.top}")
     profile = profile if profile is not None else load_profile(req.model)
     cluster = calibration.apply(req.cluster) if req.calibrated else req.cluster
-    wl = default_workload(profile, cluster, seq_len=req.seq_len, global_batch=req.global_batch,
-                          precision=req.precision, attention=req.attention, model=req.model)
+    wl = default_workload(
+        profile,
+        cluster,
+        seq_len=req.seq_len,
+        global_batch=req.global_batch,
+        precision=req.precision,
+        attention=req.attention,
+        model=req.model,
+    )
     from dataclasses import asdict
 
     from paradvisor.typed import from_table

@@ -42,8 +42,10 @@ def why_not(plan, family: str) -> str | None:
         if why:
             return why
     if plan.precision not in LAUNCH_PRECISIONS:
-        return (f"{plan.precision} training is plan only: the launcher trains in fp32 or bf16/fp16 autocast "
-                "(fp8 needs Transformer Engine or torchao float8)")
+        return (
+            f"{plan.precision} training is plan only: the launcher trains in fp32 or bf16/fp16 autocast "
+            "(fp8 needs Transformer Engine or torchao float8)"
+        )
     if plan.sharding.startswith("zero") and (plan.tp > 1 or plan.pp > 1):
         return "DeepSpeed ZeRO runs data-parallel only here (ZeRO with TP/PP needs Megatron-DeepSpeed)"
     if plan.diloco and (plan.tp > 1 or plan.pp > 1 or plan.sharding not in ("none", "fsdp")):
@@ -57,14 +59,19 @@ def why_not(plan, family: str) -> str | None:
     if plan.sequence_parallel and plan.tp == 1:
         return "sequence parallelism needs tp > 1"
     if plan.sequence_parallel and family not in SP_FAMILIES:
-        return (f"sequence parallelism is not launched for {family!r} models (ALBERT adds its residual inside the "
-                "attention module, so the sequence shards cannot stay outside it)")
+        return (
+            f"sequence parallelism is not launched for {family!r} models (ALBERT adds its residual inside the "
+            "attention module, so the sequence shards cannot stay outside it)"
+        )
     if plan.pp > 1 and family not in PP_FAMILIES:
         return f"no pipeline split for {family!r} models (have: {', '.join(sorted(PP_FAMILIES))})"
-    if plan.offload != "none" and not (plan.sharding.startswith("zero") or
-                                       (plan.sharding == "fsdp" and plan.offload == "optimizer+params")):
-        return ("CPU offload runs with ZeRO (optimizer, or optimizer+params at stage 3) or with FSDP "
-                "(optimizer+params together)")
+    if plan.offload != "none" and not (
+        plan.sharding.startswith("zero") or (plan.sharding == "fsdp" and plan.offload == "optimizer+params")
+    ):
+        return (
+            "CPU offload runs with ZeRO (optimizer, or optimizer+params at stage 3) or with FSDP "
+            "(optimizer+params together)"
+        )
     if plan.offload == "optimizer+params" and plan.sharding in ("zero1", "zero2"):
         return "parameter offload needs ZeRO-3"
     if plan.offload != "none" and (plan.tp > 1 or plan.pp > 1):
@@ -74,12 +81,14 @@ def why_not(plan, family: str) -> str | None:
 
 def _why_not_ep(plan, family: str) -> str | None:
     if family not in EP_FAMILIES:
-        return (f"no expert-parallel plan for {family!r} models (have: {', '.join(sorted(EP_FAMILIES))})")
+        return f"no expert-parallel plan for {family!r} models (have: {', '.join(sorted(EP_FAMILIES))})"
     if plan.tp > 1 or plan.pp > 1:
         return "EP runs with data parallelism only here (EP x TP/PP is plan only: it needs torchtitan's MoE recipes)"
     if plan.sharding not in ("none", "fsdp"):
-        return ("EP runs with DDP or FSDP around it (EP x ZeRO is plan only: it needs DeepSpeed-MoE's "
-                "expert groups)")
+        return (
+            "EP runs with DDP or FSDP around it (EP x ZeRO is plan only: it needs DeepSpeed-MoE's "
+            "expert groups)"
+        )
     if plan.diloco or plan.split_by_speed or plan.offload != "none":
         return "EP runs without DiLoCo, split-by-speed batches or CPU offload"
     if plan.dp % plan.ep:
@@ -97,11 +106,21 @@ def table() -> list[dict]:
         {"shape": "ZeRO-1/2/3 (+ CPU offload)", "engine": "deepspeed", "families": dp},
         {"shape": "TP, TP x DDP, TP x FSDP", "engine": "torch", "families": ", ".join(sorted(TP_FAMILIES))},
         {"shape": "TP+SP (x DDP / FSDP)", "engine": "torch", "families": ", ".join(sorted(SP_FAMILIES))},
-        {"shape": "EP x DDP, EP x FSDP (experts sharded by expert, all-to-all dispatch)", "engine": "torch",
-         "families": ", ".join(sorted(EP_FAMILIES))},
-        {"shape": "PP (GPipe, 1F1B), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP", "engine": "torch",
-         "families": ", ".join(sorted(PP_FAMILIES))},
+        {
+            "shape": "EP x DDP, EP x FSDP (experts sharded by expert, all-to-all dispatch)",
+            "engine": "torch",
+            "families": ", ".join(sorted(EP_FAMILIES)),
+        },
+        {
+            "shape": "PP (GPipe, 1F1B), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP",
+            "engine": "torch",
+            "families": ", ".join(sorted(PP_FAMILIES)),
+        },
         {"shape": "DiLoCo with DDP or FSDP inside each node", "engine": "torch", "families": dp},
         {"shape": "split-by-speed batches (DDP, FSDP, ZeRO)", "engine": "torch / deepspeed", "families": dp},
-        {"shape": "activation checkpointing none/selective/full", "engine": "torch / deepspeed", "families": dp},
+        {
+            "shape": "activation checkpointing none/selective/full",
+            "engine": "torch / deepspeed",
+            "families": dp,
+        },
     ]

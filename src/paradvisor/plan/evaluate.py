@@ -37,7 +37,9 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
 
 OVERLAP = 0.8
-DEEPSPEED_STEP_OVERHEAD = 5e-3  # s per optimizer step of engine bookkeeping (measured on CPU runs, accuracy.py)
+DEEPSPEED_STEP_OVERHEAD = (
+    5e-3  # s per optimizer step of engine bookkeeping (measured on CPU runs, accuracy.py)
+)
 PP_MICRO_OVERHEAD = 3e-4  # s per micro-batch per stage: kernel launches, schedule sync
 CPU_ADAM_BW = 10e9  # bytes/s of host memory traffic a CPU Adam step sustains
 HOST_LINK_BW = 12e9  # PCIe host<->GPU, bytes/s
@@ -81,8 +83,9 @@ def activation_mode(plan: Plan, precision: str) -> str:
     return "bf16" if plan.sharding != "none" else "amp"
 
 
-def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *,
-                     cuda: bool) -> tuple[dict, str]:
+def activation_terms(
+    mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
+) -> tuple[dict, str]:
     """Per-block/edge activation bytes and weight copies for one micro-batch on one rank, and where they
     came from ("traced" from the model's code, or "formula")."""
     from paradvisor.model.activations import key_of
@@ -93,26 +96,52 @@ def activation_terms(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, m
     kernel = wl.attention
     if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
         g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
-        g_ckpt = traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch) \
-            if plan.checkpointing == "full" else None
+        g_ckpt = (
+            traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch)
+            if plan.checkpointing == "full"
+            else None
+        )
         if g_none is not None and (plan.checkpointing != "full" or g_ckpt is not None):
-            return traced_activation_terms(g_none, g_ckpt, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
-                                           sequence_parallel=plan.sequence_parallel,
-                                           checkpointing=plan.checkpointing, cuda_sdpa=cuda and kernel == "sdpa",
-                                           shared_layers=s.shared_layers), "traced"
+            return traced_activation_terms(
+                g_none,
+                g_ckpt,
+                seq=wl.seq_len,
+                micro_batch=micro_batch,
+                tp=plan.tp,
+                sequence_parallel=plan.sequence_parallel,
+                checkpointing=plan.checkpointing,
+                cuda_sdpa=cuda and kernel == "sdpa",
+                shared_layers=s.shared_layers,
+            ), "traced"
     ab = act_bytes_for(precision)
-    blk = block_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp,
-                                 sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing,
-                                 act_bytes=ab, attention=kernel)
+    blk = block_activation_bytes(
+        s,
+        seq=wl.seq_len,
+        micro_batch=micro_batch,
+        tp=plan.tp,
+        sequence_parallel=plan.sequence_parallel,
+        checkpointing=plan.checkpointing,
+        act_bytes=ab,
+        attention=kernel,
+    )
     if mf.moe is not None:  # router and dispatch activations, averaged over the layers
         blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
-    edges = edge_activation_bytes(s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab,
-                                  lm_head=mf.lm_head)
+    edges = edge_activation_bytes(
+        s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab, lm_head=mf.lm_head
+    )
     copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
-    return {"block": blk["stored"], "lastblock": blk["stored"], "rebuilt": blk["working"], "first": edges["embedding"],
-            "last": edges["head"], "copies_block": copies, "copies_lastblock": copies,
-            "copies_once": copies if s.shared_layers else None, "copies_first": 0.0,
-            "copies_last": 2 * mf.last_params if mode == "amp" and mf.lm_head else 0.0}, "formula"
+    return {
+        "block": blk["stored"],
+        "lastblock": blk["stored"],
+        "rebuilt": blk["working"],
+        "first": edges["embedding"],
+        "last": edges["head"],
+        "copies_block": copies,
+        "copies_lastblock": copies,
+        "copies_once": copies if s.shared_layers else None,
+        "copies_first": 0.0,
+        "copies_last": 2 * mf.last_params if mode == "amp" and mf.lm_head else 0.0,
+    }, "formula"
 
 
 def _shard_degree(topo: Topology, plan: Plan) -> int:
@@ -142,20 +171,34 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
         grad_elements = None
         if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
             grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
-        return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard,
-                                 offload=plan.offload, largest_layer=unit, persistent=mf.persistent, root=root,
-                                 grad_elements=grad_elements)
+        return model_state_bytes(
+            psi,
+            precision=precision,
+            sharding=plan.sharding,
+            shard_degree=shard,
+            offload=plan.offload,
+            largest_layer=unit,
+            persistent=mf.persistent,
+            root=root,
+            grad_elements=grad_elements,
+        )
+
     return states
 
 
-def _stage_terms(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
-                 states) -> tuple[list[tuple], str]:
+def _stage_terms(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int, states
+) -> tuple[list[tuple], str]:
     """(states, activations, working bytes, params) per pipeline stage worth checking, and where the
     activation figures came from."""
     psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
     if mf.shape is None:
-        acts = vision_activation_bytes(mf.profile.layers, micro_batch=micro_batch, act_bytes=act_bytes_for(precision),
-                                       input_elems=math.prod(mf.profile.input_shape or (1,)))
+        acts = vision_activation_bytes(
+            mf.profile.layers,
+            micro_batch=micro_batch,
+            act_bytes=act_bytes_for(precision),
+            input_elems=math.prod(mf.profile.input_shape or (1,)),
+        )
         return [(states(psi_first, True, True), acts, 0.0, psi_first)], "formula"
     cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
     a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
@@ -168,20 +211,42 @@ def _stage_terms(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, preci
     inflight_last = m if plan.pp_schedule == "gpipe" else 1
     a_first, c_first = stage_activation_bytes(a, layers, first=True, last=False)
     a_last, c_last = stage_activation_bytes(a, layers, first=False, last=True)
-    return [(states(psi_first, True, False), inflight_first * a_first,
-             inflight_first * c_first + a["rebuilt"], psi_first),
-            (states(psi_last, False, True), inflight_last * a_last,
-             inflight_last * c_last + a["rebuilt"], psi_last)], source
+    return [
+        (
+            states(psi_first, True, False),
+            inflight_first * a_first,
+            inflight_first * c_first + a["rebuilt"],
+            psi_first,
+        ),
+        (
+            states(psi_last, False, True),
+            inflight_last * a_last,
+            inflight_last * c_last + a["rebuilt"],
+            psi_last,
+        ),
+    ], source
 
 
-def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int,
-                stage: int | None = None) -> dict:
+def memory_need(
+    mf: ModelFacts,
+    topo: Topology,
+    wl: Workload,
+    plan: Plan,
+    precision: str,
+    micro_batch: int,
+    stage: int | None = None,
+) -> dict:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload."""
     shard = _shard_degree(topo, plan)
     states = _state_fn(mf, plan, precision, shard)
-    transient = loss_transient_bytes(micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab,
-                                     lm_head=mf.lm_head) if mf.shape is not None else 0.0
+    transient = (
+        loss_transient_bytes(
+            micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab, lm_head=mf.lm_head
+        )
+        if mf.shape is not None
+        else 0.0
+    )
     stages, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states)
     heads = [False] * (len(stages) - 1) + [True]  # the last stage computes the loss
     if stage is not None and len(stages) > 1:
@@ -189,19 +254,42 @@ def memory_need(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         stages, heads = [stages[pick]], [heads[pick]]
     best = None
     for (st, acts, work, psi), head in zip(stages, heads):
-        buf = buffer_bytes(sharding=plan.sharding, psi=psi, precision=precision, tp=plan.tp, seq=wl.seq_len, dp=plan.dp,
-                           micro_batch=micro_batch, hidden=mf.shape.hidden if mf.shape else 0)
-        terms = {**st, "working": work, "activations": acts, "buffers": buf,
-                 "transient": transient if head else 0.0,
-                 "overhead": FRAMEWORK_OVERHEAD}
-        phase, alive = peak_breakdown(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
+        buf = buffer_bytes(
+            sharding=plan.sharding,
+            psi=psi,
+            precision=precision,
+            tp=plan.tp,
+            seq=wl.seq_len,
+            dp=plan.dp,
+            micro_batch=micro_batch,
+            hidden=mf.shape.hidden if mf.shape else 0,
+        )
+        terms = {
+            **st,
+            "working": work,
+            "activations": acts,
+            "buffers": buf,
+            "transient": transient if head else 0.0,
+            "overhead": FRAMEWORK_OVERHEAD,
+        }
+        phase, alive = peak_breakdown(
+            terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32"
+        )
         total = sum(alive.values())
         if best is None or total > best[1]:
             best = (terms, total, psi, phase)
-    cpu = offload_cpu_bytes(best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload,
-                            precision=precision)
-    return {"terms": best[0], "total": best[1], "psi": best[2], "phase": best[3], "shard": shard, "cpu": cpu,
-            "activation_source": source}
+    cpu = offload_cpu_bytes(
+        best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
+    )
+    return {
+        "terms": best[0],
+        "total": best[1],
+        "psi": best[2],
+        "phase": best[3],
+        "shard": shard,
+        "cpu": cpu,
+        "activation_source": source,
+    }
 
 
 HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
@@ -220,7 +308,9 @@ def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> b
     """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold; alike nodes
     share their RAM figure (one check per segment of the topology)."""
     ok = True
-    notes.append(f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node")
+    notes.append(
+        f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node"
+    )
     for seg in topo.segments:
         node = seg.node
         ram, known = node_ram(node)
@@ -228,9 +318,11 @@ def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> b
         if need > HOST_RAM_USABLE * ram:
             ok = False
             more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
-            notes.append(f"{node.name}{more} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
-                         f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
-                         f", needs {need / 2**30:.0f} GiB")
+            notes.append(
+                f"{node.name}{more} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
+                f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
+                f", needs {need / 2**30:.0f} GiB"
+            )
     return ok
 
 
@@ -256,8 +348,9 @@ def calibrated_overhead(spec, plan: Plan, precision: str) -> dict | None:
     return per.get("fp32" if precision == "fp32" else "bf16")
 
 
-def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict,
-                 micro_batch: int, spec=None) -> dict[str, float]:
+def compute_time(
+    mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict, micro_batch: int, spec=None
+) -> dict[str, float]:
     """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute.
     On a calibrated CPU the rate is the one measured for matmuls of this width (`calibrate`'s curve)."""
     peak = effective_peak(peak_tflops, precision)
@@ -271,10 +364,20 @@ def compute_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_
         return {"forward": fwd / rate, "backward": 2 * fwd / rate, "recompute": 0.0}
     s = mf.shape
     layers = _stage_layers(mf, plan.pp)
-    f = transformer_flops_per_token(s, seq=wl.seq_len, layers=layers, lm_head=mf.lm_head,
-                                    checkpointing=plan.checkpointing, attention=wl.attention)
+    f = transformer_flops_per_token(
+        s,
+        seq=wl.seq_len,
+        layers=layers,
+        lm_head=mf.lm_head,
+        checkpointing=plan.checkpointing,
+        attention=wl.attention,
+    )
     tokens = micro_batch * wl.seq_len
-    rate = curve_rate(curve, s.hidden / plan.tp) * 1e12 if curve else peak * efficiency(s.hidden / plan.tp, tokens)
+    rate = (
+        curve_rate(curve, s.hidden / plan.tp) * 1e12
+        if curve
+        else peak * efficiency(s.hidden / plan.tp, tokens)
+    )
     scale = tokens / plan.tp / rate
     return {k: v * scale for k, v in f.items()}
 
@@ -286,7 +389,9 @@ def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
         for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
             classes.setdefault((spec.name, mb), (spec, mb))
     else:
-        for spec in topo.specs:  # distinct GPU types in rank order: the cost does not grow with the rank count
+        for (
+            spec
+        ) in topo.specs:  # distinct GPU types in rank order: the cost does not grow with the rank count
             classes.setdefault((spec.name, plan.micro_batch), (spec, plan.micro_batch))
     return list(classes.values())
 
@@ -309,8 +414,18 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
     return worst_mem, tight, slowest
 
 
-def _dp_comm(mf: ModelFacts, topo: Topology, plan: Plan, psi: float, shard: int, gb: int, pb: int,
-             t_bwd: float, t_micro: float, lat_k: float) -> tuple[float, float]:
+def _dp_comm(
+    mf: ModelFacts,
+    topo: Topology,
+    plan: Plan,
+    psi: float,
+    shard: int,
+    gb: int,
+    pb: int,
+    t_bwd: float,
+    t_micro: float,
+    lat_k: float,
+) -> tuple[float, float]:
     """Data-parallel communication per step: (total, exposed after overlap)."""
     if plan.dp <= 1:
         return 0.0, 0.0
@@ -320,10 +435,14 @@ def _dp_comm(mf: ModelFacts, topo: Topology, plan: Plan, psi: float, shard: int,
         dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
         return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
     if plan.sharding in ("zero1", "zero2"):
-        dp_total = comm.reduce_scatter(psi * gb, plan.dp, bw, lat) + comm.all_gather(psi * pb, plan.dp, bw, lat)
+        dp_total = comm.reduce_scatter(psi * gb, plan.dp, bw, lat) + comm.all_gather(
+            psi * pb, plan.dp, bw, lat
+        )
         return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
     if plan.sharding in ("zero3", "fsdp"):
-        per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(psi * gb, plan.dp, bw, lat)
+        per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
+            psi * gb, plan.dp, bw, lat
+        )
         # one gather/scatter per unit, each paying the latency; latency chains do not overlap.
         # FSDP2's units are the blocks (+ root); DeepSpeed ZeRO-3 fetches per parameterised module.
         if mf.shape is None:
@@ -333,14 +452,20 @@ def _dp_comm(mf: ModelFacts, topo: Topology, plan: Plan, psi: float, shard: int,
         else:
             units = 8 * (mf.shape.num_layers // plan.pp) + 4
         chain = 3 * (units - 1) * (plan.dp - 1) * lat
-        return (per_micro + chain) * plan.grad_accum, (max(0.0, per_micro - OVERLAP * t_micro) + chain) * plan.grad_accum
+        return (per_micro + chain) * plan.grad_accum, (
+            max(0.0, per_micro - OVERLAP * t_micro) + chain
+        ) * plan.grad_accum
     # hsdp: shard inside the node, replicate across nodes
     ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency * lat_k
-    per_micro = 2 * comm.all_gather(psi * pb, shard, ibw, ilat) + comm.reduce_scatter(psi * gb, shard, ibw, ilat)
+    per_micro = 2 * comm.all_gather(psi * pb, shard, ibw, ilat) + comm.reduce_scatter(
+        psi * gb, shard, ibw, ilat
+    )
     replicas = max(1, plan.dp // shard)
     across = comm.all_reduce(psi * gb / shard, replicas, bw, lat)
     dp_total = per_micro * plan.grad_accum + across
-    return dp_total, max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(0.0, across - OVERLAP * t_bwd)
+    return dp_total, max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(
+        0.0, across - OVERLAP * t_bwd
+    )
 
 
 def _optimizer_time(plan: Plan, psi: float, shard: int, pb: int, mem_bw: float) -> tuple[float, float]:
@@ -354,16 +479,32 @@ def _optimizer_time(plan: Plan, psi: float, shard: int, pb: int, mem_bw: float) 
     return 16 * psi / shard / CPU_ADAM_BW, t_off
 
 
-def _micro_times(mf: ModelFacts, topo: Topology, plan: Plan, ct: dict, t_micro: float, t_tp: float,
-                 t_frame: float, tokens: int, ab: int, lat_k: float, pp_overhead: float) -> dict[str, float]:
+def _micro_times(
+    mf: ModelFacts,
+    topo: Topology,
+    plan: Plan,
+    ct: dict,
+    t_micro: float,
+    t_tp: float,
+    t_frame: float,
+    tokens: int,
+    ab: int,
+    lat_k: float,
+    pp_overhead: float,
+) -> dict[str, float]:
     """The per-step times of the micro-batches: compute, TP, framework, and with a pipeline its p2p
     and bubble."""
     m = plan.grad_accum
-    time = {"compute": m * (ct["forward"] + ct["backward"]), "recompute": m * ct["recompute"],
-            "tp_comm": m * t_tp}
+    time = {
+        "compute": m * (ct["forward"] + ct["backward"]),
+        "recompute": m * ct["recompute"],
+        "tp_comm": m * t_tp,
+    }
     if plan.pp > 1:
         pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
-        t_p2p = 2 * comm.p2p(tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, lat_k * plat)
+        t_p2p = 2 * comm.p2p(
+            tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, lat_k * plat
+        )
         time["pp_p2p"] = m * (t_p2p + pp_overhead)
         time["framework"] = m * t_frame
         time["pp_bubble"] = (plan.pp - 1) * (t_micro + t_tp + t_p2p + pp_overhead + t_frame)
@@ -372,8 +513,12 @@ def _micro_times(mf: ModelFacts, topo: Topology, plan: Plan, ct: dict, t_micro: 
     return time
 
 
-def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float) -> Estimate:
-    (need, capacity, usable), tight, (ct, t_micro, slow_spec) = _worst_classes(mf, topo, wl, plan, precision, margin)
+def evaluate(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float
+) -> Estimate:
+    (need, capacity, usable), tight, (ct, t_micro, slow_spec) = _worst_classes(
+        mf, topo, wl, plan, precision, margin
+    )
     if mf.moe is not None and plan.ep > 1:  # the busiest EP rank's expert work sets the pace
         ct, t_micro = _moe_imbalance(mf, plan, ct)
     ab = act_bytes_for(precision)
@@ -395,15 +540,17 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
         psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
-    dp_total, dp_exposed = _dp_comm(mf, topo, plan, psi, need["shard"], gb, pb,
-                                    ct["backward"] + ct["recompute"], t_micro, lat_k)
+    dp_total, dp_exposed = _dp_comm(
+        mf, topo, plan, psi, need["shard"], gb, pb, ct["backward"] + ct["recompute"], t_micro, lat_k
+    )
     t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, slow_spec.mem_bw)
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
     n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
     t_frame = n_layers * (cal["per_layer"] if cal else slow_spec.layer_overhead_s)
-    time = _micro_times(mf, topo, plan, ct, t_micro, t_tp, t_frame, tokens, ab, lat_k,
-                        0.0 if cal else PP_MICRO_OVERHEAD)
+    time = _micro_times(
+        mf, topo, plan, ct, t_micro, t_tp, t_frame, tokens, ab, lat_k, 0.0 if cal else PP_MICRO_OVERHEAD
+    )
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
     time["dp_comm_exposed"] = dp_exposed
@@ -419,14 +566,28 @@ def evaluate(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
     host_fits = host_memory_fits(topo, need["cpu"], notes) if plan.offload != "none" else True
     fits = need["total"] <= usable and host_fits
-    return Estimate(plan=plan, memory=need["terms"], memory_total=need["total"], capacity=capacity, usable=usable,
-                    fits=fits, tight_gpu=tight, time=time, step_time=step,
-                    samples_per_s=wl.global_batch / step, tokens_per_s=wl.global_batch * wl.seq_len / step,
-                    cpu_bytes_per_rank=need["cpu"], score=step, notes=notes, host_fits=host_fits,
-                    peak_phase=need["phase"])
+    return Estimate(
+        plan=plan,
+        memory=need["terms"],
+        memory_total=need["total"],
+        capacity=capacity,
+        usable=usable,
+        fits=fits,
+        tight_gpu=tight,
+        time=time,
+        step_time=step,
+        samples_per_s=wl.global_batch / step,
+        tokens_per_s=wl.global_batch * wl.seq_len / step,
+        cpu_bytes_per_rank=need["cpu"],
+        score=step,
+        notes=notes,
+        host_fits=host_fits,
+        peak_phase=need["phase"],
+    )
 
 
 # -- mixture of experts (estimate/moe.py holds the formulas) ----------------------------------------
+
 
 def _moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     """Model-state function of a MoE model: dense part sharded over `shard`, routed experts split
@@ -437,24 +598,41 @@ def _moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     largest = int(max(block_dense + info.expert_params_per_layer / plan.tp / plan.ep, mf.largest_nonblock))
 
     def state_fn(psi, shard_degree, largest_layer):
-        return model_state_bytes(psi, precision=precision, sharding=plan.sharding, shard_degree=shard_degree,
-                                 offload=plan.offload, largest_layer=largest_layer)
+        return model_state_bytes(
+            psi,
+            precision=precision,
+            sharding=plan.sharding,
+            shard_degree=shard_degree,
+            offload=plan.offload,
+            largest_layer=largest_layer,
+        )
 
-    return lambda psi: moe.split_states(psi, expert_psi=exp, ep=plan.ep, shard=shard, state_fn=state_fn,
-                                        largest_layer=largest)
+    return lambda psi: moe.split_states(
+        psi, expert_psi=exp, ep=plan.ep, shard=shard, state_fn=state_fn, largest_layer=largest
+    )
 
 
 def _moe_block(mf: ModelFacts, blk: dict, wl: Workload, plan: Plan, micro_batch: int, ab: int) -> dict:
     info = mf.moe
-    extra = moe.layer_activation_bytes(hidden=mf.shape.hidden, experts=info.num_experts, top_k=info.top_k,
-                                       seq=wl.seq_len, micro_batch=micro_batch, act_bytes=ab, tp=plan.tp,
-                                       sequence_parallel=plan.sequence_parallel, checkpointing=plan.checkpointing)
+    extra = moe.layer_activation_bytes(
+        hidden=mf.shape.hidden,
+        experts=info.num_experts,
+        top_k=info.top_k,
+        seq=wl.seq_len,
+        micro_batch=micro_batch,
+        act_bytes=ab,
+        tp=plan.tp,
+        sequence_parallel=plan.sequence_parallel,
+        checkpointing=plan.checkpointing,
+    )
     share = info.moe_layers / info.num_layers
     return {"stored": blk["stored"] + share * extra["stored"], "working": blk["working"] + extra["working"]}
 
 
 def _moe_imbalance(mf: ModelFacts, plan: Plan, ct: dict) -> tuple[dict, float]:
-    f = moe.imbalance_factor(routed_share=mf.moe.routed_share * mf.moe.moe_layers / mf.moe.num_layers, ep=plan.ep)
+    f = moe.imbalance_factor(
+        routed_share=mf.moe.routed_share * mf.moe.moe_layers / mf.moe.num_layers, ep=plan.ep
+    )
     ct = {k: v * f for k, v in ct.items()}
     return ct, sum(ct.values())
 
@@ -463,5 +641,14 @@ def _moe_a2a(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int) 
     """All-to-all seconds per micro-batch on the EP group's link, for the MoE layers of one stage."""
     bw, lat, _ = topo.ep_link(plan.tp, plan.ep)
     tokens = plan.micro_batch * wl.seq_len / (plan.tp if plan.sequence_parallel else 1)
-    return moe.a2a_time(tokens=tokens, hidden=mf.shape.hidden, top_k=mf.moe.top_k, act_bytes=ab, ep=plan.ep, bw=bw,
-                        lat=lat, moe_layers=mf.moe.moe_layers // plan.pp, recompute=plan.checkpointing == "full")
+    return moe.a2a_time(
+        tokens=tokens,
+        hidden=mf.shape.hidden,
+        top_k=mf.moe.top_k,
+        act_bytes=ab,
+        ep=plan.ep,
+        bw=bw,
+        lat=lat,
+        moe_layers=mf.moe.moe_layers // plan.pp,
+        recompute=plan.checkpointing == "full",
+    )

@@ -13,8 +13,15 @@ from paradvisor.model.profile import ModelProfile, TransformerShape
 
 def nominal_spec(memory_bytes: int, name: str = "cap") -> GPUSpec:
     """A stand-in device for memory-only questions (a memory cap, a run without calibration)."""
-    return GPUSpec(name=name, vendor="cpu", arch="cpu", memory_bytes=int(memory_bytes), mem_bw=1e10,
-                   tflops={"fp32": 1.0}, intra_link="loopback")
+    return GPUSpec(
+        name=name,
+        vendor="cpu",
+        arch="cpu",
+        memory_bytes=int(memory_bytes),
+        mem_bw=1e10,
+        tflops={"fp32": 1.0},
+        intra_link="loopback",
+    )
 
 
 @dataclass(frozen=True)
@@ -42,8 +49,18 @@ class MoEFacts:
         per_layer = max((e.expert_params for e in p.layers), default=0)
         active = replace(s, ffn=s.active_ffn)
         routed = (3 if s.gated_mlp else 2) * s.hidden * s.experts_per_token * s.expert_ffn
-        return cls(s.num_experts, s.experts_per_token, s.expert_ffn, s.shared_ffn, s.moe_layers, s.num_layers,
-                   p.expert_params, p.active_params, per_layer, routed / layer_matmul_params(active))
+        return cls(
+            s.num_experts,
+            s.experts_per_token,
+            s.expert_ffn,
+            s.shared_ffn,
+            s.moe_layers,
+            s.num_layers,
+            p.expert_params,
+            p.active_params,
+            per_layer,
+            routed / layer_matmul_params(active),
+        )
 
     def stage_experts(self, tp: int, pp: int) -> float:
         """Routed-expert parameters of one pipeline stage on one TP rank (MoE layers spread evenly)."""
@@ -91,7 +108,7 @@ class ModelFacts:
         idx_first = p.layers.index(blocks[0])
         idx_last = p.layers.index(blocks[-1])
         first = sum(e.params for e in p.layers[:idx_first])
-        last = sum(e.params for e in p.layers[idx_last + 1:])
+        last = sum(e.params for e in p.layers[idx_last + 1 :])
         replicated = sum(e.params for e in p.layers if e.kind in ("norm", "pooler", "other"))
         block = sum(e.params for e in blocks) // len(blocks)
         lm_head = s.causal  # causal LMs compute logits over the vocabulary
@@ -100,8 +117,20 @@ class ModelFacts:
         if unit is None:  # not traced: the largest projection of a block, or a module outside the blocks
             d_attn = s.heads * s.head_dim
             unit = max(nonblock, s.hidden * s.ffn + s.ffn, s.hidden * d_attn + d_attn)
-        return cls(p, p.total_params, p.largest_layer.params, block, len(blocks), first, last, replicated, lm_head,
-                   nonblock, unit, persistent)
+        return cls(
+            p,
+            p.total_params,
+            p.largest_layer.params,
+            block,
+            len(blocks),
+            first,
+            last,
+            replicated,
+            lm_head,
+            nonblock,
+            unit,
+            persistent,
+        )
 
     @property
     def shape(self):
@@ -192,7 +221,9 @@ class Topology:
         """One node of `world` identical devices (a run on this machine, or a capped stand-in)."""
         from paradvisor.hardware.types import Device, SameDevices
 
-        devices = SameDevices(Device(index=0, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes), world)
+        devices = SameDevices(
+            Device(index=0, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes), world
+        )
         return cls.of(Cluster(name=name, nodes=(Node(name=name, gpus=devices, intra_link=link),)))
 
     # -- sizes --------------------------------------------------------------------------------------
@@ -263,14 +294,20 @@ class Topology:
     @property
     def rank_node(self) -> Sequence[int]:
         segs = self.segments
-        return _PerIndex(self.world, self._rank_starts,
-                         lambda k, r: segs[k].first_node + (r - segs[k].first_rank) // segs[k].size)
+        return _PerIndex(
+            self.world,
+            self._rank_starts,
+            lambda k, r: segs[k].first_node + (r - segs[k].first_rank) // segs[k].size,
+        )
 
     @property
     def rank_spec(self) -> Sequence[GPUSpec]:
         segs = self.segments
-        return _PerIndex(self.world, self._rank_starts,
-                         lambda k, r: segs[k].spec_at((r - segs[k].first_rank) % segs[k].size))
+        return _PerIndex(
+            self.world,
+            self._rank_starts,
+            lambda k, r: segs[k].spec_at((r - segs[k].first_rank) % segs[k].size),
+        )
 
     @property
     def node_sizes(self) -> Sequence[int]:
@@ -302,8 +339,12 @@ class Topology:
         groups sharing each node's network link."""
         nodes = {self.node_of(r) for r in ranks}
         intra = self.intra
-        return self._link_over(min(intra[n].bandwidth for n in nodes), max(intra[n].latency for n in nodes),
-                               len(nodes) > 1, concurrent)
+        return self._link_over(
+            min(intra[n].bandwidth for n in nodes),
+            max(intra[n].latency for n in nodes),
+            len(nodes) > 1,
+            concurrent,
+        )
 
     def _link_over(self, intra_bw: float, intra_lat: float, crosses: bool, concurrent: int):
         if not crosses or self.inter is None:
@@ -322,7 +363,9 @@ class Topology:
         if key in self._cache:
             return self._cache[key]
         if tp > self.min_gpus_per_node:  # members may skip nodes: count them rank by rank
-            groups = [tuple(k * tp * dp + i * tp + j for i in range(dp)) for k in range(pp) for j in range(tp)]
+            groups = [
+                tuple(k * tp * dp + i * tp + j for i in range(dp)) for k in range(pp) for j in range(tp)
+            ]
             spans = [sorted({self.node_of(r) for r in g}) for g in groups]
             ranges = None
         else:

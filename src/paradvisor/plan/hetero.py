@@ -31,8 +31,15 @@ class NodeSpeed:
     local_steps_c: int  # technique C
 
 
-def allocate(nodes: list[Node], *, precision: str = "fp16", base_batch: int = 4, base_local_steps: int = 100,
-             fits: Callable[[Node, int], bool] | None = None, max_batch: int = 4096) -> list[NodeSpeed]:
+def allocate(
+    nodes: list[Node],
+    *,
+    precision: str = "fp16",
+    base_batch: int = 4,
+    base_local_steps: int = 100,
+    fits: Callable[[Node, int], bool] | None = None,
+    max_batch: int = 4096,
+) -> list[NodeSpeed]:
     """003's three techniques for every node. `fits(node, batch)` is the memory model for technique B."""
     speeds = [node_tflops(n, precision) for n in nodes]
     known = [s for s in speeds if s > 0]
@@ -45,9 +52,17 @@ def allocate(nodes: list[Node], *, precision: str = "fp16", base_batch: int = 4,
             b = base_batch if fits(n, base_batch) else 0
             while b and b * 2 <= max_batch and fits(n, b * 2):
                 b *= 2
-        out.append(NodeSpeed(node=n.name, gpus=n.gpu_count, tflops=s, normalized=norm,
-                             batch_a=round_half_up(base_batch * norm), batch_b=b,
-                             local_steps_c=round_half_up(base_local_steps * norm)))
+        out.append(
+            NodeSpeed(
+                node=n.name,
+                gpus=n.gpu_count,
+                tflops=s,
+                normalized=norm,
+                batch_a=round_half_up(base_batch * norm),
+                batch_b=b,
+                local_steps_c=round_half_up(base_local_steps * norm),
+            )
+        )
     return out
 
 
@@ -79,14 +94,19 @@ def split_by_type(total: int, speeds: list[float], kinds: list[str]) -> list[int
             out[r] += 1
         return max(out[r] / speeds[r] for r in range(n)), left, out
 
-    spans = [range(max(1, int(share[k]) - 1), max(1, int(share[k]) - 1) + 5) for k in names] if len(names) <= 4 \
+    spans = (
+        [range(max(1, int(share[k]) - 1), max(1, int(share[k]) - 1) + 5) for k in names]
+        if len(names) <= 4
         else [range(max(1, int(share[k])), max(1, int(share[k])) + 1) for k in names]
+    )
     best = None
     for combo in itertools.product(*spans):
         res = finish(dict(zip(names, combo)))
         if res is not None and (best is None or (res[0], res[1]) < (best[0], best[1])):
             best = res
-    if best is None:  # no per-type batch near the shares: every rank one sample, each next where it costs least
+    if (
+        best is None
+    ):  # no per-type batch near the shares: every rank one sample, each next where it costs least
         out = [1] * n
         for _ in range(total - n):
             r = min(range(n), key=lambda r: ((out[r] + 1) / speeds[r], r))

@@ -42,16 +42,26 @@ def cluster_doc(rec: Recommendation) -> dict:
         counts: dict[str, list] = {}
         for name, spec, c in n.kinds:
             counts.setdefault(name, [0, spec])[0] += c
-        entry = {"name": n.name, "online": n.online,
-                 "gpus": [{"type": k, "count": v, **({"origin": s.origin} if s is not None and s.user_defined else {})}
-                          for k, (v, s) in counts.items()],
-                 "intra_link": n.intra_link.kind}
+        entry = {
+            "name": n.name,
+            "online": n.online,
+            "gpus": [
+                {"type": k, "count": v, **({"origin": s.origin} if s is not None and s.user_defined else {})}
+                for k, (v, s) in counts.items()
+            ],
+            "intra_link": n.intra_link.kind,
+        }
         if count > 1:  # a node group: one entry for `count` alike nodes, first .. last
             entry.update(count=count, last=last)
         nodes.append(entry)
     inter = rec.cluster.slowest_inter_link()
-    return {"name": rec.cluster.name, "source": rec.cluster.source, "gpu_count": rec.cluster.gpu_count,
-            "nodes": nodes, "slowest_inter_link": inter.to_dict() if inter else None}
+    return {
+        "name": rec.cluster.name,
+        "source": rec.cluster.source,
+        "gpu_count": rec.cluster.gpu_count,
+        "nodes": nodes,
+        "slowest_inter_link": inter.to_dict() if inter else None,
+    }
 
 
 def _alike_nodes(nodes):
@@ -75,10 +85,17 @@ def to_doc(rec: Recommendation) -> dict:
             break
     return {
         "schema": SCHEMA,
-        "model": {"name": p.name, "architecture": p.architecture, "total_params": p.total_params,
-                  "largest_layer": {"name": p.largest_layer.name, "params": p.largest_layer.params,
-                                    "share": round(p.largest_share, 6)},
-                  "one_layer_dominates": p.one_layer_dominates},
+        "model": {
+            "name": p.name,
+            "architecture": p.architecture,
+            "total_params": p.total_params,
+            "largest_layer": {
+                "name": p.largest_layer.name,
+                "params": p.largest_layer.params,
+                "share": round(p.largest_share, 6),
+            },
+            "one_layer_dominates": p.one_layer_dominates,
+        },
         "cluster": cluster_doc(rec),
         "workload": rec.workload.to_dict(),
         "precision": rec.precision,

@@ -68,8 +68,10 @@ def without_gpuless_nodes(cluster: Cluster) -> tuple[Cluster, list[str]]:
     gpuless = [n.name for n in cluster.online_nodes if not n.gpus]
     if not gpuless or len(gpuless) == len(cluster.nodes):
         return cluster, []
-    return (replace(cluster, nodes=tuple(n for n in cluster.nodes if n.gpus or not n.online)),
-            [f"planning without node(s) that have no GPU: {', '.join(gpuless)}"])
+    return (
+        replace(cluster, nodes=tuple(n for n in cluster.nodes if n.gpus or not n.online)),
+        [f"planning without node(s) that have no GPU: {', '.join(gpuless)}"],
+    )
 
 
 def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]:
@@ -81,14 +83,22 @@ def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]
     s = profile.transformer
     if s and wl.seq_len > s.max_positions:
         if s.family in ("bert", "albert", "gpt2"):
-            raise InputError(f"--seq-len {wl.seq_len} exceeds {profile.name}'s {s.max_positions} learned positions")
-        warnings.append(f"seq-len {wl.seq_len} is beyond {profile.name}'s trained context ({s.max_positions})")
+            raise InputError(
+                f"--seq-len {wl.seq_len} exceeds {profile.name}'s {s.max_positions} learned positions"
+            )
+        warnings.append(
+            f"seq-len {wl.seq_len} is beyond {profile.name}'s trained context ({s.max_positions})"
+        )
     if cluster.gpu_count == 0:
-        raise InputError(f"cluster {cluster.name!r} has no online GPU to plan for "
-                         "(give --cluster FILE or --gpus N --gpu-type NAME)")
+        raise InputError(
+            f"cluster {cluster.name!r} has no online GPU to plan for "
+            "(give --cluster FILE or --gpus N --gpu-type NAME)"
+        )
     unknown = sorted({name for name, spec, _count in cluster.gpu_kinds() if spec is None})
     if unknown:
-        raise InputError(f"no speed figures for GPU {unknown[0]!r}: it is not in the catalog (see `paradvisor gpus`)")
+        raise InputError(
+            f"no speed figures for GPU {unknown[0]!r}: it is not in the catalog (see `paradvisor gpus`)"
+        )
     offline = [n.name for n in cluster.nodes if not n.online]
     if offline:
         warnings.append(f"planning without offline node(s): {', '.join(offline)}")
@@ -106,21 +116,30 @@ def explain(e: Estimate, cluster: Cluster) -> str:
     parts = [f"needs {e.memory_total / GiB:.1f} of {e.capacity / GiB:.0f} GiB on {e.tight_gpu}"]
     biggest_mem = max((k for k in e.memory if k != "overhead"), key=lambda k: e.memory[k])
     parts.append(f"mostly {biggest_mem.replace('_', ' ')}")
-    parts.append("step " + fmt_seconds(e.step_time) + " = " +
-                 " + ".join(f"{k.replace('_', ' ')} {fmt_seconds(v)}" for k, v in top) +
-                 (" + ..." if len(t) > 2 else ""))
+    parts.append(
+        "step "
+        + fmt_seconds(e.step_time)
+        + " = "
+        + " + ".join(f"{k.replace('_', ' ')} {fmt_seconds(v)}" for k, v in top)
+        + (" + ..." if len(t) > 2 else "")
+    )
     if p.diloco:
         parts.append(f"outer sync every {p.local_steps} local steps over {cluster.slowest_inter_link().kind}")
     elif "dp_comm_exposed" in t and t["dp_comm_exposed"] > 0.2 * e.step_time:
-        link = cluster.slowest_inter_link() if len(cluster.online_nodes) > 1 else cluster.online_nodes[0].intra_link
+        link = (
+            cluster.slowest_inter_link()
+            if len(cluster.online_nodes) > 1
+            else cluster.online_nodes[0].intra_link
+        )
         parts.append(f"gradient sync is exposed on {link.kind} ({fmt_bandwidth(link.bandwidth)})")
     if "pp_bubble" in t:
         parts.append(f"pipeline bubble {(p.pp - 1) / (p.grad_accum + p.pp - 1):.0%}")
     return "; ".join(parts)
 
 
-def _evaluate_all(mf: ModelFacts, topo: Topology, cluster: Cluster, wl: Workload, precision: str, margin: float,
-                  family) -> tuple[list[Estimate], list[tuple[Estimate, str]], int]:
+def _evaluate_all(
+    mf: ModelFacts, topo: Topology, cluster: Cluster, wl: Workload, precision: str, margin: float, family
+) -> tuple[list[Estimate], list[tuple[Estimate, str]], int]:
     """Every candidate layout (and DiLoCo's on a WAN cluster) evaluated: the launchable ones, the
     unlaunchable ones with why, and how many were evaluated."""
     estimates: list[Estimate] = []
@@ -142,8 +161,10 @@ def _evaluate_all(mf: ModelFacts, topo: Topology, cluster: Cluster, wl: Workload
             keep(e)
             n += 1
     if n == 0:
-        raise InputError(f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
-                         f"use a multiple of {topo.world}")
+        raise InputError(
+            f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
+            f"use a multiple of {topo.world}"
+        )
     return estimates, unlaunchable, n
 
 
@@ -159,8 +180,16 @@ def _distinct(feasible: list[Estimate], include_all: bool) -> tuple[list[Estimat
         seen.add(k)
         # Layouts whose estimates are identical (ZeRO-1 and ZeRO-2 under DeepSpeed's accounting) are
         # shown once, the first (simpler) one naming the other.
-        twin = (round(e.step_time, 9), round(e.memory_total), e.plan.tp, e.plan.pp, e.plan.offload, e.plan.diloco,
-                e.plan.split_by_speed, e.plan.ep)
+        twin = (
+            round(e.step_time, 9),
+            round(e.memory_total),
+            e.plan.tp,
+            e.plan.pp,
+            e.plan.offload,
+            e.plan.diloco,
+            e.plan.split_by_speed,
+            e.plan.ep,
+        )
         if twin in same and not include_all:
             same[twin].notes.append(f"{e.plan.label()} estimates the same")
             continue
@@ -184,15 +213,33 @@ def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
         if mine:  # the message as it reads on the best-ranked plan the rule fired on
             entry["message"] = next(r["message"] for r in mine[0][1].rules if r["id"] == entry["id"])
         if entry["effect"] in ("prefer", "avoid", "set"):
-            applied = [(i, e) for i, e in mine if any(r["id"] == entry["id"] and r.get("applied", True)
-                                                      for r in e.rules)]
-            entry["moved"] = [{"label": e.plan.label(), "from": base_rank[id(e)], "to": i + 1,
-                               "score_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0}
-                              for i, e in applied if base_rank[id(e)] != i + 1]
+            applied = [
+                (i, e)
+                for i, e in mine
+                if any(r["id"] == entry["id"] and r.get("applied", True) for r in e.rules)
+            ]
+            entry["moved"] = [
+                {
+                    "label": e.plan.label(),
+                    "from": base_rank[id(e)],
+                    "to": i + 1,
+                    "score_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0,
+                }
+                for i, e in applied
+                if base_rank[id(e)] != i + 1
+            ]
 
 
-def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int = 5, margin: float = 0.10,
-              rule_sets=None, include_all: bool = False) -> Recommendation:
+def recommend(
+    profile: ModelProfile,
+    cluster: Cluster,
+    wl: Workload,
+    *,
+    top: int = 5,
+    margin: float = 0.10,
+    rule_sets=None,
+    include_all: bool = False,
+) -> Recommendation:
     t0 = _time.perf_counter()
     cluster, warnings = without_gpuless_nodes(cluster)
     warnings += validate(profile, cluster, wl)
@@ -213,8 +260,16 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
                 return None
             return evaluate(mf, topo, wl, p, precision, margin)
 
-        fired = apply_rules(rule_sets, estimates, profile=profile, cluster=cluster, workload=wl, topo=topo,
-                            precision=precision, reevaluate=reevaluate)
+        fired = apply_rules(
+            rule_sets,
+            estimates,
+            profile=profile,
+            cluster=cluster,
+            workload=wl,
+            topo=topo,
+            precision=precision,
+            reevaluate=reevaluate,
+        )
     feasible = [e for e in estimates if e.fits]
     feasible.sort(key=lambda e: (e.score, e.memory_total))
     plans, seen = _distinct(feasible, include_all)
@@ -223,10 +278,21 @@ def recommend(profile: ModelProfile, cluster: Cluster, wl: Workload, *, top: int
     if not estimates and unlaunchable:
         warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")
     fix = None if plans or not estimates else nearest_fix(profile, cluster, wl, precision, margin, estimates)
-    return Recommendation(profile=profile, cluster=cluster, workload=wl, precision=precision, margin=margin,
-                          evaluated=n, plans=plans if include_all else plans[:top], infeasible=infeasible,
-                          nearest_fix=fix, warnings=warnings, elapsed_s=_time.perf_counter() - t0,
-                          fired_rules=fired, plan_only=summarize_plan_only(unlaunchable, plans))
+    return Recommendation(
+        profile=profile,
+        cluster=cluster,
+        workload=wl,
+        precision=precision,
+        margin=margin,
+        evaluated=n,
+        plans=plans if include_all else plans[:top],
+        infeasible=infeasible,
+        nearest_fix=fix,
+        warnings=warnings,
+        elapsed_s=_time.perf_counter() - t0,
+        fired_rules=fired,
+        plan_only=summarize_plan_only(unlaunchable, plans),
+    )
 
 
 def summarize_plan_only(unlaunchable: list[tuple[Estimate, str]], ranked: list[Estimate]) -> list[dict]:
@@ -244,8 +310,15 @@ def summarize_plan_only(unlaunchable: list[tuple[Estimate, str]], ranked: list[E
     for e, why in sorted(best.values(), key=lambda t: (t[0].score, t[0].memory_total)):
         if e.step_time > bar:
             continue
-        out.append({"label": e.plan.label(), "why": why, "step_time_s": e.step_time,
-                    "memory_per_gpu_bytes": round(e.memory_total), "plan": e.plan.to_dict()})
+        out.append(
+            {
+                "label": e.plan.label(),
+                "why": why,
+                "step_time_s": e.step_time,
+                "memory_per_gpu_bytes": round(e.memory_total),
+                "plan": e.plan.to_dict(),
+            }
+        )
     return out[:10]
 
 
@@ -261,10 +334,18 @@ def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> li
             best[k] = e
     out = []
     for e in sorted(best.values(), key=lambda e: e.ratio):
-        out.append({"label": e.plan.label(), "needs_bytes": e.memory_total, "has_bytes": e.capacity,
-                    "usable_bytes": e.usable, "gpu": e.tight_gpu,
-                    "why": f"needs {e.memory_total / GiB:.1f} GiB per GPU, has {e.capacity / GiB:.0f} "
-                           f"({e.usable / GiB:.1f} usable) on {e.tight_gpu}", "plan": e.plan.to_dict()})
+        out.append(
+            {
+                "label": e.plan.label(),
+                "needs_bytes": e.memory_total,
+                "has_bytes": e.capacity,
+                "usable_bytes": e.usable,
+                "gpu": e.tight_gpu,
+                "why": f"needs {e.memory_total / GiB:.1f} GiB per GPU, has {e.capacity / GiB:.0f} "
+                f"({e.usable / GiB:.1f} usable) on {e.tight_gpu}",
+                "plan": e.plan.to_dict(),
+            }
+        )
     return out
 
 
@@ -289,9 +370,11 @@ def _least_memory(estimates) -> Estimate | None:
     """The plan that fits (least GPU memory), else one that fits the GPUs but not the host RAM its offload
     needs (least host RAM), else the one closest to fitting the GPUs."""
     estimates = list(estimates)
-    for pool, key in (([e for e in estimates if e.fits], lambda e: e.ratio),
-                      ([e for e in estimates if _gpu_fits(e)], lambda e: (e.cpu_bytes_per_rank, e.ratio)),
-                      (estimates, lambda e: e.ratio)):
+    for pool, key in (
+        ([e for e in estimates if e.fits], lambda e: e.ratio),
+        ([e for e in estimates if _gpu_fits(e)], lambda e: (e.cpu_bytes_per_rank, e.ratio)),
+        (estimates, lambda e: e.ratio),
+    ):
         if pool:
             return min(pool, key=key)
     return None
@@ -300,9 +383,11 @@ def _least_memory(estimates) -> Estimate | None:
 def _min_memory(profile, cluster, wl, precision, margin, shardings=("zero3", "fsdp")) -> Estimate | None:
     mf, topo = ModelFacts.of(profile), Topology.of(cluster)
     family = family_of(profile)
-    return _least_memory(evaluate(mf, topo, wl, plan, precision, margin)
-                         for plan in candidates(mf, topo, wl, precision)
-                         if not ((plan.sharding not in shardings and topo.world > 1) or why_not(plan, family)))
+    return _least_memory(
+        evaluate(mf, topo, wl, plan, precision, margin)
+        for plan in candidates(mf, topo, wl, precision)
+        if not ((plan.sharding not in shardings and topo.world > 1) or why_not(plan, family))
+    )
 
 
 def _host_need(e: Estimate, cluster) -> float:
@@ -312,8 +397,10 @@ def _host_need(e: Estimate, cluster) -> float:
 
 
 def _host_text(e: Estimate, cluster) -> str:
-    return (f"; its offload needs {_host_need(e, cluster) / GiB:.0f} GiB of host RAM per node "
-            f"(more than these nodes have: set ram in the cluster file if it is not known)")
+    return (
+        f"; its offload needs {_host_need(e, cluster) / GiB:.0f} GiB of host RAM per node "
+        f"(more than these nodes have: set ram in the cluster file if it is not known)"
+    )
 
 
 def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimate]) -> dict:
@@ -333,43 +420,85 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
         bigger = _scaled_cluster(cluster, factor)
         gb = max(wl.global_batch, bigger.gpu_count)
         gb = -(-gb // bigger.gpu_count) * bigger.gpu_count
-        e = _min_memory(profile, bigger, replace(wl, global_batch=gb), precision, margin,
-                        shardings=("zero3", "fsdp", "none"))
+        e = _min_memory(
+            profile,
+            bigger,
+            replace(wl, global_batch=gb),
+            precision,
+            margin,
+            shardings=("zero3", "fsdp", "none"),
+        )
         if acceptable(e):
-            fixes.append({"change": "more GPUs", "gpus": bigger.gpu_count, "host_fits": e.host_fits,
-                          "text": f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
-                                  f"{e.memory_total / GiB:.1f} GiB per GPU"
-                                  + ("" if e.host_fits else _host_text(e, bigger))})
+            fixes.append(
+                {
+                    "change": "more GPUs",
+                    "gpus": bigger.gpu_count,
+                    "host_fits": e.host_fits,
+                    "text": f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
+                    f"{e.memory_total / GiB:.1f} GiB per GPU"
+                    + ("" if e.host_fits else _host_text(e, bigger)),
+                }
+            )
             break
     # (b) shorter sequences.
     if profile.transformer is not None:
         seq = wl.seq_len // 2
         while seq >= 64:
-            e = _min_memory(profile, cluster, replace(wl, seq_len=seq), precision, margin,
-                            shardings=("zero3", "fsdp", "none", "zero1", "zero2", "hsdp"))
+            e = _min_memory(
+                profile,
+                cluster,
+                replace(wl, seq_len=seq),
+                precision,
+                margin,
+                shardings=("zero3", "fsdp", "none", "zero1", "zero2", "hsdp"),
+            )
             if acceptable(e):
-                fixes.append({"change": "shorter sequence", "seq_len": seq, "host_fits": e.host_fits,
-                              "text": f"--seq-len {seq} with {e.plan.label()} "
-                                      f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"
-                                      + ("" if e.host_fits else _host_text(e, cluster))})
+                fixes.append(
+                    {
+                        "change": "shorter sequence",
+                        "seq_len": seq,
+                        "host_fits": e.host_fits,
+                        "text": f"--seq-len {seq} with {e.plan.label()} "
+                        f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"
+                        + ("" if e.host_fits else _host_text(e, cluster)),
+                    }
+                )
                 break
             seq //= 2
     # (c) more host RAM: a plan that fits the GPUs as they are, short only of the RAM its offload needs.
     if gpu_side_fits:
         need = _host_need(closest, cluster)
-        fixes.append({"change": "more host RAM", "host_ram_bytes": round(need), "host_fits": False,
-                      "text": f"{need / GiB:.0f} GiB of host RAM per node with {closest.plan.label()} "
-                              f"(set ram in the cluster file if the nodes have it)"})
+        fixes.append(
+            {
+                "change": "more host RAM",
+                "host_ram_bytes": round(need),
+                "host_fits": False,
+                "text": f"{need / GiB:.0f} GiB of host RAM per node with {closest.plan.label()} "
+                f"(set ram in the cluster file if the nodes have it)",
+            }
+        )
     if gpu_side_fits:
-        text = (f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, micro-batch "
-                f"{closest.plan.micro_batch}) fits the GPUs ({closest.memory_total / GiB:.1f} GiB of "
-                f"{closest.usable / GiB:.1f} usable on {closest.tight_gpu}) but its offload needs "
-                f"{_host_need(closest, cluster) / GiB:.0f} GiB of host RAM per node")
+        text = (
+            f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, micro-batch "
+            f"{closest.plan.micro_batch}) fits the GPUs ({closest.memory_total / GiB:.1f} GiB of "
+            f"{closest.usable / GiB:.1f} usable on {closest.tight_gpu}) but its offload needs "
+            f"{_host_need(closest, cluster) / GiB:.0f} GiB of host RAM per node"
+        )
     else:
-        text = (f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
-                f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
-                f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}")
-    return {"closest": {"label": closest.plan.label(), "needs_bytes": closest.memory_total,
-                        "has_bytes": closest.capacity, "host_bytes_per_node": round(_host_need(closest, cluster)),
-                        "host_fits": closest.host_fits, "plan": closest.plan.to_dict(), "text": text},
-            "fixes": fixes}
+        text = (
+            f"closest: {closest.plan.label()} (checkpointing {closest.plan.checkpointing}, "
+            f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
+            f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}"
+        )
+    return {
+        "closest": {
+            "label": closest.plan.label(),
+            "needs_bytes": closest.memory_total,
+            "has_bytes": closest.capacity,
+            "host_bytes_per_node": round(_host_need(closest, cluster)),
+            "host_fits": closest.host_fits,
+            "plan": closest.plan.to_dict(),
+            "text": text,
+        },
+        "fixes": fixes,
+    }

@@ -58,8 +58,15 @@ def worker_compute_s(profile: ModelProfile, batch: int, tflops: float) -> float:
     return 3 * fwd * batch / (tflops * 1e12 * MAX_EFFICIENCY)
 
 
-def analyse(profile: ModelProfile, workers: int, *, workers_per_server: int = 2, link_bw: float = 1.25e9,
-            batch: int = 32, tflops: float = 13.4) -> ShardingCase:
+def analyse(
+    profile: ModelProfile,
+    workers: int,
+    *,
+    workers_per_server: int = 2,
+    link_bw: float = 1.25e9,
+    batch: int = 32,
+    tflops: float = 13.4,
+) -> ShardingCase:
     servers = max(1, math.ceil(workers / workers_per_server))
     layers = [e.params for e in profile.layers]
     lb, mb = layer_based(layers, servers), memory_based(profile.total_params, servers)
@@ -68,7 +75,13 @@ def analyse(profile: ModelProfile, workers: int, *, workers_per_server: int = 2,
     def step(bottleneck: int) -> float:
         return comp + 2 * bottleneck * BYTES * workers / link_bw
 
-    return ShardingCase(workers=workers, servers=servers, layer_loads=lb, memory_loads=mb,
-                        layer_bottleneck_share=max(lb) / profile.total_params,
-                        memory_bottleneck_share=max(mb) / profile.total_params,
-                        layer_step_s=step(max(lb)), memory_step_s=step(max(mb)))
+    return ShardingCase(
+        workers=workers,
+        servers=servers,
+        layer_loads=lb,
+        memory_loads=mb,
+        layer_bottleneck_share=max(lb) / profile.total_params,
+        memory_bottleneck_share=max(mb) / profile.total_params,
+        layer_step_s=step(max(lb)),
+        memory_step_s=step(max(mb)),
+    )

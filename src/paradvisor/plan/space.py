@@ -36,8 +36,14 @@ def tp_options(mf: ModelFacts, topo: Topology) -> list[int]:
         return [1]
     # A TP group stays inside one node: the degree divides every node's GPU count (nodes of 4 and 6
     # GPUs take TP 2 at most, or a group of 4 would straddle the second and third node).
-    return [t for t in divisors(topo.gpus_per_node_gcd)
-            if s.heads % t == 0 and s.kv_heads % t == 0 and s.ffn % t == 0 and (s.vocab % t == 0 or not mf.lm_head)]
+    return [
+        t
+        for t in divisors(topo.gpus_per_node_gcd)
+        if s.heads % t == 0
+        and s.kv_heads % t == 0
+        and s.ffn % t == 0
+        and (s.vocab % t == 0 or not mf.lm_head)
+    ]
 
 
 def pp_options(mf: ModelFacts, rest: int) -> list[int]:
@@ -101,15 +107,24 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                     if dp == 1 and sharding != "none" and offload == "none":
                         continue
                     for ckpt in ckpts:
-                        for sp in ([False, True] if tp > 1 else [False]):
-                            for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
+                        for sp in [False, True] if tp > 1 else [False]:
+                            for sched in ("1f1b", "gpipe") if pp > 1 else ("1f1b",):
                                 for mb in micro_batches(per_replica):
                                     if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
                                         continue  # schedule_ok: 1F1B needs a micro-batch per stage
-                                    yield Plan(dp=dp, tp=tp, pp=pp, sharding=sharding, micro_batch=mb,
-                                               grad_accum=per_replica // mb, checkpointing=ckpt,
-                                               precision=precision, offload=offload, sequence_parallel=sp,
-                                               pp_schedule=sched)
+                                    yield Plan(
+                                        dp=dp,
+                                        tp=tp,
+                                        pp=pp,
+                                        sharding=sharding,
+                                        micro_batch=mb,
+                                        grad_accum=per_replica // mb,
+                                        checkpointing=ckpt,
+                                        precision=precision,
+                                        offload=offload,
+                                        sequence_parallel=sp,
+                                        pp_schedule=sched,
+                                    )
     if not topo.homogeneous and world > 1:
         yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
     if mf.moe is not None:
@@ -122,8 +137,9 @@ def rank_speeds(topo: Topology, precision: str) -> list[float]:
     return [effective_peak(s.tflops, precision) for s in topo.rank_specs()]
 
 
-def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
-                           ckpts: list[str]) -> Iterator[Plan]:
+def speed_split_candidates(
+    mf: ModelFacts, topo: Topology, wl: Workload, precision: str, ckpts: list[str]
+) -> Iterator[Plan]:
     """001: on unlike GPUs, give each rank a share of the batch in proportion to its speed (measured by
     `paradvisor calibrate` where the cluster's GPU was calibrated, catalogue peaks otherwise); identical
     GPUs get identical batches."""
@@ -140,9 +156,16 @@ def speed_split_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precisi
             if sharding == "hsdp":
                 continue
             for ckpt in ckpts:
-                yield Plan(dp=world, sharding=sharding, micro_batch=max(batches), grad_accum=accum,
-                           checkpointing=ckpt, precision=precision, split_by_speed=True,
-                           rank_batches=tuple(batches))
+                yield Plan(
+                    dp=world,
+                    sharding=sharding,
+                    micro_batch=max(batches),
+                    grad_accum=accum,
+                    checkpointing=ckpt,
+                    precision=precision,
+                    split_by_speed=True,
+                    rank_batches=tuple(batches),
+                )
 
 
 def ep_options(mf: ModelFacts, dp: int) -> list[int]:
@@ -151,8 +174,9 @@ def ep_options(mf: ModelFacts, dp: int) -> list[int]:
     return [e for e in divisors(dp) if e > 1 and mf.moe.num_experts % e == 0]
 
 
-def ep_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
-                  ckpts: list[str]) -> Iterator[Plan]:
+def ep_candidates(
+    mf: ModelFacts, topo: Topology, wl: Workload, precision: str, ckpts: list[str]
+) -> Iterator[Plan]:
     """Expert parallelism for mixture-of-experts models: every (dp, tp, pp) layout with EP degree `ep`
     dividing dp and the expert count, under DDP, ZeRO-1/2 or FSDP (ZeRO-3 and HSDP with EP are left
     out, as DeepSpeed-MoE and torch's FSDP2+EP recipes do). Kept apart from `candidates` so that the
@@ -175,11 +199,21 @@ def ep_candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str,
                     if sharding in ("zero3", "hsdp"):
                         continue
                     for ckpt in ckpts:
-                        for sp in ([False, True] if tp > 1 else [False]):
-                            for sched in (("1f1b", "gpipe") if pp > 1 else ("1f1b",)):
+                        for sp in [False, True] if tp > 1 else [False]:
+                            for sched in ("1f1b", "gpipe") if pp > 1 else ("1f1b",):
                                 for mb in micro_batches(per_replica):
                                     if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
                                         continue  # schedule_ok: 1F1B needs a micro-batch per stage
-                                    yield Plan(dp=dp, tp=tp, pp=pp, ep=ep, sharding=sharding, micro_batch=mb,
-                                               grad_accum=per_replica // mb, checkpointing=ckpt,
-                                               precision=precision, sequence_parallel=sp, pp_schedule=sched)
+                                    yield Plan(
+                                        dp=dp,
+                                        tp=tp,
+                                        pp=pp,
+                                        ep=ep,
+                                        sharding=sharding,
+                                        micro_batch=mb,
+                                        grad_accum=per_replica // mb,
+                                        checkpointing=ckpt,
+                                        precision=precision,
+                                        sequence_parallel=sp,
+                                        pp_schedule=sched,
+                                    )

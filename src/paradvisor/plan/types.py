@@ -73,8 +73,14 @@ class Plan:
         parts = []
         if self.diloco:
             parts.append(f"DiLoCo(H={self.local_steps})")
-        shard = {"none": "DDP" if self.dp > 1 else "", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
-                 "fsdp": "FSDP", "hsdp": "HSDP"}[self.sharding]
+        shard = {
+            "none": "DDP" if self.dp > 1 else "",
+            "zero1": "ZeRO-1",
+            "zero2": "ZeRO-2",
+            "zero3": "ZeRO-3",
+            "fsdp": "FSDP",
+            "hsdp": "HSDP",
+        }[self.sharding]
         if self.tp > 1:
             parts.append(f"TP{self.tp}" + ("+SP" if self.sequence_parallel else ""))
         if self.pp > 1:

@@ -24,19 +24,32 @@ def _fires(rule: Rule, facts: dict) -> bool:
         return False  # a condition that cannot be evaluated on these facts does not fire
 
 
-def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str,
-                reevaluate=None) -> list[dict]:
+def apply_rules(
+    rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str, reevaluate=None
+) -> list[dict]:
     base = base_facts(profile, cluster, workload, precision)
     summary: dict[str, dict] = {}
 
     outside_request = {r.id: request_outside(r.evidence, profile, cluster) for r in rules}
 
     def record(rule: Rule, facts: dict, scope: str, outside: str | None = None) -> dict:
-        entry = summary.setdefault(rule.id, {
-            "id": rule.id, "title": rule.title, "scope": scope, "effect": rule.effect,
-            "weight": rule.weight, "source": rule.cite(), "numbers": rule.source.get("numbers", {}),
-            "message": rule.message(facts), "fired_on": 0, "applied_on": 0, "evidence": rule.evidence,
-            "outside_evidence": None})
+        entry = summary.setdefault(
+            rule.id,
+            {
+                "id": rule.id,
+                "title": rule.title,
+                "scope": scope,
+                "effect": rule.effect,
+                "weight": rule.weight,
+                "source": rule.cite(),
+                "numbers": rule.source.get("numbers", {}),
+                "message": rule.message(facts),
+                "fired_on": 0,
+                "applied_on": 0,
+                "evidence": rule.evidence,
+                "outside_evidence": None,
+            },
+        )
         entry["fired_on"] += 1
         if outside is None:
             entry["applied_on"] += 1
@@ -57,9 +70,17 @@ def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workloa
             moves = rule.effect in ("prefer", "avoid", "set")
             outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
             if outside is not None:
-                e.rules.append({"id": rule.id, "effect": f"{rule.effect} (not applied: outside its evidence)",
-                                "title": rule.title, "source": rule.cite(), "message": rule.message(facts),
-                                "applied": False, "outside_evidence": outside})
+                e.rules.append(
+                    {
+                        "id": rule.id,
+                        "effect": f"{rule.effect} (not applied: outside its evidence)",
+                        "title": rule.title,
+                        "source": rule.cite(),
+                        "message": rule.message(facts),
+                        "applied": False,
+                        "outside_evidence": outside,
+                    }
+                )
                 record(rule, facts, "plan", outside)
                 continue
             if rule.effect == "set" and reevaluate is not None:
@@ -74,9 +95,17 @@ def apply_rules(rules: list[Rule], estimates: list, *, profile, cluster, workloa
                 e.score *= 1 - rule.weight
             elif rule.effect == "avoid":
                 e.score *= 1 + rule.weight
-            e.rules.append({"id": rule.id, "effect": rule.effect if rule.effect not in ("prefer", "avoid")
-                            else f"{rule.effect} x{1 - rule.weight if rule.effect == 'prefer' else 1 + rule.weight:.2f}",
-                            "title": rule.title, "source": rule.cite(), "message": rule.message(facts),
-                            "applied": True})
+            e.rules.append(
+                {
+                    "id": rule.id,
+                    "effect": rule.effect
+                    if rule.effect not in ("prefer", "avoid")
+                    else f"{rule.effect} x{1 - rule.weight if rule.effect == 'prefer' else 1 + rule.weight:.2f}",
+                    "title": rule.title,
+                    "source": rule.cite(),
+                    "message": rule.message(facts),
+                    "applied": True,
+                }
+            )
             record(rule, facts, "plan")
     return list(summary.values())

@@ -28,8 +28,15 @@ GPU_ARCHS = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell"
 
 def link_class(kind: str) -> str:
     k = kind.lower()
-    for prefix, cls in (("pcie", "pcie"), ("nvlink", "nvlink"), ("ib", "infiniband"), ("infiniband", "infiniband"),
-                        ("ethernet", "ethernet"), ("wan", "wan"), ("infinity", "infinity-fabric")):
+    for prefix, cls in (
+        ("pcie", "pcie"),
+        ("nvlink", "nvlink"),
+        ("ib", "infiniband"),
+        ("infiniband", "infiniband"),
+        ("ethernet", "ethernet"),
+        ("wan", "wan"),
+        ("infinity", "infinity-fabric"),
+    ):
         if k.startswith(prefix):
             return cls
     return "local"
@@ -58,14 +65,23 @@ def check(evidence, where: str) -> dict:
         raise InputError("evidence must be a table ([rule.evidence])", where=where)
     extra = sorted(set(evidence) - EVIDENCE_KEYS)
     if extra:
-        raise InputError(f"unknown evidence key {extra[0]!r}; expected {', '.join(sorted(EVIDENCE_KEYS))}",
-                         where=where)
+        raise InputError(
+            f"unknown evidence key {extra[0]!r}; expected {', '.join(sorted(EVIDENCE_KEYS))}", where=where
+        )
     p = evidence.get("params")
-    if p is not None and not (isinstance(p, list) and len(p) == 2 and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in p) and p[0] <= p[1]):
+    if p is not None and not (
+        isinstance(p, list)
+        and len(p) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in p)
+        and p[0] <= p[1]
+    ):
         raise InputError("evidence.params must be [smallest, largest] parameter counts", where=where)
-    for key, allowed in (("gpu_arch", GPU_ARCHS), ("intra_link", LINK_CLASSES), ("inter_link", LINK_CLASSES),
-                         ("strategies", STRATEGIES)):
+    for key, allowed in (
+        ("gpu_arch", GPU_ARCHS),
+        ("intra_link", LINK_CLASSES),
+        ("inter_link", LINK_CLASSES),
+        ("strategies", STRATEGIES),
+    ):
         v = evidence.get(key)
         if v is None:
             continue
@@ -73,8 +89,9 @@ def check(evidence, where: str) -> dict:
             raise InputError(f"evidence.{key} must be a non-empty list of names", where=where)
         bad = [x for x in v if x not in allowed]
         if bad:
-            raise InputError(f"evidence.{key}: unknown {bad[0]!r}; expected one of {', '.join(allowed)}",
-                             where=where)
+            raise InputError(
+                f"evidence.{key}: unknown {bad[0]!r}; expected one of {', '.join(allowed)}", where=where
+            )
     if "note" in evidence and not isinstance(evidence["note"], str):
         raise InputError("evidence.note must be a string", where=where)
     return dict(evidence)
@@ -93,8 +110,10 @@ def request_outside(evidence: dict | None, profile, cluster) -> str | None:
         return None
     p = evidence.get("params")
     if p and not p[0] <= profile.total_params <= p[1]:
-        return (f"{profile.name} has {_count(profile.total_params)} parameters; the evidence covers "
-                f"{_count(p[0])}-{_count(p[1])}")
+        return (
+            f"{profile.name} has {_count(profile.total_params)} parameters; the evidence covers "
+            f"{_count(p[0])}-{_count(p[1])}"
+        )
     nodes = [n for n in cluster.online_nodes if n.gpus]
     archs = evidence.get("gpu_arch")
     if archs:

@@ -51,11 +51,25 @@ FUNCTIONS: dict[str, tuple[Callable, int, int]] = {
     "clamp": (_clamp, 3, 3),
 }
 
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-        ast.Gt: operator.gt, ast.GtE: operator.ge,
-        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_BIN = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_CMP = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
 _CONST_NAMES = {"true": True, "false": False, "True": True, "False": False}
 
 
@@ -71,8 +85,9 @@ def _dotted(node) -> str | None:
 
 
 def _constant(node) -> bool:
-    return not any(isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) not in _CONST_NAMES
-                   for n in ast.walk(node))
+    return not any(
+        isinstance(n, (ast.Name, ast.Attribute)) and _dotted(n) not in _CONST_NAMES for n in ast.walk(node)
+    )
 
 
 def _num(x):
@@ -95,7 +110,9 @@ def _operand(x):
 class Compiled:
     """A checked expression: `.names` are the facts it reads, `(facts)` evaluates it."""
 
-    def __init__(self, text: str, fn: Callable[[dict], object], names: set[str], strings: list[tuple[str, str]]):
+    def __init__(
+        self, text: str, fn: Callable[[dict], object], names: set[str], strings: list[tuple[str, str]]
+    ):
         self.text = text
         self._fn = fn
         self.names = names
@@ -134,7 +151,8 @@ def _power(left: Callable, right: Callable) -> Callable[[dict], object]:
             raise ArithmeticError("exponent too large")
         if isinstance(b, (int, float)) and abs(b) > 1e12:
             raise ArithmeticError("base too large for a power")
-        return _num(b ** e)
+        return _num(b**e)
+
     return power
 
 
@@ -147,6 +165,7 @@ def _chain(left: Callable, ops: list, rights: list) -> Callable[[dict], object]:
                 return False
             a = b
         return True
+
     return compare
 
 
@@ -159,10 +178,16 @@ class _Builder:
         self.names: set[str] = set()
         self.strings: list[tuple[str, str]] = []
         self._kinds = [
-            (ast.Expression, self._expression), (ast.Constant, self._const),
-            ((ast.Name, ast.Attribute), self._name), ((ast.Tuple, ast.List), self._sequence),
-            (ast.BoolOp, self._boolop), (ast.UnaryOp, self._unary), (ast.BinOp, self._binop),
-            (ast.Compare, self._compare), (ast.IfExp, self._ifexp), (ast.Call, self._call),
+            (ast.Expression, self._expression),
+            (ast.Constant, self._const),
+            ((ast.Name, ast.Attribute), self._name),
+            ((ast.Tuple, ast.List), self._sequence),
+            (ast.BoolOp, self._boolop),
+            (ast.UnaryOp, self._unary),
+            (ast.BinOp, self._binop),
+            (ast.Compare, self._compare),
+            (ast.IfExp, self._ifexp),
+            (ast.Call, self._call),
         ]
 
     def build(self, node, depth: int) -> Callable[[dict], object]:
@@ -231,8 +256,11 @@ class _Builder:
             raise RuleExprError(f"operator {type(node.op).__name__} not allowed", col)
         for side in (node.left, node.right):
             kind = self.vocabulary.get(_dotted(side) or "", "num")
-            if (isinstance(side, ast.Constant) and isinstance(side.value, str)) or isinstance(
-                    side, (ast.Tuple, ast.List)) or kind not in ("num", "bool"):
+            if (
+                (isinstance(side, ast.Constant) and isinstance(side.value, str))
+                or isinstance(side, (ast.Tuple, ast.List))
+                or kind not in ("num", "bool")
+            ):
                 raise RuleExprError("arithmetic is on numbers only (not on strings or lists)", col)
         left, right = self.build(node.left, depth + 1), self.build(node.right, depth + 1)
         if not isinstance(node.op, ast.Pow):
@@ -257,8 +285,11 @@ class _Builder:
             if lhs_name in self.vocabulary and isinstance(c, ast.Constant) and isinstance(c.value, str):
                 self.strings.append((lhs_name, c.value))
             if lhs_name in self.vocabulary and isinstance(c, (ast.Tuple, ast.List)):
-                self.strings.extend((lhs_name, e.value) for e in c.elts
-                                    if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                self.strings.extend(
+                    (lhs_name, e.value)
+                    for e in c.elts
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                )
         return _chain(left, ops, rights)
 
     def _ifexp(self, node, depth, col):
@@ -269,8 +300,11 @@ class _Builder:
     def _call(self, node, depth, col):
         fname = node.func.id if isinstance(node.func, ast.Name) else None
         if fname not in FUNCTIONS or node.keywords:
-            raise RuleExprError(f"call of {(_dotted(node.func) or 'an expression')!r} is not allowed "
-                                f"(functions: {', '.join(FUNCTIONS)})", col)
+            raise RuleExprError(
+                f"call of {(_dotted(node.func) or 'an expression')!r} is not allowed "
+                f"(functions: {', '.join(FUNCTIONS)})",
+                col,
+            )
         fn, lo, hi = FUNCTIONS[fname]
         if not lo <= len(node.args) <= hi or any(isinstance(a, ast.Starred) for a in node.args):
             raise RuleExprError(f"{fname}() takes {lo}..{hi} arguments", col)

@@ -35,8 +35,12 @@ from paradvisor.typed import printable
 
 EFFECTS = ("prefer", "avoid", "warn", "tip", "set")
 SCOPES = ("plan", "advice")
-SETTABLE = {"pp_schedule": "plan.pp_schedule", "checkpointing": "plan.checkpointing",
-            "offload": "plan.offload", "sequence_parallel": None}
+SETTABLE = {
+    "pp_schedule": "plan.pp_schedule",
+    "checkpointing": "plan.checkpointing",
+    "offload": "plan.offload",
+    "sequence_parallel": None,
+}
 _KEYS = {"id", "title", "scope", "when", "effect", "weight", "set", "explain", "source", "evidence"}
 _SOURCE_KEYS = {"paper", "where", "numbers", "note"}
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
@@ -115,14 +119,19 @@ def _check_settings(raw: dict, scope: str, effect: str, where: str):
     settings = raw.get("set", {})
     if effect == "set":
         if scope != "plan" or not isinstance(settings, dict) or not settings:
-            raise InputError("effect 'set' needs a plan-scope rule and a table set = { setting = value }", where=where)
+            raise InputError(
+                "effect 'set' needs a plan-scope rule and a table set = { setting = value }", where=where
+            )
         for k, v in settings.items():
             if k not in SETTABLE:
                 raise InputError(f"cannot set {k!r}; settable: {', '.join(SETTABLE)}", where=where)
             fact = SETTABLE[k]
             if fact and v not in STRATEGY_VALUES[fact]:
-                raise InputError(f"unknown strategy value {v!r} for {k}; expected one of "
-                                 f"{', '.join(STRATEGY_VALUES[fact])}", where=where)
+                raise InputError(
+                    f"unknown strategy value {v!r} for {k}; expected one of "
+                    f"{', '.join(STRATEGY_VALUES[fact])}",
+                    where=where,
+                )
             if fact is None and not isinstance(v, bool):
                 raise InputError(f"{k} must be true or false", where=where)
     return weight, settings
@@ -136,12 +145,16 @@ def _check_condition(raw: dict, scope: str, where: str) -> Compiled:
     if scope == "advice":
         bad = sorted(when.names & PLAN_FACTS)
         if bad:
-            raise InputError(f"advice-scope rule uses per-plan fact {bad[0]!r}; make it scope = \"plan\"", where=where)
+            raise InputError(
+                f'advice-scope rule uses per-plan fact {bad[0]!r}; make it scope = "plan"', where=where
+            )
     for fact, literal in when.compared_strings:
         allowed = STRATEGY_VALUES.get(fact)
         if allowed and literal not in allowed:
-            raise InputError(f"unknown strategy value {literal!r} for {fact}; expected one of {', '.join(allowed)}",
-                             where=where)
+            raise InputError(
+                f"unknown strategy value {literal!r} for {fact}; expected one of {', '.join(allowed)}",
+                where=where,
+            )
     return when
 
 
@@ -160,13 +173,21 @@ def _check_texts(raw: dict, where: str) -> dict:
         if name not in TYPES:
             raise InputError(f"explain names unknown fact {{{name}}}", where=where)
     src = raw["source"]
-    if not isinstance(src, dict) or not isinstance(src.get("paper"), str) or not isinstance(src.get("where"), str):
-        raise InputError("source must give paper = \"<file name>\" and where = \"<table or section>\"", where=where)
+    if (
+        not isinstance(src, dict)
+        or not isinstance(src.get("paper"), str)
+        or not isinstance(src.get("where"), str)
+    ):
+        raise InputError(
+            'source must give paper = "<file name>" and where = "<table or section>"', where=where
+        )
     extra = sorted(set(src) - _SOURCE_KEYS)
     if extra:
         raise InputError(f"unknown source key {extra[0]!r}", where=where)
-    if "numbers" in src and not (isinstance(src["numbers"], dict) and all(
-            isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in src["numbers"].values())):
+    if "numbers" in src and not (
+        isinstance(src["numbers"], dict)
+        and all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in src["numbers"].values())
+    ):
         raise InputError("source.numbers must be a table of named numbers", where=where)
     return src
 
@@ -181,9 +202,20 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
         from paradvisor.rules.evidence import check
 
         evidence = check(raw["evidence"], where)
-    return Rule(id=rid, title=str(raw["title"]), scope=scope, when=when, effect=effect, weight=float(weight),
-                settings=dict(settings), explain=raw["explain"], source=dict(src), file=path, line=line,
-                evidence=evidence)
+    return Rule(
+        id=rid,
+        title=str(raw["title"]),
+        scope=scope,
+        when=when,
+        effect=effect,
+        weight=float(weight),
+        settings=dict(settings),
+        explain=raw["explain"],
+        source=dict(src),
+        file=path,
+        line=line,
+        evidence=evidence,
+    )
 
 
 def check_dirs(dirs: list[Path]) -> CheckResult:
@@ -241,6 +273,8 @@ def load_rule_sets(extra_dirs: list[str] | None = None) -> list[Rule]:
     dirs = [default_rules_dir(), *[Path(d) for d in (extra_dirs or [])]]
     res = check_dirs(dirs)
     if res.errors:
-        raise InputError(res.errors[0] + (f" (and {len(res.errors) - 1} more: `paradvisor rules check`)"
-                                          if len(res.errors) > 1 else ""))
+        raise InputError(
+            res.errors[0]
+            + (f" (and {len(res.errors) - 1} more: `paradvisor rules check`)" if len(res.errors) > 1 else "")
+        )
     return res.rules

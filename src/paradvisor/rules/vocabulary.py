@@ -33,7 +33,10 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "cluster.wan": ("bool", "nodes are joined by a wide-area link (kind wan or <= 1 Gbit/s)"),
     "cluster.gpu_speed_ratio": ("num", "fastest / slowest GPU peak for the planned precision"),
     "cluster.node_speed_ratio": ("num", "fastest / slowest node average peak (003 Table 2)"),
-    "cluster.more_but_slower": ("bool", "some node has more GPUs but less total throughput than another (001)"),
+    "cluster.more_but_slower": (
+        "bool",
+        "some node has more GPUs but less total throughput than another (001)",
+    ),
     "cluster.straggler": ("str", "name of that node ('' if none)"),
     "cluster.mig": ("bool", "some devices are MIG slices"),
     # workload
@@ -87,8 +90,15 @@ def base_facts(profile, cluster, workload, precision: str) -> dict:
     specs = [sp for _name, sp, _count in cluster.gpu_kinds() if sp]
     peaks = [effective_peak(sp.tflops, precision) for sp in specs] or [1.0]
     node_speed = [node_tflops(n, precision) for n in nodes if n.gpus]
-    totals = [(online[r.first + r.count - 1].name, r.node.gpu_count, node_tflops(r.node, precision) * r.node.gpu_count)
-              for r in runs if r.node.gpus]
+    totals = [
+        (
+            online[r.first + r.count - 1].name,
+            r.node.gpu_count,
+            node_tflops(r.node, precision) * r.node.gpu_count,
+        )
+        for r in runs
+        if r.node.gpus
+    ]
     straggler = ""
     for name, count, total in totals:
         if any(count > c2 and total < t2 for _, c2, t2 in totals):
@@ -117,7 +127,9 @@ def base_facts(profile, cluster, workload, precision: str) -> dict:
         "cluster.inter_latency": inter.latency if inter else 0.0,
         "cluster.wan": wan_cluster(cluster),
         "cluster.gpu_speed_ratio": max(peaks) / min(peaks),
-        "cluster.node_speed_ratio": (max(node_speed) / min(node_speed)) if node_speed and min(node_speed) else 1.0,
+        "cluster.node_speed_ratio": (max(node_speed) / min(node_speed))
+        if node_speed and min(node_speed)
+        else 1.0,
         "cluster.more_but_slower": bool(straggler),
         "cluster.straggler": straggler,
         "cluster.mig": any(sp.mig_of for sp in specs),
@@ -132,15 +144,29 @@ def plan_facts(e) -> dict:
     t = e.time
     step = e.step_time or 1.0
     return {
-        "plan.dp": p.dp, "plan.tp": p.tp, "plan.pp": p.pp, "plan.sharding": p.sharding, "plan.zero": p.zero_stage,
-        "plan.sharded": p.sharding != "none", "plan.micro_batch": p.micro_batch, "plan.micro_batches": p.grad_accum,
-        "plan.checkpointing": p.checkpointing, "plan.offload": p.offload,
-        "plan.sequence_parallel": p.sequence_parallel, "plan.pp_schedule": p.pp_schedule, "plan.diloco": p.diloco,
-        "plan.local_steps": p.local_steps or 0, "plan.split_by_speed": p.split_by_speed,
-        "est.memory_gib": e.memory_total / 2**30, "est.memory_fraction": e.ratio, "est.step_time": e.step_time,
+        "plan.dp": p.dp,
+        "plan.tp": p.tp,
+        "plan.pp": p.pp,
+        "plan.sharding": p.sharding,
+        "plan.zero": p.zero_stage,
+        "plan.sharded": p.sharding != "none",
+        "plan.micro_batch": p.micro_batch,
+        "plan.micro_batches": p.grad_accum,
+        "plan.checkpointing": p.checkpointing,
+        "plan.offload": p.offload,
+        "plan.sequence_parallel": p.sequence_parallel,
+        "plan.pp_schedule": p.pp_schedule,
+        "plan.diloco": p.diloco,
+        "plan.local_steps": p.local_steps or 0,
+        "plan.split_by_speed": p.split_by_speed,
+        "est.memory_gib": e.memory_total / 2**30,
+        "est.memory_fraction": e.ratio,
+        "est.step_time": e.step_time,
         "est.samples_per_s": e.samples_per_s,
         "est.bubble_fraction": (p.pp - 1) / (p.grad_accum + p.pp - 1) if p.pp > 1 else 0.0,
-        "est.comm_fraction": (t.get("dp_comm_exposed", 0) + t.get("tp_comm", 0) + t.get("pp_p2p", 0)
-                              + t.get("outer_sync", 0)) / step,
+        "est.comm_fraction": (
+            t.get("dp_comm_exposed", 0) + t.get("tp_comm", 0) + t.get("pp_p2p", 0) + t.get("outer_sync", 0)
+        )
+        / step,
         "est.tp_comm_fraction": t.get("tp_comm", 0) / step,
     }

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def deepspeed_config(plan, *, lr: float, weight_decay: float, grad_clip: float, world: int,
-                     include_optimizer: bool = True) -> dict:
+def deepspeed_config(
+    plan, *, lr: float, weight_decay: float, grad_clip: float, world: int, include_optimizer: bool = True
+) -> dict:
     cfg = {
         "train_micro_batch_size_per_gpu": plan.micro_batch,
         "gradient_accumulation_steps": plan.grad_accum,

@@ -25,16 +25,24 @@ def lock_file(path: Path, what: str):
     except OSError:
         holder = f.read().strip() or "another process"
         f.close()
-        raise InputError(f"{what} is in use by another launch ({holder}); wait for it to end or pick another",
-                         where=str(path)) from None
+        raise InputError(
+            f"{what} is in use by another launch ({holder}); wait for it to end or pick another",
+            where=str(path),
+        ) from None
     f.truncate(0)
     f.write(f"paradvisor pid {os.getpid()}")
     f.flush()
     return f
 
 
-def prepare_run_dir(run_dir: Path | None, runs_dir: Path, preset: Preset, *, suffixed: bool = False,
-                    lock_name: str | None = None) -> tuple[Path, list]:
+def prepare_run_dir(
+    run_dir: Path | None,
+    runs_dir: Path,
+    preset: Preset,
+    *,
+    suffixed: bool = False,
+    lock_name: str | None = None,
+) -> tuple[Path, list]:
     """The run directory (new under `runs_dir`, or the given one, made private: mode 0700) and its lock for this
     node: two launches never write into one run directory at the same time, and a directory that already
     holds this node's run is not reused (its metrics would mix)."""
@@ -47,11 +55,19 @@ def prepare_run_dir(run_dir: Path | None, runs_dir: Path, preset: Preset, *, suf
             if run_dir.stat().st_uid == os.getuid():
                 os.chmod(run_dir, 0o700)
     except OSError as exc:
-        raise InputError(f"cannot use this run directory: {exc.strerror or exc}",
-                         where=str(exc.filename or run_dir or runs_dir)) from None
-    locks = [lock_file(run_dir / lock_name if lock_name else RunDir(run_dir).lock(lau.node_rank), "this run directory")]
+        raise InputError(
+            f"cannot use this run directory: {exc.strerror or exc}",
+            where=str(exc.filename or run_dir or runs_dir),
+        ) from None
+    locks = [
+        lock_file(
+            run_dir / lock_name if lock_name else RunDir(run_dir).lock(lau.node_rank), "this run directory"
+        )
+    ]
     status = run_dir / node_file("status", lau.node_rank, suffixed)
     if status.exists():
         locks[0].close()
-        raise InputError("already holds a run (its status file exists); give a new --run-dir", where=str(run_dir))
+        raise InputError(
+            "already holds a run (its status file exists); give a new --run-dir", where=str(run_dir)
+        )
     return run_dir, locks

@@ -25,13 +25,24 @@ MAX_RANK_ROWS = 1024  # ranks whose own row (progress, sync wait, node) is kept
 
 _NUM = (int, float)
 # What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
-_REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM},
-             "outer": {"rank": int, "round": int}}
+_REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM}, "outer": {"rank": int, "round": int}}
 # ... and the type of every optional field the readers use (a wrong type also skips the record).
-_OPTIONAL = {"loss": _NUM, "samples_per_s": _NUM, "mem_model_state_bytes": _NUM, "cuda_max_allocated_bytes": _NUM,
-             "cuda_max_reserved_bytes": _NUM,
-             "sync_wait_s": _NUM, "world_size": int, "time": _NUM, "activation_bytes": _NUM, "round": int,
-             "local_steps": int, "rank": int, "step": int, "node": int}
+_OPTIONAL = {
+    "loss": _NUM,
+    "samples_per_s": _NUM,
+    "mem_model_state_bytes": _NUM,
+    "cuda_max_allocated_bytes": _NUM,
+    "cuda_max_reserved_bytes": _NUM,
+    "sync_wait_s": _NUM,
+    "world_size": int,
+    "time": _NUM,
+    "activation_bytes": _NUM,
+    "round": int,
+    "local_steps": int,
+    "rank": int,
+    "step": int,
+    "node": int,
+}
 
 
 def _is(value, typ) -> bool:
@@ -49,7 +60,9 @@ def valid_record(rec) -> bool:
         v = rec.get(key)
         if v is not None and not _is(v, typ):
             return False
-        if isinstance(v, float) and not math.isfinite(v) and key != "loss":  # a diverged loss is news; the rest is not
+        if (
+            isinstance(v, float) and not math.isfinite(v) and key != "loss"
+        ):  # a diverged loss is news; the rest is not
             return False
     for key in ("rank", "step", "round", "world_size", "node"):
         if isinstance(rec.get(key), int) and rec[key] < 0:
@@ -83,8 +96,12 @@ class MetricsTally:
         self.losses_by_rank: dict[int, deque] = {}  # the history of the first MAX_HISTORY_RANKS ranks
         self.loss_steps_by_rank: dict[int, deque] = {}  # the same, as (step, loss)
         self.step_times_rank0: deque = deque(maxlen=HISTORY)
-        self.slowest: dict[int, float] = {}  # step -> the slowest rank's step time (newest MEASURE_STEPS steps)
-        self.mem_by_step: dict[int, tuple[float, float]] = {}  # step -> (model states, CUDA peak), max over ranks
+        self.slowest: dict[
+            int, float
+        ] = {}  # step -> the slowest rank's step time (newest MEASURE_STEPS steps)
+        self.mem_by_step: dict[
+            int, tuple[float, float]
+        ] = {}  # step -> (model states, CUDA peak), max over ranks
         self.ranks: dict[int, dict] = {}  # rank -> its row: step, step time, loss, sync wait, node, memory
         self.world = 1
         self.mem = 0
@@ -98,8 +115,11 @@ class MetricsTally:
         kind = r["kind"]
         if isinstance(r.get("world_size"), int):
             self.world = max(self.world, r["world_size"])
-        if _is(r.get("rank"), int) and _is(r.get("node"), int) and (r["rank"] in self.node_by_rank
-                                                                     or len(self.node_by_rank) < MAX_HISTORY_RANKS * 64):
+        if (
+            _is(r.get("rank"), int)
+            and _is(r.get("node"), int)
+            and (r["rank"] in self.node_by_rank or len(self.node_by_rank) < MAX_HISTORY_RANKS * 64)
+        ):
             self.node_by_rank[r["rank"]] = r["node"]
         if kind == "start" and self.start_time is None and _is(r.get("time"), _NUM):
             self.start_time = r["time"]
@@ -110,7 +130,9 @@ class MetricsTally:
                 self.loss_rank, self.last_loss = r["rank"], r["loss"]
                 if r["rank"] in self.losses_by_rank or len(self.losses_by_rank) < MAX_HISTORY_RANKS:
                     self.losses_by_rank.setdefault(r["rank"], deque(maxlen=HISTORY)).append(r["loss"])
-                    self.loss_steps_by_rank.setdefault(r["rank"], deque(maxlen=HISTORY)).append((r["step"], r["loss"]))
+                    self.loss_steps_by_rank.setdefault(r["rank"], deque(maxlen=HISTORY)).append(
+                        (r["step"], r["loss"])
+                    )
             if r["rank"] == 0 and r["step_time_s"] > 0:
                 self.step_times_rank0.append(r["step_time_s"])
             self.mem = max(self.mem, r.get("mem_model_state_bytes") or 0)
@@ -121,8 +143,10 @@ class MetricsTally:
                 if len(self.slowest) > MEASURE_STEPS:
                     del self.slowest[min(self.slowest)]
             m = self.mem_by_step.get(step, (0.0, 0.0))
-            self.mem_by_step[step] = (max(m[0], r.get("mem_model_state_bytes") or 0),
-                                      max(m[1], r.get("cuda_max_allocated_bytes") or 0))
+            self.mem_by_step[step] = (
+                max(m[0], r.get("mem_model_state_bytes") or 0),
+                max(m[1], r.get("cuda_max_allocated_bytes") or 0),
+            )
             if len(self.mem_by_step) > HISTORY:
                 del self.mem_by_step[min(self.mem_by_step)]
             row = self._row(r)
@@ -151,8 +175,18 @@ class MetricsTally:
         if row is None:
             if len(self.ranks) >= MAX_RANK_ROWS:
                 return None
-            row = self.ranks[rank] = {"rank": rank, "node": None, "step": 0, "step_time_s": None, "loss": None,
-                                      "sync_wait_s": 0.0, "round": 0, "mem_bytes": 0, "peak_bytes": 0, "time": None}
+            row = self.ranks[rank] = {
+                "rank": rank,
+                "node": None,
+                "step": 0,
+                "step_time_s": None,
+                "loss": None,
+                "sync_wait_s": 0.0,
+                "round": 0,
+                "mem_bytes": 0,
+                "peak_bytes": 0,
+                "time": None,
+            }
         if _is(r.get("node"), int):
             row["node"] = r["node"]  # the node index (launch order)
         if isinstance(r.get("node_name"), str):

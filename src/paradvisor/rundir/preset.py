@@ -58,17 +58,53 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 DATASETS = ("corpus", "reviews", "imdb", "text", "images")
 _TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction"}
 _WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
-_TRAIN = {"steps", "lr", "dataset", "data_path", "weights", "model_overrides", "seed", "log_every", "warmup_steps",
-          "weight_decay", "grad_clip", "device", "outer_lr", "outer_momentum", "num_labels", "image_size",
-          "hang_timeout_s"}
-_LAUNCH = {"nproc_per_node", "node_procs", "nnodes", "node_rank", "rdzv_endpoint", "hosts", "master_port", "backend",
-           "image", "memory_limit", "engine", "join_timeout_s", "remote_dir", "remote_python"}
+_TRAIN = {
+    "steps",
+    "lr",
+    "dataset",
+    "data_path",
+    "weights",
+    "model_overrides",
+    "seed",
+    "log_every",
+    "warmup_steps",
+    "weight_decay",
+    "grad_clip",
+    "device",
+    "outer_lr",
+    "outer_momentum",
+    "num_labels",
+    "image_size",
+    "hang_timeout_s",
+}
+_LAUNCH = {
+    "nproc_per_node",
+    "node_procs",
+    "nnodes",
+    "node_rank",
+    "rdzv_endpoint",
+    "hosts",
+    "master_port",
+    "backend",
+    "image",
+    "memory_limit",
+    "engine",
+    "join_timeout_s",
+    "remote_dir",
+    "remote_python",
+}
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
 _CLUSTER_TYPES = {"file": str, "gpus": int, "gpu_type": str, "link": str, "local": bool}
 # Predictions are numbers (a breakdown is a table of numbers); the monitor and the hang timeout compute with them.
-_PREDICTION_TYPES = {"memory_per_gpu_bytes": float, "step_time_s": float, "samples_per_s": float,
-                     "tokens_per_s": float, "memory_breakdown": dict[str, float], "time_breakdown": dict[str, float]}
+_PREDICTION_TYPES = {
+    "memory_per_gpu_bytes": float,
+    "step_time_s": float,
+    "samples_per_s": float,
+    "tokens_per_s": float,
+    "memory_breakdown": dict[str, float],
+    "time_breakdown": dict[str, float],
+}
 
 
 @dataclass(frozen=True)
@@ -89,12 +125,16 @@ class TrainSettings:
     outer_momentum: float = 0.9
     num_labels: int = 2
     image_size: int = 32
-    hang_timeout_s: float | None = None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
+    hang_timeout_s: float | None = (
+        None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
+    )
 
 
 DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
 ENGINES = ("auto", "local", "ssh")
-DEFAULT_JOIN_TIMEOUT_S = 120.0  # a node that has not joined the rendezvous by then fails the run (torchrun: 600 s)
+DEFAULT_JOIN_TIMEOUT_S = (
+    120.0  # a node that has not joined the rendezvous by then fails the run (torchrun: 600 s)
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +153,9 @@ class LaunchSettings:
     # "auto" (ssh when there are several nodes with hosts, else local). See engine_of().
     engine: str = "auto"
     join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S  # torchrun --rdzv-conf join_timeout for multi-node runs
-    remote_dir: str = "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
+    remote_dir: str = (
+        "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
+    )
     remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
 
     def procs(self, node_rank: int) -> int:
@@ -157,9 +199,17 @@ class Preset:
         launch = asdict(self.launch)
         launch["hosts"] = list(self.launch.hosts)
         launch["node_procs"] = list(self.launch.node_procs)
-        return {"schema": SCHEMA, "name": self.name, "description": self.description,
-                "workload": self.workload.to_dict(), "train": asdict(self.train), "launch": launch,
-                "cluster": self.cluster, "plan": self.plan.to_dict(), "prediction": self.prediction}
+        return {
+            "schema": SCHEMA,
+            "name": self.name,
+            "description": self.description,
+            "workload": self.workload.to_dict(),
+            "train": asdict(self.train),
+            "launch": launch,
+            "cluster": self.cluster,
+            "plan": self.plan.to_dict(),
+            "prediction": self.prediction,
+        }
 
 
 def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
@@ -168,8 +218,10 @@ def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict
         raise InputError("expected a table", where=loc.where(None, 0, name, name))
     for k in sec:
         if k not in allowed:
-            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(allowed))}",
-                             where=loc.where(name, 0, k, f"{name}.{k}"))
+            raise InputError(
+                f"unknown key {k!r}; expected one of {', '.join(sorted(allowed))}",
+                where=loc.where(name, 0, k, f"{name}.{k}"),
+            )
 
     def where(key):
         return loc.where(name, 0, key, f"{name}.{key}")
@@ -181,10 +233,14 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     loc = KeyLocator(path, text)
     for k in data:
         if k not in _TOP:
-            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(_TOP))}",
-                             where=loc.where(None, 0, k, k))
+            raise InputError(
+                f"unknown key {k!r}; expected one of {', '.join(sorted(_TOP))}",
+                where=loc.where(None, 0, k, k),
+            )
     if data.get("schema", SCHEMA) != SCHEMA:
-        raise InputError(f"unsupported schema {data.get('schema')!r}; expected {SCHEMA!r}", where=f"{path}: schema")
+        raise InputError(
+            f"unsupported schema {data.get('schema')!r}; expected {SCHEMA!r}", where=f"{path}: schema"
+        )
     # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
     workload = _parse_workload(*_section(data, "workload", _WORKLOAD, loc))
     train = _parse_train(*_section(data, "train", _TRAIN, loc))
@@ -192,25 +248,45 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     plan = _parse_plan(*_section(data, "plan", _PLAN, loc), workload.precision)
     c, cw = _section(data, "cluster", _CLUSTER, loc)
     cluster = check_mapping(c, _CLUSTER_TYPES, cw)
-    prediction = check_mapping(data.get("prediction", {}), _PREDICTION_TYPES,
-                               lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
-                               at=loc.where(None, 0, "prediction", "prediction"))
+    prediction = check_mapping(
+        data.get("prediction", {}),
+        _PREDICTION_TYPES,
+        lambda k: loc.where("prediction", 0, k, f"prediction.{k}"),
+        at=loc.where(None, 0, "prediction", "prediction"),
+    )
     name = data.get("name") or Path(path).stem
     if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_NAME:
-        raise InputError(f"name must be a printable string of at most {MAX_NAME} characters",
-                         where=loc.where(None, 0, "name", "name"))
-    description = check_value(data.get("description", ""), str, loc.where(None, 0, "description", "description"))
-    return Preset(name=name, description=description, workload=workload, train=train,
-                  launch=launch, plan=plan, cluster=cluster, prediction=prediction, path=path)
+        raise InputError(
+            f"name must be a printable string of at most {MAX_NAME} characters",
+            where=loc.where(None, 0, "name", "name"),
+        )
+    description = check_value(
+        data.get("description", ""), str, loc.where(None, 0, "description", "description")
+    )
+    return Preset(
+        name=name,
+        description=description,
+        workload=workload,
+        train=train,
+        launch=launch,
+        plan=plan,
+        cluster=cluster,
+        prediction=prediction,
+        path=path,
+    )
 
 
 def _parse_workload(w: dict, ww) -> Workload:
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
-    workload = Workload(**{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)})
+    workload = Workload(
+        **{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)}
+    )
     if workload.precision not in ("auto", *PRECISIONS):
-        raise InputError(f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
-                         where=ww("precision"))
+        raise InputError(
+            f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
+            where=ww("precision"),
+        )
     if workload.attention not in ("sdpa", "eager"):
         raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
     return workload
@@ -219,7 +295,9 @@ def _parse_workload(w: dict, ww) -> Workload:
 def _parse_train(t: dict, tw) -> TrainSettings:
     kw = from_table(TrainSettings, t, tw)
     if kw.get("dataset", "corpus") not in DATASETS:
-        raise InputError(f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset"))
+        raise InputError(
+            f"dataset {kw['dataset']!r}; expected one of {', '.join(DATASETS)}", where=tw("dataset")
+        )
     if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
         raise InputError("device must be auto, cpu or cuda", where=tw("device"))
     if kw.get("dataset") in ("imdb", "text") and not kw.get("data_path"):
@@ -231,18 +309,25 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
     lkw = from_table(LaunchSettings, lsec, lw)
     if lkw.get("node_procs"):
         if any(n < 1 or n > 1024 for n in lkw["node_procs"]):
-            raise InputError("node_procs must be a list of process counts (1..1024), one per node",
-                             where=lw("node_procs"))
+            raise InputError(
+                "node_procs must be a list of process counts (1..1024), one per node", where=lw("node_procs")
+            )
         lkw.setdefault("nnodes", len(lkw["node_procs"]))
         lkw.setdefault("nproc_per_node", max(lkw["node_procs"]))
     launch = LaunchSettings(**lkw)
     if launch.node_procs and len(launch.node_procs) != launch.nnodes:
-        raise InputError(f"node_procs lists {len(launch.node_procs)} nodes, nnodes is {launch.nnodes}",
-                         where=lw("node_procs"))
+        raise InputError(
+            f"node_procs lists {len(launch.node_procs)} nodes, nnodes is {launch.nnodes}",
+            where=lw("node_procs"),
+        )
     if launch.hosts and len(launch.hosts) != launch.nnodes:
-        raise InputError(f"hosts lists {len(launch.hosts)} hosts for {launch.nnodes} node(s)", where=lw("hosts"))
+        raise InputError(
+            f"hosts lists {len(launch.hosts)} hosts for {launch.nnodes} node(s)", where=lw("hosts")
+        )
     if launch.node_rank >= launch.nnodes:
-        raise InputError(f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank"))
+        raise InputError(
+            f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank")
+        )
     if launch.memory_limit:
         from paradvisor.units import parse_size
 
@@ -255,9 +340,11 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
     if not 0 <= launch.master_port <= 65535:
         raise InputError("master_port must be 0..65535", where=lw("master_port"))
     if launch.engine not in ENGINES:
-        raise InputError(f"engine {launch.engine!r}; expected one of {', '.join(ENGINES)}", where=lw("engine"))
+        raise InputError(
+            f"engine {launch.engine!r}; expected one of {', '.join(ENGINES)}", where=lw("engine")
+        )
     if launch.engine == "ssh" and not launch.hosts:
-        raise InputError("engine = \"ssh\" needs one host per node in launch.hosts", where=lw("hosts"))
+        raise InputError('engine = "ssh" needs one host per node in launch.hosts', where=lw("hosts"))
     for key in ("remote_dir", "remote_python"):
         if not getattr(launch, key).strip():
             raise InputError("must not be empty", where=lw(key))
@@ -267,8 +354,13 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
 def _parse_plan(p: dict, pw, precision: str) -> Plan:
     """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
     pkw = from_table(Plan, p, pw)
-    for key, allowed in (("sharding", SHARDINGS), ("checkpointing", CHECKPOINTING), ("precision", PRECISIONS),
-                         ("offload", OFFLOADS), ("pp_schedule", PP_SCHEDULES)):
+    for key, allowed in (
+        ("sharding", SHARDINGS),
+        ("checkpointing", CHECKPOINTING),
+        ("precision", PRECISIONS),
+        ("offload", OFFLOADS),
+        ("pp_schedule", PP_SCHEDULES),
+    ):
         if key in pkw and pkw[key] not in allowed:
             raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
     if "precision" not in pkw:
@@ -305,8 +397,11 @@ def resolve_preset(ref: str) -> Path:
             if cand.is_file():
                 return cand
     names = preset_names()
-    raise InputError(f"no preset {ref!r}: not a file, and no presets/{Path(ref).stem}.toml"
-                     + (f"; presets: {', '.join(names)}" if names else ""), where="--preset")
+    raise InputError(
+        f"no preset {ref!r}: not a file, and no presets/{Path(ref).stem}.toml"
+        + (f"; presets: {', '.join(names)}" if names else ""),
+        where="--preset",
+    )
 
 
 def load_preset(path: str | os.PathLike) -> Preset:
@@ -333,17 +428,26 @@ def launch_for(cluster, plan=None) -> LaunchSettings:
     if len(nodes) == 1:
         return LaunchSettings(nproc_per_node=procs[0])
     hosts = tuple(n.host or n.name for n in nodes)
-    return LaunchSettings(nproc_per_node=max(procs), nnodes=len(nodes),
-                          node_procs=tuple(procs) if len(set(procs)) > 1 else (),
-                          hosts=hosts, rdzv_endpoint=f"{hosts[0]}:{DEFAULT_RDZV_PORT}", master_port=DEFAULT_RDZV_PORT)
+    return LaunchSettings(
+        nproc_per_node=max(procs),
+        nnodes=len(nodes),
+        node_procs=tuple(procs) if len(set(procs)) > 1 else (),
+        hosts=hosts,
+        rdzv_endpoint=f"{hosts[0]}:{DEFAULT_RDZV_PORT}",
+        master_port=DEFAULT_RDZV_PORT,
+    )
 
 
 def prediction_of(e) -> dict:
     """What the plan promised, stored in the preset so every run can be compared with it."""
-    return {"memory_per_gpu_bytes": round(e.memory_total), "step_time_s": e.step_time,
-            "samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s,
-            "memory_breakdown": {k: round(v) for k, v in e.memory.items()},
-            "time_breakdown": {k: v for k, v in e.time.items()}}
+    return {
+        "memory_per_gpu_bytes": round(e.memory_total),
+        "step_time_s": e.step_time,
+        "samples_per_s": e.samples_per_s,
+        "tokens_per_s": e.tokens_per_s,
+        "memory_breakdown": {k: round(v) for k, v in e.memory.items()},
+        "time_breakdown": {k: v for k, v in e.time.items()},
+    }
 
 
 def safe_name(text: str) -> str:
@@ -352,8 +456,9 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")[:100] or "plan"
 
 
-def preset_from_estimate(rec, e, cluster_ref: dict | None = None, *, name: str | None = None,
-                         description: str = "") -> Preset:
+def preset_from_estimate(
+    rec, e, cluster_ref: dict | None = None, *, name: str | None = None, description: str = ""
+) -> Preset:
     """The one way a ranked plan becomes a preset (CLI --save, launch --model, the TUI): complete and
     launchable as written — per-node process counts, hosts and rendezvous from the cluster, the train
     settings the model family needs, and the prediction."""
@@ -364,6 +469,13 @@ def preset_from_estimate(rec, e, cluster_ref: dict | None = None, *, name: str |
     family = family_of(rec.profile)
     ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})
     name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}")
-    return Preset(name=name, description=description or f"{rec.profile.name}: {e.plan.label()}",
-                  workload=replace(rec.workload, precision=rec.precision), train=train_for(family),
-                  launch=launch_for(rec.cluster, e.plan), plan=e.plan, cluster=ref, prediction=prediction_of(e))
+    return Preset(
+        name=name,
+        description=description or f"{rec.profile.name}: {e.plan.label()}",
+        workload=replace(rec.workload, precision=rec.precision),
+        train=train_for(family),
+        launch=launch_for(rec.cluster, e.plan),
+        plan=e.plan,
+        cluster=ref,
+        prediction=prediction_of(e),
+    )

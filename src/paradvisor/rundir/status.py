@@ -22,12 +22,30 @@ TERMINAL = ("finished", "failed", "cancelled", "interrupted")  # a run in one of
 
 STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
 # The type of every status field a reader uses; a field of another type is dropped (and counted).
-STATUS_TYPES = {"status": str, "reason": (str, type(None)), "label": str, "name": str, "run_dir": str,
-                "started": _NUM, "ended": _NUM, "duration_s": _NUM, "pid": int, "pid_started": _NUM,
-                "launcher_pid": int, "launcher_started": _NUM, "failed_rank": (int, type(None)),
-                "exit_code": (int, type(None)), "hung": bool, "oom": bool, "replan": (dict, type(None)),
-                "world_size": int, "node_rank": int, "returncode": (int, type(None)),
-                "last_log_lines": list, "hang_timeout_s": (_NUM, type(None))}
+STATUS_TYPES = {
+    "status": str,
+    "reason": (str, type(None)),
+    "label": str,
+    "name": str,
+    "run_dir": str,
+    "started": _NUM,
+    "ended": _NUM,
+    "duration_s": _NUM,
+    "pid": int,
+    "pid_started": _NUM,
+    "launcher_pid": int,
+    "launcher_started": _NUM,
+    "failed_rank": (int, type(None)),
+    "exit_code": (int, type(None)),
+    "hung": bool,
+    "oom": bool,
+    "replan": (dict, type(None)),
+    "world_size": int,
+    "node_rank": int,
+    "returncode": (int, type(None)),
+    "last_log_lines": list,
+    "hang_timeout_s": (_NUM, type(None)),
+}
 
 
 def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
@@ -54,7 +72,11 @@ def read_status(path: Path) -> dict:
     """status.json as a dict whose fields have the types in STATUS_TYPES; unreadable: status `unknown`."""
     doc, why = read_json_object(path)
     if doc is None:
-        return {"status": "unknown", "run_dir": str(path.parent), "reason": f"no readable status.json ({why})"}
+        return {
+            "status": "unknown",
+            "run_dir": str(path.parent),
+            "reason": f"no readable status.json ({why})",
+        }
     out, dropped = {}, []
     for key, value in doc.items():
         typ = STATUS_TYPES.get(key)
@@ -119,13 +141,20 @@ def effective_status(run_dir: Path) -> dict:
     doc = read_status(RunDir(run_dir).status)
     if doc.get("status") == "running":
         if "launcher_pid" in doc:
-            alive = (_alive(doc["launcher_pid"], doc.get("launcher_started"))
-                     or _alive(doc.get("pid"), doc.get("pid_started")))
+            alive = _alive(doc["launcher_pid"], doc.get("launcher_started")) or _alive(
+                doc.get("pid"), doc.get("pid_started")
+            )
         else:  # a status written before start times were recorded: the pid and its start after the run's
             started = doc.get("started")
-            alive = _alive(doc.get("pid"), None) and not (started is not None and _created(doc["pid"]) > started + 5)
+            alive = _alive(doc.get("pid"), None) and not (
+                started is not None and _created(doc["pid"]) > started + 5
+            )
         if not alive:
-            doc = {**doc, "status": "interrupted", "reason": "the launcher stopped without writing a final status"}
+            doc = {
+                **doc,
+                "status": "interrupted",
+                "reason": "the launcher stopped without writing a final status",
+            }
     return doc
 
 

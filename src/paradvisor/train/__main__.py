@@ -32,7 +32,9 @@ def _marker(run_dir: Path, rank: int, doc: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="paradvisor.train")
     ap.add_argument("--run-dir", required=True)
-    ap.add_argument("--node-index", type=int, default=0, help="this node's index in the plan (multi-node runs)")
+    ap.add_argument(
+        "--node-index", type=int, default=0, help="this node's index in the plan (multi-node runs)"
+    )
     args = ap.parse_args(argv)
     os.environ["PARADVISOR_NODE_INDEX"] = str(args.node_index)
     run_dir = Path(args.run_dir)
@@ -58,8 +60,11 @@ def main(argv=None) -> int:
         traceback.print_exc()
         sys.stderr.flush()
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
-        _marker(run_dir, rank, {"rank": rank, "exit_code": code, "error": f"{type(exc).__name__}: {exc}",
-                                "time": time.time()})
+        _marker(
+            run_dir,
+            rank,
+            {"rank": rank, "exit_code": code, "error": f"{type(exc).__name__}: {exc}", "time": time.time()},
+        )
         return code or 1
     _marker(run_dir, rank, {"rank": rank, "exit_code": 0})
     return 0

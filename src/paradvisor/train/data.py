@@ -16,7 +16,9 @@ from paradvisor.errors import InputError
 
 
 def shipped_reviews() -> list[tuple[str, int]]:
-    raw = gzip.decompress(resources.files("paradvisor").joinpath("data", "reviews.tsv.gz").read_bytes()).decode()
+    raw = gzip.decompress(
+        resources.files("paradvisor").joinpath("data", "reviews.tsv.gz").read_bytes()
+    ).decode()
     out = []
     for line in raw.splitlines():
         label, text = line.split("\t", 1)
@@ -25,7 +27,9 @@ def shipped_reviews() -> list[tuple[str, int]]:
 
 
 def shipped_corpus() -> str:
-    return gzip.decompress(resources.files("paradvisor").joinpath("data", "corpus.txt.gz").read_bytes()).decode()
+    return gzip.decompress(
+        resources.files("paradvisor").joinpath("data", "corpus.txt.gz").read_bytes()
+    ).decode()
 
 
 def imdb_folder(path: str, split: str = "train") -> list[tuple[str, int]]:
@@ -36,7 +40,9 @@ def imdb_folder(path: str, split: str = "train") -> list[tuple[str, int]]:
     base = root / split
     pos, neg = base / "pos", base / "neg"
     if not pos.is_dir() or not neg.is_dir():
-        raise InputError(f"not an aclImdb folder: expected {split}/pos and {split}/neg with .txt reviews", where=path)
+        raise InputError(
+            f"not an aclImdb folder: expected {split}/pos and {split}/neg with .txt reviews", where=path
+        )
     out = []
     for label, folder in ((1, pos), (0, neg)):
         for f in sorted(folder.glob("*.txt")):
@@ -98,13 +104,18 @@ def train_subword_tokenizer(texts: list[str], kind: str, vocab_size: int, save_t
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+        )
     else:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>"],
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=["<pad>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
     tok.train_from_iterator(texts, trainer=trainer)
     if kind == "wordpiece":
         tok = _canonical_ids(tok, ["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
@@ -200,4 +211,3 @@ class RankStream:
                 self._epoch = epoch
             out.append(self._order[pos])
         return out
-

@@ -17,11 +17,17 @@ def fsdp_precision(precision: str) -> dict:
 
     if precision not in ("bf16", "fp16"):
         return {}
-    return {"mp_policy": MixedPrecisionPolicy(param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
-                                              reduce_dtype=torch.float32)}
+    return {
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=getattr(torch, "bfloat16" if precision == "bf16" else "float16"),
+            reduce_dtype=torch.float32,
+        )
+    }
 
 
-def apply_fsdp(model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True) -> None:
+def apply_fsdp(
+    model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True
+) -> None:
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
     kw = {"mesh": mesh, "reshard_after_forward": reshard, **fsdp_precision(precision)}

@@ -42,7 +42,9 @@ class Fault:
         """Called by the training loop before each step; fires once the rank and step match."""
         if rank != self.rank or step != self.step:
             return
-        print(f"paradvisor fault drill: {self.kind} on rank {rank} at step {step}", file=sys.stderr, flush=True)
+        print(
+            f"paradvisor fault drill: {self.kind} on rank {rank} at step {step}", file=sys.stderr, flush=True
+        )
         if self.kind == "raise":
             raise InjectedFault(f"injected fault on rank {rank} at step {step}")
         if self.kind == "exit":

@@ -57,8 +57,12 @@ def global_loss(loss: float | None, plan, rank: int, world: int, batches: list[i
 def memory_record(engine) -> dict:
     groups = engine.last_groups or engine.memory_groups()
     b = count_bytes(groups)
-    rec = {"mem_params_bytes": b["params"], "mem_grads_bytes": b["grads"], "mem_optimizer_bytes": b["optimizer"],
-           "mem_model_state_bytes": b["params"] + b["grads"] + b["optimizer"]}
+    rec = {
+        "mem_params_bytes": b["params"],
+        "mem_grads_bytes": b["grads"],
+        "mem_optimizer_bytes": b["optimizer"],
+        "mem_model_state_bytes": b["params"] + b["grads"] + b["optimizer"],
+    }
     if getattr(engine, "step_grads_bytes", None) is not None:
         rec["mem_step_grads_bytes"] = engine.step_grads_bytes
     peak = cuda_peak()
@@ -67,7 +71,9 @@ def memory_record(engine) -> dict:
     return rec
 
 
-def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, writer, *, progress=None) -> None:
+def train_sync(
+    preset, engine, kind: str, task, device, rank: int, world: int, writer, *, progress=None
+) -> None:
     plan, t = preset.plan, preset.train
     data_rank, batches = data_layout(plan, rank, world)
     stream = RankStream(len(task.dataset), batches, data_rank, t.seed)
@@ -90,9 +96,15 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
             loss = 0.0
             for micro in range(plan.grad_accum):
                 inputs, targets = task.batch(stream.indices((step - 1) * plan.grad_accum + micro), device)
-                with (meter if micro == 0 else None) or contextlib.nullcontext():  # one micro-batch's activations
-                    loss += engine.forward_backward(inputs, targets, last=micro == plan.grad_accum - 1,
-                                                    scale=scale / plan.grad_accum) / plan.grad_accum
+                with (
+                    meter if micro == 0 else None
+                ) or contextlib.nullcontext():  # one micro-batch's activations
+                    loss += (
+                        engine.forward_backward(
+                            inputs, targets, last=micro == plan.grad_accum - 1, scale=scale / plan.grad_accum
+                        )
+                        / plan.grad_accum
+                    )
         engine.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -100,11 +112,21 @@ def train_sync(preset, engine, kind: str, task, device, rank: int, world: int, w
         if step % t.log_every == 0 or step == t.steps or meter:
             local_loss = loss
             loss = global_loss(loss, plan, rank, world, batches, data_rank)
-            rec = {"kind": "step", "step": step, "loss": loss, "local_loss": local_loss, "lr": lr, "step_time_s": dt,
-                   "samples": per_step, "samples_per_s": per_step / dt,
-                   "tokens_per_s": per_step * task.seq_len / dt if task.kind != "image" else None,
-                   "global_samples_per_s": preset.workload.global_batch / dt, "sync_wait_s": 0.0,
-                   "world_size": world, "strategy": kind}
+            rec = {
+                "kind": "step",
+                "step": step,
+                "loss": loss,
+                "local_loss": local_loss,
+                "lr": lr,
+                "step_time_s": dt,
+                "samples": per_step,
+                "samples_per_s": per_step / dt,
+                "tokens_per_s": per_step * task.seq_len / dt if task.kind != "image" else None,
+                "global_samples_per_s": preset.workload.global_batch / dt,
+                "sync_wait_s": 0.0,
+                "world_size": world,
+                "strategy": kind,
+            }
             rec.update(memory_record(engine))
             if meter:
                 rec["activation_bytes"] = meter.bytes
@@ -134,7 +156,9 @@ def _assign(p, value) -> None:
     if hasattr(p, "full_tensor"):
         from torch.distributed.tensor import distribute_tensor
 
-        local = distribute_tensor(value.to(p.device, p.dtype), p.device_mesh, p.placements, src_data_rank=None)
+        local = distribute_tensor(
+            value.to(p.device, p.dtype), p.device_mesh, p.placements, src_data_rank=None
+        )
         p.to_local().copy_(local.to_local())
     else:
         p.copy_(value.to(p.device, p.dtype))
@@ -156,7 +180,9 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     params = [p for p in engine.model.parameters()]
     outer_params = [_full(p).detach().clone().cpu().float() for p in params]
     outer_opt = torch.optim.SGD(outer_params, lr=t.outer_lr, momentum=t.outer_momentum, nesterov=True)
-    batches = [n.batch_per_gpu for n in nodes for _ in range(n.gpus)] if plan.nodes else [plan.micro_batch] * world
+    batches = (
+        [n.batch_per_gpu for n in nodes for _ in range(n.gpus)] if plan.nodes else [plan.micro_batch] * world
+    )
     stream = RankStream(len(task.dataset), batches, rank, t.seed)
     base_h = plan.local_steps or h
     rounds = max(1, math.ceil(t.steps / base_h))
@@ -176,16 +202,38 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
             engine.step()
             dt = time.perf_counter() - t0
             if step % t.log_every == 0 or k == h:
-                rec = {"kind": "step", "step": step, "round": rnd, "loss": loss, "lr": lr, "step_time_s": dt,
-                       "samples": batches[rank], "samples_per_s": batches[rank] / dt,
-                       "tokens_per_s": batches[rank] * task.seq_len / dt if task.kind != "image" else None,
-                       "sync_wait_s": 0.0, "world_size": world, "strategy": "diloco", "local_steps": h,
-                       "node_name": nodes[my_node].node}
+                rec = {
+                    "kind": "step",
+                    "step": step,
+                    "round": rnd,
+                    "loss": loss,
+                    "lr": lr,
+                    "step_time_s": dt,
+                    "samples": batches[rank],
+                    "samples_per_s": batches[rank] / dt,
+                    "tokens_per_s": batches[rank] * task.seq_len / dt if task.kind != "image" else None,
+                    "sync_wait_s": 0.0,
+                    "world_size": world,
+                    "strategy": "diloco",
+                    "local_steps": h,
+                    "node_name": nodes[my_node].node,
+                }
                 rec.update(memory_record(engine))
                 writer.write(rec)
         wait, comm = _outer_step(params, outer_params, outer_opt, world)
-        writer.write({"kind": "outer", "round": rnd, "step": rnd * h, "sync_wait_s": wait, "outer_comm_s": comm,
-                      "local_steps": h, "node_name": nodes[my_node].node, "world_size": world, "strategy": "diloco"})
+        writer.write(
+            {
+                "kind": "outer",
+                "round": rnd,
+                "step": rnd * h,
+                "sync_wait_s": wait,
+                "outer_comm_s": comm,
+                "local_steps": h,
+                "node_name": nodes[my_node].node,
+                "world_size": world,
+                "strategy": "diloco",
+            }
+        )
 
 
 def _diloco_nodes(plan, world: int):
@@ -194,8 +242,18 @@ def _diloco_nodes(plan, world: int):
         return plan.nodes
     from paradvisor.plan.types import NodeAllocation
 
-    return tuple(NodeAllocation(node=f"rank{r}", gpus=1, tflops=0, relative_speed=1, batch_per_gpu=plan.micro_batch,
-                                data_share=1 / world, local_steps=plan.local_steps or 10) for r in range(world))
+    return tuple(
+        NodeAllocation(
+            node=f"rank{r}",
+            gpus=1,
+            tflops=0,
+            relative_speed=1,
+            batch_per_gpu=plan.micro_batch,
+            data_share=1 / world,
+            local_steps=plan.local_steps or 10,
+        )
+        for r in range(world)
+    )
 
 
 def _outer_step(params, outer_params, outer_opt, world: int) -> tuple[float, float]:

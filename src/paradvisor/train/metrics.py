@@ -29,7 +29,9 @@ class MetricsWriter:
 
     def write(self, record: dict) -> None:
         record = {"rank": self.rank, "node": self.node, "time": time.time(), **record}
-        os.write(self.fd, (json.dumps(record, default=float) + "\n").encode())  # one write: whole line or nothing
+        os.write(
+            self.fd, (json.dumps(record, default=float) + "\n").encode()
+        )  # one write: whole line or nothing
 
     def close(self) -> None:
         os.close(self.fd)
@@ -78,7 +80,9 @@ def optimizer_state_tensors(opt) -> list:
         return out
     for state in getattr(opt, "state", {}).values():
         if isinstance(state, dict):
-            out.extend(v for v in state.values() if hasattr(v, "untyped_storage") and getattr(v, "dim", lambda: 0)())
+            out.extend(
+                v for v in state.values() if hasattr(v, "untyped_storage") and getattr(v, "dim", lambda: 0)()
+            )
     return out
 
 
@@ -139,8 +143,18 @@ def cuda_peak() -> tuple[int, int] | None:
     return None
 
 
-_VIEWS = ("TBackward0", "PermuteBackward0", "TransposeBackward0", "ViewBackward0", "ExpandBackward0",
-          "UnsafeViewBackward0", "AsStridedBackward0", "SliceBackward0", "SelectBackward0", "AliasBackward0")
+_VIEWS = (
+    "TBackward0",
+    "PermuteBackward0",
+    "TransposeBackward0",
+    "ViewBackward0",
+    "ExpandBackward0",
+    "UnsafeViewBackward0",
+    "AsStridedBackward0",
+    "SliceBackward0",
+    "SelectBackward0",
+    "AliasBackward0",
+)
 
 
 def _is_weight_copy(t) -> bool:

@@ -30,7 +30,9 @@ class Attention(nn.Module):
         q = self.q(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, t, -1, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, t, -1, self.head_dim).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
+        )
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -55,7 +57,9 @@ class Block(nn.Module):
 
 
 class MinGPT(nn.Module):
-    def __init__(self, vocab: int, block_size: int, n_layer: int, n_head: int, n_embd: int, dropout: float = 0.0):
+    def __init__(
+        self, vocab: int, block_size: int, n_layer: int, n_head: int, n_embd: int, dropout: float = 0.0
+    ):
         super().__init__()
         self.block_size = block_size
         self.wte = nn.Embedding(vocab, n_embd)
@@ -93,5 +97,11 @@ class MinGPT(nn.Module):
 
 def from_config(cfg: dict) -> MinGPT:
     """Build from a GPT-2-style config dict (n_layer, n_head, n_embd, vocab_size, n_positions)."""
-    return MinGPT(vocab=cfg["vocab_size"], block_size=cfg.get("n_positions", 128), n_layer=cfg["n_layer"],
-                  n_head=cfg["n_head"], n_embd=cfg["n_embd"], dropout=cfg.get("dropout", 0.0))
+    return MinGPT(
+        vocab=cfg["vocab_size"],
+        block_size=cfg.get("n_positions", 128),
+        n_layer=cfg["n_layer"],
+        n_head=cfg["n_head"],
+        n_embd=cfg["n_embd"],
+        dropout=cfg.get("dropout", 0.0),
+    )

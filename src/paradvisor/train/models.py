@@ -18,8 +18,13 @@ import torch.nn.functional as F
 from paradvisor.errors import InputError
 from paradvisor.train import data as D
 
-HF_CLASSES = {"bert": "BertForSequenceClassification", "albert": "AlbertForSequenceClassification",
-              "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
+HF_CLASSES = {
+    "bert": "BertForSequenceClassification",
+    "albert": "AlbertForSequenceClassification",
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
 
 
 class VGG(nn.Module):
@@ -34,7 +39,11 @@ class VGG(nn.Module):
                 c = int(v)
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d(tuple(spec.get("avgpool", [7, 7])))
-        widths, fcs, inp = list(spec["classifier"]), [], c * spec.get("avgpool", [7, 7])[0] * spec.get("avgpool", [7, 7])[1]
+        widths, fcs, inp = (
+            list(spec["classifier"]),
+            [],
+            c * spec.get("avgpool", [7, 7])[0] * spec.get("avgpool", [7, 7])[1],
+        )
         for w in widths:
             fcs += [nn.Linear(inp, w), nn.ReLU(inplace=True)]
             inp = w
@@ -61,7 +70,7 @@ class Task:
             return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}, y.to(device)
         if self.kind == "lm":
             ds = self.dataset
-            win = torch.tensor([ds.ids[ds.starts[i]: ds.starts[i] + ds.seq_len + 1] for i in indices])
+            win = torch.tensor([ds.ids[ds.starts[i] : ds.starts[i] + ds.seq_len + 1] for i in indices])
             return {"input_ids": win[:, :-1].to(device)}, win[:, 1:].to(device)
         ds = self.dataset
         xs, ys = [], []
@@ -71,7 +80,7 @@ class Task:
             img = torch.rand(3, ds.size, ds.size, generator=g) * 0.3
             h = ds.size // 2
             r0, c0 = (k % 4 // 2) * h, (k % 2) * h
-            img[k % 3, r0: r0 + h, c0: c0 + h] += 0.7
+            img[k % 3, r0 : r0 + h, c0 : c0 + h] += 0.7
             xs.append(img)
             ys.append(k)
         return {"x": torch.stack(xs).to(device)}, torch.tensor(ys).to(device)
@@ -132,8 +141,10 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
     if family == "mingpt":
         tok = D.CharTokenizer(text)
         if tok.vocab_size > int(cfg["vocab_size"]):
-            raise InputError(f"the text has {tok.vocab_size} distinct characters, the model's vocab_size is "
-                             f"{cfg['vocab_size']}: raise it in train.model_overrides")
+            raise InputError(
+                f"the text has {tok.vocab_size} distinct characters, the model's vocab_size is "
+                f"{cfg['vocab_size']}: raise it in train.model_overrides"
+            )
         return Task("lm", D.LMData(tok.encode(text), seq), seq), tok.vocab_size
     tok_path = run_dir / "tokenizer.json"
     vocab = min(int(cfg["vocab_size"]), 4000)
@@ -151,7 +162,9 @@ def build_model(preset, family: str, cfg: dict, task: Task):
     if family == "mingpt":
         from paradvisor.train.mingpt import from_config
 
-        return from_config({**cfg, "n_positions": max(int(cfg.get("n_positions", 128)), preset.workload.seq_len)})
+        return from_config(
+            {**cfg, "n_positions": max(int(cfg.get("n_positions", 128)), preset.workload.seq_len)}
+        )
     import transformers
 
     cls_name = HF_CLASSES.get(family)
@@ -167,12 +180,18 @@ def build_model(preset, family: str, cfg: dict, task: Task):
     config._attn_implementation = "sdpa" if preset.workload.attention == "sdpa" else "eager"
     if cls_name is None:  # any other model type: transformers' own head class for the task
         lm = task.kind == "lm"
-        mapping = transformers.MODEL_FOR_CAUSAL_LM_MAPPING if lm else transformers.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+        mapping = (
+            transformers.MODEL_FOR_CAUSAL_LM_MAPPING
+            if lm
+            else transformers.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+        )
         try:
             cls = mapping[type(config)]
         except KeyError:
-            raise InputError(f"no training recipe for model_type {family!r}: transformers has no "
-                             f"{'CausalLM' if lm else 'SequenceClassification'} class for it") from None
+            raise InputError(
+                f"no training recipe for model_type {family!r}: transformers has no "
+                f"{'CausalLM' if lm else 'SequenceClassification'} class for it"
+            ) from None
     else:
         cls = getattr(transformers, cls_name)
     if preset.train.weights:
@@ -180,7 +199,13 @@ def build_model(preset, family: str, cfg: dict, task: Task):
     return cls(config)
 
 
-BLOCK_PATHS = ("blocks", "bert.encoder.layer", "model.layers", "transformer.h", "albert.encoder.albert_layer_groups")
+BLOCK_PATHS = (
+    "blocks",
+    "bert.encoder.layer",
+    "model.layers",
+    "transformer.h",
+    "albert.encoder.albert_layer_groups",
+)
 
 
 def block_list(model) -> nn.ModuleList | None:

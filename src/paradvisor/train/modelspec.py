@@ -38,12 +38,18 @@ def _check_override(key: str, value, base, where: str) -> None:
             fail("a string")
     elif isinstance(base, list):
         kinds = {type(x) for x in base}
-        if not isinstance(value, list) or not value or any(type(x) not in kinds for x in value) or any(
-                is_int(x) and x < 1 for x in value):
+        if (
+            not isinstance(value, list)
+            or not value
+            or any(type(x) not in kinds for x in value)
+            or any(is_int(x) and x < 1 for x in value)
+        ):
             fail(f"a non-empty list like {base[:4]!r}")
     elif base is None and value is None:
         pass
-    elif not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
+    elif not isinstance(value, (str, int, float, bool)) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
         fail("a number, string or boolean")
 
 
@@ -78,7 +84,9 @@ def resolved_config(preset) -> tuple[str, dict]:
     cfg = {**base, **over}
     shape = shape_from_config(cfg, where=where)
     if shape and family in ("bert", "albert", "gpt2", "mingpt") and shape.hidden % shape.heads:
-        raise InputError(f"hidden size {shape.hidden} is not a multiple of {shape.heads} attention heads", where=where)
+        raise InputError(
+            f"hidden size {shape.hidden} is not a multiple of {shape.heads} attention heads", where=where
+        )
     return family, cfg
 
 
@@ -104,9 +112,16 @@ def profile_of(preset):
 
             shape = _replace(shape, family="mingpt")  # no dropout layers, unlike HF GPT-2
         total = sum(e.params for e in layers)
-        return ModelProfile(name=preset.workload.model, architecture=family, source="preset", total_params=total,
-                            trainable_params=total, layers=tuple(layers), transformer=shape,
-                            traced=_traced(preset, family, cfg))
+        return ModelProfile(
+            name=preset.workload.model,
+            architecture=family,
+            source="preset",
+            total_params=total,
+            trainable_params=total,
+            layers=tuple(layers),
+            transformer=shape,
+            traced=_traced(preset, family, cfg),
+        )
     from paradvisor.model.load import load_profile
 
     return load_profile(preset.workload.model)
@@ -123,7 +138,11 @@ def _traced(preset, family: str, cfg: dict):
     from paradvisor.train import traceable
 
     cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings" or family != "mingpt"}
-    return Traced(tracer=lambda keys, seq=None: traceable.traced_facts(family, cfg, keys=keys, check=False,
-                                                                       seq=seq)["activations"],
-                  params_fn=lambda: traceable.param_facts_of(family, cfg),
-                  bounds_fn=lambda: traceable.regime_bounds(family, cfg), source="traced from the preset's model")
+    return Traced(
+        tracer=lambda keys, seq=None: traceable.traced_facts(family, cfg, keys=keys, check=False, seq=seq)[
+            "activations"
+        ],
+        params_fn=lambda: traceable.param_facts_of(family, cfg),
+        bounds_fn=lambda: traceable.regime_bounds(family, cfg),
+        source="traced from the preset's model",
+    )

@@ -62,7 +62,9 @@ def device_mesh(plan, device, world: int):
     """The named (pp, dp, tp) mesh of the plan, dimensions of size 1 left out (None for one rank)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    dims = [(n, d) for n, d in (("pp", plan.pp), ("dp", world // (plan.tp * plan.pp)), ("tp", plan.tp)) if d > 1]
+    dims = [
+        (n, d) for n, d in (("pp", plan.pp), ("dp", world // (plan.tp * plan.pp)), ("tp", plan.tp)) if d > 1
+    ]
     if not dims:
         return None
     return init_device_mesh(device.type, tuple(d for _, d in dims), mesh_dim_names=tuple(n for n, _ in dims))
@@ -102,12 +104,16 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
 
 def checkpointing_is_flag(model) -> bool:
     hf = _unwrap(model)
-    return bool(getattr(hf, "supports_gradient_checkpointing", False)) and hasattr(hf, "gradient_checkpointing_enable")
+    return bool(getattr(hf, "supports_gradient_checkpointing", False)) and hasattr(
+        hf, "gradient_checkpointing_enable"
+    )
 
 
 def _autocast(device: torch.device, precision: str):
     if precision in ("bf16", "fp16"):
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+        return torch.autocast(
+            device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16
+        )
     return contextlib.nullcontext()
 
 
@@ -137,7 +143,9 @@ def clip_grad_norm(params, max_norm: float, groups=(), also_scale=None) -> float
         n = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in group]))
         sq += n.full_tensor().double() ** 2
     if plain:
-        sq += torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in plain])).double() ** 2
+        sq += (
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in plain])).double() ** 2
+        )
     for group in groups:
         if group is not None:
             dist.all_reduce(sq, group=group)
@@ -153,16 +161,21 @@ def clip_grad_norm(params, max_norm: float, groups=(), also_scale=None) -> float
 class TorchEngine:
     """Plain, DDP, FSDP2, TP, TP x DDP and TP x FSDP models under one torch AdamW."""
 
-    def __init__(self, model, plan, train, device, *, kind: str, autocast: bool, layout: Layout,
-                 grad_reduce=None):
+    def __init__(
+        self, model, plan, train, device, *, kind: str, autocast: bool, layout: Layout, grad_reduce=None
+    ):
         self.model, self.plan, self.device, self.kind, self.layout = model, plan, device, kind, layout
         self.autocast = autocast and plan.precision in ("bf16", "fp16")
         # TP x DDP, EP: gradients reduced over their groups after backward (DDP's reducer cannot wrap DTensors)
         self.grad_reduce = grad_reduce
         foreach = False if plan.tp > 1 or plan.ep > 1 else None
-        self.opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay, foreach=foreach)
+        self.opt = torch.optim.AdamW(
+            model.parameters(), lr=train.lr, weight_decay=train.weight_decay, foreach=foreach
+        )
         self.clip = train.grad_clip
-        self.scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" and device.type == "cuda" else None
+        self.scaler = (
+            torch.amp.GradScaler("cuda") if plan.precision == "fp16" and device.type == "cuda" else None
+        )
         self.last_groups = None
 
     def _sync_ctx(self, last: bool):
@@ -201,8 +214,11 @@ class TorchEngine:
 
     def memory_groups(self) -> dict:
         params = list(self.model.parameters())
-        return {"params": params, "grads": [p.grad for p in params if p.grad is not None],
-                "optimizer": optimizer_state_tensors(self.opt)}
+        return {
+            "params": params,
+            "grads": [p.grad for p in params if p.grad is not None],
+            "optimizer": optimizer_state_tensors(self.opt),
+        }
 
 
 class DeepSpeedEngine:
@@ -219,13 +235,20 @@ class DeepSpeedEngine:
 
         # The trainer's own torch AdamW on every device: DeepSpeed's FusedAdam would JIT-compile a CUDA op
         # first (nvcc, minutes; and DeepSpeed 0.19 cannot parse arch lists such as "9.0a"), on CPU a C++ one.
-        cfg = deepspeed_config(plan, lr=train.lr, weight_decay=train.weight_decay, grad_clip=train.grad_clip,
-                               world=world, include_optimizer=False)
+        cfg = deepspeed_config(
+            plan,
+            lr=train.lr,
+            weight_decay=train.weight_decay,
+            grad_clip=train.grad_clip,
+            world=world,
+            include_optimizer=False,
+        )
         self.config = cfg
         client_opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
         self.plan, self.layout = plan, layout
-        self.engine, self.opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg,
-                                                           optimizer=client_opt)
+        self.engine, self.opt, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=cfg, optimizer=client_opt
+        )
         self.model = self.engine
         self.last_groups = None
         self.step_grads_bytes = None
@@ -293,7 +316,9 @@ class PipelineEngine:
         self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
         tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
         if tp_mesh is not None:
-            apply_tp(model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel)
+            apply_tp(
+                model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel
+            )
         if not checkpointing_is_flag(model):
             apply_checkpointing(stage_mod, family, plan.checkpointing, container=stage_mod)
         self.dp_group = None
@@ -314,9 +339,15 @@ class PipelineEngine:
         self.pp_group = pp_group
         self.stage = PipelineStage(wrapped, layout.pp_rank, layout.pp, device, group=pp_group)
         cls = ScheduleGPipe if plan.pp_schedule == "gpipe" else Schedule1F1B
-        self.schedule = cls(self.stage, n_microbatches=plan.grad_accum, loss_fn=lambda out, y: loss_of(out, y))
-        self.opt = torch.optim.AdamW(stage_mod.parameters(), lr=train.lr, weight_decay=train.weight_decay,
-                                     foreach=False if plan.tp > 1 else None)
+        self.schedule = cls(
+            self.stage, n_microbatches=plan.grad_accum, loss_fn=lambda out, y: loss_of(out, y)
+        )
+        self.opt = torch.optim.AdamW(
+            stage_mod.parameters(),
+            lr=train.lr,
+            weight_decay=train.weight_decay,
+            foreach=False if plan.tp > 1 else None,
+        )
         self.clip = train.grad_clip
         self.last_groups = None
 
@@ -370,8 +401,11 @@ class PipelineEngine:
 
     def memory_groups(self) -> dict:
         params = list(self.stage_mod.parameters())
-        return {"params": params, "grads": [p.grad for p in params if p.grad is not None],
-                "optimizer": optimizer_state_tensors(self.opt)}
+        return {
+            "params": params,
+            "grads": [p.grad for p in params if p.grad is not None],
+            "optimizer": optimizer_state_tensors(self.opt),
+        }
 
 
 def build_engine(model, family: str, plan, train, device, rank: int, world: int, inner_group=None):
@@ -393,9 +427,19 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         apply_checkpointing(model, family, plan.checkpointing)
         if plan.sharding == "fsdp":
             apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
-            return TorchEngine(model, plan, train, device, kind="ep+fsdp", autocast=False, layout=layout), "ep+fsdp"
-        return TorchEngine(model, plan, train, device, kind="ep", autocast=True, layout=layout,
-                           grad_reduce=lambda params: reduce_grads(params, world, edp_mesh)), "ep"
+            return TorchEngine(
+                model, plan, train, device, kind="ep+fsdp", autocast=False, layout=layout
+            ), "ep+fsdp"
+        return TorchEngine(
+            model,
+            plan,
+            train,
+            device,
+            kind="ep",
+            autocast=True,
+            layout=layout,
+            grad_reduce=lambda params: reduce_grads(params, world, edp_mesh),
+        ), "ep"
     if plan.sharding.startswith("zero"):
         apply_checkpointing(model, family, plan.checkpointing)
         return DeepSpeedEngine(model, plan, train, device, world, layout), "deepspeed"
@@ -408,9 +452,19 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
             return TorchEngine(model, plan, train, device, kind="tp", autocast=True, layout=layout), "tp"
         if plan.sharding == "fsdp":
             apply_fsdp(model, dp_mesh, plan.precision)
-            return TorchEngine(model, plan, train, device, kind="tp+fsdp", autocast=False, layout=layout), "tp+fsdp"
-        return TorchEngine(model, plan, train, device, kind="tp+ddp", autocast=True, layout=layout,
-                           grad_reduce=lambda params: average_grads(params, dp_mesh.get_group(), layout.dp)), "tp+ddp"
+            return TorchEngine(
+                model, plan, train, device, kind="tp+fsdp", autocast=False, layout=layout
+            ), "tp+fsdp"
+        return TorchEngine(
+            model,
+            plan,
+            train,
+            device,
+            kind="tp+ddp",
+            autocast=True,
+            layout=layout,
+            grad_reduce=lambda params: average_grads(params, dp_mesh.get_group(), layout.dp),
+        ), "tp+ddp"
     apply_checkpointing(model, family, plan.checkpointing)
     if plan.sharding in ("fsdp", "hsdp"):  # one rank too: the plan runs as ranked (16-bit FSDP parameters)
         from torch.distributed.device_mesh import init_device_mesh
@@ -418,13 +472,17 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         mesh = None
         if plan.sharding == "hsdp":
             shard = hsdp_shard(plan, world)
-            mesh = init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+            mesh = init_device_mesh(
+                device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard")
+            )
         apply_fsdp(model, mesh, plan.precision, offload=plan.offload != "none")
         return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False, layout=layout), "fsdp"
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ddp = DDP(model, gradient_as_bucket_view=True, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = DDP(
+            model, gradient_as_bucket_view=True, device_ids=[device.index] if device.type == "cuda" else None
+        )
         return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
     return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"
 
@@ -453,7 +511,11 @@ def _inner_engine(model, family: str, plan, train, device, group):
     if size > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ddp = DDP(model, process_group=group, gradient_as_bucket_view=True,
-                  device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = DDP(
+            model,
+            process_group=group,
+            gradient_as_bucket_view=True,
+            device_ids=[device.index] if device.type == "cuda" else None,
+        )
         return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
     return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"

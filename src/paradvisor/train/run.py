@@ -71,13 +71,30 @@ def run(run_dir: Path, rank: int) -> None:
                 cfg[key] = vocab
         model = build_model(preset, family, cfg, task)
         writer = MetricsWriter(RunDir(run_dir).metrics, rank)
-        writer.write({"kind": "start", "world_size": world, "device": str(device), "backend": backend,
-                      "params": sum(p.numel() for p in model.parameters()), "started": time.time()})
+        writer.write(
+            {
+                "kind": "start",
+                "world_size": world,
+                "device": str(device),
+                "backend": backend,
+                "params": sum(p.numel() for p in model.parameters()),
+                "started": time.time(),
+            }
+        )
         plan = preset.plan
         if plan.diloco:
+
             def inner(group):
-                return build_engine(model, family, plan.with_(dp=dist.get_world_size(group)), preset.train, device,
-                                    rank, world, inner_group=group)
+                return build_engine(
+                    model,
+                    family,
+                    plan.with_(dp=dist.get_world_size(group)),
+                    preset.train,
+                    device,
+                    rank,
+                    world,
+                    inner_group=group,
+                )
 
             train_diloco(preset, inner, task, device, rank, world, writer)
         else:

@@ -66,8 +66,9 @@ class GPT2Stage(nn.Module):
             pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
             x = self.drop(self.wte(x) + self.wpe(pos))
         pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
-        mask = create_causal_mask(config=self.config, inputs_embeds=x, attention_mask=None, past_key_values=None,
-                                  position_ids=pos)
+        mask = create_causal_mask(
+            config=self.config, inputs_embeds=x, attention_mask=None, past_key_values=None, position_ids=pos
+        )
         for b in self.blocks:
             x = _out(b(x, None, mask, position_ids=pos))
         return self.lm_head(self.ln_f(x)) if self.last else x
@@ -119,18 +120,29 @@ class DecoderStage(nn.Module):
         self.lm_head = m.lm_head if last else None
 
     def forward(self, x):
-        out = self.base(input_ids=x, use_cache=False) if self.first else self.base(inputs_embeds=x, use_cache=False)
+        out = (
+            self.base(input_ids=x, use_cache=False)
+            if self.first
+            else self.base(inputs_embeds=x, use_cache=False)
+        )
         h = out.last_hidden_state
         return self.lm_head(h) if self.last else h
 
 
-STAGES = {"mingpt": MinGPTStage, "gpt2": GPT2Stage, "bert": BertStage,
-          **{f: DecoderStage for f in PP_PLAN_FAMILIES}}
+STAGES = {
+    "mingpt": MinGPTStage,
+    "gpt2": GPT2Stage,
+    "bert": BertStage,
+    **{f: DecoderStage for f in PP_PLAN_FAMILIES},
+}
 
 
 def tied_embeddings(model) -> bool:
     """Whether the LM head shares its weight with the input embedding (GPT-2, tied LLaMA configs)."""
-    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    get_in, get_out = (
+        getattr(model, "get_input_embeddings", None),
+        getattr(model, "get_output_embeddings", None),
+    )
     if get_in is None or get_out is None:
         return False
     emb, head = get_in(), get_out()

@@ -16,20 +16,40 @@ import torch.nn as nn
 
 HAND_TP = {
     # family: {submodule of a block: "col" | "row"}
-    "mingpt": {"attn.q": "col", "attn.k": "col", "attn.v": "col", "attn.proj": "row", "mlp.fc": "col",
-               "mlp.proj": "row"},
+    "mingpt": {
+        "attn.q": "col",
+        "attn.k": "col",
+        "attn.v": "col",
+        "attn.proj": "row",
+        "mlp.fc": "col",
+        "mlp.proj": "row",
+    },
     "gpt2": {"attn.c_attn": "col", "attn.c_proj": "row", "mlp.c_fc": "col", "mlp.c_proj": "row"},
-    "bert": {"attention.self.query": "col", "attention.self.key": "col", "attention.self.value": "col",
-             "attention.output.dense": "row", "intermediate.dense": "col", "output.dense": "row"},
-    "albert": {"albert_layers.0.attention.query": "col", "albert_layers.0.attention.key": "col",
-               "albert_layers.0.attention.value": "col", "albert_layers.0.attention.dense": "row",
-               "albert_layers.0.ffn": "col", "albert_layers.0.ffn_output": "row"},
+    "bert": {
+        "attention.self.query": "col",
+        "attention.self.key": "col",
+        "attention.self.value": "col",
+        "attention.output.dense": "row",
+        "intermediate.dense": "col",
+        "output.dense": "row",
+    },
+    "albert": {
+        "albert_layers.0.attention.query": "col",
+        "albert_layers.0.attention.key": "col",
+        "albert_layers.0.attention.value": "col",
+        "albert_layers.0.attention.dense": "row",
+        "albert_layers.0.ffn": "col",
+        "albert_layers.0.ffn_output": "row",
+    },
 }
 # Sequence parallelism: the norms that run on sequence shards, and the modules whose input is gathered.
 SP_SPEC = {
     "mingpt": {"norms": ("ln_1", "ln_2"), "gather": ("attn", "mlp")},
     "gpt2": {"norms": ("ln_1", "ln_2"), "gather": ("attn", "mlp")},
-    "bert": {"norms": ("attention.output.LayerNorm", "output.LayerNorm"), "gather": ("attention.self", "intermediate")},
+    "bert": {
+        "norms": ("attention.output.LayerNorm", "output.LayerNorm"),
+        "gather": ("attention.self", "intermediate"),
+    },
     "llama": {"norms": ("input_layernorm", "post_attention_layernorm"), "gather": ("self_attn", "mlp")},
 }
 HF_PLAN_FAMILIES = ("llama", "mistral", "qwen2")
@@ -45,11 +65,18 @@ def block_plan(model, family: str) -> dict[str, str]:
         plan = {}
         for key, style in hf.items():
             if key.startswith("layers.*.") and style in styles:
-                plan[key[len("layers.*."):]] = styles[style]
+                plan[key[len("layers.*.") :]] = styles[style]
         if plan:
             return plan
-        return {"self_attn.q_proj": "col", "self_attn.k_proj": "col", "self_attn.v_proj": "col",
-                "self_attn.o_proj": "row", "mlp.gate_proj": "col", "mlp.up_proj": "col", "mlp.down_proj": "row"}
+        return {
+            "self_attn.q_proj": "col",
+            "self_attn.k_proj": "col",
+            "self_attn.v_proj": "col",
+            "self_attn.o_proj": "row",
+            "mlp.gate_proj": "col",
+            "mlp.up_proj": "col",
+            "mlp.down_proj": "row",
+        }
     return HAND_TP[family]
 
 
@@ -72,7 +99,9 @@ def prepare_gpt2_block(block, tp: int) -> None:
     e = attn.embed_dim
     lin = _linear_from_conv1d(attn.c_attn)
     part = e // tp
-    order = torch.cat([torch.arange(j * e + r * part, j * e + (r + 1) * part) for r in range(tp) for j in range(3)])
+    order = torch.cat(
+        [torch.arange(j * e + r * part, j * e + (r + 1) * part) for r in range(tp) for j in range(3)]
+    )
     with torch.no_grad():
         lin.weight.copy_(lin.weight[order])
         if lin.bias is not None:
@@ -91,7 +120,9 @@ def _gather_hook(mesh):
 
     def full(x):
         if isinstance(x, torch.Tensor) and not isinstance(x, DTensor):
-            return DTensor.from_local(x, mesh, (Shard(1),), run_check=False).redistribute(mesh, (Replicate(),))
+            return DTensor.from_local(x, mesh, (Shard(1),), run_check=False).redistribute(
+                mesh, (Replicate(),)
+            )
         return x
 
     def hook(module, args, kwargs):
@@ -109,8 +140,11 @@ def _split_seq(mesh):
 
     def hook(module, args, kwargs):
         def local(x):
-            return DTensor.from_local(x, mesh, (Replicate(),), run_check=False).redistribute(
-                mesh, (Shard(1),)).to_local()
+            return (
+                DTensor.from_local(x, mesh, (Replicate(),), run_check=False)
+                .redistribute(mesh, (Shard(1),))
+                .to_local()
+            )
 
         if args:
             return (local(args[0]), *args[1:]), kwargs
@@ -123,8 +157,11 @@ def _gather_seq(mesh):
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
     def full(x):
-        return DTensor.from_local(x, mesh, (Shard(1),), run_check=False).redistribute(
-            mesh, (Replicate(),)).to_local()
+        return (
+            DTensor.from_local(x, mesh, (Shard(1),), run_check=False)
+            .redistribute(mesh, (Replicate(),))
+            .to_local()
+        )
 
     def hook(module, args, output):
         if isinstance(output, tuple):
@@ -155,7 +192,9 @@ def apply_tp(model, family: str, blocks: list, mesh, *, sequence_parallel: bool)
             if kind == "col":
                 styles[name] = ColwiseParallel()
             else:
-                styles[name] = RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
+                styles[name] = (
+                    RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
+                )
         if sequence_parallel:
             for name in SP_SPEC[family]["norms"]:
                 styles[name] = SequenceParallel(use_local_output=True)

@@ -76,9 +76,17 @@ def traced_facts(family: str, cfg: dict, *, keys=None, check: bool = True, seq: 
         shape = shape_from_config(cfg)
         max_pos = shape.max_positions if shape else None
     window = None if family == "mingpt" else T.hf_window(cfg)
-    return {"params": T.param_facts(meta_model(family, cfg)),
-            "activations": T.trace_model(recipe_for(family, cfg), max_positions=max_pos, sliding_window=window,
-                                         keys=keys, check=check, seq=seq)}
+    return {
+        "params": T.param_facts(meta_model(family, cfg)),
+        "activations": T.trace_model(
+            recipe_for(family, cfg),
+            max_positions=max_pos,
+            sliding_window=window,
+            keys=keys,
+            check=check,
+            seq=seq,
+        ),
+    }
 
 
 def builtin_family_config(name: str) -> tuple[str, dict]:

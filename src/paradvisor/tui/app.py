@@ -63,13 +63,24 @@ class ParadvisorApp(App):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
-    def __init__(self, *, cluster: str | None = None, model: str = "bert-base-uncased", runs_dir: str = "runs",
-                 presets_dir: str | None = None, sample_interval: float = 1.0, live: bool = True,
-                 open_run: str | None = None, confirm: bool = True):
+    def __init__(
+        self,
+        *,
+        cluster: str | None = None,
+        model: str = "bert-base-uncased",
+        runs_dir: str = "runs",
+        presets_dir: str | None = None,
+        sample_interval: float = 1.0,
+        live: bool = True,
+        open_run: str | None = None,
+        confirm: bool = True,
+    ):
         from paradvisor.shipped import presets_dir as shipped_presets
 
         super().__init__()
-        self.confirm = confirm  # ask before a run starts (the confirmation shows the command and the prediction)
+        self.confirm = (
+            confirm  # ask before a run starts (the confirmation shows the command and the prediction)
+        )
         self.open_run = open_run
         self.cluster_arg, self.model_arg, self.runs_dir = cluster, model, Path(runs_dir)
         self.presets_dir = Path(presets_dir) if presets_dir else shipped_presets()
@@ -124,8 +135,12 @@ class ParadvisorApp(App):
         return self._w(MonitorPane)
 
     def pane(self, tab: str) -> Pane:
-        return {"hardware": self.hardware, "plans": self.plans, "launch": self.launcher,
-                "monitor": self.monitor}.get(tab) or self.hardware
+        return {
+            "hardware": self.hardware,
+            "plans": self.plans,
+            "launch": self.launcher,
+            "monitor": self.monitor,
+        }.get(tab) or self.hardware
 
     # What the panes hold, read where the whole session is looked at (the tests, the sampler).
     @property
@@ -227,8 +242,11 @@ class ParadvisorApp(App):
     @work(thread=True, group="wait")
     def wait_for_run(self, launch) -> None:
         doc = launch.wait()
-        self.call_from_thread(self.notify, escape(f"run {doc['status']}: {launch.run_dir.name}"),
-                              severity="information" if doc["status"] == "finished" else "error")
+        self.call_from_thread(
+            self.notify,
+            escape(f"run {doc['status']}: {launch.run_dir.name}"),
+            severity="information" if doc["status"] == "finished" else "error",
+        )
 
     def action_launch_replan(self) -> None:
         from paradvisor.rundir.preset import load_preset
@@ -266,8 +284,9 @@ class ParadvisorApp(App):
             s = monitor.run_summary
             return (monitor.run_dir, max(1, int(s.get("world_size") or 1))) if monitor.run_dir and s else None
 
-        self.sampler = SamplerThread(lambda s: self.call_from_thread(self.on_sample, s), self.sample_interval,
-                                     ranks_of=ranks_of)
+        self.sampler = SamplerThread(
+            lambda s: self.call_from_thread(self.on_sample, s), self.sample_interval, ranks_of=ranks_of
+        )
         self.sampler.start()
 
     def on_sample(self, s: dict) -> None:
@@ -342,8 +361,11 @@ class ParadvisorApp(App):
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Re-rank plans", "Run the planner again", self.action_rerank)
-        yield SystemCommand("Launch selected preset", "Start the preset chosen in the Launch tab",
-                            self.action_launch_preset)
-        yield SystemCommand("Save selected plan as preset", "Write presets/<name>.toml", self.action_save_preset)
+        yield SystemCommand(
+            "Launch selected preset", "Start the preset chosen in the Launch tab", self.action_launch_preset
+        )
+        yield SystemCommand(
+            "Save selected plan as preset", "Write presets/<name>.toml", self.action_save_preset
+        )
         yield SystemCommand("Stop run", "End every rank of the running job", self.action_stop_run)
         yield SystemCommand("Toggle light/dark theme", "Switch the colour theme", self.action_toggle_theme)

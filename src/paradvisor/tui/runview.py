@@ -46,11 +46,21 @@ class RunView(Vertical):
                 yield Log(id="run-log", max_lines=2000)
 
     def on_mount(self) -> None:
-        self.query_one("#rank-table", DataTable).add_columns("rank", "node", "step", "step time", "loss",
-                                                             "sync wait", "CPU", "RSS", "GPU")
+        self.query_one("#rank-table", DataTable).add_columns(
+            "rank", "node", "step", "step time", "loss", "sync wait", "CPU", "RSS", "GPU"
+        )
         for pid in ("loss-plot", "tput-plot", "step-plot", "mem-plot"):
-            self._plot(pid, [], None, {"loss-plot": "loss", "tput-plot": "samples/s", "step-plot": "step time (ms)",
-                                       "mem-plot": "memory (MiB)"}[pid])
+            self._plot(
+                pid,
+                [],
+                None,
+                {
+                    "loss-plot": "loss",
+                    "tput-plot": "samples/s",
+                    "step-plot": "step time (ms)",
+                    "mem-plot": "memory (MiB)",
+                }[pid],
+            )
 
     def cycle_view(self) -> str:
         tabs = self.query_one("#monitor-views", TabbedContent)
@@ -58,7 +68,9 @@ class RunView(Vertical):
         return tabs.active
 
     # ------------------------------------------------------------------------------------------ plots
-    def _plot(self, pid: str, series: list[tuple[str, list, list]], predicted: float | None, title: str) -> None:
+    def _plot(
+        self, pid: str, series: list[tuple[str, list, list]], predicted: float | None, title: str
+    ) -> None:
         """Measured series against step; the prediction as a dashed reference line across the steps seen.
         Before the first point only the title says that it waits: no bars, no blocks."""
         w = self.query_one(f"#{pid}")
@@ -81,8 +93,13 @@ class RunView(Vertical):
                 plt.plot(xs, ys, label=label if legend else None, marker="braille")
         lo, hi = min(xs_all), max(xs_all)
         if predicted is not None:
-            plt.plot([lo, hi] if hi > lo else [lo, lo + 1], [predicted, predicted], label="predicted",
-                     marker="braille", color="orange")
+            plt.plot(
+                [lo, hi] if hi > lo else [lo, lo + 1],
+                [predicted, predicted],
+                label="predicted",
+                marker="braille",
+                color="orange",
+            )
         plt.xticks(step_ticks(lo, hi))
         w.refresh()
 
@@ -91,20 +108,29 @@ class RunView(Vertical):
         loss = s.get("loss_points") or []
         self._plot("loss-plot", [("loss", [p[0] for p in loss], [p[1] for p in loss])], None, "loss")
         tp = s.get("throughput_points") or []
-        self._plot("tput-plot", [("measured", [p[0] for p in tp], [p[1] for p in tp])], pred.get("samples_per_s"),
-                   "samples/s")
+        self._plot(
+            "tput-plot",
+            [("measured", [p[0] for p in tp], [p[1] for p in tp])],
+            pred.get("samples_per_s"),
+            "samples/s",
+        )
         st = s.get("step_points") or []
         step_pred = pred.get("step_time_s")
-        self._plot("step-plot", [("measured", [p[0] for p in st], [p[1] * 1e3 for p in st])],
-                   step_pred * 1e3 if step_pred else None, "step time (ms)")
+        self._plot(
+            "step-plot",
+            [("measured", [p[0] for p in st], [p[1] * 1e3 for p in st])],
+            step_pred * 1e3 if step_pred else None,
+            "step time (ms)",
+        )
         mem = s.get("memory_points") or []
         peak = any(p[2] for p in mem)
         series = [("model states", [p[0] for p in mem], [p[1] / MiB for p in mem])]
         if peak:
             series.append(("CUDA peak", [p[0] for p in mem], [p[2] / MiB for p in mem]))
         ref = pred.get("memory_per_gpu_bytes") if peak else pred.get("model_state_bytes")
-        self._plot("mem-plot", series, ref / MiB if ref else None,
-                   "memory/GPU MiB" if peak else "model states MiB")
+        self._plot(
+            "mem-plot", series, ref / MiB if ref else None, "memory/GPU MiB" if peak else "model states MiB"
+        )
 
     # ------------------------------------------------------------------------------------- the rest
     def show(self, s: dict, log_records: list[dict]) -> None:
@@ -118,11 +144,14 @@ class RunView(Vertical):
             total, done = s["total_steps"] or 1, s["step"]
             where = f"step {s['step']}/{s['total_steps'] or '?'}"
         self.query_one("#run-progress", ProgressBar).update(total=total, progress=min(done, total))
-        colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(s["status"],
-                                                                                                     "white")
-        eta = (f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else "")
-        head = [f"[b]{escape(s['name'])}[/b] {escape(s['label'] or '')}: [{colour}]{escape(s['status'])}"
-                f"[/{colour}] — {where}, {fmt_seconds(s['elapsed_s'])}{eta}"]
+        colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(
+            s["status"], "white"
+        )
+        eta = f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else ""
+        head = [
+            f"[b]{escape(s['name'])}[/b] {escape(s['label'] or '')}: [{colour}]{escape(s['status'])}"
+            f"[/{colour}] — {where}, {fmt_seconds(s['elapsed_s'])}{eta}"
+        ]
         nodes = s.get("nodes") or []
         if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):
             # a run on several machines: each node's state, ranks and its own GPU/CPU reading
@@ -133,13 +162,16 @@ class RunView(Vertical):
             tone = "red" if s["status"] == "failed" else "yellow"
             head.append(f"[{tone}]{escape(s['failure'])}[/{tone}]")
         if s.get("replan"):
-            head.append(f"[yellow]out of memory — next plan that fits: {escape(s['replan'].get('label'))} "
-                        f"({escape(s['replan'].get('change'))}); press R to launch it[/yellow]")
+            head.append(
+                f"[yellow]out of memory — next plan that fits: {escape(s['replan'].get('label'))} "
+                f"({escape(s['replan'].get('change'))}); press R to launch it[/yellow]"
+            )
         if s["unreadable"]:
             head.append(f"[dim]skipped what could not be read: {escape('; '.join(s['unreadable']))}[/dim]")
         self.query_one("#run-status", Static).update("\n".join(head))
         self.query_one("#run-compare", Static).update(
-            compare_text(compare_rows(s), prediction_note(s), s["loss"], short=self.app.size.height < 32))
+            compare_text(compare_rows(s), prediction_note(s), s["loss"], short=self.app.size.height < 32)
+        )
         self.show_plots(s)
         self.show_ranks()
         log = self.query_one("#run-log", Log)
@@ -161,13 +193,17 @@ class RunView(Vertical):
                 gpu = f"GPU{rd.get('gpu_index', '?')} {fmt_bytes(rd['gpu_mem_bytes'])}"
                 if rd.get("gpu_util_pct") is not None:
                     gpu += f" {rd['gpu_util_pct']:.0f}%"
-            table.add_row(str(r["rank"]), Text(clean(r.get("node_name") or ("" if r.get("node") is None else str(r["node"])))), f"{r['step']}/{total or '?'}",
-                          fmt_seconds(r["step_time_s"]) if r["step_time_s"] is not None else "",
-                          "" if r["loss"] is None else f"{r['loss']:.4f}",
-                          f"{r['sync_wait_s']:.2f} s" if r["round"] else "",
-                          "" if rd.get("cpu_pct") is None else f"{rd['cpu_pct']:.0f}%",
-                          "" if rd.get("rss_bytes") is None else fmt_bytes(rd["rss_bytes"]),
-                          gpu or ("" if not rd else "—"))
+            table.add_row(
+                str(r["rank"]),
+                Text(clean(r.get("node_name") or ("" if r.get("node") is None else str(r["node"])))),
+                f"{r['step']}/{total or '?'}",
+                fmt_seconds(r["step_time_s"]) if r["step_time_s"] is not None else "",
+                "" if r["loss"] is None else f"{r['loss']:.4f}",
+                f"{r['sync_wait_s']:.2f} s" if r["round"] else "",
+                "" if rd.get("cpu_pct") is None else f"{rd['cpu_pct']:.0f}%",
+                "" if rd.get("rss_bytes") is None else fmt_bytes(rd["rss_bytes"]),
+                gpu or ("" if not rd else "—"),
+            )
 
     def show_readings(self, text: str, ranks: dict[int, dict]) -> None:
         self.query_one("#run-live", Static).update(text)
@@ -232,5 +268,7 @@ def log_line(rec: dict) -> str:
         loss = "" if rec.get("loss") is None else f" loss {rec['loss']:.4f}"
         return f"step {rec['step']}{loss} {rec.get('samples_per_s', 0):.1f} samples/s {rec['step_time_s'] * 1e3:.0f} ms"
     if rec.get("kind") == "outer":
-        return f"outer sync round {rec['round']} rank {rec['rank']}: waited {rec.get('sync_wait_s') or 0:.3f} s"
+        return (
+            f"outer sync round {rec['round']} rank {rec['rank']}: waited {rec.get('sync_wait_s') or 0:.3f} s"
+        )
     return f"{rec.get('kind')}: world {rec.get('world_size')}"

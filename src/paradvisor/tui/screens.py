@@ -16,25 +16,50 @@ def plan_markdown(e, cluster) -> str:
     from paradvisor.plan.search import explain
 
     p = e.plan
-    lines = [f"# {p.label()}", "", explain(e, cluster), "",
-             f"dp {p.dp} · tp {p.tp} · pp {p.pp} · sharding {p.sharding} · micro-batch {p.micro_batch} x "
-             f"{p.grad_accum} · checkpointing {p.checkpointing} · {p.precision} · offload {p.offload}", "",
-             "## Memory per GPU", "", "| term | GiB |", "|---|---:|"]
+    lines = [
+        f"# {p.label()}",
+        "",
+        explain(e, cluster),
+        "",
+        f"dp {p.dp} · tp {p.tp} · pp {p.pp} · sharding {p.sharding} · micro-batch {p.micro_batch} x "
+        f"{p.grad_accum} · checkpointing {p.checkpointing} · {p.precision} · offload {p.offload}",
+        "",
+        "## Memory per GPU",
+        "",
+        "| term | GiB |",
+        "|---|---:|",
+    ]
     for k, v in e.memory.items():
         lines.append(f"| {k} | {v / GiB:.2f} |")
-    lines += [f"| **total** | **{e.memory_total / GiB:.2f}** of {e.capacity / GiB:.0f} ({e.tight_gpu}) |", "",
-              "## Time per step", "", "| term | time |", "|---|---:|"]
+    lines += [
+        f"| **total** | **{e.memory_total / GiB:.2f}** of {e.capacity / GiB:.0f} ({e.tight_gpu}) |",
+        "",
+        "## Time per step",
+        "",
+        "| term | time |",
+        "|---|---:|",
+    ]
     for k, v in e.time.items():
         if k != "dp_comm_total" and v:
             lines.append(f"| {k.replace('_', ' ')} | {fmt_seconds(v)} |")
-    lines += [f"| **step** | **{fmt_seconds(e.step_time)}** |", "",
-              f"Throughput: {e.samples_per_s:.3g} samples/s, {e.tokens_per_s:.3g} tokens/s.", ""]
+    lines += [
+        f"| **step** | **{fmt_seconds(e.step_time)}** |",
+        "",
+        f"Throughput: {e.samples_per_s:.3g} samples/s, {e.tokens_per_s:.3g} tokens/s.",
+        "",
+    ]
     if p.nodes:
-        lines += ["## Per-node allocation", "", "| node | GPUs | TFLOPS | speed | batch/GPU | share | local steps |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "## Per-node allocation",
+            "",
+            "| node | GPUs | TFLOPS | speed | batch/GPU | share | local steps |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for n in p.nodes:
-            lines.append(f"| {n.node} | {n.gpus} | {half_up(n.tflops, 1)} | {n.relative_speed:.3f} | {n.batch_per_gpu} | "
-                         f"{n.data_share:.1%} | {n.local_steps or ''} |")
+            lines.append(
+                f"| {n.node} | {n.gpus} | {half_up(n.tflops, 1)} | {n.relative_speed:.3f} | {n.batch_per_gpu} | "
+                f"{n.data_share:.1%} | {n.local_steps or ''} |"
+            )
         lines.append("")
     if e.rules:
         lines += ["## Rules that fired", ""]
@@ -49,16 +74,20 @@ class ScrollingModal(ModalScreen):
     """A window of Markdown that scrolls (arrows, PgUp/PgDn, Home/End, the mouse wheel), with a footer that
     says how to scroll and that Esc closes it."""
 
-    BINDINGS = [Binding("escape,q", "dismiss", "Close", key_display="esc"),
-                Binding("pagedown", "page(1)", "Scroll", key_display="↑↓ PgDn", priority=True),
-                Binding("pageup", "page(-1)", "Page up", show=False, priority=True)]
+    BINDINGS = [
+        Binding("escape,q", "dismiss", "Close", key_display="esc"),
+        Binding("pagedown", "page(1)", "Scroll", key_display="↑↓ PgDn", priority=True),
+        Binding("pageup", "page(-1)", "Page up", show=False, priority=True),
+    ]
     BOX_ID = "plan-detail"
 
     def __init__(self, markdown: str):
         from paradvisor.output import clean
 
         super().__init__()
-        self.markdown = clean(markdown)  # rule messages and node names: no control characters reach the terminal
+        self.markdown = clean(
+            markdown
+        )  # rule messages and node names: no control characters reach the terminal
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id=self.BOX_ID):
@@ -127,23 +156,42 @@ def launch_question(preset, runs_dir: str) -> str:
     from paradvisor.units import fmt_bytes
 
     pred = launch_prediction(preset)
-    lines = [f"[b]Start {escape(preset.name)}?[/b]  {escape(preset.plan.label())}, {escape(preset.launch.layout())}, "
-             f"{preset.train.steps} steps", ""]
+    lines = [
+        f"[b]Start {escape(preset.name)}?[/b]  {escape(preset.plan.label())}, {escape(preset.launch.layout())}, "
+        f"{preset.train.steps} steps",
+        "",
+    ]
     for host, argv in node_commands(preset, f"{runs_dir}/<timestamp>-{preset.name}", python="python"):
-        lines.append((f"[b]{escape(host)}:[/b] " if preset.launch.nnodes > 1 else "") + escape(shlex.join(argv)))
+        lines.append(
+            (f"[b]{escape(host)}:[/b] " if preset.launch.nnodes > 1 else "") + escape(shlex.join(argv))
+        )
     lines.append("")
     mem = pred.get("memory_per_gpu_bytes")
     states = pred.get("model_state_bytes")
     acts = (pred.get("memory_breakdown") or {}).get("activations")
     if pred.get("runs_on") == "cpu" and pred.get("source") == "launch":  # no CUDA context or allocator on CPU
-        lines.append("predicted memory: " + (f"model states {fmt_bytes(states)}" if states else "—")
-                     + (f" + activations {fmt_bytes(acts)}" if acts else "") + " per process")
+        lines.append(
+            "predicted memory: "
+            + (f"model states {fmt_bytes(states)}" if states else "—")
+            + (f" + activations {fmt_bytes(acts)}" if acts else "")
+            + " per process"
+        )
     else:
-        lines.append("predicted memory: " + (f"{fmt_bytes(mem)} per GPU" if mem else "—")
-                     + (f" (model states {fmt_bytes(states)} per rank)" if states else ""))
+        lines.append(
+            "predicted memory: "
+            + (f"{fmt_bytes(mem)} per GPU" if mem else "—")
+            + (f" (model states {fmt_bytes(states)} per rank)" if states else "")
+        )
     step = pred.get("step_time_s")
-    lines.append("predicted time: " + (f"{fmt_seconds(step)} per step, {fmt_seconds(step * preset.train.steps)} "
-                                       f"for {preset.train.steps} steps" if step else "—"))
+    lines.append(
+        "predicted time: "
+        + (
+            f"{fmt_seconds(step)} per step, {fmt_seconds(step * preset.train.steps)} "
+            f"for {preset.train.steps} steps"
+            if step
+            else "—"
+        )
+    )
     lines.append(f"[dim]{escape(pred.get('note', ''))}[/dim]")
     return "\n".join(lines)
 
@@ -151,8 +199,10 @@ def launch_question(preset, runs_dir: str) -> str:
 class ConfirmLaunchScreen(ModalScreen[bool]):
     """Start a run? Enter or y starts it, Esc or n does not."""
 
-    BINDINGS = [Binding("y,enter", "answer(True)", "Start", key_display="enter/y"),
-                Binding("escape,n", "answer(False)", "Cancel", key_display="esc/n")]
+    BINDINGS = [
+        Binding("y,enter", "answer(True)", "Start", key_display="enter/y"),
+        Binding("escape,n", "answer(False)", "Cancel", key_display="esc/n"),
+    ]
 
     def __init__(self, text: str):
         super().__init__()

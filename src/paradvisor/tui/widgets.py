@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from rich.text import Text
 
-COLORS = {"params": "cyan", "grads": "magenta", "optimizer": "yellow", "step_grads": "bright_magenta",
-          "gathered": "blue", "working": "bright_blue", "activations": "green", "buffers": "red", "transient": "bright_red",
-          "overhead": "grey50"}
+COLORS = {
+    "params": "cyan",
+    "grads": "magenta",
+    "optimizer": "yellow",
+    "step_grads": "bright_magenta",
+    "gathered": "blue",
+    "working": "bright_blue",
+    "activations": "green",
+    "buffers": "red",
+    "transient": "bright_red",
+    "overhead": "grey50",
+}
 
 
-def memory_bar(breakdown: dict[str, float], capacity: float, usable: float, width: int = 60,
-               total: float | None = None) -> Text:
+def memory_bar(
+    breakdown: dict[str, float], capacity: float, usable: float, width: int = 60, total: float | None = None
+) -> Text:
     """A bar of `width` cells: each memory term in its colour, then free space; a mark at the usable limit."""
     t = Text()
     used = 0

@@ -23,7 +23,10 @@ class HardwarePane(TabPane):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="row"):
-            yield Input(placeholder="cluster file, e.g. examples/clusters/paper000-two-servers.toml", id="cluster-path")
+            yield Input(
+                placeholder="cluster file, e.g. examples/clusters/paper000-two-servers.toml",
+                id="cluster-path",
+            )
             yield Button("Load cluster", id="load-cluster", variant="primary")
             yield Input(placeholder="ssh host", id="ssh-host", classes="narrow")
             yield Button("Add host", id="add-host")
@@ -82,7 +85,9 @@ class HardwarePane(TabPane):
         from paradvisor.hardware.inventory import detect_local
 
         node = detect_local()
-        self.app.call_from_thread(self.set_cluster, cluster_from_nodes([node], name=node.name), {"local": True})
+        self.app.call_from_thread(
+            self.set_cluster, cluster_from_nodes([node], name=node.name), {"local": True}
+        )
 
     def load_cluster(self, path: str) -> None:
         """A cluster file; a bad one is a notification and the cluster stays as it was."""
@@ -107,10 +112,13 @@ class HardwarePane(TabPane):
             self.app.call_from_thread(self.notify, escape(exc), severity="error")
             return
         nodes = list(self.cluster.nodes) if self.cluster else []
-        self.app.call_from_thread(self.set_cluster, cluster_from_nodes(nodes + [node], name="detected"),
-                                  {"hosts": True})
+        self.app.call_from_thread(
+            self.set_cluster, cluster_from_nodes(nodes + [node], name="detected"), {"hosts": True}
+        )
         if not node.online:
-            self.app.call_from_thread(self.notify, escape(f"{host} is offline: {node.reason}"), severity="warning")
+            self.app.call_from_thread(
+                self.notify, escape(f"{host} is offline: {node.reason}"), severity="warning"
+            )
 
     def set_cluster(self, cluster, ref: dict) -> None:
         self.cluster, self.cluster_ref = cluster, ref
@@ -125,13 +133,25 @@ class HardwarePane(TabPane):
                 t.add_row(cell(n.name), "", "offline", cell(n.reason or ""), "", "")
                 continue
             if not n.gpus:
-                t.add_row(cell(n.name), "", "no NVIDIA GPU (CPU node)", fmt_bytes(n.ram_total_bytes or 0) + " RAM", "",
-                          cell(n.intra_link.kind))
+                t.add_row(
+                    cell(n.name),
+                    "",
+                    "no NVIDIA GPU (CPU node)",
+                    fmt_bytes(n.ram_total_bytes or 0) + " RAM",
+                    "",
+                    cell(n.intra_link.kind),
+                )
             for g in n.gpus:
                 util = "" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
                 name = g.name + ("" if g.spec else " (unknown speed)")
-                t.add_row(cell(n.name), str(g.index), cell(name), f"{g.memory_bytes / GiB:.0f} GiB", util,
-                          cell(f"{n.intra_link.kind} {fmt_bandwidth(n.intra_link.bandwidth)}"))
+                t.add_row(
+                    cell(n.name),
+                    str(g.index),
+                    cell(name),
+                    f"{g.memory_bytes / GiB:.0f} GiB",
+                    util,
+                    cell(f"{n.intra_link.kind} {fmt_bandwidth(n.intra_link.bandwidth)}"),
+                )
         lines = [f"[b]{escape(cluster.name)}[/b]: {len(cluster.nodes)} node(s), {cluster.gpu_count} GPU(s)"]
         inter = cluster.slowest_inter_link()
         if inter:
@@ -157,6 +177,8 @@ def reading_text(s: dict) -> str:
         if g.get("error"):
             text += f"   GPU{g['index']}: no reading"
         else:
-            text += (f"   GPU{g['index']} {g['util_pct']:.0f}% {fmt_bytes(g['mem_used_bytes'])}/"
-                     f"{fmt_bytes(g['mem_total_bytes'])}")
+            text += (
+                f"   GPU{g['index']} {g['util_pct']:.0f}% {fmt_bytes(g['mem_used_bytes'])}/"
+                f"{fmt_bytes(g['mem_total_bytes'])}"
+            )
     return text

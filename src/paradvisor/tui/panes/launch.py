@@ -31,7 +31,9 @@ class LaunchPane(TabPane):
         smoke = next((v for k, v in opts if k == DEFAULT_PRESET), Select.NULL)
         with VerticalScroll():
             with Horizontal(classes="row"):
-                yield Select(opts, id="preset-select", allow_blank=True, prompt="choose a preset", value=smoke)
+                yield Select(
+                    opts, id="preset-select", allow_blank=True, prompt="choose a preset", value=smoke
+                )
                 yield Button("Launch preset", id="launch-preset", variant="success")
             yield Static(id="launch-msg")
             yield Static(id="launch-plan", classes="panel")
@@ -86,10 +88,13 @@ class LaunchPane(TabPane):
         self.query_one("#launch-plan", Static).update(
             f"[b]selected plan:[/b] {escape(e.plan.label())} for {escape(rec.profile.name)} on "
             f"{escape(rec.cluster.name)} ({pr.launch.layout()}); predicted "
-            f"{e.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(e.step_time)}")
+            f"{e.memory_total / GiB:.1f} GiB/GPU, step {fmt_seconds(e.step_time)}"
+        )
         lines = []
         for host, argv in node_commands(pr, str(self.runs_dir / f"<timestamp>-{pr.name}"), python="python"):
-            lines.append((f"[b]{escape(host)}:[/b] " if pr.launch.nnodes > 1 else "") + escape(shlex.join(argv)))
+            lines.append(
+                (f"[b]{escape(host)}:[/b] " if pr.launch.nnodes > 1 else "") + escape(shlex.join(argv))
+            )
         self.query_one("#launch-command", Static).update("[b]command:[/b]\n" + "\n".join(lines))
 
     def plan_preset(self):
@@ -97,9 +102,13 @@ class LaunchPane(TabPane):
         from paradvisor.rundir.preset import preset_from_estimate
 
         plan = self.plan
-        return preset_from_estimate(plan.rec, plan.entry, plan.cluster_ref,
-                                    name=self.query_one("#preset-name", Input).value.strip() or None,
-                                    description=f"{plan.rec.profile.name}: {plan.entry.plan.label()} (from the TUI)")
+        return preset_from_estimate(
+            plan.rec,
+            plan.entry,
+            plan.cluster_ref,
+            name=self.query_one("#preset-name", Input).value.strip() or None,
+            description=f"{plan.rec.profile.name}: {plan.entry.plan.label()} (from the TUI)",
+        )
 
     def _has_plan(self) -> bool:
         if self.plan is None or self.plan.entry is None:

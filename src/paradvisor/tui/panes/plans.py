@@ -34,12 +34,21 @@ class PlansPane(TabPane):
 
         names = builtin_names()
         with Horizontal(classes="row", id="workload-row"):
-            yield Select([(n, n) for n in names], value=self.model_arg if self.model_arg in names else "bert-base-uncased",
-                         allow_blank=False, id="model", compact=True)
+            yield Select(
+                [(n, n) for n in names],
+                value=self.model_arg if self.model_arg in names else "bert-base-uncased",
+                allow_blank=False,
+                id="model",
+                compact=True,
+            )
             yield Input(placeholder="HF config", id="model-path", compact=True)
             yield Input(placeholder="seq", id="seq-len", classes="narrow", type="integer", compact=True)
-            yield Input(placeholder="batch", id="global-batch", classes="narrow", type="integer", compact=True)
-            yield Select([(p, p) for p in PRECISIONS], value="auto", allow_blank=False, id="precision", compact=True)
+            yield Input(
+                placeholder="batch", id="global-batch", classes="narrow", type="integer", compact=True
+            )
+            yield Select(
+                [(p, p) for p in PRECISIONS], value="auto", allow_blank=False, id="precision", compact=True
+            )
         yield Static(id="workload")
         yield Static(id="profile", classes="muted")
         yield DataTable(id="plans-table", cursor_type="row", zebra_stripes=True)
@@ -124,10 +133,15 @@ class PlansPane(TabPane):
         model = self._typed("model-path") or self._chosen("model")
         profile = load_profile(model)
         seq_txt, gb_txt = self._typed("seq-len"), self._typed("global-batch")
-        return profile, Request(model=model, cluster=self.cluster, cluster_ref=self.cluster_ref,
-                                seq_len=int(seq_txt) if seq_txt else None,
-                                global_batch=int(gb_txt) if gb_txt else None,
-                                precision=self._chosen("precision"), top=20)
+        return profile, Request(
+            model=model,
+            cluster=self.cluster,
+            cluster_ref=self.cluster_ref,
+            seq_len=int(seq_txt) if seq_txt else None,
+            global_batch=int(gb_txt) if gb_txt else None,
+            precision=self._chosen("precision"),
+            top=20,
+        )
 
     def rerank(self) -> None:
         """Re-rank in a worker; only the newest request's result is shown."""
@@ -168,13 +182,17 @@ class PlansPane(TabPane):
     def show_profile(self, p) -> None:
         big = p.largest_layer
         s = p.transformer
-        shape = (f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads" if s else
-                 f"input {'x'.join(map(str, p.input_shape or ()))}")
+        shape = (
+            f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads"
+            if s
+            else f"input {'x'.join(map(str, p.input_shape or ()))}"
+        )
         self._static("profile").update(
             f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters; {shape}; largest layer "
             f"{escape(big.name)} "
-            f"{big.params:,} ({p.largest_share:.0%})" + (" — [yellow]one layer dominates[/yellow]"
-                                                         if p.one_layer_dominates else ""))
+            f"{big.params:,} ({p.largest_share:.0%})"
+            + (" — [yellow]one layer dominates[/yellow]" if p.one_layer_dominates else "")
+        )
 
     def show_workload(self, rec) -> None:
         """The workload in force, as values, each with where it came from (typed, or the default's basis)."""
@@ -196,12 +214,13 @@ class PlansPane(TabPane):
         self._static("workload").update(
             f"[b]workload[/b] seq [b]{wl.seq_len}[/b] [dim]({escape(seq_from)})[/dim] · batch "
             f"[b]{wl.global_batch}[/b] [dim]({escape(gb_from)})[/dim] · [b]{escape(rec.precision)}[/b] "
-            f"[dim]({prec_from})[/dim]")
+            f"[dim]({prec_from})[/dim]"
+        )
 
     def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
         """label -> (rank by the cost model alone, the rules that moved it) for plans a rule moved."""
         out: dict[str, tuple[int, list[str]]] = {}
-        for entry in (self.rec.fired_rules if self.rec else []):
+        for entry in self.rec.fired_rules if self.rec else []:
             for m in entry.get("moved") or []:
                 frm, ids = out.get(m["label"], (m["from"], []))
                 out[m["label"]] = (frm, ids + [entry["id"]])
@@ -245,14 +264,26 @@ class PlansPane(TabPane):
             num = Text(f"{i}{mark}")
             if mark:
                 num.stylize("yellow", len(str(i)))
-            mem, step, tput = f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}", fmt_seconds(e.step_time), \
-                f"{e.samples_per_s:.3g}"
+            mem, step, tput = (
+                f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
+                fmt_seconds(e.step_time),
+                f"{e.samples_per_s:.3g}",
+            )
             if self.compact_plans:
                 t.add_row(num, cell(p.label()), mem, step, tput, key=str(i))
             else:
                 rules = str(len(e.rules)) + (f" (was {frm})" if mark else "")
-                t.add_row(num, cell(p.label()), f"{p.micro_batch}x{p.grad_accum}", p.checkpointing, mem, step, tput,
-                          rules, key=str(i))
+                t.add_row(
+                    num,
+                    cell(p.label()),
+                    f"{p.micro_batch}x{p.grad_accum}",
+                    p.checkpointing,
+                    mem,
+                    step,
+                    tput,
+                    rules,
+                    key=str(i),
+                )
         if rec.plans:
             self.select_plan(0)
         else:
@@ -262,8 +293,11 @@ class PlansPane(TabPane):
             info.update("\n".join(text))
             self._static("memory-bar").update("")
             self._select(None)
-        adv = [f"[cyan]advice[/cyan] {escape(r['id'])}: {escape(r['message'])} [dim]({escape(r['source'])})[/dim]"
-               for r in rec.fired_rules if r.get("scope") == "advice"]
+        adv = [
+            f"[cyan]advice[/cyan] {escape(r['id'])}: {escape(r['message'])} [dim]({escape(r['source'])})[/dim]"
+            for r in rec.fired_rules
+            if r.get("scope") == "advice"
+        ]
         self._static("infeasible").update(self._infeasible_text() + ("\n" + "\n".join(adv) if adv else ""))
 
     def _select(self, entry) -> None:
@@ -281,27 +315,41 @@ class PlansPane(TabPane):
         lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
         moved = self.moved_by_rules().get(e.plan.label())
         if moved and moved[0] != index + 1:
-            lines.append(f"[yellow]{'▲' if moved[0] > index + 1 else '▼'} the cost model alone ranks it "
-                         f"{moved[0]}; moved by {escape(', '.join(moved[1]))}[/yellow]")
+            lines.append(
+                f"[yellow]{'▲' if moved[0] > index + 1 else '▼'} the cost model alone ranks it "
+                f"{moved[0]}; moved by {escape(', '.join(moved[1]))}[/yellow]"
+            )
         for r in e.rules:
             why = f" [yellow]{escape(r['outside_evidence'])}[/yellow]" if r.get("outside_evidence") else ""
-            lines.append(f"  • {escape(r['id'])} ({escape(r['effect'])}){why}: {escape(r['title'])} "
-                         f"[dim]— {escape(r['source'])}[/dim]")
+            lines.append(
+                f"  • {escape(r['id'])} ({escape(r['effect'])}){why}: {escape(r['title'])} "
+                f"[dim]— {escape(r['source'])}[/dim]"
+            )
         self._static("plan-reason").update("\n".join(lines))
         alloc = self.alloc_table
         alloc.clear()
         alloc.display = bool(e.plan.nodes)
         for n in e.plan.nodes:
-            alloc.add_row(cell(n.node), str(n.gpus), half_up(n.tflops, 1), f"{n.relative_speed:.3f}", str(n.batch_per_gpu),
-                          f"{n.data_share:.1%}", str(n.local_steps or ""))
+            alloc.add_row(
+                cell(n.node),
+                str(n.gpus),
+                half_up(n.tflops, 1),
+                f"{n.relative_speed:.3f}",
+                str(n.batch_per_gpu),
+                f"{n.data_share:.1%}",
+                str(n.local_steps or ""),
+            )
         self._select(e)
 
     # ------------------------------------------------------------------------------ what does not fit
     def _infeasible_text(self) -> str:
         """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then how many do not fit
         (the whole list opens with i)."""
-        only = [f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
-                f"— {escape(i['why'])}" for i in (self.rec.plan_only if self.rec else [])[:5]]
+        only = [
+            f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
+            f"— {escape(i['why'])}"
+            for i in (self.rec.plan_only if self.rec else [])[:5]
+        ]
         n = len(self.rec.infeasible) if self.rec else 0
         return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
 
@@ -309,14 +357,24 @@ class PlansPane(TabPane):
         rec = self.rec
         lines = [f"# What does not fit: {rec.profile.name}", ""]
         if rec.plan_only:
-            lines += ["## Fits, but paradvisor cannot launch it", "", "| plan | step | why |", "|---|---:|---|"]
-            lines += [f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only]
+            lines += [
+                "## Fits, but paradvisor cannot launch it",
+                "",
+                "| plan | step | why |",
+                "|---|---:|---|",
+            ]
+            lines += [
+                f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only
+            ]
             lines.append("")
         lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
         if rec.infeasible:
             lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
-            lines += [f"| {i['label']} | {i['needs_bytes'] / GiB:.1f} GiB | {i['has_bytes'] / GiB:.0f} GiB "
-                      f"({i['usable_bytes'] / GiB:.1f} usable) | {i['gpu']} |" for i in rec.infeasible]
+            lines += [
+                f"| {i['label']} | {i['needs_bytes'] / GiB:.1f} GiB | {i['has_bytes'] / GiB:.0f} GiB "
+                f"({i['usable_bytes'] / GiB:.1f} usable) | {i['gpu']} |"
+                for i in rec.infeasible
+            ]
         else:
             lines.append("Every layout fits.")
         return "\n".join(lines)
