@@ -21,12 +21,12 @@ async def settle(app, pilot, seconds: float = 0.3):
     await pilot.pause(0.1)
 
 
-async def wait_status(app, pilot, want: set[str], timeout: float = 180) -> dict:
+async def wait_status(app, pilot, want: set[str], timeout: float = 180):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         await pilot.pause(0.5)
         s = app.run_summary
-        if s and s["status"] in want:
+        if s and s.status in want:
             return s
     raise AssertionError(f"run did not reach {want}: {app.run_summary}")
 
@@ -105,9 +105,9 @@ def test_whole_flow(tmp_path):
             await until(pilot, lambda: app.run_dir is not None)
             assert app.run_dir is not None, str(app.query_one("#launch-msg").render())
             s = await wait_status(app, pilot, {"finished", "failed"})
-            assert s["status"] == "finished", s
+            assert s.status == "finished", s
             assert app.query_one("#tabs").active == "monitor"
-            assert s["step"] == 10 and s["loss"] is not None
+            assert s.step == 10 and s.loss is not None
             assert json.loads((app.run_dir / "status.json").read_text())["status"] == "finished"
             first = app.run_dir
             # A second, long run: stop it and see `cancelled`
@@ -117,12 +117,12 @@ def test_whole_flow(tmp_path):
             await pilot.press("y")
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (
-                app.run_summary and app.run_summary["step"] >= 2 and app.run_dir != first
+                app.run_summary and app.run_summary.step >= 2 and app.run_dir != first
             ):
                 await pilot.pause(0.3)
             await pilot.press("s")
             s = await wait_status(app, pilot, {"cancelled", "failed", "finished"})
-            assert s["status"] == "cancelled"
+            assert s.status == "cancelled"
             # help screen and theme toggle
             await pilot.press("question_mark")
             from paradvisor.tui.screens import HelpScreen
@@ -245,7 +245,7 @@ def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
             await pilot.press("y")
             await until(pilot, lambda: app.run_dir is not None)
             s = await wait_status(app, pilot, {"finished", "failed"})
-            assert s["status"] == "finished", s
+            assert s.status == "finished", s
             assert app.launch.preset.plan == plan
 
     asyncio.run(flow())
@@ -327,8 +327,8 @@ def test_monitor_at_80x24_has_plots_rank_rows_and_a_full_height_log(tmp_path):
             await pilot.pause(0.2)
             s = app.run_summary
             # one measured step time: the median over steps of the slowest rank (warm-up steps 1-2 left out)
-            assert s["step_points"][0][0] == 1 and len(s["step_points"]) == 18
-            assert s["samples_per_s"] == pytest.approx(8 / 0.012)
+            assert s.step_points[0][0] == 1 and len(s.step_points) == 18
+            assert s.samples_per_s == pytest.approx(8 / 0.012)
             compare = str(app.query_one("#run-compare").render())
             assert "step time" in compare and "pred. 12.0 ms" in compare and "samples/s" in compare
             plot = app.query_one("#tput-plot")
@@ -369,9 +369,7 @@ def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
             await settle(app, pilot)
             app.query_one("#preset-select").value = str(presets / "long.toml")
             app.action_launch_preset()
-            await until(
-                pilot, lambda: app.run_summary is not None and app.run_summary["step"] >= 3, timeout=120
-            )
+            await until(pilot, lambda: app.run_summary is not None and app.run_summary.step >= 3, timeout=120)
             pane = app.query_one("#monitor-pane")
             await until(
                 pilot,
@@ -388,9 +386,9 @@ def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
                 assert row[6].endswith("%") and "MiB" in row[7], row
             pred = json.loads((app.run_dir / "prediction.json").read_text())
             assert pred["source"] == "launch" and pred["model_state_bytes"] > 0
-            assert app.run_summary["eta_s"] is not None and app.run_summary["eta_s"] > 0
+            assert app.run_summary.eta_s is not None and app.run_summary.eta_s > 0
             await pilot.press("s")
             s = await wait_status(app, pilot, {"cancelled", "failed", "finished"})
-            assert s["status"] == "cancelled"
+            assert s.status == "cancelled"
 
     asyncio.run(flow())

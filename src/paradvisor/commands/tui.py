@@ -26,16 +26,10 @@ def run(args) -> int:
     if args.sample_interval <= 0:
         raise InputError("--sample-interval must be positive")
     if args.cluster:
-        from pathlib import Path
-
         from paradvisor.hardware.cluster import load_cluster
-        from paradvisor.tui.app import REPO
+        from paradvisor.tui.paths import cluster_file
 
-        path = (
-            args.cluster
-            if Path(args.cluster).exists() or not (REPO / args.cluster).exists()
-            else REPO / args.cluster
-        )
+        path, _ = cluster_file(args.cluster)
         load_cluster(path)  # bad files fail here, before the screen opens
     from paradvisor.tui.app import ParadvisorApp
 

@@ -10,6 +10,7 @@ paradvisor.tcss.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
@@ -18,14 +19,12 @@ from textual.css.query import NoMatches
 from textual.widgets import Footer, Header, Input, TabbedContent
 
 from paradvisor.errors import InputError
+
+if TYPE_CHECKING:
+    from paradvisor.monitor.follow import RunSummary
 from paradvisor.tui.messages import ClusterChanged, LaunchRequested, PlanSelected, StopRequested
 from paradvisor.tui.panes import HardwarePane, LaunchPane, MonitorPane, PlansPane
-from paradvisor.tui.paths import checkout_root
 from paradvisor.tui.text import escape
-
-# Kept for commands/tui.py (it resolves --cluster before the screen opens); new code uses
-# tui.paths.cluster_file, which also works for an installed paradvisor.
-REPO = checkout_root() or Path.cwd()
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
 
@@ -160,7 +159,7 @@ class ParadvisorApp(App):
         return self.monitor.run_dir
 
     @property
-    def run_summary(self) -> dict | None:
+    def run_summary(self) -> RunSummary | None:
         return self.monitor.run_summary
 
     def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
@@ -251,7 +250,7 @@ class ParadvisorApp(App):
     def action_launch_replan(self) -> None:
         from paradvisor.rundir.preset import load_preset
 
-        r = (self.run_summary or {}).get("replan")
+        r = self.run_summary.replan if self.run_summary else None
         if not r:
             self.notify("no re-plan: the last run did not run out of memory", severity="warning")
             return
@@ -282,7 +281,7 @@ class ParadvisorApp(App):
 
         def ranks_of():  # the run whose rank processes the sampler reads (its thread calls this)
             s = monitor.run_summary
-            return (monitor.run_dir, max(1, int(s.get("world_size") or 1))) if monitor.run_dir and s else None
+            return (monitor.run_dir, max(1, int(s.world_size or 1))) if monitor.run_dir and s else None
 
         self.sampler = SamplerThread(
             lambda s: self.call_from_thread(self.on_sample, s), self.sample_interval, ranks_of=ranks_of

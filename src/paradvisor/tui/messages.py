@@ -10,9 +10,9 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from paradvisor.hardware.types import Cluster
-    from paradvisor.rundir.preset import Preset
     from paradvisor.plan.evaluate import Estimate
     from paradvisor.plan.search import Recommendation
+    from paradvisor.rundir.preset import Preset
 
 
 @dataclass

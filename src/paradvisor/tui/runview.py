@@ -1,11 +1,13 @@
 """The run view inside the Monitor tab (panes/monitor.py): a run's status, ETA and predicted vs measured at the top; below it three views —
 plots (loss, throughput, step time, memory against step, the prediction drawn as a reference line; drawn
 with textual-plotext), one row per rank (progress, sync wait, node, CPU/GPU readings of its process) and
-the log at full height. Everything shown comes from `monitor.follow.summarize` (the same summary
+the log at full height. Everything shown comes from `monitor.follow.summarize_run` (the same summary
 `paradvisor monitor` and `launch` print) and from `monitor.sampler.RankSampler`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +15,9 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Button, DataTable, Log, ProgressBar, Static, TabbedContent, TabPane
 
 from paradvisor.output import clean
+
+if TYPE_CHECKING:
+    from paradvisor.monitor.follow import RunSummary
 from paradvisor.tui.text import escape
 from paradvisor.units import MiB, fmt_bytes, fmt_seconds
 
@@ -25,7 +30,7 @@ class RunView(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.readings: dict[int, dict] = {}  # rank -> its process's latest reading (monitor.sampler)
-        self.summary: dict | None = None  # the summary shown (monitor.follow.summarize)
+        self.summary: RunSummary | None = None  # the summary shown (monitor.follow.summarize_run)
 
     def compose(self) -> ComposeResult:
         from textual_plotext import PlotextPlot
@@ -103,74 +108,74 @@ class RunView(Vertical):
         plt.xticks(step_ticks(lo, hi))
         w.refresh()
 
-    def show_plots(self, s: dict) -> None:
-        pred = s["predicted"]
-        loss = s.get("loss_points") or []
+    def show_plots(self, s: RunSummary) -> None:
+        pred = s.predicted
+        loss = s.loss_points or []
         self._plot("loss-plot", [("loss", [p[0] for p in loss], [p[1] for p in loss])], None, "loss")
-        tp = s.get("throughput_points") or []
+        tp = s.throughput_points or []
         self._plot(
             "tput-plot",
             [("measured", [p[0] for p in tp], [p[1] for p in tp])],
-            pred.get("samples_per_s"),
+            pred.samples_per_s,
             "samples/s",
         )
-        st = s.get("step_points") or []
-        step_pred = pred.get("step_time_s")
+        st = s.step_points or []
+        step_pred = pred.step_time_s
         self._plot(
             "step-plot",
             [("measured", [p[0] for p in st], [p[1] * 1e3 for p in st])],
             step_pred * 1e3 if step_pred else None,
             "step time (ms)",
         )
-        mem = s.get("memory_points") or []
+        mem = s.memory_points or []
         peak = any(p[2] for p in mem)
         series = [("model states", [p[0] for p in mem], [p[1] / MiB for p in mem])]
         if peak:
             series.append(("CUDA peak", [p[0] for p in mem], [p[2] / MiB for p in mem]))
-        ref = pred.get("memory_per_gpu_bytes") if peak else pred.get("model_state_bytes")
+        ref = pred.memory_per_gpu_bytes if peak else pred.model_state_bytes
         self._plot(
             "mem-plot", series, ref / MiB if ref else None, "memory/GPU MiB" if peak else "model states MiB"
         )
 
     # ------------------------------------------------------------------------------------- the rest
-    def show(self, s: dict, log_records: list[dict]) -> None:
+    def show(self, s: RunSummary, log_records: list[dict]) -> None:
         from paradvisor.monitor.follow import compare_rows, prediction_note
 
         self.summary = s
-        if s["total_rounds"]:
-            total, done = s["total_rounds"], s["round"]
-            where = f"round {done}/{total} (step {s['step']})"
+        if s.total_rounds:
+            total, done = s.total_rounds, s.round
+            where = f"round {done}/{total} (step {s.step})"
         else:
-            total, done = s["total_steps"] or 1, s["step"]
-            where = f"step {s['step']}/{s['total_steps'] or '?'}"
+            total, done = s.total_steps or 1, s.step
+            where = f"step {s.step}/{s.total_steps or '?'}"
         self.query_one("#run-progress", ProgressBar).update(total=total, progress=min(done, total))
         colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(
-            s["status"], "white"
+            s.status, "white"
         )
-        eta = f", ETA {fmt_seconds(s['eta_s'])}" if s["eta_s"] is not None else ""
+        eta = f", ETA {fmt_seconds(s.eta_s)}" if s.eta_s is not None else ""
         head = [
-            f"[b]{escape(s['name'])}[/b] {escape(s['label'] or '')}: [{colour}]{escape(s['status'])}"
-            f"[/{colour}] — {where}, {fmt_seconds(s['elapsed_s'])}{eta}"
+            f"[b]{escape(s.name)}[/b] {escape(s.label or '')}: [{colour}]{escape(s.status)}"
+            f"[/{colour}] — {where}, {fmt_seconds(s.elapsed_s)}{eta}"
         ]
-        nodes = s.get("nodes") or []
+        nodes = s.nodes or []
         if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):
             # a run on several machines: each node's state, ranks and its own GPU/CPU reading
             from paradvisor.monitor.follow import node_lines
 
             head.extend(escape(line) for line in node_lines(s))
-        if s["failure"]:
-            tone = "red" if s["status"] == "failed" else "yellow"
-            head.append(f"[{tone}]{escape(s['failure'])}[/{tone}]")
-        if s.get("replan"):
+        if s.failure:
+            tone = "red" if s.status == "failed" else "yellow"
+            head.append(f"[{tone}]{escape(s.failure)}[/{tone}]")
+        if s.replan:
             head.append(
-                f"[yellow]out of memory — next plan that fits: {escape(s['replan'].get('label'))} "
-                f"({escape(s['replan'].get('change'))}); press R to launch it[/yellow]"
+                f"[yellow]out of memory — next plan that fits: {escape(s.replan.get('label'))} "
+                f"({escape(s.replan.get('change'))}); press R to launch it[/yellow]"
             )
-        if s["unreadable"]:
-            head.append(f"[dim]skipped what could not be read: {escape('; '.join(s['unreadable']))}[/dim]")
+        if s.unreadable:
+            head.append(f"[dim]skipped what could not be read: {escape('; '.join(s.unreadable))}[/dim]")
         self.query_one("#run-status", Static).update("\n".join(head))
         self.query_one("#run-compare", Static).update(
-            compare_text(compare_rows(s), prediction_note(s), s["loss"], short=self.app.size.height < 32)
+            compare_text(compare_rows(s), prediction_note(s), s.loss, short=self.app.size.height < 32)
         )
         self.show_plots(s)
         self.show_ranks()
@@ -185,8 +190,8 @@ class RunView(Vertical):
             return
         table = self.query_one("#rank-table", DataTable)
         table.clear()
-        total = s["total_steps"]
-        for r in s.get("ranks", []):
+        total = s.total_steps
+        for r in s.ranks:
             rd = self.readings.get(r["rank"], {})
             gpu = ""
             if rd.get("gpu_mem_bytes") is not None:

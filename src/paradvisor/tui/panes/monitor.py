@@ -5,12 +5,16 @@ posts `StopRequested`: the app owns the run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Button, Static, TabPane, Tabs
 
 from paradvisor.tui.messages import StopRequested
+
+if TYPE_CHECKING:
+    from paradvisor.monitor.follow import RunSummary
 from paradvisor.tui.runview import RunView
 
 REFRESH_S = 0.5
@@ -21,7 +25,7 @@ class MonitorPane(TabPane):
         super().__init__("4 Monitor", id="monitor")
         self.run_dir: Path | None = None
         self.follower = None  # monitor.follow.MetricsFollower of run_dir
-        self.run_summary: dict | None = None  # monitor.follow.summarize of run_dir, as last shown
+        self.run_summary: RunSummary | None = None  # monitor.follow.summarize_run of run_dir, as last shown
         self._failure_logged: Path | None = None  # the run whose last log lines are already in the log
         if open_run:
             self.follow(Path(open_run))
@@ -67,18 +71,20 @@ class MonitorPane(TabPane):
             pass
 
     def _refresh_run(self) -> None:
-        from paradvisor.monitor.follow import summarize
+        from paradvisor.monitor.follow import summarize_run
 
         if self.run_dir is None or self.follower is None:
             self.query_one("#run-status", Static).update("No run yet: launch a preset (tab 3, or L).")
             return
         new = self.follower.poll(keep=400)
-        s = self.run_summary = summarize(self.run_dir, self.follower.records, skipped=self.follower.skipped)
+        s = self.run_summary = summarize_run(
+            self.run_dir, self.follower.records, skipped=self.follower.skipped
+        )
         view = self.view
         view.show(s, new)
-        if s["status"] == "failed" and s["last_log_lines"] and self._failure_logged != self.run_dir:
+        if s.status == "failed" and s.last_log_lines and self._failure_logged != self.run_dir:
             self._failure_logged = self.run_dir
-            view.write_log_lines([f"| {ln}" for ln in s["last_log_lines"]])
+            view.write_log_lines([f"| {ln}" for ln in s.last_log_lines])
 
     def show_readings(self, text: str, ranks: dict[int, dict]) -> None:
         self.view.show_readings(text, ranks)
