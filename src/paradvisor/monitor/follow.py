@@ -237,16 +237,6 @@ class RunSummary:
             doc[f.name] = asdict(v) if isinstance(v, (Predicted, Errors)) else v
         return doc
 
-    @classmethod
-    def from_doc(cls, doc: dict) -> RunSummary:
-        """The summary of a `to_doc()` document (the TUI still passes documents to compare_rows and node_lines)."""
-        kw = {f.name: doc[f.name] for f in fields(cls)}
-        return cls(**{**kw, "predicted": Predicted(**doc["predicted"]), "errors": Errors(**doc["errors"])})
-
-
-def _typed(s: RunSummary | dict) -> RunSummary:
-    return s if isinstance(s, RunSummary) else RunSummary.from_doc(s)
-
 
 def summarize(run_dir: str | Path, records: MetricsTally | list | None = None, *, skipped: int = 0) -> dict:
     """summarize_run's document (the TUI reads it; `monitor --json` prints it)."""
@@ -375,13 +365,12 @@ def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -
     )
 
 
-def compare_rows(s: RunSummary | dict) -> list[dict]:
+def compare_rows(s: RunSummary) -> list[dict]:
     """Predicted vs measured for a summary, one row per metric with a prediction or a measurement:
     {metric, predicted, measured, error} as text ("" where absent). The CLI launch summary, `monitor` and the
     TUI all show these rows."""
     from paradvisor.units import fmt_bytes, fmt_seconds
 
-    s = _typed(s)
     pred, err = s.predicted, s.errors
     rows = []
 
@@ -411,9 +400,9 @@ def compare_rows(s: RunSummary | dict) -> list[dict]:
     return rows
 
 
-def prediction_note(s: RunSummary | dict) -> str:
+def prediction_note(s: RunSummary) -> str:
     """Where the prediction came from, in words ('' when there is none)."""
-    pred = _typed(s).predicted
+    pred = s.predicted
     if not pred.source:
         return "no prediction for this run"
     return pred.note or ""
@@ -455,13 +444,12 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
     return out
 
 
-def node_lines(s: RunSummary | dict) -> list[str]:
+def node_lines(s: RunSummary) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""
     from paradvisor.output import clean
     from paradvisor.units import fmt_bytes
 
-    s = _typed(s)
     out = []
     for n in s.nodes:
         ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s.ranks if r["node"] == n["node"])
