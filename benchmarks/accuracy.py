@@ -299,6 +299,9 @@ def summarize(rows: list[dict], sfx: str) -> dict[str, str]:
         f"predicted fastest is the measured fastest or within 10%: {hits}/{len(by_group)} groups (target >= 3 of 4)"
     )
     print(f"step-time rank correlation >= 0.8: {corr_ok}/{len(by_group)} groups")
+    te = [r["step_pred"] / r["step_meas"] - 1 for r in ok if r["step_meas"]]
+    near = sum(abs(e) <= 0.25 for e in te)
+    print(f"step time within 25%: {near}/{len(te)} runs (issue 13 found 2 of 24)")
     bf = [r["step_pred"] / r["step_meas"] for r in ok if r["precision"] == "bf16" and r["step_meas"]]
     if bf:
         print(
@@ -311,6 +314,7 @@ def summarize(rows: list[dict], sfx: str) -> dict[str, str]:
         "model-state bytes within 1%": f"{sum(e <= 0.01 for e in se)}/{len(se)} (worst {max(se, default=0):.1%})",
         "activation bytes within 10%": f"{sum(e <= 0.10 for e in ae)}/{len(ae)} (worst {max(ae, default=0):.1%})",
         "predicted fastest measured fastest or within 10%": f"{hits}/{len(by_group)} groups",
+        "step time within 25%": f"{near}/{len(te)} runs",
         "step-time rank correlation >= 0.8": f"{corr_ok}/{len(by_group)} groups"
         + (f" ({min(rhos):.2f} to {max(rhos):.2f})" if rhos else ""),
         "bf16 on CPU, predicted / measured step time": (

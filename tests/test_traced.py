@@ -82,14 +82,7 @@ def _measure(family: str, cfg: dict, *, kernel: str, mode: str, ckpt: str, layer
     """Run the real model forward and backward on real tensors with the launcher's meter."""
     build, run = recipe_for(family, cfg)(kernel)
     torch.manual_seed(0)
-    dtype = torch.get_default_dtype()
-    if mode == "bf16":
-        torch.set_default_dtype(torch.bfloat16)
-    try:
-        model = build(layers, ckpt)
-    finally:
-        torch.set_default_dtype(dtype)
-    model.train()
+    model = T._built(build, layers, ckpt, mode)  # real tensors here: the same build as the trace's
     amp = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "amp" else contextlib.nullcontext()
     with ActivationMeter(model.parameters()) as meter:
         with amp:
@@ -290,3 +283,118 @@ def test_a_broken_cache_file_is_ignored(tmp_path, monkeypatch):
         again = load_profile(str(tmp_path))
         assert again.total_params == fresh.total_params
         assert again.traced.groups("fp32/sdpa/none", 32, 2) == want
+
+
+def _real_ops(build, run, blocks: int, seq: int) -> int:
+    """Aten ops of one real (not fake) training step, counted the way `count_ops` counts them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counter.n += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = build(blocks, "none")
+    model.train()
+    with torch.autograd.set_multithreading_enabled(False), Counter():  # backward on this thread: counted
+        run(model, 2, seq).backward()
+    return Counter.n
+
+
+@pytest.mark.parametrize("name", ["gpt-mini", "llama-gqa3", "mistral-window", "bert-gelu"])
+def test_op_count_under_fake_tensors_is_the_real_steps(name):
+    """The ops a block dispatches, counted under fake tensors (no data, a 7B block costs the same), are
+    exactly those a real training step of the same model dispatches."""
+    if name == "gpt-mini":
+        family, cfg = builtin_family_config(name)
+        cfg = {**cfg, "n_embd": 32, "n_head": 2, "vocab_size": 64}
+    else:
+        family, cfg = CONFIGS[name]
+    build, run = recipe_for(family, cfg)("sdpa")
+    counted = T.count_ops(build, run, mode="fp32", checkpointing="none", seq=16)
+    one, two = (_real_ops(build, run, n, 16) for n in (1, 2))
+    assert counted["block"] == two - one
+    # outside the blocks the mask is built on a path that can differ by an op or two under fake tensors
+    assert counted["step"] == pytest.approx(one - (two - one), rel=0.05)
+
+
+def test_op_count_follows_the_code_of_the_block():
+    """Twice the pointwise work per block is twice its ops; recomputation adds a second forward."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k, self.lin = k, nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = self.lin(x)
+            for _ in range(self.k):
+                x = torch.tanh(x)
+            return x
+
+    def recipe(k):
+        def build(n, ckpt):
+            m = nn.Sequential(nn.Embedding(16, 8), *[Block(k) for _ in range(n)])
+            if ckpt == "full":
+                from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+                m = nn.Sequential(m[0], *[checkpoint_wrapper(b) for b in list(m)[1:]])
+            return m
+
+        def run(model, b, s):
+            return F.cross_entropy(
+                model(torch.randint(0, 16, (b, s))).flatten(0, 1), torch.zeros(b * s, dtype=torch.long)
+            )
+
+        return build, run
+
+    c = {k: T.count_ops(*recipe(k), mode="fp32", checkpointing="none", seq=4)["block"] for k in (2, 4, 6)}
+    assert c[6] - c[4] == c[4] - c[2] > 0  # each tanh: its forward and its backward
+    full = T.count_ops(*recipe(4), mode="fp32", checkpointing="full", seq=4)["block"]
+    assert full > c[4]
+
+
+def test_calibrated_layer_time_scales_the_eager_share_by_the_op_count():
+    """A block with r times the calibration block's ops costs its engine's per-layer time plus (r - 1)
+    times DDP's (the eager-op share); without op counts in the calibration the measured figure stays."""
+    from paradvisor.hardware.types import GPUSpec
+    from paradvisor.plan.evaluate import block_op_ratio, calibrated_layer_time
+    from paradvisor.plan.facts import ModelFacts
+    from paradvisor.plan.types import Plan, Workload
+
+    mf = ModelFacts.of(load_profile("llama-2-7b"))
+    wl = Workload(model="llama-2-7b", seq_len=512, global_batch=8, precision="fp32")
+    plan = Plan(dp=2, sharding="zero3", micro_batch=4, precision="fp32")
+    fit = {
+        "ddp": {"fp32": {"per_step": 0.004, "per_layer": 0.002}},
+        "zero3": {"fp32": {"per_step": 0.01, "per_layer": 0.03}},
+    }
+    ops = {m: {"block": 100, "step": 30} for m in ("fp32", "amp", "bf16")}
+
+    def spec(measured):
+        return GPUSpec(
+            name="cpu",
+            vendor="cpu",
+            arch="cpu",
+            memory_bytes=2**34,
+            mem_bw=1e10,
+            tflops={"fp32": 0.1},
+            intra_link="loopback",
+            measured=measured,
+        )
+
+    with_ops = spec({"engines": fit, "engine_ops": ops})
+    stored = load_profile("llama-2-7b").traced.entry(key_of("fp32", "sdpa", "none"), 512)["ops"]
+    r = block_op_ratio(mf, wl, plan, "fp32", with_ops)
+    assert r == stored["block"] / 100 > 1
+    t = calibrated_layer_time(mf, wl, plan, "fp32", with_ops, fit["zero3"]["fp32"])
+    assert t == pytest.approx(0.03 + (r - 1) * 0.002)
+    ckpt = Plan(dp=2, sharding="zero3", micro_batch=4, precision="fp32", checkpointing="full")
+    assert block_op_ratio(mf, wl, ckpt, "fp32", with_ops) > r  # recomputation: a second forward
+    without = spec({"engines": fit})
+    assert calibrated_layer_time(mf, wl, plan, "fp32", without, fit["zero3"]["fp32"]) == 0.03

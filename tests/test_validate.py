@@ -49,6 +49,8 @@ def calibration(tmp_path_factory):
     assert doc["device"]["layer_overhead_s"] >= 0
     ar = doc["collectives"]["ranks"]["2"]["all_reduce"]
     assert ar["bandwidth"] > 0 and ar["latency"] >= 0
+    ops = doc["engines"]["ops"]  # the timed model's aten ops per block, per activation mode
+    assert ops["amp"]["block"] > ops["fp32"]["block"] > 0  # autocast adds its casts
     assert json.loads(out.read_text()) == doc
     return out
 

@@ -100,9 +100,12 @@ def measure_device(quick: bool) -> dict:
         for name, dt in dtypes.items():
             curve[name] = []
             for w in CURVE_WIDTHS:
+                # x @ W^T as nn.Linear dispatches it: on a CPU without native bf16 a plain `a @ b` takes
+                # another kernel, 2-6x slower than a linear layer's at widths >= 96
                 a = torch.randn(CURVE_TOKENS, w, dtype=dt)
-                b = torch.randn(w, w, dtype=dt)
-                curve[name].append([w, _sig(2 * CURVE_TOKENS * w * w / _time(lambda: a @ b, 5, sync) / 1e12)])
+                weight = torch.randn(w, w, dtype=dt)
+                t = _time(lambda: torch.nn.functional.linear(a, weight), 10, sync)
+                curve[name].append([w, _sig(2 * CURVE_TOKENS * w * w / t / 1e12)])
             _say(
                 f"matmul {name} {CURVE_TOKENS} tokens, one thread: "
                 + ", ".join(f"width {w} {r:.3g}" for w, r in curve[name])
@@ -241,6 +244,8 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
     import torch.distributed as dist
 
     from paradvisor.plan.types import Plan
+    from paradvisor.rundir.metrics import WARMUP_STEPS
+    from paradvisor.train.loop import memory_record
     from paradvisor.train.mingpt import from_config
     from paradvisor.train.parallelize import build_engine
 
@@ -258,23 +263,28 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
                 seq = ENGINE_MODEL["n_positions"]
                 gen = torch.Generator().manual_seed(rank)
                 times = []
-                for i in range(steps + 1):  # the best of the steps after a warm-up
+                dist.barrier()
+                for _ in range(steps + WARMUP_STEPS):  # timed as train.loop times a run's steps
                     n = ENGINE_BATCH * plan.grad_accum if kind == "pp" else ENGINE_BATCH
                     x = torch.randint(0, ENGINE_MODEL["vocab_size"], (n, seq + 1), generator=gen)
-                    inputs, targets = {"input_ids": x[:, :-1]}, x[:, 1:]
-                    dist.barrier()
                     t0 = time.perf_counter()
+                    eng.set_lr(train.lr)
+                    inputs, targets = {"input_ids": x[:, :-1]}, x[:, 1:]
                     if kind == "pp":
-                        eng.pipeline_step(inputs, targets)
+                        loss = eng.pipeline_step(inputs, targets)
                     else:
-                        eng.forward_backward(inputs, targets, last=True, scale=1.0)
+                        loss = eng.forward_backward(inputs, targets, last=True, scale=1.0)
                     eng.step()
-                    dt = time.perf_counter() - t0
-                    if i:  # the first step is a warm-up
-                        times.append(dt)
-                t = torch.tensor([min(times)])  # the best step: contention from other work only adds
-                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slower rank sets the step
-                res.append({"engine": engine, "precision": precision, "layers": layers, "step_s": float(t)})
+                    times.append(time.perf_counter() - t0)
+                    # between steps, as the loop logs every step: the global loss is all-reduced (no barrier
+                    # before the next step: a rank that logs late makes the other wait, as in a run)
+                    dist.all_reduce(torch.tensor([float(loss or 0.0)], dtype=torch.float64))
+                    memory_record(eng)
+                t = torch.tensor(times)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # per step, the slower rank sets it
+                # the median after the warm-up steps: what rundir.metrics.MetricsTally reports for a run
+                step_s = float(t[WARMUP_STEPS:].median())
+                res.append({"engine": engine, "precision": precision, "layers": layers, "step_s": step_s})
                 del eng, model
     if rank == 0:
         Path(out_dir, "engines.json").write_text(json.dumps(res))
@@ -328,6 +338,20 @@ def fit_engines(runs: list[dict], device: dict) -> dict:
             per_step = max(0.0, t1 - slots * per_layer * l1)
             out.setdefault(engine, {})[precision] = {"per_step": _sig(per_step), "per_layer": _sig(per_layer)}
     return out
+
+
+def engine_model_ops() -> dict:
+    """{activation mode: aten ops per block and per step} of the model the engines are timed on, counted
+    as `model.trace.count_ops` counts any model: the estimator scales the per-layer time by the ratio."""
+    from paradvisor.model.activations import MODES
+    from paradvisor.model.trace import count_ops
+    from paradvisor.train.traceable import mingpt_recipe
+
+    build, run = mingpt_recipe(ENGINE_MODEL)
+    return {
+        mode: count_ops(build, run, mode=mode, checkpointing="none", seq=ENGINE_MODEL["n_positions"])
+        for mode in MODES
+    }
 
 
 def measure_engines(quick: bool) -> dict:
@@ -389,6 +413,7 @@ def run(args) -> int:
         _say("measuring each engine's fixed time per step and per layer (2 processes) ...")
         engines = measure_engines(args.quick)
         engines["fit"] = fit_engines(engines["runs"], device)
+        engines["ops"] = engine_model_ops()
         for eng, per in engines["fit"].items():
             _say(
                 f"{eng}: "

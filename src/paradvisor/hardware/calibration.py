@@ -106,7 +106,12 @@ def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
         tflops={k: float(v) / MAX_EFFICIENCY for k, v in rates.items()},
         intra_link="loopback",
         layer_overhead_s=float(d.get("layer_overhead_s", 1e-4)),
-        measured={"matmul_curve": d.get("matmul_curve"), "engines": (cal.get("engines") or {}).get("fit")}
+        measured={
+            "matmul_curve": d.get("matmul_curve"),
+            "engines": (cal.get("engines") or {}).get("fit"),
+            # aten ops per block of the model the engines were timed on, per activation mode
+            "engine_ops": (cal.get("engines") or {}).get("ops"),
+        }
         if d.get("kind") == "cpu"
         else None,
     )

@@ -33,7 +33,8 @@ class GPUSpec:
     mig_profile: str | None = None
     layer_overhead_s: float = 1e-4  # framework/launch time per layer per micro-batch (fwd+bwd), not compute
     # measured by `paradvisor calibrate` on a CPU: matmul TFLOPS by width, and each engine's fixed time per
-    # step and per layer ({"matmul_curve": {dtype: [[width, tflops], ...]}, "engines": {engine: {dtype: ...}}})
+    # step and per layer ({"matmul_curve": {dtype: [[width, tflops], ...]}, "engines": {engine: {dtype: ...}},
+    # "engine_ops": {activation mode: aten ops per block of the timed model}})
     measured: dict | None = field(default=None, compare=False, hash=False, repr=False)
     origin: str = (
         "catalog"  # catalog | user (a cluster file, the user catalogue, --gpu-spec) | estimated (NVML)

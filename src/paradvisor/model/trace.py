@@ -236,6 +236,22 @@ def _as_in_training():
             mu.find_packed_sequence_indices = packed
 
 
+def _built(build: Callable, blocks: int, checkpointing: str, mode: str):
+    """`build(blocks, checkpointing)` in training mode; in bf16 mode with 16-bit weights from the start
+    (module.to() cannot swap fake parameters)."""
+    import torch
+
+    dtype = torch.get_default_dtype()
+    if mode == "bf16":
+        torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = build(blocks, checkpointing)
+    finally:
+        torch.set_default_dtype(dtype)
+    model.train()
+    return model
+
+
 class _Session:
     """One model of TRACE_LAYERS blocks built once inside a FakeTensorMode; `trace(b, s)` runs one forward
     pass for a (b, s) batch and returns what autograd saved: [(nbytes, region, tp state, kind)]."""
@@ -245,22 +261,15 @@ class _Session:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self):
-        import torch
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         self._stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         self._stack.enter_context(_as_in_training())
-        dtype = torch.get_default_dtype()
-        if self.mode == "bf16":  # 16-bit weights from the start (module.to() cannot swap fake parameters)
-            torch.set_default_dtype(torch.bfloat16)
         try:
-            self.model = self.build(TRACE_LAYERS, self.checkpointing)
+            self.model = _built(self.build, TRACE_LAYERS, self.checkpointing, self.mode)
         except BaseException:
             self._stack.close()
             raise
-        finally:
-            torch.set_default_dtype(dtype)
-        self.model.train()
         self.blocks = find_blocks(self.model)
         return self
 
@@ -372,7 +381,8 @@ def trace_key(
     the model (called inside fake mode), `run(model, b, s)` runs its forward and loss for a (b, s) batch.
 
     {"groups": polynomials for micro-batches >= 2, "b1": the same for a micro-batch of 1 when the model's
-    code takes another path there (a view instead of a copy, a broadcast mask), else absent}. With
+    code takes another path there (a view instead of a copy, a broadcast mask), else absent, "ops": the
+    aten ops of a training step (`count_ops`)}. With
     `check`, each fit must reproduce one more trace exactly."""
     S = base_seq
     with _Session(build, run, mode, checkpointing) as session:  # one model for every point
@@ -389,7 +399,43 @@ def trace_key(
             if check:
                 _check(b1, tr(1, 3 * S), (1, 3 * S))
             out["b1"] = b1
+    out["ops"] = count_ops(build, run, mode=mode, checkpointing=checkpointing, seq=S)
     return out
+
+
+def count_ops(build: Callable, run: Callable, *, mode: str, checkpointing: str, seq: int) -> dict[str, int]:
+    """The aten ops one training step of the model dispatches, forward and backward (recomputation
+    included): {"block": per block, "step": the rest (embeddings, head, loss)}, from models of one and two
+    blocks under fake tensors. On a CPU each op costs a roughly fixed time whatever its size, so a block's
+    op count scales the framework time `paradvisor calibrate` measured per layer of its own model."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            # fake tensors answer device queries (prim.device) that a real step never dispatches
+            if func.namespace != "prim":
+                Counter.n += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = []
+    for blocks in (1, 2):
+        with FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
+            model = _built(build, blocks, checkpointing, mode)
+            Counter.n = 0
+            amp = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "amp" else contextlib.nullcontext()
+            with Counter():
+                with amp:
+                    loss = run(model, 2, seq)
+                loss.backward()
+            counts.append(Counter.n)
+    block = counts[1] - counts[0]
+    if block <= 0:
+        raise TraceError(f"a second block added {block} ops")
+    return {"block": block, "step": max(0, counts[0] - block)}
 
 
 def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:

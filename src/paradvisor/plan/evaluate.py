@@ -348,6 +348,42 @@ def calibrated_overhead(spec, plan: Plan, precision: str) -> dict | None:
     return per.get("fp32" if precision == "fp32" else "bf16")
 
 
+def block_op_ratio(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, spec) -> float | None:
+    """Aten ops of one block of this model (forward and backward, recomputation included) over those of a
+    block of the model `calibrate` timed the engines on, in the same activation mode; None where either
+    count is missing (a calibration without it, an untraced or MoE model)."""
+    from paradvisor.model.activations import key_of
+
+    ref = ((spec.measured or {}).get("engine_ops") or {}) if spec is not None and spec.measured else {}
+    mode = activation_mode(plan, precision)
+    traced = mf.profile.traced
+    if not ref.get(mode) or traced is None or mf.moe is not None:
+        return None
+    ckpt = "full" if plan.checkpointing == "full" else "none"
+    entry = traced.entry(key_of(mode, wl.attention, ckpt), wl.seq_len)
+    ops = (entry or {}).get("ops")
+    if not ops or not ref[mode].get("block"):
+        return None
+    return ops["block"] / ref[mode]["block"]
+
+
+def calibrated_layer_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, spec, cal: dict) -> float:
+    """Seconds of framework time per layer on a calibrated CPU: the engine's measured per-layer time, with
+    its eager-op share (DDP's per-layer time: kernel launches, autograd) scaled by this block's op count
+    against the calibration block's. The engine's own extra (collectives per unit, DTensor and ZeRO hooks)
+    is per module, not per op: it is kept as measured."""
+    per_layer = cal["per_layer"]
+    ratio = block_op_ratio(mf, wl, plan, precision, spec)
+    if ratio is None:
+        return per_layer
+    ddp = ((spec.measured.get("engines") or {}).get("ddp") or {}).get(
+        "fp32" if precision == "fp32" else "bf16"
+    )
+    if not ddp:
+        return per_layer
+    return max(0.0, per_layer + (ratio - 1.0) * min(ddp["per_layer"], per_layer))
+
+
 def compute_time(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, peak_tflops: dict, micro_batch: int, spec=None
 ) -> dict[str, float]:
@@ -547,7 +583,9 @@ def evaluate(
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
     n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
-    t_frame = n_layers * (cal["per_layer"] if cal else slow_spec.layer_overhead_s)
+    t_frame = n_layers * (
+        calibrated_layer_time(mf, wl, plan, precision, slow_spec, cal) if cal else slow_spec.layer_overhead_s
+    )
     time = _micro_times(
         mf, topo, plan, ct, t_micro, t_tp, t_frame, tokens, ab, lat_k, 0.0 if cal else PP_MICRO_OVERHEAD
     )
