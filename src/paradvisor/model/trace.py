@@ -52,6 +52,23 @@ class TraceError(RuntimeError):
     """The model could not be traced (its code does something fake tensors cannot follow)."""
 
 
+def supports_hf_checkpointing(model) -> bool:
+    """True when a Hugging Face model has its own per-layer checkpointing flag."""
+    return bool(getattr(model, "supports_gradient_checkpointing", False)) and (
+        hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable")
+    )
+
+
+def enable_hf_checkpointing(model) -> None:
+    """transformers' own non-reentrant checkpointing; `activation_checkpointing_enable` where it exists
+    (transformers 5.x renamed it and deprecated the old name, which then warns on every build)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _is_linear(mod) -> bool:
     import torch.nn as nn
 
@@ -481,7 +498,7 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
             if not getattr(model, "supports_gradient_checkpointing", False):
                 _wrap_blocks(model)
             else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                enable_hf_checkpointing(model)
         return model
 
     vocab = int(cfg.get("vocab_size") or 2)

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from paradvisor.errors import InputError
+from paradvisor.model.trace import enable_hf_checkpointing, supports_hf_checkpointing
 from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
 from paradvisor.train.metrics import optimizer_state_tensors
 from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
@@ -86,8 +87,8 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     hf = _unwrap(model)
-    if getattr(hf, "supports_gradient_checkpointing", False) and hasattr(hf, "gradient_checkpointing_enable"):
-        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if supports_hf_checkpointing(hf):
+        enable_hf_checkpointing(hf)
         return
     owner = container if container is not None else hf
     from paradvisor.train.models import block_list
@@ -104,9 +105,7 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
 
 def checkpointing_is_flag(model) -> bool:
     hf = _unwrap(model)
-    return bool(getattr(hf, "supports_gradient_checkpointing", False)) and hasattr(
-        hf, "gradient_checkpointing_enable"
-    )
+    return supports_hf_checkpointing(hf)
 
 
 def _autocast(device: torch.device, precision: str):
