@@ -445,3 +445,47 @@ def test_a_gpu_rank_reduces_its_cpu_tensors_through_gloo_and_its_gpu_tensors_thr
     assert process_group_backend("auto", torch.device("cuda", 0)) == "cpu:gloo,cuda:nccl"
     assert process_group_backend("nccl", torch.device("cuda", 0)) == "cpu:gloo,cuda:nccl"
     assert process_group_backend("gloo", torch.device("cuda", 0)) == "gloo"
+
+
+def gpu_run_dir(tmp_path, prediction: dict):
+    """A finished run directory as a one-GPU run leaves it: steps that log torch's allocator peak."""
+    d = tmp_path / "runs" / "gpu-run"
+    d.mkdir(parents=True)
+    (d / "plan.toml").write_text(SMOKE.read_text())
+    steps = [
+        {
+            "kind": "step",
+            "rank": 0,
+            "step": i,
+            "loss": 2.0,
+            "step_time_s": 0.05,
+            "samples_per_s": 100.0,
+            "world_size": 1,
+            "cuda_max_allocated_bytes": peak,
+        }
+        for i, peak in ((1, 5.5e9), (2, 6.0e9))
+    ]
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in steps) + "\n")
+    status = {"schema": "paradvisor.status/1", "status": "finished", "started": 1.0, "ended": 2.0}
+    (d / "status.json").write_text(json.dumps(status))
+    (d / "prediction.json").write_text(json.dumps({"schema": "paradvisor.prediction/1", **prediction}))
+    return d
+
+
+def test_the_cuda_peak_is_compared_with_the_allocator_share_of_the_prediction(tmp_path, cli):
+    """torch's allocator peak is held against the predicted peak less the overhead outside the allocator
+    (CUDA context, cuBLAS workspace), as `validate` does; without a breakdown there is nothing to compare."""
+    breakdown = {"params": 2e9, "activations": 3e9, "optimizer": 1.5e9, "overhead": 1.5e9}
+    d = gpu_run_dir(tmp_path, {"memory_per_gpu_bytes": 8.0e9, "memory_breakdown": breakdown})
+    doc = json.loads(cli("monitor", str(d), "--once", "--json").stdout)
+    assert doc["cuda_peak_bytes"] == 6.0e9
+    assert doc["predicted"]["cuda_allocated_bytes"] == 6.5e9
+    assert doc["errors"]["cuda_peak_bytes"] == pytest.approx(0.5 / 6.0)
+    from paradvisor.monitor.follow import compare_rows, summarize_run
+
+    rows = {r["metric"]: r for r in compare_rows(summarize_run(d))}  # what launch's summary and the TUI show
+    assert rows["CUDA peak allocated/GPU"]["error"] == "+8.3%", rows
+
+    bare = gpu_run_dir(tmp_path / "bare", {"memory_per_gpu_bytes": 8.0e9})
+    doc = json.loads(cli("monitor", str(bare), "--once", "--json").stdout)
+    assert doc["predicted"]["cuda_allocated_bytes"] is None and doc["errors"]["cuda_peak_bytes"] is None

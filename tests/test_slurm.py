@@ -148,6 +148,91 @@ def test_a_job_sbatch_refuses_is_a_failed_run_with_the_reason(slurm, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def run_queued(slurm, tmp_path, *extra, partition: str, restore: str, timeout=120):
+    """Submit with the partition changed by `scontrol update PartitionName=debug <partition>`, put back after."""
+    assert slurm.run("scontrol", "update", "PartitionName=debug", partition).returncode == 0
+    try:
+        return subprocess.run(
+            [*submit_argv(preset(tmp_path), tmp_path), *extra],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=slurm.env,
+            cwd=str(tmp_path),
+            check=False,
+        )
+    finally:
+        slurm.run("scontrol", "update", "PartitionName=debug", restore)
+
+
+def test_a_job_still_queued_after_the_queue_timeout_is_cancelled(slurm, tmp_path):
+    # A DOWN partition queues jobs without starting them (Reason=PartitionDown): waiting might help, so
+    # only launch.queue_timeout_s ends the wait.
+    proc = run_queued(slurm, tmp_path, "--queue-timeout", "4", partition="State=DOWN", restore="State=UP")
+    assert proc.returncode == 1, proc.stderr
+    run = the_run(tmp_path)
+    job = json.loads((run / "slurm.json").read_text())["job_id"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "failed" and status["returncode"] == 1
+    assert "still pending after" in status["reason"] and "PartitionDown" in status["reason"]
+    assert "queue_timeout_s = 4" in status["reason"] and "scancel" in status["reason"]
+    assert status["ended"] - status["started"] < 60
+    assert slurm.state(job) == "CANCELLED"
+    assert "still pending" in proc.stderr.splitlines()[-1] and "Traceback" not in proc.stderr
+    assert (run / "job.sbatch").exists() and (run / "plan.toml").exists()  # the run directory is kept
+
+
+def test_a_job_that_can_never_start_fails_without_waiting(slurm, tmp_path):
+    # MaxNodes=0: the one-node job is above its partition's limit (Reason=PartitionNodeLimit), which no
+    # amount of waiting clears; no queue timeout is set, the launcher still stops at once.
+    proc = run_queued(slurm, tmp_path, partition="MaxNodes=0", restore="MaxNodes=UNLIMITED")
+    assert proc.returncode == 1, proc.stderr
+    run = the_run(tmp_path)
+    job = json.loads((run / "slurm.json").read_text())["job_id"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert "cannot start as submitted" in status["reason"] and "PartitionNodeLimit" in status["reason"]
+    assert "more nodes than the partition allows" in status["reason"]
+    assert slurm.state(job) == "CANCELLED"
+
+
+def test_pending_reasons_that_never_clear():
+    from paradvisor.launch.slurm import never_starts
+
+    for reason in (
+        "PartitionTimeLimit",
+        "BadConstraints",
+        "InvalidAccount",
+        "AssocMaxNodesPerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+    ):
+        assert never_starts(reason), reason
+    # cleared by other jobs ending, an admin, or a release: keep waiting
+    for reason in (
+        "Resources",
+        "Priority",
+        "PartitionDown",
+        "JobHeldUser",
+        "QOSMaxJobsPerUserLimit",
+        "",
+        "None",
+    ):
+        assert never_starts(reason) is None, reason
+
+
+def test_queue_timeout_is_checked_like_every_launch_option(tmp_path, cli):
+    p = preset(tmp_path)
+    bad = cli("launch", "--preset", str(p), "--submit", "slurm", "--queue-timeout", "-3")
+    assert bad.returncode == 2 and "--queue-timeout" in bad.stderr and "Traceback" not in bad.stderr
+    nan = cli("launch", "--preset", str(p), "--submit", "slurm", "--queue-timeout", "nan")
+    assert nan.returncode == 2 and "Traceback" not in nan.stderr
+    local = cli("launch", "--preset", str(p), "--queue-timeout", "5", "--dry-run")
+    assert local.returncode == 2 and "--submit slurm" in local.stderr
+    p.write_text(p.read_text().replace("[launch]\n", "[launch]\nqueue_timeout_s = -1\n"))
+    field = cli("launch", "--preset", str(p), "--dry-run")
+    assert field.returncode == 2 and "queue_timeout_s" in field.stderr
+
+
 def test_the_submitted_script_quotes_what_it_carries(tmp_path):
     from paradvisor.launch.slurm import script
     from paradvisor.rundir.preset import load_preset

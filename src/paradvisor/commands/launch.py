@@ -82,6 +82,13 @@ def add_parser(sub) -> None:
     )
     m.add_argument("--ssh-timeout", type=float, metavar="S", help="ssh connect timeout per host (default 10)")
     m.add_argument("--submit", choices=["slurm"], help="submit the run to a scheduler (sbatch) and follow it")
+    m.add_argument(
+        "--queue-timeout",
+        type=float,
+        metavar="S",
+        help="--submit slurm: cancel the job when it is still queued after S seconds "
+        "(launch.queue_timeout_s; default 0, wait as long as Slurm keeps it queued)",
+    )
     e = p.add_argument_group("exports (write files instead of launching)")
     e.add_argument(
         "--export",
@@ -154,6 +161,7 @@ def apply_overrides(preset, args):
             ("rdzv_endpoint", args.rdzv_endpoint),
             ("master_port", args.master_port),
             ("join_timeout_s", args.join_timeout),
+            ("queue_timeout_s", args.queue_timeout),
             ("engine", args.engine),
         )
         if v is not None
@@ -172,7 +180,11 @@ def apply_overrides(preset, args):
     from paradvisor.typed import from_table
 
     # Flags go through the same typed checks and bounds as the preset's fields.
-    flag = {"hang_timeout_s": "--hang-timeout", "join_timeout_s": "--join-timeout"}
+    flag = {
+        "hang_timeout_s": "--hang-timeout",
+        "join_timeout_s": "--join-timeout",
+        "queue_timeout_s": "--queue-timeout",
+    }
     from_table(TrainSettings, tkw, lambda k: flag.get(k, f"--{k.replace('_', '-')}"))
     from_table(
         LaunchSettings,
@@ -189,6 +201,8 @@ def apply_overrides(preset, args):
 
 
 def run(args) -> int:
+    if args.queue_timeout is not None and args.submit != "slurm":
+        raise InputError("--queue-timeout applies to a queued job: use it with --submit slurm")
     preset = apply_overrides(preset_from_args(args), args)
     if args.export:
         return export(preset, args)

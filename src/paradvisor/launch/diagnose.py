@@ -161,7 +161,10 @@ def _culprit(
     return failed_rank, exit_code
 
 
-HANG_DUMP_WAIT_S = 3.0
+# How long a hung run's ranks get to write their stacks. The wait ends as soon as every rank has answered
+# (faulthandler writes from its signal handler, in milliseconds), so only a rank that cannot answer costs the
+# whole wait; 3 s was missed by healthy ranks on a loaded 2-core machine, which made them suspects.
+HANG_DUMP_WAIT_S = 10.0
 
 
 def _appended(path: Path, offset: int) -> str:

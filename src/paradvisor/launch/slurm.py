@@ -42,6 +42,20 @@ TERMINAL_STATES = (
     "BOOT_FAIL",
     "DEADLINE",
 )
+# Pending reasons that never clear by waiting: the job asks for more than its partition, account or QOS allows
+# per job, or for something that does not exist (Slurm's "JOB REASON CODES"). The launcher cancels such a job
+# at once and says why; other reasons (Resources, Priority, PartitionDown, held) wait, up to
+# launch.queue_timeout_s when one is set.
+NEVER_STARTS = {
+    "BadConstraints": "its constraints match no node",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "PartitionTimeLimit": "its time limit is above the partition's",
+    "InvalidAccount": "its account is not valid",
+    "InvalidQOS": "its QOS is not valid",
+    "DependencyNeverSatisfied": "a job it depends on can no longer satisfy the dependency",
+    "AccountNotAllowed": "its account may not use the partition",
+    "QOSNotAllowed": "its QOS may not use the partition",
+}
 POLL_S = 1.0
 CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default)
 SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
@@ -145,6 +159,18 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
         )
 
 
+def never_starts(reason: str) -> str | None:
+    """Why a pending job with this Slurm reason cannot start as submitted, or None when waiting may help.
+    Per-job limits of an association or QOS (`AssocMaxNodesPerJobLimit`, `QOSMaxWallDurationPerJobLimit`,
+    ...) are permanent too; their per-user and total counterparts clear as other jobs end."""
+    reason = (reason or "").strip()
+    if reason in NEVER_STARTS:
+        return NEVER_STARTS[reason]
+    if reason.startswith(("Assoc", "QOS")) and "PerJob" in reason:
+        return "it is above a per-job limit of its association or QOS"
+    return None
+
+
 def job_state(job_id: str) -> tuple[str | None, str]:
     """(JobState, Reason) from `scontrol show job -o`; (None, why) when Slurm no longer knows the job."""
     proc = _run(["scontrol", "show", "job", "-o", job_id])
@@ -165,6 +191,7 @@ class SlurmJob:
         self.preset, self.run_dir, self.job_id, self.argv, self.locks = preset, run_dir, job_id, argv, locks
         self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
+        self.gave_up: str | None = None  # why the launcher cancelled a job that cannot start (in time)
         self.started = time.time()
         self.done = threading.Event()
         self.state: str | None = "PENDING"
@@ -192,6 +219,12 @@ class SlurmJob:
         if not self.cancel_requested:
             self.cancel_reason = reason
         self.cancel_requested = True
+
+    def give_up(self, reason: str) -> None:
+        """Cancel a job that will not start (in time): a failed run, not a stop the user asked for."""
+        if not self.cancel_requested:
+            self.gave_up = reason
+            self.cancel(reason)
 
     def status(self, **kw) -> dict:
         doc = {
@@ -242,16 +275,29 @@ class SlurmJob:
 
         cancelled_at = None
         gone = 0
+        reason = None
+        queued_since = time.monotonic()
+        limit = self.preset.launch.queue_timeout_s
         while True:
             state, why = job_state(self.job_id)
             if state is None:
                 gone += 1  # Slurm forgets a job MinJobAge (300 s) after its end; a hiccup is retried
             else:
                 gone = 0
-                if state != self.state:
-                    self.state = state
+                if state != self.state or why != reason:
+                    self.state, reason = state, why
                     write_json_atomic(self.status_path, self.status(slurm_reason=why))
             base = state.split()[0] if state else None
+            if base == "PENDING" and not self.cancel_requested:
+                why_not = never_starts(why)
+                waited = time.monotonic() - queued_since
+                if why_not:
+                    self.give_up(f"Slurm job {self.job_id} cannot start as submitted ({why}: {why_not})")
+                elif limit and waited > limit:
+                    self.give_up(
+                        f"Slurm job {self.job_id} still pending after {waited:.0f} s "
+                        f"(launch.queue_timeout_s = {limit:g}; Slurm's reason: {why or 'none given'})"
+                    )
             if self.cancel_requested and cancelled_at is None:
                 cancelled_at = time.monotonic()
                 _run(["scancel", self.job_id])
@@ -275,6 +321,16 @@ class SlurmJob:
             ],
         }
         out_tail = _tail(self.run_dir / f"slurm-{self.job_id}.out")
+        if self.gave_up and not nodes:  # it never started: nothing ran, nothing to diagnose
+            return self.status(
+                status="failed",
+                failed_rank=None,
+                exit_code=None,
+                reason=f"{self.gave_up}; cancelled (scancel)",
+                last_log_lines=out_tail,
+                returncode=1,
+                **common,
+            )
         if self.cancel_requested:
             return self.status(
                 status="cancelled",

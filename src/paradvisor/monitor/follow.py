@@ -166,6 +166,9 @@ class Predicted:
     memory_per_gpu_bytes: float | None = None
     samples_per_s: float | None = None
     model_state_bytes: float | None = None
+    # what torch's allocator should peak at: memory_per_gpu_bytes less the overhead outside it (CUDA context,
+    # cuBLAS workspace), the twin of the measured cuda_max_allocated_bytes (as `validate` compares them)
+    cuda_allocated_bytes: float | None = None
     source: str | None = None
     note: str | None = None
     device: str | None = None
@@ -356,13 +359,28 @@ def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -
     from paradvisor.monitor.predict import read_prediction, rel_error
 
     pred = read_prediction(run_dir, plan)
-    predicted = Predicted(**{f.name: pred.get(f.name) for f in fields(Predicted)})
+    predicted = Predicted(
+        **{f.name: pred.get(f.name) for f in fields(Predicted) if f.name != "cuda_allocated_bytes"},
+        cuda_allocated_bytes=allocator_prediction(pred),
+    )
     return predicted, Errors(
         step_time_s=rel_error(pred.get("step_time_s"), step_time),
         samples_per_s=rel_error(pred.get("samples_per_s"), gsps),
         model_state_bytes=rel_error(pred.get("model_state_bytes"), tally.mem or None),
-        cuda_peak_bytes=rel_error(pred.get("memory_per_gpu_bytes"), tally.peak or None),
+        cuda_peak_bytes=rel_error(predicted.cuda_allocated_bytes, tally.peak or None),
     )
+
+
+def allocator_prediction(pred: dict) -> float | None:
+    """The predicted peak of torch's allocator: the whole predicted peak less its `overhead` term; None when
+    the prediction has no breakdown to take it from (a bare [prediction] of a hand-written preset)."""
+    total = pred.get("memory_per_gpu_bytes")
+    breakdown = pred.get("memory_breakdown")
+    overhead = breakdown.get("overhead") if isinstance(breakdown, dict) else None
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (total, overhead))
+    if not numbers or not 0 <= overhead < total:
+        return None
+    return total - overhead
 
 
 def compare_rows(s: RunSummary) -> list[dict]:
@@ -389,7 +407,13 @@ def compare_rows(s: RunSummary) -> list[dict]:
     add("step time", pred.step_time_s, s.step_time_s, err.step_time_s, fmt_seconds)
     add("samples/s", pred.samples_per_s, s.samples_per_s, err.samples_per_s, lambda v: f"{v:.1f}")
     if s.cuda_peak_bytes:
-        add("CUDA peak/GPU", pred.memory_per_gpu_bytes, s.cuda_peak_bytes, err.cuda_peak_bytes, fmt_bytes)
+        add(
+            "CUDA peak allocated/GPU",
+            pred.cuda_allocated_bytes,
+            s.cuda_peak_bytes,
+            err.cuda_peak_bytes,
+            fmt_bytes,
+        )
     add(
         "model states/rank",
         pred.model_state_bytes,

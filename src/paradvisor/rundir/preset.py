@@ -90,6 +90,7 @@ _LAUNCH = {
     "memory_limit",
     "engine",
     "join_timeout_s",
+    "queue_timeout_s",
     "remote_dir",
     "remote_python",
 }
@@ -153,6 +154,9 @@ class LaunchSettings:
     # "auto" (ssh when there are several nodes with hosts, else local). See engine_of().
     engine: str = "auto"
     join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S  # torchrun --rdzv-conf join_timeout for multi-node runs
+    # --submit slurm: cancel the job (a failed run) when it is still queued after this many seconds; 0 waits
+    # as long as Slurm keeps it queued (a pending reason that can never clear fails at once either way)
+    queue_timeout_s: float = 0.0
     remote_dir: str = (
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
