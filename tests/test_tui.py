@@ -182,6 +182,30 @@ def test_sampler_feeds_the_live_view(tmp_path):
     asyncio.run(flow())
 
 
+def test_a_reading_that_arrives_while_the_session_closes_is_dropped(tmp_path):
+    """Textual closes the screens before the App's unmount stops the sampler: a reading delivered in between
+    stops the sampler and touches no widget (updating one then scheduled a refresh that found no screen)."""
+    seen = {}
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=True, sample_interval=0.1)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: len(app.samples) >= 1)
+            close_all = app._close_all
+
+            async def closing():  # the moment between the start of shutdown and the screens' removal
+                before = len(app.samples)
+                app.on_sample(app.samples[-1])
+                seen.update(running=app.is_running, added=len(app.samples) - before)
+                seen["stopped"] = app.sampler._stop_event.is_set()
+                await close_all()
+
+            app._close_all = closing
+
+    asyncio.run(flow())
+    assert seen == {"running": False, "added": 0, "stopped": True}
+
+
 def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
     """On 000's 2 + 4 GPUs the Launch tab shows one torchrun per node with that node's process count; the
     TUI ranks what `recommend` ranks (one advice path); and a ranked plan launched from the TUI runs here

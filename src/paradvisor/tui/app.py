@@ -291,6 +291,12 @@ class ParadvisorApp(App):
     def on_sample(self, s: dict) -> None:
         from paradvisor.tui.panes.hardware import reading_text
 
+        if not self.is_running:
+            # Shutting down: Textual closes the screens before the App's unmount stops the sampler, and a
+            # widget updated in between schedules a refresh that finds no screen (ScreenStackError).
+            if self.sampler is not None:
+                self.sampler.stop()
+            return
         self.samples = (self.samples + [s])[-120:]
         text = reading_text(s)
         try:
