@@ -264,6 +264,11 @@ class ParadvisorApp(App):
             self.launch.cancel()
             self.notify("stopping the run: every rank ends")
 
+    def exit(self, *args, **kwargs) -> None:
+        if self.sampler is not None:  # no reading may arrive while the screens close
+            self.sampler.stop()
+        super().exit(*args, **kwargs)
+
     def on_unmount(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
@@ -283,9 +288,15 @@ class ParadvisorApp(App):
             s = monitor.run_summary
             return (monitor.run_dir, max(1, int(s.world_size or 1))) if monitor.run_dir and s else None
 
-        self.sampler = SamplerThread(
-            lambda s: self.call_from_thread(self.on_sample, s), self.sample_interval, ranks_of=ranks_of
-        )
+        def deliver(s: dict) -> None:  # the sampler's thread
+            from concurrent.futures import CancelledError
+
+            try:
+                self.call_from_thread(self.on_sample, s)
+            except (CancelledError, RuntimeError):  # the session closed under the reading: stop quietly
+                self.sampler.stop()
+
+        self.sampler = SamplerThread(deliver, self.sample_interval, ranks_of=ranks_of)
         self.sampler.start()
 
     def on_sample(self, s: dict) -> None:
