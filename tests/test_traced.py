@@ -398,3 +398,57 @@ def test_calibrated_layer_time_scales_the_eager_share_by_the_op_count():
     assert block_op_ratio(mf, wl, ckpt, "fp32", with_ops) > r  # recomputation: a second forward
     without = spec({"engines": fit})
     assert calibrated_layer_time(mf, wl, plan, "fp32", without, fit["zero3"]["fp32"]) == 0.03
+
+
+def test_a_config_whose_code_cannot_be_traced_is_ranked_by_the_formula_and_says_so(tmp_path, monkeypatch):
+    """A model whose forward fails under fake tensors (here: the tracer made to fail as DeepSeek-V3's rotary
+    code does on a config with mismatched head sizes) still gets plans, with activations from the per-tensor
+    formula and a one-line warning that names the failure."""
+    from paradvisor.hardware.cluster import parse_cluster
+    from paradvisor.model import trace_cache
+    from paradvisor.plan.advice import Request, advise
+
+    monkeypatch.setenv("PARADVISOR_CACHE", str(tmp_path / "cache"))
+    trace_cache.forget_memory()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Attempting to broadcast a dimension of length 8 at -1!\nsecond line")
+
+    monkeypatch.setattr(T, "trace_hf_config", broken)
+    _, cfg = CONFIGS["llama-gqa3"]
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": ["LlamaForCausalLM"]}))
+    two = parse_cluster(
+        {"name": "two", "node": [{"name": "box", "gpus": [{"type": "A100 80GB", "count": 2}]}]}
+    )
+    rec = advise(Request(model=str(tmp_path), cluster=two, seq_len=64, calibrated=False))
+    assert rec.plans and all(e.memory["activations"] > 0 for e in rec.plans)
+    [warning] = [w for w in rec.warnings if "per-tensor formula" in w]
+    assert "Attempting to broadcast a dimension of length 8" in warning and "second line" not in warning
+
+
+def test_a_failed_meta_kernel_raises_without_logging_a_traceback():
+    """torch logs a traceback at ERROR before raising when a fake tensor's kernel fails; while tracing that
+    log is held back (the failure itself is raised and reported in one line)."""
+    import logging
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    log.addHandler(keep := Keep())
+    try:
+        seen = []
+        for quiet in (False, True):
+            records.clear()
+            with pytest.raises(RuntimeError, match="broadcast"):
+                with T._quiet_fake_tensors() if quiet else contextlib.nullcontext(), FakeTensorMode():
+                    torch.ones(1, 1, 5, 8) * torch.ones(2, 4, 5, 32)
+            seen.append(len(records))
+    finally:
+        log.removeHandler(keep)
+    assert seen[0] > 0 and seen[1] == 0

@@ -208,6 +208,22 @@ def _dispatch_mode(rec: _Recorder):
 
 
 @contextlib.contextmanager
+def _quiet_fake_tensors():
+    """torch logs a whole traceback (logging.ERROR) when a fake tensor's meta kernel fails, before raising;
+    the raise is what the tracer handles (TraceError, the formula's fallback and a one-line warning), so the
+    log is held back while tracing."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
 def _as_in_training():
     """transformers treats fake tensors as "tracing" and then always builds an attention mask, where a real
     causal-LM batch lets it use SDPA's causal flag instead. Answer its mask-skip questions as such a batch
@@ -280,6 +296,7 @@ class _Session:
     def __enter__(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
+        self._stack.enter_context(_quiet_fake_tensors())
         self._stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         self._stack.enter_context(_as_in_training())
         try:
@@ -440,7 +457,7 @@ def count_ops(build: Callable, run: Callable, *, mode: str, checkpointing: str, 
 
     counts = []
     for blocks in (1, 2):
-        with FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
+        with _quiet_fake_tensors(), FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
             model = _built(build, blocks, checkpointing, mode)
             Counter.n = 0
             amp = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "amp" else contextlib.nullcontext()

@@ -278,6 +278,12 @@ def recommend(
     if not estimates and unlaunchable:
         warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")
     fix = None if plans or not estimates else nearest_fix(profile, cluster, wl, precision, margin, estimates)
+    traced = profile.traced
+    if traced is not None and traced.failures:  # counted from the code where it could be, else the formula
+        warnings.append(
+            f"activations of {profile.name} from the per-tensor formula, not its code: tracing failed "
+            f"({traced.failures[0][:200]})"
+        )
     return Recommendation(
         profile=profile,
         cluster=cluster,
