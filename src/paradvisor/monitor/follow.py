@@ -356,31 +356,17 @@ def _measured(tally: MetricsTally, batch: int) -> dict:
 
 
 def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -> tuple[Predicted, Errors]:
-    from paradvisor.monitor.predict import read_prediction, rel_error
+    from paradvisor.monitor.predict import allocator_prediction, read_prediction, rel_error
 
     pred = read_prediction(run_dir, plan)
-    predicted = Predicted(
-        **{f.name: pred.get(f.name) for f in fields(Predicted) if f.name != "cuda_allocated_bytes"},
-        cuda_allocated_bytes=allocator_prediction(pred),
-    )
+    pred["cuda_allocated_bytes"] = allocator_prediction(pred)
+    predicted = Predicted(**{f.name: pred.get(f.name) for f in fields(Predicted)})
     return predicted, Errors(
         step_time_s=rel_error(pred.get("step_time_s"), step_time),
         samples_per_s=rel_error(pred.get("samples_per_s"), gsps),
         model_state_bytes=rel_error(pred.get("model_state_bytes"), tally.mem or None),
         cuda_peak_bytes=rel_error(predicted.cuda_allocated_bytes, tally.peak or None),
     )
-
-
-def allocator_prediction(pred: dict) -> float | None:
-    """The predicted peak of torch's allocator: the whole predicted peak less its `overhead` term; None when
-    the prediction has no breakdown to take it from (a bare [prediction] of a hand-written preset)."""
-    total = pred.get("memory_per_gpu_bytes")
-    breakdown = pred.get("memory_breakdown")
-    overhead = breakdown.get("overhead") if isinstance(breakdown, dict) else None
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (total, overhead))
-    if not numbers or not 0 <= overhead < total:
-        return None
-    return total - overhead
 
 
 def compare_rows(s: RunSummary) -> list[dict]:

@@ -131,10 +131,25 @@ def read_prediction(run_dir: Path, plan: dict) -> dict:
     return {**own, "source": "preset"} if own else {}
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def rel_error(predicted, measured) -> float | None:
     """(predicted - measured) / measured, or None when either is missing."""
-    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (predicted, measured))
+    ok = _is_number(predicted) and _is_number(measured)
     return (predicted - measured) / measured if ok and measured else None
+
+
+def allocator_prediction(pred: dict) -> float | None:
+    """The predicted peak of torch's allocator: the whole predicted peak less its `overhead` term; None when
+    the prediction has no breakdown to take it from (a bare [prediction] of a hand-written preset)."""
+    total = pred.get("memory_per_gpu_bytes")
+    breakdown = pred.get("memory_breakdown")
+    overhead = breakdown.get("overhead") if isinstance(breakdown, dict) else None
+    if not (_is_number(total) and _is_number(overhead)) or not 0 <= overhead < total:
+        return None
+    return total - overhead
 
 
 def dumps(doc: dict) -> str:

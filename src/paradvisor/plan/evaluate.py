@@ -339,12 +339,12 @@ def engine_key(plan: Plan) -> str:
     return "ddp"
 
 
-def calibrated_overhead(spec, plan: Plan, precision: str) -> dict | None:
-    """{"per_step", "per_layer"} seconds this engine cost on the calibrated CPU, or None."""
+def calibrated_overhead(spec, plan: Plan, precision: str, engine: str | None = None) -> dict | None:
+    """{"per_step", "per_layer"} seconds the plan's engine (or `engine`) cost on the calibrated CPU, or None."""
     engines = (spec.measured or {}).get("engines") if spec.measured else None
     if not engines:
         return None
-    per = engines.get(engine_key(plan)) or {}
+    per = engines.get(engine or engine_key(plan)) or {}
     return per.get("fp32" if precision == "fp32" else "bf16")
 
 
@@ -354,7 +354,7 @@ def block_op_ratio(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, spe
     count is missing (a calibration without it, an untraced or MoE model)."""
     from paradvisor.model.activations import key_of
 
-    ref = ((spec.measured or {}).get("engine_ops") or {}) if spec is not None and spec.measured else {}
+    ref = ((spec.measured if spec is not None else None) or {}).get("engine_ops") or {}
     mode = activation_mode(plan, precision)
     traced = mf.profile.traced
     if not ref.get(mode) or traced is None or mf.moe is not None:
@@ -376,9 +376,7 @@ def calibrated_layer_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: s
     ratio = block_op_ratio(mf, wl, plan, precision, spec)
     if ratio is None:
         return per_layer
-    ddp = ((spec.measured.get("engines") or {}).get("ddp") or {}).get(
-        "fp32" if precision == "fp32" else "bf16"
-    )
+    ddp = calibrated_overhead(spec, plan, precision, engine="ddp")
     if not ddp:
         return per_layer
     return max(0.0, per_layer + (ratio - 1.0) * min(ddp["per_layer"], per_layer))
