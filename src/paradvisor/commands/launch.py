@@ -32,6 +32,24 @@ def add_parser(sub) -> None:
     )
     add_workload_args(p, model_required=False)
     p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")
+    own = p.add_argument_group("your own training code (docs/own-code.md)")
+    what = own.add_mutually_exclusive_group()
+    what.add_argument(
+        "--script", metavar="FILE", help="start this Python script on every rank instead of paradvisor's trainer"
+    )
+    what.add_argument("--module", metavar="M", help="start this module (python -m M) on every rank")
+    own.add_argument(
+        "--runtime",
+        choices=["torch", "hf", "accelerate"],
+        help="what the script trains with (default torch): a plan hf / accelerate cannot realize is refused "
+        "before anything starts",
+    )
+    own.add_argument(
+        "program_args",
+        nargs="*",
+        metavar="-- ARGS",
+        help="after --: the script's own arguments, passed as its argv (never through a shell)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command and stop")
     p.add_argument(
         "--runs-dir", default="runs", metavar="DIR", help="where run directories go (default runs/)"
@@ -191,13 +209,39 @@ def apply_overrides(preset, args):
         {k: list(v) if k == "hosts" else v for k, v in lkw.items()},
         lambda k: flag.get(k, f"--{k.replace('_', '-')}"),
     )
-    out = replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw))
+    out = replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw), program=program_of(preset, args))
     if out.launch.engine == "ssh" and len(out.launch.hosts) != out.launch.nnodes:
         raise InputError(
             f"the ssh engine needs one host per node: {len(out.launch.hosts)} host(s) for "
             f"{out.launch.nnodes} node(s) (launch.hosts or --hosts)"
         )
     return out
+
+
+def program_of(preset, args):
+    """The preset's [program], or the one --script / --module / --runtime / -- ARGS give."""
+    from paradvisor.rundir.preset import ProgramSettings, _parse_program
+
+    script, module = getattr(args, "script", None), getattr(args, "module", None)
+    extra, runtime = list(getattr(args, "program_args", None) or []), getattr(args, "runtime", None)
+    if not (script or module):
+        if extra:
+            raise InputError(f"unexpected argument {extra[0]!r} (a script's arguments go after --script FILE --)")
+        if runtime and not preset.program.own:
+            raise InputError("--runtime names what runs your own code: give it with --script or --module")
+        if runtime:
+            return replace(preset.program, runtime=runtime)
+        return preset.program
+    table = {"args": extra, "runtime": runtime or "torch"}
+    if script:
+        table["script"] = os.path.abspath(script)
+    else:
+        table["module"] = module
+    for a in extra:
+        from paradvisor.typed import printable
+
+        printable(a, "an argument after --", limit=4096)
+    return _parse_program(table, lambda k: f"--{k}") if table else ProgramSettings()
 
 
 def run(args) -> int:

@@ -62,6 +62,13 @@ def add_parser(sub) -> None:
         "--rules", action="append", default=[], metavar="DIR", help="extra rule folder (repeatable)"
     )
     p.add_argument("--no-rules", action="store_true", help="rank by the cost model alone")
+    p.add_argument(
+        "--runtime",
+        choices=["paradvisor", "hf", "accelerate", "torch"],
+        default="paradvisor",
+        help="rank only what this runtime can run: paradvisor's trainer (default), or your own code under "
+        "the Hugging Face Trainer, Accelerate or a plain torch loop (docs/own-code.md)",
+    )
     p.set_defaults(run=run)
 
 
@@ -109,6 +116,7 @@ def request_from_args(args, cluster, ref):
         top=max(args.top, getattr(args, "pick", 1)),
         rules=tuple(args.rules),
         use_rules=not getattr(args, "no_rules", False),
+        runtime=getattr(args, "runtime", None) or "paradvisor",
     )
 
 

@@ -83,6 +83,27 @@ def trainer_args(run_dir: str, node_index=None) -> list[str]:
     )
 
 
+SCRIPT_ENTRY = "paradvisor.train.script"  # the rank wrapper that starts the user's own code
+
+
+def program_args(run_dir: str, program=None, node_index=None) -> list[str]:
+    """What torchrun starts on every rank: paradvisor's trainer, or (a preset's [program], `launch --script`)
+    the rank wrapper with the user's script or module and its arguments after `--`, argv items all."""
+    if program is None or not program.own:
+        return trainer_args(run_dir, node_index)
+    target = ["--script", program.script] if program.script else ["--module", program.module]
+    return [
+        "-m",
+        SCRIPT_ENTRY,
+        "--run-dir",
+        run_dir,
+        *(["--node-index", str(node_index)] if node_index is not None else []),
+        *target,
+        "--",
+        *program.args,
+    ]
+
+
 def torchrun_argv(
     run_dir: str,
     *,
@@ -94,6 +115,7 @@ def torchrun_argv(
     python: str | None = None,
     join_timeout_s: float | None = None,
     is_host: bool | None = None,
+    program=None,
 ) -> list[str]:
     """torchrun for one node. With c10d the rendezvous orders nodes by host name, not by --node-rank, so
     the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes.
@@ -118,7 +140,7 @@ def torchrun_argv(
             node_rank=node_rank if multi else None,
             options=tuple(options),
         ),
-        *trainer_args(run_dir, node_rank if multi else None),
+        *program_args(run_dir, program, node_rank if multi else None),
     ]
 
 
@@ -143,6 +165,7 @@ def node_commands(
                 run_id=preset.name,
                 python=python,
                 join_timeout_s=lau.join_timeout_s,
+                program=preset.program,
             ),
         )
         for r in range(lau.nnodes)

@@ -62,6 +62,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
 
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
+    check_program(preset, reach=reach)
     check_plan_shape(preset, family, prof, reach=reach)
     check_data_path(preset.train.dataset, preset.train.data_path)
     if preset.train.weights and not Path(preset.train.weights).exists():
@@ -86,6 +87,62 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
                 raise InputError(f"host {h} is unreachable: {why}", where=f"{where}: launch.hosts")
 
 
+MAX_SCRIPT_BYTES = 4 << 20  # a training script bigger than this is not a script
+
+
+def check_program(preset: Preset, *, reach: bool = True) -> None:
+    """The user's own code (a preset's [program], `launch --script/--module`): a readable Python file, and a
+    plan its runtime can realize (else one line naming that runtime's best plan here)."""
+    prog = preset.program
+    if not prog.own:
+        return
+    where = preset.path or "preset"
+    if prog.script:
+        path = Path(prog.script)
+        if not path.suffix == ".py":
+            raise InputError("not a Python file (expected a .py script)", where=f"--script {prog.script}")
+        try:
+            with open(path, "rb") as f:
+                head = f.read(MAX_SCRIPT_BYTES + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read it: {exc.strerror or exc}", where=f"--script {prog.script}") from None
+        if len(head) > MAX_SCRIPT_BYTES or b"\0" in head:
+            raise InputError("not a Python script (binary, or over 4 MiB)", where=f"--script {prog.script}")
+        try:
+            compile(head, str(path), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            raise InputError(
+                f"not valid Python{f' (line {line})' if line else ''}: {getattr(exc, 'msg', exc)}",
+                where=f"--script {prog.script}",
+            ) from None
+    cpu = preset.train.device == "cpu" or (reach and preset.train.device == "auto" and not _has_cuda())
+    from paradvisor.plan.capability import runtime_why_not
+
+    why = runtime_why_not(preset.plan, prog.runtime, cpu=cpu)
+    if why:
+        best = best_plan_for(preset, prog.runtime, cpu=cpu)
+        raise InputError(
+            f"{why}; its best plan here: {best} (paradvisor recommend --runtime {prog.runtime})",
+            where=f"{where}: plan",
+        )
+
+
+def best_plan_for(preset: Preset, runtime: str, *, cpu: bool) -> str:
+    """The label of the best plan `runtime` can realize for the preset's model on its processes."""
+    from paradvisor.monitor.predict import estimate_for
+    from paradvisor.plan.search import best_for_runtime
+
+    try:
+        re_ = estimate_for(preset, on_gpu=not cpu, calibration=None)
+        e = best_for_runtime(
+            re_.facts, re_.topo, preset.workload, preset.plan.precision, runtime, cpu=cpu
+        )
+    except InputError:
+        e = None
+    return e.plan.label() if e is not None else "none fits"
+
+
 def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -> None:
     """The plan against the capability table (plan/capability.py, the same table the search reads), the
     model's shape and the launch section: degrees divide heads/layers, TP groups stay inside a node."""
@@ -93,7 +150,7 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
 
     plan, lau = preset.plan, preset.launch
     where = preset.path or "preset"
-    why = why_not(plan, family)
+    why = why_not(plan, family, preset.program.runtime_name)
     if why:
         raise InputError(why, where=f"{where}: plan")
     s = prof.transformer

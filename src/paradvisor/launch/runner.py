@@ -225,6 +225,8 @@ class Launch:
             doc = self.status(status="failed", **report, **common)
         elif rc == 0:
             doc = self.status(status="finished", **common)
+            if self.preset.program.own and not _has_step_records(self.run_dir):
+                doc["note"] = NO_STEPS
         else:
             doc = self.status(
                 status="failed",
@@ -243,6 +245,20 @@ class Launch:
                     doc["replan_error"] = f"{type(exc).__name__}: {exc}"
         write_json_atomic(self.status_path, doc)
         return doc
+
+
+NO_STEPS = (
+    "no step records: the script never called paradvisor.runtime.report() (nor ran ParadvisorCallback), "
+    "so there is no loss, step time or ETA to show"
+)
+
+
+def _has_step_records(run_dir: Path) -> bool:
+    from paradvisor.rundir.metrics import MetricsReader
+
+    reader = MetricsReader(RunDir(run_dir).metrics)
+    reader.read(keep=0)
+    return bool(reader.tally.slowest)
 
 
 def _port_lock(endpoint: str, preset: Preset):
@@ -301,6 +317,7 @@ def start(
         run_id=run_id or run_dir.name,
         join_timeout_s=lau.join_timeout_s,
         is_host=is_host,
+        program=preset.program,
     )
     _write_run_files(RunDir(run_dir), preset, argv, suffixed)
     log_name = launcher_log_name(lau.node_rank, suffixed)
@@ -372,6 +389,9 @@ def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
         LAUNCHER_PID_ENV: str(os.getpid()),
         LAUNCHER_START_ENV: repr(psutil.Process().create_time()),
         "TORCHELASTIC_ERROR_FILE": str(rd.torchelastic_error(preset.launch.node_rank)),
+        # the user's own code finds its plan here (paradvisor.runtime): the run directory and its plan file
+        "PARADVISOR_RUN_DIR": str(Path(rd).resolve()),
+        "PARADVISOR_PLAN": str(rd.plan.resolve()),
         **(env or {}),
     }
     if preset.train.device == "cpu":

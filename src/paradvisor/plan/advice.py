@@ -28,6 +28,7 @@ class Request:
     rules: tuple[str, ...] = ()  # extra rule folders
     use_rules: bool = True
     calibrated: bool = True  # measured figures from `paradvisor calibrate` in place of catalogue ones
+    runtime: str = "paradvisor"  # what runs the ranks (plan/capability.RUNTIMES): only its plans are ranked
 
 
 def default_workload(
@@ -83,6 +84,8 @@ def advise(req: Request, profile=None):
         from paradvisor.rules.loader import load_rule_sets
 
         rule_sets = load_rule_sets(list(req.rules))
-    rec = recommend(profile, cluster, wl, top=req.top, margin=req.margin, rule_sets=rule_sets)
+    rec = recommend(
+        profile, cluster, wl, top=req.top, margin=req.margin, rule_sets=rule_sets, runtime=req.runtime
+    )
     rec.cluster_ref = dict(req.cluster_ref)
     return rec

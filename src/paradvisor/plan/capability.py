@@ -35,8 +35,60 @@ def family_of(profile) -> str:
     return s.family
 
 
-def why_not(plan, family: str) -> str | None:
-    """Why `paradvisor launch` cannot run `plan` for a model of `family`; None when it can."""
+# Runtimes: what runs the ranks. `paradvisor` is paradvisor's own trainer (everything in this table); the
+# others are the user's own code launched with `paradvisor launch --script` (paradvisor.runtime /
+# paradvisor.integrations): `torch` a plain loop that applies its own parallelism on runtime.device_mesh()
+# (any shape the mesh names), `hf` the Hugging Face Trainer, `accelerate` an Accelerate loop.
+RUNTIMES = ("paradvisor", "torch", "hf", "accelerate")
+
+# What each framework realizes from a plan (transformers 5.23 / accelerate 1.15): DDP, FSDP (FSDP2), HSDP
+# (accelerate's ParallelismConfig dp_replicate x dp_shard), ZeRO-1/2/3 through a DeepSpeed config, TP
+# through ParallelismConfig (tp_size) and activation checkpointing. Neither runs a pipeline, DiLoCo,
+# split-by-speed batches or expert parallelism from a plan.
+RUNTIME_CAN = {
+    "hf": "DDP, FSDP, ZeRO-1/2/3 (+ offload), TP (x FSDP) with parallelism_config on GPUs, checkpointing",
+    "accelerate": "DDP, FSDP, HSDP, ZeRO-1/2/3 (+ offload), TP (x FSDP) with ParallelismConfig, checkpointing",
+    "torch": "every shape the plan's device mesh names (the script applies it on runtime.device_mesh())",
+}
+_RUNTIME_NAME = {"hf": "the Hugging Face Trainer", "accelerate": "Accelerate", "torch": "a plain torch script"}
+
+
+def runtime_why_not(plan, runtime: str, *, cpu: bool = False) -> str | None:
+    """Why `runtime` (RUNTIMES) cannot realize `plan`; None when it can. `cpu`: the ranks run on CPUs, where
+    the Trainer (transformers 5.23, accelerate 1.15) trains fsdp="full_shard" as plain DDP and refuses a
+    parallelism_config over several processes, so sharded and TP plans are refused there rather than run as
+    something else."""
+    if runtime in ("paradvisor", "torch"):
+        return None
+    name = _RUNTIME_NAME[runtime]
+    if plan.pp > 1:
+        return f"{name} runs no pipeline stages from a plan (PP {plan.pp})"
+    if plan.diloco:
+        return f"{name} runs no DiLoCo outer loop"
+    if plan.split_by_speed:
+        return f"{name} gives every rank the same batch (no split-by-speed batches)"
+    if plan.ep > 1:
+        return f"{name} realizes no expert parallelism from a plan (EP {plan.ep})"
+    if plan.sequence_parallel:
+        return f"{name} realizes TP without sequence parallelism"
+    if runtime == "hf" and plan.sharding == "hsdp":
+        return f"{name} realizes FSDP or ZeRO, not HSDP"
+    if plan.tp > 1 and plan.sharding.startswith("zero"):
+        return f"{name} realizes TP with FSDP or DDP, not with ZeRO"
+    if cpu and (plan.tp > 1 or plan.sharding in ("fsdp", "hsdp")) and plan.world_size > 1:
+        what = f"TP {plan.tp}" if plan.tp > 1 else plan.sharding.upper()
+        return (
+            f"{name} on CPUs would not run {what}: it trains fsdp as plain DDP there and refuses a "
+            "parallelism_config over several CPU processes"
+        )
+    return None
+
+
+def why_not(plan, family: str, runtime: str = "paradvisor", *, cpu: bool = False) -> str | None:
+    """Why `paradvisor launch` cannot run `plan` for a model of `family` under `runtime`; None when it can.
+    The user's own code (runtime torch/hf/accelerate) builds its own model: only the runtime's limits hold."""
+    if runtime != "paradvisor":
+        return runtime_why_not(plan, runtime, cpu=cpu)
     if plan.ep > 1:  # plan/space.ep_candidates; the estimates are in estimate/moe.py
         why = _why_not_ep(plan, family)
         if why:
@@ -94,6 +146,13 @@ def _why_not_ep(plan, family: str) -> str | None:
     if plan.dp % plan.ep:
         return f"the EP degree {plan.ep} must divide the data-parallel degree {plan.dp}"
     return None
+
+
+def runtime_table() -> list[dict]:
+    """Which plans each runtime realizes (docs/own-code.md prints it)."""
+    return [{"runtime": "paradvisor", "realizes": "every row of table()"}] + [
+        {"runtime": r, "realizes": RUNTIME_CAN[r]} for r in ("torch", "hf", "accelerate")
+    ]
 
 
 def table() -> list[dict]:

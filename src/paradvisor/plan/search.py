@@ -138,7 +138,14 @@ def explain(e: Estimate, cluster: Cluster) -> str:
 
 
 def _evaluate_all(
-    mf: ModelFacts, topo: Topology, cluster: Cluster, wl: Workload, precision: str, margin: float, family
+    mf: ModelFacts,
+    topo: Topology,
+    cluster: Cluster,
+    wl: Workload,
+    precision: str,
+    margin: float,
+    family,
+    runtime: str = "paradvisor",
 ) -> tuple[list[Estimate], list[tuple[Estimate, str]], int]:
     """Every candidate layout (and DiLoCo's on a WAN cluster) evaluated: the launchable ones, the
     unlaunchable ones with why, and how many were evaluated."""
@@ -147,7 +154,7 @@ def _evaluate_all(
     n = 0
 
     def keep(e: Estimate) -> None:
-        why = why_not(e.plan, family)
+        why = why_not(e.plan, family, runtime)
         if why is None:
             estimates.append(e)
         else:
@@ -239,7 +246,10 @@ def recommend(
     margin: float = 0.10,
     rule_sets=None,
     include_all: bool = False,
+    runtime: str = "paradvisor",
 ) -> Recommendation:
+    """Rank the plans `runtime` can run (plan/capability.py: paradvisor's trainer, or the user's own code
+    under hf / accelerate / torch)."""
     t0 = _time.perf_counter()
     cluster, warnings = without_gpuless_nodes(cluster)
     warnings += validate(profile, cluster, wl)
@@ -250,13 +260,13 @@ def recommend(
     mf = ModelFacts.of(profile)
     topo = Topology.of(cluster)
     family = family_of(profile)
-    estimates, unlaunchable, n = _evaluate_all(mf, topo, cluster, wl, precision, margin, family)
+    estimates, unlaunchable, n = _evaluate_all(mf, topo, cluster, wl, precision, margin, family, runtime)
     fired: list[dict] = []
     if rule_sets:
         from paradvisor.rules.engine import apply_rules
 
         def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
-            if why_not(p, family) or not schedule_ok(p):
+            if why_not(p, family, runtime) or not schedule_ok(p):
                 return None
             return evaluate(mf, topo, wl, p, precision, margin)
 
@@ -384,6 +394,21 @@ def _least_memory(estimates) -> Estimate | None:
         if pool:
             return min(pool, key=key)
     return None
+
+
+def best_for_runtime(mf: ModelFacts, topo: Topology, wl: Workload, precision: str, runtime: str, *, cpu=False):
+    """The best-scored plan that fits and that `runtime` can realize on this topology (None when none does):
+    what a refusal names as that framework's best plan."""
+    from paradvisor.plan.capability import runtime_why_not
+
+    best = None
+    for plan in candidates(mf, topo, wl, precision):
+        if runtime_why_not(plan, runtime, cpu=cpu) or not schedule_ok(plan):
+            continue
+        e = evaluate(mf, topo, wl, plan, precision, 0.0)
+        if e.fits and (best is None or (e.score, e.memory_total) < (best.score, best.memory_total)):
+            best = e
+    return best
 
 
 def _min_memory(profile, cluster, wl, precision, margin, shardings=("zero3", "fsdp")) -> Estimate | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections import deque
 from pathlib import Path
 
@@ -43,6 +44,27 @@ _OPTIONAL = {
     "step": int,
     "node": int,
 }
+
+
+class MetricsWriter:
+    """Appends one rank's records to metrics.jsonl, each with its rank, node and time, in one write (a whole
+    line or nothing): paradvisor's trainer and the user's code (paradvisor.runtime.report) both write here."""
+
+    def __init__(self, path, rank: int):
+        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.rank = rank
+        # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
+        node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
+        self.node = int(node) if node.isdigit() else 0
+
+    def write(self, record: dict) -> None:
+        record = {"rank": self.rank, "node": self.node, "time": time.time(), **record}
+        os.write(
+            self.fd, (json.dumps(record, default=float) + "\n").encode()
+        )  # one write: whole line or nothing
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _is(value, typ) -> bool:

@@ -56,7 +56,8 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 # Reading and validating presets.
 
 DATASETS = ("corpus", "reviews", "imdb", "text", "images")
-_TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction"}
+_TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction", "program"}
+_PROGRAM = {"script", "module", "args", "runtime"}
 _WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
 _TRAIN = {
     "steps",
@@ -93,6 +94,7 @@ _LAUNCH = {
     "queue_timeout_s",
     "remote_dir",
     "remote_python",
+    "shared_paths",
 }
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
@@ -161,6 +163,9 @@ class LaunchSettings:
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
     remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    # Folders every node sees at the same path (NFS, a cluster file system): a --script under one of them is
+    # started there on every node; any other script's folder is copied into each node's run folder.
+    shared_paths: tuple[str, ...] = ()
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""
@@ -175,6 +180,33 @@ class LaunchSettings:
         if self.node_procs and len(set(self.node_procs)) > 1:
             return f"{' + '.join(map(str, self.node_procs))} processes on {self.nnodes} nodes"
         return f"{self.nnodes} node(s) x {self.nproc_per_node} process(es)"
+
+
+SCRIPT_RUNTIMES = ("torch", "hf", "accelerate")  # what runs the user's own code (plan/capability.RUNTIMES)
+
+
+@dataclass(frozen=True)
+class ProgramSettings:
+    """What torchrun starts on every rank: paradvisor's own trainer (nothing set), or the user's own code
+    (`paradvisor launch --script FILE | --module M -- ARGS`), given `args` as its argv (never a shell)."""
+
+    script: str = ""  # a Python file (absolute path)
+    module: str = ""  # or a module, as `python -m`
+    args: tuple[str, ...] = ()
+    runtime: str = "torch"  # torch (a plain loop on runtime.device_mesh()) | hf | accelerate
+
+    @property
+    def own(self) -> bool:
+        """Whether this is the user's own code rather than paradvisor's trainer."""
+        return bool(self.script or self.module)
+
+    @property
+    def runtime_name(self) -> str:
+        """The capability table's runtime: `paradvisor` for paradvisor's trainer."""
+        return self.runtime if self.own else "paradvisor"
+
+    def label(self) -> str:
+        return self.script or f"-m {self.module}" if self.own else "paradvisor.train"
 
 
 def engine_of(lau: LaunchSettings) -> str:
@@ -196,6 +228,7 @@ class Preset:
     cluster: dict
     prediction: dict
     path: str | None = None
+    program: ProgramSettings = ProgramSettings()
 
     def to_doc(self) -> dict:
         from dataclasses import asdict
@@ -203,7 +236,10 @@ class Preset:
         launch = asdict(self.launch)
         launch["hosts"] = list(self.launch.hosts)
         launch["node_procs"] = list(self.launch.node_procs)
-        return {
+        launch["shared_paths"] = list(self.launch.shared_paths)
+        if not launch["shared_paths"]:
+            del launch["shared_paths"]
+        doc = {
             "schema": SCHEMA,
             "name": self.name,
             "description": self.description,
@@ -214,6 +250,11 @@ class Preset:
             "plan": self.plan.to_dict(),
             "prediction": self.prediction,
         }
+        if self.program.own:
+            doc["program"] = {k: v for k, v in asdict(self.program).items() if v}
+            doc["program"]["args"] = list(self.program.args)
+            doc["program"]["runtime"] = self.program.runtime
+        return doc
 
 
 def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
@@ -250,6 +291,7 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     train = _parse_train(*_section(data, "train", _TRAIN, loc))
     launch = _parse_launch(*_section(data, "launch", _LAUNCH, loc))
     plan = _parse_plan(*_section(data, "plan", _PLAN, loc), workload.precision)
+    program = _parse_program(*_section(data, "program", _PROGRAM, loc))
     c, cw = _section(data, "cluster", _CLUSTER, loc)
     cluster = check_mapping(c, _CLUSTER_TYPES, cw)
     prediction = check_mapping(
@@ -277,7 +319,25 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
         cluster=cluster,
         prediction=prediction,
         path=path,
+        program=program,
     )
+
+
+def _parse_program(p: dict, pw) -> ProgramSettings:
+    prog = ProgramSettings(**from_table(ProgramSettings, p, pw))
+    if prog.script and prog.module:
+        raise InputError("give script or module, not both", where=pw("module"))
+    if prog.runtime not in SCRIPT_RUNTIMES:
+        raise InputError(
+            f"runtime {prog.runtime!r}; expected one of {', '.join(SCRIPT_RUNTIMES)}", where=pw("runtime")
+        )
+    if p and not prog.own:
+        raise InputError("a [program] section needs script or module", where=pw("script"))
+    if prog.module and not all(part.isidentifier() for part in prog.module.split(".")):
+        raise InputError(f"module {prog.module!r}: expected a dotted Python module name", where=pw("module"))
+    if any("\0" in a for a in prog.args):
+        raise InputError("an argument holds a NUL character", where=pw("args"))
+    return prog
 
 
 def _parse_workload(w: dict, ww) -> Workload:

@@ -3,30 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
-import traceback
 from pathlib import Path
 
-from paradvisor.rundir import RunDir
-
-
-def _redirect(run_dir: Path, rank: int) -> None:
-    """This rank's stdout/stderr go to rank-N.stdout.log / rank-N.stderr.log in the run directory."""
-    for stream, name in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
-        stream.flush()
-        fd = os.open(str(RunDir(run_dir).rank_log(rank, name)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, stream.fileno())
-        os.close(fd)
-
-
-def _marker(run_dir: Path, rank: int, doc: dict) -> None:
-    final = RunDir(run_dir).rank_exit(rank)
-    tmp = final.with_name(f".{final.name}.tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, final)
+from paradvisor.train.rankproc import run_rank
 
 
 def main(argv=None) -> int:
@@ -36,38 +17,14 @@ def main(argv=None) -> int:
         "--node-index", type=int, default=0, help="this node's index in the plan (multi-node runs)"
     )
     args = ap.parse_args(argv)
-    os.environ["PARADVISOR_NODE_INDEX"] = str(args.node_index)
     run_dir = Path(args.run_dir)
-    rank = int(os.environ.get("RANK", "0"))
-    _redirect(run_dir, rank)
-    RunDir(run_dir).rank_pid(rank).write_text(str(os.getpid()))
-    from paradvisor.train.faults import enable_stack_dumps, watch_launcher
 
-    enable_stack_dumps()
-
-    def launcher_gone(pid: int) -> None:  # no rank outlives the paradvisor process that launched it
-        msg = f"the paradvisor launcher (pid {pid}) is gone: rank {rank} stops"
-        print(msg, file=sys.stderr, flush=True)
-        _marker(run_dir, rank, {"rank": rank, "exit_code": 1, "error": msg, "time": time.time()})
-        os._exit(1)
-
-    watch_launcher(launcher_gone)
-    try:
+    def body(rank: int) -> None:
         from paradvisor.train.run import run
 
         run(run_dir, rank)
-    except BaseException as exc:  # record why this rank died, then fail
-        traceback.print_exc()
-        sys.stderr.flush()
-        code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
-        _marker(
-            run_dir,
-            rank,
-            {"rank": rank, "exit_code": code, "error": f"{type(exc).__name__}: {exc}", "time": time.time()},
-        )
-        return code or 1
-    _marker(run_dir, rank, {"rank": rank, "exit_code": 0})
-    return 0
+
+    return run_rank(run_dir, args.node_index, body)
 
 
 if __name__ == "__main__":

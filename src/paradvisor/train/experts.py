@@ -28,13 +28,17 @@ import torch.distributed as dist
 
 
 def ep_meshes(plan, device, world: int):
-    """(edp mesh, ep mesh) on a (edp, ep) mesh, ep fastest, and a size-1 "tp" mesh: transformers'
-    dispatch asks which ranks share a batch (none do here, each rank reads its own data shard)."""
+    """(edp mesh, ep mesh) of the plan's mesh (train/mesh.py: the data-parallel dimension, then ep, fastest),
+    and a size-1 "tp" mesh: transformers' dispatch asks which ranks share a batch (none do here, each rank
+    reads its own data shard)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (world // plan.ep, plan.ep), mesh_dim_names=("edp", "ep"))
+    from paradvisor.train.mesh import build_mesh, dp_dim
+
+    edp = dp_dim(plan)
+    mesh = build_mesh(plan, device.type, world, keep=(edp, "ep"))
     tp = init_device_mesh(device.type, (world, 1), mesh_dim_names=("rank", "tp"))["tp"]
-    return mesh["edp"], mesh["ep"], tp
+    return mesh[edp], mesh["ep"], tp
 
 
 def expanded_plan(model) -> dict[str, str]:

@@ -14,27 +14,9 @@ Tensors sharing storage are counted once; meta tensors (no memory) not at all.
 
 from __future__ import annotations
 
-import json
-import os
-import time
+from paradvisor.rundir.metrics import MetricsWriter
 
-
-class MetricsWriter:
-    def __init__(self, path, rank: int):
-        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.rank = rank
-        # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
-        node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
-        self.node = int(node) if node.isdigit() else 0
-
-    def write(self, record: dict) -> None:
-        record = {"rank": self.rank, "node": self.node, "time": time.time(), **record}
-        os.write(
-            self.fd, (json.dumps(record, default=float) + "\n").encode()
-        )  # one write: whole line or nothing
-
-    def close(self) -> None:
-        os.close(self.fd)
+__all__ = ["MetricsWriter"]
 
 
 def _local(t):

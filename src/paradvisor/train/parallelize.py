@@ -32,6 +32,7 @@ import torch.nn as nn
 from paradvisor.errors import InputError
 from paradvisor.model.trace import enable_hf_checkpointing, supports_hf_checkpointing
 from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
+from paradvisor.train.mesh import build_mesh, sub_mesh
 from paradvisor.train.metrics import optimizer_state_tensors
 from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
 
@@ -60,21 +61,9 @@ class Layout:
 
 
 def device_mesh(plan, device, world: int):
-    """The named (pp, dp, tp) mesh of the plan, dimensions of size 1 left out (None for one rank)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    dims = [
-        (n, d) for n, d in (("pp", plan.pp), ("dp", world // (plan.tp * plan.pp)), ("tp", plan.tp)) if d > 1
-    ]
-    if not dims:
-        return None
-    return init_device_mesh(device.type, tuple(d for _, d in dims), mesh_dim_names=tuple(n for n, _ in dims))
-
-
-def sub_mesh(mesh, name: str):
-    if mesh is None or name not in (mesh.mesh_dim_names or ()):
-        return None
-    return mesh[name]
+    """The plan's mesh (train/mesh.py, the builder paradvisor.runtime shares), dimensions of size 1 left out
+    (None for one rank): pp, dp_replicate or dp_shard (the data-parallel ranks: `sub_mesh(mesh, "dp")`), tp."""
+    return build_mesh(plan, device.type, world)
 
 
 def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
@@ -466,14 +455,9 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         ), "tp+ddp"
     apply_checkpointing(model, family, plan.checkpointing)
     if plan.sharding in ("fsdp", "hsdp"):  # one rank too: the plan runs as ranked (16-bit FSDP parameters)
-        from torch.distributed.device_mesh import init_device_mesh
-
         mesh = None
-        if plan.sharding == "hsdp":
-            shard = hsdp_shard(plan, world)
-            mesh = init_device_mesh(
-                device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard")
-            )
+        if plan.sharding == "hsdp":  # a 2-D (replicate, shard) mesh, even where one of them is 1
+            mesh = build_mesh(plan, device.type, world, keep=("dp_replicate", "dp_shard"))
         apply_fsdp(model, mesh, plan.precision, offload=plan.offload != "none")
         return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False, layout=layout), "fsdp"
     if world > 1:
@@ -484,17 +468,6 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         )
         return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
     return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"
-
-
-def hsdp_shard(plan, world: int) -> int:
-    """HSDP shards inside a node: plan.nodes' first node, else this node's process count on a multi-node run,
-    else half the ranks (a one-machine stand-in for two nodes) — as launch.runner.hsdp_shard_size checks."""
-    import os
-
-    if plan.nodes:
-        return int(plan.nodes[0].gpus)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return local if local < world else max(1, world // 2)
 
 
 def _inner_engine(model, family: str, plan, train, device, group):
