@@ -394,11 +394,15 @@ def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
         "PARADVISOR_PLAN": str(rd.plan.resolve()),
         **(env or {}),
     }
+    # ACCELERATE_USE_CPU: the HF Trainer and Accelerate (a --script) run distributed on CPUs only when told
+    # so; without it each rank would train alone, silently
     if preset.train.device == "cpu":
         full_env["CUDA_VISIBLE_DEVICES"] = ""
         full_env["DS_ACCELERATOR"] = "cpu"
+        full_env["ACCELERATE_USE_CPU"] = "true"
     elif not _has_cuda():
         full_env.setdefault("DS_ACCELERATOR", "cpu")
+        full_env.setdefault("ACCELERATE_USE_CPU", "true")
     return full_env
 
 

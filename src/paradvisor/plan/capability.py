@@ -46,8 +46,9 @@ RUNTIMES = ("paradvisor", "torch", "hf", "accelerate")
 # through ParallelismConfig (tp_size) and activation checkpointing. Neither runs a pipeline, DiLoCo,
 # split-by-speed batches or expert parallelism from a plan.
 RUNTIME_CAN = {
-    "hf": "DDP, FSDP, ZeRO-1/2/3 (+ offload), TP (x FSDP) with parallelism_config on GPUs, checkpointing",
-    "accelerate": "DDP, FSDP, HSDP, ZeRO-1/2/3 (+ offload), TP (x FSDP) with ParallelismConfig, checkpointing",
+    "hf": "DDP, FSDP, ZeRO-1/2/3 (+ offload), TP and TP x FSDP (parallelism_config, GPUs), checkpointing",
+    "accelerate": "DDP, FSDP, HSDP, ZeRO-1/2/3 (+ offload), TP and TP x FSDP (ParallelismConfig, GPUs), "
+    "checkpointing",
     "torch": "every shape the plan's device mesh names (the script applies it on runtime.device_mesh())",
 }
 _RUNTIME_NAME = {"hf": "the Hugging Face Trainer", "accelerate": "Accelerate", "torch": "a plain torch script"}
@@ -73,8 +74,8 @@ def runtime_why_not(plan, runtime: str, *, cpu: bool = False) -> str | None:
         return f"{name} realizes TP without sequence parallelism"
     if runtime == "hf" and plan.sharding == "hsdp":
         return f"{name} realizes FSDP or ZeRO, not HSDP"
-    if plan.tp > 1 and plan.sharding.startswith("zero"):
-        return f"{name} realizes TP with FSDP or DDP, not with ZeRO"
+    if plan.tp > 1 and plan.sharding != "fsdp" and plan.dp > 1:
+        return f"{name} realizes TP alone or with FSDP (accelerate's ParallelismConfig), not TP x {plan.sharding.upper() if plan.sharding != 'none' else 'DDP'}"
     if cpu and (plan.tp > 1 or plan.sharding in ("fsdp", "hsdp")) and plan.world_size > 1:
         what = f"TP {plan.tp}" if plan.tp > 1 else plan.sharding.upper()
         return (
