@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
     own = p.add_argument_group("your own training code (docs/own-code.md)")
     what = own.add_mutually_exclusive_group()
     what.add_argument(
-        "--script", metavar="FILE", help="start this Python script on every rank instead of paradvisor's trainer"
+        "--script",
+        metavar="FILE",
+        help="start this Python script on every rank instead of paradvisor's trainer",
     )
     what.add_argument("--module", metavar="M", help="start this module (python -m M) on every rank")
     own.add_argument(
@@ -209,7 +211,9 @@ def apply_overrides(preset, args):
         {k: list(v) if k == "hosts" else v for k, v in lkw.items()},
         lambda k: flag.get(k, f"--{k.replace('_', '-')}"),
     )
-    out = replace(preset, train=replace(t, **tkw), launch=replace(lau, **lkw), program=program_of(preset, args))
+    out = replace(
+        preset, train=replace(t, **tkw), launch=replace(lau, **lkw), program=program_of(preset, args)
+    )
     if out.launch.engine == "ssh" and len(out.launch.hosts) != out.launch.nnodes:
         raise InputError(
             f"the ssh engine needs one host per node: {len(out.launch.hosts)} host(s) for "
@@ -226,7 +230,9 @@ def program_of(preset, args):
     extra, runtime = list(getattr(args, "program_args", None) or []), getattr(args, "runtime", None)
     if not (script or module):
         if extra:
-            raise InputError(f"unexpected argument {extra[0]!r} (a script's arguments go after --script FILE --)")
+            raise InputError(
+                f"unexpected argument {extra[0]!r} (a script's arguments go after --script FILE --)"
+            )
         if runtime and not preset.program.own:
             raise InputError("--runtime names what runs your own code: give it with --script or --module")
         if runtime:
@@ -340,7 +346,9 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
     line = f"{doc['status']}: {launch.run_dir}"
     if failure_text(doc):
         line += f" — {failure_text(doc)}"
-    if watch is not None or doc["status"] != "finished":
+    elif doc.get("note"):
+        line += f" — {doc['note']}"
+    if watch is not None or doc["status"] != "finished" or doc.get("note"):
         sys.stderr.write(line + "\n")
     if watch is not None:
         watch.summary()

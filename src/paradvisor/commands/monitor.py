@@ -42,6 +42,8 @@ def _line(s: RunSummary) -> str:
         parts.append(f"{s.samples_per_s:.1f} samples/s")
     if s.model_state_bytes_per_rank:
         parts.append(f"model states {fmt_bytes(s.model_state_bytes_per_rank)}/rank")
+    if s.progress is not None and s.status == "running":
+        parts.append(f"{s.progress:.0%}")
     if s.eta_s is not None:
         parts.append(f"ETA {fmt_seconds(s.eta_s)}")
     return ", ".join(parts)
@@ -96,6 +98,8 @@ def run(args) -> int:
         emit_json(s.to_doc())
     else:
         print(f"{s.name}: {_line(s)}")
+        if s.status == "finished" and s.reason:  # e.g. a script that never reported a step
+            print(s.reason)
         if s.failure:
             print(s.failure)
             for ln in s.last_log_lines[-10:]:
@@ -127,7 +131,7 @@ def run_list(args) -> int:
         return 0
     from paradvisor.output import console, table
 
-    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "ETA")
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
@@ -136,10 +140,16 @@ def run_list(args) -> int:
             Path(s["run_dir"]).name,
             s["label"] or "",
             s["status"],
-            f"{s['step']}/{s['total_steps'] or '?'}",
+            f"{s['step']}/{s['total_steps'] or '?'}"
+            + (
+                f" ({s['progress']:.0%})"
+                if s.get("progress") is not None and s["status"] == "running"
+                else ""
+            ),
             "" if s["loss"] is None else f"{s['loss']:.4f}",
             "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
             fmt_seconds(s["elapsed_s"]),
+            "" if s.get("eta_s") is None else fmt_seconds(s["eta_s"]),
         )
     console().print(t)
     for line in skipped:

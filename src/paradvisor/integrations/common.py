@@ -30,7 +30,11 @@ def parallel_sizes(plan, world: int | None = None) -> dict[str, int]:
     from paradvisor.train.mesh import mesh_dims
 
     dims = dict(mesh_dims(plan, world or plan.world_size))
-    return {"dp_replicate_size": dims["dp_replicate"], "dp_shard_size": dims["dp_shard"], "tp_size": dims["tp"]}
+    return {
+        "dp_replicate_size": dims["dp_replicate"],
+        "dp_shard_size": dims["dp_shard"],
+        "tp_size": dims["tp"],
+    }
 
 
 def needs_parallelism_config(plan) -> bool:

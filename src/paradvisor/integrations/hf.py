@@ -116,7 +116,9 @@ def _callback_class():
             runtime.record("eval", step=state.global_step, **nums)
 
         def on_save(self, args, state, control, **kw):
-            runtime.record("checkpoint", step=state.global_step, path=f"{args.output_dir}/checkpoint-{state.global_step}")
+            runtime.record(
+                "checkpoint", step=state.global_step, path=f"{args.output_dir}/checkpoint-{state.global_step}"
+            )
 
         def on_train_end(self, args, state, control, **kw):
             self.flush()

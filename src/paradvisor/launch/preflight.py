@@ -105,7 +105,9 @@ def check_program(preset: Preset, *, reach: bool = True) -> None:
             with open(path, "rb") as f:
                 head = f.read(MAX_SCRIPT_BYTES + 1)
         except OSError as exc:
-            raise InputError(f"cannot read it: {exc.strerror or exc}", where=f"--script {prog.script}") from None
+            raise InputError(
+                f"cannot read it: {exc.strerror or exc}", where=f"--script {prog.script}"
+            ) from None
         if len(head) > MAX_SCRIPT_BYTES or b"\0" in head:
             raise InputError("not a Python script (binary, or over 4 MiB)", where=f"--script {prog.script}")
         try:
@@ -135,9 +137,7 @@ def best_plan_for(preset: Preset, runtime: str, *, cpu: bool) -> str:
 
     try:
         re_ = estimate_for(preset, on_gpu=not cpu, calibration=None)
-        e = best_for_runtime(
-            re_.facts, re_.topo, preset.workload, preset.plan.precision, runtime, cpu=cpu
-        )
+        e = best_for_runtime(re_.facts, re_.topo, preset.workload, preset.plan.precision, runtime, cpu=cpu)
     except InputError:
         e = None
     return e.plan.label() if e is not None else "none fits"

@@ -226,7 +226,7 @@ class Launch:
         elif rc == 0:
             doc = self.status(status="finished", **common)
             if self.preset.program.own and not _has_step_records(self.run_dir):
-                doc["note"] = NO_STEPS
+                doc["note"] = doc["reason"] = NO_STEPS
         else:
             doc = self.status(
                 status="failed",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from paradvisor.rundir import PLAN, RunDir
 from paradvisor.rundir.metrics import MetricsReader, MetricsTally
+from paradvisor.monitor.eta import eta
 from paradvisor.rundir.status import TERMINAL, effective_status
 
 
@@ -259,7 +260,7 @@ def summarize_run(
     tally = records if isinstance(records, MetricsTally) else MetricsTally.of(records)
     status = effective_status(run_dir)
     plan = plan_doc(run_dir)
-    total = plan.get("train", {}).get("steps") or None
+    total = tally.total_steps or plan.get("train", {}).get("steps") or None
     batch = plan.get("workload", {}).get("global_batch", 0)
     step_time = (
         tally.measured_step_time()
@@ -272,7 +273,7 @@ def summarize_run(
         nodes=nodes,
         run_dir=str(run_dir),
         name=plan.get("name", status.get("name", run_dir.name)),
-        **_progress(tally, status, plan, total, step_time),
+        **_progress(tally, status, plan, total, step_time, predicted.step_time_s),
         **_measured(tally, batch),
         step_time_s=step_time,
         samples_per_s=gsps,
@@ -309,18 +310,26 @@ def _status_fields(status: dict) -> dict:
 
 
 def _progress(
-    tally: MetricsTally, status: dict, plan: dict, total: int | None, step_time: float | None
+    tally: MetricsTally,
+    status: dict,
+    plan: dict,
+    total: int | None,
+    step_time: float | None,
+    predicted_step: float | None = None,
 ) -> dict:
     """Steps (or DiLoCo's outer rounds: nodes run different numbers of local steps), elapsed time and ETA."""
     last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
     elapsed = ended - (tally.start_time or status.get("started", now))
-    # ETA from the measured step time (the same median as the throughput), while steps remain
-    eta = (
-        (total - last_step) * step_time
-        if total and step_time and last_step < total and status.get("status") == "running"
-        else None
+    # ETA: the predicted step time corrected by the measured one (the same median as the throughput)
+    progress, eta_s = eta(
+        last_step,
+        total,
+        predicted_s=predicted_step,
+        measured_s=step_time,
+        measured_steps=len(tally.slowest),
+        running=status.get("status") == "running",
     )
     p = plan.get("plan", {})
     rounds = total_rounds = None
@@ -330,11 +339,11 @@ def _progress(
     return {
         "step": last_step,
         "total_steps": total,
-        "progress": (rounds / total_rounds) if total_rounds else ((last_step / total) if total else None),
+        "progress": (rounds / total_rounds) if total_rounds else progress,
         "round": rounds,
         "total_rounds": total_rounds,
         "elapsed_s": max(0.0, elapsed),
-        "eta_s": eta,
+        "eta_s": eta_s,
     }
 
 

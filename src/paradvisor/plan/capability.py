@@ -51,7 +51,11 @@ RUNTIME_CAN = {
     "checkpointing",
     "torch": "every shape the plan's device mesh names (the script applies it on runtime.device_mesh())",
 }
-_RUNTIME_NAME = {"hf": "the Hugging Face Trainer", "accelerate": "Accelerate", "torch": "a plain torch script"}
+_RUNTIME_NAME = {
+    "hf": "the Hugging Face Trainer",
+    "accelerate": "Accelerate",
+    "torch": "a plain torch script",
+}
 
 
 def runtime_why_not(plan, runtime: str, *, cpu: bool = False) -> str | None:

@@ -396,7 +396,9 @@ def _least_memory(estimates) -> Estimate | None:
     return None
 
 
-def best_for_runtime(mf: ModelFacts, topo: Topology, wl: Workload, precision: str, runtime: str, *, cpu=False):
+def best_for_runtime(
+    mf: ModelFacts, topo: Topology, wl: Workload, precision: str, runtime: str, *, cpu=False
+):
     """The best-scored plan that fits and that `runtime` can realize on this topology (None when none does):
     what a refusal names as that framework's best plan."""
     from paradvisor.plan.capability import runtime_why_not

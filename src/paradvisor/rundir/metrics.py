@@ -43,6 +43,7 @@ _OPTIONAL = {
     "rank": int,
     "step": int,
     "node": int,
+    "total_steps": int,
 }
 
 
@@ -131,6 +132,7 @@ class MetricsTally:
         self.waits: dict[int, float] = {}
         self.rounds = 0
         self.node_by_rank: dict[int, int] = {}  # from the records' "node" (the node index each rank runs on)
+        self.total_steps: int | None = None  # from the records, when the run's code says (runtime.report)
 
     def add(self, r: dict) -> None:
         self.count += 1
@@ -147,6 +149,8 @@ class MetricsTally:
             self.start_time = r["time"]
         elif kind == "step":
             self.last_step = max(self.last_step, r["step"])
+            if r.get("total_steps"):  # the user's own code says how many steps it runs (runtime.report)
+                self.total_steps = r["total_steps"]
             self.last_by_rank[r["rank"]] = r["step"]
             if r.get("loss") is not None:
                 self.loss_rank, self.last_loss = r["rank"], r["loss"]

@@ -56,7 +56,18 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 # Reading and validating presets.
 
 DATASETS = ("corpus", "reviews", "imdb", "text", "images")
-_TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction", "program"}
+_TOP = {
+    "schema",
+    "name",
+    "description",
+    "workload",
+    "train",
+    "cluster",
+    "launch",
+    "plan",
+    "prediction",
+    "program",
+}
 _PROGRAM = {"script", "module", "args", "runtime"}
 _WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
 _TRAIN = {

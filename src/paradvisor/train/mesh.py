@@ -36,7 +36,7 @@ def mesh_dims(plan, world: int) -> list[tuple[str, int]]:
     edp = dp // ep
     if plan.sharding == "hsdp":
         shard = hsdp_shard(plan, world)
-        replicate, shard = edp // shard, shard
+        replicate = edp // shard
     elif plan.sharding == "none":
         replicate, shard = edp, 1
     else:

@@ -53,7 +53,7 @@ def run_rank(run_dir: Path, node_index: int, body: Callable[[int], None]) -> int
     watch_launcher(launcher_gone)
     try:
         body(rank)
-    except BaseException as exc:  # record why this rank died, then fail
+    except BaseException as exc:  # noqa: BLE001 - record why this rank died, then fail
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             code = 0
@@ -63,7 +63,12 @@ def run_rank(run_dir: Path, node_index: int, body: Callable[[int], None]) -> int
             _marker(
                 run_dir,
                 rank,
-                {"rank": rank, "exit_code": code or 1, "error": f"{type(exc).__name__}: {exc}", "time": time.time()},
+                {
+                    "rank": rank,
+                    "exit_code": code or 1,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "time": time.time(),
+                },
             )
             return code or 1
     _marker(run_dir, rank, {"rank": rank, "exit_code": 0})

@@ -2,7 +2,7 @@
 (tests/run/test_own_code.py compares its losses with one process running `reference_losses`)."""
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 STEPS, LR = 5, 0.1
 
