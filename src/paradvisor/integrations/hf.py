@@ -7,7 +7,7 @@
     Trainer(model=model, args=args, train_dataset=ds, callbacks=[hf.ParadvisorCallback()]).train()
 
 `training_args()` holds only the keywords that realize the plan — per-device batch, accumulation, precision,
-gradient checkpointing, the FSDP or DeepSpeed config, and `parallelism_config` (accelerate's
+activation checkpointing, the FSDP or DeepSpeed config, and `parallelism_config` (accelerate's
 ParallelismConfig) for TP — never the script's own (output_dir, max_steps, logging, saving, reporting,
 device), so they never collide. A plan the Trainer cannot realize (PP, DiLoCo, EP, HSDP, TP x DDP; sharded
 or TP plans on CPUs, where it would silently train DDP) raises one line naming why; `paradvisor launch`
@@ -43,7 +43,7 @@ def training_args(plan=None, *, cpu: bool | None = None, world: int | None = Non
         kw["fsdp_config"] = fsdp_settings(plan)  # checkpointing inside FSDP (no second all-gather)
         ckpt = False
     if ckpt:
-        kw["gradient_checkpointing"] = True
+        kw["activation_checkpointing"] = True  # transformers 5: gradient_checkpointing renamed
     if plan.tp > 1:
         from accelerate.parallelism_config import ParallelismConfig
 
