@@ -61,6 +61,15 @@ def plan() -> Plan:
     return preset().plan
 
 
+def resolve_plan(plan=None, cpu: bool | None = None):
+    """(`plan`, `cpu`), or this run's plan and whether it runs on CPUs (its train.device) where not given:
+    what the integrations realize."""
+    if plan is not None:
+        return plan, bool(cpu)
+    pre = preset()
+    return pre.plan, (pre.train.device == "cpu") if cpu is None else cpu
+
+
 def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 

@@ -112,11 +112,13 @@ def add_parser(sub) -> None:
     e = p.add_argument_group("exports (write files instead of launching)")
     e.add_argument(
         "--export",
-        choices=["kubeflow", "pytorchjob", "slurm", "hostfile"],
+        choices=["kubeflow", "pytorchjob", "slurm", "hostfile", "accelerate", "deepspeed", "hf", "skypilot"],
         action="append",
         default=[],
         help="kubeflow: Trainer v2 TrainJob + ConfigMap + Dockerfile; pytorchjob: the legacy kubeflow.org/v1 "
-        "PyTorchJob; slurm: the sbatch script; hostfile: DeepSpeed hostfile + ds_config.json",
+        "PyTorchJob; slurm: the sbatch script; hostfile: DeepSpeed hostfile + ds_config.json; accelerate: an "
+        "`accelerate launch` config; deepspeed: ds_config.json of a ZeRO plan; hf: the TrainingArguments "
+        "keywords; skypilot: a SkyPilot task (docs/own-code.md)",
     )
     e.add_argument(
         "--image",
@@ -270,10 +272,15 @@ def run(args) -> int:
 def export(preset, args) -> int:
     """--export: the files for another scheduler (checked like a launch, without reaching the hosts)."""
     from paradvisor.launch.argv import slug
-    from paradvisor.launch.exports import write_exports
+    from paradvisor.launch.exports import STARTS_A_PROCESS, write_exports
     from paradvisor.launch.preflight import validate
     from paradvisor.safeio import inside
 
+    if preset.program.own and not set(args.export) & set(STARTS_A_PROCESS):
+        raise InputError(
+            f"--export {' '.join(args.export)} writes configuration, not a command that could start --script: "
+            f"add an export that starts processes ({', '.join(STARTS_A_PROCESS)}) or drop --script"
+        )
     validate(preset, reach=False)
     # the default folder is named after the preset, made one safe path component: never '..' or absolute
     out = Path(args.out) if args.out else inside(Path("exports"), slug(preset.name), what="preset name")

@@ -16,46 +16,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from paradvisor.integrations.common import (
-    checked_plan,
-    ds_config,
-    fsdp_settings,
-    needs_parallelism_config,
-    parallel_sizes,
-)
+from paradvisor.launch.frameworks import accelerate_kwargs, checked_plan
+from paradvisor.runtime import resolve_plan
 
 RUNTIME = "accelerate"
-MIXED = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}
 
 
 def batch_size(plan=None) -> int:
     """The per-process micro-batch of the plan (the DataLoader's batch_size)."""
-    return checked_plan(RUNTIME, plan).micro_batch
+    plan, cpu = resolve_plan(plan, None)
+    return checked_plan(RUNTIME, plan, cpu=cpu).micro_batch
 
 
 def accelerator_kwargs(plan=None, *, cpu: bool | None = None, world: int | None = None) -> dict[str, Any]:
     """Accelerator(**kw) keywords that realize `plan` (this run's when not given)."""
-    plan = checked_plan(RUNTIME, plan, cpu=cpu)
-    kw: dict[str, Any] = {
-        "mixed_precision": MIXED[plan.precision],
-        "gradient_accumulation_steps": plan.grad_accum,
-    }
-    if plan.sharding.startswith("zero"):
-        from accelerate.utils import DeepSpeedPlugin
-
-        kw["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=ds_config(plan, world))
-    elif plan.sharding in ("fsdp", "hsdp"):
-        from accelerate.utils import FullyShardedDataParallelPlugin
-
-        f = fsdp_settings(plan)
-        kw["fsdp_plugin"] = FullyShardedDataParallelPlugin(
-            fsdp_version=2,
-            reshard_after_forward=f["reshard_after_forward"],
-            cpu_offload=f["cpu_offload"],
-            activation_checkpointing=f["activation_checkpointing"],
-        )
-    if needs_parallelism_config(plan):
-        from accelerate.parallelism_config import ParallelismConfig
-
-        kw["parallelism_config"] = ParallelismConfig(**parallel_sizes(plan, world))
-    return kw
+    plan, cpu = resolve_plan(plan, cpu)
+    return accelerate_kwargs(plan, cpu=cpu, world=world)

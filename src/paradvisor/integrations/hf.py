@@ -19,42 +19,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from paradvisor.integrations.common import checked_plan, ds_config, fsdp_settings, parallel_sizes
+from paradvisor.launch.frameworks import checked_plan, hf_training_args
+from paradvisor.runtime import resolve_plan
 
 RUNTIME = "hf"
 
 
 def training_args(plan=None, *, cpu: bool | None = None, world: int | None = None) -> dict[str, Any]:
-    """TrainingArguments keywords that realize `plan` (this run's when not given)."""
-    plan = checked_plan(RUNTIME, plan, cpu=cpu)
-    kw: dict[str, Any] = {
-        "per_device_train_batch_size": plan.micro_batch,
-        "gradient_accumulation_steps": plan.grad_accum,
-    }
-    if plan.precision == "bf16":
-        kw["bf16"] = True
-    elif plan.precision == "fp16":
-        kw["fp16"] = True
-    ckpt = plan.checkpointing != "none"
-    if plan.sharding.startswith("zero"):
-        kw["deepspeed"] = ds_config(plan, world, auto=True)
-    elif plan.sharding == "fsdp":
-        kw["fsdp"] = True
-        kw["fsdp_config"] = fsdp_settings(plan)  # checkpointing inside FSDP (no second all-gather)
-        ckpt = False
-    if ckpt:
-        kw["activation_checkpointing"] = True  # transformers 5: gradient_checkpointing renamed
-    if plan.tp > 1:
-        from accelerate.parallelism_config import ParallelismConfig
-
-        kw["parallelism_config"] = ParallelismConfig(**parallel_sizes(plan, world))
-    return kw
+    """TrainingArguments keywords that realize `plan` (this run's when not given; `cpu`: refuse what the
+    Trainer would not really run on CPUs, by default when the run's device is cpu)."""
+    plan, cpu = resolve_plan(plan, cpu)
+    return hf_training_args(plan, cpu=cpu, world=world)
 
 
 def model_kwargs(plan=None) -> dict[str, Any]:
     """from_pretrained keywords the plan needs at load time: transformers' own TP plan on the plan's `tp`
     mesh dimension (paradvisor.runtime.device_mesh()) for a TP plan; nothing otherwise."""
-    plan = checked_plan(RUNTIME, plan)
+    plan, cpu = resolve_plan(plan, None)
+    plan = checked_plan(RUNTIME, plan, cpu=cpu)
     if plan.tp == 1:
         return {}
     from paradvisor import runtime

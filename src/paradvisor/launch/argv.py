@@ -172,7 +172,24 @@ def node_commands(
     ]
 
 
-def deepspeed_argv(run_dir: str, *, hostfile: str, master_addr: str, master_port: int) -> list[str]:
+def deepspeed_argv(
+    run_dir: str, *, hostfile: str, master_addr: str, master_port: int, program=None
+) -> list[str]:
+    """The DeepSpeed launcher over a hostfile, starting paradvisor's trainer or the user's script."""
+    if program is not None and program.own:
+        _m, module, *rest = program_args(run_dir, program)
+        return [
+            "deepspeed",
+            "--hostfile",
+            hostfile,
+            "--master_addr",
+            master_addr,
+            "--master_port",
+            str(master_port),
+            "--module",
+            module,
+            *rest,
+        ]
     return [
         "deepspeed",
         "--hostfile",

@@ -34,17 +34,42 @@ def default_image(preset) -> str:
     return f"paradvisor-{k8s_name(preset.name)}:{__version__}"
 
 
+CODE_DIR = "/workspace/code"  # where the Dockerfile puts the user's script folder (--script)
+
+
+def in_image(preset):
+    """The preset as the image runs it: a --script at its place under CODE_DIR."""
+    from dataclasses import replace
+
+    if not preset.program.script:
+        return preset
+    return replace(
+        preset, program=replace(preset.program, script=f"{CODE_DIR}/{Path(preset.program.script).name}")
+    )
+
+
 def _k8s_command(preset, nodes_var: str, rank_var: str, addr: str) -> str:
-    """The container's command: the plan from the ConfigMap into the pod's run directory, then torchrun (every
-    value a checked integer or a fixed string; nothing from the preset)."""
-    from paradvisor.launch.argv import torchrun_args, trainer_args
+    """The container's command: the plan from the ConfigMap into the pod's run directory, then torchrun
+    starting paradvisor's trainer or the user's script (every value a checked integer, a fixed string or,
+    for the script's path and arguments, shell-quoted)."""
+    from paradvisor.launch.argv import program_args, torchrun_args
 
     per_node = int(preset.launch.nproc_per_node)
     torchrun = torchrun_args(nnodes=nodes_var, nproc_per_node=per_node, endpoint=addr, node_rank=rank_var)
+    prog = program_args(RUN_DIR, in_image(preset).program, rank_var)
+    words = torchrun + [w if w == rank_var else shlex.quote(w) for w in prog]
     return (
         f"mkdir -p {RUN_DIR} && cp /etc/paradvisor/plan.toml {RUN_DIR}/plan.toml && "
-        f"exec torchrun {' '.join(torchrun + trainer_args(RUN_DIR, rank_var))}"
+        f"exec torchrun {' '.join(words)}"
     )
+
+
+def _env() -> list[dict]:
+    """What the user's code reads (paradvisor.runtime): the pod's run directory and its plan file."""
+    return [
+        {"name": "PARADVISOR_RUN_DIR", "value": RUN_DIR},
+        {"name": "PARADVISOR_PLAN", "value": f"{RUN_DIR}/{PLAN}"},
+    ]
 
 
 def _plan_map(preset, name: str) -> dict:
@@ -52,7 +77,7 @@ def _plan_map(preset, name: str) -> dict:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": f"{name}-plan", "labels": {"app.kubernetes.io/managed-by": "paradvisor"}},
-        "data": {PLAN: plan_toml(preset)},
+        "data": {PLAN: plan_toml(in_image(preset))},
     }
 
 
@@ -129,7 +154,13 @@ def trainjob(preset, image: str | None = None) -> str:
             "runtimePatches": [patch],
         },
     }
-    return yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False)
+    return _with_prediction(preset, yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False))
+
+
+def _with_prediction(preset, text: str) -> str:
+    from paradvisor.launch.tool_exports import prediction_line
+
+    return f"# {prediction_line(preset)}\n{text}"
 
 
 def pytorchjob(preset, image: str | None = None) -> str:
@@ -147,7 +178,7 @@ def pytorchjob(preset, image: str | None = None) -> str:
             "name": "pytorch",
             "image": image or default_image(preset),
             "command": ["sh", "-c", command],
-            "env": [{"name": "PARADVISOR_PLAN", "value": preset.plan.label()}],
+            "env": _env(),
             "volumeMounts": [{"name": "plan", "mountPath": "/etc/paradvisor"}],
         }
         if _resources(preset):
@@ -176,7 +207,7 @@ def pytorchjob(preset, image: str | None = None) -> str:
             "pytorchReplicaSpecs": specs,
         },
     }
-    return yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False)
+    return _with_prediction(preset, yaml.safe_dump_all([_plan_map(preset, name), doc], sort_keys=False))
 
 
 def dockerfile(preset) -> str:
@@ -194,7 +225,12 @@ def dockerfile(preset) -> str:
         f"COPY {wheel} /tmp/\n"
         f"RUN python -m pip install --no-cache-dir /tmp/{wheel} && rm /tmp/{wheel} && "
         f"python -c 'import paradvisor.train'\n"
-        f"WORKDIR /workspace\n"
+        + (
+            f"# the script's folder (code.tar.gz, unpacked by ADD)\nADD code.tar.gz {CODE_DIR}/\n"
+            if preset.program.script
+            else ""
+        )
+        + "WORKDIR /workspace\n"
     )
 
 
@@ -211,6 +247,21 @@ def hostfile(preset) -> str:
     return "".join(f"{h} slots={preset.launch.nproc_per_node}\n" for h in hosts)
 
 
+def _tool_exports() -> dict:
+    from paradvisor.launch import tool_exports as t
+
+    return {
+        "accelerate": ("accelerate_config.yaml", t.accelerate_config),
+        "deepspeed": ("ds_config.json", t.deepspeed_json),
+        "hf": ("training_args.json", t.hf_json),
+        "skypilot": ("skypilot.yaml", t.skypilot_yaml),
+    }
+
+
+TOOL_KINDS = ("accelerate", "deepspeed", "hf", "skypilot")  # launch/tool_exports.py
+STARTS_A_PROCESS = ("kubeflow", "pytorchjob", "slurm", "hostfile", "skypilot")
+
+
 def write_exports(
     preset, kinds: list[str], out: Path, *, force: bool = False, image: str | None = None
 ) -> list[Path]:
@@ -218,6 +269,10 @@ def write_exports(
     and files that were there before are as they were."""
     files: dict[Path, str] = {}
     for kind in kinds:
+        if kind in ("kubeflow", "pytorchjob") and preset.program.script:
+            from paradvisor.launch.bundle import bundle
+
+            files[out / "code.tar.gz"] = bundle(preset.program.script)
         if kind == "kubeflow":
             files[out / "trainjob.yaml"] = trainjob(preset, image)
             files[out / "Dockerfile"] = dockerfile(preset)
@@ -226,6 +281,9 @@ def write_exports(
             files[out / "Dockerfile"] = dockerfile(preset)
         elif kind == "slurm":
             files[out / "job.sbatch"] = slurm(preset)
+        elif kind in TOOL_KINDS:
+            name, write = _tool_exports()[kind]
+            files[out / name] = write(preset)
         elif kind == "hostfile":
             files[out / "hostfile"] = hostfile(preset)
             t = preset.train
@@ -245,6 +303,7 @@ def write_exports(
                 hostfile="hostfile",
                 master_addr=(list(preset.launch.hosts) or ["node0"])[0],
                 master_port=preset.launch.master_port or 29500,
+                program=preset.program,
             )
             files[out / "run.sh"] = (
                 "#!/bin/sh\n# DeepSpeed launcher over the hostfile\n"

@@ -84,8 +84,18 @@ def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3
     else:
         where = f"run_dir={q(run_dir)}\n"
         output = ""  # given on sbatch's command line: <run_dir>/slurm-<job id>.out
+    from paradvisor.launch.tool_exports import prediction_line
+
+    prog = preset.program
+    runs = (
+        f"# every rank runs: {comment(shlex.join([prog.script or '-m ' + prog.module, *prog.args]))}\n"
+        if prog.own
+        else ""
+    )
     return f"""#!/bin/bash
 # paradvisor: {comment(name)} - {comment(preset.plan.label())} ({comment(lau.layout())})
+# {prediction_line(preset)}
+{runs}
 #SBATCH --job-name={name}
 #SBATCH --nodes={int(lau.nnodes)}
 #SBATCH --ntasks-per-node=1
