@@ -12,7 +12,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 
-MAX_BUNDLE_BYTES = 64 << 20  # what the files of a script's folder may add up to
+MAX_BUNDLE_BYTES = 10 << 20  # what the files of a script's folder may add up to (the ssh hello: 16 MiB)
 MAX_BUNDLE_FILES = 2000
 SKIP_DIRS = {"__pycache__", "node_modules"}
 
@@ -50,6 +50,11 @@ def bundle(script: str) -> bytes:
 
 def unpack(data: bytes, into: Path) -> None:
     """Unpack a bundle into `into` (tarfile's `data` filter: no absolute names, links or escapes)."""
+    import zlib
+
     into.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(into, filter="data")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(into, filter="data")
+    except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
+        raise InputError(f"the script folder cannot be unpacked: {exc}") from None

@@ -162,6 +162,8 @@ def _hello(stream) -> dict:
             raise ValueError(f"the hello's {key!r} is missing or of the wrong type")
     if not RUN_NAME.match(doc["run_name"]) or ".." in doc["run_name"]:
         raise ValueError(f"run name {doc['run_name']!r} is not one safe path component")
+    if not isinstance(doc.get("code", ""), str):
+        raise ValueError("the hello's 'code' is not base64 text")
     env = doc["env"]
     if not all(
         isinstance(k, str) and isinstance(v, str) and k.startswith(FORWARD_PREFIXES) and "\0" not in v
@@ -223,6 +225,17 @@ def _start_node(hello: dict, out: Emitter):
         if not 0 <= node < preset.launch.nnodes:
             raise InputError(f"node {node} is not one of the plan's {preset.launch.nnodes} nodes")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=hello["endpoint"])
+        if hello.get("code") and preset.program.script:  # the user's script folder, copied over this ssh
+            from paradvisor.launch.bundle import unpack
+
+            code = base / f".code-node{node}"
+            try:
+                data = base64.b64decode(hello["code"], validate=True)
+            except ValueError:
+                raise InputError(f"the script folder sent to node {node} is not base64") from None
+            unpack(data, code)
+            script = str(code / Path(preset.program.script).name)
+            preset = replace(preset, program=replace(preset.program, script=script))
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=base,

@@ -171,9 +171,11 @@ class SshLaunch:
         ssh_config: str | None,
         ssh_timeout: float,
         env: dict,
+        code: bytes | None = None,
     ):
         import psutil
 
+        self.code = code  # the user's script folder (launch/bundle.py), sent to every node in its hello
         self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
         self.locks, self.ssh_config, self.ssh_timeout, self.env = locks, ssh_config, ssh_timeout, env
         self.status_path = RunDir(run_dir).status
@@ -297,6 +299,7 @@ class SshLaunch:
                     "endpoint": self.endpoint,
                     "remote_dir": lau.remote_dir,
                     "env": self.env,
+                    **({"code": base64.b64encode(self.code).decode()} if self.code else {}),
                 }
             )
             + "\n"
@@ -634,6 +637,12 @@ def start(
     nodes, endpoint = plan_nodes(preset, ssh_config=ssh_config, ssh_timeout=timeout)
     preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
+    code = None  # the user's script folder, copied into each node's run folder unless on a shared path
+    if preset.program.script:
+        from paradvisor.launch.bundle import bundle, is_shared
+
+        if not is_shared(preset.program.script, lau.shared_paths):
+            code = bundle(preset.program.script)
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
     write_toml_atomic(
         RunDir(run_dir).plan,
@@ -666,6 +675,7 @@ def start(
         ssh_config=ssh_config,
         ssh_timeout=timeout,
         env=forwarded_env(env),
+        code=code,
     )
     write_json_atomic(launch.status_path, launch.status())
     launch._write_nodes()
