@@ -61,3 +61,26 @@ def test_a_script_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
             assert len(copies) == 2 and "/.code-node" in ran
         else:
             assert copies == [] and str(script) in ran
+
+
+@pytest.mark.slow
+def test_a_script_submitted_to_slurm(tmp_path_factory, tmp_path):
+    from tests.slurm_cluster import Slurm
+    from tests.test_slurm import preset, submit_argv
+
+    slurm = Slurm(tmp_path_factory.mktemp("slurm-own"))
+    try:
+        script = user_code(tmp_path / "code")  # Slurm's nodes share the submit folder: no copy
+        argv = [*submit_argv(preset(tmp_path), tmp_path), "--script", str(script), "--", "--tag", "a b"]
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=400, env=slurm.env, cwd=str(tmp_path), check=False
+        )
+        [run] = list((tmp_path / "runs").iterdir())
+        assert proc.returncode == 0, proc.stderr + "\n".join(p.read_text()[-2000:] for p in run.glob("*.out"))
+        status = json.loads((run / "status.json").read_text())
+        assert status["status"] == "finished" and status["engine"] == "slurm"
+        assert f"# every rank runs: {script} --tag 'a b'" in (run / "job.sbatch").read_text()
+        steps = [r for r in records(run, "metrics.jsonl") if r["kind"] == "step"]
+        assert {r["rank"] for r in steps} == {0, 1} and max(r["step"] for r in steps) == 3
+    finally:
+        slurm.stop()
