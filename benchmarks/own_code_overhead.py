@@ -1,0 +1,85 @@
+"""What paradvisor's API costs the user's own code (issue 30's figures): one `runtime.report()` call (µs),
+and ParadvisorCallback on the Hugging Face Trainer's step time (%), tiny GPT-2 on CPU, one process.
+
+    .venv/bin/python benchmarks/own_code_overhead.py [--calls 20000] [--steps 60] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+PRESET = Path(__file__).resolve().parents[1] / "presets" / "tiny-cpu-smoke.toml"
+
+
+def with_run_dir(d: Path) -> None:
+    (d / "plan.toml").write_text(PRESET.read_text())
+    os.environ.update(
+        PARADVISOR_RUN_DIR=str(d), PARADVISOR_PLAN=str(d / "plan.toml"), RANK="0", WORLD_SIZE="1"
+    )
+
+
+def report_cost(calls: int) -> float:
+    from paradvisor import runtime
+
+    runtime.report(step=0, loss=1.0)  # opens the writer
+    t0 = time.perf_counter()
+    for i in range(calls):
+        runtime.report(step=i + 1, loss=1.0 / (i + 1), tokens=512, samples=8, total_steps=calls)
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def trainer_step_time(steps: int, callback: bool, out: Path) -> float:
+    import torch
+    from datasets import Dataset
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from paradvisor.integrations import hf
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64))
+    ids = torch.randint(0, 256, (steps * 8, 32), generator=torch.Generator().manual_seed(1))
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=steps,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_strategy="no",
+        **hf.training_args(),
+    )
+    # the whole train() per step: the callback's own work and the per-step loss logging it asks for
+    cbs = [hf.ParadvisorCallback()] if callback else []
+    t0 = time.perf_counter()
+    Trainer(model=model, args=args, train_dataset=data, callbacks=cbs).train()
+    return (time.perf_counter() - t0) / steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        with_run_dir(Path(d))
+        us = report_cost(a.calls)
+        print(f"runtime.report(): {us:.1f} µs per call ({a.calls} calls)")
+        base, cb = [], []
+        for _ in range(a.repeats):  # interleaved, so load on the machine hits both alike
+            base.append(trainer_step_time(a.steps, False, Path(d) / "o"))
+            cb.append(trainer_step_time(a.steps, True, Path(d) / "o"))
+        b, c = statistics.median(base), statistics.median(cb)
+        print(
+            f"Trainer step time, tiny GPT-2 on CPU, {a.steps} steps x {a.repeats}: without callback "
+            f"{b * 1e3:.2f} ms, with ParadvisorCallback {c * 1e3:.2f} ms: {100 * (c - b) / b:+.1f}%"
+        )
+
+
+if __name__ == "__main__":
+    main()
