@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
     o.add_argument("--steps", type=int)
     o.add_argument("--lr", type=float)
     o.add_argument("--seed", type=int)
-    o.add_argument("--dataset", choices=["corpus", "reviews", "imdb", "text", "images"])
+    o.add_argument("--dataset", choices=["corpus", "reviews", "imdb", "text", "files", "images"])
     o.add_argument("--data-path")
     o.add_argument("--device", choices=["auto", "cpu", "cuda"])
     o.add_argument("--nproc-per-node", type=int)
@@ -174,7 +174,7 @@ def apply_overrides(preset, args):
         v = tkw.get(k, lkw.get(k))
         if v is not None and v < 1:
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
-    if tkw.get("dataset") in ("imdb", "text") and not (tkw.get("data_path") or t.data_path):
+    if tkw.get("dataset") in ("imdb", "text", "files") and not (tkw.get("data_path") or t.data_path):
         raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
     from paradvisor.rundir.preset import LaunchSettings, TrainSettings
     from paradvisor.typed import from_table
@@ -259,6 +259,9 @@ def dry_run(preset, args) -> int:
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
         f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n"
     )
+    line = epoch_text(preset)
+    if line:
+        sys.stderr.write(line + "\n")
     return 0
 
 
@@ -266,6 +269,8 @@ def launch_and_follow(preset, args) -> int:
     """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM)."""
     from paradvisor.launch import runner
 
+    quiet = getattr(args, "quiet", False)
+    tokenize_first(preset, quiet=quiet)
     launch = runner.start(
         preset,
         runs_dir=Path(args.runs_dir),
@@ -273,7 +278,6 @@ def launch_and_follow(preset, args) -> int:
         ssh_config=args.ssh_config,
         ssh_timeout=args.ssh_timeout,
     )
-    quiet = getattr(args, "quiet", False)
     if not quiet:
         sys.stderr.write(
             f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n"
@@ -287,6 +291,29 @@ def launch_and_follow(preset, args) -> int:
     report_end(launch, doc, watch)
     print(launch.run_dir)
     return runner.main_exit_code(doc)
+
+
+def tokenize_first(preset, *, quiet: bool) -> None:
+    """The user's corpus tokenized here, with progress, before any rank starts (the ranks then find it in the
+    cache; bad data fails here, exit 2); then its tokens and predicted time per epoch."""
+    from paradvisor.rundir.preset import engine_of
+    from paradvisor.train.corpus import Progress, check_corpus, corpus_spec, uses_files
+
+    if not uses_files(preset) or engine_of(preset.launch) != "local":
+        return
+    spec = corpus_spec(preset)
+    check_corpus(preset, tokenize=True, progress=None if quiet else Progress(spec.bytes))
+    if not quiet:
+        line = epoch_text(preset)
+        if line:
+            sys.stderr.write(line + "\n")
+
+
+def epoch_text(preset) -> str:
+    """'corpus: 1,234,567 tokens per epoch (301 steps, predicted 5.0 min per epoch)' for a files run, else ''."""
+    from paradvisor.train.corpus import epoch_facts, epoch_line
+
+    return epoch_line(epoch_facts(preset, preset.prediction.get("step_time_s")))
 
 
 def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:

@@ -188,26 +188,49 @@ class ImageData:
 
 
 class RankStream:
-    """Disjoint per-rank slices of a shuffled index stream, step by step.
+    """Disjoint per-rank slices of a shuffled index stream, one global micro-step at a time.
 
-    `batches[r]` samples per micro-step for data rank r; a global micro-step consumes sum(batches)
-    indices, rank r taking those after the ranks before it (like DistributedSampler, but uneven)."""
+    The stream is one sequence of global positions 0, 1, 2, ...: position g is sample order_e[g mod n] of epoch
+    e = g div n, where order_e is a permutation of the n samples drawn from (seed, e) alone. `batches[r]` samples
+    per micro-step for data rank r; a global micro-step consumes sum(batches) positions, rank r taking those
+    after the ranks before it (like DistributedSampler, but uneven). Its cursor, `samples_consumed`, counts
+    positions of the whole run, not of one rank, so it means the same on any world size or plan: a run resumed
+    on another plan (`load_state_dict`) continues with the very next samples, each exactly once per epoch."""
 
-    def __init__(self, n: int, batches: list[int], data_rank: int, seed: int):
-        self.n, self.batches, self.rank, self.seed = n, batches, data_rank, seed
+    def __init__(self, n: int, batches: list[int], data_rank: int, seed: int, samples_consumed: int = 0):
+        if n < 1:
+            raise ValueError("a stream over no samples")
+        self.n, self.batches, self.rank, self.seed = n, list(batches), data_rank, seed
         self.offset = sum(batches[:data_rank])
         self.per_step = sum(batches)
+        self.samples_consumed = samples_consumed
         self._epoch, self._order = -1, []
 
+    def _at(self, g: int) -> int:
+        epoch, pos = divmod(g, self.n)
+        if epoch != self._epoch:
+            self._order = list(range(self.n))
+            random.Random(self.seed * 1000003 + epoch).shuffle(self._order)
+            self._epoch = epoch
+        return self._order[pos]
+
     def indices(self, micro_step: int) -> list[int]:
+        """This rank's samples of global micro-step `micro_step` counted from position 0 (no cursor change)."""
         start = micro_step * self.per_step + self.offset
-        out = []
-        for k in range(self.batches[self.rank]):
-            g = start + k
-            epoch, pos = divmod(g, self.n)
-            if epoch != self._epoch:
-                self._order = list(range(self.n))
-                random.Random(self.seed * 1000003 + epoch).shuffle(self._order)
-                self._epoch = epoch
-            out.append(self._order[pos])
-        return out
+        return [self._at(start + k) for k in range(self.batches[self.rank])]
+
+    def next(self) -> list[int]:
+        """This rank's samples of the next global micro-step; the cursor moves by the whole global micro-batch."""
+        start = self.samples_consumed + self.offset
+        self.samples_consumed += self.per_step
+        return [self._at(start + k) for k in range(self.batches[self.rank])]
+
+    @property
+    def epoch(self) -> float:
+        return self.samples_consumed / self.n
+
+    def state_dict(self) -> dict:
+        return {"samples_consumed": self.samples_consumed, "seed": self.seed, "num_samples": self.n}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.samples_consumed = int(d["samples_consumed"])
