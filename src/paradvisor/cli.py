@@ -29,6 +29,7 @@ COMMANDS = (
     "validate",
     "probe",
     "verify",
+    "export",
 )
 
 

@@ -30,7 +30,9 @@ def write_corpus(path: Path, docs: int, *, seed: int = 0, field: str = "text", m
     with open(path, "w") as fh:
         i = 0
         while i < docs or written < min_bytes:
-            line = json.dumps({field: " ".join(sentence(rng) for _ in range(rng.randint(1, 6))), "id": i}) + "\n"
+            line = (
+                json.dumps({field: " ".join(sentence(rng) for _ in range(rng.randint(1, 6))), "id": i}) + "\n"
+            )
             fh.write(line)
             written += len(line)
             i += 1
@@ -47,7 +49,9 @@ def write_tokenizer(folder: Path, vocab: int = 300) -> int:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=["<pad>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab,
+        special_tokens=["<pad>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator([sentence(rng) for _ in range(2000)], trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
@@ -137,3 +141,25 @@ def hf_eval_loss(model_dir: Path, preset_path: Path, batch: int = 64) -> float:
             total += float(F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum"))
             tokens += y.numel()
     return total / tokens
+
+
+def first_batch_loss(model_dir: Path, preset_path: Path) -> float:
+    """One process's forward of model_dir's weights on the run's first global batch (the stream's first
+    global_batch positions: what the ranks of step 1 take together)."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+
+    from paradvisor.rundir.preset import load_preset
+    from paradvisor.train.corpus import cached, corpus_spec
+    from paradvisor.train.data import RankStream
+    from paradvisor.train.tokens import PackedTokens
+
+    p = load_preset(preset_path)
+    corpus = cached(corpus_spec(p))
+    train = PackedTokens(corpus.train_file, corpus.meta["dtype"], p.workload.seq_len)
+    idx = RankStream(len(train), [p.workload.global_batch], 0, p.train.seed).next()
+    x, y = train.windows(idx)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        return float(F.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()))

@@ -574,23 +574,51 @@ def check_corpus(preset, *, tokenize: bool = False, progress: Callable | None = 
             where=f"{where}: train.tokenizer ({spec.tokenizer})",
         )
     corpus = prepare(spec, progress=progress, tok=tok) if tokenize else cached(spec)
-    if corpus is not None:
-        seq = preset.workload.seq_len
-        n = corpus.samples(seq)
-        if n < preset.workload.global_batch:
-            raise InputError(
-                f"the corpus has {n} samples of {seq} tokens ({corpus.meta['train_tokens']:,} tokens), fewer "
-                f"than one global batch of {preset.workload.global_batch}",
-                where=f"{where}: train.data_path",
-            )
-        if preset.train.eval_every and not corpus.meta.get("eval_tokens"):
-            pass
+    seq, gb = preset.workload.seq_len, preset.workload.global_batch
+    # not tokenized yet: a token is at least a byte of the files (an upper bound on the samples)
+    tokens = corpus.meta["train_tokens"] if corpus is not None else spec.bytes
+    n = max(0, (tokens - 1) // seq)
+    if n < gb:
+        what = (
+            f"{n} samples of {seq} tokens" if corpus is not None else f"at most {n} samples of {seq} tokens"
+        )
+        raise InputError(
+            f"the corpus has {what} ({tokens:,} tokens), fewer than one global batch of {gb}",
+            where=f"{where}: train.data_path",
+        )
     return corpus
 
 
+def tokens_per_byte(spec: CorpusSpec, sample: int = 1 << 20) -> float:
+    """Tokens per byte of the files, measured on the first MiB of the first JSON Lines or text file (documents
+    plus their EOS); 1/4 for other formats."""
+    f = spec.files[0]
+    fmt = _format_of(f)
+    if fmt not in ("json", "text") or f.suffix.lower() == ".json":
+        return 0.25
+    tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
+    with open(f, "rb") as fh:
+        raw = fh.read(sample)
+    raw = raw[: raw.rfind(b"\n") + 1] or raw
+    text = raw.decode("utf-8", errors="replace")
+    if fmt == "json":
+        docs = []
+        for line in text.splitlines():
+            try:
+                docs.append(str(json.loads(line).get(spec.text_field, "")))
+            except (ValueError, AttributeError):
+                continue
+    else:
+        docs = [d for d in text.split("\n\n") if d]
+    if not docs:
+        return 0.25
+    n = sum(len(ids) + 1 for ids in tok(docs, add_special_tokens=False)["input_ids"])
+    return n / max(1, len(raw))
+
+
 def epoch_facts(preset, step_time_s: float | None = None) -> dict | None:
-    """Tokens and steps per epoch (exact when the corpus is in the cache, else estimated from its bytes at
-    ~4 bytes a token) and, given the predicted step time, the time per epoch. None when the run has no files."""
+    """Tokens and steps per epoch (exact when the corpus is in the cache, else estimated from its bytes and the
+    tokens per byte of its first MiB) and, given the predicted step time, the time per epoch. None when the run has no files."""
     if not uses_files(preset):
         return None
     spec = corpus_spec(preset)
@@ -599,7 +627,7 @@ def epoch_facts(preset, step_time_s: float | None = None) -> dict | None:
     if hit is not None:
         tokens, exact = hit.meta["train_tokens"], True
     else:
-        tokens, exact = int(spec.bytes * (1 - spec.eval_fraction) / 4), False
+        tokens, exact = int(spec.bytes * (1 - spec.eval_fraction) * tokens_per_byte(spec)), False
     samples = max(0, (tokens - 1) // seq)
     steps = samples // max(1, preset.workload.global_batch)
     out = {"tokens_per_epoch": tokens, "exact": exact, "samples_per_epoch": samples, "steps_per_epoch": steps}
@@ -620,5 +648,5 @@ def epoch_line(facts: dict | None) -> str:
     )
     if facts.get("epoch_time_s") is not None:
         line += f", predicted {fmt_seconds(facts['epoch_time_s'])} per epoch"
-    line += ")" + ("" if facts["exact"] else " — estimated from bytes, exact once tokenized")
+    line += ")" + ("" if facts["exact"] else " — estimated from the first MiB, exact once tokenized")
     return line

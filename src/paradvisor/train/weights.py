@@ -171,7 +171,14 @@ def materialize(root, device) -> None:
     import torch
 
     saved = [(m, k, b) for m in root.modules() for k, b in m._buffers.items() if b is not None]
-    root.to_empty(device=device)
+    # swap in place: the optimizer (built with the plan) keeps holding the very Parameter objects; without it
+    # TP's DTensor parameters would be replaced by new ones the optimizer never steps
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        root.to_empty(device=device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
     with torch.no_grad():
         for m, k, b in saved:
             if b.device.type != "meta":
