@@ -131,12 +131,15 @@ def hf_eval_loss(model_dir: Path, preset_path: Path, batch: int = 64) -> float:
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
+    from paradvisor.rundir.preset import load_preset
+
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ev = eval_part(preset_path)
+    n = min(len(ev), load_preset(preset_path).train.eval_samples or len(ev))  # the run's eval: samples 0..n-1
     total, tokens = 0.0, 0
     with torch.no_grad():
-        for lo in range(0, len(ev), batch):
-            x, y = ev.windows(list(range(lo, min(len(ev), lo + batch))))
+        for lo in range(0, n, batch):
+            x, y = ev.windows(list(range(lo, min(n, lo + batch))))
             logits = model(input_ids=x).logits
             total += float(F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum"))
             tokens += y.numel()

@@ -453,6 +453,8 @@ def progress_text(s: RunSummary) -> str:
     parts = []
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
+    if s.eval_points:
+        parts.append(f"eval {s.eval_points[-1][1]:.4f}")
     if s.samples_per_s:
         parts.append(f"{s.samples_per_s:.1f} samples/s")
     if s.eta_s is not None:

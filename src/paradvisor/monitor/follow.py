@@ -215,6 +215,7 @@ class RunSummary:
     loss: float | None
     loss_history: list[float]
     loss_points: list[tuple[int, float]]
+    eval_points: list[tuple[int, float]]
     step_time_s: float | None
     samples_per_s: float | None
     throughput_history: list[float]
@@ -344,6 +345,7 @@ def _measured(tally: MetricsTally, batch: int) -> dict:
         "loss": tally.last_loss,
         "loss_history": [x for x in tally.losses if math.isfinite(x)],
         "loss_points": tally.loss_points,
+        "eval_points": tally.eval_points,
         "throughput_history": [batch / t for t in tally.step_times_rank0],
         "step_points": tally.step_points(),
         "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],

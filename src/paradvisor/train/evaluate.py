@@ -60,17 +60,25 @@ def _forward_sum(engine, kind: str, inputs: dict, targets) -> float | None:
 
 
 def evaluate(
-    engine, kind: str, task, plan, rank: int, world: int, device, max_samples: int = 0
+    engine,
+    kind: str,
+    task,
+    plan,
+    rank: int,
+    world: int,
+    device,
+    data: tuple[int, list[int]],
+    max_samples: int = 0,
 ) -> dict | None:
-    """{"eval_loss", "perplexity", "eval_tokens", "eval_samples"} of the model now; None without an eval part."""
-    from paradvisor.train.loop import data_layout
+    """{"eval_loss", "perplexity", "eval_tokens", "eval_samples"} of the model now; None without an eval part.
+    `data`: (this rank's data-parallel index, the samples each data rank takes per micro-step)."""
     from paradvisor.train.parallelize import Layout
 
     ds = task.eval_dataset
     if ds is None:
         return None
     n = len(ds) if not max_samples else min(max_samples, len(ds))
-    data_rank, batches = data_layout(plan, rank, world)
+    data_rank, batches = data
     dp = len(batches)
     batch = plan.micro_batch * plan.grad_accum if kind == "pp" else max(batches)
     lay = Layout.of(plan, rank, world) if world > 1 else None

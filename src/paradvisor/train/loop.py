@@ -152,7 +152,8 @@ def run_eval(
     from paradvisor.train.evaluate import evaluate
 
     t0 = time.perf_counter()
-    res = evaluate(engine, kind, task, preset.plan, rank, world, device, preset.train.eval_samples)
+    data = data_layout(preset.plan, rank, world)
+    res = evaluate(engine, kind, task, preset.plan, rank, world, device, data, preset.train.eval_samples)
     if res is None:
         return None
     writer.write({"kind": "eval", "step": step, **res, "eval_time_s": time.perf_counter() - t0})
