@@ -4,7 +4,7 @@ stream saved on one plan continues on another with the very next samples."""
 
 import pytest
 
-from paradvisor.train.data import RankStream
+from paradvisor.train.data import SHUFFLED_IN_MEMORY, Permutation, RankStream
 
 
 def epoch_of(n: int, batches: list[int], seed: int, consumed: int = 0) -> list[list[int]]:
@@ -30,6 +30,18 @@ def test_each_sample_exactly_once_per_epoch(batches):
     # the second epoch is another order of the same samples
     second = [i for rank in epoch_of(n, batches, seed=5, consumed=n) for i in rank]
     assert sorted(second) == list(range(n)) and second != flat
+
+
+def test_a_large_corpus_is_shuffled_without_a_list_of_its_samples():
+    small = Permutation(5003, seed=2, epoch=0)
+    values = [small[i] for i in range(5003)]
+    assert sorted(values) == list(range(5003)) and values[:100] != list(range(100))  # a bijection, shuffled
+    assert [Permutation(5003, 2, 1)[i] for i in range(100)] != values[:100]  # another order each epoch
+    n = SHUFFLED_IN_MEMORY + 1
+    streams = [RankStream(n, [3, 5], r, seed=2) for r in range(2)]
+    taken = [i for _ in range(3) for s in streams for i in s.next()]
+    assert taken == [Permutation(n, 2, 0)[i] for i in range(24)]
+    assert isinstance(streams[0]._order, Permutation)
 
 
 def test_the_order_depends_on_the_seed_and_not_on_the_world_size():

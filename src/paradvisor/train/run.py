@@ -140,7 +140,8 @@ def run(run_dir: Path, rank: int) -> None:
             if preset.train.export_model:
                 from paradvisor.train.export import export_run_model
 
-                export_run_model(
+                t0 = time.perf_counter()
+                out = export_run_model(
                     engine,
                     kind,
                     model,
@@ -149,7 +150,20 @@ def run(run_dir: Path, rank: int) -> None:
                     tokenizer=task.tokenizer,
                     max_shard_size=preset.train.export_shard_size,
                 )
-        writer.write({"kind": "end", "world_size": world})
+                if out is not None:
+                    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+                    writer.write(
+                        {
+                            "kind": "export",
+                            "path": str(out),
+                            "bytes": size,
+                            "export_time_s": time.perf_counter() - t0,
+                        }
+                    )
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        writer.write({"kind": "end", "world_size": world, "peak_rss_bytes": peak})
         writer.close()
     finally:
         if dist.is_initialized():
