@@ -90,12 +90,27 @@ def write_model_folder(folder: Path, *, weights: bool = False, seed: int = 7, **
     return folder
 
 
-def preset(path: Path, model: Path, data: Path, *, plan: dict, nproc: int, train: dict | None = None) -> Path:
+def preset(
+    path: Path,
+    model: Path,
+    data: Path,
+    *,
+    plan: dict,
+    nproc: int,
+    train: dict | None = None,
+    workload: dict | None = None,
+) -> Path:
     """A files preset: fp32 on CPU, the user's model folder and corpus."""
     doc = {
         "schema": "paradvisor.preset/1",
         "name": path.stem,
-        "workload": {"model": str(model), "seq_len": 16, "global_batch": 4, "precision": "fp32"},
+        "workload": {
+            "model": str(model),
+            "seq_len": 16,
+            "global_batch": 4,
+            "precision": "fp32",
+            **(workload or {}),
+        },
         "train": {
             "steps": 4,
             "lr": 1e-3,
