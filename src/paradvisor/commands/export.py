@@ -53,17 +53,11 @@ def copy_model(src: Path, out: Path, *, force: bool = False) -> Path:
             raise InputError("exists; give another --out or --force", where=str(out))
         if not out.is_dir() or out.is_symlink():
             raise InputError("exists and is not a folder", where=str(out))
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.mkdir(mode=0o700, parents=True)
-    try:
+    from paradvisor.train.folders import folder_in_place
+
+    with folder_in_place(out) as tmp:
         for f in files:
             shutil.copy2(f, tmp / f.name)
-        if os.path.lexists(out):
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

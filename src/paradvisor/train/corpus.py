@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.train.folders import make_private_dir
 
 FORMATS = {
     ".jsonl": "json",
@@ -65,13 +66,6 @@ def cache_root(cache_dir: str | None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "paradvisor" / "tokens"
-
-
-def make_private_dir(path: Path) -> Path:
-    """A folder for what libraries write (tokenizer caches, TensorBoard, save_pretrained): created 0700 when
-    missing. The one place the trainer creates such folders, so the hardened helper replaces it in one line."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
 
 
 # ------------------------------------------------------------------------------------------------
@@ -466,34 +460,35 @@ def _write_tokens(spec: CorpusSpec, tok, out: Path, progress: Callable | None) -
     with open(out / "train.bin", "wb") as ftrain, open(out / "eval.bin", "wb") as feval:
         sinks = {"train": ftrain, "eval": feval}
         jobs = [(i, f, None) for i, f in enumerate(spec.files)] + [(-1, f, "eval") for f in spec.eval_files]
+
+        def flush(texts: list[str], sides: list[str]) -> None:
+            """Tokenize a batch of documents and append each, then EOS, to its side's token file."""
+            if not texts:
+                return
+            enc = tok(texts, add_special_tokens=False)["input_ids"]
+            ntok = 0
+            for ids, side in zip(enc, sides):
+                arr = np.asarray(ids + [eos], dtype=dtype)
+                sinks[side].write(arr.tobytes())
+                counts[side] += arr.size
+                docs[side] += 1
+                ntok += arr.size
+            if progress:
+                progress(sum(len(t.encode()) for t in texts), ntok)
+            texts.clear()
+            sides.clear()
+
         for i, f, forced in jobs:
             texts: list[str] = []
             sides: list[str] = []
-
-            def flush():
-                if not texts:
-                    return
-                enc = tok(texts, add_special_tokens=False)["input_ids"]
-                ntok = 0
-                for ids, side in zip(enc, sides):
-                    arr = np.asarray(ids + [eos], dtype=dtype)
-                    sinks[side].write(arr.tobytes())
-                    counts[side] += arr.size
-                    docs[side] += 1
-                    ntok += arr.size
-                if progress:
-                    progress(sum(len(t.encode()) for t in texts), ntok)
-                texts.clear()
-                sides.clear()
-
             for row, text in _iter_docs(f, spec.text_field, spec.root):
                 if not text:
                     continue
                 texts.append(text)
                 sides.append(forced or ("eval" if _is_eval(i, row, spec.eval_fraction) else "train"))
                 if len(texts) >= BATCH_DOCS:
-                    flush()
-            flush()
+                    flush(texts, sides)
+            flush(texts, sides)
     if progress:
         progress(0, 0, final=True)
     return {
@@ -566,7 +561,7 @@ def check_corpus(preset, *, tokenize: bool = False, progress: Callable | None = 
     eos_of(tok, spec.tokenizer)
     from paradvisor.train.modelspec import resolved_config
 
-    family, cfg = resolved_config(preset)
+    _, cfg = resolved_config(preset)
     vocab = cfg.get("vocab_size")
     if vocab is not None and len(tok) > int(vocab):
         raise InputError(

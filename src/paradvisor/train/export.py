@@ -16,10 +16,8 @@ writer with the state dict of a checkpoint.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 
@@ -82,14 +80,9 @@ def write_hf_folder(
 ) -> Path:
     """`out/` as a Hugging Face folder of `model`'s class and config holding `state_dict`; written beside and
     renamed into place. Plain torch models (minGPT, VGG) get model.safetensors alone."""
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    from paradvisor.train.corpus import make_private_dir
+    from paradvisor.train.folders import folder_in_place
 
-    make_private_dir(tmp)
-    try:
+    with folder_in_place(Path(out)) as tmp:
         sd = {k: v.contiguous() for k, v in state_dict.items()}
         if hasattr(model, "save_pretrained"):
             model.save_pretrained(tmp, state_dict=sd, max_shard_size=max_shard_size)
@@ -100,13 +93,7 @@ def write_hf_folder(
         tok = _tokenizer_to_save(tokenizer)
         if tok is not None:
             tok.save_pretrained(str(tmp))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return Path(out)
 
 
 def _untie(sd: dict) -> dict:

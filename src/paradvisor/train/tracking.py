@@ -25,7 +25,7 @@ class Tensorboard:
     def __init__(self, run_dir: Path, predicted_step_s: float | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        from paradvisor.train.corpus import make_private_dir
+        from paradvisor.train.folders import make_private_dir
 
         self.writer = SummaryWriter(log_dir=str(make_private_dir(Path(run_dir) / "tensorboard")))
         self.predicted = predicted_step_s
