@@ -262,7 +262,19 @@ def dry_run(preset, args) -> int:
     line = epoch_text(preset)
     if line:
         sys.stderr.write(line + "\n")
+    data_note(preset)
     return 0
+
+
+def data_note(preset) -> None:
+    """A several-node files run: where each node gets its tokenized corpus (said by --dry-run)."""
+    from paradvisor.train.corpus import cache_root, uses_files
+
+    if uses_files(preset) and preset.launch.nnodes > 1:
+        sys.stderr.write(
+            f"data: {preset.train.data_path} must be readable at the same path on every node; each node "
+            f"tokenizes it once into {cache_root(preset.train.cache_dir)} (once in all when that folder is shared)\n"
+        )
 
 
 def launch_and_follow(preset, args) -> int:
@@ -355,6 +367,7 @@ def dry_run_ssh(preset, args) -> int:
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
         f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n"
     )
+    data_note(preset)
     return 0
 
 
