@@ -99,18 +99,26 @@ def tokenize(base: Path, mb: int) -> None:
     data = write_corpus(base / "corpus.jsonl", 0, min_bytes=mb << 20)
     print(f"wrote {data.stat().st_size / 2**20:.0f} MiB JSONL in {time.perf_counter() - t0:.1f} s")
     p = load_preset(preset(base / "tok.toml", model, data, plan={"dp": 1, "micro_batch": 4}, nproc=1))
-    t0 = time.perf_counter()
+    import resource
+
+    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     spec = corpus_spec(p)
     corpus = prepare(spec, progress=Progress(spec.bytes, every_s=30))
     cold = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
     toks = corpus.meta["train_tokens"] + corpus.meta["eval_tokens"]
     print(
         f"cold: {cold:.1f} s for {spec.bytes / 1e6:.0f} MB -> {toks:,} tokens: "
-        f"{spec.bytes / 1e6 / cold:.2f} MB/s, {toks / cold / 1e6:.2f} M tokens/s (fingerprint + tokenize + write)"
+        f"{spec.bytes / 1e6 / cold:.2f} MB/s, {toks / cold / 1e6:.2f} M tokens/s (fingerprint + tokenize + write); "
+        f"{cpu:.1f} CPU s: {spec.bytes / 1e6 / cpu:.2f} MB per CPU second, peak RSS "
+        f"{c1.ru_maxrss / 1024:.0f} MiB"
     )
     t0 = time.perf_counter()
     prepare(corpus_spec(p))
-    print(f"cache hit: {time.perf_counter() - t0:.3f} s (files checked, stored fingerprints, cache found)")
+    print(
+        f"cache hit: {(time.perf_counter() - t0) * 1e3:.1f} ms (files checked, stored fingerprints, cache found)"
+    )
     code = (
         "import time; t0 = time.perf_counter(); from paradvisor.rundir.preset import load_preset; "
         "from paradvisor.train.corpus import corpus_spec, prepare; "
