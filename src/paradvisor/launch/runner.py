@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.preflight import _has_cuda, validate
@@ -23,7 +24,8 @@ from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.preset import Preset, write_toml_atomic
-from paradvisor.rundir.status import main_exit_code, write_json_atomic, write_private
+from paradvisor.rundir.status import main_exit_code, write_json_atomic
+from paradvisor.safeio import open_private, private_dir, write_private
 
 __all__ = [
     "HANG_FACTOR",
@@ -254,7 +256,10 @@ def _port_lock(endpoint: str, preset: Preset):
     if host not in ("127.0.0.1", "localhost", "0.0.0.0") or preset.launch.node_rank != 0:
         return None
     d = Path(tempfile.gettempdir()) / f"paradvisor-{os.getuid()}-ports"
-    d.mkdir(mode=0o700, exist_ok=True)
+    try:  # in a shared /tmp: another user may have made that folder first, or planted links in it
+        private_dir(d, what="the port lock folder")
+    except OSError as exc:
+        raise InputError(f"cannot lock port {port}: {exc.strerror or exc}", where=str(d)) from None
     return lock_file(d / f"{port}.lock", f"port {port}")
 
 
@@ -304,9 +309,7 @@ def start(
     )
     _write_run_files(RunDir(run_dir), preset, argv, suffixed)
     log_name = launcher_log_name(lau.node_rank, suffixed)
-    log = os.fdopen(
-        os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab"
-    )
+    log = os.fdopen(open_private(run_dir / log_name, append=True), "ab")
     # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
     proc = subprocess.Popen(
         argv,

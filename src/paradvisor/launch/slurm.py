@@ -376,7 +376,8 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
     from paradvisor.launch.preflight import validate
     from paradvisor.rundir.lock import prepare_run_dir
     from paradvisor.rundir.preset import write_toml_atomic
-    from paradvisor.rundir.status import write_json_atomic, write_private
+    from paradvisor.rundir.status import write_json_atomic
+    from paradvisor.safeio import write_private
 
     if shutil.which("sbatch") is None:
         raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")

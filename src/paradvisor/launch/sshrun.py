@@ -38,6 +38,7 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.rundir import LINE_FILES, RunDir
 from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_toml_atomic
+from paradvisor.safeio import append_private, open_private, write_private
 
 DEFAULT_SSH_TIMEOUT_S = 10.0
 JOIN_GRACE_S = 15.0  # the agent's start (python, torch import) before its torchrun joins the rendezvous
@@ -251,15 +252,7 @@ class SshLaunch:
     def log(self, text: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {text}\n".encode(errors="replace")
         with self.log_lock:
-            fd = os.open(
-                RunDir(self.run_dir).launcher_log(),
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                0o600,
-            )
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            append_private(RunDir(self.run_dir).launcher_log(), line)
 
     def _write_nodes(self) -> None:
         from paradvisor.rundir.status import write_json_atomic
@@ -303,11 +296,7 @@ class SshLaunch:
         ).encode()
 
     def _spawn(self, n: NodeSession) -> None:
-        log = os.open(
-            RunDir(self.run_dir).ssh_log(n.index),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-            0o600,
-        )
+        log = open_private(RunDir(self.run_dir).ssh_log(n.index), append=True)
         try:
             # Its own session: Ctrl-C in this terminal reaches this launcher, which stops every node in order.
             n.proc = subprocess.Popen(
@@ -338,12 +327,9 @@ class SshLaunch:
             return
         path = self.run_dir / name
         if whole:
-            from paradvisor.rundir.status import write_private
-
-            tmp = data.decode(errors="replace")
-            write_private(path, tmp)
+            write_private(path, data.decode(errors="replace"))
             return
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_private(path, append=True)
         try:
             if name in _MERGED:
                 with self.merge_lock:  # whole lines from every node, never interleaved
@@ -619,7 +605,7 @@ def start(
 
     from paradvisor.launch.preflight import validate
     from paradvisor.rundir.lock import prepare_run_dir
-    from paradvisor.rundir.status import write_json_atomic, write_private
+    from paradvisor.rundir.status import write_json_atomic
 
     ssh_config = ssh_config or os.environ.get("PARADVISOR_SSH_CONFIG") or None
     if ssh_config and not Path(ssh_config).is_file():

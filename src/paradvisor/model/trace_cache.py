@@ -74,6 +74,17 @@ def _path(key: str) -> Path | None:
     return None if d is None else d / f"{key}.json"
 
 
+def _private(folder: Path) -> bool:
+    """Whether a cache folder is this user's real folder that nobody else can write into."""
+    import stat
+
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _valid(doc) -> bool:
     if not (isinstance(doc, dict) and doc.get("schema") == SCHEMA):
         return False
@@ -116,11 +127,14 @@ def lookup(key: str) -> dict | None:
     p = _path(key)
     if p is None:
         return None
+    from paradvisor.errors import InputError
+    from paradvisor.safeio import parse_json, read_text
+
     try:
-        if not p.is_file() or p.stat().st_size > _MAX_BYTES:
+        if not _private(p.parent):  # a cache folder another user can write into may hold anything
             return None
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError, RecursionError):
+        doc = parse_json(read_text(p, what="cache entry", limit=_MAX_BYTES), str(p))
+    except (OSError, InputError):
         return None
     if not _valid(doc) or doc.get("key") != key:
         return None
@@ -134,11 +148,11 @@ def store(doc: dict) -> None:
     p = _path(doc["key"])
     if p is None:
         return
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, separators=(",", ":")))
-        os.replace(tmp, p)
+    from paradvisor.safeio import private_dir, write_private
+
+    try:  # a folder of this user's (0700), an unpredictable temporary name (mkstemp), then a rename
+        private_dir(p.parent, what="the trace cache")
+        write_private(p, json.dumps(doc, separators=(",", ":")))
     except OSError:
         pass
 

@@ -3,16 +3,13 @@
 A disk problem can leave a status.json that is not an object, or a field of the wrong type. Nothing here
 raises on what a run wrote: a status.json that cannot be read gives status `unknown` with the reason, and
 a status field of the wrong type is dropped (and listed in `unreadable_fields`). Every run file is written
-with mode 0600 through a temporary name of the writer's own, then renamed (`write_private`).
+with mode 0600 through a `mkstemp` name in its folder, then renamed (`safeio.write_private`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import threading
 from pathlib import Path
 
 from paradvisor.limits import MAX_FILE_BYTES
@@ -94,25 +91,8 @@ def read_status(path: Path) -> dict:
     return out
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a run file atomically with mode 0600 (whatever the umask or the folder's mode). The temporary
-    name is the writer's own (process and thread): two threads (the ssh engine's node sessions) or two
-    processes writing the same file each rename a whole file, the last one wins."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def write_json_atomic(path: Path, doc: dict) -> None:
-    from paradvisor.safeio import finite
+    from paradvisor.safeio import finite, write_private
 
     write_private(path, json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
 
