@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,7 +168,9 @@ class LaunchSettings:
     remote_dir: str = (
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
-    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
+    # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
+    remote_python: str = field(default_factory=lambda: sys.executable or "python3")
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""
