@@ -21,7 +21,9 @@ import time
 
 class MetricsWriter:
     def __init__(self, path, rank: int, mirror=None):
-        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        from paradvisor.safeio import open_private
+
+        self.fd = open_private(path, append=True)  # never through a link planted at metrics.jsonl
         self.rank = rank
         self.mirror = mirror  # also given every record (TensorBoard on rank 0: train/tracking.py)
         # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
