@@ -21,6 +21,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -530,8 +531,12 @@ def prepare(spec: CorpusSpec, *, progress: Callable | None = None, tok=None) -> 
             hit = cached(spec)
             if hit is not None:
                 return hit
+            from paradvisor.safeio import private_subdir
+
             tmp = spec.root / f".{key}.{os.getpid()}.tmp"
-            make_private_dir(tmp)
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp)  # left by a process of this pid that died
+            tmp = private_subdir(spec.root, tmp.name)
             try:
                 tok = tok or load_tokenizer(spec.tokenizer, "train.tokenizer")
                 meta = _write_tokens(spec, tok, tmp, progress)
@@ -543,8 +548,6 @@ def prepare(spec: CorpusSpec, *, progress: Callable | None = None, tok=None) -> 
                 os.replace(tmp, spec.folder())
             finally:
                 if tmp.exists():
-                    import shutil
-
                     shutil.rmtree(tmp, ignore_errors=True)
             return Corpus(spec.folder(), meta)
         finally:

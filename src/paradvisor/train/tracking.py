@@ -1,7 +1,6 @@
 """TensorBoard event files in RUN_DIR/tensorboard/ (rank 0), mirrored from the records of metrics.jsonl: loss,
 eval loss and perplexity, learning rate, gradient norm, tokens/s, memory, predicted and measured step time.
-`tensorboard --logdir runs/` shows every run. The folder is created private through the one helper for
-folders that libraries write into."""
+`tensorboard --logdir runs/` shows every run. The folder is created private (safeio.private_subdir)."""
 
 from __future__ import annotations
 
@@ -25,9 +24,9 @@ class Tensorboard:
     def __init__(self, run_dir: Path, predicted_step_s: float | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
-        from paradvisor.train.folders import make_private_dir
+        from paradvisor.train.folders import run_subdir
 
-        self.writer = SummaryWriter(log_dir=str(make_private_dir(Path(run_dir) / "tensorboard")))
+        self.writer = SummaryWriter(log_dir=str(run_subdir(Path(run_dir), "tensorboard")))
         self.predicted = predicted_step_s
 
     def __call__(self, rec: dict) -> None:
