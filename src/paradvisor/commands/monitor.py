@@ -38,6 +38,8 @@ def _line(s: RunSummary) -> str:
     parts = [f"{s.status}", f"step {s.step}/{s.total_steps or '?'}"]
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
+    if s.eval_points:
+        parts.append(f"eval loss {s.eval_points[-1][1]:.4f} (step {s.eval_points[-1][0]})")
     if s.samples_per_s:
         parts.append(f"{s.samples_per_s:.1f} samples/s")
     if s.model_state_bytes_per_rank:

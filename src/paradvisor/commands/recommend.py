@@ -69,6 +69,12 @@ def add_parser(sub) -> None:
         help="rank only what this runtime can run: paradvisor's trainer (default), or your own code under "
         "the Hugging Face Trainer, Accelerate or a plain torch loop (docs/own-code.md)",
     )
+    d = p.add_argument_group("your corpus (tokens and predicted time per epoch)")
+    d.add_argument(
+        "--data-path", metavar="PATH", help="a file, folder or glob of JSONL/JSON/Parquet/CSV/Arrow/text"
+    )
+    d.add_argument("--text-field", default="text", help="the field holding the text (default text)")
+    d.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's own)")
     p.set_defaults(run=run)
 
 
@@ -134,6 +140,11 @@ def run(args) -> int:
 
     rec, ref = compute(args)
     doc = to_doc(rec)
+    corpus = corpus_facts(args, rec, ref)
+    if corpus is not None:
+        doc["corpus"] = corpus["corpus"]
+        for plan, t in zip(doc["plans"], corpus["epoch_time_s"]):
+            plan["epoch_time_s"] = t
     if args.save:
         save(args, rec, ref)
     if args.json:
@@ -143,7 +154,40 @@ def run(args) -> int:
         emit_json(doc)
     else:
         show(rec, doc, args)
+        if corpus is not None:
+            from paradvisor.output import console, esc
+            from paradvisor.train.corpus import epoch_line
+
+            c = corpus["corpus"]
+            con = console()
+            con.print(esc(epoch_line(c)))
+            for plan in doc["plans"][: args.top]:
+                if plan.get("epoch_time_s") is not None:
+                    con.print(
+                        f"  {plan['rank']}. {esc(plan['label'])}: {fmt_seconds(plan['epoch_time_s'])} per epoch"
+                    )
     return 0
+
+
+def corpus_facts(args, rec, ref) -> dict | None:
+    """With --data-path: the corpus's tokens per epoch (exact when tokenized before, else from its bytes) and
+    each ranked plan's predicted time per epoch (steps per epoch x its predicted step time)."""
+    if not getattr(args, "data_path", None) or not rec.plans:
+        return None
+    from dataclasses import replace
+
+    from paradvisor.rundir.preset import TrainSettings, preset_from_estimate
+    from paradvisor.train.corpus import epoch_facts
+
+    preset = preset_from_estimate(rec, rec.plans[0], ref)
+    train = TrainSettings(
+        dataset="files", data_path=args.data_path, text_field=args.text_field, tokenizer=args.tokenizer
+    )
+    facts = epoch_facts(replace(preset, train=train, path="--data-path"))
+    times = [facts["steps_per_epoch"] * e.step_time for e in rec.plans]
+    if times:
+        facts["epoch_time_s"] = times[0]
+    return {"corpus": facts, "epoch_time_s": times}
 
 
 def save(args, rec, ref) -> None:

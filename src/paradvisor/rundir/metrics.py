@@ -26,7 +26,11 @@ MAX_RANK_ROWS = 1024  # ranks whose own row (progress, sync wait, node) is kept
 
 _NUM = (int, float)
 # What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
-_REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM}, "outer": {"rank": int, "round": int}}
+_REQUIRED = {
+    "step": {"rank": int, "step": int, "step_time_s": _NUM},
+    "outer": {"rank": int, "round": int},
+    "eval": {"step": int, "eval_loss": _NUM},
+}
 # ... and the type of every optional field the readers use (a wrong type also skips the record).
 _OPTIONAL = {
     "loss": _NUM,
@@ -51,9 +55,12 @@ class MetricsWriter:
     """Appends one rank's records to metrics.jsonl, each with its rank, node and time, in one write (a whole
     line or nothing): paradvisor's trainer and the user's code (paradvisor.runtime.report) both write here."""
 
-    def __init__(self, path, rank: int):
-        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    def __init__(self, path, rank: int, mirror=None):
+        from paradvisor.safeio import open_private
+
+        self.fd = open_private(path, append=True)  # never through a link planted at metrics.jsonl
         self.rank = rank
+        self.mirror = mirror  # also given every record (TensorBoard on rank 0: train/tracking.py)
         # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
         node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
         self.node = int(node) if node.isdigit() else 0
@@ -63,9 +70,13 @@ class MetricsWriter:
         os.write(
             self.fd, (json.dumps(record, default=float) + "\n").encode()
         )  # one write: whole line or nothing
+        if self.mirror is not None:
+            self.mirror(record)
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.mirror is not None and hasattr(self.mirror, "close"):
+            self.mirror.close()
 
 
 def _is(value, typ) -> bool:
@@ -133,6 +144,7 @@ class MetricsTally:
         self.rounds = 0
         self.node_by_rank: dict[int, int] = {}  # from the records' "node" (the node index each rank runs on)
         self.total_steps: int | None = None  # from the records, when the run's code says (runtime.report)
+        self.evals: dict[int, float] = {}  # step -> eval loss (every rank records the same all-reduced value)
 
     def add(self, r: dict) -> None:
         self.count += 1
@@ -182,6 +194,11 @@ class MetricsTally:
                     row["loss"] = r["loss"]
                 row["mem_bytes"] = max(row["mem_bytes"], r.get("mem_model_state_bytes") or 0)
                 row["peak_bytes"] = max(row["peak_bytes"], r.get("cuda_max_allocated_bytes") or 0)
+        elif kind == "eval":
+            if math.isfinite(r["eval_loss"]):
+                self.evals[r["step"]] = r["eval_loss"]
+                if len(self.evals) > HISTORY:
+                    del self.evals[min(self.evals)]
         elif kind == "outer":
             self.waits[r["rank"]] = self.waits.get(r["rank"], 0.0) + (r.get("sync_wait_s") or 0.0)
             self.rounds = max(self.rounds, r["round"])
@@ -228,6 +245,11 @@ class MetricsTally:
     def loss_points(self) -> list[tuple[int, float]]:
         """(step, loss) of the rank that logged a loss last (finite values only)."""
         return [(s, x) for s, x in self.loss_steps_by_rank.get(self.loss_rank, ()) if math.isfinite(x)]
+
+    @property
+    def eval_points(self) -> list[tuple[int, float]]:
+        """(step, eval loss) in step order."""
+        return sorted(self.evals.items())
 
     def measured_step_time(self) -> float | None:
         """See the class: the median over steps of the slowest rank's step time, warm-up steps left out."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,13 @@ def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = Fals
     return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
+def write_run_plan(path: str | os.PathLike, preset) -> Path:
+    """A run directory's plan.toml: the preset as launched, headed by its plan's label."""
+    return write_toml_atomic(
+        path, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
+    )
+
+
 def plan_toml(preset) -> str:
     """The preset as plan.toml text (what a run directory, a ConfigMap or an sbatch script carries)."""
     import tomli_w
@@ -55,7 +63,8 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 # ---------------------------------------------------------------------------------------------------
 # Reading and validating presets.
 
-DATASETS = ("corpus", "reviews", "imdb", "text", "images")
+DATASETS = ("corpus", "reviews", "imdb", "text", "files", "images")
+INITS = ("auto", "pretrained", "random")
 _TOP = {
     "schema",
     "name",
@@ -88,6 +97,17 @@ _TRAIN = {
     "num_labels",
     "image_size",
     "hang_timeout_s",
+    "text_field",
+    "eval_path",
+    "eval_fraction",
+    "eval_every",
+    "eval_samples",
+    "tokenizer",
+    "init",
+    "cache_dir",
+    "tensorboard",
+    "export_model",
+    "export_shard_size",
 }
 _LAUNCH = {
     "nproc_per_node",
@@ -142,6 +162,20 @@ class TrainSettings:
     hang_timeout_s: float | None = (
         None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
     )
+    # The user's corpus (dataset = "files"; train/corpus.py) and its held-out part
+    text_field: str = "text"
+    eval_path: str | None = None
+    eval_fraction: float = 0.0
+    eval_every: int = 0  # steps between evals (0: only the final eval, when there is an eval part)
+    eval_samples: int = 0  # samples per eval (0: the whole eval part)
+    tokenizer: str | None = None  # a tokenizer folder or tokenizer.json (default: the model folder's own)
+    init: str = "auto"  # pretrained | random | auto (pretrained when weights exist)
+    cache_dir: str | None = (
+        None  # tokenized corpora (default $PARADVISOR_CACHE_DIR or ~/.cache/paradvisor/tokens)
+    )
+    tensorboard: bool = True  # event files in RUN_DIR/tensorboard/
+    export_model: bool = True  # RUN_DIR/model/ (a Hugging Face folder) when the run finishes
+    export_shard_size: str = "5GB"  # safetensors shards above this size, with an index
 
 
 DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
@@ -173,7 +207,9 @@ class LaunchSettings:
     remote_dir: str = (
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
-    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
+    # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
+    remote_python: str = field(default_factory=lambda: sys.executable or "python3")
     # Folders every node sees at the same path (NFS, a cluster file system): a --script under one of them is
     # started there on every node; any other script's folder is copied into each node's run folder.
     shared_paths: tuple[str, ...] = ()
@@ -375,8 +411,21 @@ def _parse_train(t: dict, tw) -> TrainSettings:
         )
     if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
         raise InputError("device must be auto, cpu or cuda", where=tw("device"))
-    if kw.get("dataset") in ("imdb", "text") and not kw.get("data_path"):
+    if kw.get("dataset") in ("imdb", "text", "files") and not kw.get("data_path"):
         raise InputError(f"dataset {kw['dataset']!r} needs data_path", where=tw("data_path"))
+    if kw.get("init", "auto") not in INITS:
+        raise InputError(f"init {kw['init']!r}; expected one of {', '.join(INITS)}", where=tw("init"))
+    if not 0 <= kw.get("eval_fraction", 0.0) < 1:
+        raise InputError("eval_fraction must be at least 0 and less than 1", where=tw("eval_fraction"))
+    if kw.get("eval_path") and kw.get("eval_fraction"):
+        raise InputError("give either eval_path or eval_fraction, not both", where=tw("eval_fraction"))
+    if "export_shard_size" in kw:
+        from paradvisor.units import parse_size
+
+        try:
+            parse_size(kw["export_shard_size"])
+        except (ValueError, InputError):
+            raise InputError('expected a size such as "2GB"', where=tw("export_shard_size")) from None
     return TrainSettings(**kw)
 
 

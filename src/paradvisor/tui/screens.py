@@ -192,6 +192,15 @@ def launch_question(preset, runs_dir: str) -> str:
             else "—"
         )
     )
+    from paradvisor.errors import InputError
+    from paradvisor.train.corpus import epoch_facts, epoch_line
+
+    try:  # the user's corpus: tokens and predicted time per epoch
+        corpus = epoch_line(epoch_facts(preset, step))
+    except InputError as exc:
+        corpus = f"corpus: {exc}"
+    if corpus:
+        lines.append(escape(corpus))
     lines.append(f"[dim]{escape(pred.get('note', ''))}[/dim]")
     return "\n".join(lines)
 
