@@ -36,7 +36,7 @@ def report_cost(calls: int) -> float:
 def trainer_step_time(steps: int, callback: bool, out: Path) -> float:
     import torch
     from datasets import Dataset
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
     from paradvisor.integrations import hf
 
@@ -53,11 +53,22 @@ def trainer_step_time(steps: int, callback: bool, out: Path) -> float:
         logging_strategy="no",
         **hf.training_args(),
     )
-    # the whole train() per step: the callback's own work and the per-step loss logging it asks for
-    cbs = [hf.ParadvisorCallback()] if callback else []
-    t0 = time.perf_counter()
+
+    class Clock(TrainerCallback):
+        """Times from one step's start to the next: everything in between, the callback's work and the
+        per-step loss logging it asks for included."""
+
+        def __init__(self):
+            self.starts: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.starts.append(time.perf_counter())
+
+    clock = Clock()
+    cbs = [clock, hf.ParadvisorCallback()] if callback else [clock]
     Trainer(model=model, args=args, train_dataset=data, callbacks=cbs).train()
-    return (time.perf_counter() - t0) / steps
+    gaps = [b - a for a, b in zip(clock.starts, clock.starts[1:], strict=False)][3:]  # after warm-up
+    return statistics.median(gaps)
 
 
 def main() -> None:
@@ -71,7 +82,7 @@ def main() -> None:
         us = report_cost(a.calls)
         print(f"runtime.report(): {us:.1f} µs per call ({a.calls} calls)")
         base, cb = [], []
-        for _ in range(a.repeats):  # interleaved, so load on the machine hits both alike
+        for _ in range(a.repeats):  # interleaved, so load on the machine hits both alike; medians of steps
             base.append(trainer_step_time(a.steps, False, Path(d) / "o"))
             cb.append(trainer_step_time(a.steps, True, Path(d) / "o"))
         b, c = statistics.median(base), statistics.median(cb)
