@@ -188,35 +188,20 @@ def _cal_with(path: tuple, value) -> dict:
     ],
 )
 def test_a_calibration_file_that_parses_but_means_nothing_is_one_line(tmp_path, path, value, fragment):
-    cal = tmp_path / "cal.json"
-    cal.write_text(json.dumps(_cal_with(path, value)))
-    proc = run_cli(
-        "recommend",
-        "--model",
-        "gpt2",
-        "--gpus",
-        "2",
-        "--gpu-type",
-        "A100",
-        env={"PARADVISOR_CALIBRATION": str(cal)},
-    )
+    proc, cal = _recommend_with(tmp_path, _cal_with(path, value))
     assert_one_line_error(proc, str(cal), fragment)
 
 
 def test_the_good_calibration_is_used(tmp_path):
-    cal = tmp_path / "cal.json"
-    cal.write_text(json.dumps(GOOD_CAL))
-    proc = run_cli(
-        "recommend",
-        "--model",
-        "gpt2",
-        "--gpus",
-        "2",
-        "--gpu-type",
-        "A100",
-        env={"PARADVISOR_CALIBRATION": str(cal)},
-    )
+    proc, _ = _recommend_with(tmp_path, GOOD_CAL)
     assert proc.returncode == 0, proc.stderr
+
+
+def _recommend_with(tmp_path: Path, doc: dict):
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps(doc))
+    env = {"PARADVISOR_CALIBRATION": str(cal)}
+    return run_cli("recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A100", env=env), cal
 
 
 # ---- run records -------------------------------------------------------------------------------------------------------
