@@ -53,9 +53,7 @@ def _number(kind, dest: str):
     """An argparse type for a numeric option: finite, and within the option's bound (paradvisor.limits)."""
     import math
 
-    from paradvisor.limits import CLI_BOUNDS, MAX_FLOAT, MAX_INT
-
-    from paradvisor.limits import CLI_MIN_BOUNDS
+    from paradvisor.limits import CLI_BOUNDS, CLI_MIN_BOUNDS, MAX_FLOAT, MAX_INT
 
     limit = CLI_BOUNDS.get(dest, MAX_INT if kind is int else MAX_FLOAT)
     low = CLI_MIN_BOUNDS.get(dest)
