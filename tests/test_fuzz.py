@@ -40,6 +40,7 @@ from paradvisor.model.load import builtin_config
 from paradvisor.rules.expr import MAX_CHARS, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import TYPES
 from tests.conftest import EXAMPLES, FUZZ_SCALE, REPO
+from tests.support.documents import CALIBRATION, SAMPLE, cache_entry
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="paradvisor-fuzz-"))
 CLUSTERS = {p.name: p.read_text() for p in sorted(EXAMPLES.glob("*.toml"))}
@@ -1057,6 +1058,15 @@ def test_probe_replies_of_any_shape_lose_only_their_host(data):
 # statuses and hellos: structure-aware mutations of a valid document; each ends in a value every reader can
 # use, or the reader's refusal (an InputError, a cache miss, a skipped reading), never another exception.
 
+
+def mutated(data, doc: dict) -> dict:
+    """A copy of `doc` with one to three mutations (`mutate`)."""
+    doc = copy.deepcopy(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutate(data.draw, doc)
+    return doc
+
+
 USER_GPU_DOC = {
     "gpu": {
         "MyGPU": {
@@ -1075,9 +1085,7 @@ USER_GPU_DOC = {
 def test_gpu_catalogues_fuzzed(data):
     from paradvisor.hardware.userspec import read_gpu_file
 
-    doc = copy.deepcopy(USER_GPU_DOC)
-    for _ in range(data.draw(st.integers(1, 3))):
-        mutate(data.draw, doc)
+    doc = mutated(data, USER_GPU_DOC)
     try:
         text = tomli_w.dumps(doc)
     except (TypeError, ValueError):
@@ -1092,34 +1100,12 @@ def test_gpu_catalogues_fuzzed(data):
         assert all(math.isfinite(v) and v >= 1e-6 for v in spec.tflops.values())
 
 
-CAL_DOC = {
-    "schema": "paradvisor.calibration/1",
-    "host": "h",
-    "device": {
-        "kind": "cpu",
-        "name": "cpu",
-        "tflops": {"fp32": 0.05, "bf16": 0.01},
-        "mem_bw_bytes_per_s": 1e10,
-        "memory_bytes": 1.6e10,
-        "threads": 2,
-        "layer_overhead_s": 1e-4,
-    },
-    "collectives": {"ranks": {"2": {"all_reduce": {"bandwidth": 1e9, "latency": 1e-5}}}},
-    "engines": {
-        "fit": {"ddp": {"fp32": {"per_step": 0.01, "per_layer": 0.001}}},
-        "ops": {"fp32": {"block": 100, "step": 50}},
-    },
-}
-
-
 @settings(max_examples=n(300))
 @given(st.data())
 def test_calibration_files_fuzzed(data):
     from paradvisor.hardware import calibration
 
-    doc = copy.deepcopy(CAL_DOC)
-    for _ in range(data.draw(st.integers(1, 3))):
-        mutate(data.draw, doc)
+    doc = mutated(data, CALIBRATION)
     try:
         cal = calibration.check(doc, "cal.json")
     except InputError as exc:
@@ -1131,26 +1117,6 @@ def test_calibration_files_fuzzed(data):
     assert link is None or (link.bandwidth > 0 and link.latency >= 0)
 
 
-def _cache_entry() -> dict:
-    from paradvisor.model import trace_cache
-
-    doc = trace_cache.new_entry(
-        "f" * 32,
-        architecture="Qwen2ForCausalLM",
-        total=1000,
-        trainable=1000,
-        layers=[
-            {"name": "model.embed_tokens", "kind": "embedding", "params": 600},
-            {"name": "model.layers.0", "kind": "block", "params": 390},
-            {"name": "model.norm", "kind": "norm", "params": 10},
-        ],
-        params={"largest_module": 600, "tensor_sizes": [[600, 1], [10, 2]], "tensor_order": [600, 10, 10]},
-        bounds=[(None, 21)],
-    )
-    doc["regimes"][0]["keys"]["fp32/sdpa/none"] = {"groups": {"first": {"bs": 136.0}}, "ops": {"block": 9}}
-    return doc
-
-
 @settings(max_examples=n(300))
 @given(st.data())
 def test_trace_cache_entries_fuzzed(data):
@@ -1158,9 +1124,7 @@ def test_trace_cache_entries_fuzzed(data):
     from paradvisor.model import trace_cache
     from paradvisor.model.activations import Traced
 
-    doc = _cache_entry()
-    for _ in range(data.draw(st.integers(1, 3))):
-        mutate(data.draw, doc)
+    doc = mutated(data, cache_entry("f" * 32))
     cache = SCRATCH / "trace-cache"
     cache.mkdir(mode=0o700, exist_ok=True)
     old = os.environ.get("PARADVISOR_CACHE")
@@ -1182,26 +1146,12 @@ def test_trace_cache_entries_fuzzed(data):
         Traced(got["regimes"], got["params"], tracer=None, source="fuzz").entry("fp32/sdpa/none", 16)
 
 
-SAMPLE_DOC = {
-    "kind": "sample",
-    "node": 0,
-    "host": "h",
-    "time": 1.5,
-    "cpu_pct": 50.0,
-    "ram_used_bytes": 2**33,
-    "ram_total_bytes": 2**34,
-    "gpus": [{"index": 0, "util_pct": 10.0, "mem_used_bytes": 2**30, "mem_total_bytes": 2**34}],
-}
-
-
 @settings(max_examples=n(300))
 @given(st.data())
 def test_samples_readings_fuzzed(data):
     from paradvisor.monitor.follow import typed_sample
 
-    doc = copy.deepcopy(SAMPLE_DOC)
-    for _ in range(data.draw(st.integers(1, 3))):
-        mutate(data.draw, doc)
+    doc = mutated(data, SAMPLE)
     got = typed_sample(doc)
     event("kept" if got else "skipped")
     if got is not None:
