@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,11 @@ FUZZ_SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1
 os.environ["PARADVISOR_CALIBRATION"] = "none"
 # Traces of config paths are kept in a cache of this test session only (never the user's ~/.cache).
 os.environ.setdefault("PARADVISOR_CACHE", tempfile.mkdtemp(prefix="paradvisor-test-cache-"))
+# Presets the interactive session saves go to the user's folder ($XDG_CONFIG_HOME/paradvisor/presets): in
+# tests a folder of this session, removed at its end, never the real ~/.config.
+_CONFIG_HOME = tempfile.mkdtemp(prefix="paradvisor-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
 # ... nor on a user GPU catalogue (~/.config/paradvisor/gpus.toml); tests that want one set it.
 os.environ["PARADVISOR_GPUS"] = "none"
 

@@ -127,21 +127,26 @@ def run_list(args) -> int:
         return 0
     from paradvisor.output import console, table
 
-    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    con = console()
+    wide = con.width >= 120  # narrower: the plan under the run's name, which wraps whole, never cut
+    if wide:
+        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    else:
+        t = table(None, "run / plan", "status", "step", "loss", "samples/s", "elapsed")
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
     for s in runs:
+        name = Path(s["run_dir"]).name
         t.add_row(
-            Path(s["run_dir"]).name,
-            s["label"] or "",
+            *((name, s["label"] or "") if wide else (f"{name}\n{s['label'] or ''}".rstrip(),)),
             s["status"],
             f"{s['step']}/{s['total_steps'] or '?'}",
             "" if s["loss"] is None else f"{s['loss']:.4f}",
             "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
             fmt_seconds(s["elapsed_s"]),
         )
-    console().print(t)
+    con.print(t)
     for line in skipped:
         sys.stderr.write(f"runs: skipped what could not be read in {line}\n")
     return 0

@@ -13,7 +13,13 @@ def add_tui_args(p) -> None:
     p.add_argument("--cluster", metavar="FILE", help="start with this cluster file instead of this machine")
     p.add_argument("--model", default="bert-base-uncased", help="model to start with")
     p.add_argument("--runs-dir", default="runs", metavar="DIR")
-    p.add_argument("--presets-dir", metavar="DIR", help="presets to offer (default: the repo's presets/)")
+    p.add_argument(
+        "--presets-dir",
+        metavar="DIR",
+        help="where ctrl+s saves presets, offered first on the Launch tab beside the shipped ones "
+        "(default: ~/.config/paradvisor/presets, or $XDG_CONFIG_HOME/paradvisor/presets; "
+        "`launch --preset NAME` finds presets saved there)",
+    )
     p.add_argument(
         "--sample-interval", type=float, default=1.0, metavar="S", help="NVML/psutil sampling interval"
     )
