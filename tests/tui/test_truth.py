@@ -48,17 +48,20 @@ async def ranked(app, pilot, model: str = "gpt-mini", seq: str = "32", batch: st
 
 def test_L_on_the_plans_tab_launches_the_plan_on_screen_and_the_footer_shows_the_plan_keys(tmp_path):
     """On the Plans tab L asks to start the plan the user is looking at (not the preset chosen on the Launch
-    tab), and the footer shows the keys that act there: Enter, P, i, ctrl+s."""
+    tab), and the footer shows the keys that act there: Enter, P, i, ctrl+s, with Help and Quit still on
+    screen at 80 columns."""
+    from textual.widgets._footer import FooterKey
 
     async def flow():
         app = ParadvisorApp(cluster=two_t4(tmp_path), runs_dir=str(tmp_path / "runs"), live=False)
-        async with app.run_test(size=(120, 40)) as pilot:
+        async with app.run_test(size=(80, 24)) as pilot:
             await ranked(app, pilot)
             app.query_one("#plans-table").focus()
             await pilot.pause(0.1)
             keys = _footer_keys(app)
-            for key in ("⏎", "P", "i", "^s"):
+            for key in ("⏎", "P", "i", "^s", "?", "q"):
                 assert key in keys, keys
+            assert all(k.region.right <= 80 for k in app.screen.query(FooterKey))
             label = app.selected.plan.label()
             await pilot.press("L")
             await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))

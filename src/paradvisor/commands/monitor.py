@@ -125,28 +125,45 @@ def run_list(args) -> int:
     if not runs:
         print(f"no runs in {args.runs_dir}", file=sys.stderr)
         return 0
+    from rich.text import Text
+
     from paradvisor.output import console, table
 
     con = console()
-    wide = con.width >= 120  # narrower: the plan under the run's name, which wraps whole, never cut
-    if wide:
-        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
-    else:
-        t = table(None, "run / plan", "status", "step", "loss", "samples/s", "elapsed")
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
-    for s in runs:
-        name = Path(s["run_dir"]).name
-        t.add_row(
-            *((name, s["label"] or "") if wide else (f"{name}\n{s['label'] or ''}".rstrip(),)),
+    cells = [
+        (
+            Path(s["run_dir"]).name,
+            s["label"] or "",
             s["status"],
             f"{s['step']}/{s['total_steps'] or '?'}",
             "" if s["loss"] is None else f"{s['loss']:.4f}",
             "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
             fmt_seconds(s["elapsed_s"]),
         )
-    con.print(t)
+        for s in runs
+    ]
+    if con.width < 120:
+        # Narrower than a table of whole names: each run's name on a line of its own, its figures beneath
+        # (a run name, up to 76 characters, is what `monitor` and `--open` take: never cut, never folded).
+        for name, label, status, step, loss, sps, elapsed in cells:
+            con.print(Text(name, style="bold"), soft_wrap=True)
+            figures = [
+                label,
+                status,
+                f"step {step}",
+                f"loss {loss}" if loss else "",
+                f"{sps} samples/s" if sps else "",
+                elapsed,
+            ]
+            con.print(Text("  " + " · ".join(f for f in figures if f)))
+    else:
+        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+        for row in cells:
+            t.add_row(*row)
+        con.print(t)
     for line in skipped:
         sys.stderr.write(f"runs: skipped what could not be read in {line}\n")
     return 0

@@ -153,8 +153,9 @@ def find_gpu(name: str) -> GPUSpec | None:
 
 def _family(name: str) -> str:
     """The model number a name starts with ("h100" of "H100 SXM", "a100" of "A100 80GB", "rtx4090")."""
-    m = re.search(r"[a-z]*\d+", _norm(name))
-    return m.group(0) if m else _norm(name)
+    base = _norm(_spoken(name)[0])
+    m = re.search(r"[a-z]*\d+", base)
+    return m.group(0) if m else base
 
 
 def gpu(name: str, *, where: str | None = None) -> GPUSpec:
@@ -163,7 +164,7 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
     if spec is None:
         names = [n for n, s in gpus().items() if not s.mig_of]
         # the same model first (every size and form of an "H100"), then names that read alike
-        fam = _family(_spoken(name)[0])
+        fam = _family(name)
         close = [n for n in names if _family(n) == fam][:3] or difflib.get_close_matches(
             name, names, n=3, cutoff=0.4
         )

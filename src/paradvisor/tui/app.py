@@ -50,14 +50,16 @@ class ParadvisorApp(App):
         Binding("tab", "focus_next", "Next", show=False, priority=True),
         Binding("shift+tab", "focus_previous", "Previous", show=False, priority=True),
         Binding("escape", "leave_box", "Leave box", key_display="esc"),
-        Binding("r", "rerank", "Re-rank"),
+        Binding(
+            "r", "rerank", "Re-rank", show=False
+        ),  # every change re-ranks by itself: the footer's room goes to the plan's keys
         Binding("i", "infeasible", "Not fitting"),
         # L: the preset chosen on the Launch tab; on the Plans tab (where that preset is not on screen) the
         # plan the user is looking at: the first binding is off there, and the key falls through to the second.
         Binding("L", "launch_preset", "Launch preset"),
         Binding("L", "launch_plan", "Launch plan", show=False),
         Binding("P", "launch_plan", "Launch plan"),
-        Binding("ctrl+s", "save_preset", "Save preset"),
+        Binding("ctrl+s", "save_preset", "Save"),
         Binding("v", "monitor_view", "View"),
         Binding("s", "stop_run", "Stop"),
         Binding("R", "launch_replan", "Launch re-plan", show=False),
