@@ -183,5 +183,7 @@ def test_calibrate_refuses_noise_and_warns_about_drift():
     assert any("clamped to 0 ms" in w for w in warned) and any("5.2x the previous" in w for w in warned), (
         warned
     )
+    clamped = {**doc(0.002, 0.0004), "collectives": {"ranks": {"2": {"all_reduce": {"latency": 0.0}}}}}
+    assert any("latency was clamped" in w for w in implausible(clamped, None)[0])
     warned, refused = implausible(doc(0.002, 0.0004, fp32=0.0), None)
     assert refused and "0.0 TFLOPS" in refused[0]

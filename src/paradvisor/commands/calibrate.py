@@ -191,12 +191,13 @@ def _quiet(out_dir: str, rank: int) -> None:
 def _spawn(worker, args: tuple, nprocs: int, out_dir: str) -> None:
     """Run `worker` in `nprocs` spawned processes; a failure is one error with the end of their logs."""
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
 
     from paradvisor.errors import RunFailed
 
     try:
         mp.start_processes(worker, args=args, nprocs=nprocs, join=True, start_method="spawn")
-    except Exception as exc:  # a measuring process died: say why, from its log
+    except ProcessException as exc:  # a measuring process died: say why, from its log
         tail = []
         for log in sorted(Path(out_dir).glob("worker-*.log")):
             tail += [f"{log.name}: {ln}" for ln in log.read_text(errors="replace").splitlines()[-8:]]
@@ -443,6 +444,10 @@ def implausible(doc: dict, previous: dict | None) -> tuple[list[str], list[str]]
             refusals.append(f"matmul {dtype} measured {rate} TFLOPS")
     if not dev.get("mem_bw_bytes_per_s") or dev["mem_bw_bytes_per_s"] <= 0:
         refusals.append("memory bandwidth measured 0")
+    for n, ops in ((doc.get("collectives") or {}).get("ranks") or {}).items():
+        for op, f in ops.items():
+            if f.get("latency", 1) <= 0:
+                warnings.append(f"{op} over {n} processes: the fit's latency was clamped to 0 us")
     fits = ((doc.get("engines") or {}).get("fit")) or {}
     old_fits = (((previous or {}).get("engines") or {}).get("fit")) or {}
     for engine, per in fits.items():
