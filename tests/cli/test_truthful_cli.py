@@ -187,3 +187,8 @@ def test_calibrate_refuses_noise_and_warns_about_drift():
     assert any("latency was clamped" in w for w in implausible(clamped, None)[0])
     warned, refused = implausible(doc(0.002, 0.0004, fp32=0.0), None)
     assert refused and "0.0 TFLOPS" in refused[0]
+
+
+def test_open_of_a_missing_run_directory_is_one_line(tmp_path):
+    r = run_cli("--open", str(tmp_path / "no-such-run"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--open" in r.stderr, r.stderr
