@@ -52,7 +52,7 @@ def run(args) -> int:
         return 0
     from rich.text import Text
 
-    from paradvisor.output import console, table
+    from paradvisor.output import clean, console, table
 
     con = console()
     # Under 100 columns the architecture and the link (text, in `--json` and at 100+) make room for the
@@ -72,7 +72,7 @@ def run(args) -> int:
     )
     for s in specs:
         tf = s.tflops
-        name = Text(s.name)
+        name = Text(clean(s.name))
         if s.user_defined:
             name.append(f" ({s.origin})", style="cyan")
         t.add_row(

@@ -127,7 +127,7 @@ def run_list(args) -> int:
         return 0
     from rich.text import Text
 
-    from paradvisor.output import console, table
+    from paradvisor.output import clean, console, table
 
     con = console()
     skipped = [
@@ -149,7 +149,7 @@ def run_list(args) -> int:
         # Narrower than a table of whole names: each run's name on a line of its own, its figures beneath
         # (a run name, up to 76 characters, is what `monitor` and `--open` take: never cut, never folded).
         for name, label, status, step, loss, sps, elapsed in cells:
-            con.print(Text(name, style="bold"), soft_wrap=True)
+            con.print(Text(clean(name), style="bold"), soft_wrap=True)
             figures = [
                 label,
                 status,
@@ -158,7 +158,7 @@ def run_list(args) -> int:
                 f"{sps} samples/s" if sps else "",
                 elapsed,
             ]
-            con.print(Text("  " + " · ".join(f for f in figures if f)))
+            con.print(Text(clean("  " + " · ".join(f for f in figures if f))))
     else:
         t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
         for row in cells:
