@@ -340,7 +340,12 @@ def _progress(
     last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
-    elapsed = ended - (tally.start_time or status.get("started", now))
+    # From the launch (status.json's `started`), the one start: the clock never jumps back when the first
+    # rank's record arrives, and a finished run's elapsed is status.json's duration_s.
+    started = status.get("started")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        started = tally.start_time or now
+    elapsed = ended - started
     # ETA from the measured step time (the same median as the throughput), while steps remain
     eta = (
         (total - last_step) * step_time

@@ -118,11 +118,11 @@ HELP = """# paradvisor — help
 | r | re-rank plans now |
 | enter | (plans table) open the selected plan's explanation |
 | i | the plans that do not fit, and why (a scrollable window) |
-| L | launch the selected preset (asks first: command, predicted memory and time) |
-| P | launch the selected plan (asks first) |
+| L | launch the preset chosen on the Launch tab (asks first: command, predicted memory and time); on the Plans tab, the plan on screen |
+| P | launch the selected plan (asks first, naming it) |
 | v | Monitor: switch between plots, ranks and the log |
-| ctrl+s | save the selected plan as a preset |
-| s | stop the running job (all ranks end, status `cancelled`) |
+| ctrl+s | save the selected plan as a preset (in ~/.config/paradvisor/presets, or --presets-dir) |
+| s | stop the running job (all ranks end, status `cancelled`; `finished` if every rank had already finished) |
 | t | switch dark / light theme |
 | ctrl+p | command palette |
 | ? | this help |
