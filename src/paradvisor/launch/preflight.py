@@ -92,13 +92,25 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
     check_plan_shape(preset, family, prof, reach=reach)
-    check_data_path(preset.train.dataset, preset.train.data_path)
+    from paradvisor.train.corpus import check_corpus, uses_files
+
+    if uses_files(preset):
+        check_corpus(preset)
+    elif preset.train.dataset == "files":
+        from paradvisor.train.corpus import corpus_spec
+
+        corpus_spec(preset)  # names what is missing (the tokenizer)
+    else:
+        check_data_path(preset.train.dataset, preset.train.data_path)
     if preset.train.weights:
         w = Path(preset.train.weights)
         if not w.exists():
             raise InputError("weights path does not exist", where=f"{where}: train.weights")
         if not (w.is_file() or w.is_dir()):  # a FIFO or a device: never opened, never waited for
             raise InputError("weights path is not a file or a folder", where=f"{where}: train.weights")
+    from paradvisor.train.weights import check_weights
+
+    check_weights(preset)
     if lau.nnodes > 1 and not lau.rdzv_endpoint:
         raise InputError(
             'a multi-node launch needs launch.rdzv_endpoint = "HOST:PORT" (or --rdzv-endpoint)',

@@ -62,7 +62,14 @@ class Estimate:
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
     rules: list[dict] = field(default_factory=list)
-    cost_rank: int = 0  # rank by predicted step time alone, among the plans shown (0: not ranked)
+    cost_rank: int = 0  # rank by the cost model's score alone, among the plans shown (0: not ranked)
+    rule_factor: float = 1.0  # the product of the applied prefer/avoid rules' factors: score = cost x this
+
+    @property
+    def cost_score(self) -> float:
+        """The cost model's own score (before any rule): what `cost_rank` ranks by."""
+        return self.score / self.rule_factor if self.rule_factor else self.score
+
     host_fits: bool = True  # offloaded states fit in every node's RAM (`fits` needs this and the GPU memory)
     peak_phase: str = "forward/backward"  # when the peak happens (or "optimizer step"): `memory` terms then
 

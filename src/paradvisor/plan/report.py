@@ -29,7 +29,7 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
         "throughput": {"samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s},
         "score": e.score,
         "cost_model_rank": e.cost_rank or rank,  # rank by the cost model alone; differs when a rule moved it
-        "rule_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0,
+        "rule_factor": round(e.rule_factor, 4),  # the applied rules' factors multiplied (1: no rule moved it)
         "reason": explain(e, rec.cluster),
         "notes": list(e.notes),
         "rules": list(e.rules),
@@ -111,3 +111,13 @@ def to_doc(rec: Recommendation) -> dict:
         "warnings": rec.warnings,
         "elapsed_s": rec.elapsed_s,
     }
+
+
+def factors_text(move: dict) -> str:
+    """A plan's rule factor explained the one way `recommend`, `explain` and `--json` give it:
+    "score x0.73 = x0.85 (000-a) x0.86 (001-b)", or "score x0.85" when one rule moved it."""
+    parts = move.get("factors") or []
+    total = f"score x{move['score_factor']:.2f}"
+    if len(parts) <= 1:
+        return total
+    return total + " = " + " ".join(f"x{p['factor']:.2f} ({p['id']})" for p in parts)

@@ -36,6 +36,11 @@ from paradvisor.train.metrics import optimizer_state_tensors
 from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
 
 
+def is_meta(module) -> bool:
+    """Whether the module's parameters have no memory yet (weights read after the plan is applied)."""
+    return any(p.is_meta for p in module.parameters())
+
+
 @dataclass
 class Layout:
     """Where a rank sits in the plan's (pp, dp, tp) grid."""
@@ -176,6 +181,7 @@ class TorchEngine:
             torch.amp.GradScaler("cuda") if plan.precision == "fp16" and device.type == "cuda" else None
         )
         self.last_groups = None
+        self.grad_norm = None
 
     def _sync_ctx(self, last: bool):
         if self.kind == "ddp" and not last:
@@ -203,7 +209,7 @@ class TorchEngine:
         if self.scaler:
             self.scaler.unscale_(self.opt)
         if self.clip > 0:
-            clip_grad_norm(params, self.clip)
+            self.grad_norm = clip_grad_norm(params, self.clip)
         self.last_groups = self.memory_groups()
         (self.scaler.step(self.opt) if self.scaler else self.opt.step())
         if self.scaler:
@@ -283,6 +289,12 @@ class DeepSpeedEngine:
         for g in self.engine.optimizer.param_groups:
             g["lr"] = lr
 
+    @property
+    def grad_norm(self) -> float | None:
+        get = getattr(self.engine, "get_global_grad_norm", None)
+        norm = get() if get else None
+        return float(norm) if norm is not None else None
+
     def step(self) -> None:
         groups = self.memory_groups()
         if self.last_groups is not None:
@@ -311,7 +323,8 @@ class PipelineEngine:
         if checkpointing_is_flag(model):
             apply_checkpointing(model, family, plan.checkpointing)
         stage_mod, self.tied = build_stage(model, family, layout.pp_rank, layout.pp)
-        stage_mod.to(device)
+        if not is_meta(stage_mod):
+            stage_mod.to(device)
         self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
         tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
         if tp_mesh is not None:
@@ -349,6 +362,7 @@ class PipelineEngine:
         )
         self.clip = train.grad_clip
         self.last_groups = None
+        self.grad_norm = None
 
     @staticmethod
     def _tied_group(layout: Layout):
@@ -393,7 +407,7 @@ class PipelineEngine:
         if self.clip > 0:
             # the tied weight counts once in the norm: on the first stage
             counted = params if self.first else [p for p in params if not any(p is t for t in self.tied)]
-            clip_grad_norm(counted, self.clip, groups=(self.pp_group,), also_scale=params)
+            self.grad_norm = clip_grad_norm(counted, self.clip, groups=(self.pp_group,), also_scale=params)
         self.opt.step()
         self.last_groups = self.memory_groups()
         self.opt.zero_grad(set_to_none=True)
@@ -412,7 +426,8 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     `inner_group` (DiLoCo): the node's group, inside which the model is DDP'd or FSDP'd."""
     from paradvisor.train.tp_plans import apply_tp
 
-    model.to(device)
+    if not is_meta(model):
+        model.to(device)
     if inner_group is not None:
         return _inner_engine(model, family, plan, train, device, inner_group)
     layout = Layout.of(plan, rank, world)

@@ -118,11 +118,11 @@ HELP = """# paradvisor — help
 | r | re-rank plans now |
 | enter | (plans table) open the selected plan's explanation |
 | i | the plans that do not fit, and why (a scrollable window) |
-| L | launch the selected preset (asks first: command, predicted memory and time) |
-| P | launch the selected plan (asks first) |
+| L | launch the preset chosen on the Launch tab (asks first: command, predicted memory and time); on the Plans tab, the plan on screen |
+| P | launch the selected plan (asks first, naming it) |
 | v | Monitor: switch between plots, ranks and the log |
-| ctrl+s | save the selected plan as a preset |
-| s | stop the running job (all ranks end, status `cancelled`) |
+| ctrl+s | save the selected plan as a preset (in ~/.config/paradvisor/presets, or --presets-dir) |
+| s | stop the running job (all ranks end, status `cancelled`; `finished` if every rank had already finished) |
 | t | switch dark / light theme |
 | ctrl+p | command palette |
 | ? | this help |
@@ -192,6 +192,15 @@ def launch_question(preset, runs_dir: str) -> str:
             else "—"
         )
     )
+    from paradvisor.errors import InputError
+    from paradvisor.train.corpus import epoch_facts, epoch_line
+
+    try:  # the user's corpus: tokens and predicted time per epoch
+        corpus = epoch_line(epoch_facts(preset, step))
+    except InputError as exc:
+        corpus = f"corpus: {exc}"
+    if corpus:
+        lines.append(escape(corpus))
     lines.append(f"[dim]{escape(pred.get('note', ''))}[/dim]")
     return "\n".join(lines)
 
