@@ -19,6 +19,7 @@ COMMANDS = (
     "model",
     "gpus",
     "recommend",
+    "estimate",
     "rules",
     "hetero",
     "sharding",

@@ -83,6 +83,10 @@ class ModelFacts:
     persistent: int = 0  # parameters in tensors ZeRO-3 keeps whole (<= stage3_param_persistence_threshold)
     moe: MoEFacts | None = None  # mixture of experts (None: dense)
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
+    # How the engine holds the model: "torch" (paradvisor's launcher: fp32 weights under autocast, embedding
+    # and head replicated over TP) or "megatron" (Megatron-LM: 16-bit weights with fp32 main gradients and
+    # master copy, vocabulary-parallel embedding and head, gradient all-reduce after the backward pass).
+    engine: str = "torch"
 
     @classmethod
     def of(cls, p: ModelProfile, *, moe: bool = True) -> ModelFacts:
@@ -136,6 +140,34 @@ class ModelFacts:
     def shape(self):
         return self.compute_shape or self.profile.transformer
 
+    @property
+    def word_params(self) -> int:
+        """Parameters of the word embedding (the one a tied head shares)."""
+        s = self.shape
+        if s is None:
+            return 0
+        return s.vocab * (s.embedding_size or s.hidden)
+
+    def rank_params(self, tp: int, layers: int, first: bool, last: bool, pp: int) -> int:
+        """Parameters one TP rank of a pipeline rank holds: its blocks, the embedding on the first stage,
+        the final norm and head on the last, and with a tied head and pp > 1 the last stage's copy of the
+        embedding (Megatron and `paradvisor launch` both keep it there and sum the two gradients)."""
+        if self.shape is None:
+            return self.total
+        if self.shape.shared_layers or pp == 1:
+            return self.stage_params(tp, 1)[0]
+        vocab_tp = tp if self.engine == "megatron" else 1  # VocabParallelEmbedding / column-parallel head
+        word = self.word_params
+        n = layers * self.block_params // tp
+        if first:
+            n += self.first_params - word + word // vocab_tp
+        if last:
+            head = word if not self.shape.tied_embeddings else 0  # an untied head is in last_params
+            n += self.last_params - head + head // vocab_tp
+            if self.shape.tied_embeddings and self.lm_head:
+                n += word // vocab_tp
+        return n
+
     def stage_params(self, tp: int, pp: int) -> tuple[int, int]:
         """(params on the first stage, params on the last stage) for one TP rank."""
         if self.shape is None:
@@ -144,7 +176,11 @@ class ModelFacts:
         # replicated on every TP rank, as `paradvisor launch` applies it.
         blocks = self.num_blocks * self.block_params
         if self.shape.shared_layers or pp == 1:  # ALBERT: every stage would hold the shared group
-            local = blocks // tp + (self.total - blocks)
+            edges = self.total - blocks
+            if self.engine == "megatron" and not self.shape.shared_layers:
+                word = self.word_params * (1 if self.shape.tied_embeddings else 2)
+                edges = edges - word + word // tp
+            local = blocks // tp + edges
             return local, local
         per_stage_blocks = self.num_blocks // pp * self.block_params // tp
         return self.first_params + per_stage_blocks, per_stage_blocks + self.last_params
