@@ -4,7 +4,6 @@ or `--plan-json` with a plan as `recommend --json` prints it). The JSON is one p
 
 from __future__ import annotations
 
-
 from paradvisor.errors import InputError
 from paradvisor.units import GiB, fmt_seconds
 
