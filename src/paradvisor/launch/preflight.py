@@ -125,7 +125,7 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
         v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
         if plan.pp_virtual_stages > 1 and v == 1:
             raise InputError(
-                f"pp_virtual_stages {plan.pp_virtual_stages} needs pp_schedule = \"interleaved1f1b\"",
+                f'pp_virtual_stages {plan.pp_virtual_stages} needs pp_schedule = "interleaved1f1b"',
                 where=f"{where}: plan.pp_virtual_stages",
             )
         why = split_problem(s.num_layers, plan.pp, v, plan.pp_split)

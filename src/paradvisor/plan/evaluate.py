@@ -114,7 +114,7 @@ def activation_terms(
 
     s = mf.shape
     traced = mf.profile.traced
-    mode = activation_mode(plan, precision) if mf.engine != "megatron" else "bf16"
+    mode = activation_mode(plan, precision) if not mf.traits.weights16 else "bf16"
     kernel = wl.attention
     if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
         g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
@@ -149,7 +149,14 @@ def activation_terms(
     if mf.moe is not None:  # router and dispatch activations, averaged over the layers
         blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
     edges = edge_activation_bytes(
-        s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab, lm_head=mf.lm_head
+        s,
+        seq=wl.seq_len,
+        micro_batch=micro_batch,
+        tp=plan.tp,
+        act_bytes=ab,
+        lm_head=mf.lm_head,
+        sequence_parallel=plan.sequence_parallel,
+        vocab_parallel=mf.traits.vocab_parallel,
     )
     copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
     return {
@@ -181,7 +188,7 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
         return lambda psi, first, last: moe_states(psi)
 
     def states(psi, first: bool, last: bool):
-        if mf.engine == "megatron" and plan.sharding == "none":
+        if mf.traits.weights16 and plan.sharding == "none":
             return _megatron_states(psi, precision)
         if plan.sharding == "zero3":
             unit = mf.fetch_unit
@@ -285,7 +292,7 @@ def memory_need(
         if mf.shape is not None
         else 0.0
     )
-    if mf.engine == "megatron":  # vocabulary-parallel cross-entropy: each rank its share of the logits
+    if mf.traits.vocab_parallel:  # vocabulary-parallel cross-entropy: each rank its share of the logits
         transient /= plan.tp
     all_stages = pipeline_stages(mf, plan)
     if stage is not None and len(all_stages) > 1:
@@ -537,7 +544,7 @@ def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int,
         checkpointing=plan.checkpointing,
         dev=dev,
         head_vocab=mf.shape.vocab if (head and mf.lm_head) else 0,
-        vocab_tp=plan.tp if mf.engine == "megatron" else 1,
+        vocab_tp=plan.tp if mf.traits.vocab_parallel else 1,
         tp_bw=node0.bandwidth * steptime.NVLINK_EFF,
         tp_lat=node0.latency,
     )
@@ -600,7 +607,7 @@ def _dp_comm(
     if plan.sharding == "none":
         # Megatron-LM (2021-2022 releases) all-reduced the fp32 main gradients after the backward pass;
         # torch DDP overlaps its buckets with the backward pass
-        if mf.engine == "megatron":
+        if not mf.traits.dp_overlap:
             dp_total = comm.all_reduce(psi * 4, plan.dp, bw, lat)
             return dp_total, dp_total
         dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
@@ -610,6 +617,13 @@ def _dp_comm(
             psi * pb, plan.dp, bw, lat
         )
         return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
+    if plan.sharding == "fsdp" and not mf.traits.reshard_each_micro:
+        # parameters stay gathered across the micro-batches: one all-gather and one gradient reduce-scatter
+        # per step (torch.distributed.pipelining syncs FSDP gradients on the last backward only)
+        per_step = comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
+            psi * gb, plan.dp, bw, lat
+        )
+        return per_step, max(0.0, per_step - OVERLAP * t_micro)
     if plan.sharding in ("zero3", "fsdp"):
         per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
             psi * gb, plan.dp, bw, lat

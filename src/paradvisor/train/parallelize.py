@@ -346,9 +346,7 @@ class PipelineEngine:
         self.first, self.last = 0 in chunks, layout.pp * v - 1 in chunks
         pp_group = mesh["pp"].get_group()
         self.pp_group = pp_group
-        stages = [
-            PipelineStage(m, c, layout.pp * v, device, group=pp_group) for m, c in zip(mods, chunks)
-        ]
+        stages = [PipelineStage(m, c, layout.pp * v, device, group=pp_group) for m, c in zip(mods, chunks)]
         loss = lambda out, y: loss_of(out, y)  # noqa: E731
         if v > 1:
             self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=plan.grad_accum, loss_fn=loss)
