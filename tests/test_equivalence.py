@@ -45,6 +45,7 @@ OTHERS = [
     ("llama", "PP x TP+SP x DDP"),  # 3-D mesh, 8 ranks, transformers' TP/PP plans
     ("mistral", "TP+SP"),
     ("mistral", "checkpointing (full)"),  # sliding window
+    ("llama", "checkpointing (selective)"),  # issue 31: the attention core under a checkpoint (Megatron's)
     ("qwen2", "PP (1F1B)"),  # per-layer sliding/full masks cut across stages
     ("mixtral", "EP x DDP"),
     ("qwen2_moe", "EP2 x DDP4"),  # transformers' EP plan, all-to-all on gloo
