@@ -19,12 +19,12 @@ class _Done:
 
 
 @pytest.fixture
-def pa(capsys):
+def pa(capfd):
     """`paradvisor ARGS` in this process (the parser, the error handling and the output of the real CLI)."""
 
     def call(*args: str) -> _Done:
         code = main(list(args))
-        out, err = capsys.readouterr()
+        out, err = capfd.readouterr()
         return _Done(code, out, err)
 
     return call
