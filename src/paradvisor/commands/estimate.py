@@ -38,34 +38,6 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def parse_plan_text(text: str) -> dict:
-    """`k=v,k=v` as a table: integers, true/false, numbers, else strings."""
-    table: dict = {}
-    for item in (x.strip() for x in text.split(",")):
-        if not item:
-            continue
-        key, sep, raw = item.partition("=")
-        key, raw = key.strip(), raw.strip()
-        if not sep or not key:
-            raise InputError(f"{item!r} is not key=value", where="--plan")
-        if key in table:
-            raise InputError(f"{key!r} is given twice", where="--plan")
-        table[key] = _value(raw)
-    return table
-
-
-def _value(raw: str):
-    low = raw.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def _read_json(arg: str):
     import sys
 
@@ -83,6 +55,8 @@ def _given(args) -> tuple[dict, object]:
     from paradvisor.rundir.preset import load_preset, plan_keys
 
     if args.plan is not None:
+        from paradvisor.plan.pinned import parse_plan_text
+
         table = parse_plan_text(args.plan)
         return plan_keys(table, lambda k: f"--plan: {k}"), None
     if args.plan_json is not None:

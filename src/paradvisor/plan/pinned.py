@@ -190,3 +190,49 @@ def plan_of_doc(doc) -> dict:
     if not isinstance(table, dict):
         raise InputError('"plan" must be an object', where="--plan-json")
     return dict(table)
+
+
+def parse_plan_text(text: str) -> dict:
+    """`k=v,k=v` as a table: integers, true/false, numbers, else strings."""
+    table: dict = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key:
+            raise InputError(f"{item!r} is not key=value", where="--plan")
+        if key in table:
+            raise InputError(f"{key!r} is given twice", where="--plan")
+        table[key] = _value(raw)
+    return table
+
+
+def _value(raw: str):
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+PLAN_TEXT_KEYS = (
+    "dp", "tp", "pp", "ep", "sharding", "micro_batch", "grad_accum", "checkpointing", "sequence_parallel",
+    "pp_schedule", "pp_virtual_stages", "pp_split", "offload", "precision",
+)  # fmt: skip
+
+
+def plan_text(plan: Plan) -> str:
+    """A plan as `--plan` text: the parallel degrees and batch always, the other keys where not default."""
+    default = Plan()
+    always = {"dp", "tp", "pp", "micro_batch", "grad_accum"}
+    parts = []
+    for k in PLAN_TEXT_KEYS:
+        v = getattr(plan, k)
+        if k in always or v != getattr(default, k):
+            parts.append(f"{k}={str(v).lower() if isinstance(v, bool) else v}")
+    return ",".join(parts)

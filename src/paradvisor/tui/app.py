@@ -48,6 +48,7 @@ class ParadvisorApp(App):
         Binding("escape", "leave_box", "Leave box", key_display="esc"),
         Binding("r", "rerank", "Re-rank"),
         Binding("i", "infeasible", "Not fitting", show=False),
+        Binding("e", "edit_plan", "Edit plan", show=False),
         Binding("L", "launch_preset", "Launch"),
         Binding("P", "launch_plan", "Launch plan", show=False),
         Binding("ctrl+s", "save_preset", "Save preset", show=False),
@@ -334,6 +335,13 @@ class ParadvisorApp(App):
     def action_infeasible(self) -> None:
         self.plans.show_infeasible()
 
+    def action_edit_plan(self) -> None:
+        """Plans tab: the selected plan in an editor that estimates what is typed (EditPlanScreen)."""
+        from paradvisor.tui.screens import EditPlanScreen
+
+        if self.plans.rec is not None and self.plans.selected is not None:
+            self.push_screen(EditPlanScreen(self.plans.rec, self.plans.selected.plan))
+
     def action_save_preset(self) -> None:
         self.launcher.save_preset()
 
@@ -359,6 +367,8 @@ class ParadvisorApp(App):
             return tab == "monitor"
         if action == "rerank":
             return tab != "monitor"
+        if action == "edit_plan":
+            return tab == "plans"
         if action == "stop_run":
             return self._run_going() or tab == "monitor"
         return True
