@@ -21,6 +21,7 @@ COMMANDS = (
     "model",
     "gpus",
     "recommend",
+    "estimate",
     "rules",
     "hetero",
     "sharding",

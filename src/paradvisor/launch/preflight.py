@@ -165,14 +165,26 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
                 f"{prof.name} has no stack of separate blocks to cut into pipeline stages",
                 where=f"{where}: plan.pp",
             )
-        if s.num_layers % plan.pp:
+        from paradvisor.estimate.stages import split_problem
+
+        v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
+        if plan.pp_virtual_stages > 1 and v == 1:
             raise InputError(
-                f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
-                where=f"{where}: plan.pp",
+                f'pp_virtual_stages {plan.pp_virtual_stages} needs pp_schedule = "interleaved1f1b"',
+                where=f"{where}: plan.pp_virtual_stages",
             )
+        why = split_problem(s.num_layers, plan.pp, v, plan.pp_split)
+        if why:
+            raise InputError(f"{prof.name}: {why}", where=f"{where}: plan.pp")
         from paradvisor.plan.space import schedule_ok
 
         if not schedule_ok(plan):
+            if plan.pp_schedule == "interleaved1f1b":
+                raise InputError(
+                    f"interleaved 1F1B runs micro-batches in rounds of pp: grad_accum {plan.grad_accum} must be "
+                    f"at least pp {plan.pp} and divisible by grad_accum // pp",
+                    where=f"{where}: plan.grad_accum",
+                )
             raise InputError(
                 f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
                 f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",

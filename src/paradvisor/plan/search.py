@@ -7,6 +7,7 @@ import time as _time
 from dataclasses import dataclass, field, replace
 
 from paradvisor.errors import InputError
+from paradvisor.estimate.stages import bubble_fraction
 from paradvisor.hardware.speeds import wan_cluster
 from paradvisor.hardware.types import Cluster
 from paradvisor.model.profile import ModelProfile
@@ -133,7 +134,8 @@ def explain(e: Estimate, cluster: Cluster) -> str:
         )
         parts.append(f"gradient sync is exposed on {link.kind} ({fmt_bandwidth(link.bandwidth)})")
     if "pp_bubble" in t:
-        parts.append(f"pipeline bubble {(p.pp - 1) / (p.grad_accum + p.pp - 1):.0%}")
+        bubble = bubble_fraction(p.pp_schedule, p.pp, p.pp_virtual_stages, p.grad_accum)
+        parts.append(f"pipeline bubble {bubble:.0%}")
     return "; ".join(parts)
 
 

@@ -15,7 +15,16 @@ from pathlib import Path
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_NAME
-from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.plan.types import (
+    CHECKPOINTING,
+    OFFLOADS,
+    PP_SCHEDULES,
+    PP_SPLITS,
+    PRECISIONS,
+    SHARDINGS,
+    Plan,
+    Workload,
+)
 from paradvisor.rundir import safe_name
 from paradvisor.safeio import write_atomic
 from paradvisor.tomlfile import KeyLocator, read_toml
@@ -405,8 +414,12 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
     return launch
 
 
-def _parse_plan(p: dict, pw, precision: str) -> Plan:
-    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
+def plan_keys(p: dict, pw) -> dict:
+    """The given keys of a plan table, each checked against Plan's annotation and its allowed values (unknown
+    keys name what is expected); keys left out stay out (callers fill their own defaults)."""
+    for k in p:
+        if k not in _PLAN:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(_PLAN))}", where=pw(k))
     pkw = from_table(Plan, p, pw)
     for key, allowed in (
         ("sharding", SHARDINGS),
@@ -414,9 +427,16 @@ def _parse_plan(p: dict, pw, precision: str) -> Plan:
         ("precision", PRECISIONS),
         ("offload", OFFLOADS),
         ("pp_schedule", PP_SCHEDULES),
+        ("pp_split", PP_SPLITS),
     ):
         if key in pkw and pkw[key] not in allowed:
             raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    return pkw
+
+
+def _parse_plan(p: dict, pw, precision: str) -> Plan:
+    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
+    pkw = plan_keys(p, pw)
     if "precision" not in pkw:
         pkw["precision"] = precision if precision != "auto" else "fp32"
     return Plan(**pkw)

@@ -54,6 +54,7 @@ class ParadvisorApp(App):
             "r", "rerank", "Re-rank", show=False
         ),  # every change re-ranks by itself: the footer's room goes to the plan's keys
         Binding("i", "infeasible", "Not fitting"),
+        Binding("e", "edit_plan", "Edit plan", show=False),
         # L: the preset chosen on the Launch tab; on the Plans tab (where that preset is not on screen) the
         # plan the user is looking at: the first binding is off there, and the key falls through to the second.
         Binding("L", "launch_preset", "Launch preset"),
@@ -356,6 +357,13 @@ class ParadvisorApp(App):
     def action_infeasible(self) -> None:
         self.plans.show_infeasible()
 
+    def action_edit_plan(self) -> None:
+        """Plans tab: the selected plan in an editor that estimates what is typed (EditPlanScreen)."""
+        from paradvisor.tui.screens import EditPlanScreen
+
+        if self.plans.rec is not None and self.plans.selected is not None:
+            self.push_screen(EditPlanScreen(self.plans.rec, self.plans.selected.plan))
+
     def action_save_preset(self) -> None:
         self.launcher.save_preset()
 
@@ -382,6 +390,8 @@ class ParadvisorApp(App):
             return tab == "monitor"
         if action == "rerank":
             return tab != "monitor"
+        if action == "edit_plan":
+            return tab == "plans"
         if action == "stop_run":
             return self._run_going() or tab == "monitor"
         if action == "launch_preset":
