@@ -28,6 +28,9 @@ directory or a cache goes through these; a planted symbolic or hard link never r
   `write_private(path, data)`  a whole file replaced atomically: `mkstemp` in its folder (O_EXCL, a name
                                nobody can predict), then rename (a link at `path` is replaced, never followed)
 A refused file or folder raises `UnsafePath` (an OSError: writers that tolerate a full disk tolerate it).
+
+Replies of other programs (ssh probes, Slurm commands): `run_capture(argv, limit=, timeout=)` keeps at most
+`limit` bytes of stdout and of stderr and kills the program past them or past its timeout.
 """
 
 from __future__ import annotations
@@ -337,7 +340,7 @@ def _make(p: Path) -> None:
         os.mkdir(p, 0o700)
 
 
-def claim_dir(path: str | os.PathLike, *, what: str = "the run directory") -> Path:
+def claim_dir(path: str | os.PathLike, *, what: str = "this run directory") -> Path:
     """A folder paradvisor may write a run into: created (0700, with its parents) when absent; an existing one
     must be a real folder (not a link) of this user, not world-writable, holding no symbolic or hard links
     (InputError, exit 2, otherwise). It is made 0700 before it is searched, so nobody else can add a link

@@ -28,7 +28,9 @@ def add_parser(sub) -> None:
         "in a run directory. Exit code: 0 finished, 1 failed or cancelled, 2 bad input.",
     )
     p.add_argument(
-        "--preset", metavar="NAME|FILE", help="a preset: a name from presets/ (tiny-cpu-smoke) or a TOML file"
+        "--preset",
+        metavar="NAME|FILE",
+        help="a preset: a name (tiny-cpu-smoke; looked up in ./presets, ~/.config/paradvisor/presets where the TUI saves, then the shipped ones) or a TOML file",
     )
     add_workload_args(p, model_required=False)
     p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")

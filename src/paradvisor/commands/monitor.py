@@ -131,14 +131,16 @@ def run_list(args) -> int:
     if not runs:
         print(f"no runs in {args.runs_dir}", file=sys.stderr)
         return 0
-    from paradvisor.output import console, table
+    from rich.text import Text
 
-    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "ETA")
+    from paradvisor.output import clean, console, table
+
+    con = console()
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
-    for s in runs:
-        t.add_row(
+    cells = [
+        (
             Path(s["run_dir"]).name,
             s["label"] or "",
             s["status"],
@@ -153,7 +155,28 @@ def run_list(args) -> int:
             fmt_seconds(s["elapsed_s"]),
             "" if s.get("eta_s") is None else fmt_seconds(s["eta_s"]),
         )
-    console().print(t)
+        for s in runs
+    ]
+    if con.width < 120:
+        # Narrower than a table of whole names: each run's name on a line of its own, its figures beneath
+        # (a run name, up to 76 characters, is what `monitor` and `--open` take: never cut, never folded).
+        for name, label, status, step, loss, sps, elapsed, eta in cells:
+            con.print(Text(clean(name), style="bold"), soft_wrap=True)
+            figures = [
+                label,
+                status,
+                f"step {step}",
+                f"loss {loss}" if loss else "",
+                f"{sps} samples/s" if sps else "",
+                elapsed,
+                f"ETA {eta}" if eta else "",
+            ]
+            con.print(Text(clean("  " + " · ".join(f for f in figures if f))))
+    else:
+        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "ETA")
+        for row in cells:
+            t.add_row(*row)
+        con.print(t)
     for line in skipped:
         sys.stderr.write(f"runs: skipped what could not be read in {line}\n")
     return 0

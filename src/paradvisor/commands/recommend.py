@@ -28,7 +28,12 @@ def add_workload_args(p, *, model_required: bool = True) -> None:
     )
     p.add_argument("--seq-len", type=int, help="sequence length (default: min(model context, 2048))")
     p.add_argument("--global-batch", type=int, help="samples per optimizer step (default: 8 per GPU)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16", "fp8"])
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "fp16", "bf16", "fp8"],
+        help="training precision (default auto: bf16 where every GPU has it, else fp16 mixed precision)",
+    )
     p.add_argument(
         "--attention",
         default="sdpa",
@@ -47,11 +52,15 @@ def add_parser(sub) -> None:
         description="Search every dp x tp x pp layout with its sharding, micro-batch, checkpointing "
         "and offload settings; keep what fits; rank by predicted step time; explain.",
     )
+    add_recommend_args(p, schema="paradvisor.recommendation/1")
+    p.set_defaults(run=run)
+
+
+def add_recommend_args(p, *, schema: str) -> None:
+    """Every option of `recommend` (`explain` takes the same: it explains the same recommendation)."""
     add_workload_args(p)
     p.add_argument("--top", type=int, default=5, metavar="K", help="how many plans to show (default 5)")
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON document (schema paradvisor.recommendation/1)"
-    )
+    p.add_argument("--json", action="store_true", help=f"print one JSON document (schema {schema})")
     p.add_argument("--show-infeasible", action="store_true", help="list the plans that do not fit, with why")
     p.add_argument("--save", metavar="FILE", help="save a plan as a preset TOML for `paradvisor launch`")
     p.add_argument(
@@ -75,7 +84,6 @@ def add_parser(sub) -> None:
     )
     d.add_argument("--text-field", default="text", help="the field holding the text (default text)")
     d.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's own)")
-    p.set_defaults(run=run)
 
 
 def resolve_cluster(args):
@@ -260,7 +268,10 @@ def _show_header(con, rec) -> None:
 
 def _show_ranking(con, rec, args) -> None:
     """The ranked plans' table and how the rules moved them."""
+    from rich.text import Text
+
     from paradvisor.output import table
+    from paradvisor.plan.report import factors_text
 
     t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
     for i, e in enumerate(rec.plans[: args.top], 1):
@@ -274,7 +285,7 @@ def _show_ranking(con, rec, args) -> None:
             f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
             fmt_seconds(e.step_time),
             f"{e.samples_per_s:.3g}",
-            f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i),
+            Text(str(e.cost_rank), style="yellow") if moved else str(e.cost_rank or i),
         )
     con.print(t)
     moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
@@ -282,8 +293,7 @@ def _show_ranking(con, rec, args) -> None:
         con.print(
             'rules changed the order ("cost #" is the cost model\'s own rank; --no-rules ranks by it): '
             + "; ".join(
-                f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
-                for rid, m in moves
+                f"{rid} moved {m['label']} {m['from']} -> {m['to']} ({factors_text(m)})" for rid, m in moves
             )
         )
 

@@ -7,9 +7,9 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from paradvisor.monitor.eta import eta
 from paradvisor.rundir import PLAN, RunDir
 from paradvisor.rundir.metrics import MetricsReader, MetricsTally
-from paradvisor.monitor.eta import eta
 from paradvisor.rundir.status import TERMINAL, effective_status
 
 
@@ -346,7 +346,12 @@ def _progress(
     last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
-    elapsed = ended - (tally.start_time or status.get("started", now))
+    # From the launch (status.json's `started`), the one start: the clock never jumps back when the first
+    # rank's record arrives, and a finished run's elapsed is status.json's duration_s.
+    started = status.get("started")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        started = tally.start_time or now
+    elapsed = ended - started
     # ETA: the predicted step time corrected by the measured one (the same median as the throughput)
     progress, eta_s = eta(
         last_step,

@@ -15,7 +15,17 @@ from pathlib import Path
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_NAME
-from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.plan.types import (
+    CHECKPOINTING,
+    OFFLOADS,
+    PP_SCHEDULES,
+    PP_SPLITS,
+    PRECISIONS,
+    SHARDINGS,
+    Plan,
+    Workload,
+)
+from paradvisor.rundir import safe_name
 from paradvisor.safeio import write_atomic
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import check_mapping, check_value, from_table
@@ -475,8 +485,12 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
     return launch
 
 
-def _parse_plan(p: dict, pw, precision: str) -> Plan:
-    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
+def plan_keys(p: dict, pw) -> dict:
+    """The given keys of a plan table, each checked against Plan's annotation and its allowed values (unknown
+    keys name what is expected); keys left out stay out (callers fill their own defaults)."""
+    for k in p:
+        if k not in _PLAN:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(_PLAN))}", where=pw(k))
     pkw = from_table(Plan, p, pw)
     for key, allowed in (
         ("sharding", SHARDINGS),
@@ -484,9 +498,16 @@ def _parse_plan(p: dict, pw, precision: str) -> Plan:
         ("precision", PRECISIONS),
         ("offload", OFFLOADS),
         ("pp_schedule", PP_SCHEDULES),
+        ("pp_split", PP_SPLITS),
     ):
         if key in pkw and pkw[key] not in allowed:
             raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    return pkw
+
+
+def _parse_plan(p: dict, pw, precision: str) -> Plan:
+    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
+    pkw = plan_keys(p, pw)
     if "precision" not in pkw:
         pkw["precision"] = precision if precision != "auto" else "fp32"
     return Plan(**pkw)
@@ -495,10 +516,20 @@ def _parse_plan(p: dict, pw, precision: str) -> Plan:
 REPO_PRESETS = Path(__file__).resolve().parents[3] / "presets"  # the checkout's shipped presets
 
 
+def user_presets_dir() -> Path:
+    """The user's preset folder, where the interactive session saves presets:
+    $XDG_CONFIG_HOME/paradvisor/presets (~/.config/paradvisor/presets)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
+    return base / "paradvisor" / "presets"
+
+
 def preset_dirs() -> list[Path]:
-    """Where preset names are looked up: ./presets, then the checkout's presets/."""
+    """Where preset names are looked up: ./presets, the user's preset folder, then the shipped presets."""
+    from paradvisor.shipped import presets_dir
+
     out = []
-    for d in (Path("presets"), REPO_PRESETS):
+    for d in (Path("presets"), user_presets_dir(), REPO_PRESETS, presets_dir()):
         if d.is_dir() and all(d.resolve() != o.resolve() for o in out):
             out.append(d)
     return out
@@ -509,8 +540,9 @@ def preset_names() -> list[str]:
 
 
 def resolve_preset(ref: str) -> Path:
-    """A preset given as a file path, or by name from presets/ (`tiny-cpu-smoke` or `tiny-cpu-smoke.toml`).
-    InputError listing the names there when it is neither."""
+    """A preset given as a file path, or by name (`tiny-cpu-smoke` or `tiny-cpu-smoke.toml`) from ./presets,
+    the user's preset folder (where the interactive session saves) or the shipped presets. InputError listing
+    the names there when it is neither."""
     path = Path(ref)
     if path.exists():
         return path
@@ -522,8 +554,8 @@ def resolve_preset(ref: str) -> Path:
                 return cand
     names = preset_names()
     raise InputError(
-        f"no preset {ref!r}: not a file, and no presets/{Path(ref).stem}.toml"
-        + (f"; presets: {', '.join(names)}" if names else ""),
+        f"no preset {ref!r}: not a file, and no {Path(ref).stem}.toml in ./presets, {user_presets_dir()} "
+        "or the shipped presets" + (f"; presets: {', '.join(names)}" if names else ""),
         where="--preset",
     )
 
@@ -574,12 +606,6 @@ def prediction_of(e) -> dict:
     }
 
 
-def safe_name(text: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")[:100] or "plan"
-
-
 def preset_from_estimate(
     rec, e, cluster_ref: dict | None = None, *, name: str | None = None, description: str = ""
 ) -> Preset:
@@ -592,7 +618,7 @@ def preset_from_estimate(
 
     family = family_of(rec.profile)
     ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})
-    name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}")
+    name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}", "plan")
     return Preset(
         name=name,
         description=description or f"{rec.profile.name}: {e.plan.label()}",
