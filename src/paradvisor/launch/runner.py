@@ -134,6 +134,8 @@ class Launch:
         self.status_path = run_dir / status_name
         self.cancel_requested = False
         self.cancel_reason = "stopped by the user"
+        self.stopping: str | None = None  # a graceful stop asked for (its reason): the ranks checkpoint, then end
+        self.lineage: dict = {}  # parent run, checkpoint resumed from (launch/resume.py)
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
         self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
@@ -147,10 +149,26 @@ class Launch:
         except psutil.Error:
             pass
 
-    def cancel(self, reason: str = "stopped by the user") -> None:
+    def cancel(self, reason: str = "stopped by the user", *, graceful: bool = False) -> None:
+        """Stop the run: at once, or (`graceful`) with a checkpoint at the next step boundary — every rank
+        gets SIGTERM (train/checkpoint.py saves, then the rank ends); a second cancel stops at once."""
+        if graceful and self.stopping is None and not self.cancel_requested:
+            self.stopping = reason
+            for r in range(self.preset.launch.procs(self.preset.launch.node_rank)):
+                proc = rank_process(self.run_dir, r + self._first_rank())
+                if proc is not None:
+                    try:
+                        proc.terminate()
+                    except Exception:  # gone already
+                        pass
+            return
         if not self.cancel_requested:
             self.cancel_reason = reason
         self.cancel_requested = True
+
+    def _first_rank(self) -> int:
+        lau = self.preset.launch
+        return sum(lau.procs(n) for n in range(lau.node_rank))
 
     def status(self, **kw) -> dict:
         doc = {
@@ -167,6 +185,7 @@ class Launch:
             **self.identity,
             "hang_timeout_s": self.hang_timeout_s or None,
             "hang_detection": self.hang_detection,
+            **self.lineage,
         }
         doc.update(kw)
         return doc
@@ -220,6 +239,10 @@ class Launch:
         common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
         if self.cancel_requested:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
+        elif self.stopping is not None:
+            from paradvisor.launch.resume import stopped_reason
+
+            doc = self.status(status="cancelled", reason=stopped_reason(self), stopped_gracefully=True, **common)
         elif hung is not None:
             report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)
             doc = self.status(status="failed", **report, **common)
@@ -388,8 +411,11 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
     old = {}
     if on_signal:
 
-        def handler(signum, frame):
-            launch.cancel(f"the launcher received {signal.Signals(signum).name}")
+        def handler(signum, frame):  # the first stops with a checkpoint, a second at once
+            launch.cancel(
+                f"the launcher received {signal.Signals(signum).name}",
+                graceful=getattr(launch, "stopping", "") is None,
+            )
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)

@@ -76,6 +76,12 @@ _TRAIN = {
     "num_labels",
     "image_size",
     "hang_timeout_s",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "keep_checkpoints",
+    "checkpoint_async",
+    "resume_from",
+    "reset_optimizer",
 }
 _LAUNCH = {
     "nproc_per_node",
@@ -93,6 +99,8 @@ _LAUNCH = {
     "queue_timeout_s",
     "remote_dir",
     "remote_python",
+    "max_restarts",
+    "checkpoint_dir",
 }
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
@@ -129,6 +137,15 @@ class TrainSettings:
     hang_timeout_s: float | None = (
         None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
     )
+    # Checkpoints (docs/resume.md): every N steps and/or every M minutes (None: the launcher picks an interval
+    # from the prediction; 0: none but the one on a graceful stop), the newest k kept, DCP's async save.
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float = 0.0
+    keep_checkpoints: int = 3
+    checkpoint_async: bool = True
+    # Set by `launch --resume`: the checkpoint folder this run starts from; weights only with reset_optimizer.
+    resume_from: str | None = None
+    reset_optimizer: bool = False
 
 
 DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
@@ -161,6 +178,8 @@ class LaunchSettings:
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
     remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    max_restarts: int = 0  # a failed run restarts from its newest checkpoint this many times (re-planned)
+    checkpoint_dir: str = ""  # a folder every node shares for checkpoints ("" : RUN_DIR/checkpoints)
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""

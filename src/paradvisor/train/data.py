@@ -198,9 +198,27 @@ class RankStream:
         self.offset = sum(batches[:data_rank])
         self.per_step = sum(batches)
         self._epoch, self._order = -1, []
+        self.samples_consumed = 0  # global samples consumed by every rank together (any world size)
+        self._resume_at: int | None = None  # set by load_state_dict: where the next micro-step starts
+        self._origin: int | None = None
+
+    def state_dict(self) -> dict:
+        """The data position: global samples consumed, independent of the world size and the plan."""
+        return {"samples_consumed": self.samples_consumed}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Continue after `samples_consumed` global samples: the next micro-step asked for reads from there."""
+        self._resume_at, self._origin = int(d["samples_consumed"]), None
+        self.samples_consumed = self._resume_at
 
     def indices(self, micro_step: int) -> list[int]:
-        start = micro_step * self.per_step + self.offset
+        base = micro_step * self.per_step
+        if self._resume_at is not None:
+            if self._origin is None:
+                self._origin = micro_step
+            base = self._resume_at + (micro_step - self._origin) * self.per_step
+        self.samples_consumed = base + self.per_step
+        start = base + self.offset
         out = []
         for k in range(self.batches[self.rank]):
             g = start + k

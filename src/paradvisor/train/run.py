@@ -82,6 +82,12 @@ def run(run_dir: Path, rank: int) -> None:
             }
         )
         plan = preset.plan
+
+        def checkpointer(engine, kind):
+            from paradvisor.train.checkpoint import Checkpointer
+
+            return Checkpointer(preset, run_dir, engine, kind, model, rank, world, writer)
+
         if plan.diloco:
 
             def inner(group):
@@ -96,10 +102,11 @@ def run(run_dir: Path, rank: int) -> None:
                     inner_group=group,
                 )
 
-            train_diloco(preset, inner, task, device, rank, world, writer)
+            train_diloco(preset, inner, task, device, rank, world, writer, make_ckpt=checkpointer)
         else:
             engine, kind = build_engine(model, family, plan, preset.train, device, rank, world)
-            train_sync(preset, engine, kind, task, device, rank, world, writer)
+            ckpt = checkpointer(engine, kind)
+            train_sync(preset, engine, kind, task, device, rank, world, writer, ckpt=ckpt)
         writer.write({"kind": "end", "world_size": world})
         writer.close()
     finally:
