@@ -347,6 +347,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
             break
         restarts += 1
         preset, lineage, why = nxt
+        os.environ.pop("PARADVISOR_FAULT", None)  # a fault drill fails the first attempt only
         sys.stderr.write(f"restart {restarts} of {preset.launch.max_restarts}: {why}\n")
     print(launch.run_dir)
     return runner.main_exit_code(doc)

@@ -113,10 +113,33 @@ def run(args) -> int:
     return 0 if s.status == "finished" else 1
 
 
+def _with_lineage(runs: list[dict]) -> list[dict]:
+    """Each run with its parent (status.json's `parent`), its lineage (first ancestor -> itself) and how it
+    continued its parent; ordered so that a lineage's runs follow each other."""
+    from paradvisor.launch.resume import lineage_of
+    from paradvisor.rundir import RunDir
+    from paradvisor.rundir.status import read_status
+
+    docs = {}
+    for r in runs:
+        key = str(Path(r["run_dir"]).resolve())
+        docs[key] = read_status(RunDir(r["run_dir"]).status)
+    for r in runs:
+        d = docs[str(Path(r["run_dir"]).resolve())]
+        r["parent"] = d.get("parent") if isinstance(d.get("parent"), str) else None
+        r["lineage"] = [str(p) for p in lineage_of(Path(r["run_dir"]), docs)]
+        r["resumed"] = (
+            f"{Path(r['parent']).name} @ step {d.get('resume_step')} ({d.get('lineage_reason', 'resume')})"
+            if r["parent"]
+            else None
+        )
+    return sorted(runs, key=lambda r: r["lineage"])
+
+
 def run_list(args) -> int:
     from paradvisor.monitor.follow import list_runs
 
-    runs = list_runs(args.runs_dir)
+    runs = _with_lineage(list_runs(args.runs_dir))
     if args.json:
         from paradvisor.output import emit_json
 
@@ -127,19 +150,20 @@ def run_list(args) -> int:
         return 0
     from paradvisor.output import console, table
 
-    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "resumed from")
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
     for s in runs:
         t.add_row(
-            Path(s["run_dir"]).name,
+            ("  " * (len(s["lineage"]) - 1) + "└ " if len(s["lineage"]) > 1 else "") + Path(s["run_dir"]).name,
             s["label"] or "",
             s["status"],
             f"{s['step']}/{s['total_steps'] or '?'}",
             "" if s["loss"] is None else f"{s['loss']:.4f}",
             "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
             fmt_seconds(s["elapsed_s"]),
+            s["resumed"] or "",
         )
     console().print(t)
     for line in skipped:

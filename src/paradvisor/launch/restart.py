@@ -94,14 +94,13 @@ def replan_without(preset, gone: list[str]):
     hosts = tuple(lau.hosts[i] for i in keep)
     world = sum(procs)
     plan, how = planned(preset, world)
-    port = lau.master_port or 29500
     launch = replace(
         lau,
         hosts=hosts,
         nnodes=len(hosts),
         node_procs=tuple(procs) if len(set(procs)) > 1 else (),
         nproc_per_node=max(procs),
-        rdzv_endpoint=f"{hosts[0]}:{port}",
+        rdzv_endpoint=None,  # node 0's address again (the ssh engine resolves it)
         engine="ssh",
     )
     why = (

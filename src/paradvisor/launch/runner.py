@@ -53,6 +53,7 @@ def endpoint_for(preset: Preset) -> tuple[str, Preset]:
     return f"127.0.0.1:{port}", replace(preset, launch=replace(lau, master_port=port))
 
 
+RUN_NAME_ENV = "PARADVISOR_RUN_NAME"  # the run's name on every node (its checkpoints' folder in checkpoint_dir)
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
 HANG_FACTOR = (
     10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
@@ -293,11 +294,14 @@ def start(
     reach: bool = True,
     is_host: bool | None = None,
     suffixed: bool = False,
+    run_name: str | None = None,
 ):
     """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py,
     whose SshLaunch has the same wait/cancel/done/run_dir). `run_id` names the rendezvous (default: the run
     directory's name); `is_host` tells torchrun whether this node serves the rendezvous store; `suffixed` names
-    even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes)."""
+    even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes); `run_name` is the
+    whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
+    launch.checkpoint_dir keeps the run's checkpoints under it."""
     from paradvisor.rundir.preset import engine_of
 
     if engine_of(preset.launch) == "ssh":
@@ -336,7 +340,7 @@ def start(
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env=_torchrun_env(preset, RunDir(run_dir), env),
+        env={**_torchrun_env(preset, RunDir(run_dir), env), RUN_NAME_ENV: run_name or run_dir.name},
         start_new_session=True,
         umask=0o077,
     )

@@ -13,8 +13,8 @@ meta.json the step, the data position (global samples consumed) and the plan it 
 A checkpoint is written into `.step-N.partial` and renamed `step-N` once every rank's data is on disk
 (rundir/checkpoints.py); DCP's async save runs the write on a thread (its own gloo group) while training
 goes on, and the rename happens when it completes. SIGTERM (the launcher's graceful stop, Slurm's
-pre-emption) or SIGUSR2 asks every rank to save at the next step boundary and stop; a second SIGTERM stops
-at once.
+pre-emption) or SIGUSR2 asks every rank to save at the next step boundary and stop (all ranks agree at the
+boundary: one small all-reduce per step).
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ RNG_DIR = "rng"
 
 
 class StopRequest:
-    """SIGTERM / SIGUSR2 -> stop at the next step boundary with a checkpoint; a second SIGTERM exits now."""
+    """SIGTERM / SIGUSR2 -> stop at the next step boundary with a checkpoint. Under Slurm every process of
+    the step gets the signal (and torchrun forwards its own), so a repeated signal changes nothing: stopping
+    at once is the launcher's (SIGKILL after its grace period)."""
 
     def __init__(self):
         self.requested = False
@@ -58,9 +60,8 @@ class StopRequest:
                 pass
 
     def _handler(self, signum, frame) -> None:
-        if self.requested and signum == signal.SIGTERM:
-            print("paradvisor: second stop signal: stopping now", file=sys.stderr, flush=True)
-            os._exit(143)
+        if self.requested:
+            return
         self.requested, self.signal = True, signal.Signals(signum).name
         print(
             f"paradvisor: {self.signal}: saving a checkpoint at the next step boundary, then stopping",
@@ -90,7 +91,10 @@ class Checkpointer:
         self.preset, self.t = preset, preset.train
         self.engine, self.kind, self.model = engine, kind, model
         self.rank, self.world, self.writer = rank, world, writer
-        self.root = checkpoint_root(run_dir, preset.launch.checkpoint_dir)
+        # a shared checkpoint_dir keeps the run's checkpoints under the run's name (the same on every node)
+        cdir = preset.launch.checkpoint_dir
+        name = (os.environ.get("PARADVISOR_RUN_NAME") or Path(run_dir).name) if cdir else Path(run_dir).name
+        self.root = checkpoint_root(Path(run_dir).parent / name, cdir)
         self.stop = StopRequest()
         # two gloo groups of every rank: one for DCP's writes (an async save runs its collectives on a
         # thread of its own), one for the stop flags and barriers of the training thread
