@@ -53,7 +53,12 @@ def test_a_failed_rank_restarts_from_its_checkpoint_with_the_same_losses(engine,
     ref = refs(engine)
     family, plan = ENGINES[engine]
     preset = preset_file(
-        tmp_path, f"fail-{engine}", family, plan, train={"checkpoint_async": False}, launch_kw={"max_restarts": 1}
+        tmp_path,
+        f"fail-{engine}",
+        family,
+        plan,
+        train={"checkpoint_async": False},
+        launch_kw={"max_restarts": 1},
     )
     runs = tmp_path / "runs"
     proc, child = run(preset, runs, env=fault_env())
@@ -76,7 +81,14 @@ def test_a_checkpoint_resumes_under_another_plan(name, refs, tmp_path):
     family = ENGINES[src][0]
     preset = preset_file(tmp_path, f"cross-{name.replace('>', '')}", family, plan)
     proc = run_cli(
-        "launch", "--resume", str(ref), "--preset", str(preset), "--runs-dir", str(tmp_path / "runs"), "--quiet",
+        "launch",
+        "--resume",
+        str(ref),
+        "--preset",
+        str(preset),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--quiet",
         timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -123,13 +135,15 @@ def test_what_cannot_be_resumed_is_one_line_and_nothing_is_written(refs, tmp_pat
     }
     for what, p in cases.items():
         proc = run_cli("launch", "--resume", str(ref), "--preset", str(p), "--runs-dir", str(runs))
-        assert_one_line_error(proc, "cannot resume", {"model": "model", "dataset": "dataset"}.get(what, "--reset-optimizer"))
+        assert_one_line_error(
+            proc, "cannot resume", {"model": "model", "dataset": "dataset"}.get(what, "--reset-optimizer")
+        )
     # a corrupted shard
     import shutil
 
     bad = tmp_path / "copy"
     shutil.copytree(ref, bad)
-    shard = sorted((bad / "checkpoints" / f"step-{STEPS}" / "dcp").glob("*.distcp"))[0]
+    shard = min((bad / "checkpoints" / f"step-{STEPS}" / "dcp").glob("*.distcp"))
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))

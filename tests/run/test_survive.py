@@ -31,7 +31,7 @@ def wait_for(cond, timeout: float, what: str, proc=None):
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
+            _out, err = proc.communicate()
             pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
         time.sleep(0.2)
     pytest.fail(f"no {what} within {timeout} s")
@@ -62,7 +62,9 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
     port = server.port
     try:
         if os.environ.get("PYTHONPATH"):
-            server.config.write_text(server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n")
+            server.config.write_text(
+                server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n"
+            )
         aliases = {"node-a": ("127.0.0.1", port), "node-b": ("127.0.0.2", port)}
 
         def write_config(b_port: int) -> None:
@@ -76,22 +78,37 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
         shared = tmp_path / "shared-checkpoints"
         text = SMOKE.read_text().replace(
             "[launch]\nnproc_per_node = 2",
-            f"[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = [\"node-a\", \"node-b\"]\nmaster_port = {free_port()}\n"
+            f'[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = ["node-a", "node-b"]\nmaster_port = {free_port()}\n'
             f"remote_python = {json.dumps(sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
             f"max_restarts = 1\ncheckpoint_dir = {json.dumps(str(shared))}",
         )
         text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 5\ncheckpoint_async = false")
         preset = tmp_path / "two-nodes.toml"
         preset.write_text(text)
-        argv = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir",
-                str(tmp_path / "runs"), "--ssh-config", str(server.config), "--ssh-timeout", "5", "--quiet"]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+        argv = [
+            sys.executable,
+            "-m",
+            "paradvisor",
+            "launch",
+            "--preset",
+            str(preset),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--ssh-config",
+            str(server.config),
+            "--ssh-timeout",
+            "5",
+            "--quiet",
+        ]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)
+        )
         try:
             wait_for(lambda: complete(shared), 240, "a complete checkpoint", proc)
             write_config(server.dead_port)  # node-b no longer answers ssh ...
             assert kill_matching(str(tmp_path / "nodes") + "/") > 0  # ... and its processes are gone
             kill_matching("node-b")
-            out, err = proc.communicate(timeout=400)
+            _out, err = proc.communicate(timeout=400)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -108,10 +125,16 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
         start = st["resume_step"]
         assert min(after) == start + 1 and max(after) == 300
         # the losses continue from the checkpoint (a fresh start would be back at ~4.2)
-        assert abs(after[start + 1] - before[start + 1]) / before[start + 1] < 1e-3, (after[start + 1], before)
+        assert abs(after[start + 1] - before[start + 1]) / before[start + 1] < 1e-3, (
+            after[start + 1],
+            before,
+        )
         lineage = subprocess.run(
             [sys.executable, "-m", "paradvisor", "runs", "--runs-dir", str(tmp_path / "runs"), "--json"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         doc = {Path(r["run_dir"]).name: r for r in json.loads(lineage.stdout)["runs"]}
         assert doc[child.name]["lineage"][0] == str(failed[0].resolve())
@@ -125,23 +148,44 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
 
     cluster = Slurm(tmp_path_factory.mktemp("slurm"))
     try:
-        text = SMOKE.read_text().replace("steps = 10", "steps = 400\ncheckpoint_every = 20\ncheckpoint_async = false")
-        text = text.replace("[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}")
+        text = SMOKE.read_text().replace(
+            "steps = 10", "steps = 400\ncheckpoint_every = 20\ncheckpoint_async = false"
+        )
+        text = text.replace(
+            "[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}"
+        )
         preset = tmp_path / "requeue.toml"
         preset.write_text(text)
         runs = tmp_path / "runs"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset), "--runs-dir", str(runs),
-             "--submit", "slurm", "--quiet"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), env=cluster.env,
+            [
+                sys.executable,
+                "-m",
+                "paradvisor",
+                "launch",
+                "--preset",
+                str(preset),
+                "--runs-dir",
+                str(runs),
+                "--submit",
+                "slurm",
+                "--quiet",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+            env=cluster.env,
         )
         try:
-            run = wait_for(lambda: runs.exists() and next(iter(runs.iterdir()), None), 60, "run directory", proc)
+            run = wait_for(
+                lambda: runs.exists() and next(iter(runs.iterdir()), None), 60, "run directory", proc
+            )
             wait_for(lambda: complete(run), 240, "a checkpoint", proc)
             job = json.loads((run / "slurm.json").read_text())["job_id"]
             requeue = cluster.run("scontrol", "requeue", str(job))
             assert requeue.returncode == 0, requeue.stderr
-            out, err = proc.communicate(timeout=400)
+            _out, err = proc.communicate(timeout=400)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)

@@ -40,7 +40,14 @@ CROSS = {
 
 
 def preset_file(
-    tmp: Path, name: str, family: str, plan: Plan, *, steps: int = STEPS, train: dict | None = None, launch_kw=None
+    tmp: Path,
+    name: str,
+    family: str,
+    plan: Plan,
+    *,
+    steps: int = STEPS,
+    train: dict | None = None,
+    launch_kw=None,
 ) -> Path:
     p = preset_for(family, plan, name=name, steps=steps)
     t = {"checkpoint_every": EVERY, "checkpoint_async": True, "hang_timeout_s": 120.0, **(train or {})}

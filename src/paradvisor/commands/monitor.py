@@ -156,7 +156,8 @@ def run_list(args) -> int:
     ]
     for s in runs:
         t.add_row(
-            ("  " * (len(s["lineage"]) - 1) + "└ " if len(s["lineage"]) > 1 else "") + Path(s["run_dir"]).name,
+            ("  " * (len(s["lineage"]) - 1) + "└ " if len(s["lineage"]) > 1 else "")
+            + Path(s["run_dir"]).name,
             s["label"] or "",
             s["status"],
             f"{s['step']}/{s['total_steps'] or '?'}",

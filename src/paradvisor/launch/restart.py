@@ -29,7 +29,10 @@ def unreachable_hosts(preset, ssh_config: str | None) -> list[str]:
     for host in preset.launch.hosts:
         argv = ssh_base(host, timeout=PROBE_TIMEOUT_S, ssh_config=ssh_config) + ["true"]
         try:
-            ok = subprocess.run(argv, capture_output=True, timeout=3 * PROBE_TIMEOUT_S).returncode == 0
+            ok = (
+                subprocess.run(argv, capture_output=True, timeout=3 * PROBE_TIMEOUT_S, check=False).returncode
+                == 0
+            )
         except (OSError, subprocess.TimeoutExpired):
             ok = False
         if not ok:
@@ -72,9 +75,9 @@ def planned(preset, world: int):
     family = family_of(rec.profile)
     for e in rec.plans:
         p = e.plan
-        if p.world_size == world and not p.diloco and why_not(p, family) is None:
-            if p.micro_batch * p.grad_accum * p.dp == wl.global_batch:
-                return replace(p, precision=preset.plan.precision), "the planner's best plan"
+        fits = p.world_size == world and not p.diloco and why_not(p, family) is None
+        if fits and p.micro_batch * p.grad_accum * p.dp == wl.global_batch:
+            return replace(p, precision=preset.plan.precision), "the planner's best plan"
     return _shrunk(preset.plan, world, wl.global_batch), "no ranked plan fits this world size"
 
 

@@ -32,7 +32,11 @@ from paradvisor.rundir.checkpoints import (
 # the resuming preset's value).
 SAME = (
     ("model", "model", lambda p: p.workload.model),
-    ("model_overrides", "model configuration (train.model_overrides)", lambda p: dict(p.train.model_overrides)),
+    (
+        "model_overrides",
+        "model configuration (train.model_overrides)",
+        lambda p: dict(p.train.model_overrides),
+    ),
     ("dataset", "dataset (the vocabulary is trained on it)", lambda p: p.train.dataset),
     ("data_path", "data path (the vocabulary is trained on it)", lambda p: p.train.data_path),
     ("optimizer", "optimizer", lambda p: p.workload.optimizer),
@@ -76,7 +80,9 @@ def resume_hint(run_dir: Path) -> str | None:
 
 def stopped_reason(launch) -> str:
     hint = resume_hint(launch.run_dir)
-    return f"stopped gracefully ({launch.stopping})" + (f"; {hint}" if hint else "; no checkpoint was written")
+    return f"stopped gracefully ({launch.stopping})" + (
+        f"; {hint}" if hint else "; no checkpoint was written"
+    )
 
 
 def _fail(run_dir: Path, why: str):
@@ -94,7 +100,9 @@ def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, 
     parent = load_preset(RunDir(run_dir).plan)
     found = newest(run_dir)
     if found is None:
-        partial = [p.name for p in root_of(run_dir).glob(".step-*.partial")] if root_of(run_dir).is_dir() else []
+        partial = (
+            [p.name for p in root_of(run_dir).glob(".step-*.partial")] if root_of(run_dir).is_dir() else []
+        )
         raise _fail(
             run_dir,
             "it has no complete checkpoint"
@@ -124,7 +132,9 @@ def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, 
     if new.plan.diloco != bool(meta.get("plan", {}).get("diloco")) and not reset_optimizer:
         raise _fail(run_dir, "DiLoCo and synchronous plans keep other optimizer state: add --reset-optimizer")
     if new.train.steps <= step:
-        raise _fail(run_dir, f"its checkpoint is at step {step} and train.steps is {new.train.steps}: raise --steps")
+        raise _fail(
+            run_dir, f"its checkpoint is at step {step} and train.steps is {new.train.steps}: raise --steps"
+        )
     train = replace(new.train, resume_from=str(path.resolve()), reset_optimizer=reset_optimizer)
     preset = replace(new, train=train)
     lineage = {
@@ -196,7 +206,9 @@ def default_interval(preset, folder: Path) -> dict:
     write_s = size / speed
     step_s = float(preset.prediction.get("step_time_s") or 0.0)
     # an async save blocks the step only while it stages the state in host memory (~10x the disk's speed)
-    blocking_s = write_s / 10 if preset.train.checkpoint_async and preset.plan.engine != "deepspeed" else write_s
+    blocking_s = (
+        write_s / 10 if preset.train.checkpoint_async and preset.plan.engine != "deepspeed" else write_s
+    )
     if step_s > 0:
         every = max(1, math.ceil(blocking_s / (CHECKPOINT_OVERHEAD * step_s)))
     else:

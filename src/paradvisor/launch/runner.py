@@ -53,7 +53,9 @@ def endpoint_for(preset: Preset) -> tuple[str, Preset]:
     return f"127.0.0.1:{port}", replace(preset, launch=replace(lau, master_port=port))
 
 
-RUN_NAME_ENV = "PARADVISOR_RUN_NAME"  # the run's name on every node (its checkpoints' folder in checkpoint_dir)
+RUN_NAME_ENV = (
+    "PARADVISOR_RUN_NAME"  # the run's name on every node (its checkpoints' folder in checkpoint_dir)
+)
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
 HANG_FACTOR = (
     10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
@@ -135,7 +137,9 @@ class Launch:
         self.status_path = run_dir / status_name
         self.cancel_requested = False
         self.cancel_reason = "stopped by the user"
-        self.stopping: str | None = None  # a graceful stop asked for (its reason): the ranks checkpoint, then end
+        self.stopping: str | None = (
+            None  # a graceful stop asked for (its reason): the ranks checkpoint, then end
+        )
         self.lineage: dict = {}  # parent run, checkpoint resumed from (launch/resume.py)
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
@@ -243,7 +247,9 @@ class Launch:
         elif self.stopping is not None:
             from paradvisor.launch.resume import stopped_reason
 
-            doc = self.status(status="cancelled", reason=stopped_reason(self), stopped_gracefully=True, **common)
+            doc = self.status(
+                status="cancelled", reason=stopped_reason(self), stopped_gracefully=True, **common
+            )
         elif hung is not None:
             report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)
             doc = self.status(status="failed", **report, **common)

@@ -167,7 +167,7 @@ class Checkpointer:
     def _meta(self, step: int, samples: int) -> dict:
         from paradvisor.train.modelspec import resolved_config
 
-        family, cfg = resolved_config(self.preset)
+        family, _cfg = resolved_config(self.preset)
         return {
             "format": "deepspeed" if self.kind == "deepspeed" else "dcp",
             "engine": self.kind,

@@ -63,7 +63,9 @@ class Fault:
             return
         import signal
 
-        print(f"paradvisor fault drill: kill-launcher in step {step}'s checkpoint", file=sys.stderr, flush=True)
+        print(
+            f"paradvisor fault drill: kill-launcher in step {step}'s checkpoint", file=sys.stderr, flush=True
+        )
         os.kill(int(os.environ[LAUNCHER_PID_ENV]), signal.SIGKILL)
         while True:  # the launcher watch ends this rank
             time.sleep(3600)

@@ -264,7 +264,9 @@ class ParadvisorApp(App):
             graceful = getattr(self.launch, "stopping", "") is None
             if graceful:
                 self.launch.cancel(graceful=True)
-                self.notify("stopping the run: a checkpoint at the next step, then every rank ends (s again: now)")
+                self.notify(
+                    "stopping the run: a checkpoint at the next step, then every rank ends (s again: now)"
+                )
             else:
                 self.launch.cancel()
                 self.notify("stopping the run: every rank ends")
