@@ -121,7 +121,14 @@ def next_attempt(run_dir: Path, preset, doc: dict, *, ssh_config: str | None = N
     if found is None:
         sys.stderr.write("no restart: the run has no complete checkpoint\n")
         return None
-    base, reason, why = replace(preset, train=replace(preset.train, resume_from=None)), "restart", ""
+    lau = preset.launch
+    # the failed run's rendezvous port may linger (TIME_WAIT, a store still closing): the next one up
+    port = {"master_port": lau.master_port + 1} if lau.master_port and lau.master_port < 65535 else {}
+    if lau.rdzv_endpoint and port:
+        host = lau.rdzv_endpoint.rsplit(":", 1)[0]
+        port["rdzv_endpoint"] = f"{host}:{port['master_port']}"
+    base = replace(preset, train=replace(preset.train, resume_from=None), launch=replace(lau, **port))
+    reason, why = "restart", ""
     if engine_of(preset.launch) == "ssh":
         gone = unreachable_hosts(preset, ssh_config)
         if gone:
