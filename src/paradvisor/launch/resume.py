@@ -79,10 +79,11 @@ def resume_hint(run_dir: Path) -> str | None:
 
 
 def stopped_reason(launch) -> str:
+    """'<why>; stopped at a step boundary with a checkpoint; resume from step N: <command>'."""
     hint = resume_hint(launch.run_dir)
-    return f"stopped gracefully ({launch.stopping})" + (
-        f"; {hint}" if hint else "; no checkpoint was written"
-    )
+    if hint:
+        return f"{launch.stopping}; stopped at a step boundary with a checkpoint; {hint}"
+    return f"{launch.stopping}; stopped before any checkpoint was written"
 
 
 def _fail(run_dir: Path, why: str):
