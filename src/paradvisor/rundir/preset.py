@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,7 +178,9 @@ class LaunchSettings:
     remote_dir: str = (
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
-    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
+    # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
+    remote_python: str = field(default_factory=lambda: sys.executable or "python3")
     max_restarts: int = 0  # a failed run restarts from its newest checkpoint this many times (re-planned)
     checkpoint_dir: str = ""  # a folder every node shares for checkpoints ("" : RUN_DIR/checkpoints)
 
