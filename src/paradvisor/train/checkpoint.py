@@ -74,12 +74,21 @@ def _rename(d: dict, names: dict[str, str]) -> dict:
     return {names.get(k, k): v for k, v in d.items()}
 
 
+# The optimizer state flattened per parameter ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), as torchtitan
+# saves it: every key names its parameter, so pipeline stages (which hold different parameters and would
+# otherwise write one "param_groups" list each under the same key) and other plans all meet by name.
+FLAT = {"flatten_optimizer_state_dict": True}
+
+
 def _optim_rename(osd: dict, names: dict[str, str]) -> dict:
-    out = dict(osd)
-    out["state"] = _rename(osd.get("state", {}), names)
-    out["param_groups"] = [
-        {**g, "params": [names.get(p, p) for p in g["params"]]} for g in osd.get("param_groups", [])
-    ]
+    out = {}
+    for key, value in osd.items():
+        for prefix in ("state.", "param_groups."):
+            if key.startswith(prefix):
+                fqn, _, leaf = key[len(prefix) :].rpartition(".")
+                key = f"{prefix}{names.get(fqn, fqn)}.{leaf}"
+                break
+        out[key] = value
     return out
 
 
@@ -126,10 +135,11 @@ class Checkpointer:
 
     def _torch_states(self, with_optim: bool = True) -> tuple[dict, callable]:
         """(the DCP state dict, a function that applies a loaded one to the model and optimizer)."""
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
         module = self.engine.stage_mod if self.kind == "pp" else self.engine.model
-        msd, osd = get_state_dict(module, self.engine.opt)
+        opts = StateDictOptions(**FLAT)
+        msd, osd = get_state_dict(module, self.engine.opt, options=opts)
         names = self._pp_names() if self.kind == "pp" else {}
         back = {v: k for k, v in names.items()}
         sd = {"model": _rename(msd, names)}
@@ -154,7 +164,7 @@ class Checkpointer:
             m = {back.get(k, k): v for k, v in loaded["model"].items() if back.get(k, k) in msd}
             if with_optim:
                 o = _optim_rename(loaded[self.optim_key], back)
-                set_state_dict(module, self.engine.opt, model_state_dict=m, optim_state_dict=o)
+                set_state_dict(module, self.engine.opt, model_state_dict=m, optim_state_dict=o, options=opts)
             else:
                 from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
