@@ -124,8 +124,17 @@ def figures(model: str) -> int:
                 "ckpt": [m for m in metrics(run) if m["kind"] == "checkpoint"],
             }
         src = out["blocking"]["run"]
+        more = str(base.train.steps + every)  # the newest checkpoint is the last step's
         proc = run_cli(
-            "launch", "--resume", str(src), "--runs-dir", str(tmp / "resumed"), "--quiet", timeout=1800
+            "launch",
+            "--resume",
+            str(src),
+            "--steps",
+            more,
+            "--runs-dir",
+            str(tmp / "resumed"),
+            "--quiet",
+            timeout=1800,
         )
         if proc.returncode:
             print(f"resume failed: {proc.stderr.strip()[-500:]}")
