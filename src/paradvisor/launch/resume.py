@@ -191,7 +191,7 @@ def checkpoint_bytes(preset) -> tuple[float, float]:
     weights and AdamW's two moments (plus 16-bit copies' fp32 masters under DeepSpeed)."""
     from paradvisor.train.modelspec import profile_of
 
-    params = float(profile_of(preset).params)
+    params = float(profile_of(preset).total_params)
     per = 12.0 + (4.0 if preset.plan.engine == "deepspeed" and preset.plan.precision != "fp32" else 0.0)
     total = params * per
     staged = 0.0 if preset.plan.engine == "deepspeed" or not preset.train.checkpoint_async else total
@@ -211,10 +211,9 @@ def default_interval(preset, folder: Path) -> dict:
         write_s / 10 if preset.train.checkpoint_async and preset.plan.engine != "deepspeed" else write_s
     )
     if step_s > 0:
-        every = max(1, math.ceil(blocking_s / (CHECKPOINT_OVERHEAD * step_s)))
-    else:
-        every = max(1, preset.train.steps // 10)
-    every = min(every, max(1, preset.train.steps))
+        every = min(max(1, math.ceil(blocking_s / (CHECKPOINT_OVERHEAD * step_s))), max(1, preset.train.steps))
+    else:  # no predicted step time (a CPU run before `paradvisor calibrate`): only the graceful stop's
+        every = 0
     return {
         "every": every,
         "bytes": size,
@@ -238,6 +237,12 @@ def with_checkpoint_interval(preset, run_root: Path) -> tuple[object, str]:
         return preset, f"checkpoints: {what} (train.checkpoint_every), newest {keep} kept"
     d = default_interval(preset, run_root)
     preset = replace(preset, train=replace(t, checkpoint_every=d["every"]))
+    if not d["every"]:
+        return preset, (
+            f"checkpoints: only on a graceful stop (no predicted step time to set an interval by; "
+            f"{d['bytes'] / 2**20:.0f} MiB each at {d['write_bytes_per_s'] / 2**20:.0f} MiB/s here; "
+            "train.checkpoint_every sets one)"
+        )
     cost = f", {100 * d['overhead']:.1f}% of step time" if d["overhead"] is not None else ""
     return preset, (
         f"checkpoints: every {d['every']} steps (predicted: {d['bytes'] / 2**20:.0f} MiB each, written in "
