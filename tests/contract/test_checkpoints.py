@@ -83,3 +83,22 @@ def test_the_data_position_is_global_samples_whatever_the_world_size(world, batc
         s.load_state_dict(before[0].state_dict())
     got = [i for s in after for i in s.indices(2 * (8 // sum(batches)))]
     assert got == want
+
+
+def test_the_default_interval_keeps_saving_under_two_percent_of_the_predicted_step(tmp_path):
+    from dataclasses import replace
+
+    from paradvisor.launch.resume import CHECKPOINT_OVERHEAD, default_interval, with_checkpoint_interval
+    from paradvisor.rundir.preset import load_preset
+    from tests.conftest import REPO
+
+    p = load_preset(REPO / "presets" / "tiny-cpu-smoke.toml")
+    p = replace(p, train=replace(p.train, steps=100000), prediction={"step_time_s": 0.001})
+    d = default_interval(p, tmp_path)
+    assert d["every"] >= 1 and d["overhead"] <= CHECKPOINT_OVERHEAD
+    assert d["bytes"] == 12 * 116608  # fp32 weights and AdamW's two moments of the smoke model
+    decided, line = with_checkpoint_interval(p, tmp_path)
+    assert decided.train.checkpoint_every >= 1 and "% of step time" in line  # its own probe: another speed
+    none, line = with_checkpoint_interval(replace(p, prediction={}), tmp_path)
+    assert none.train.checkpoint_every == 0 and "only on a graceful stop" in line
+    assert list(tmp_path.iterdir()) == []  # the probe leaves nothing
