@@ -126,7 +126,7 @@ def node_main(argv: list[str] | None = None) -> int:
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
-        preset, lineage = _requeued(preset, run_dir)
+        preset, lineage = _requeued(preset, run_dir, node)
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=run_dir.parent,
@@ -149,12 +149,18 @@ def node_main(argv: list[str] | None = None) -> int:
     return 0 if doc.get("status") == "finished" else 1
 
 
-def _requeued(preset: Preset, run_dir: Path) -> tuple[Preset, dict]:
+def _requeued(preset: Preset, run_dir: Path, node: int) -> tuple[Preset, dict]:
     """A requeued job (SLURM_RESTART_COUNT > 0; `scontrol requeue`, a pre-emption) continues from the newest
-    complete checkpoint of its run directory (the job keeps its id and its folder)."""
+    complete checkpoint of its run directory (the job keeps its id and its folder; this node's status of the
+    attempt before is kept as status-nodeN.attemptK.json)."""
     count = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if not count:
         return preset, {}
+    from paradvisor.rundir import node_file
+
+    old = run_dir / node_file("status", node, True)
+    if old.exists():
+        os.replace(old, old.with_name(f"{old.stem}.attempt{count - 1}.json"))
     from paradvisor.launch.resume import newest
 
     found = newest(run_dir)
