@@ -149,7 +149,7 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
     cluster = Slurm(tmp_path_factory.mktemp("slurm"))
     try:
         text = SMOKE.read_text().replace(
-            "steps = 10", "steps = 400\ncheckpoint_every = 20\ncheckpoint_async = false"
+            "steps = 10", "steps = 600\ncheckpoint_every = 20\ncheckpoint_async = false"
         )
         text = text.replace(
             "[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}"
@@ -192,10 +192,18 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
         assert proc.returncode == 0, err[-4000:]
         recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
         resumed = [r for r in recs if r["kind"] == "resumed"]
-        assert resumed and resumed[0]["step"] >= 20, err[-2000:]
+        why = "\n".join(
+            [
+                err[-1500:],
+                *(p.read_text()[-1500:] for p in run.glob("*.out")),
+                *(p.name for p in run.iterdir()),
+            ]
+        )
+        assert resumed and resumed[0]["step"] >= 20, why
         steps = [r["step"] for r in recs if r["kind"] == "step" and r["rank"] == 0]
-        assert steps[-1] == 400
+        assert steps[-1] == 600 and resumed[0]["step"] + 1 in steps
         node = json.loads((run / "status-node0.json").read_text())
         assert node["lineage_reason"] == "requeue" and node["resume_step"] == resumed[0]["step"]
+        assert json.loads((run / "status-node0.attempt0.json").read_text())["status"] == "cancelled"
     finally:
         cluster.stop()
