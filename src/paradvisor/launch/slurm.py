@@ -167,8 +167,17 @@ def _requeued(preset: Preset, run_dir: Path, node: int) -> tuple[Preset, dict]:
     if found is None:
         return preset, {"requeued": count, "lineage_reason": "requeue (no checkpoint: from the start)"}
     step, path = found
-    train = replace(preset.train, resume_from=str(path))
-    return replace(preset, train=train), {
+    preset = replace(preset, train=replace(preset.train, resume_from=str(path)))
+    # the ranks read plan.toml: every node writes the same one (atomically) before its torchrun starts
+    from paradvisor.rundir.preset import write_toml_atomic
+
+    write_toml_atomic(
+        RunDir(run_dir).plan,
+        preset.to_doc(),
+        force=True,
+        header=f"# paradvisor run plan: {preset.plan.label()} (requeued: from step {step})\n",
+    )
+    return preset, {
         "requeued": count,
         "resumed_from": str(path),
         "resume_step": step,
