@@ -83,7 +83,7 @@ def test_a_checkpoint_resumes_under_another_plan(name, refs, tmp_path):
     proc = run_cli(
         "launch",
         "--resume",
-        str(ref),
+        str(ref / "checkpoints" / f"step-{EVERY}"),  # a checkpoint folder: not the newest (the last step's)
         "--preset",
         str(preset),
         "--runs-dir",

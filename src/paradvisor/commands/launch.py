@@ -35,8 +35,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--resume",
         metavar="RUN_DIR",
-        help="continue RUN_DIR from its newest complete checkpoint in a new run directory (with --preset or "
-        "--model: under that plan instead of RUN_DIR's, resharded on load)",
+        help="continue RUN_DIR from its newest complete checkpoint (or from RUN_DIR/checkpoints/step-N) in a new "
+        "run directory (with --preset or --model: under that plan instead of RUN_DIR's, resharded on load)",
     )
     p.add_argument(
         "--reset-optimizer",
@@ -246,9 +246,10 @@ def run(args) -> int:
 
 
 def _parent_plan(run_dir: Path) -> Path:
+    from paradvisor.launch.resume import split_target
     from paradvisor.rundir import RunDir
 
-    plan = RunDir(run_dir).plan
+    plan = RunDir(split_target(run_dir)[0]).plan
     if not plan.is_file():
         raise InputError(f"cannot resume {run_dir}: not a run directory (no plan.toml)", where="--resume")
     return plan

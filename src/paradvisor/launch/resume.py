@@ -90,16 +90,27 @@ def _fail(run_dir: Path, why: str):
     return InputError(f"cannot resume {run_dir}: {why}", where="--resume")
 
 
+def split_target(path: Path) -> tuple[Path, Path | None]:
+    """(the run directory, the checkpoint folder asked for or None): `--resume` takes a run directory (its newest
+    complete checkpoint) or one checkpoint folder of it (RUN_DIR/checkpoints/step-N)."""
+    path = Path(path)
+    if read_meta(path) is not None and not RunDir(path).plan.is_file():
+        for run in (path.parent.parent, path.parent):
+            if RunDir(run).plan.is_file():
+                return run, path
+    return path, None
+
+
 def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, reason: str = "resume"):
-    """(the preset that continues RUN_DIR's newest complete checkpoint, the lineage for its status.json).
-    `target`: another plan to continue under (default: the parent's own preset)."""
+    """(the preset that continues RUN_DIR's newest complete checkpoint, or the checkpoint folder given, the
+    lineage for its status.json). `target`: another plan to continue under (default: the parent's own)."""
     from paradvisor.rundir.preset import load_preset
 
-    run_dir = Path(run_dir)
+    run_dir, chosen = split_target(Path(run_dir))
     if not RunDir(run_dir).plan.is_file():
-        raise _fail(run_dir, "not a run directory (no plan.toml)")
+        raise _fail(run_dir, "not a run directory (no plan.toml) nor a complete checkpoint folder")
     parent = load_preset(RunDir(run_dir).plan)
-    found = newest(run_dir)
+    found = (int(read_meta(chosen)["step"]), chosen) if chosen is not None else newest(run_dir)
     if found is None:
         partial = (
             [p.name for p in root_of(run_dir).glob(".step-*.partial")] if root_of(run_dir).is_dir() else []
@@ -211,7 +222,9 @@ def default_interval(preset, folder: Path) -> dict:
         write_s / 10 if preset.train.checkpoint_async and preset.plan.engine != "deepspeed" else write_s
     )
     if step_s > 0:
-        every = min(max(1, math.ceil(blocking_s / (CHECKPOINT_OVERHEAD * step_s))), max(1, preset.train.steps))
+        every = min(
+            max(1, math.ceil(blocking_s / (CHECKPOINT_OVERHEAD * step_s))), max(1, preset.train.steps)
+        )
     else:  # no predicted step time (a CPU run before `paradvisor calibrate`): only the graceful stop's
         every = 0
     return {
