@@ -127,6 +127,11 @@ def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, 
     if bad:
         raise _fail(run_dir, f"checkpoint {path.name}: {bad}")
     new = target if target is not None else parent
+    lau = new.launch
+    if lau.nnodes == 1 and not lau.rdzv_endpoint and lau.engine != "ssh":
+        # the parent's plan.toml holds the port picked for it, which may linger (a killed run's store,
+        # TIME_WAIT): one node picks a free one again
+        new = replace(new, launch=replace(lau, master_port=0))
     for key, what, get in SAME:
         have, want = meta.get(key), get(new)
         if key == "model_overrides":
