@@ -157,3 +157,20 @@ def test_a_fault_before_the_first_checkpoint_says_there_is_nothing_to_resume(tmp
     proc = run_cli("launch", "--resume", str(tmp_path), "--runs-dir", str(tmp_path / "runs"))
     assert_one_line_error(proc, "cannot resume", "not a run directory")
     assert FAULT_STEP > EVERY  # the drills above fail after a checkpoint
+
+
+def test_a_checkpoint_becomes_a_whole_state_dict_on_one_process(tmp_path):
+    """The export path: a DCP checkpoint's whole model weights on one process (train.checkpoint.full_state_dict)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from paradvisor.rundir.checkpoints import finalize, make_private_dir, temp_name
+    from paradvisor.train.checkpoint import DCP_DIR, full_state_dict
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    tmp = make_private_dir(tmp_path / temp_name(7))
+    dcp.save({"model": model.state_dict()}, checkpoint_id=str(tmp / DCP_DIR), no_dist=True)
+    path = finalize(tmp, tmp_path, 7, {"format": "dcp"})
+    got = full_state_dict(path)
+    assert set(got) == set(model.state_dict())
+    assert all(torch.equal(got[k], v) for k, v in model.state_dict().items())
