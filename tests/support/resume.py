@@ -29,7 +29,9 @@ ENGINES = {
     "ep": ("mixtral", _p(dp=2, ep=2, micro_batch=4)),
     "diloco": ("mingpt", _p(dp=2, micro_batch=4, diloco=True, local_steps=2)),
 }
-# other plans a checkpoint is resumed under: name -> (source engine, family, plan)
+# other plans a checkpoint is resumed under: name -> (source engine, plan). Between ZeRO stages only the
+# weights carry over (--reset-optimizer): the first step after the resume is compared (its loss is the loaded
+# weights' forward pass), not the steps after it.
 CROSS = {
     "ddp->fsdp": ("ddp", _p(dp=2, sharding="fsdp", micro_batch=4)),
     "dp2->tp2": ("ddp", _p(tp=2, micro_batch=8)),

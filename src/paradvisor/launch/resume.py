@@ -146,6 +146,14 @@ def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, 
             "the weights carry over (DeepSpeed's fp32 consolidation), not the optimizer state; "
             "add --reset-optimizer to continue with a fresh optimizer",
         )
+    same_ds = meta.get("zero_stage") == new.plan.zero_stage and meta.get("world_size") == new.plan.world_size
+    if old_engine == new.plan.engine == "deepspeed" and not same_ds and not reset_optimizer:
+        raise _fail(
+            run_dir,
+            f"its checkpoint is ZeRO-{meta.get('zero_stage')} on {meta.get('world_size')} ranks, this plan ZeRO-"
+            f"{new.plan.zero_stage} on {new.plan.world_size}: the weights carry over (fp32 consolidation), the "
+            "optimizer state does not; add --reset-optimizer",
+        )
     if new.plan.diloco != bool(meta.get("plan", {}).get("diloco")) and not reset_optimizer:
         raise _fail(run_dir, "DiLoCo and synchronous plans keep other optimizer state: add --reset-optimizer")
     if new.train.steps <= step:

@@ -5,9 +5,9 @@ Torch engines (DDP, FSDP2, HSDP, TP, PP, EP, DiLoCo's inner engines) save one to
 (DCP) of {"model", "optim"} built by `get_state_dict` (fully qualified names of the *unwrapped* model, DTensor
 shards as they are): DCP reshards on load, so a checkpoint of one plan loads under another (DDP -> FSDP2,
 dp -> tp, PP -> DDP, another world size). Pipeline stages are saved under the whole model's names (stage k's
-`blocks.0` is the model's `blocks.<lo>`). DeepSpeed ZeRO saves with its own `save_checkpoint`; another ZeRO
-stage loads it through DeepSpeed's universal checkpoint; the torch engines load its weights only
-(`zero_to_fp32`, with `train.reset_optimizer`). Every checkpoint also holds each rank's RNG states, and its
+`blocks.0` is the model's `blocks.<lo>`). DeepSpeed ZeRO saves with its own `save_checkpoint` and loads it under the same stage and
+world size; another ZeRO stage or world size, and the torch engines, load its weights only (`zero_to_fp32`,
+with `train.reset_optimizer`). Every checkpoint also holds each rank's RNG states, and its
 meta.json the step, the data position (global samples consumed) and the plan it was written under.
 
 A checkpoint is written into `.step-N.partial` and renamed `step-N` once every rank's data is on disk
@@ -41,7 +41,6 @@ from paradvisor.rundir.checkpoints import (
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
 DS_DIR = "ds"  # DeepSpeed's checkpoint folder (tag "ds" inside it)
 DS_TAG = "ds"
-DS_UNIVERSAL = "ds-universal"
 RNG_DIR = "rng"
 
 
@@ -349,12 +348,10 @@ class Checkpointer:
                 load_module_strict=True,
             )
             return
-        # another ZeRO stage or world size: DeepSpeed's universal checkpoint (converted once, next to it)
-        uni = universal_of(path)
-        ds._config.load_universal_checkpoint = True
-        ds.load_checkpoint(
-            str(uni), tag=DS_TAG, load_optimizer_states=not reset, load_lr_scheduler_states=False
-        )
+        # another ZeRO stage or world size: the weights (DeepSpeed's fp32 consolidation) with a fresh optimizer
+        # (launch/resume.py asks for --reset-optimizer; DeepSpeed's universal checkpoint did not load a ZeRO-3
+        # checkpoint under ZeRO-1/2 here: deepspeed 0.19.8, ds_to_universal)
+        self._load_weights(zero_fp32(path))
 
     def _load_weights(self, full: dict) -> None:
         """Whole fp32 weights into the engine's model (DeepSpeed <-> torch engines: weights only)."""
@@ -407,31 +404,6 @@ def full_state_dict(path: str | os.PathLike) -> dict:
     if meta is None:
         raise ValueError(f"{path}: not a complete checkpoint")
     return zero_fp32(path) if meta["format"] == "deepspeed" else dcp_full_model(path)
-
-
-def universal_of(path: Path) -> Path:
-    """The DeepSpeed universal checkpoint of a ZeRO checkpoint (made by deepspeed.checkpoint.ds_to_universal
-    on the first load under another stage; rank 0 converts, the others wait)."""
-    out = path / DS_UNIVERSAL
-    if dist.get_rank() == 0 and not (out / DS_TAG).exists():
-        import argparse
-
-        from deepspeed.checkpoint.ds_to_universal import main as to_universal
-
-        to_universal(
-            argparse.Namespace(
-                input_folder=str(path / DS_DIR / DS_TAG),
-                output_folder=str(out / DS_TAG),
-                num_extract_workers=1,
-                num_merge_workers=1,
-                keep_temp_folder=False,
-                strict=True,
-                inject_missing_state=False,
-            )
-        )
-        (out / "latest_universal").write_text(DS_TAG)
-    dist.barrier()
-    return out
 
 
 def _rng_state() -> dict:
