@@ -21,7 +21,8 @@ from paradvisor.train.data import RankStream
 
 
 def _write(root: Path, step: int, *, complete: bool = True) -> Path:
-    tmp = make_private_dir(root / temp_name(step), parents=True)
+    root.mkdir(exist_ok=True)
+    tmp = make_private_dir(root / temp_name(step))
     (tmp / "shard.bin").write_bytes(bytes(range(256)) * step)
     return finalize(tmp, root, step, {"format": "dcp"}) if complete else tmp
 
@@ -63,10 +64,15 @@ def test_a_changed_truncated_or_missing_file_is_found(tmp_path):
     assert "missing" in verify(path, meta)
 
 
-def test_a_private_folder_is_never_made_over_an_existing_one(tmp_path):
+def test_a_private_folder_is_never_made_over_an_existing_one_or_a_link(tmp_path):
+    from paradvisor.safeio import UnsafePath
+
     make_private_dir(tmp_path / "a")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(UnsafePath):
         make_private_dir(tmp_path / "a")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(UnsafePath):
+        make_private_dir(tmp_path / "b", exist_ok=True)
 
 
 @pytest.mark.parametrize(("world", "batches"), [(2, [4, 4]), (1, [8]), (4, [2, 2, 2, 2])])

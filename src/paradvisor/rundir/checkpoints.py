@@ -30,25 +30,19 @@ def checkpoint_root(run_dir: str | os.PathLike, checkpoint_dir: str | None = Non
     return run_dir / CHECKPOINTS
 
 
-def make_private_dir(path: Path, *, parents: bool = False) -> Path:
-    """Create a folder of our own, mode 0700, exclusively (an existing one, or a link in its place, is an
-    error): the one way checkpoint folders are made."""
-    if parents:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.mkdir(path, 0o700)
-    return path
+def make_private_dir(path: Path, *, exist_ok: bool = False) -> Path:
+    """Create a folder of our own, mode 0700, exclusively (an existing one, a link in its place, another user's
+    or a world-writable one is refused: safeio.private_subdir): the one way checkpoint folders are made."""
+    from paradvisor.safeio import private_subdir
+
+    return private_subdir(path.parent, path.name, exist_ok=exist_ok)
 
 
 def ensure_root(root: Path) -> Path:
-    """The checkpoint root, created private when missing (a link or a file there is refused)."""
-    if root.is_symlink() or (root.exists() and not root.is_dir()):
-        raise OSError(f"{root} is not a folder")
-    if not root.exists():
-        try:
-            make_private_dir(root, parents=True)
-        except FileExistsError:
-            pass
-    return root
+    """The checkpoint root, created private when missing (a link, a file or another user's folder there is
+    refused); the folder above it (RUN_DIR, or the shared checkpoint_dir) must exist or is created."""
+    root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return make_private_dir(root, exist_ok=True)
 
 
 def temp_name(step: int) -> str:

@@ -40,6 +40,13 @@ def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = Fals
     return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
+def write_run_plan(path: str | os.PathLike, preset) -> Path:
+    """A run directory's plan.toml: the preset as launched, headed by its plan's label."""
+    return write_toml_atomic(
+        path, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
+    )
+
+
 def plan_toml(preset) -> str:
     """The preset as plan.toml text (what a run directory, a ConfigMap or an sbatch script carries)."""
     import tomli_w

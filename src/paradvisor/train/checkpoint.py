@@ -229,7 +229,11 @@ class Checkpointer:
 
                 shutil.rmtree(tmp)
             make_private_dir(tmp)
-            make_private_dir(tmp / RNG_DIR)
+            for sub in (
+                RNG_DIR,
+                DS_DIR if self.kind == "deepspeed" else DCP_DIR,
+            ):  # what DCP/DeepSpeed write into
+                make_private_dir(tmp / sub)
         self._barrier()
         torch.save(_rng_state(), tmp / RNG_DIR / f"rank-{self.rank}.pt")
         meta = self._meta(step, samples)
