@@ -332,6 +332,7 @@ def start(
     run_dir, locks = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
     status_path = run_dir / node_file("status", preset.launch.node_rank, suffixed)
     try:
+        env = {**(env or {}), RUN_NAME_ENV: run_name or run_dir.name}
         return _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path)
     except (
         BaseException
@@ -363,7 +364,7 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        env={**_torchrun_env(preset, RunDir(run_dir), env), RUN_NAME_ENV: run_name or run_dir.name},
+        env=_torchrun_env(preset, RunDir(run_dir), env),
         start_new_session=True,
         umask=0o077,
     )
