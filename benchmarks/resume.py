@@ -166,18 +166,70 @@ def figures(model: str) -> int:
     return 0
 
 
+def io_figures(model: str) -> int:
+    """One process, no launcher: the checkpoint path itself (get_state_dict flattened, DCP save blocking and async,
+    load + set_state_dict) on the model after one AdamW step. For a model whose steps take minutes on this CPU."""
+    import time
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+    from paradvisor.train.modelspec import resolved_config
+
+    p = preset_for("llama", Plan(precision="fp32"), name="io")  # tiny: the equivalence suite's 4 x 32 LLaMA
+    if model == "150m":
+        p = replace(p, train=replace(p.train, model_overrides={}))
+    _family, cfg = resolved_config(p)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    m = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.items() if not k.startswith("_")}))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for q in m.parameters():
+        q.grad = torch.zeros_like(q)
+    opt.step()
+    opts = StateDictOptions(flatten_optimizer_state_dict=True)
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        msd, osd = get_state_dict(m, opt, options=opts)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=f"{d}/blocking", no_dist=True)
+        blocking = time.perf_counter() - t0
+        size = sum(f.stat().st_size for f in Path(d, "blocking").iterdir())
+        t0 = time.perf_counter()
+        msd, osd = get_state_dict(m, opt, options=opts)
+        fut = dcp.async_save({"model": msd, "optim": osd}, checkpoint_id=f"{d}/async", no_dist=True)
+        staged = time.perf_counter() - t0
+        fut.result()
+        total = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        msd, osd = get_state_dict(m, opt, options=opts)
+        sd = {"model": msd, "optim": osd}
+        dcp.load(sd, checkpoint_id=f"{d}/blocking", no_dist=True)
+        set_state_dict(m, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"], options=opts)
+        load = time.perf_counter() - t0
+    n = sum(q.numel() for q in m.parameters())
+    print(f"model: {model} ({n / 1e6:.1f} M parameters, fp32 + AdamW), one process, DCP")
+    print(
+        f"  checkpoint {size / 2**20:.1f} MiB; blocking save {blocking:.2f} s ({size / 2**20 / blocking:.0f} MiB/s)"
+    )
+    print(f"  async save: the step waits {staged:.2f} s (staging), the write ends after {total:.2f} s")
+    print(f"  load (DCP load + set_state_dict): {load:.2f} s")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--matrix", action="store_true")
     ap.add_argument("--shapes", help="comma-separated shape names (default: all)")
     ap.add_argument("--figures", action="store_true")
     ap.add_argument("--model", choices=["tiny", "150m"], default="tiny")
+    ap.add_argument("--io", action="store_true", help="with --figures: the save/load path in one process")
     args = ap.parse_args()
     if args.matrix:
         names = [s.strip() for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
         return matrix(names)
     if args.figures:
-        return figures(args.model)
+        return io_figures(args.model) if args.io else figures(args.model)
     ap.print_help()
     return 2
 
