@@ -64,7 +64,8 @@ def matrix(names: list[str]) -> int:
                 rows.append((name, "reference failed", err.strip().splitlines()[-1][:120]))
                 continue
             ref = _newest(runs)
-            proc = run_cli("launch", "--resume", str(ref), "--runs-dir", str(runs), "--quiet", timeout=1800)
+            step2 = str(ref / "checkpoints" / "step-2")  # not the newest: the last step's
+            proc = run_cli("launch", "--resume", step2, "--runs-dir", str(runs), "--quiet", timeout=1800)
             if proc.returncode:
                 rows.append((name, "resume failed", proc.stderr.strip().splitlines()[-1][:120]))
                 continue
