@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm, moe
+from paradvisor.estimate import context as cp_cost
 from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
@@ -87,7 +88,34 @@ def activation_terms(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
 ) -> tuple[dict, str]:
     """Per-block/edge activation bytes and weight copies for one micro-batch on one rank, and where they
-    came from ("traced" from the model's code, or "formula")."""
+    came from ("traced" from the model's code, or "formula"). With CP (estimate/context.py) a rank keeps
+    1/cp of the sequence's activations plus, on the CPU path (K/V all-gathered, eager-style scores), the
+    gathered K and V; ring attention on CUDA runs the family's own kernel."""
+    if plan.cp <= 1 or mf.shape is None:
+        return _activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+    from dataclasses import replace as _replace
+
+    one_wl = wl if cuda else _replace(wl, attention="eager")
+    a, source = _activation_terms(mf, one_wl, plan, precision, micro_batch, cuda=cuda)
+    out = dict(a)
+    for k in ("block", "lastblock", "rebuilt", "first", "last"):
+        if out.get(k) is not None:
+            out[k] = out[k] / plan.cp
+    if not cuda:
+        extra = cp_cost.gathered_kv_activations(
+            mf.shape, micro_batch=micro_batch, seq=wl.seq_len, cp=plan.cp, act_bytes=act_bytes_for(precision)
+        ) / max(1, plan.tp)
+        if plan.checkpointing == "full":
+            out["rebuilt"] += extra
+        else:
+            out["block"] += extra
+            out["lastblock"] += extra
+    return out, source
+
+
+def _activation_terms(
+    mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
+) -> tuple[dict, str]:
     from paradvisor.model.activations import key_of
 
     s = mf.shape
@@ -149,7 +177,7 @@ def _shard_degree(topo: Topology, plan: Plan) -> int:
         return max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
     if plan.sharding == "none":
         return 1
-    return plan.dp
+    return plan.dp * plan.cp  # CP: the replica's cp ranks hold the whole model, sharded with the dp ranks
 
 
 def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
@@ -442,6 +470,8 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
         ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
+        if plan.cp > 1:  # load-balanced chunks: 1/cp of the FLOPs on every rank
+            ct = {k: v / plan.cp for k, v in ct.items()}
         total_ct = sum(ct.values())
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
@@ -460,7 +490,10 @@ def _dp_comm(
     t_micro: float,
     lat_k: float,
 ) -> tuple[float, float]:
-    """Data-parallel communication per step: (total, exposed after overlap)."""
+    """Data-parallel communication per step: (total, exposed after overlap). CP ranks average their
+    gradients with the data-parallel ones (a group of dp x cp ranks)."""
+    if plan.cp > 1:
+        plan = plan.with_(dp=plan.dp * plan.cp, cp=1)
     if plan.dp <= 1:
         return 0.0, 0.0
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp)
@@ -589,6 +622,8 @@ def evaluate(
     )
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
+    if plan.cp > 1 and mf.shape is not None:
+        time["cp_comm"] = plan.grad_accum * _cp_comm(mf, topo, wl, plan, ab, ct, slow_spec)
     time["dp_comm_exposed"] = dp_exposed
     if cal:
         time["framework"] = time.get("framework", 0.0) + cal["per_step"]
@@ -620,6 +655,29 @@ def evaluate(
         host_fits=host_fits,
         peak_phase=need["phase"],
     )
+
+
+def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, ct: dict, spec) -> float:
+    """Exposed CP seconds per micro-batch: K/V all-gather forward and reduce-scatter backward per layer on
+    the CP group's link (cp ranks at stride tp), overlapped with the compute on a GPU (ring attention),
+    not on a CPU (the all-gather form)."""
+    bw, lat, _ = topo.ep_link(plan.tp, plan.cp)
+    layers = _stage_layers(mf, plan.pp)
+    total = cp_cost.comm_time(
+        mf.shape,
+        micro_batch=plan.micro_batch,
+        seq=wl.seq_len,
+        cp=plan.cp,
+        act_bytes=ab,
+        layers=layers,
+        bw=bw,
+        lat=lat,
+    ) / max(1, plan.tp)
+    if plan.checkpointing == "full":
+        total *= 1.5  # the recomputed forward gathers again
+    if spec.vendor == "cpu":
+        return total
+    return max(0.0, total - OVERLAP * (ct["forward"] + ct["backward"]))
 
 
 # -- mixture of experts (estimate/moe.py holds the formulas) ----------------------------------------

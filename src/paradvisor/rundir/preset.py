@@ -291,8 +291,8 @@ def _parse_workload(w: dict, ww) -> Workload:
             f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
             where=ww("precision"),
         )
-    if workload.attention not in ("sdpa", "eager"):
-        raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
+    if workload.attention not in ("auto", "sdpa", "eager"):
+        raise InputError("attention must be 'auto', 'sdpa' or 'eager'", where=ww("attention"))
     return workload
 
 
@@ -413,12 +413,12 @@ def load_preset(path: str | os.PathLike) -> Preset:
     return parse_preset(data, path=str(path), text=text)
 
 
-FAMILY_DATASET = {"bert": "reviews", "albert": "reviews", "vgg": "images"}  # others: the shipped corpus (LM)
-
-
 def train_for(family: str) -> TrainSettings:
-    """Train settings a family needs to run on the shipped data (classifiers on reviews, LMs on the corpus)."""
-    return TrainSettings(dataset=FAMILY_DATASET.get(family, "corpus"))
+    """Train settings a family needs to run on the shipped data (its module's default: classifiers on
+    reviews, LMs on the corpus)."""
+    from paradvisor.model import families
+
+    return TrainSettings(dataset=families.get(family).dataset)
 
 
 def launch_for(cluster, plan=None) -> LaunchSettings:

@@ -1,7 +1,8 @@
 """Pipeline stages cut at block boundaries: stage k holds blocks [k*L/pp, (k+1)*L/pp), the first stage the
 embeddings, the last stage the final norm and the head (LM head or pooler + classifier).
 
-LLaMA, Mistral and Qwen2 follow transformers' `base_model_pp_plan` (embed_tokens -> layers -> norm): each
+Families whose module (model/families/) takes transformers' `base_model_pp_plan` (embed_tokens -> layers ->
+norm: LLaMA, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OLMo 2, ...) are cut the same way: each
 stage keeps the model's own base-model forward over its own layers (so masks, rotary embeddings and
 sliding windows are computed by transformers' code) and later stages feed it `inputs_embeds`. GPT-2, BERT
 and minGPT have no such plan; their stages call the model's own modules in the model's order.
@@ -16,9 +17,10 @@ import copy
 import torch
 import torch.nn as nn
 
+from paradvisor.model import families
 from paradvisor.train.models import block_list
 
-PP_PLAN_FAMILIES = ("llama", "mistral", "qwen2")
+PP_PLAN_FAMILIES = tuple(n for n, f in families.registry().items() if f.pp_style == "hf_pp_plan")
 
 
 def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
