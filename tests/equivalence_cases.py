@@ -152,7 +152,7 @@ def preset_for(family: str, plan: Plan, name: str = "eq", steps: int = 5) -> Pre
     return Preset(
         name=name,
         description=f"equivalence: {family} {plan.label()}",
-        workload=Workload(model=model, seq_len=SEQ, global_batch=BATCH, precision="fp32"),
+        workload=Workload(model=model, seq_len=SEQ, global_batch=BATCH, precision="fp32", attention="auto"),
         train=TrainSettings(
             steps=steps,
             lr=1e-3,

@@ -261,12 +261,41 @@ def _as_in_training():
     if packed is not None:
         mu.find_packed_sequence_indices = find_packed
     try:
-        yield
+        with _experts_traceable():
+            yield
     finally:
         if causal is not None:
             mu._ignore_causal_mask_sdpa = causal
         if packed is not None:
             mu.find_packed_sequence_indices = packed
+
+
+@contextlib.contextmanager
+def _experts_traceable():
+    """Mixture-of-experts layers sort their top-k token copies by expert and run one grouped matmul
+    (transformers' "grouped_mm" experts): the sizes of what they save (router logits, top-k weights and
+    indices, the b·s·k dispatched expert inputs and outputs) do not depend on the routing, only which expert
+    gets which row does. torch's grouped_mm has no fp32 meta kernel, so under fake tensors the experts run
+    transformers' own fallback op (same inputs saved, a registered fake kernel)."""
+    try:
+        from transformers.integrations import moe
+    except ImportError:
+        yield
+        return
+    can = getattr(moe, "_can_use_grouped_mm", None)
+    if can is None:
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def real_only(input, weight, offs):
+        return False if isinstance(weight, FakeTensor) or isinstance(input, FakeTensor) else can(input, weight, offs)
+
+    moe._can_use_grouped_mm = real_only
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = can
 
 
 def _built(build: Callable, blocks: int, checkpointing: str, mode: str):

@@ -122,7 +122,9 @@ def _activation_terms(
     traced = mf.profile.traced
     mode = activation_mode(plan, precision)
     kernel = wl.attention
-    if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
+    # MoE layers too: the router, top-k dispatch and expert inputs are traced (model/trace.py) — their sizes
+    # follow b·s·k whatever the routing; estimate/moe.py's formula is the fallback
+    if traced is not None:
         g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
         g_ckpt = (
             traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch)
@@ -182,7 +184,9 @@ def _shard_degree(topo: Topology, plan: Plan) -> int:
 
 def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     """`states(psi, first, last)`: one stage's model-state bytes by term."""
-    if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
+    if mf.moe is not None and plan.ep > 1:  # experts split over EP, sharded over dp/ep (estimate/moe.py)
+        # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
+        # gathers a block with all its experts — the dense accounting below, exact)
         moe_states = _moe_states(mf, plan, precision, shard)
         return lambda psi, first, last: moe_states(psi)
 

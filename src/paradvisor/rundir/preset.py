@@ -284,7 +284,13 @@ def _parse_workload(w: dict, ww) -> Workload:
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
     workload = Workload(
-        **{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)}
+        **{
+            "seq_len": 128,
+            "global_batch": 8,
+            "precision": "fp32",
+            "attention": "auto",  # the family's own pick (model/families/), resolved where the model is known
+            **from_table(Workload, w, ww),
+        }
     )
     if workload.precision not in ("auto", *PRECISIONS):
         raise InputError(
