@@ -87,4 +87,13 @@ def test_load_balanced_chunks_cover_the_sequence_once():
 
     parts = [chunk_indices(32, 4, r) for r in range(4)]
     assert torch.equal(torch.sort(torch.cat(parts)).values, torch.arange(32))
-    assert parts[0].tolist() == [0, 1, 2, 3, 28, 29, 30, 31]  # the first and the last chunk: equal causal work
+    assert parts[0].tolist() == [
+        0,
+        1,
+        2,
+        3,
+        28,
+        29,
+        30,
+        31,
+    ]  # the first and the last chunk: equal causal work

@@ -289,7 +289,11 @@ def _experts_traceable():
     from torch._subclasses.fake_tensor import FakeTensor
 
     def real_only(input, weight, offs):
-        return False if isinstance(weight, FakeTensor) or isinstance(input, FakeTensor) else can(input, weight, offs)
+        return (
+            False
+            if isinstance(weight, FakeTensor) or isinstance(input, FakeTensor)
+            else can(input, weight, offs)
+        )
 
     moe._can_use_grouped_mm = real_only
     try:

@@ -18,6 +18,7 @@ process's gradient of the mean loss (tests/run/test_families_run.py).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ CP_ATTENTION = "paradvisor_cp"
 @dataclass
 class _State:
     group: object = None
+    ring: bool = False  # CUDA: torch's context_parallel patches SDPA with ring attention
     positions: torch.Tensor | None = None  # global positions of this rank's tokens
     all_positions: torch.Tensor | None = None  # positions of the gathered keys, in rank order
 
@@ -46,12 +48,35 @@ def chunk_indices(seq: int, cp: int, rank: int) -> torch.Tensor:
     return torch.cat([torch.arange(a * c, (a + 1) * c), torch.arange(b * c, (b + 1) * c)])
 
 
-class ContextShard:
-    """One rank's view of a CP group: shards each batch and sets the positions the attention masks with."""
+def ring_applies(family, device_type: str) -> bool:
+    """torch's public context_parallel (ring attention over SDPA, causal load balancing) runs the step on
+    CUDA for families whose attention is plain causal SDPA; the K/V all-gather path runs everything else."""
+    return device_type == "cuda" and family.default_attention == "sdpa" and not family.attention_notes
 
-    def __init__(self, group, cp: int, rank: int):
-        self.group, self.cp, self.rank = group, cp, rank
+
+class ContextShard:
+    """One rank's view of a CP group: shards each batch and sets the positions the attention masks with.
+    `mesh` (CUDA, `ring_applies`): torch's context_parallel shards the batch and runs ring attention."""
+
+    def __init__(self, group, cp: int, rank: int, mesh=None):
+        self.group, self.cp, self.rank, self.mesh = group, cp, rank, mesh
         STATE.group = group
+        STATE.ring = mesh is not None
+
+    def enter(self, inputs: dict, targets: torch.Tensor):
+        """(local inputs, local targets, the context to run forward and backward in)."""
+        if self.mesh is None:
+            return (*self.shard(inputs, targets), contextlib.nullcontext())
+        from torch.distributed.tensor.experimental import context_parallel
+
+        ids = inputs["input_ids"].clone()
+        pos = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1).clone()
+        tgt = targets.clone()
+        ctx = context_parallel(
+            self.mesh, buffers=[ids, pos, tgt], buffer_seq_dims=[1, 1, 1], no_restore_buffers={ids, pos, tgt}
+        )
+        local = {k: v for k, v in inputs.items() if k != "input_ids"}
+        return {**local, "input_ids": ids, "position_ids": pos}, tgt, ctx
 
     def shard(self, inputs: dict, targets: torch.Tensor) -> tuple[dict, torch.Tensor]:
         ids = inputs["input_ids"]
@@ -94,6 +119,11 @@ def cp_attention(
     """transformers' attention interface: query [b, h, s_local, d], key/value [b, kv, s_local, d] ->
     ([b, s_local, h, d_v], weights). K and V are gathered over the CP group; the mask is causal (with the
     layer's sliding window) on global positions; softcapping and sink logits as the family's eager code."""
+    if STATE.ring:  # inside torch's context_parallel: its SDPA is ring attention over the CP mesh
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+        )
+        return out.transpose(1, 2).contiguous(), None
     group = STATE.group
     k = _gather(key, group)
     v = _gather(value, group)

@@ -99,7 +99,9 @@ def workload_of(preset):
 
     family, _ = resolved_config(preset)
     where = f"{preset.path or 'preset'}: workload.attention"
-    return replace(preset.workload, attention=resolve_attention(family, preset.workload.attention, where=where))
+    return replace(
+        preset.workload, attention=resolve_attention(family, preset.workload.attention, where=where)
+    )
 
 
 def profile_of(preset):

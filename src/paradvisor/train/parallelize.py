@@ -200,9 +200,10 @@ class TorchEngine:
         return contextlib.nullcontext()
 
     def forward_backward(self, inputs, targets, *, last: bool, scale: float) -> float:
+        cp_ctx = contextlib.nullcontext()
         if self.context is not None:
-            inputs, targets = self.context.shard(inputs, targets)
-        with self._sync_ctx(last):
+            inputs, targets, cp_ctx = self.context.enter(inputs, targets)
+        with self._sync_ctx(last), cp_ctx:
             with _autocast(self.device, self.plan.precision) if self.autocast else contextlib.nullcontext():
                 loss = loss_of(logits_of(self.model, inputs), targets)
             scaled = loss * scale
@@ -511,13 +512,15 @@ def _cp_engine(model, family: str, plan, train, device, rank: int, world: int, l
     (every cp rank of a replica holds the whole model and the same samples, different tokens)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from paradvisor.train.context import ContextShard
+    from paradvisor.model import families
+    from paradvisor.train.context import ContextShard, ring_applies
     from paradvisor.train.tp_plans import apply_tp
 
     mesh = init_device_mesh(
         device.type, (layout.pp * layout.dp, layout.cp, layout.tp), mesh_dim_names=("dp", "cp", "tp")
     )
-    shard = ContextShard(mesh["cp"].get_group(), layout.cp, layout.cp_rank)
+    ring = ring_applies(families.get(family), device.type)
+    shard = ContextShard(mesh["cp"].get_group(), layout.cp, layout.cp_rank, mesh["cp"] if ring else None)
     if plan.tp > 1:
         apply_tp(model, family, blocks_of(model), mesh["tp"], sequence_parallel=False)
     apply_checkpointing(model, family, plan.checkpointing)
