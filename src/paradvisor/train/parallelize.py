@@ -442,7 +442,7 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     if plan.ep > 1:
         from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
 
-        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world)
+        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world, family)
         apply_checkpointing(model, family, plan.checkpointing)
         if plan.sharding == "fsdp":
             apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
