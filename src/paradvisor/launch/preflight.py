@@ -29,10 +29,13 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
         raise InputError(str(exc)) from None
     world = lau.world
     if plan.world_size != world:
+        degrees = (
+            f"dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp}"
+            if plan.cp == 1
+            else f"dp x cp x tp x pp = {plan.dp} x {plan.cp} x {plan.tp} x {plan.pp}"
+        )
         raise InputError(
-            f"plan dp x cp x tp x pp = {plan.dp} x {plan.cp} x {plan.tp} x {plan.pp} = {plan.world_size}, "
-            "but the launch "
-            f"starts {lau.layout()} = {world} processes",
+            f"plan {degrees} = {plan.world_size}, but the launch starts {lau.layout()} = {world} processes",
             where=f"{where}: plan",
         )
     if plan.diloco:
