@@ -373,6 +373,26 @@ def _monomial(ratio: float, rb: float, rs: float) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def _binomial(n1: float, n2: float, p1: tuple, p2: tuple) -> dict[str, float] | None:
+    """A storage of b·s·(s+1) or s·(s+1) elements (GPT-OSS concatenates a sink logit to each row of its
+    attention scores): {s²-term: bytes, s-term: bytes}, both >= 0, solved from the two trace points."""
+    (b1, s1), (b2, s2) = p1, p2
+    for hi, lo in (("bss", "bs"), ("ss", "s")):
+
+        def val(m, b, s_):
+            return (b if "b" in m else 1) * s_ ** m.count("s")
+
+        a11, a12, a21, a22 = val(hi, b1, s1), val(lo, b1, s1), val(hi, b2, s2), val(lo, b2, s2)
+        det = a11 * a22 - a12 * a21
+        if not det:
+            continue
+        c_hi = (n1 * a22 - a12 * n2) / det
+        c_lo = (a11 * n2 - a21 * n1) / det
+        if c_hi > 0 and c_lo > 0 and abs(c_hi - round(c_hi)) < 1e-6 and abs(c_lo - round(c_lo)) < 1e-6:
+            return {hi: c_hi, lo: c_lo}
+    return None
+
+
 def _fit(t1: list, t2: list, p1: tuple, p2: tuple) -> dict[str, dict[str, float]]:
     """Match two traces storage by storage; each storage's growth factor gives its monomial."""
     (b1, s1), (b2, s2) = p1, p2
@@ -385,12 +405,17 @@ def _fit(t1: list, t2: list, p1: tuple, p2: tuple) -> dict[str, dict[str, float]
     for (n1, region, tp, kind), (n2, *_) in zip(t1, t2):
         ratio = n2 / n1 if n1 else 1.0
         mono = _monomial(ratio, b2 / b1, s2 / s1)
-        if mono is None:
-            raise TraceError(
-                f"a saved tensor grows {ratio:.4g}x from (b, s) = {p1} to {p2}: not a b/s monomial"
-            )
-        scale = (b1 if "b" in mono else 1) * s1 ** mono.count("s")
         g = per.setdefault((region, _group(region, tp, kind)), {})
+        if mono is None:
+            pair = _binomial(n1, n2, p1, p2)
+            if pair is None:
+                raise TraceError(
+                    f"a saved tensor grows {ratio:.4g}x from (b, s) = {p1} to {p2}: not a b/s monomial"
+                )
+            for m, v in pair.items():
+                g[m] = g.get(m, 0.0) + v
+            continue
+        scale = (b1 if "b" in mono else 1) * s1 ** mono.count("s")
         g[mono] = g.get(mono, 0.0) + n1 / scale
     return _combine(per)
 

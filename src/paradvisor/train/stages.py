@@ -120,6 +120,8 @@ class DecoderStage(nn.Module):
             base.norm = nn.Identity()
         self.base = base
         self.lm_head = m.lm_head if last else None
+        # Gemma 2/3 softcap the logits in their LM head's forward (tanh(logits / c) * c)
+        self.softcap = getattr(m.config, "final_logit_softcapping", None) if last else None
 
     def forward(self, x):
         out = (
@@ -128,7 +130,12 @@ class DecoderStage(nn.Module):
             else self.base(inputs_embeds=x, use_cache=False)
         )
         h = out.last_hidden_state
-        return self.lm_head(h) if self.last else h
+        if not self.last:
+            return h
+        logits = self.lm_head(h)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
 
 STAGES = {
