@@ -99,7 +99,7 @@ def find_blocks(model):
 class _Recorder:
     """Region bookkeeping (module hooks), storage creation (dispatch mode) and saved storages (pack hook)."""
 
-    def __init__(self, model, blocks):
+    def __init__(self, model, blocks, gathered: tuple[str, ...] = ()):
         self.region = "first"
         self.block_calls = 0
         self.state = "rep"
@@ -117,7 +117,9 @@ class _Recorder:
                 self.handles.append(mod.register_forward_pre_hook(self._block_pre))
                 self.handles.append(mod.register_forward_hook(self._block_post(n_blocks)))
             elif _is_linear(mod):
-                row = _is_row(path)
+                # a column projection whose output the family's TP plan gathers whole (Phi-3's fused
+                # qkv, OLMo 2's q/k/v): what follows it is replicated, as after a row projection
+                row = _is_row(path) or any(path.endswith("." + g) for g in gathered)
                 self.handles.append(mod.register_forward_pre_hook(self._lin_pre(row)))
                 self.handles.append(mod.register_forward_hook(self._lin_post(row)))
 
@@ -346,7 +348,7 @@ class _Session:
     def trace(self, b: int, s: int) -> list[tuple]:
         import torch
 
-        rec = _Recorder(self.model, self.blocks)
+        rec = _Recorder(self.model, self.blocks, getattr(self.model, "_paradvisor_gathered", ()))
         amp = torch.autocast("cpu", dtype=torch.bfloat16) if self.mode == "amp" else contextlib.nullcontext()
         try:
             # the forward saves everything backward uses (checkpointed blocks recompute under their own
@@ -569,6 +571,10 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
             model = cls(config)
         if not encoder and not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
             raise TraceError(f"no {wanted} class for model_type {family!r}")
+        from paradvisor.model import families
+
+        plan = families.get(family).tp_plan
+        model._paradvisor_gathered = tuple(k for k, v in plan.items() if v == "colwise_gather_output")
         if checkpointing != "none":
             if not getattr(model, "supports_gradient_checkpointing", False):
                 _wrap_blocks(model)
