@@ -1,6 +1,7 @@
 """The `paradvisor` command line: argparse subcommands, errors turned into exit codes.
 
-Exit codes: 0 ok, 1 the action failed, 2 bad input (one line on stderr, never a traceback). An
+Exit codes: 0 ok (also when the reader of stdout goes away early), 1 the action failed, 2 bad input (one
+line on stderr, never a traceback; a closed or full stdout too), 130 interrupted (Ctrl-C). An
 unexpected exception (a bug) is one line and exit 1 too, unless PARADVISOR_DEBUG=1 asks for the traceback.
 Each subcommand lives in `paradvisor/commands/<name>.py` and imports its heavy parts lazily.
 """
@@ -13,6 +14,7 @@ import sys
 
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
+from paradvisor.output import one_line  # an error is always exactly one line
 
 COMMANDS = (
     "detect",
@@ -30,12 +32,6 @@ COMMANDS = (
     "probe",
     "verify",
 )
-
-
-def one_line(message: str) -> str:
-    """The message on one line: line breaks and other control characters (from a file name or a value the
-    user gave) are shown escaped, so an error is always exactly one line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 _JSON_ERRORS = (
@@ -110,6 +106,45 @@ def _fail(kind: str, message: str, where: str | None, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can end is an exit code with at most one line on stderr: 0 (also when
+    the reader of stdout closed the pipe early: `| head`), 1 failed, 2 bad input (also a closed or full
+    stdout), 130 interrupted (Ctrl-C at any moment, start-up included)."""
+    from paradvisor import output
+
+    if not output.stdout_usable():
+        return _fail("error", "standard output is closed; give it a file or a pipe (e.g. > out.txt)", None, 2)
+    real = sys.stdout
+    sys.stdout = output.GuardedStdout(real)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except SystemExit as exc:  # argparse: --help, --version, a usage error
+        try:
+            sys.stdout.flush()
+        except output.StdoutFailed as failed:
+            output.silence_stdout()
+            return _fail("error", str(failed), None, 2)
+        except BrokenPipeError:
+            output.silence_stdout()
+            return 0
+        raise exc from None
+    except BrokenPipeError:
+        output.silence_stdout()
+        return 0
+    except output.StdoutFailed as exc:
+        output.silence_stdout()
+        sys.stdout = real
+        return _fail("error", str(exc), None, 2)
+    except KeyboardInterrupt:
+        output.silence_stdout()
+        sys.stderr.write("paradvisor: interrupted\n")
+        return 130
+    finally:
+        sys.stdout = real
+
+
+def _main(argv: list[str] | None) -> int:
     global _JSON_ERRORS
 
     raw = sys.argv[1:] if argv is None else argv
@@ -123,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
-    from paradvisor.output import cleaned_output
+    from paradvisor.output import StdoutFailed, cleaned_output
 
     try:
         if args.command == "tui":  # the TUI owns the terminal and escapes what it shows itself
@@ -134,11 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("error", exc.message, exc.where, 2)
     except RunFailed as exc:
         return _fail("failed", str(exc), None, 1)
-    except KeyboardInterrupt:
-        sys.stderr.write("paradvisor: interrupted\n")
-        return 130
-    except BrokenPipeError:
-        return 0
+    except (KeyboardInterrupt, BrokenPipeError, StdoutFailed):
+        raise
     except RecursionError:  # input nested deeper than any check foresaw: bad input, not a crash
         return _fail("error", "input nested too deeply", None, 2)
     except OSError as exc:  # a folder or file the command was told to use cannot be used: bad input

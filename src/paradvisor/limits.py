@@ -24,6 +24,7 @@ MAX_GPUS_PER_NODE = 16_384  # GPUs in one node of a cluster file (a real node ha
 MAX_NODES = 16_384  # nodes in a cluster file: 131,072 GPUs as 8 per node (nodes and links are stored by
 # group since issue 15, so this bounds the planner's run time and memory, not pairs of nodes)
 MAX_PROCS_PER_NODE = 1_024  # processes one launch starts on one node
+MAX_PROBED_DEVICES = 1_024  # GPUs (with MIG instances) one probed host may report (a real node has 8-72)
 MAX_HOSTS = 2_048  # ssh hosts of one launch or probe, and the nodes one launch starts (--nnodes)
 
 # The workload.
@@ -40,6 +41,10 @@ MAX_BANDWIDTH = 1e16  # bytes/s (10 PB/s: far above any link or memory)
 MAX_LATENCY_S = 3600.0
 MAX_SIZE_BYTES = 2.0**60  # a memory size (1 EiB)
 MAX_TFLOPS = 1e7
+# Lower bounds of rates and sizes: a value this small is a typo (a step of 1e290 hours), not a device.
+MIN_TFLOPS = 1e-6  # 1 MFLOP/s (a measured CPU bf16 rate can be below 1e-3 TFLOPS)
+MIN_BANDWIDTH = 1e3  # bytes/s (1 kB/s: slower than any link or memory)
+MIN_SIZE_BYTES = 2.0**20  # a memory size (1 MiB: no GPU or node has less)
 MAX_TOP = 10_000  # plans shown or picked
 
 # Bounds of preset fields by field name (a "Class.field" entry wins over the plain field name). Fields not
@@ -78,14 +83,22 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "hang_timeout_s": (0.0, MAX_TIMEOUT_S),
     "join_timeout_s": (1.0, MAX_TIMEOUT_S),
     "queue_timeout_s": (0.0, MAX_TIMEOUT_S),
-    "tflops": (0.0, MAX_TFLOPS),
-    "relative_speed": (0.0, 1e6),
+    "tflops": (MIN_TFLOPS, MAX_TFLOPS),
+    "relative_speed": (1e-6, 1e6),
     "data_share": (0.0, 1.0),
-    "bandwidth": (0.0, MAX_BANDWIDTH),
-    "mem_bw_bytes_per_s": (0.0, MAX_BANDWIDTH),
+    "bandwidth": (MIN_BANDWIDTH, MAX_BANDWIDTH),
+    "mem_bw_bytes_per_s": (MIN_BANDWIDTH, MAX_BANDWIDTH),
     "latency": (0.0, MAX_LATENCY_S),
-    "memory_bytes": (0.0, MAX_SIZE_BYTES),
+    "memory_bytes": (MIN_SIZE_BYTES, MAX_SIZE_BYTES),
     "layer_overhead_s": (0.0, MAX_LATENCY_S),
+    # a host reading (samples.jsonl: hardware.nvml.HostSample / GPUSample)
+    "ram_used_bytes": (0, MAX_SIZE_BYTES),
+    "ram_total_bytes": (0, MAX_SIZE_BYTES),
+    "mem_used_bytes": (0, MAX_SIZE_BYTES),
+    "mem_total_bytes": (0, MAX_SIZE_BYTES),
+    "cpu_pct": (0.0, 100.0 * MAX_PROCS_PER_NODE),
+    "util_pct": (0.0, 100.0),
+    "index": (0, MAX_GPUS_PER_NODE),
 }
 
 # Lengths of list fields by field name (other lists: MAX_ITEMS).

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_BANDWIDTH
+from paradvisor.safeio import write_private
 
 
 def add_parser(sub) -> None:
@@ -191,7 +192,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_d
             rows.append((size, best))
         res[op] = rows
     if rank == 0:
-        Path(out_dir, "collectives.json").write_text(json.dumps(res))
+        write_private(Path(out_dir, "collectives.json"), json.dumps(res))
     dist.destroy_process_group()
 
 
@@ -287,7 +288,7 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
                 res.append({"engine": engine, "precision": precision, "layers": layers, "step_s": step_s})
                 del eng, model
     if rank == 0:
-        Path(out_dir, "engines.json").write_text(json.dumps(res))
+        write_private(Path(out_dir, "engines.json"), json.dumps(res))
     dist.destroy_process_group()
 
 
@@ -436,10 +437,15 @@ def run(args) -> int:
         )
     path = Path(args.out) if args.out else default_path()
     if path is not None:
-        from paradvisor.safeio import write_atomic
+        from paradvisor.safeio import private_dir, write_atomic
 
         if not args.out:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                private_dir(path.parent, what="the calibration folder")
+            except OSError as exc:
+                raise InputError(
+                    f"cannot store the calibration: {exc.strerror or exc}", where=str(path)
+                ) from None
         write_atomic(path, json.dumps(doc, indent=2, allow_nan=False), force=True)
         _say(f"stored {path} ({doc['duration_s']} s)")
     if args.json:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
+from paradvisor.output import shell_join
 from paradvisor.units import fmt_seconds
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ def dry_run(preset, args) -> int:
     for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
         print(
             (f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
-            + shlex.join(argv)
+            + shell_join(argv)
         )
     sys.stderr.write(
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
@@ -276,7 +276,7 @@ def launch_and_follow(preset, args) -> int:
     quiet = getattr(args, "quiet", False)
     if not quiet:
         sys.stderr.write(
-            f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n"
+            f"run directory: {launch.run_dir}\n{shell_join(launch.argv)}\n{launch.hang_detection}\n"
         )
     watch = None if quiet else LiveProgress(launch)
     try:
@@ -322,7 +322,7 @@ def dry_run_ssh(preset, args) -> int:
     runner.validate(replace(preset, launch=replace(preset.launch, rdzv_endpoint=endpoint)), reach=False)
     for n in nodes:
         print(
-            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shlex.join(n.argv)}"
+            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shell_join(n.argv)}"
         )
     sys.stderr.write(
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "

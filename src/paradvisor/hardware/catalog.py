@@ -9,6 +9,7 @@ built-in ones and win on a name clash; each entry carries its origin and source.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from functools import lru_cache
@@ -88,7 +89,12 @@ def gpus() -> dict[str, GPUSpec]:
 
     out = _builtin()
     user = user_catalogue_path()
-    files = ([str(user)] if user is not None and user.is_file() else []) + list(_extra_files)
+    # $PARADVISOR_GPUS names a file that must be one (missing, a folder or a FIFO: exit 2, never ignored);
+    # the default ~/.config/paradvisor/gpus.toml is read when anything is there
+    named = bool(os.environ.get("PARADVISOR_GPUS"))
+    files = ([str(user)] if user is not None and (named or os.path.lexists(user)) else []) + list(
+        _extra_files
+    )
     for f in files:
         out.update(read_gpu_file(f))
     return out
@@ -98,10 +104,17 @@ def gpus() -> dict[str, GPUSpec]:
 def _index() -> dict[str, str]:
     idx: dict[str, str] = {}
     user: dict[str, str] = {}
-    for name, spec in gpus().items():
+    specs = gpus()
+    for name, spec in specs.items():
         target = user if spec.user_defined else idx
         for alias in (name, *spec.aliases, *spec.nvml_names):
             if spec.user_defined:
+                other = user.get(_norm(alias)) or (idx.get(_norm(alias)) if alias != name else None)
+                if other is not None and other != name and _norm(other) != _norm(name):
+                    raise InputError(
+                        f"GPU {name!r}: its alias {alias!r} already names {other!r}; aliases must be unique",
+                        where=spec.source or "user GPU catalogue",
+                    )
                 target[_norm(alias)] = name
             else:
                 target.setdefault(_norm(alias), name)

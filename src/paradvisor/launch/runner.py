@@ -7,6 +7,7 @@ run is diagnosed by launch/diagnose.py; a launch over ssh is launch/sshrun.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -16,14 +17,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
-from paradvisor.rundir.preset import Preset, write_toml_atomic
-from paradvisor.rundir.status import main_exit_code, write_json_atomic, write_private
+from paradvisor.rundir.preset import Preset, write_run_plan
+from paradvisor.rundir.status import main_exit_code, write_aborted, write_json_atomic
+from paradvisor.safeio import open_private, private_dir, write_private
 
 __all__ = [
     "HANG_FACTOR",
@@ -254,7 +257,10 @@ def _port_lock(endpoint: str, preset: Preset):
     if host not in ("127.0.0.1", "localhost", "0.0.0.0") or preset.launch.node_rank != 0:
         return None
     d = Path(tempfile.gettempdir()) / f"paradvisor-{os.getuid()}-ports"
-    d.mkdir(mode=0o700, exist_ok=True)
+    try:  # in a shared /tmp: another user may have made that folder first, or planted links in it
+        private_dir(d, what="the port lock folder")
+    except OSError as exc:
+        raise InputError(f"cannot lock port {port}: {exc.strerror or exc}", where=str(d)) from None
     return lock_file(d / f"{port}.lock", f"port {port}")
 
 
@@ -291,6 +297,19 @@ def start(
     validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
     run_dir, locks = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
+    status_path = run_dir / node_file("status", preset.launch.node_rank, suffixed)
+    try:
+        return _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path)
+    except (
+        BaseException
+    ) as exc:  # Ctrl-C or a failure before the status was written: never a folder without one
+        write_aborted(status_path, preset, exc)
+        for lock in locks:
+            lock.close()
+        raise
+
+
+def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path):
     lau = preset.launch
     argv = torchrun_argv(
         str(run_dir),
@@ -304,9 +323,7 @@ def start(
     )
     _write_run_files(RunDir(run_dir), preset, argv, suffixed)
     log_name = launcher_log_name(lau.node_rank, suffixed)
-    log = os.fdopen(
-        os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab"
-    )
+    log = os.fdopen(open_private(run_dir / log_name, append=True), "ab")
     # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
     proc = subprocess.Popen(
         argv,
@@ -318,10 +335,21 @@ def start(
         umask=0o077,
     )
     log.close()
-    launch = Launch(
-        preset, run_dir, argv, proc, node_file("status", lau.node_rank, suffixed), locks, log_name=log_name
-    )
-    write_json_atomic(launch.status_path, launch.status())
+    try:
+        launch = Launch(
+            preset,
+            run_dir,
+            argv,
+            proc,
+            node_file("status", lau.node_rank, suffixed),
+            locks,
+            log_name=log_name,
+        )
+        write_json_atomic(launch.status_path, launch.status())
+    except BaseException:  # torchrun runs in its own session: Ctrl-C here must not leave it behind
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        raise
     return launch
 
 
@@ -347,9 +375,7 @@ def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool
     """plan.toml (node 0, or the first node to get there), prediction.json (node 0), this node's command files."""
     lau = preset.launch
     if (lau.node_rank == 0 and not suffixed) or not rd.plan.exists():
-        write_toml_atomic(
-            rd.plan, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
-        )
+        write_run_plan(rd.plan, preset)
     if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py)
         from paradvisor.monitor.predict import launch_prediction
 

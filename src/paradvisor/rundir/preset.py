@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,13 @@ def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = Fals
     import tomli_w
 
     return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
+
+
+def write_run_plan(path: str | os.PathLike, preset) -> Path:
+    """A run directory's plan.toml: the preset as launched, headed by its plan's label."""
+    return write_toml_atomic(
+        path, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
+    )
 
 
 def plan_toml(preset) -> str:
@@ -160,7 +168,9 @@ class LaunchSettings:
     remote_dir: str = (
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
-    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
+    # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
+    remote_python: str = field(default_factory=lambda: sys.executable or "python3")
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""

@@ -21,7 +21,9 @@ import time
 
 class MetricsWriter:
     def __init__(self, path, rank: int):
-        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        from paradvisor.safeio import open_private
+
+        self.fd = open_private(path, append=True)  # never through a link planted at metrics.jsonl
         self.rank = rank
         # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
         node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
