@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ tempfile.tempdir = os.environ["PARADVISOR_TEST_TMP"]
 os.environ["PARADVISOR_CALIBRATION"] = "none"
 # Traces of config paths are kept in a cache of this test session only (never the user's ~/.cache).
 os.environ.setdefault("PARADVISOR_CACHE", os.path.join(os.environ["PARADVISOR_TEST_TMP"], "cache"))
+# Presets the interactive session saves go to the user's folder ($XDG_CONFIG_HOME/paradvisor/presets): in
+# tests a folder of this session (under its temporary root, removed at its end), never the real ~/.config.
+os.environ["XDG_CONFIG_HOME"] = os.path.join(os.environ["PARADVISOR_TEST_TMP"], "config")
 # ... nor on a user GPU catalogue (~/.config/paradvisor/gpus.toml); tests that want one set it.
 os.environ["PARADVISOR_GPUS"] = "none"
 

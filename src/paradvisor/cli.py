@@ -21,6 +21,7 @@ COMMANDS = (
     "model",
     "gpus",
     "recommend",
+    "estimate",
     "rules",
     "hetero",
     "sharding",
@@ -31,6 +32,7 @@ COMMANDS = (
     "validate",
     "probe",
     "verify",
+    "export",
 )
 
 
@@ -91,8 +93,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"paradvisor.commands.{name}").add_parser(sub)
+    from paradvisor.commands.helptext import complete
+
+    complete(parser)  # every subcommand a paragraph, every option a line
     _bound_numbers(parser)
     return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)subcommand's parser the command line chose (`paradvisor rules list`: its own), so that an
+    unknown option is reported by it and points to its --help."""
+    chosen = parser
+    for dest in ("command", "rules_command"):
+        name = getattr(args, dest, None)
+        subs = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
+        if name and subs and name in subs[0].choices:
+            chosen = subs[0].choices[name]
+    return chosen
 
 
 def _fail(kind: str, message: str, where: str | None, code: int) -> int:
@@ -154,7 +171,9 @@ def _main(argv: list[str] | None) -> int:
         # No command: the interactive session (its options may follow).
 
         raw = ["tui", *raw]
-    args = parser.parse_args(raw)
+    args, unknown = parser.parse_known_args(raw)
+    if unknown:  # told by the subcommand, which names its own --help
+        _subparser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "run", None):
         parser.print_help()
         return 0

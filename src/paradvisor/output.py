@@ -198,8 +198,16 @@ def console(stderr: bool = False):
     )
 
 
-def table(title: str | None = None, *columns: str, **kw):
-    """A rich Table whose cells are plain text (a cell holding '[red]' shows it; markup only in titles)."""
+RIGHT = ("#", "params", "share", "GiB", "TFLOPS", "%", "s", "/s")  # headers of right-aligned columns
+NUMERIC_HEADERS = ("#", "params", "share", "GiB", "TFLOPS", "%", "/s", "/GPU", "step", "loss", "elapsed")
+
+
+def table(title: str | None = None, *columns: str, numbers: tuple[str, ...] = (), **kw):
+    """A rich Table whose cells are plain text (a cell holding '[red]' shows it; markup only in titles).
+
+    Nothing is ever cut with an ellipsis: on a narrow terminal a text cell wraps, and a long word (a rule id,
+    a run name) folds onto the next line whole; a number column (headers ending as in NUMERIC_HEADERS, or
+    named in `numbers`) never wraps, so a number is never shown in part."""
     from rich.table import Table
     from rich.text import Text
 
@@ -209,6 +217,7 @@ def table(title: str | None = None, *columns: str, **kw):
 
     t = PlainTable(title=title, title_justify="left", **kw)
     for c in columns:
-        justify = "right" if c.endswith(("#", "params", "share", "GiB", "TFLOPS", "%", "s", "/s")) else "left"
-        t.add_column(c, justify=justify)
+        numeric = c in numbers or c.endswith(NUMERIC_HEADERS)
+        right = numeric or c.endswith(RIGHT)
+        t.add_column(c, justify="right" if right else "left", no_wrap=numeric, overflow="fold")
     return t

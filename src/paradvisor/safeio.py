@@ -337,7 +337,7 @@ def _make(p: Path) -> None:
         os.mkdir(p, 0o700)
 
 
-def claim_dir(path: str | os.PathLike, *, what: str = "the run directory") -> Path:
+def claim_dir(path: str | os.PathLike, *, what: str = "this run directory") -> Path:
     """A folder paradvisor may write a run into: created (0700, with its parents) when absent; an existing one
     must be a real folder (not a link) of this user, not world-writable, holding no symbolic or hard links
     (InputError, exit 2, otherwise). It is made 0700 before it is searched, so nobody else can add a link

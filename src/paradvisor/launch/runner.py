@@ -62,10 +62,11 @@ HANG_FACTOR = (
 )
 
 
-def hang_timeout(preset: Preset) -> tuple[float, str]:
+def hang_timeout(preset: Preset, predicted_step_s: float | None = None) -> tuple[float, str]:
     """(seconds without a new metrics record before the run is called hung (0: off), how that was decided).
     Hang detection is on by default: train.hang_timeout_s unset derives the timeout from the predicted step
-    time and the log interval; 0 turns it off."""
+    time (`predicted_step_s`: the run's own prediction.json; else the preset's [prediction]) and the log
+    interval; 0 turns it off."""
     t = preset.train.hang_timeout_s
     if t is not None:
         return t, (
@@ -73,7 +74,7 @@ def hang_timeout(preset: Preset) -> tuple[float, str]:
             if t
             else "hang detection off (train.hang_timeout_s = 0)"
         )
-    step = preset.prediction.get("step_time_s") or 0.0
+    step = predicted_step_s or preset.prediction.get("step_time_s") or 0.0
     every = preset.train.log_every
     if preset.plan.diloco:  # a node may wait a whole round of the slowest node's local steps at an outer sync
         every = max(
@@ -89,6 +90,34 @@ def hang_timeout(preset: Preset) -> tuple[float, str]:
         f"hang detection: {t:g} s without progress stops the run ({basis}; grows with the slowest interval "
         "seen; --hang-timeout S sets it, 0 turns it off)"
     )
+
+
+def _predicted_step(run_dir: Path) -> float | None:
+    """The step time the run's prediction.json promises (what the monitor compares with), if any."""
+    from paradvisor.rundir.status import read_json_object
+
+    path = RunDir(run_dir).prediction
+    doc = read_json_object(path)[0] if path.exists() else None
+    step = (doc or {}).get("step_time_s")
+    return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0 else None
+
+
+def _ranks_all_ended(run_dir: Path, world: int) -> bool:
+    """Whether every rank wrote its `end` record (training is over: what is left is torchrun's own exit).
+    The end records are the metrics' last lines: the file's tail is enough."""
+    import json
+
+    from paradvisor.rundir import read_tail
+
+    ended = set()
+    for line in read_tail(RunDir(run_dir).metrics, 256 << 10).splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "end" and isinstance(rec.get("rank"), int):
+            ended.add(rec["rank"])
+    return len(ended) >= world
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -140,7 +169,7 @@ class Launch:
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
         self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
-        self.hang_timeout_s, self.hang_detection = hang_timeout(preset)
+        self.hang_timeout_s, self.hang_detection = hang_timeout(preset, _predicted_step(run_dir))
         import psutil
 
         # The identity of the processes that keep the run going: a pid alone may be reused once they are gone.
@@ -194,9 +223,11 @@ class Launch:
         from paradvisor.monitor.sampler import SampleLog
 
         samples = SampleLog(self.run_dir, self.preset.launch.node_rank)
+        stopped = False  # whether the cancel stopped the run here (a cancel after its end stops nothing)
         while self.proc.poll() is None:
             samples.tick()
             if self.cancel_requested:
+                stopped = True
                 _kill_group(self.proc)
                 break
             if hang:
@@ -221,7 +252,14 @@ class Launch:
         _reap_ranks(self.run_dir, self.preset.plan.world_size)
         ended = time.time()
         common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
-        if self.cancel_requested:
+        world = self.preset.plan.world_size
+        if self.cancel_requested and (rc == 0 or _ranks_all_ended(self.run_dir, world)):
+            # The stop came after every rank had finished (the ranks were done, torchrun was closing):
+            # the run finished; the stop ended nothing.
+            doc = self.status(status="finished", **common)
+            if rc != 0:
+                doc["note"] = f"stopped while torchrun was closing after every rank had finished (exit {rc})"
+        elif self.cancel_requested and stopped:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
         elif hung is not None:
             report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)

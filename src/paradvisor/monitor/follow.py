@@ -239,6 +239,7 @@ class RunSummary:
     loss: float | None
     loss_history: list[float]
     loss_points: list[tuple[int, float]]
+    eval_points: list[tuple[int, float]]
     step_time_s: float | None
     samples_per_s: float | None
     throughput_history: list[float]
@@ -339,7 +340,12 @@ def _progress(
     last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
-    elapsed = ended - (tally.start_time or status.get("started", now))
+    # From the launch (status.json's `started`), the one start: the clock never jumps back when the first
+    # rank's record arrives, and a finished run's elapsed is status.json's duration_s.
+    started = status.get("started")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        started = tally.start_time or now
+    elapsed = ended - started
     # ETA from the measured step time (the same median as the throughput), while steps remain
     eta = (
         (total - last_step) * step_time
@@ -368,6 +374,7 @@ def _measured(tally: MetricsTally, batch: int) -> dict:
         "loss": tally.last_loss,
         "loss_history": [x for x in tally.losses if math.isfinite(x)],
         "loss_points": tally.loss_points,
+        "eval_points": tally.eval_points,
         "throughput_history": [batch / t for t in tally.step_times_rank0],
         "step_points": tally.step_points(),
         "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],

@@ -158,6 +158,17 @@ class RunDir:
         return self.status.exists()
 
 
+NAME_CHARS = "A-Za-z0-9._-"  # what a preset file name and a run directory name are made of
+NAME_LEN = 60
+
+
+def safe_name(text: str, fallback: str = "run") -> str:
+    """The one name rule shared by a saved preset's file (`<name>.toml`) and its run directories
+    (`<timestamp>-<name>`): letters, digits, '.', '_' and '-' (every other run of characters becomes '-'), at
+    most 60 characters, never starting or ending with '-' or '.' (no hidden file, no '..')."""
+    return re.sub(f"[^{NAME_CHARS}]+", "-", str(text))[:NAME_LEN].strip("-.") or fallback
+
+
 def new_run_dir(runs_dir: Path, name: str) -> Path:
     """A new, private (0700) run directory `runs_dir/<timestamp>-<name>` (exclusive: two launches never share one)."""
     import stat
@@ -171,7 +182,7 @@ def new_run_dir(runs_dir: Path, name: str) -> Path:
             "is world-writable without the sticky bit; give a folder of yours", where=str(runs_dir)
         )
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name)[:60] or "run"
+    safe = safe_name(name)
     for i in range(1000):
         d = runs_dir / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
         try:
