@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from paradvisor.estimate import comm
 
-CP_MIN_SEQ = 8192  # the search plans CP for sequences at least this long (pinned plans: any length)
+CP_MIN_SEQ = 16384  # the search plans CP for sequences at least this long (pinned plans: any length)
 
 
 def kv_bytes(shape, *, micro_batch: int, seq: int, act_bytes: int) -> float:
