@@ -55,16 +55,19 @@ def _number(kind, dest: str):
     """An argparse type for a numeric option: finite, and within the option's bound (paradvisor.limits)."""
     import math
 
-    from paradvisor.limits import CLI_BOUNDS, MAX_FLOAT, MAX_INT
+    from paradvisor.limits import CLI_BOUNDS, CLI_MIN_BOUNDS, MAX_FLOAT, MAX_INT
 
     limit = CLI_BOUNDS.get(dest, MAX_INT if kind is int else MAX_FLOAT)
+    low = CLI_MIN_BOUNDS.get(dest)
 
     def convert(text: str):
         value = kind(text)
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if abs(value) > limit:
-            raise argparse.ArgumentTypeError(f"{text} is beyond the bound of {limit:,g}")
+            raise argparse.ArgumentTypeError(f"{text[:40]} is beyond the bound of {limit:,g}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"{text[:40]} is below the bound of {low:g}")
         return value
 
     convert.__name__ = kind.__name__  # argparse's "invalid int value" message names the type
@@ -100,6 +103,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_ERROR = 1000  # characters of an error line (a huge argument is never echoed whole)
+
+
+def _short(text: str) -> str:
+    return (
+        text
+        if len(text) <= MAX_ERROR
+        else f"{text[: MAX_ERROR - 200]}...({len(text):,} characters)...{text[-100:]}"
+    )
+
+
+PATH_OPTIONS = ("save", "out", "runs_dir", "run_dir", "ssh_config", "cluster", "gpu_spec", "preset", "model")
+
+
+def _check_paths(args) -> None:
+    """A path option given empty is bad input (it would silently mean the current folder or nothing), and a
+    --runs-dir that exists must be a folder."""
+    for dest in PATH_OPTIONS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            raise InputError(f"--{dest.replace('_', '-')} is empty; give a path")
+    runs = getattr(args, "runs_dir", None)
+    if isinstance(runs, str) and os.path.exists(runs) and not os.path.isdir(runs):
+        raise InputError("cannot use this run directory: --runs-dir is not a folder", where=runs)
+
+
 def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     """The (sub)subcommand's parser the command line chose (`paradvisor rules list`: its own), so that an
     unknown option is reported by it and points to its --help."""
@@ -114,6 +143,7 @@ def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
 
 def _fail(kind: str, message: str, where: str | None, code: int) -> int:
     """The one line on stderr (and with --json the paradvisor.error/1 document on stdout)."""
+    message, where = _short(message), (_short(where) if where else where)
     sys.stderr.write(f"paradvisor: {kind}: {one_line(message if where is None else f'{where}: {message}')}\n")
     if _JSON_ERRORS:
         from paradvisor.output import emit_error
@@ -166,6 +196,12 @@ def _main(argv: list[str] | None) -> int:
 
     raw = sys.argv[1:] if argv is None else argv
     _JSON_ERRORS = "--json" in raw
+    if _JSON_ERRORS:  # a --json run's stderr carries paradvisor's one line at most, no library's warnings
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     parser = build_parser()
     if not raw or raw[0].startswith("--") and raw[0] not in ("--help", "--version"):
         # No command: the interactive session (its options may follow).
@@ -180,6 +216,7 @@ def _main(argv: list[str] | None) -> int:
     from paradvisor.output import StdoutFailed, cleaned_output
 
     try:
+        _check_paths(args)
         if args.command == "tui":  # the TUI owns the terminal and escapes what it shows itself
             return int(args.run(args) or 0)
         with cleaned_output():

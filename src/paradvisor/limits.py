@@ -32,6 +32,9 @@ MAX_STEPS = 10**9  # optimizer steps of a run (and warm-up, log interval, local 
 MAX_SEQ_LEN = 2**21  # tokens per sample (2,097,152: beyond any model's context today)
 MAX_BATCH = 2**24  # samples per optimizer step, micro-batch, gradient accumulation
 MAX_LAYERS = 2048  # transformer layers of a config.json (building it takes ~2.5 ms per layer)
+MAX_MODEL_SIZE = 2**24  # any width, head count or length in a config.json (16,777,216)
+MAX_VOCAB = 2**24  # tokens of a vocabulary (the largest in use are about 256,000)
+MAX_EXPERTS = 65_536  # experts of a mixture-of-experts layer
 MAX_SEED = 2**63 - 1
 
 # Rates and times (floats are finite everywhere: NaN and infinity are refused).
@@ -108,6 +111,23 @@ LENGTH_BOUNDS: dict[str, int] = {
     "nodes": MAX_NODES,
     "node_procs": MAX_NODES,
     "rank_batches": MAX_GPUS,
+}
+
+# Lower bounds of numeric command-line options by their dest (a count of 0 or -1 means nothing).
+CLI_MIN_BOUNDS: dict[str, float] = {
+    "top": 1,
+    "pick": 1,
+    "gpus": 1,
+    "workers": 1,
+    "workers_per_server": 1,
+    "nproc_per_node": 1,
+    "nnodes": 1,
+    "steps": 1,
+    "seq_len": 1,
+    "global_batch": 1,
+    "batch": 1,
+    "ranks": 1,
+    "master_port": 1,
 }
 
 # Numeric command-line options by their dest (upper bounds; the commands check their own lower bounds,

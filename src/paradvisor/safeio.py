@@ -28,6 +28,9 @@ directory or a cache goes through these; a planted symbolic or hard link never r
   `write_private(path, data)`  a whole file replaced atomically: `mkstemp` in its folder (O_EXCL, a name
                                nobody can predict), then rename (a link at `path` is replaced, never followed)
 A refused file or folder raises `UnsafePath` (an OSError: writers that tolerate a full disk tolerate it).
+
+Replies of other programs (ssh probes, Slurm commands): `run_capture(argv, limit=, timeout=)` keeps at most
+`limit` bytes of stdout and of stderr and kills the program past them or past its timeout.
 """
 
 from __future__ import annotations

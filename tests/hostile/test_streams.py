@@ -40,6 +40,7 @@ def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
         text=True,
         timeout=120,
         cwd=str(REPO),
+        check=False,
         **kw,
     )
 

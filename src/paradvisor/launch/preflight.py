@@ -13,6 +13,30 @@ from paradvisor.errors import InputError
 from paradvisor.rundir.preset import Preset
 
 
+def check_diloco(plan, steps: int, where: str) -> None:
+    """A DiLoCo plan means something: its local steps are given (never a silent default of 10 inner steps
+    when 3 steps were asked), at most the run's steps, and its nodes' data shares add up to 1."""
+    per_node = [n.local_steps for n in plan.nodes]
+    if not plan.local_steps and not (per_node and all(per_node)):
+        raise InputError(
+            "a DiLoCo plan needs local_steps (the inner steps between outer syncs): set plan.local_steps",
+            where=f"{where}: plan.local_steps",
+        )
+    largest = max([plan.local_steps or 0, *(h or 0 for h in per_node)])
+    if largest > steps:
+        raise InputError(
+            f"local_steps {largest} is more than train.steps {steps}: one round would run {largest} steps",
+            where=f"{where}: plan.local_steps",
+        )
+    if plan.nodes:
+        total = sum(n.data_share for n in plan.nodes)
+        if abs(total - 1.0) > 1e-3:
+            raise InputError(
+                f"the nodes' data_share values add up to {total:.4g}; they must add up to 1",
+                where=f"{where}: plan.nodes",
+            )
+
+
 def validate(preset: Preset, *, reach: bool = True) -> None:
     """Everything that can be checked before a process starts (exit 2 on failure). `reach=False` (dry runs,
     exports) skips what depends on this machine: the ssh reachability of the hosts (their names are still
@@ -28,6 +52,10 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     world = lau.world
+    if lau.rdzv_endpoint:  # a host name or an address, whatever the node count
+        from paradvisor.launch.argv import split_endpoint
+
+        split_endpoint(lau.rdzv_endpoint)
     if plan.world_size != world:
         degrees = (
             f"dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp}"
@@ -44,6 +72,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
                 f"plan.nodes cover {sum(n.gpus for n in plan.nodes)} GPUs, the launch starts {world}",
                 where=f"{where}: plan.nodes",
             )
+        check_diloco(plan, preset.train.steps, where)
     elif plan.split_by_speed:
         if len(plan.rank_batches) != plan.dp:
             raise InputError(
@@ -77,8 +106,12 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
         corpus_spec(preset)  # names what is missing (the tokenizer)
     else:
         check_data_path(preset.train.dataset, preset.train.data_path)
-    if preset.train.weights and not Path(preset.train.weights).exists():
-        raise InputError("weights path does not exist", where=f"{where}: train.weights")
+    if preset.train.weights:
+        w = Path(preset.train.weights)
+        if not w.exists():
+            raise InputError("weights path does not exist", where=f"{where}: train.weights")
+        if not (w.is_file() or w.is_dir()):  # a FIFO or a device: never opened, never waited for
+            raise InputError("weights path is not a file or a folder", where=f"{where}: train.weights")
     from paradvisor.train.weights import check_weights
 
     check_weights(preset)

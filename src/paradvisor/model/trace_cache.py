@@ -120,7 +120,9 @@ def _problem(doc) -> str | None:
             return "a layer of the wrong shape"
     if sum(e["params"] for e in layers) != total:
         return "the layers do not add up to the model's parameters"
-    params = doc.get("params")
+    if "params" not in doc:  # the reader indexes it: null (none counted) or the facts
+        return "no parameter facts"
+    params = doc["params"]
     if params is not None and not _params_ok(params, total):
         return "parameter facts of the wrong shape"
     regs = doc.get("regimes")
