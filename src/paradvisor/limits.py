@@ -70,6 +70,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "tp": (1, MAX_GPUS),
     "pp": (1, MAX_GPUS),
     "ep": (1, MAX_GPUS),
+    "cp": (1, MAX_GPUS),
     "pp_virtual_stages": (1, MAX_LAYERS),
     "gpus": (1, MAX_GPUS_PER_NODE),
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),

@@ -349,15 +349,21 @@ def _parse_workload(w: dict, ww) -> Workload:
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
     workload = Workload(
-        **{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)}
+        **{
+            "seq_len": 128,
+            "global_batch": 8,
+            "precision": "fp32",
+            "attention": "auto",  # the family's own pick (model/families/), resolved where the model is known
+            **from_table(Workload, w, ww),
+        }
     )
     if workload.precision not in ("auto", *PRECISIONS):
         raise InputError(
             f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
             where=ww("precision"),
         )
-    if workload.attention not in ("sdpa", "eager"):
-        raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
+    if workload.attention not in ("auto", "sdpa", "eager"):
+        raise InputError("attention must be 'auto', 'sdpa' or 'eager'", where=ww("attention"))
     return workload
 
 
@@ -513,12 +519,12 @@ def load_preset(path: str | os.PathLike) -> Preset:
     return parse_preset(data, path=str(path), text=text)
 
 
-FAMILY_DATASET = {"bert": "reviews", "albert": "reviews", "vgg": "images"}  # others: the shipped corpus (LM)
-
-
 def train_for(family: str) -> TrainSettings:
-    """Train settings a family needs to run on the shipped data (classifiers on reviews, LMs on the corpus)."""
-    return TrainSettings(dataset=FAMILY_DATASET.get(family, "corpus"))
+    """Train settings a family needs to run on the shipped data (its module's default: classifiers on
+    reviews, LMs on the corpus)."""
+    from paradvisor.model import families
+
+    return TrainSettings(dataset=families.get(family).dataset)
 
 
 def launch_for(cluster, plan=None) -> LaunchSettings:

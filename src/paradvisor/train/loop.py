@@ -48,7 +48,7 @@ def global_loss(loss: float | None, plan, rank: int, world: int, batches: list[i
     lay = Layout.of(plan, rank, world)
     mine = 0.0
     if loss is not None and lay.holds_loss:
-        mine = loss * batches[data_rank] / lay.tp
+        mine = loss * batches[data_rank] / (lay.tp * lay.cp)  # TP copies; CP: the mean of the ranks' halves
     t = torch.tensor([mine], dtype=torch.float64)
     dist.all_reduce(t)
     return float(t[0]) / sum(batches)
