@@ -156,7 +156,7 @@ def _evaluate_all(
     n = 0
 
     def keep(e: Estimate) -> None:
-        why = why_not(e.plan, family, runtime)
+        why = why_not(e.plan, family, runtime=runtime)
         if why is None:
             estimates.append(e)
         else:
@@ -274,7 +274,7 @@ def recommend(
         from paradvisor.rules.engine import apply_rules
 
         def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
-            if why_not(p, family, runtime) or not schedule_ok(p):
+            if why_not(p, family, runtime=runtime) or not schedule_ok(p):
                 return None
             return evaluate(mf, topo, wl, p, precision, margin)
 

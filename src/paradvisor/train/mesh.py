@@ -2,7 +2,8 @@
 for the user's own code (paradvisor.runtime.device_mesh()), so both lay ranks out the same way.
 
 Dimensions, slowest to fastest (Megatron order: a TP group is a run of consecutive ranks inside a node):
-`pp`, `dp_replicate`, `dp_shard`, `ep` (MoE plans only), `tp` — torchtitan's names. The data-parallel degree
+`pp`, `dp_replicate`, `dp_shard`, `cp` (context-parallel plans only), `ep` (MoE plans only), `tp` —
+torchtitan's names. The data-parallel degree
 splits into replicas x shards by the plan's sharding: DDP replicates (dp_replicate = dp), FSDP and ZeRO
 shard (dp_shard = dp), HSDP shards inside a node and replicates across nodes; an EP plan takes its ep
 ranks out of the data-parallel ones. `mesh_dims` is the pure shape; `build_mesh` the torch DeviceMesh.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-DIMS = ("pp", "dp_replicate", "dp_shard", "ep", "tp")
+DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "ep", "tp")
 
 
 def hsdp_shard(plan, world: int) -> int:
@@ -31,8 +32,8 @@ def dp_dim(plan) -> str:
 
 def mesh_dims(plan, world: int) -> list[tuple[str, int]]:
     """(name, size) of every dimension, slowest first; their product is `world`."""
-    tp, pp, ep = plan.tp, plan.pp, max(1, plan.ep)
-    dp = world // (tp * pp)
+    tp, pp, ep, cp = plan.tp, plan.pp, max(1, plan.ep), max(1, getattr(plan, "cp", 1))
+    dp = world // (tp * pp * cp)
     edp = dp // ep
     if plan.sharding == "hsdp":
         shard = hsdp_shard(plan, world)
@@ -42,6 +43,8 @@ def mesh_dims(plan, world: int) -> list[tuple[str, int]]:
     else:
         replicate, shard = 1, edp
     dims = [("pp", pp), ("dp_replicate", replicate), ("dp_shard", shard)]
+    if cp > 1:
+        dims.append(("cp", cp))
     if plan.ep > 1:
         dims.append(("ep", ep))
     return dims + [("tp", tp)]
