@@ -322,6 +322,11 @@ def start(
         preset, run_dir, argv, proc, node_file("status", lau.node_rank, suffixed), locks, log_name=log_name
     )
     write_json_atomic(launch.status_path, launch.status())
+    if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
+        from paradvisor.monitor.predict import launch_prediction
+
+        # ... counted while the ranks start (they never read it): no rank waits for the advice
+        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
     return launch
 
 
@@ -344,16 +349,13 @@ def _claim(
 
 
 def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool) -> None:
-    """plan.toml (node 0, or the first node to get there), prediction.json (node 0), this node's command files."""
+    """plan.toml (node 0, or the first node to get there) and this node's command files (prediction.json: once
+    the ranks are started, `start`)."""
     lau = preset.launch
     if (lau.node_rank == 0 and not suffixed) or not rd.plan.exists():
         write_toml_atomic(
             rd.plan, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
         )
-    if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py)
-        from paradvisor.monitor.predict import launch_prediction
-
-        write_json_atomic(rd.prediction, launch_prediction(preset))
     write_json_atomic(rd.node_file("command", lau.node_rank, suffixed), {"argv": argv, "cwd": os.getcwd()})
     if not suffixed:
         write_private(rd.command_txt, shlex.join(argv) + "\n")  # pasted into a shell, it runs only this

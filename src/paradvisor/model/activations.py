@@ -67,6 +67,9 @@ def builtin_table() -> dict:
     doc = json.loads(text)
     if doc.get("schema") != f"paradvisor.activations/{FORMAT}":  # stale data: the formula until regenerated
         return {}
+    from paradvisor.model import stamp
+
+    stamp.check(doc, "the built-in models' traced activations (data/activations.json)")
     return doc["models"]
 
 

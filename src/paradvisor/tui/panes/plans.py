@@ -188,7 +188,9 @@ class PlansPane(TabPane):
             else f"input {'x'.join(map(str, p.input_shape or ()))}"
         )
         self._static("profile").update(
-            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters; {shape}; largest layer "
+            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters"
+            + (f" ({p.active_params:,} active per token)" if p.active_params != p.total_params else "")
+            + f"; {shape}; largest layer "
             f"{escape(big.name)} "
             f"{big.params:,} ({p.largest_share:.0%})"
             + (" — [yellow]one layer dominates[/yellow]" if p.one_layer_dominates else "")
