@@ -17,6 +17,7 @@ than the context). A config whose variant was not derived gets None here and is 
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from importlib import resources
 
@@ -186,8 +187,8 @@ def _key_entry(fitted: dict, f: dict) -> dict:
 def variant_for(cfg: dict, shape: TransformerShape | None) -> dict | None:
     """The shipped variant matching the config's code path, or None."""
     doc = table()
-    if not doc or shape is None:
-        return None
+    if not doc or shape is None or os.environ.get("PARADVISOR_FORMULAS", "").lower() == "none":
+        return None  # PARADVISOR_FORMULAS=none: count every config from its code (benchmarks compare the two)
     defaults = doc.get("defaults", {}).get(cfg.get("model_type"), {})
     return doc.get("variants", {}).get(signature(cfg, shape, defaults))
 

@@ -13,6 +13,7 @@ bucket cannot); ZeRO-3/FSDP gathers overlap forward and backward of every micro-
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm, moe
@@ -83,6 +84,9 @@ def activation_mode(plan: Plan, precision: str) -> str:
     return "bf16" if plan.sharding != "none" else "amp"
 
 
+_ACT_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Traced -> {shape of the question: terms}
+
+
 def activation_terms(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
 ) -> tuple[dict, str]:
@@ -95,6 +99,20 @@ def activation_terms(
     mode = activation_mode(plan, precision)
     kernel = wl.attention
     if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
+        memo = _ACT_MEMO.setdefault(traced, {})  # the search asks the same shape for many plans
+        mkey = (
+            mode,
+            kernel,
+            wl.seq_len,
+            micro_batch,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.checkpointing,
+            cuda,
+        )
+        hit = memo.get(mkey)
+        if hit is not None:
+            return dict(hit), "traced"
         g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
         g_ckpt = (
             traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch)
@@ -102,7 +120,7 @@ def activation_terms(
             else None
         )
         if g_none is not None and (plan.checkpointing != "full" or g_ckpt is not None):
-            return traced_activation_terms(
+            memo[mkey] = traced_activation_terms(
                 g_none,
                 g_ckpt,
                 seq=wl.seq_len,
@@ -112,7 +130,8 @@ def activation_terms(
                 checkpointing=plan.checkpointing,
                 cuda_sdpa=cuda and kernel == "sdpa",
                 shared_layers=s.shared_layers,
-            ), "traced"
+            )
+            return dict(memo[mkey]), "traced"
     ab = act_bytes_for(precision)
     blk = block_activation_bytes(
         s,
