@@ -103,7 +103,7 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
     s = shape_from_config(seed)
     gqa = s.kv_heads < s.heads
     mqa = s.kv_heads == 1 < s.heads
-    n = rng.choice([4, 6, 8] if gqa and not mqa else [2, 3, 4, 6, 8])
+    n = rng.choice([4, 6, 8, 12, 16] if gqa and not mqa else [2, 3, 4, 6, 8])
     d = rng.choice([8, 12, 16, 24, 32])
     nkv = 1 if mqa else rng.choice([x for x in range(2, n) if n % x == 0]) if gqa else n
     free_d = s.head_dim != s.hidden // s.heads
@@ -131,6 +131,9 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
         c["head_dim"] = d
     put("ffn", rng.randrange(5, 40) * 8)
     put("vocab", rng.randrange(100, 1500))
+    for tok in ("pad_token_id", "bos_token_id", "eos_token_id"):  # inside the small vocabulary
+        if isinstance(c.get(tok), int):
+            c[tok] = min(c[tok], c["vocab_size"] - 1)
     pos = rng.randrange(700, 3000)
     put("pos", pos)
     if "type_vocab_size" in c:
@@ -289,7 +292,7 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
     names = FEATURES.get(mt) or (DECODER + (["q"] if shape.head_dim != shape.hidden // shape.heads else []))
     moe = shape.is_moe
     rng = random.Random(name)
-    cfgs = [probe(seed, rng, defs) for _ in range(n_random or len(names) + 2)] + [seed]
+    cfgs = _spanning([probe(seed, rng, defs) for _ in range(60)], names) + [seed]
     fit_n = len(cfgs) - 2  # checked on one size it was not fitted on and on the seed (a real size)
     try:
         got = [counts(cfgs[0], with_acts=not moe), counts(cfgs[-1], with_acts=not moe)]
@@ -353,6 +356,26 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
             return sig, f"not derived: {exc}"
         variant["regimes"] = _nest(act_fit)
     return sig, variant
+
+
+def _spanning(pool: list[dict], names: list[str]) -> list[dict]:
+    """Sizes whose features span what the pool spans (a fit on fewer would confuse two features that happen
+    to move together, e.g. kv = h/2 when every probe has half as many KV heads), then one more to check on."""
+    import numpy as np
+
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.formula import features
+
+    rows = [[features(c, shape_from_config(c))[n] for n in names] for c in pool]
+    full = np.linalg.matrix_rank(np.array(rows, dtype=float))
+    picked: list[int] = []
+    for i in range(len(pool)):
+        if np.linalg.matrix_rank(np.array([rows[j] for j in [*picked, i]], dtype=float)) > len(picked):
+            picked.append(i)
+        if len(picked) == full:
+            break
+    extra = next(i for i in range(len(pool) - 1, -1, -1) if i not in picked)
+    return [pool[i] for i in [*picked, extra]]
 
 
 def _shape_free(entries: dict) -> dict:

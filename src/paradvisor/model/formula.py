@@ -101,7 +101,8 @@ def signature(cfg: dict, shape: TransformerShape, defaults: dict) -> str:
             parts.append(f"{k}={v.get('rope_type') or v.get('type')}")
     parts.append(f"gqa={shape.kv_heads < shape.heads}")
     parts.append(f"mqa={shape.kv_heads == 1 < shape.heads}")  # one KV head: micro-batch 1 takes its own path
-    parts.append(f"hd={shape.head_dim == shape.hidden // shape.heads}")
+    if not cfg.get("kv_lora_rank"):  # multi-head latent attention has its own head sizes (features)
+        parts.append(f"hd={shape.head_dim == shape.hidden // shape.heads}")
     parts.append(f"window={windowed(cfg, shape, defaults)}")
     parts.append(f"mlp_only={bool(full.get('mlp_only_layers'))}")
     return "|".join(parts)
