@@ -22,12 +22,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "src" / "paradvisor" / "model" / "data" / "formulas.json"
-DECODER = ["1", "h", "n", "nkv", "d", "kv", "f", "V"]
+DECODER = ["1", "h", "n", "nkv", "d", "kv", "f", "V", "Vh", "hh", "hkv", "hf"]
 MOE = ["E", "k", "fe", "fs"]
 MLA = ["kvr", "qr", "nope", "rope", "vd", "n_nope", "n_rope", "n_vd"]
 FEATURES = {
-    "bert": ["1", "h", "n", "f", "V", "P", "T"],
-    "gpt2": ["1", "h", "n", "V", "P"],
+    "bert": ["1", "h", "n", "f", "V", "P", "T", "Vh", "hh", "hf", "Ph", "Th"],
+    "gpt2": ["1", "h", "n", "V", "P", "Vh", "hh", "Ph"],
     "mixtral": DECODER + MOE,
     "olmoe": DECODER + MOE,
     "qwen2_moe": DECODER + MOE,
@@ -289,7 +289,9 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
     defs = defaults(mt)
     shape = shape_from_config(seed)
     sig = signature(seed, shape, defs)
-    names = FEATURES.get(mt) or (DECODER + (["q"] if shape.head_dim != shape.hidden // shape.heads else []))
+    names = FEATURES.get(mt) or (
+        DECODER + (["q", "hq"] if shape.head_dim != shape.hidden // shape.heads else [])
+    )
     moe = shape.is_moe
     rng = random.Random(name)
     cfgs = _spanning([probe(seed, rng, defs) for _ in range(60)], names) + [seed]

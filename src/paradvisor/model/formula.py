@@ -144,6 +144,14 @@ def features(cfg: dict, shape: TransformerShape) -> dict[str, float]:
         "n_nope": n * nope,
         "n_rope": n * rope,
         "n_vd": n * vd,
+        # products: 16-bit weight copies (autocast) hold whole weights
+        "Vh": shape.vocab * shape.hidden,
+        "hh": shape.hidden * shape.hidden,
+        "hq": shape.hidden * n * d,
+        "hkv": shape.hidden * shape.kv_heads * d,
+        "hf": shape.hidden * shape.ffn,
+        "Ph": shape.max_positions * shape.hidden,
+        "Th": num("type_vocab_size", default=2) * shape.hidden,
     }
 
 
