@@ -74,5 +74,5 @@ if [[ $dev == 1 ]]; then
 else
   "${pip[@]}" install -q -c requirements/lock.txt -e .
 fi
-"$vpy" -m paradvisor --version
+.venv/bin/paradvisor --version
 echo "install.sh: paradvisor is installed in $(pwd)/.venv: run .venv/bin/paradvisor, or 'source .venv/bin/activate' first"

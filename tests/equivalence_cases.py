@@ -101,6 +101,11 @@ SHAPES = {
     "TP x FSDP": (_p(dp=2, tp=2, sharding="fsdp", micro_batch=2, grad_accum=2), 4),
     "PP (GPipe)": (_p(pp=2, pp_schedule="gpipe", micro_batch=2, grad_accum=4), 2),
     "PP (1F1B)": (_p(pp=2, pp_schedule="1f1b", micro_batch=4, grad_accum=2), 2),
+    "PP (interleaved 1F1B)": (
+        _p(pp=2, pp_schedule="interleaved1f1b", pp_virtual_stages=2, micro_batch=2, grad_accum=4),
+        2,
+    ),
+    "PP3 (balanced split)": (_p(pp=3, pp_split="balanced", micro_batch=2, grad_accum=4), 3),
     "PP x DDP": (_p(pp=2, dp=2, micro_batch=2, grad_accum=2), 4),
     "PP x FSDP": (_p(pp=2, dp=2, sharding="fsdp", micro_batch=2, grad_accum=2), 4),
     "PP x TP+SP x DDP": (_p(pp=2, tp=2, dp=2, sequence_parallel=True, micro_batch=2, grad_accum=2), 8),

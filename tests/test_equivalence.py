@@ -27,6 +27,8 @@ MINGPT = [
     "TP x DDP",
     "TP x FSDP",
     "PP (GPipe)",
+    "PP (interleaved 1F1B)",  # issue 31: two chunks per rank, torch's ScheduleInterleaved1F1B
+    "PP3 (balanced split)",  # issue 31: 1 + 2 + 1 blocks, embedding and head counted as a block each
     "PP x FSDP",
     "checkpointing (selective)",
     "offload (ZeRO-3)",
@@ -36,12 +38,14 @@ MINGPT = [
 OTHERS = [
     ("gpt2", "TP+SP"),
     ("gpt2", "PP (1F1B)"),  # fused qkv split; tied embedding across stages
+    ("gpt2", "PP (interleaved 1F1B)"),  # tied embedding on chunk 0 of rank 0 and the last chunk of rank 1
     ("bert", "TP+SP"),
     ("bert", "PP x DDP"),  # post-norm SP, padding mask on every stage
     ("albert", "TP"),
     ("llama", "PP x TP+SP x DDP"),  # 3-D mesh, 8 ranks, transformers' TP/PP plans
     ("mistral", "TP+SP"),
     ("mistral", "checkpointing (full)"),  # sliding window
+    ("llama", "checkpointing (selective)"),  # issue 31: the attention core under a checkpoint (Megatron's)
     ("qwen2", "PP (1F1B)"),  # per-layer sliding/full masks cut across stages
     ("mixtral", "EP x DDP"),
     ("qwen2_moe", "EP2 x DDP4"),  # transformers' EP plan, all-to-all on gloo

@@ -40,6 +40,7 @@ from paradvisor.model.load import builtin_config
 from paradvisor.rules.expr import MAX_CHARS, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import TYPES
 from tests.conftest import EXAMPLES, FUZZ_SCALE, REPO
+from tests.support.documents import CALIBRATION, SAMPLE, cache_entry
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="paradvisor-fuzz-"))
 CLUSTERS = {p.name: p.read_text() for p in sorted(EXAMPLES.glob("*.toml"))}
@@ -1050,3 +1051,135 @@ def test_probe_replies_of_any_shape_lose_only_their_host(data):
         check_instance(node, "node")
     else:
         assert node.reason
+
+
+# ---- issue 27: every stored document and remote message -----------------------------------------------------------
+# GPU catalogues, calibration files, trace-cache entries, samples.jsonl readings and node agents' final
+# statuses and hellos: structure-aware mutations of a valid document; each ends in a value every reader can
+# use, or the reader's refusal (an InputError, a cache miss, a skipped reading), never another exception.
+
+
+def mutated(data, doc: dict) -> dict:
+    """A copy of `doc` with one to three mutations (`mutate`)."""
+    doc = copy.deepcopy(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutate(data.draw, doc)
+    return doc
+
+
+USER_GPU_DOC = {
+    "gpu": {
+        "MyGPU": {
+            "memory_gib": 24,
+            "mem_bw_gbs": 900,
+            "tflops": {"fp32": 40, "bf16": 160},
+            "aliases": ["MyG"],
+            "intra_link": "pcie4",
+        }
+    }
+}
+
+
+@settings(max_examples=n(150))
+@given(st.data())
+def test_gpu_catalogues_fuzzed(data):
+    from paradvisor.hardware.userspec import read_gpu_file
+
+    doc = mutated(data, USER_GPU_DOC)
+    try:
+        text = tomli_w.dumps(doc)
+    except (TypeError, ValueError):
+        assume(False)
+    try:
+        specs = read_gpu_file(write("gpus.toml", text))
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    for spec in specs.values():  # accepted: every figure is a usable rate or size
+        assert spec.memory_bytes >= 2**20 and spec.mem_bw >= 1e3
+        assert all(math.isfinite(v) and v >= 1e-6 for v in spec.tflops.values())
+
+
+@settings(max_examples=n(300))
+@given(st.data())
+def test_calibration_files_fuzzed(data):
+    from paradvisor.hardware import calibration
+
+    doc = mutated(data, CALIBRATION)
+    try:
+        cal = calibration.check(doc, "cal.json")
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        return
+    spec = calibration.device_spec(cal)  # accepted: the estimator's uses of it work
+    assert all(math.isfinite(v) and v > 0 for v in spec.tflops.values()) and spec.mem_bw > 0
+    link = calibration.collective_link(cal)
+    assert link is None or (link.bandwidth > 0 and link.latency >= 0)
+
+
+@settings(max_examples=n(300))
+@given(st.data())
+def test_trace_cache_entries_fuzzed(data):
+    """A mutated entry on disk is a hit whose every count the profile uses is sound, or a miss."""
+    from paradvisor.model import trace_cache
+    from paradvisor.model.activations import Traced
+
+    doc = mutated(data, cache_entry("f" * 32))
+    cache = SCRATCH / "trace-cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    old = os.environ.get("PARADVISOR_CACHE")
+    os.environ["PARADVISOR_CACHE"] = str(cache)
+    try:
+        (cache / ("f" * 32 + ".json")).write_text(json.dumps(doc, allow_nan=True))
+        trace_cache.forget_memory()
+        got = trace_cache.lookup("f" * 32)
+    finally:
+        trace_cache.forget_memory()
+        if old is None:
+            os.environ.pop("PARADVISOR_CACHE", None)
+        else:
+            os.environ["PARADVISOR_CACHE"] = old
+    event("hit" if got else "miss")
+    if got is not None:
+        prof = got["profile"]
+        assert prof["total_params"] >= 1 and sum(e["params"] for e in prof["layers"]) == prof["total_params"]
+        Traced(got["regimes"], got["params"], tracer=None, source="fuzz").entry("fp32/sdpa/none", 16)
+
+
+@settings(max_examples=n(300))
+@given(st.data())
+def test_samples_readings_fuzzed(data):
+    from paradvisor.monitor.follow import typed_sample
+
+    doc = mutated(data, SAMPLE)
+    got = typed_sample(doc)
+    event("kept" if got else "skipped")
+    if got is not None:
+        for key in ("time", "cpu_pct", "ram_used_bytes", "ram_total_bytes"):
+            assert isinstance(got[key], (int, float)) and math.isfinite(got[key]) and got[key] >= 0
+        assert all(isinstance(g["index"], int) for g in got["gpus"])
+        assert got["host"] is None or "\n" not in got["host"]
+
+
+@settings(max_examples=n(300))
+@given(st.data())
+def test_agent_final_statuses_and_hellos_fuzzed(data):
+    """What a node agent sends at its end (its status) and first (its hello): typed, never a crash, and no
+    value that prints a line of its own."""
+    from paradvisor.launch.sshrun import _agent_facts
+    from paradvisor.monitor.follow import failure_text
+    from paradvisor.rundir.status import STATUS_TYPES, typed_status
+
+    status = {"status": "failed", "reason": "boom", "failed_rank": 0, "exit_code": 1, "last_log_lines": ["x"]}
+    hello = {"t": "hello", "pid": 1, "host": "h", "run_dir": "/r", "version": "1", "python": "p"}
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutate(data.draw, status)
+        mutate(data.draw, hello)
+    out = typed_status(status, "the node's final status")
+    for key, typ in STATUS_TYPES.items():
+        if key in out:
+            assert isinstance(out[key], typ), (key, out[key])
+    text = failure_text(out)
+    assert text is None or "\n" not in text
+    facts = _agent_facts(hello)
+    assert all("\n" not in v for v in facts.values() if isinstance(v, str))

@@ -313,8 +313,10 @@ def test_a_wrong_probe_reply_makes_only_that_host_offline(reply):
 @pytest.mark.slow
 def test_files_in_an_existing_run_dir_are_private_under_a_permissive_umask(tmp_path):
     run_dir = tmp_path / "existing"
-    run_dir.mkdir(mode=0o777)
-    os.chmod(run_dir, 0o777)
+    run_dir.mkdir(mode=0o770)
+    os.chmod(
+        run_dir, 0o770
+    )  # group-writable: claimed and made 0700 (world-writable is refused: tests/hostile)
     p = variant(tmp_path, "private", train={"steps": 2})
     proc = subprocess.run(
         [

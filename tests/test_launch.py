@@ -109,7 +109,7 @@ def test_broken_toml_names_the_line(tmp_path, cli):
             {"dp": 1, "pp": 3, "micro_batch": 2, "grad_accum": 4},
             {"nproc_per_node": 3},
             None,
-            "PP degree 3 does not divide",
+            "pp 3 is above the model's 2 layers",
         ),
         ({"dp": 4}, None, None, "= 2 processes"),
         (None, None, {"dataset": "imdb", "data_path": "/nonexistent/aclImdb"}, "not an aclImdb folder"),

@@ -52,7 +52,16 @@ def calibration(tmp_path_factory):
     ops = doc["engines"]["ops"]  # the timed model's aten ops per block, per activation mode
     assert ops["amp"]["block"] > ops["fp32"]["block"] > 0  # autocast adds its casts
     assert json.loads(out.read_text()) == doc
+    (out.parent / "stderr.txt").write_text(proc.stderr)  # for test_calibrate_prints_only_its_own_lines
     return out
+
+
+@pytest.mark.slow
+def test_calibrate_prints_only_its_own_lines(calibration):
+    """The calibration above (device, 2-process collectives and engines) prints a few lines of its own and
+    none of the libraries' warnings (the measuring processes' DeepSpeed deprecations were hundreds)."""
+    lines = (calibration.parent / "stderr.txt").read_text().splitlines()
+    assert len(lines) <= 30 and all(ln.startswith("calibrate:") for ln in lines), lines[:40]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The `paradvisor` command line: argparse subcommands, errors turned into exit codes.
 
-Exit codes: 0 ok, 1 the action failed, 2 bad input (one line on stderr, never a traceback). An
+Exit codes: 0 ok (also when the reader of stdout goes away early), 1 the action failed, 2 bad input (one
+line on stderr, never a traceback; a closed or full stdout too), 130 interrupted (Ctrl-C). An
 unexpected exception (a bug) is one line and exit 1 too, unless PARADVISOR_DEBUG=1 asks for the traceback.
 Each subcommand lives in `paradvisor/commands/<name>.py` and imports its heavy parts lazily.
 """
@@ -13,12 +14,14 @@ import sys
 
 from paradvisor import __version__
 from paradvisor.errors import InputError, RunFailed
+from paradvisor.output import one_line  # an error is always exactly one line
 
 COMMANDS = (
     "detect",
     "model",
     "gpus",
     "recommend",
+    "estimate",
     "rules",
     "hetero",
     "sharding",
@@ -29,13 +32,8 @@ COMMANDS = (
     "validate",
     "probe",
     "verify",
+    "export",
 )
-
-
-def one_line(message: str) -> str:
-    """The message on one line: line breaks and other control characters (from a file name or a value the
-    user gave) are shown escaped, so an error is always exactly one line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 _JSON_ERRORS = (
@@ -57,16 +55,19 @@ def _number(kind, dest: str):
     """An argparse type for a numeric option: finite, and within the option's bound (paradvisor.limits)."""
     import math
 
-    from paradvisor.limits import CLI_BOUNDS, MAX_FLOAT, MAX_INT
+    from paradvisor.limits import CLI_BOUNDS, CLI_MIN_BOUNDS, MAX_FLOAT, MAX_INT
 
     limit = CLI_BOUNDS.get(dest, MAX_INT if kind is int else MAX_FLOAT)
+    low = CLI_MIN_BOUNDS.get(dest)
 
     def convert(text: str):
         value = kind(text)
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if abs(value) > limit:
-            raise argparse.ArgumentTypeError(f"{text} is beyond the bound of {limit:,g}")
+            raise argparse.ArgumentTypeError(f"{text[:40]} is beyond the bound of {limit:,g}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"{text[:40]} is below the bound of {low:g}")
         return value
 
     convert.__name__ = kind.__name__  # argparse's "invalid int value" message names the type
@@ -95,12 +96,54 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"paradvisor.commands.{name}").add_parser(sub)
+    from paradvisor.commands.helptext import complete
+
+    complete(parser)  # every subcommand a paragraph, every option a line
     _bound_numbers(parser)
     return parser
 
 
+MAX_ERROR = 1000  # characters of an error line (a huge argument is never echoed whole)
+
+
+def _short(text: str) -> str:
+    return (
+        text
+        if len(text) <= MAX_ERROR
+        else f"{text[: MAX_ERROR - 200]}...({len(text):,} characters)...{text[-100:]}"
+    )
+
+
+PATH_OPTIONS = ("save", "out", "runs_dir", "run_dir", "ssh_config", "cluster", "gpu_spec", "preset", "model")
+
+
+def _check_paths(args) -> None:
+    """A path option given empty is bad input (it would silently mean the current folder or nothing), and a
+    --runs-dir that exists must be a folder."""
+    for dest in PATH_OPTIONS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and not value.strip():
+            raise InputError(f"--{dest.replace('_', '-')} is empty; give a path")
+    runs = getattr(args, "runs_dir", None)
+    if isinstance(runs, str) and os.path.exists(runs) and not os.path.isdir(runs):
+        raise InputError("cannot use this run directory: --runs-dir is not a folder", where=runs)
+
+
+def _subparser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)subcommand's parser the command line chose (`paradvisor rules list`: its own), so that an
+    unknown option is reported by it and points to its --help."""
+    chosen = parser
+    for dest in ("command", "rules_command"):
+        name = getattr(args, dest, None)
+        subs = [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]
+        if name and subs and name in subs[0].choices:
+            chosen = subs[0].choices[name]
+    return chosen
+
+
 def _fail(kind: str, message: str, where: str | None, code: int) -> int:
     """The one line on stderr (and with --json the paradvisor.error/1 document on stdout)."""
+    message, where = _short(message), (_short(where) if where else where)
     sys.stderr.write(f"paradvisor: {kind}: {one_line(message if where is None else f'{where}: {message}')}\n")
     if _JSON_ERRORS:
         from paradvisor.output import emit_error
@@ -110,22 +153,70 @@ def _fail(kind: str, message: str, where: str | None, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can end is an exit code with at most one line on stderr: 0 (also when
+    the reader of stdout closed the pipe early: `| head`), 1 failed, 2 bad input (also a closed or full
+    stdout), 130 interrupted (Ctrl-C at any moment, start-up included)."""
+    from paradvisor import output
+
+    if not output.stdout_usable():
+        return _fail("error", "standard output is closed; give it a file or a pipe (e.g. > out.txt)", None, 2)
+    real = sys.stdout
+    sys.stdout = output.GuardedStdout(real)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except SystemExit as exc:  # argparse: --help, --version, a usage error
+        try:
+            sys.stdout.flush()
+        except output.StdoutFailed as failed:
+            output.silence_stdout()
+            return _fail("error", str(failed), None, 2)
+        except BrokenPipeError:
+            output.silence_stdout()
+            return 0
+        raise exc from None
+    except BrokenPipeError:
+        output.silence_stdout()
+        return 0
+    except output.StdoutFailed as exc:
+        output.silence_stdout()
+        sys.stdout = real
+        return _fail("error", str(exc), None, 2)
+    except KeyboardInterrupt:
+        output.silence_stdout()
+        sys.stderr.write("paradvisor: interrupted\n")
+        return 130
+    finally:
+        sys.stdout = real
+
+
+def _main(argv: list[str] | None) -> int:
     global _JSON_ERRORS
 
     raw = sys.argv[1:] if argv is None else argv
     _JSON_ERRORS = "--json" in raw
+    if _JSON_ERRORS:  # a --json run's stderr carries paradvisor's one line at most, no library's warnings
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     parser = build_parser()
     if not raw or raw[0].startswith("--") and raw[0] not in ("--help", "--version"):
         # No command: the interactive session (its options may follow).
 
         raw = ["tui", *raw]
-    args = parser.parse_args(raw)
+    args, unknown = parser.parse_known_args(raw)
+    if unknown:  # told by the subcommand, which names its own --help
+        _subparser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
-    from paradvisor.output import cleaned_output
+    from paradvisor.output import StdoutFailed, cleaned_output
 
     try:
+        _check_paths(args)
         if args.command == "tui":  # the TUI owns the terminal and escapes what it shows itself
             return int(args.run(args) or 0)
         with cleaned_output():
@@ -134,11 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("error", exc.message, exc.where, 2)
     except RunFailed as exc:
         return _fail("failed", str(exc), None, 1)
-    except KeyboardInterrupt:
-        sys.stderr.write("paradvisor: interrupted\n")
-        return 130
-    except BrokenPipeError:
-        return 0
+    except (KeyboardInterrupt, BrokenPipeError, StdoutFailed):
+        raise
     except RecursionError:  # input nested deeper than any check foresaw: bad input, not a crash
         return _fail("error", "input nested too deeply", None, 2)
     except OSError as exc:  # a folder or file the command was told to use cannot be used: bad input

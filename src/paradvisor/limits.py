@@ -24,6 +24,7 @@ MAX_GPUS_PER_NODE = 16_384  # GPUs in one node of a cluster file (a real node ha
 MAX_NODES = 16_384  # nodes in a cluster file: 131,072 GPUs as 8 per node (nodes and links are stored by
 # group since issue 15, so this bounds the planner's run time and memory, not pairs of nodes)
 MAX_PROCS_PER_NODE = 1_024  # processes one launch starts on one node
+MAX_PROBED_DEVICES = 1_024  # GPUs (with MIG instances) one probed host may report (a real node has 8-72)
 MAX_HOSTS = 2_048  # ssh hosts of one launch or probe, and the nodes one launch starts (--nnodes)
 
 # The workload.
@@ -31,6 +32,9 @@ MAX_STEPS = 10**9  # optimizer steps of a run (and warm-up, log interval, local 
 MAX_SEQ_LEN = 2**21  # tokens per sample (2,097,152: beyond any model's context today)
 MAX_BATCH = 2**24  # samples per optimizer step, micro-batch, gradient accumulation
 MAX_LAYERS = 2048  # transformer layers of a config.json (building it takes ~2.5 ms per layer)
+MAX_MODEL_SIZE = 2**24  # any width, head count or length in a config.json (16,777,216)
+MAX_VOCAB = 2**24  # tokens of a vocabulary (the largest in use are about 256,000)
+MAX_EXPERTS = 65_536  # experts of a mixture-of-experts layer
 MAX_SEED = 2**63 - 1
 
 # Rates and times (floats are finite everywhere: NaN and infinity are refused).
@@ -40,6 +44,10 @@ MAX_BANDWIDTH = 1e16  # bytes/s (10 PB/s: far above any link or memory)
 MAX_LATENCY_S = 3600.0
 MAX_SIZE_BYTES = 2.0**60  # a memory size (1 EiB)
 MAX_TFLOPS = 1e7
+# Lower bounds of rates and sizes: a value this small is a typo (a step of 1e290 hours), not a device.
+MIN_TFLOPS = 1e-6  # 1 MFLOP/s (a measured CPU bf16 rate can be below 1e-3 TFLOPS)
+MIN_BANDWIDTH = 1e3  # bytes/s (1 kB/s: slower than any link or memory)
+MIN_SIZE_BYTES = 2.0**20  # a memory size (1 MiB: no GPU or node has less)
 MAX_TOP = 10_000  # plans shown or picked
 
 # Bounds of preset fields by field name (a "Class.field" entry wins over the plain field name). Fields not
@@ -62,6 +70,7 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "tp": (1, MAX_GPUS),
     "pp": (1, MAX_GPUS),
     "ep": (1, MAX_GPUS),
+    "pp_virtual_stages": (1, MAX_LAYERS),
     "gpus": (1, MAX_GPUS_PER_NODE),
     "nproc_per_node": (1, MAX_PROCS_PER_NODE),
     "node_procs": (1, MAX_PROCS_PER_NODE),
@@ -77,14 +86,22 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "hang_timeout_s": (0.0, MAX_TIMEOUT_S),
     "join_timeout_s": (1.0, MAX_TIMEOUT_S),
     "queue_timeout_s": (0.0, MAX_TIMEOUT_S),
-    "tflops": (0.0, MAX_TFLOPS),
-    "relative_speed": (0.0, 1e6),
+    "tflops": (MIN_TFLOPS, MAX_TFLOPS),
+    "relative_speed": (1e-6, 1e6),
     "data_share": (0.0, 1.0),
-    "bandwidth": (0.0, MAX_BANDWIDTH),
-    "mem_bw_bytes_per_s": (0.0, MAX_BANDWIDTH),
+    "bandwidth": (MIN_BANDWIDTH, MAX_BANDWIDTH),
+    "mem_bw_bytes_per_s": (MIN_BANDWIDTH, MAX_BANDWIDTH),
     "latency": (0.0, MAX_LATENCY_S),
-    "memory_bytes": (0.0, MAX_SIZE_BYTES),
+    "memory_bytes": (MIN_SIZE_BYTES, MAX_SIZE_BYTES),
     "layer_overhead_s": (0.0, MAX_LATENCY_S),
+    # a host reading (samples.jsonl: hardware.nvml.HostSample / GPUSample)
+    "ram_used_bytes": (0, MAX_SIZE_BYTES),
+    "ram_total_bytes": (0, MAX_SIZE_BYTES),
+    "mem_used_bytes": (0, MAX_SIZE_BYTES),
+    "mem_total_bytes": (0, MAX_SIZE_BYTES),
+    "cpu_pct": (0.0, 100.0 * MAX_PROCS_PER_NODE),
+    "util_pct": (0.0, 100.0),
+    "index": (0, MAX_GPUS_PER_NODE),
 }
 
 # Lengths of list fields by field name (other lists: MAX_ITEMS).
@@ -93,6 +110,23 @@ LENGTH_BOUNDS: dict[str, int] = {
     "nodes": MAX_NODES,
     "node_procs": MAX_NODES,
     "rank_batches": MAX_GPUS,
+}
+
+# Lower bounds of numeric command-line options by their dest (a count of 0 or -1 means nothing).
+CLI_MIN_BOUNDS: dict[str, float] = {
+    "top": 1,
+    "pick": 1,
+    "gpus": 1,
+    "workers": 1,
+    "workers_per_server": 1,
+    "nproc_per_node": 1,
+    "nnodes": 1,
+    "steps": 1,
+    "seq_len": 1,
+    "global_batch": 1,
+    "batch": 1,
+    "ranks": 1,
+    "master_port": 1,
 }
 
 # Numeric command-line options by their dest (upper bounds; the commands check their own lower bounds,

@@ -27,6 +27,38 @@ def clean(text) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in s)
 
 
+def one_line(message) -> str:
+    """`message` on one line: line breaks and every other control character (from a file, a remote reply, a
+    name the user gave) shown escaped, so a value can never print a line of its own ("FAKE: finished")."""
+    s = str(message)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
+def shell_join(argv) -> str:
+    """`argv` as one line that a shell runs as exactly `argv` when pasted (POSIX quoting, `shlex`), and that
+    sends nothing raw to the terminal: an argument holding a control or other non-printable character is
+    written $'...' with \\xHH / \\uHHHH escapes (POSIX.1-2024 dollar-single-quotes; bash, zsh, ksh)."""
+    import shlex
+
+    out = []
+    for a in map(str, argv):
+        if a.isprintable():
+            out.append(shlex.quote(a))
+            continue
+        body = ""
+        for c in a:
+            if c in "\\'":
+                body += "\\" + c
+            elif c.isprintable():
+                body += c
+            elif ord(c) < 0x100:
+                body += f"\\x{ord(c):02x}"
+            else:
+                body += f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+        out.append(f"$'{body}'")
+    return " ".join(out)
+
+
 def esc(text) -> str:
     """A value for rich markup: cleaned, its '[' escaped (so `[/red]` in a node name is text, not a tag)."""
     from rich.markup import escape
@@ -34,18 +66,11 @@ def esc(text) -> str:
     return escape(clean(text))
 
 
-class CleanWriter(io.TextIOBase):
-    """A text stream that writes `clean(s)` to the stream it wraps."""
+class _Wrapper(io.TextIOBase):
+    """A text stream around another one (`raw`): what the terminal asks of stdout goes to `raw`."""
 
     def __init__(self, raw):
         self.raw = raw
-
-    def write(self, s: str) -> int:
-        self.raw.write(clean(s))
-        return len(s)
-
-    def flush(self) -> None:
-        self.raw.flush()
 
     def isatty(self) -> bool:
         return self.raw.isatty()
@@ -61,8 +86,76 @@ class CleanWriter(io.TextIOBase):
         return getattr(self.raw, "encoding", "utf-8")
 
 
+class CleanWriter(_Wrapper):
+    """A text stream that writes `clean(s)` to the stream it wraps."""
+
+    def write(self, s: str) -> int:
+        self.raw.write(clean(s))
+        return len(s)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
 def raw_stream(stream):
     return stream.raw if isinstance(stream, CleanWriter) else stream
+
+
+class StdoutFailed(Exception):
+    """Standard output cannot be written (closed: EBADF, full: ENOSPC, an I/O error): one line, exit 2.
+    A reader that went away (EPIPE) is not this: it stays a BrokenPipeError, a quiet exit 0."""
+
+    def __init__(self, exc: OSError | None):
+        self.errno = getattr(exc, "errno", None)
+        why = getattr(exc, "strerror", None) or (str(exc) if exc else "it is closed")
+        super().__init__(f"cannot write to standard output: {why}")
+
+
+class GuardedStdout(_Wrapper):
+    """sys.stdout while a command runs: a failed write or flush is a StdoutFailed (or BrokenPipeError), so
+    the command line tells a broken stdout from a file the command could not write."""
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as exc:  # ValueError: the stream was closed under us
+            raise StdoutFailed(exc if isinstance(exc, OSError) else None) from None
+
+    def write(self, s: str) -> int:
+        self._guard(self.raw.write, s)
+        return len(s)
+
+    def flush(self) -> None:
+        self._guard(self.raw.flush)
+
+    @property
+    def buffer(self):
+        return self.raw.buffer
+
+
+def stdout_usable() -> bool:
+    """Whether standard output is open (a closed fd 1 leaves sys.stdout None, or fstat fails)."""
+    import os
+
+    if sys.stdout is None:
+        return False
+    try:
+        os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return isinstance(sys.stdout, io.StringIO)  # a test's captured stdout
+    return True
+
+
+def silence_stdout() -> None:
+    """After a reader closed the pipe: later writes (and the interpreter's last flush) go to /dev/null."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
 
 
 @contextlib.contextmanager
@@ -96,13 +189,25 @@ def console(stderr: bool = False):
         def render_str(self, text: str, **kw):
             return super().render_str(clean(text), **kw)
 
+        def on_broken_pipe(self) -> None:  # rich exits 1 here: the command line makes it a quiet 0
+            self.quiet = True
+            raise BrokenPipeError(32, "the reader closed the pipe")
+
     return CleanConsole(
         file=raw_stream(sys.stderr if stderr else sys.stdout), highlight=False, soft_wrap=False
     )
 
 
-def table(title: str | None = None, *columns: str, **kw):
-    """A rich Table whose cells are plain text (a cell holding '[red]' shows it; markup only in titles)."""
+RIGHT = ("#", "params", "share", "GiB", "TFLOPS", "%", "s", "/s")  # headers of right-aligned columns
+NUMERIC_HEADERS = ("#", "params", "share", "GiB", "TFLOPS", "%", "/s", "/GPU", "step", "loss", "elapsed")
+
+
+def table(title: str | None = None, *columns: str, numbers: tuple[str, ...] = (), **kw):
+    """A rich Table whose cells are plain text (a cell holding '[red]' shows it; markup only in titles).
+
+    Nothing is ever cut with an ellipsis: on a narrow terminal a text cell wraps, and a long word (a rule id,
+    a run name) folds onto the next line whole; a number column (headers ending as in NUMERIC_HEADERS, or
+    named in `numbers`) never wraps, so a number is never shown in part."""
     from rich.table import Table
     from rich.text import Text
 
@@ -112,6 +217,7 @@ def table(title: str | None = None, *columns: str, **kw):
 
     t = PlainTable(title=title, title_justify="left", **kw)
     for c in columns:
-        justify = "right" if c.endswith(("#", "params", "share", "GiB", "TFLOPS", "%", "s", "/s")) else "left"
-        t.add_column(c, justify=justify)
+        numeric = c in numbers or c.endswith(NUMERIC_HEADERS)
+        right = numeric or c.endswith(RIGHT)
+        t.add_column(c, justify="right" if right else "left", no_wrap=numeric, overflow="fold")
     return t

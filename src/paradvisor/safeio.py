@@ -8,10 +8,35 @@ recurse too deep or compute with a non-finite number.
 Writing: atomically (a temporary file in the same folder, fsync, rename), never over an existing file
 unless forced, never over something that is not a regular file (`--save /dev/full --force` must not
 replace the device), and a group of files all or nothing (`write_group`).
+
+Run directories, caches and state (the one safe-write helper of the project: every writer in a run
+directory or a cache goes through these; a planted symbolic or hard link never redirects a write):
+  `claim_dir(path)`            an existing folder paradvisor is given to write into (`--run-dir`): refused
+                               (InputError, exit 2) unless a real folder (not a link) of this user, not
+                               world-writable, holding no links; then made 0700
+  `private_dir(path)`          a folder paradvisor owns (a cache, a lock folder): created 0700 with its
+                               parents, or an existing one claimed as above (without the scan for links)
+  `private_subdir(run_dir, name, exist_ok=False)`
+                               a subfolder for what other libraries write (DCP checkpoints, DeepSpeed,
+                               TensorBoard, save_pretrained): created by paradvisor just before, mode 0700,
+                               exclusive (an existing name is refused unless `exist_ok`, and then only a real
+                               0700 folder of this user holding no links: a resumed run's checkpoints)
+  `open_private(path, append=)` a file descriptor for writing: O_NOFOLLOW always, O_EXCL for a new file,
+                               O_APPEND for a log or a .jsonl several writers share; the file must be a
+                               regular file of this user with one link; mode 0600
+  `append_private(path, data)` one write of `data` at the end of such a file (whole lines never interleave)
+  `write_private(path, data)`  a whole file replaced atomically: `mkstemp` in its folder (O_EXCL, a name
+                               nobody can predict), then rename (a link at `path` is replaced, never followed)
+A refused file or folder raises `UnsafePath` (an OSError: writers that tolerate a full disk tolerate it).
+
+Replies of other programs (ssh probes, Slurm commands): `run_capture(argv, limit=, timeout=)` keeps at most
+`limit` bytes of stdout and of stderr and kills the program past them or past its timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -257,3 +282,276 @@ def inside(base: Path, name: str, *, what: str = "name") -> Path:
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or os.sep in name:
         raise InputError(f"{what} {name!r} cannot be a folder name (no '/', '..' or empty)")
     return base / name
+
+
+# ------------------------------------------------------------------ run directories, caches, state: never followed
+
+MAX_SCAN = 100_000  # entries of an existing run directory looked at for links (deeper trees are refused)
+
+
+class UnsafePath(OSError):
+    """A file or folder paradvisor will not write through (a link, another user's, not a regular file)."""
+
+    def __init__(self, path, why: str):
+        super().__init__(errno.EPERM, why, str(path))
+        self.why = why
+
+
+def _check_dir_stat(st: os.stat_result, path, *, what: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"{what} is a symbolic link; give the folder itself", where=str(path))
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{what} is not a folder", where=str(path))
+    if st.st_uid != os.getuid():
+        raise InputError(
+            f"{what} belongs to another user (uid {st.st_uid}); give a folder of yours", where=str(path)
+        )
+    if st.st_mode & stat.S_IWOTH:
+        raise InputError(f"{what} is world-writable; give a private folder", where=str(path))
+
+
+def links_in(path, *, limit: int = MAX_SCAN) -> list[str]:
+    """The symbolic links and multiply-linked files under folder `path` (without following any link);
+    InputError when it holds more than `limit` entries."""
+    found: list[str] = []
+    stack, seen = [str(path)], 0
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                seen += 1
+                if seen > limit:
+                    raise InputError(f"holds more than {limit:,} files; give a new folder", where=str(path))
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:  # renamed into place by another node's launcher meanwhile
+                    continue
+                backup = e.name.startswith(".") and e.name.endswith(".tmp.old")  # write_group's, for a moment
+                if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and not backup):
+                    found.append(os.path.relpath(e.path, path))
+                elif stat.S_ISDIR(st.st_mode):
+                    stack.append(e.path)
+    return sorted(found)
+
+
+def _make(p: Path) -> None:
+    """`p` created 0700 with its parents, unless it exists (whatever it is: the caller checks)."""
+    os.makedirs(p.parent, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(p, 0o700)
+
+
+def claim_dir(path: str | os.PathLike, *, what: str = "this run directory") -> Path:
+    """A folder paradvisor may write a run into: created (0700, with its parents) when absent; an existing one
+    must be a real folder (not a link) of this user, not world-writable, holding no symbolic or hard links
+    (InputError, exit 2, otherwise). It is made 0700 before it is searched, so nobody else can add a link
+    after the search."""
+    p = Path(path)
+    try:
+        _make(p)
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                _check_dir_stat(os.lstat(p), p, what=what)
+            raise
+        try:
+            _check_dir_stat(os.fstat(fd), p, what=what)
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+        if found := links_in(p):
+            more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+            raise InputError(
+                f"{what} holds links ({', '.join(repr(x) for x in found[:3])}{more}); paradvisor never writes "
+                "through a link: give a new folder",
+                where=str(p),
+            )
+    except OSError as exc:
+        raise InputError(f"cannot use {what}: {exc.strerror or exc}", where=str(exc.filename or p)) from None
+    return p
+
+
+def private_dir(path: str | os.PathLike, *, what: str = "folder") -> Path:
+    """A folder of paradvisor's own (a cache, a lock folder): created 0700 with its parents; an existing one
+    must be a real folder of this user, not world-writable (UnsafePath otherwise: a cache is best effort)."""
+    p = Path(path)
+    _make(p)
+    try:
+        _check_dir_stat(os.lstat(p), p, what=what)
+    except InputError as exc:
+        raise UnsafePath(p, exc.message) from None
+    return p
+
+
+def private_subdir(run_dir: str | os.PathLike, name: str, *, exist_ok: bool = False) -> Path:
+    """`run_dir/name`, created now with mode 0700 for what another library writes there (DCP checkpoints,
+    DeepSpeed, TensorBoard, save_pretrained). Exclusive: an existing name raises UnsafePath, unless
+    `exist_ok` and it is a real 0700 folder of this user holding no links (a resumed run's checkpoints).
+    `name` may hold '/' for nested folders; every level is created the same way."""
+    p = Path(run_dir)
+    parts = Path(name).parts
+    if not parts or any(x in ("", ".", "..") for x in parts) or Path(name).is_absolute():
+        raise UnsafePath(name, "a subfolder name must be relative, without '..'")
+    for i, part in enumerate(parts):
+        p = p / part
+        last = i == len(parts) - 1
+        try:
+            os.mkdir(p, 0o700)
+            continue
+        except FileExistsError:
+            if last and not exist_ok:
+                raise UnsafePath(p, "already exists (paradvisor creates this folder itself)") from None
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise UnsafePath(p, "is a link, not a folder, or another user's")
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            raise UnsafePath(p, f"has mode {stat.S_IMODE(st.st_mode):o}, not 0700")
+        if last and links_in(p):
+            raise UnsafePath(p, "holds links")
+    return p
+
+
+def _check_fd(fd: int, path) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(path, f"is {_kind(st.st_mode)}, not a regular file")
+    if st.st_uid != os.getuid():
+        raise UnsafePath(path, f"belongs to another user (uid {st.st_uid})")
+    if st.st_nlink > 1:
+        raise UnsafePath(path, "has another hard link")
+
+
+def open_private(path: str | os.PathLike, *, append: bool = False, readable: bool = False) -> int:
+    """A file descriptor writing `path` (mode 0600, close-on-exec), never through a link: O_NOFOLLOW always;
+    O_EXCL (a new file: FileExistsError if the name is taken) unless `append`, which opens an existing
+    regular file of this user with one link, or creates it, positioned for O_APPEND writes. `readable`: opened
+    read-write (a lock file whose holder is read back)."""
+    flags = (
+        (os.O_RDWR if readable else os.O_WRONLY)
+        | os.O_CREAT
+        | os.O_NOFOLLOW
+        | os.O_CLOEXEC
+        | os.O_NOCTTY
+        | os.O_NONBLOCK
+    )
+    flags |= os.O_APPEND if append else os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
+            raise UnsafePath(path, "is a symbolic link; paradvisor never writes through one") from None
+        raise
+    try:
+        _check_fd(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def append_private(path: str | os.PathLike, data: bytes) -> None:
+    """Append `data` to `path` in one write (open_private(append=True)): lines from several writers never
+    interleave."""
+    fd = open_private(path, append=True)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def write_private(path: str | os.PathLike, data: str | bytes, *, sync: bool = False) -> None:
+    """Replace `path` atomically with `data` (mode 0600): written to a `mkstemp` name in the same folder
+    (O_EXCL: nobody can predict or plant it), then renamed over `path` (a link there is replaced, its target
+    never touched). Two writers of one file each rename a whole file; the last one wins. `sync`: fsync first."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------- replies of other programs: bounded
+
+MAX_REPLY_BYTES = 4 << 20  # what one command's stdout (or stderr) may send back (a real reply is a few KiB)
+
+
+def run_capture(
+    argv: list[str],
+    *,
+    limit: int = MAX_REPLY_BYTES,
+    timeout: float = 60.0,
+    input: bytes | str | None = None,
+) -> tuple[int | None, str, str, str | None]:
+    """Run `argv` and keep at most `limit` bytes of its stdout and of its stderr: (exit code, stdout, stderr,
+    why it was stopped or None). A command that sends more than `limit` bytes, or runs past `timeout` seconds,
+    is killed (why says which; exit code None); a missing program is exit code 127. Never raises OSError
+    for the command itself and never holds more than 2 x `limit` bytes, whatever the other side sends. Text
+    is decoded as UTF-8 with replacement characters."""
+    import selectors
+    import subprocess
+    import time
+
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return 127, "", f"{argv[0]}: {exc.strerror or exc}", None
+    if input is not None:  # written by a thread: a command that answers before reading it all never blocks us
+        import threading
+
+        data = input.encode() if isinstance(input, str) else input
+
+        def feed() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.write(data)
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()
+
+        threading.Thread(target=feed, daemon=True, name="paradvisor-feed").start()
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    sel = selectors.DefaultSelector()
+    for f in bufs:
+        sel.register(f, selectors.EVENT_READ)
+    deadline, why = time.monotonic() + timeout, None
+    while sel.get_map() and why is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            why = f"no answer within {timeout:g} s"
+            break
+        for key, _ in sel.select(min(left, 1.0)):
+            chunk = os.read(key.fd, 1 << 16)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                continue
+            buf = bufs[key.fileobj]
+            if len(buf) + len(chunk) > limit:
+                buf += chunk[: limit - len(buf)]
+                why = f"sent more than {limit:,} bytes"
+                break
+            buf += chunk
+    sel.close()
+    if why is not None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+    try:
+        code = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    for f in bufs:
+        f.close()
+    out, err = (bytes(b).decode("utf-8", errors="replace") for b in bufs.values())
+    return (None if why else code), out, err, why

@@ -12,6 +12,9 @@ code's record up to that merge (main 523b7f4, the last commit before it), and th
 checked against the per-pair and per-rank algorithms by tests/test_scale.py's property tests.
 Re-recorded again when the loss head's backward gradients became a memory term (`transient`, measured
 on an H100 by benchmarks/gpu_check.py): a deliberate change of the memory model.
+Re-recorded for issue 31: the operation-level GPU step-time model (estimate/steptime.py), pipeline stages as
+Megatron/torchtitan lay them out (tied embedding copy on the last stage, interleaved 1F1B and the balanced
+split in the search space), and a pipeline link shared by at most a node's GPUs.
 """
 
 from __future__ import annotations

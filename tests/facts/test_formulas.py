@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from paradvisor.model import formula, stamp
+from paradvisor.model import formula
 from paradvisor.model.config import shape_from_config
 
 KEYS = ("bf16/sdpa/none", "amp/eager/full")  # two of the twelve per size (suite time); all: the script
@@ -115,19 +115,18 @@ def test_known_family_config_never_imports_torch_or_transformers(tmp_path):
     assert not (tmp_path / "empty-cache").exists() or not list((tmp_path / "empty-cache").iterdir())
 
 
-def test_a_stamp_that_differs_from_the_installed_library_warns_once(capsys):
-    doc = {"transformers": "0.0.1", "torch": stamp.installed("torch"), "regenerate": "python scripts/x.py"}
-    assert stamp.check(doc, "test data") == [
-        f"transformers 0.0.1 (installed {stamp.installed('transformers')})"
-    ]
-    stamp.check(doc, "test data")
+def test_a_formula_stamp_that_differs_from_the_installed_library_warns_once(monkeypatch, capsys):
+    from paradvisor.model import activations
+
+    doc = {**formula.table(), "transformers": "0.0.1"}
+    formula.table.cache_clear()
+    monkeypatch.setattr(formula.json, "loads", lambda text: doc)
+    try:
+        formula.table()
+        formula.table.cache_clear()
+        formula.table()
+    finally:
+        formula.table.cache_clear()
     err = capsys.readouterr().err
-    assert err.count("warning: test data was counted with transformers 0.0.1") == 1
-    assert stamp.check({**doc, "transformers": stamp.installed("transformers")}, "other data") == []
-    assert "other data" not in capsys.readouterr().err
-
-
-def test_shipped_data_is_stamped_with_the_installed_versions():
-    from paradvisor.model.activations import builtin_table  # noqa: F401 (same stamp mechanism)
-
-    assert stamp.mismatches(formula.table()) == []
+    assert err.count("formulas.json) was traced with transformers 0.0.1") == 1, err
+    assert activations.stale_stamps(formula.table()) == []  # the shipped data: the installed versions

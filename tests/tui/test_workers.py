@@ -47,7 +47,9 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
         spy(module, name)
 
     async def flow():
-        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), model="bert-base-uncased", live=False)
+        app = ParadvisorApp(
+            cluster=C000, runs_dir=str(tmp_path / "runs"), model="bert-base-uncased", live=False
+        )
         async with app.run_test(size=(130, 42)) as pilot:
             await until(pilot, lambda: app.rec is not None)
             await pilot.press("2")

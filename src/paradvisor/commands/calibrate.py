@@ -20,6 +20,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_BANDWIDTH
+from paradvisor.safeio import write_private
 
 
 def add_parser(sub) -> None:
@@ -38,6 +39,12 @@ def add_parser(sub) -> None:
         "--no-engines",
         action="store_true",
         help="skip the engine overheads (2-process runs of each engine; about a minute)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="store the calibration even when a fit is clearly noise (a zero rate, an engine with no fixed "
+        "time at all); it is refused otherwise",
     )
     p.set_defaults(run=run)
 
@@ -167,7 +174,41 @@ def measure_layer_overhead(dev, sync) -> float:
     return max(0.0, (times[5] - times[1]) / 4)
 
 
+def _quiet(out_dir: str, rank: int) -> None:
+    """A measuring process prints into its own log (`_worker_tail` shows its end if it fails), never onto
+    the user's terminal: the libraries' warnings (DeepSpeed's deprecated collectives: hundreds of lines
+    per calibration) are no part of the measurement. Python warnings are off in it."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    fd = os.open(Path(out_dir, f"worker-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _spawn(worker, args: tuple, nprocs: int, out_dir: str) -> None:
+    """Run `worker` in `nprocs` spawned processes; a failure is one error with the end of their logs."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
+
+    from paradvisor.errors import RunFailed
+
+    try:
+        mp.start_processes(worker, args=args, nprocs=nprocs, join=True, start_method="spawn")
+    except ProcessException as exc:  # a measuring process died: say why, from its log
+        tail = []
+        for log in sorted(Path(out_dir).glob("worker-*.log")):
+            tail += [f"{log.name}: {ln}" for ln in log.read_text(errors="replace").splitlines()[-8:]]
+        raise RunFailed(
+            f"a measuring process failed ({type(exc).__name__}); its last lines: " + " | ".join(tail)
+        ) from None
+
+
 def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_dir: str) -> None:
+    _quiet(out_dir, rank)
     import torch
     import torch.distributed as dist
 
@@ -191,7 +232,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_d
             rows.append((size, best))
         res[op] = rows
     if rank == 0:
-        Path(out_dir, "collectives.json").write_text(json.dumps(res))
+        write_private(Path(out_dir, "collectives.json"), json.dumps(res))
     dist.destroy_process_group()
 
 
@@ -230,6 +271,8 @@ ENGINE_BATCH = 2  # micro-batch per rank (pp: per micro-batch)
 def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -> None:
     """Every engine of the launcher, fp32 and bf16, at two depths: median step time per configuration."""
     from types import SimpleNamespace
+
+    _quiet(out_dir, rank)
 
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -287,7 +330,7 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
                 res.append({"engine": engine, "precision": precision, "layers": layers, "step_s": step_s})
                 del eng, model
     if rank == 0:
-        Path(out_dir, "engines.json").write_text(json.dumps(res))
+        write_private(Path(out_dir, "engines.json"), json.dumps(res))
     dist.destroy_process_group()
 
 
@@ -357,18 +400,10 @@ def engine_model_ops() -> dict:
 def measure_engines(quick: bool) -> dict:
     import tempfile
 
-    import torch.multiprocessing as mp
-
     from paradvisor.launch.argv import free_port
 
     with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(
-            _engine_worker,
-            args=(2, free_port(), 8 if quick else 12, d),
-            nprocs=2,
-            join=True,
-            start_method="spawn",
-        )
+        _spawn(_engine_worker, (2, free_port(), 8 if quick else 12, d), 2, d)
         return {
             "runs": json.loads(Path(d, "engines.json").read_text()),
             "model": ENGINE_MODEL,
@@ -379,17 +414,13 @@ def measure_engines(quick: bool) -> dict:
 def measure_collectives(max_ranks: int, quick: bool) -> dict:
     import tempfile
 
-    import torch.multiprocessing as mp
-
     from paradvisor.launch.argv import free_port
 
     sizes = [2**k for k in ((12, 16, 20, 22) if quick else (12, 16, 20, 22, 24))]
     out = {"backend": "gloo", "ranks": {}}
     for n in range(2, max_ranks + 1):
         with tempfile.TemporaryDirectory() as d:
-            mp.start_processes(
-                _collective_worker, args=(n, free_port(), sizes, d), nprocs=n, join=True, start_method="spawn"
-            )
+            _spawn(_collective_worker, (n, free_port(), sizes, d), n, d)
             res = json.loads(Path(d, "collectives.json").read_text())
         out["ranks"][str(n)] = {op: fit([tuple(r) for r in rows], op, n) for op, rows in res.items()}
         ar = out["ranks"][str(n)]["all_reduce"]
@@ -399,7 +430,63 @@ def measure_collectives(max_ranks: int, quick: bool) -> dict:
     return out
 
 
+DRIFT = 5.0  # a figure this many times the previous calibration's (or a fifth of it) is worth a warning
+
+
+def implausible(doc: dict, previous: dict | None) -> tuple[list[str], list[str]]:
+    """(warnings, refusals) about a calibration before it is stored. Refused, as clearly noise: a rate or a
+    bandwidth of zero, an engine whose fit has no fixed time at all (0 per step and 0 per layer: both
+    clamped). Warned: one term clamped to zero, and a figure DRIFT times the previous calibration's."""
+    warnings: list[str] = []
+    refusals: list[str] = []
+    dev = doc.get("device") or {}
+    for dtype, rate in (dev.get("tflops") or {}).items():
+        if not rate or rate <= 0:
+            refusals.append(f"matmul {dtype} measured {rate} TFLOPS")
+    if not dev.get("mem_bw_bytes_per_s") or dev["mem_bw_bytes_per_s"] <= 0:
+        refusals.append("memory bandwidth measured 0")
+    for n, ops in ((doc.get("collectives") or {}).get("ranks") or {}).items():
+        for op, f in ops.items():
+            if f.get("latency", 1) <= 0:
+                warnings.append(f"{op} over {n} processes: the fit's latency was clamped to 0 us")
+    fits = ((doc.get("engines") or {}).get("fit")) or {}
+    old_fits = (((previous or {}).get("engines") or {}).get("fit")) or {}
+    for engine, per in fits.items():
+        for precision, v in per.items():
+            name = f"{engine} {precision}"
+            if v["per_step"] <= 0 and v["per_layer"] <= 0:
+                refusals.append(f"{name}: 0 ms per step and 0 ms per layer (the fit was clamped)")
+                continue
+            for term in ("per_step", "per_layer"):
+                if v[term] <= 0:
+                    warnings.append(f"{name}: the fit's {term.replace('_', ' ')} time was clamped to 0 ms")
+                old = ((old_fits.get(engine) or {}).get(precision) or {}).get(term)
+                if old and v[term] > 0 and not 1 / DRIFT <= v[term] / old <= DRIFT:
+                    warnings.append(
+                        f"{name}: {term.replace('_', ' ')} time {v[term] * 1e3:.3g} ms is "
+                        f"{v[term] / old:.2g}x the previous calibration's {old * 1e3:.3g} ms"
+                    )
+    old_dev = (previous or {}).get("device") or {}
+    for dtype, rate in (dev.get("tflops") or {}).items():
+        old = (old_dev.get("tflops") or {}).get(dtype)
+        if old and rate and rate > 0 and not 1 / DRIFT <= rate / old <= DRIFT:
+            warnings.append(
+                f"matmul {dtype}: {rate:.4g} TFLOPS is {rate / old:.2g}x the previous calibration's"
+            )
+    return warnings, refusals
+
+
+def _previous(path: Path | None) -> dict | None:
+    """The calibration stored at `path` before this one (None: none, or not readable)."""
+    from paradvisor.rundir.status import read_json_object
+
+    if path is None or not path.is_file():
+        return None
+    return read_json_object(path)[0]
+
+
 def run(args) -> int:
+    from paradvisor.errors import RunFailed
     from paradvisor.hardware.calibration import SCHEMA, default_path
 
     if args.ranks < 1:
@@ -435,11 +522,24 @@ def run(args) -> int:
             engines  # per engine and precision: {"per_step", "per_layer"} seconds (see fit_engines)
         )
     path = Path(args.out) if args.out else default_path()
+    warned, refused = implausible(doc, _previous(path))
+    for w in warned:
+        _say(f"warning: {w} (a busy machine? run it again when it is idle)")
+    if refused and not args.force:
+        raise RunFailed(
+            f"calibrate: not stored, the measurement is noise: {'; '.join(refused)} (run it again on an "
+            "idle machine; --force stores it anyway)"
+        )
     if path is not None:
-        from paradvisor.safeio import write_atomic
+        from paradvisor.safeio import private_dir, write_atomic
 
         if not args.out:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                private_dir(path.parent, what="the calibration folder")
+            except OSError as exc:
+                raise InputError(
+                    f"cannot store the calibration: {exc.strerror or exc}", where=str(path)
+                ) from None
         write_atomic(path, json.dumps(doc, indent=2, allow_nan=False), force=True)
         _say(f"stored {path} ({doc['duration_s']} s)")
     if args.json:

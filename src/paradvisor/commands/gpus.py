@@ -50,33 +50,39 @@ def run(args) -> int:
             }
         )
         return 0
-    from paradvisor.output import console, table
+    from rich.text import Text
 
+    from paradvisor.output import clean, console, table
+
+    con = console()
+    # Under 100 columns the architecture and the link (text, in `--json` and at 100+) make room for the
+    # numbers: every figure whole at 80 columns.
+    wide = con.width >= 100 or args.sources
+    dtypes = ("fp32", "tf32", "fp16", "bf16", "fp8")
     t = table(
-        "GPU catalog (dense peak)",
+        "GPU catalog: memory GiB, memory bandwidth GB/s, dense peak TFLOPS",
         "name",
-        "arch",
-        "memory GiB",
-        "mem BW GB/s",
-        "fp32",
-        "tf32",
-        "fp16",
-        "bf16",
-        "fp8",
-        "link",
+        *(["arch"] if wide else []),
+        "GiB",
+        "GB/s",
+        *dtypes,
+        *(["link"] if wide else []),
         *(["source"] if args.sources else []),
+        numbers=dtypes,
     )
     for s in specs:
         tf = s.tflops
-        name = s.name + (f" [cyan]({s.origin})[/cyan]" if s.user_defined else "")
+        name = Text(clean(s.name))
+        if s.user_defined:
+            name.append(f" ({s.origin})", style="cyan")
         t.add_row(
             name,
-            s.arch,
+            *([s.arch] if wide else []),
             f"{s.memory_bytes / 2**30:.0f}",
             f"{s.mem_bw / 1e9:.0f}",
-            *[str(tf.get(k, "—")) for k in ("fp32", "tf32", "fp16", "bf16", "fp8")],
-            s.intra_link,
+            *[str(tf.get(k, "—")) for k in dtypes],
+            *([s.intra_link] if wide else []),
             *([s.source] if args.sources else []),
         )
-    console().print(t)
+    con.print(t)
     return 0

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
+from paradvisor.output import shell_join
 from paradvisor.units import fmt_seconds
 
 if TYPE_CHECKING:
@@ -28,7 +28,9 @@ def add_parser(sub) -> None:
         "in a run directory. Exit code: 0 finished, 1 failed or cancelled, 2 bad input.",
     )
     p.add_argument(
-        "--preset", metavar="NAME|FILE", help="a preset: a name from presets/ (tiny-cpu-smoke) or a TOML file"
+        "--preset",
+        metavar="NAME|FILE",
+        help="a preset: a name (tiny-cpu-smoke; looked up in ./presets, ~/.config/paradvisor/presets where the TUI saves, then the shipped ones) or a TOML file",
     )
     add_workload_args(p, model_required=False)
     p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")
@@ -48,7 +50,7 @@ def add_parser(sub) -> None:
     o.add_argument("--steps", type=int)
     o.add_argument("--lr", type=float)
     o.add_argument("--seed", type=int)
-    o.add_argument("--dataset", choices=["corpus", "reviews", "imdb", "text", "images"])
+    o.add_argument("--dataset", choices=["corpus", "reviews", "imdb", "text", "files", "images"])
     o.add_argument("--data-path")
     o.add_argument("--device", choices=["auto", "cpu", "cuda"])
     o.add_argument("--nproc-per-node", type=int)
@@ -174,7 +176,7 @@ def apply_overrides(preset, args):
         v = tkw.get(k, lkw.get(k))
         if v is not None and v < 1:
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
-    if tkw.get("dataset") in ("imdb", "text") and not (tkw.get("data_path") or t.data_path):
+    if tkw.get("dataset") in ("imdb", "text", "files") and not (tkw.get("data_path") or t.data_path):
         raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
     from paradvisor.rundir.preset import LaunchSettings, TrainSettings
     from paradvisor.typed import from_table
@@ -253,19 +255,36 @@ def dry_run(preset, args) -> int:
     for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
         print(
             (f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
-            + shlex.join(argv)
+            + shell_join(argv)
         )
     sys.stderr.write(
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
         f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n"
     )
+    line = epoch_text(preset)
+    if line:
+        sys.stderr.write(line + "\n")
+    data_note(preset)
     return 0
+
+
+def data_note(preset) -> None:
+    """A several-node files run: where each node gets its tokenized corpus (said by --dry-run)."""
+    from paradvisor.train.corpus import cache_root, uses_files
+
+    if uses_files(preset) and preset.launch.nnodes > 1:
+        sys.stderr.write(
+            f"data: {preset.train.data_path} must be readable at the same path on every node; each node "
+            f"tokenizes it once into {cache_root(preset.train.cache_dir)} (once in all when that folder is shared)\n"
+        )
 
 
 def launch_and_follow(preset, args) -> int:
     """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM)."""
     from paradvisor.launch import runner
 
+    quiet = getattr(args, "quiet", False)
+    tokenize_first(preset, quiet=quiet)
     launch = runner.start(
         preset,
         runs_dir=Path(args.runs_dir),
@@ -273,10 +292,9 @@ def launch_and_follow(preset, args) -> int:
         ssh_config=args.ssh_config,
         ssh_timeout=args.ssh_timeout,
     )
-    quiet = getattr(args, "quiet", False)
     if not quiet:
         sys.stderr.write(
-            f"run directory: {launch.run_dir}\n{shlex.join(launch.argv)}\n{launch.hang_detection}\n"
+            f"run directory: {launch.run_dir}\n{shell_join(launch.argv)}\n{launch.hang_detection}\n"
         )
     watch = None if quiet else LiveProgress(launch)
     try:
@@ -287,6 +305,29 @@ def launch_and_follow(preset, args) -> int:
     report_end(launch, doc, watch)
     print(launch.run_dir)
     return runner.main_exit_code(doc)
+
+
+def tokenize_first(preset, *, quiet: bool) -> None:
+    """The user's corpus tokenized here, with progress, before any rank starts (the ranks then find it in the
+    cache; bad data fails here, exit 2); then its tokens and predicted time per epoch."""
+    from paradvisor.rundir.preset import engine_of
+    from paradvisor.train.corpus import Progress, check_corpus, corpus_spec, uses_files
+
+    if not uses_files(preset) or engine_of(preset.launch) != "local":
+        return
+    spec = corpus_spec(preset)
+    check_corpus(preset, tokenize=True, progress=None if quiet else Progress(spec.bytes))
+    if not quiet:
+        line = epoch_text(preset)
+        if line:
+            sys.stderr.write(line + "\n")
+
+
+def epoch_text(preset) -> str:
+    """'corpus: 1,234,567 tokens per epoch (301 steps, predicted 5.0 min per epoch)' for a files run, else ''."""
+    from paradvisor.train.corpus import epoch_facts, epoch_line
+
+    return epoch_line(epoch_facts(preset, preset.prediction.get("step_time_s")))
 
 
 def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
@@ -322,12 +363,13 @@ def dry_run_ssh(preset, args) -> int:
     runner.validate(replace(preset, launch=replace(preset.launch, rdzv_endpoint=endpoint)), reach=False)
     for n in nodes:
         print(
-            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shlex.join(n.argv)}"
+            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shell_join(n.argv)}"
         )
     sys.stderr.write(
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
         f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n"
     )
+    data_note(preset)
     return 0
 
 
@@ -426,6 +468,8 @@ def progress_text(s: RunSummary) -> str:
     parts = []
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
+    if s.eval_points:
+        parts.append(f"eval {s.eval_points[-1][1]:.4f}")
     if s.samples_per_s:
         parts.append(f"{s.samples_per_s:.1f} samples/s")
     if s.eta_s is not None:

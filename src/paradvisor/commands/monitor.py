@@ -38,6 +38,8 @@ def _line(s: RunSummary) -> str:
     parts = [f"{s.status}", f"step {s.step}/{s.total_steps or '?'}"]
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
+    if s.eval_points:
+        parts.append(f"eval loss {s.eval_points[-1][1]:.4f} (step {s.eval_points[-1][0]})")
     if s.samples_per_s:
         parts.append(f"{s.samples_per_s:.1f} samples/s")
     if s.model_state_bytes_per_rank:
@@ -125,14 +127,16 @@ def run_list(args) -> int:
     if not runs:
         print(f"no runs in {args.runs_dir}", file=sys.stderr)
         return 0
-    from paradvisor.output import console, table
+    from rich.text import Text
 
-    t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+    from paradvisor.output import clean, console, table
+
+    con = console()
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
-    for s in runs:
-        t.add_row(
+    cells = [
+        (
             Path(s["run_dir"]).name,
             s["label"] or "",
             s["status"],
@@ -141,7 +145,27 @@ def run_list(args) -> int:
             "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
             fmt_seconds(s["elapsed_s"]),
         )
-    console().print(t)
+        for s in runs
+    ]
+    if con.width < 120:
+        # Narrower than a table of whole names: each run's name on a line of its own, its figures beneath
+        # (a run name, up to 76 characters, is what `monitor` and `--open` take: never cut, never folded).
+        for name, label, status, step, loss, sps, elapsed in cells:
+            con.print(Text(clean(name), style="bold"), soft_wrap=True)
+            figures = [
+                label,
+                status,
+                f"step {step}",
+                f"loss {loss}" if loss else "",
+                f"{sps} samples/s" if sps else "",
+                elapsed,
+            ]
+            con.print(Text(clean("  " + " · ".join(f for f in figures if f))))
+    else:
+        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+        for row in cells:
+            t.add_row(*row)
+        con.print(t)
     for line in skipped:
         sys.stderr.write(f"runs: skipped what could not be read in {line}\n")
     return 0

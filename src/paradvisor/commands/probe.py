@@ -19,7 +19,10 @@ def add_parser(sub) -> None:
         "probe-batch", help="largest micro-batch that fits, by real trial steps (doubling, bisecting)"
     )
     p.add_argument(
-        "--preset", required=True, metavar="NAME|FILE", help="a preset name from presets/ or a TOML file"
+        "--preset",
+        required=True,
+        metavar="NAME|FILE",
+        help="a preset: a name (./presets, ~/.config/paradvisor/presets, the shipped ones) or a TOML file",
     )
     p.add_argument(
         "--memory-limit",

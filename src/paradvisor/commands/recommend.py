@@ -28,7 +28,12 @@ def add_workload_args(p, *, model_required: bool = True) -> None:
     )
     p.add_argument("--seq-len", type=int, help="sequence length (default: min(model context, 2048))")
     p.add_argument("--global-batch", type=int, help="samples per optimizer step (default: 8 per GPU)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16", "fp8"])
+    p.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "fp32", "fp16", "bf16", "fp8"],
+        help="training precision (default auto: bf16 where every GPU has it, else fp16 mixed precision)",
+    )
     p.add_argument(
         "--attention",
         default="sdpa",
@@ -47,11 +52,15 @@ def add_parser(sub) -> None:
         description="Search every dp x tp x pp layout with its sharding, micro-batch, checkpointing "
         "and offload settings; keep what fits; rank by predicted step time; explain.",
     )
+    add_recommend_args(p, schema="paradvisor.recommendation/1")
+    p.set_defaults(run=run)
+
+
+def add_recommend_args(p, *, schema: str) -> None:
+    """Every option of `recommend` (`explain` takes the same: it explains the same recommendation)."""
     add_workload_args(p)
     p.add_argument("--top", type=int, default=5, metavar="K", help="how many plans to show (default 5)")
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON document (schema paradvisor.recommendation/1)"
-    )
+    p.add_argument("--json", action="store_true", help=f"print one JSON document (schema {schema})")
     p.add_argument("--show-infeasible", action="store_true", help="list the plans that do not fit, with why")
     p.add_argument("--save", metavar="FILE", help="save a plan as a preset TOML for `paradvisor launch`")
     p.add_argument(
@@ -62,7 +71,12 @@ def add_parser(sub) -> None:
         "--rules", action="append", default=[], metavar="DIR", help="extra rule folder (repeatable)"
     )
     p.add_argument("--no-rules", action="store_true", help="rank by the cost model alone")
-    p.set_defaults(run=run)
+    d = p.add_argument_group("your corpus (tokens and predicted time per epoch)")
+    d.add_argument(
+        "--data-path", metavar="PATH", help="a file, folder or glob of JSONL/JSON/Parquet/CSV/Arrow/text"
+    )
+    d.add_argument("--text-field", default="text", help="the field holding the text (default text)")
+    d.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the model folder's own)")
 
 
 def resolve_cluster(args):
@@ -126,6 +140,11 @@ def run(args) -> int:
 
     rec, ref = compute(args)
     doc = to_doc(rec)
+    corpus = corpus_facts(args, rec, ref)
+    if corpus is not None:
+        doc["corpus"] = corpus["corpus"]
+        for plan, t in zip(doc["plans"], corpus["epoch_time_s"]):
+            plan["epoch_time_s"] = t
     if args.save:
         save(args, rec, ref)
     if args.json:
@@ -135,7 +154,40 @@ def run(args) -> int:
         emit_json(doc)
     else:
         show(rec, doc, args)
+        if corpus is not None:
+            from paradvisor.output import console, esc
+            from paradvisor.train.corpus import epoch_line
+
+            c = corpus["corpus"]
+            con = console()
+            con.print(esc(epoch_line(c)))
+            for plan in doc["plans"][: args.top]:
+                if plan.get("epoch_time_s") is not None:
+                    con.print(
+                        f"  {plan['rank']}. {esc(plan['label'])}: {fmt_seconds(plan['epoch_time_s'])} per epoch"
+                    )
     return 0
+
+
+def corpus_facts(args, rec, ref) -> dict | None:
+    """With --data-path: the corpus's tokens per epoch (exact when tokenized before, else from its bytes) and
+    each ranked plan's predicted time per epoch (steps per epoch x its predicted step time)."""
+    if not getattr(args, "data_path", None) or not rec.plans:
+        return None
+    from dataclasses import replace
+
+    from paradvisor.rundir.preset import TrainSettings, preset_from_estimate
+    from paradvisor.train.corpus import epoch_facts
+
+    preset = preset_from_estimate(rec, rec.plans[0], ref)
+    train = TrainSettings(
+        dataset="files", data_path=args.data_path, text_field=args.text_field, tokenizer=args.tokenizer
+    )
+    facts = epoch_facts(replace(preset, train=train, path="--data-path"))
+    times = [facts["steps_per_epoch"] * e.step_time for e in rec.plans]
+    if times:
+        facts["epoch_time_s"] = times[0]
+    return {"corpus": facts, "epoch_time_s": times}
 
 
 def save(args, rec, ref) -> None:
@@ -208,7 +260,10 @@ def _show_header(con, rec) -> None:
 
 def _show_ranking(con, rec, args) -> None:
     """The ranked plans' table and how the rules moved them."""
+    from rich.text import Text
+
     from paradvisor.output import table
+    from paradvisor.plan.report import factors_text
 
     t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
     for i, e in enumerate(rec.plans[: args.top], 1):
@@ -222,7 +277,7 @@ def _show_ranking(con, rec, args) -> None:
             f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
             fmt_seconds(e.step_time),
             f"{e.samples_per_s:.3g}",
-            f"[yellow]{e.cost_rank}[/yellow]" if moved else str(e.cost_rank or i),
+            Text(str(e.cost_rank), style="yellow") if moved else str(e.cost_rank or i),
         )
     con.print(t)
     moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
@@ -230,8 +285,7 @@ def _show_ranking(con, rec, args) -> None:
         con.print(
             'rules changed the order ("cost #" is the cost model\'s own rank; --no-rules ranks by it): '
             + "; ".join(
-                f"{rid} moved {m['label']} {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})"
-                for rid, m in moves
+                f"{rid} moved {m['label']} {m['from']} -> {m['to']} ({factors_text(m)})" for rid, m in moves
             )
         )
 

@@ -25,18 +25,19 @@ def add_parser(sub) -> None:
     f.add_argument("--json", action="store_true")
     f.set_defaults(run=run_facts)
 
-    from paradvisor.commands.recommend import add_workload_args
+    from paradvisor.commands.recommend import add_recommend_args
 
     e = sub.add_parser(
-        "explain", help="recommend, then show every rule that fired and how it moved the ranking"
+        "explain",
+        help="recommend, then show every rule that fired and how it moved the ranking",
+        description="The recommendation `paradvisor recommend` gives for the same options (it takes every "
+        "one of them), explained: each rule that fired, on how many candidate plans, with its numbers and "
+        "its source, whether it was applied or stayed outside its evidence, and which plans it moved (the "
+        "score factors multiplied, the same numbers as `recommend`'s table and its --json rule_factor); "
+        "then the ranking after the rules beside the cost model's own.",
     )
-    add_workload_args(e)
-    e.add_argument("--top", type=int, default=5, metavar="K")
-    e.add_argument(
-        "--rules", action="append", default=[], metavar="DIR", help="extra rule folder (repeatable)"
-    )
-    e.add_argument("--json", action="store_true")
-    e.set_defaults(run=run_explain, no_rules=False, pick=1, save=None, force=False, show_infeasible=False)
+    add_recommend_args(e, schema="paradvisor.explanation/1")
+    e.set_defaults(run=run_explain)
 
 
 def run_check(args) -> int:
@@ -87,11 +88,19 @@ def run_list(args) -> int:
         return 0
     from paradvisor.output import console, table
 
-    t = table(None, "id", "scope", "effect", "when", "source")
+    con = console()
+    # Under 120 columns: the id whole (it is what `explain` and the TUI name), and the condition with the
+    # source beneath the effect, so that no id is cut.
+    wide = con.width >= 120
+    t = table(None, "id", "scope", "effect", "when", "source") if wide else table(None, "id", "rule")
+    t.columns[0].no_wrap = True
     for r in rules:
         eff = r.effect + (f" {r.weight:g}" if r.effect in ("prefer", "avoid") else "")
-        t.add_row(r.id, r.scope, eff, r.when.text, r.cite())
-    console().print(t)
+        if wide:
+            t.add_row(r.id, r.scope, eff, r.when.text, r.cite())
+        else:
+            t.add_row(r.id, f"{r.scope} rule, {eff}\nwhen {r.when.text}\nsource: {r.cite()}")
+    con.print(t)
     return 0
 
 
@@ -117,8 +126,12 @@ def run_explain(args) -> int:
     from paradvisor.commands.recommend import compute
     from paradvisor.plan.report import to_doc
 
-    rec, _ = compute(args)
+    rec, ref = compute(args)
     doc = to_doc(rec)
+    if args.save:
+        from paradvisor.commands.recommend import save
+
+        save(args, rec, ref)
     if args.json:
         from paradvisor.output import emit_json
 
@@ -140,6 +153,8 @@ def run_explain(args) -> int:
         )
         return 0
     from paradvisor.output import console, esc
+    from paradvisor.plan.report import factors_text
+    from paradvisor.rules.engine import rule_factor
 
     con = console()
     con.print(
@@ -147,11 +162,8 @@ def run_explain(args) -> int:
         f"{len(rec.fired_rules)} rule(s) fired over {rec.evaluated} candidates"
     )
     for r in rec.fired_rules:
-        eff = r["effect"] + (
-            f" (score x{1 - r['weight'] if r['effect'] == 'prefer' else 1 + r['weight']:.2f})"
-            if r["effect"] in ("prefer", "avoid")
-            else ""
-        )
+        factor = rule_factor(r["effect"], r["weight"])
+        eff = r["effect"] + (f" (score x{factor:.2f} on each plan it applies to)" if factor != 1.0 else "")
         con.print(f"\n[bold]{esc(r['id'])}[/bold] — {esc(r['title'])}")
         applied = r.get("applied_on", r["fired_on"])
         con.print(
@@ -165,11 +177,21 @@ def run_explain(args) -> int:
             con.print("  numbers: " + esc(", ".join(f"{k}={v}" for k, v in r["numbers"].items())))
         con.print(f"  {esc(r['message'])}")
         for m in r.get("moved", []):
-            con.print(f"  moved {m['label']}: rank {m['from']} -> {m['to']} (score x{m['score_factor']:.2f})")
+            con.print(f"  moved {esc(m['label'])}: rank {m['from']} -> {m['to']} ({esc(factors_text(m))})")
     con.print("\n[bold]ranking after rules[/bold] (cost model's own rank in brackets; --no-rules gives it)")
     for p in doc["plans"][: args.top]:
-        applied = [r["id"] for r in p["rules"] if r.get("applied", True)]
+        applied = [
+            r["id"] + (f" x{r['factor']:.2f}" if "factor" in r else "")
+            for r in p["rules"]
+            if r.get("applied", True)
+        ]
+        factor = f" (rule_factor {p['rule_factor']:.2f})" if p["rule_factor"] != 1.0 else ""
         con.print(
-            esc(f"{p['rank']}. [{p['cost_model_rank']}] {p['label']} — {', '.join(applied) or 'no rule'}")
+            esc(
+                f"{p['rank']}. [{p['cost_model_rank']}] {p['label']} — {', '.join(applied) or 'no rule'}{factor}"
+            )
         )
+    if args.show_infeasible:
+        for item in rec.infeasible:
+            con.print(f"  [dim]does not fit:[/dim] {esc(item['label'])} — {esc(item['why'])}")
     return 0

@@ -12,12 +12,22 @@ def add_parser(sub) -> None:
 def add_tui_args(p) -> None:
     p.add_argument("--cluster", metavar="FILE", help="start with this cluster file instead of this machine")
     p.add_argument("--model", default="bert-base-uncased", help="model to start with")
-    p.add_argument("--runs-dir", default="runs", metavar="DIR")
-    p.add_argument("--presets-dir", metavar="DIR", help="presets to offer (default: the repo's presets/)")
+    p.add_argument(
+        "--runs-dir", default="runs", metavar="DIR", help="where runs started here go (default: runs)"
+    )
+    p.add_argument(
+        "--presets-dir",
+        metavar="DIR",
+        help="where ctrl+s saves presets, offered first on the Launch tab beside the shipped ones "
+        "(default: ~/.config/paradvisor/presets, or $XDG_CONFIG_HOME/paradvisor/presets; "
+        "`launch --preset NAME` finds presets saved there)",
+    )
     p.add_argument(
         "--sample-interval", type=float, default=1.0, metavar="S", help="NVML/psutil sampling interval"
     )
-    p.add_argument("--open", metavar="RUN_DIR", help="open an existing run directory in the monitor")
+    p.add_argument(
+        "--open", metavar="RUN_DIR", help="open the session on an existing run directory (the Monitor tab)"
+    )
 
 
 def run(args) -> int:
@@ -25,6 +35,11 @@ def run(args) -> int:
 
     if args.sample_interval <= 0:
         raise InputError("--sample-interval must be positive")
+    if args.open:
+        from pathlib import Path
+
+        if not Path(args.open).is_dir():
+            raise InputError(f"no run directory {args.open!r}", where="--open")
     if args.cluster:
         from paradvisor.hardware.cluster import load_cluster
         from paradvisor.tui.paths import cluster_file

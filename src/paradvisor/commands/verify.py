@@ -15,7 +15,10 @@ def add_parser(sub) -> None:
         "the loss of every step. Exit code: 0 equal within the tolerance, 1 not.",
     )
     p.add_argument(
-        "--preset", required=True, metavar="NAME|FILE", help="a preset name from presets/ or a TOML file"
+        "--preset",
+        required=True,
+        metavar="NAME|FILE",
+        help="a preset: a name (./presets, ~/.config/paradvisor/presets, the shipped ones) or a TOML file",
     )
     p.add_argument("--steps", type=int, default=5, help="steps to compare (default 5)")
     p.add_argument(

@@ -270,18 +270,33 @@ def block_activation_bytes(
 
 
 def edge_activation_bytes(
-    shape: TransformerShape, *, seq: int, micro_batch: int, tp: int, act_bytes: int, lm_head: bool
+    shape: TransformerShape,
+    *,
+    seq: int,
+    micro_batch: int,
+    tp: int,
+    act_bytes: int,
+    lm_head: bool,
+    sequence_parallel: bool = False,
+    vocab_parallel: bool = False,
 ) -> dict[str, float]:
-    """Activations outside the blocks: embedding output (first stage), logits and loss (last stage)."""
+    """Activations outside the blocks: embedding side (first stage), logits and loss (last stage).
+
+    The embedding's backward needs only the token ids (int64), and its output is the first block's saved
+    layer-norm input (counted in the block): the edge keeps the ids and the embedding dropout's 1-byte mask
+    (Korthikanti et al. 2022 §4.3: 8·s·b + s·b·h, the mask split over TP with sequence parallelism)."""
     tokens = seq * micro_batch
-    emb = tokens * (
-        act_bytes * shape.hidden + (shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0)
-    )
+    drop = shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0
+    emb = tokens * (8 + drop / (tp if sequence_parallel else 1))
     head = 0.0
     if lm_head:
         # the loss's fp32 log-softmax output over the vocabulary (what cross-entropy keeps for backward;
-        # the logits themselves are not kept) + the head's input (the head is replicated under TP)
-        head = tokens * shape.vocab * 4 + tokens * act_bytes * shape.hidden
+        # the logits themselves are not kept) + the head's input (the head is replicated under TP, unless the
+        # engine splits the vocabulary: then each rank keeps its share of the logits)
+        v_tp = tp if vocab_parallel else 1
+        head = tokens * shape.vocab * 4 / v_tp + tokens * act_bytes * shape.hidden / (
+            tp if sequence_parallel and vocab_parallel else 1
+        )
     return {"embedding": emb, "head": head}
 
 

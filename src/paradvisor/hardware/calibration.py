@@ -76,7 +76,34 @@ def check(doc, where: str) -> dict:
                 lambda k, n=n, op=op: f"{where}: collectives.ranks.{n}.{op}.{k}",
                 at=f"{where}: collectives.ranks.{n}.{op}",
             )
+    _check_engines(doc.get("engines"), where)
     return doc
+
+
+def _check_engines(engines, where: str) -> None:
+    """The engines section (`calibrate` on a CPU): per engine and precision the seconds per step and per
+    layer (0 to limits.MAX_LATENCY_S each), and the aten ops per block of the timed model (positive)."""
+    from paradvisor.limits import MAX_LATENCY_S
+
+    if engines is None:
+        return
+    check_mapping(
+        engines,
+        {"fit": dict[str, dict[str, dict[str, float]]], "ops": dict[str, dict[str, int]]},
+        lambda k: f"{where}: engines.{k}",
+        at=f"{where}: engines",
+    )
+    for eng, per in (engines.get("fit") or {}).items():
+        for prec, fit in per.items():
+            at = f"{where}: engines.fit.{eng}.{prec}"
+            for key in ("per_step", "per_layer"):
+                if not 0 <= fit.get(key, -1) <= MAX_LATENCY_S:
+                    raise InputError(
+                        f"{key} must be 0 to {MAX_LATENCY_S:g} s (limits.MAX_LATENCY_S)", where=at
+                    )
+    for mode, ops in (engines.get("ops") or {}).items():
+        if ops.get("block", 1) < 1:
+            raise InputError("block must be a positive op count", where=f"{where}: engines.ops.{mode}")
 
 
 def load(path: str | os.PathLike | None = None) -> dict | None:

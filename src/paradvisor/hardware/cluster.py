@@ -40,6 +40,13 @@ from paradvisor.hardware.types import Cluster, Device, Link, Network, Node, Same
 from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INT, MAX_NAME, MAX_NODES
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
 from paradvisor.typed import check_mapping, printable, shown
+from paradvisor.limits import (
+    MAX_BANDWIDTH,
+    MAX_LATENCY_S,
+    MAX_SIZE_BYTES,
+    MIN_BANDWIDTH,
+    MIN_SIZE_BYTES,
+)
 from paradvisor.units import parse_bandwidth, parse_latency, parse_size
 
 _TOP = {"name", "description", "source", "node", "network", "link", "gpu"}
@@ -87,9 +94,23 @@ def _link(spec, where: str) -> Link:
         lat = parse_latency(spec["latency"]) if "latency" in spec else base.latency
     except ValueError as exc:
         raise InputError(str(exc), where=where) from None
-    if bw <= 0:
-        raise InputError("bandwidth must be positive", where=where)
+    check_rate(bw, "bandwidth", where)
+    if not 0 <= lat <= MAX_LATENCY_S:
+        raise InputError(f"latency must be 0 to {MAX_LATENCY_S:g} s (limits.MAX_LATENCY_S)", where=where)
     return Link(kind=base.kind, bandwidth=bw, latency=lat)
+
+
+def check_rate(value: float, what: str, where: str) -> None:
+    """A bandwidth (bytes/s) or memory size (bytes) within its documented bounds, named in the message."""
+    from paradvisor.units import fmt_bandwidth, fmt_bytes
+
+    lo, hi, fmt, names = {
+        "bandwidth": (MIN_BANDWIDTH, MAX_BANDWIDTH, fmt_bandwidth, "MIN_BANDWIDTH, MAX_BANDWIDTH"),
+        "size": (MIN_SIZE_BYTES, MAX_SIZE_BYTES, fmt_bytes, "MIN_SIZE_BYTES, MAX_SIZE_BYTES"),
+    }[what]
+    if not lo <= value <= hi:
+        shown = f"{value:.3g}" if value < 1 else fmt(value)
+        raise InputError(f"{what} {shown} is outside {fmt(lo)} to {fmt(hi)} (limits.{names})", where=where)
 
 
 def node_devices(specs: list[tuple], *, same_from: int = SAME_DEVICES_FROM):
@@ -265,11 +286,13 @@ def _parse_node(
     cpus = n.get("cpus")
     if cpus is not None:
         _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
-    if isinstance(n.get("ram"), str):
+    if n.get("ram") is not None:
+        rw = loc.where("node", i, "ram", f"{here}.ram")
         try:
-            parse_size(n["ram"])
+            ram = parse_size(n["ram"]) if isinstance(n["ram"], str) else n["ram"]
         except ValueError as exc:
-            raise InputError(str(exc), where=loc.where("node", i, "ram", f"{here}.ram")) from None
+            raise InputError(str(exc), where=rw) from None
+        check_rate(ram, "size", rw)  # 0 GiB, or a size that rounds to nothing, is a typo
     notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
     nodes.append(
         Node(

@@ -9,7 +9,6 @@ are validated so that nothing can be read as an ssh option.
 from __future__ import annotations
 
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
@@ -86,28 +85,44 @@ def _offline(target: str, reason: str) -> Node:
 
 def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = None) -> Node:
     """Probe one host. Never raises for an unreachable host: returns an offline Node with the reason."""
+    from paradvisor.safeio import run_capture
+
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)
-    try:
-        proc = subprocess.run(
-            argv,
-            check=False,
-            input=_probe_source(),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout + 15,
-        )
-    except FileNotFoundError:
+    # bounded: a host that answers with a gigabyte is killed at MAX_REPLY bytes and marked offline
+    code, out, err, stopped = run_capture(argv, input=_probe_source(), limit=MAX_REPLY, timeout=timeout + 15)
+    if stopped:
+        return _offline(target, f"the probe was stopped: it {stopped}")
+    if code == 127 and not out and "ssh" in err.split(":")[0]:
         return _offline(target, "the ssh client is not installed on this machine")
-    except subprocess.TimeoutExpired:
-        return _offline(target, f"no answer within {timeout + 15:.0f} s")
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        why = lines[-1] if lines else f"ssh exited with code {proc.returncode}"
-        if proc.returncode == 127 or "python3: not found" in proc.stderr or "No such file" in why:
+    if code != 0:
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        why = lines[-1][:500] if lines else f"ssh exited with code {code}"
+        if code == 127 or "python3: not found" in err or "No such file" in why:
             why = f"python3 not found on {target}: {why}"
         return _offline(target, why)
-    return node_from_reply(target, proc.stdout)
+    return node_from_reply(target, out)
+
+
+def _check_counts(data: dict) -> None:
+    """A reply's lists are bounded before a Node is built from them: at most MAX_PROBED_DEVICES GPUs and
+    MIG instances together, at most 100 notes (a host answering with 100,000 GPUs is refused, not believed)."""
+    from paradvisor.errors import InputError
+    from paradvisor.limits import MAX_PROBED_DEVICES
+
+    nvidia = data.get("nvidia") or {}
+    gpus = nvidia.get("gpus", []) if isinstance(nvidia, dict) else []
+    count = len(gpus) if isinstance(gpus, list) else 0
+    for g in gpus if isinstance(gpus, list) else ():
+        migs = g.get("mig_instances") if isinstance(g, dict) else None
+        count += len(migs) if isinstance(migs, list) else 0
+    if count > MAX_PROBED_DEVICES:
+        raise InputError(
+            f"it reports {count:,} GPUs and MIG instances; one host has at most {MAX_PROBED_DEVICES:,} "
+            "(limits.MAX_PROBED_DEVICES)"
+        )
+    notes = data.get("notes", [])
+    if isinstance(notes, list) and len(notes) > 100:
+        raise InputError(f"it carries {len(notes):,} notes; at most 100")
 
 
 def node_from_reply(target: str, stdout: str) -> Node:
@@ -124,6 +139,7 @@ def node_from_reply(target: str, stdout: str) -> Node:
         data = parse_json(lines[-1][:MAX_REPLY], "the remote probe's reply")
         if not isinstance(data, dict):
             raise InputError(f"a JSON {type(data).__name__}, not an object", where="the remote probe's reply")
+        _check_counts(data)
         node = node_from_probe(data, name=target, host=target, source="ssh")
         check_instance(node, "reply")
     except InputError as exc:
@@ -149,16 +165,15 @@ def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | 
 
 def check_reachable(target: str, *, timeout: float = 5.0, ssh_config: str | None = None) -> tuple[bool, str]:
     """Can we run a command there over ssh (BatchMode)? (ok, reason)."""
+    from paradvisor.safeio import run_capture
+
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)[:-2] + ["true"]
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout + 10, stdin=subprocess.DEVNULL
-        )
-    except FileNotFoundError:
+    code, _out, err, stopped = run_capture(argv, limit=1 << 20, timeout=timeout + 10)
+    if stopped:
+        return False, f"ssh was stopped: it {stopped}"
+    if code == 127 and "ssh" in err.split(":")[0]:
         return False, "the ssh client is not installed"
-    except subprocess.TimeoutExpired:
-        return False, f"no answer within {timeout + 10:.0f} s"
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        return False, lines[-1] if lines else f"ssh exited with code {proc.returncode}"
+    if code != 0:
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        return False, lines[-1][:500] if lines else f"ssh exited with code {code}"
     return True, ""

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.limits import MIN_BANDWIDTH, MIN_SIZE_BYTES, MIN_TFLOPS
 from paradvisor.hardware.types import DTYPES, GPUSpec
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
 from paradvisor.units import GiB
@@ -49,9 +50,9 @@ MAX_TFLOPS = 100_000
 
 
 def _number(v, where, key: str, what: str, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
         raise InputError(
-            f"expected {what} (a number above {lo:g}, at most {hi:,g}), got {v!r}", where=where(key)
+            f"expected {what} (a number of at least {lo:g}, at most {hi:,g}), got {v!r}", where=where(key)
         )
     return float(v)
 
@@ -81,8 +82,12 @@ def parse_entry(name: str, e, *, origin: str, where, extra_keys: frozenset = fro
                 f"GPU {name!r} is missing {key!r} (memory_gib, mem_bw_gbs and tflops are required)",
                 where=where(None),
             )
-    memory = _number(e["memory_gib"], where, "memory_gib", "memory in GiB", 0, MAX_MEMORY_GIB)
-    bw = _number(e["mem_bw_gbs"], where, "mem_bw_gbs", "memory bandwidth in GB/s", 0, MAX_BW_GBS)
+    memory = _number(
+        e["memory_gib"], where, "memory_gib", "memory in GiB", MIN_SIZE_BYTES / GiB, MAX_MEMORY_GIB
+    )
+    bw = _number(
+        e["mem_bw_gbs"], where, "mem_bw_gbs", "memory bandwidth in GB/s", MIN_BANDWIDTH / 1e9, MAX_BW_GBS
+    )
     tf = e["tflops"]
     if not isinstance(tf, dict) or not tf:
         raise InputError(
@@ -96,7 +101,7 @@ def parse_entry(name: str, e, *, origin: str, where, extra_keys: frozenset = fro
             )
     if "fp32" not in tf:
         raise InputError("tflops needs fp32 (the non-tensor rate, on every datasheet)", where=where("tflops"))
-    tflops = {k: _number(v, where, "tflops", f"{k} TFLOPS", 0, MAX_TFLOPS) for k, v in tf.items()}
+    tflops = {k: _number(v, where, "tflops", f"{k} TFLOPS", MIN_TFLOPS, MAX_TFLOPS) for k, v in tf.items()}
     link = e.get("intra_link", "pcie4")
     if not isinstance(link, str) or link not in links():
         raise InputError(
@@ -108,7 +113,7 @@ def parse_entry(name: str, e, *, origin: str, where, extra_keys: frozenset = fro
             raise InputError("expected a string", where=where(key))
         text[key] = e.get(key)
     overhead = _number(
-        e.get("layer_overhead_s", 1e-4), where, "layer_overhead_s", "seconds per layer", 0, 1.0
+        e.get("layer_overhead_s", 1e-4), where, "layer_overhead_s", "seconds per layer", 0.0, 1.0
     )
     return GPUSpec(
         name=name,

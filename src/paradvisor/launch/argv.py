@@ -41,10 +41,27 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+_HOST = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$"
+)
+
+
 def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT; the host is a host name (letters, digits, '-', '_', dots) or an IPv4 or
+    [IPv6] address, the port 1 to 65535."""
+    import ipaddress
+
     host, _, port = endpoint.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"rendezvous endpoint {endpoint!r}: expected HOST:PORT")
+    if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"rendezvous endpoint {endpoint[:80]!r}: expected HOST:PORT (port 1 to 65535)")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        if not (host.isascii() and _HOST.match(host)):
+            raise InputError(
+                f"rendezvous endpoint {endpoint[:80]!r}: {host[:60]!r} is not a host name or an IP address"
+            ) from None
     return host, int(port)
 
 

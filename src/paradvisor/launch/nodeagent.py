@@ -23,6 +23,7 @@ import base64
 import json
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -79,12 +80,16 @@ class Streamer:
         self.pids: dict[int, int] = {}
 
     def _read(self, path: Path, offset: int) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read(CHUNK)
+        try:  # never through a link planted in the node's run directory
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return b""
+        try:
+            return os.pread(fd, CHUNK, offset) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
 
     def sweep(self) -> None:
         try:
@@ -98,8 +103,8 @@ class Streamer:
                 rank = int(m.group(1))
                 if rank not in self.pids:
                     try:
-                        new_pids[rank] = int(Path(e.path).read_text().strip())
-                    except (OSError, ValueError):
+                        new_pids[rank] = int(self._read(Path(e.path), 0)[:64].strip())
+                    except ValueError:
                         continue
                 continue
             try:
@@ -201,7 +206,7 @@ def _start_node(hello: dict, out: Emitter):
     try:
         from paradvisor.launch import runner
         from paradvisor.rundir.preset import load_preset
-        from paradvisor.rundir.status import write_private
+        from paradvisor.safeio import private_dir, write_private
 
         base = Path(os.path.expanduser(hello["remote_dir"])) / hello["run_name"]
         run_dir = base / f"node{node}"
@@ -216,7 +221,7 @@ def _start_node(hello: dict, out: Emitter):
                 "python": sys.executable,
             }
         )
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(base, what="the node's run folder")  # this user's, not a link, not world-writable
         sent = base / f".plan-node{node}.toml"
         write_private(sent, hello["plan"])
         preset = load_preset(sent)

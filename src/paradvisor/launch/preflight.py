@@ -13,6 +13,30 @@ from paradvisor.errors import InputError
 from paradvisor.rundir.preset import Preset
 
 
+def check_diloco(plan, steps: int, where: str) -> None:
+    """A DiLoCo plan means something: its local steps are given (never a silent default of 10 inner steps
+    when 3 steps were asked), at most the run's steps, and its nodes' data shares add up to 1."""
+    per_node = [n.local_steps for n in plan.nodes]
+    if not plan.local_steps and not (per_node and all(per_node)):
+        raise InputError(
+            "a DiLoCo plan needs local_steps (the inner steps between outer syncs): set plan.local_steps",
+            where=f"{where}: plan.local_steps",
+        )
+    largest = max([plan.local_steps or 0, *(h or 0 for h in per_node)])
+    if largest > steps:
+        raise InputError(
+            f"local_steps {largest} is more than train.steps {steps}: one round would run {largest} steps",
+            where=f"{where}: plan.local_steps",
+        )
+    if plan.nodes:
+        total = sum(n.data_share for n in plan.nodes)
+        if abs(total - 1.0) > 1e-3:
+            raise InputError(
+                f"the nodes' data_share values add up to {total:.4g}; they must add up to 1",
+                where=f"{where}: plan.nodes",
+            )
+
+
 def validate(preset: Preset, *, reach: bool = True) -> None:
     """Everything that can be checked before a process starts (exit 2 on failure). `reach=False` (dry runs,
     exports) skips what depends on this machine: the ssh reachability of the hosts (their names are still
@@ -28,6 +52,10 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     world = lau.world
+    if lau.rdzv_endpoint:  # a host name or an address, whatever the node count
+        from paradvisor.launch.argv import split_endpoint
+
+        split_endpoint(lau.rdzv_endpoint)
     if plan.world_size != world:
         raise InputError(
             f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
@@ -40,6 +68,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
                 f"plan.nodes cover {sum(n.gpus for n in plan.nodes)} GPUs, the launch starts {world}",
                 where=f"{where}: plan.nodes",
             )
+        check_diloco(plan, preset.train.steps, where)
     elif plan.split_by_speed:
         if len(plan.rank_batches) != plan.dp:
             raise InputError(
@@ -63,9 +92,25 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
     check_plan_shape(preset, family, prof, reach=reach)
-    check_data_path(preset.train.dataset, preset.train.data_path)
-    if preset.train.weights and not Path(preset.train.weights).exists():
-        raise InputError("weights path does not exist", where=f"{where}: train.weights")
+    from paradvisor.train.corpus import check_corpus, uses_files
+
+    if uses_files(preset):
+        check_corpus(preset)
+    elif preset.train.dataset == "files":
+        from paradvisor.train.corpus import corpus_spec
+
+        corpus_spec(preset)  # names what is missing (the tokenizer)
+    else:
+        check_data_path(preset.train.dataset, preset.train.data_path)
+    if preset.train.weights:
+        w = Path(preset.train.weights)
+        if not w.exists():
+            raise InputError("weights path does not exist", where=f"{where}: train.weights")
+        if not (w.is_file() or w.is_dir()):  # a FIFO or a device: never opened, never waited for
+            raise InputError("weights path is not a file or a folder", where=f"{where}: train.weights")
+    from paradvisor.train.weights import check_weights
+
+    check_weights(preset)
     if lau.nnodes > 1 and not lau.rdzv_endpoint:
         raise InputError(
             'a multi-node launch needs launch.rdzv_endpoint = "HOST:PORT" (or --rdzv-endpoint)',
@@ -120,14 +165,26 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
                 f"{prof.name} has no stack of separate blocks to cut into pipeline stages",
                 where=f"{where}: plan.pp",
             )
-        if s.num_layers % plan.pp:
+        from paradvisor.estimate.stages import split_problem
+
+        v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
+        if plan.pp_virtual_stages > 1 and v == 1:
             raise InputError(
-                f"PP degree {plan.pp} does not divide {prof.name}'s {s.num_layers} layers",
-                where=f"{where}: plan.pp",
+                f'pp_virtual_stages {plan.pp_virtual_stages} needs pp_schedule = "interleaved1f1b"',
+                where=f"{where}: plan.pp_virtual_stages",
             )
+        why = split_problem(s.num_layers, plan.pp, v, plan.pp_split)
+        if why:
+            raise InputError(f"{prof.name}: {why}", where=f"{where}: plan.pp")
         from paradvisor.plan.space import schedule_ok
 
         if not schedule_ok(plan):
+            if plan.pp_schedule == "interleaved1f1b":
+                raise InputError(
+                    f"interleaved 1F1B runs micro-batches in rounds of pp: grad_accum {plan.grad_accum} must be "
+                    f"at least pp {plan.pp} and divisible by grad_accum // pp",
+                    where=f"{where}: plan.grad_accum",
+                )
             raise InputError(
                 f"a {plan.pp}-stage 1F1B pipeline needs at least {plan.pp} micro-batches per step, the "
                 f"plan has grad_accum = {plan.grad_accum} (GPipe runs with fewer)",

@@ -7,6 +7,7 @@ run is diagnosed by launch/diagnose.py; a launch over ssh is launch/sshrun.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -16,14 +17,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
-from paradvisor.rundir.preset import Preset, write_toml_atomic
-from paradvisor.rundir.status import main_exit_code, write_json_atomic, write_private
+from paradvisor.rundir.preset import Preset, write_run_plan
+from paradvisor.rundir.status import main_exit_code, write_aborted, write_json_atomic
+from paradvisor.safeio import open_private, private_dir, write_private
 
 __all__ = [
     "HANG_FACTOR",
@@ -59,10 +62,11 @@ HANG_FACTOR = (
 )
 
 
-def hang_timeout(preset: Preset) -> tuple[float, str]:
+def hang_timeout(preset: Preset, predicted_step_s: float | None = None) -> tuple[float, str]:
     """(seconds without a new metrics record before the run is called hung (0: off), how that was decided).
     Hang detection is on by default: train.hang_timeout_s unset derives the timeout from the predicted step
-    time and the log interval; 0 turns it off."""
+    time (`predicted_step_s`: the run's own prediction.json; else the preset's [prediction]) and the log
+    interval; 0 turns it off."""
     t = preset.train.hang_timeout_s
     if t is not None:
         return t, (
@@ -70,7 +74,7 @@ def hang_timeout(preset: Preset) -> tuple[float, str]:
             if t
             else "hang detection off (train.hang_timeout_s = 0)"
         )
-    step = preset.prediction.get("step_time_s") or 0.0
+    step = predicted_step_s or preset.prediction.get("step_time_s") or 0.0
     every = preset.train.log_every
     if preset.plan.diloco:  # a node may wait a whole round of the slowest node's local steps at an outer sync
         every = max(
@@ -86,6 +90,34 @@ def hang_timeout(preset: Preset) -> tuple[float, str]:
         f"hang detection: {t:g} s without progress stops the run ({basis}; grows with the slowest interval "
         "seen; --hang-timeout S sets it, 0 turns it off)"
     )
+
+
+def _predicted_step(run_dir: Path) -> float | None:
+    """The step time the run's prediction.json promises (what the monitor compares with), if any."""
+    from paradvisor.rundir.status import read_json_object
+
+    path = RunDir(run_dir).prediction
+    doc = read_json_object(path)[0] if path.exists() else None
+    step = (doc or {}).get("step_time_s")
+    return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0 else None
+
+
+def _ranks_all_ended(run_dir: Path, world: int) -> bool:
+    """Whether every rank wrote its `end` record (training is over: what is left is torchrun's own exit).
+    The end records are the metrics' last lines: the file's tail is enough."""
+    import json
+
+    from paradvisor.rundir import read_tail
+
+    ended = set()
+    for line in read_tail(RunDir(run_dir).metrics, 256 << 10).splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == "end" and isinstance(rec.get("rank"), int):
+            ended.add(rec["rank"])
+    return len(ended) >= world
 
 
 def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -137,7 +169,7 @@ class Launch:
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
         self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
-        self.hang_timeout_s, self.hang_detection = hang_timeout(preset)
+        self.hang_timeout_s, self.hang_detection = hang_timeout(preset, _predicted_step(run_dir))
         import psutil
 
         # The identity of the processes that keep the run going: a pid alone may be reused once they are gone.
@@ -191,9 +223,11 @@ class Launch:
         from paradvisor.monitor.sampler import SampleLog
 
         samples = SampleLog(self.run_dir, self.preset.launch.node_rank)
+        stopped = False  # whether the cancel stopped the run here (a cancel after its end stops nothing)
         while self.proc.poll() is None:
             samples.tick()
             if self.cancel_requested:
+                stopped = True
                 _kill_group(self.proc)
                 break
             if hang:
@@ -218,7 +252,14 @@ class Launch:
         _reap_ranks(self.run_dir, self.preset.plan.world_size)
         ended = time.time()
         common = {"ended": ended, "duration_s": ended - self.started, "returncode": rc}
-        if self.cancel_requested:
+        world = self.preset.plan.world_size
+        if self.cancel_requested and (rc == 0 or _ranks_all_ended(self.run_dir, world)):
+            # The stop came after every rank had finished (the ranks were done, torchrun was closing):
+            # the run finished; the stop ended nothing.
+            doc = self.status(status="finished", **common)
+            if rc != 0:
+                doc["note"] = f"stopped while torchrun was closing after every rank had finished (exit {rc})"
+        elif self.cancel_requested and stopped:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
         elif hung is not None:
             report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)
@@ -254,7 +295,10 @@ def _port_lock(endpoint: str, preset: Preset):
     if host not in ("127.0.0.1", "localhost", "0.0.0.0") or preset.launch.node_rank != 0:
         return None
     d = Path(tempfile.gettempdir()) / f"paradvisor-{os.getuid()}-ports"
-    d.mkdir(mode=0o700, exist_ok=True)
+    try:  # in a shared /tmp: another user may have made that folder first, or planted links in it
+        private_dir(d, what="the port lock folder")
+    except OSError as exc:
+        raise InputError(f"cannot lock port {port}: {exc.strerror or exc}", where=str(d)) from None
     return lock_file(d / f"{port}.lock", f"port {port}")
 
 
@@ -291,6 +335,19 @@ def start(
     validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
     run_dir, locks = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
+    status_path = run_dir / node_file("status", preset.launch.node_rank, suffixed)
+    try:
+        return _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path)
+    except (
+        BaseException
+    ) as exc:  # Ctrl-C or a failure before the status was written: never a folder without one
+        write_aborted(status_path, preset, exc)
+        for lock in locks:
+            lock.close()
+        raise
+
+
+def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path):
     lau = preset.launch
     argv = torchrun_argv(
         str(run_dir),
@@ -304,9 +361,7 @@ def start(
     )
     _write_run_files(RunDir(run_dir), preset, argv, suffixed)
     log_name = launcher_log_name(lau.node_rank, suffixed)
-    log = os.fdopen(
-        os.open(run_dir / log_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab"
-    )
+    log = os.fdopen(open_private(run_dir / log_name, append=True), "ab")
     # umask 077: every file and folder torchrun and the ranks create in the run directory is private (0600/0700)
     proc = subprocess.Popen(
         argv,
@@ -318,10 +373,21 @@ def start(
         umask=0o077,
     )
     log.close()
-    launch = Launch(
-        preset, run_dir, argv, proc, node_file("status", lau.node_rank, suffixed), locks, log_name=log_name
-    )
-    write_json_atomic(launch.status_path, launch.status())
+    try:
+        launch = Launch(
+            preset,
+            run_dir,
+            argv,
+            proc,
+            node_file("status", lau.node_rank, suffixed),
+            locks,
+            log_name=log_name,
+        )
+        write_json_atomic(launch.status_path, launch.status())
+    except BaseException:  # torchrun runs in its own session: Ctrl-C here must not leave it behind
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        raise
     if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
         from paradvisor.monitor.predict import launch_prediction
 
@@ -353,9 +419,7 @@ def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool
     the ranks are started, `start`)."""
     lau = preset.launch
     if (lau.node_rank == 0 and not suffixed) or not rd.plan.exists():
-        write_toml_atomic(
-            rd.plan, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
-        )
+        write_run_plan(rd.plan, preset)
     write_json_atomic(rd.node_file("command", lau.node_rank, suffixed), {"argv": argv, "cwd": os.getcwd()})
     if not suffixed:
         write_private(rd.command_txt, shlex.join(argv) + "\n")  # pasted into a shell, it runs only this

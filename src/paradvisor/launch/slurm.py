@@ -59,6 +59,8 @@ NEVER_STARTS = {
 POLL_S = 1.0
 CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default)
 SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
+SLURM_REPLY_BYTES = 1 << 20  # what one of them may print (a job id, one `scontrol show job -o` line)
+JOB_ID = re.compile(r"[0-9]{1,12}")  # a job id as sbatch --parsable prints it (before any ";cluster")
 
 
 def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3") -> str:
@@ -142,21 +144,15 @@ def node_main(argv: list[str] | None = None) -> int:
 
 # ---------------------------------------------------------------------------------------------- submitting
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=SLURM_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError:
+    """A Slurm command, its output bounded (safeio.run_capture: SLURM_REPLY_BYTES, SLURM_TIMEOUT_S)."""
+    from paradvisor.safeio import run_capture
+
+    code, out, err, stopped = run_capture(argv, limit=SLURM_REPLY_BYTES, timeout=SLURM_TIMEOUT_S)
+    if stopped:
+        return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} was stopped: it {stopped}")
+    if code == 127 and not out:
         return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: command not found")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(
-            argv, 124, "", f"{argv[0]}: no answer within {SLURM_TIMEOUT_S:g} s"
-        )
+    return subprocess.CompletedProcess(argv, code, out, err)
 
 
 def never_starts(reason: str) -> str | None:
@@ -254,6 +250,10 @@ class SlurmJob:
             doc = self._wait(poll)
             write_json_atomic(self.status_path, doc)
             return doc
+        except BaseException as exc:  # a failure while following: cancel the job, the status says why
+            _run(["scancel", self.job_id])
+            _write_final(self.status_path, self.preset, exc, f"job {self.job_id} cancelled (scancel)")
+            raise
         finally:
             for lock in self.locks:
                 lock.close()
@@ -371,12 +371,36 @@ class SlurmJob:
         )
 
 
+def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> None:
+    """The status of a submitted job whose follower failed or was interrupted: failed/interrupted, with why."""
+    import contextlib
+
+    from paradvisor.rundir.status import read_status, write_json_atomic
+
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    old = read_status(path) if path.exists() else {}
+    doc = {
+        **{k: v for k, v in old.items() if k != "unreadable_fields"},
+        "schema": "paradvisor.status/1",
+        "status": "interrupted" if interrupted else "failed",
+        "reason": (
+            "interrupted (Ctrl-C)" if interrupted else f"the launcher failed: {type(exc).__name__}: {exc}"
+        )[:400]
+        + f"; {what}",
+        "name": preset.name,
+        "ended": time.time(),
+    }
+    with contextlib.suppress(OSError):
+        write_json_atomic(path, doc)
+
+
 def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
     """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
     from paradvisor.launch.preflight import validate
     from paradvisor.rundir.lock import prepare_run_dir
-    from paradvisor.rundir.preset import write_toml_atomic
-    from paradvisor.rundir.status import write_json_atomic, write_private
+    from paradvisor.rundir.preset import write_run_plan
+    from paradvisor.rundir.status import write_json_atomic
+    from paradvisor.safeio import write_private
 
     if shutil.which("sbatch") is None:
         raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")
@@ -394,12 +418,7 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
         lock_name=".lock-submit",
     )
     try:
-        write_toml_atomic(
-            RunDir(run_dir).plan,
-            preset.to_doc(),
-            force=True,
-            header=f"# paradvisor run plan: {preset.plan.label()}\n",
-        )
+        write_run_plan(RunDir(run_dir).plan, preset)
         text = script(preset, run_dir=str(run_dir), python=sys.executable)
         write_private(run_dir / "job.sbatch", text)
         out = str(run_dir).replace("%", "%%") + "/slurm-%j.out"  # a '%' of the path is not a Slurm pattern
@@ -408,9 +427,11 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
             RunDir(run_dir).node_file("command", 0), {"engine": "slurm", "argv": argv, "cwd": os.getcwd()}
         )
         proc = _run(argv)
-        job_id = proc.stdout.strip().split(";")[0] if proc.returncode == 0 else ""
-        if not job_id.isdigit():
-            why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        job_id = proc.stdout.strip().split(";")[0].strip() if proc.returncode == 0 else ""
+        if not JOB_ID.fullmatch(job_id):
+            why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1][:300]
+            if proc.returncode == 0:
+                why = f"it printed no job id ({job_id[:40]!r}{'...' if len(job_id) > 40 else ''})"
             doc = {
                 "schema": "paradvisor.status/1",
                 "status": "failed",
@@ -427,14 +448,24 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
             }
             write_json_atomic(RunDir(run_dir).status, doc)
             raise SubmitFailed(doc)
-        write_json_atomic(
-            run_dir / "slurm.json",
-            {"job_id": job_id, "script": "job.sbatch", "sbatch": argv, "submitted": time.time()},
-        )
-        job = SlurmJob(preset, run_dir, job_id, argv, locks)
-        write_json_atomic(job.status_path, job.status())
+        try:
+            write_json_atomic(
+                run_dir / "slurm.json",
+                {"job_id": job_id, "script": "job.sbatch", "sbatch": argv, "submitted": time.time()},
+            )
+            job = SlurmJob(preset, run_dir, job_id, argv, locks)
+            write_json_atomic(job.status_path, job.status())
+        except (
+            BaseException
+        ) as exc:  # the job is in the queue: never leave it there without a run to follow it
+            _run(["scancel", job_id])
+            _write_final(RunDir(run_dir).status, preset, exc, f"job {job_id} cancelled (scancel)")
+            raise
         return job
-    except BaseException:
+    except BaseException as exc:
+        from paradvisor.rundir.status import write_aborted
+
+        write_aborted(RunDir(run_dir).status, preset, exc)
         for lock in locks:
             lock.close()
         raise
@@ -451,6 +482,8 @@ def submit_and_follow(preset: Preset, *, runs_dir: Path, run_dir: Path | None = 
     from paradvisor.launch import runner
     from paradvisor.monitor.follow import failure_text
 
+    from paradvisor.output import shell_join
+
     try:
         job = submit(preset, runs_dir=runs_dir, run_dir=run_dir)
     except SubmitFailed as exc:
@@ -458,7 +491,7 @@ def submit_and_follow(preset: Preset, *, runs_dir: Path, run_dir: Path | None = 
         print(exc.doc["run_dir"])
         return 1
     sys.stderr.write(
-        f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shlex.join(job.argv)}\n"
+        f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shell_join(job.argv)}\n"
     )
     doc = runner.run_blocking(job)
     line = f"{doc['status']}: {job.run_dir} (Slurm job {job.job_id}, {doc.get('slurm_state')})"

@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.output import one_line
 from paradvisor.rundir import LINE_FILES, RunDir
-from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_toml_atomic
+from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_run_plan
+from paradvisor.safeio import append_private, open_private, write_private
 
 DEFAULT_SSH_TIMEOUT_S = 10.0
 JOIN_GRACE_S = 15.0  # the agent's start (python, torch import) before its torchrun joins the rendezvous
@@ -51,6 +53,19 @@ _FILE = re.compile(
     r"torchelastic-error-node(\d+)\.json)$"
 )
 _MERGED = LINE_FILES  # metrics.jsonl, samples.jsonl
+_RANK = re.compile(r"^rank-(\d{1,9})\.")  # a node's agent writes only the files of its own ranks
+AGENT_FACTS = {"pid": int, "host": str, "run_dir": str, "version": str, "python": str}
+
+
+def _agent_facts(msg: dict) -> dict:
+    """What an agent's hello says about it, typed: an int pid, strings of at most 500 characters on one line
+    (a value of another type is left out)."""
+    out = {}
+    for key, typ in AGENT_FACTS.items():
+        v = msg.get(key)
+        if isinstance(v, typ) and not isinstance(v, bool):
+            out[key] = one_line(v)[:500] if isinstance(v, str) else v
+    return out
 
 
 @dataclass
@@ -184,6 +199,8 @@ class SshLaunch:
         self.argv = nodes[0].argv
         self.proc = _WholeRun(self)
         self.merge_lock = threading.Lock()
+        self.rank_owner: dict[int, int] = {}  # global rank -> the node whose agent named it first (`_owns`)
+        self.owner_lock = threading.Lock()
         self.log_lock = threading.Lock()
         lau = preset.launch
         self.join_bound_s = lau.join_timeout_s + JOIN_GRACE_S
@@ -234,8 +251,22 @@ class SshLaunch:
         try:
             doc = self._wait(poll)
         except BaseException as exc:  # never leave nodes running, whatever went wrong here
-            self._stop_all(f"the launching machine failed: {type(exc).__name__}")
-            doc = self._final("failed", reason=f"the ssh launcher failed: {type(exc).__name__}: {exc}")
+            state = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            why = f"the ssh launcher failed: {type(exc).__name__}: {exc}"[:1000]
+            try:
+                self._stop_all(f"the launching machine failed: {type(exc).__name__}")
+                doc = self._final(state, reason=why)
+            except Exception:  # noqa: BLE001 (the final status is written whatever the node table holds)
+                doc = {
+                    "schema": "paradvisor.status/1",
+                    "status": state,
+                    "reason": why,
+                    "engine": "ssh",
+                    "run_dir": str(self.run_dir),
+                    "name": self.preset.name,
+                    "started": self.started,
+                    "ended": time.time(),
+                }
             raise
         finally:
             if "doc" in locals():
@@ -251,15 +282,7 @@ class SshLaunch:
     def log(self, text: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {text}\n".encode(errors="replace")
         with self.log_lock:
-            fd = os.open(
-                RunDir(self.run_dir).launcher_log(),
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                0o600,
-            )
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            append_private(RunDir(self.run_dir).launcher_log(), line)
 
     def _write_nodes(self) -> None:
         from paradvisor.rundir.status import write_json_atomic
@@ -303,11 +326,7 @@ class SshLaunch:
         ).encode()
 
     def _spawn(self, n: NodeSession) -> None:
-        log = os.open(
-            RunDir(self.run_dir).ssh_log(n.index),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-            0o600,
-        )
+        log = open_private(RunDir(self.run_dir).ssh_log(n.index), append=True)
         try:
             # Its own session: Ctrl-C in this terminal reaches this launcher, which stops every node in order.
             n.proc = subprocess.Popen(
@@ -330,20 +349,33 @@ class SshLaunch:
         n.reader.start()
         self.log(f"{n.label}: started: {shlex.join(n.argv)}")
 
+    def _owns(self, n: NodeSession, rank: int) -> bool:
+        """Whether global rank `rank` is node n's: the rendezvous decides which node gets which ranks, so a
+        rank belongs to the first node that names it, and a node names at most its own process count."""
+        with self.owner_lock:
+            owner = self.rank_owner.get(rank)
+            if owner is None and rank < self.preset.plan.world_size:
+                mine = sum(1 for o in self.rank_owner.values() if o == n.index)
+                if mine < n.procs:
+                    self.rank_owner[rank] = owner = n.index
+            return owner == n.index
+
     def _store(self, n: NodeSession, name: str, data: bytes, whole: bool) -> None:
         m = _FILE.match(name)
         node_no = next((g for g in (m.groups()[2:] if m else ()) if g is not None), None)
-        if m is None or (node_no is not None and int(node_no) != n.index):
+        rank = _RANK.match(name)
+        if (
+            m is None
+            or (node_no is not None and int(node_no) != n.index)
+            or (rank is not None and not self._owns(n, int(rank.group(1))))
+        ):
             self.log(f"{n.label}: ignored a file the agent may not write here: {name[:80]!r}")
             return
         path = self.run_dir / name
         if whole:
-            from paradvisor.rundir.status import write_private
-
-            tmp = data.decode(errors="replace")
-            write_private(path, tmp)
+            write_private(path, data.decode(errors="replace"))
             return
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_private(path, append=True)
         try:
             if name in _MERGED:
                 with self.merge_lock:  # whole lines from every node, never interleaved
@@ -370,17 +402,25 @@ class SshLaunch:
                 ):
                     self._store(n, msg["f"], base64.b64decode(msg["b"]), t == "whole")
                 elif t == "hello":
-                    n.agent = {k: msg.get(k) for k in ("pid", "host", "run_dir", "version", "python")}
+                    n.agent = _agent_facts(msg)
                     with n.lock:
                         if n.state == "starting":
                             n.state = "running"
                     self.log(
-                        f"{n.label}: agent pid {msg.get('pid')} on {msg.get('host')}, run directory "
-                        f"{msg.get('run_dir')}"
+                        f"{n.label}: agent pid {n.agent.get('pid')} on {n.agent.get('host')}, run directory "
+                        f"{n.agent.get('run_dir')}"
                     )
                 elif t == "ranks" and isinstance(msg.get("pids"), dict):
-                    n.pids = {
-                        str(k): v for k, v in msg["pids"].items() if str(k).isdigit() and isinstance(v, int)
+                    n.pids = {  # only this node's own ranks (`_owns`), with plausible pids
+                        str(k): v
+                        for k, v in list(msg["pids"].items())[: n.procs]
+                        if k.isascii()
+                        and k.isdigit()
+                        and len(k) < 10
+                        and self._owns(n, int(k))
+                        and isinstance(v, int)
+                        and not isinstance(v, bool)
+                        and 0 < v < 2**31
                     }
                     with n.lock:
                         if n.state in ("starting", "running"):
@@ -388,9 +428,16 @@ class SshLaunch:
                     self.log(f"{n.label}: joined; ranks {', '.join(sorted(n.pids, key=int))}")
                     self._write_nodes()
                 elif t == "error":
-                    n.error = str(msg.get("reason"))[:1000]
+                    reason = msg.get("reason")
+                    n.error = one_line(reason if isinstance(reason, str) else f"(a {type(reason).__name__})")[
+                        :1000
+                    ]
                 elif t == "end" and isinstance(msg.get("status"), dict):
-                    n.final = msg["status"]
+                    from paradvisor.rundir.status import typed_status
+
+                    n.final = typed_status(msg["status"], "the node's final status")
+                    if isinstance(n.final.get("reason"), str):
+                        n.final["reason"] = one_line(n.final["reason"])
             except (OSError, ValueError, TypeError) as exc:
                 self.log(f"{n.label}: could not store what the agent sent: {exc}")
 
@@ -619,7 +666,7 @@ def start(
 
     from paradvisor.launch.preflight import validate
     from paradvisor.rundir.lock import prepare_run_dir
-    from paradvisor.rundir.status import write_json_atomic, write_private
+    from paradvisor.rundir.status import write_json_atomic
 
     ssh_config = ssh_config or os.environ.get("PARADVISOR_SSH_CONFIG") or None
     if ssh_config and not Path(ssh_config).is_file():
@@ -635,38 +682,42 @@ def start(
     preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
-    write_toml_atomic(
-        RunDir(run_dir).plan,
-        preset.to_doc(),
-        force=True,
-        header=f"# paradvisor run plan: {preset.plan.label()}\n",
-    )
-    from paradvisor.monitor.predict import launch_prediction
+    try:
+        write_run_plan(RunDir(run_dir).plan, preset)
+        from paradvisor.monitor.predict import launch_prediction
 
-    write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))  # every run carries a prediction
-    write_json_atomic(
-        RunDir(run_dir).node_file("command", 0),
-        {
-            "engine": "ssh",
-            "cwd": os.getcwd(),
-            "rdzv_endpoint": endpoint,
-            "nodes": [{"node": n.index, "host": n.host, "argv": n.argv} for n in nodes],
-        },
-    )
-    write_private(
-        RunDir(run_dir).command_txt,
-        "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n" for n in nodes),
-    )
-    launch = SshLaunch(
-        preset,
-        run_dir,
-        nodes,
-        endpoint=endpoint,
-        locks=locks,
-        ssh_config=ssh_config,
-        ssh_timeout=timeout,
-        env=forwarded_env(env),
-    )
-    write_json_atomic(launch.status_path, launch.status())
-    launch._write_nodes()
-    return launch
+        # every run carries a prediction
+        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+        write_json_atomic(
+            RunDir(run_dir).node_file("command", 0),
+            {
+                "engine": "ssh",
+                "cwd": os.getcwd(),
+                "rdzv_endpoint": endpoint,
+                "nodes": [{"node": n.index, "host": n.host, "argv": n.argv} for n in nodes],
+            },
+        )
+        write_private(
+            RunDir(run_dir).command_txt,
+            "".join(f"# node {n.index}: {n.host}\n{shlex.join(n.argv)}\n" for n in nodes),
+        )
+        launch = SshLaunch(
+            preset,
+            run_dir,
+            nodes,
+            endpoint=endpoint,
+            locks=locks,
+            ssh_config=ssh_config,
+            ssh_timeout=timeout,
+            env=forwarded_env(env),
+        )
+        write_json_atomic(launch.status_path, launch.status())
+        launch._write_nodes()
+        return launch
+    except BaseException as exc:  # Ctrl-C or a failure before the status: never a folder without one
+        from paradvisor.rundir.status import write_aborted
+
+        write_aborted(RunDir(run_dir).status, preset, exc)
+        for lock in locks:
+            lock.close()
+        raise

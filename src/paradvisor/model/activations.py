@@ -23,6 +23,8 @@ Built-in models' coefficients are package data (`data/activations.json`, written
 from __future__ import annotations
 
 import json
+import sys
+from importlib import metadata
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -67,10 +69,46 @@ def builtin_table() -> dict:
     doc = json.loads(text)
     if doc.get("schema") != f"paradvisor.activations/{FORMAT}":  # stale data: the formula until regenerated
         return {}
-    from paradvisor.model import stamp
-
-    stamp.check(doc, "the built-in models' traced activations (data/activations.json)")
+    warn_if_stale(doc, "the stored activation data (model/data/activations.json)")
     return doc["models"]
+
+
+STAMPED = ("transformers", "torch")  # the libraries whose code a stored trace was derived from
+
+
+def installed_version(pkg: str) -> str | None:
+    """The installed version of `pkg` from its metadata, without importing it (None when absent)."""
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def stale_stamps(doc: Mapping) -> list[str]:
+    """'transformers 5.23.0 (installed 5.24.0)' for each stamped library whose installed version differs from
+    the one `doc` records; local build labels (`2.13.0+cpu`) are not a difference."""
+    out = []
+    for pkg in STAMPED:
+        want, have = doc.get(pkg), installed_version(pkg)
+        if want and have and want.split("+")[0] != have.split("+")[0]:
+            out.append(f"{pkg} {want} (installed {have})")
+    return out
+
+
+def warn_if_stale(doc: Mapping, what: str) -> None:
+    """One line on stderr, once per process, when stored traced data came from other library versions than
+    the installed ones: the advice then follows the old code until the data is re-derived."""
+    stale = stale_stamps(doc)
+    if stale and what not in _WARNED:
+        _WARNED.add(what)
+        print(
+            f"paradvisor: warning: {what} was traced with {', '.join(stale)}; built-in estimates follow that "
+            f"code until re-derived with `python {doc.get('regenerate', 'scripts/trace_activations.py')}`",
+            file=sys.stderr,
+        )
+
+
+_WARNED: set[str] = set()
 
 
 class Traced:

@@ -6,7 +6,7 @@ op counts) is, for a given code path, linear in the config's sizes: each paramet
 and each traced coefficient is a sum of feature terms (hidden size, heads, head_dim, ffn, vocab, ...).
 `python scripts/derive_formulas.py` traces several sizes of each family variant, fits those sums
 exactly and writes them to `data/formulas.json`, stamped with the transformers and torch versions they
-came from (`model/stamp.py` warns once when the installed ones differ); `tests/facts/test_formulas.py`
+came from (`activations.warn_if_stale` warns once when the installed ones differ); `tests/facts/test_formulas.py`
 compares formula and trace for each family at new sizes.
 
 A variant is the code path: the family, the model class and the config's switches (booleans, strings,
@@ -65,9 +65,9 @@ def table() -> dict:
     doc = json.loads(text)
     if doc.get("schema") != SCHEMA:
         return {}
-    from paradvisor.model import stamp
+    from paradvisor.model.activations import warn_if_stale  # one stamp mechanism for all traced data
 
-    stamp.check(doc, "the shipped per-family formulas (data/formulas.json)")
+    warn_if_stale(doc, "the shipped per-family formulas (model/data/formulas.json)")
     return doc
 
 

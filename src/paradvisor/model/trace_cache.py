@@ -74,39 +74,106 @@ def _path(key: str) -> Path | None:
     return None if d is None else d / f"{key}.json"
 
 
-def _valid(doc) -> bool:
-    if not (isinstance(doc, dict) and doc.get("schema") == SCHEMA):
+def _private(folder: Path) -> bool:
+    """Whether a cache folder is this user's real folder that nobody else can write into."""
+    import stat
+
+    try:
+        st = os.lstat(folder)
+    except OSError:
         return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+MAX_PARAMS = 10**15  # parameters of one model (far above any model today)
+MAX_ENTRY_ITEMS = 100_000  # layers, tensors, keys or regimes one entry lists
+
+
+def _num(x, lo: float, hi: float, *, integer: bool = False) -> bool:
+    if isinstance(x, bool) or not isinstance(x, int if integer else (int, float)):
+        return False
+    return lo <= x <= hi and x == x
+
+
+def _problem(doc) -> str | None:
+    """Why a cache entry is not usable, or None: THE schema of an entry, used by `lookup` (a bad entry is a
+    miss) and by `store` (nothing unusable is ever written). Checked whole: types, finite numbers, positive
+    counts, the layers summing to the model's total, bounded lengths."""
+    if not (isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get("key"), str)):
+        return "not a trace-cache entry of this version"
     prof = doc.get("profile")
-    if not (
-        isinstance(prof, dict)
-        and isinstance(prof.get("architecture"), str)
-        and isinstance(prof.get("total_params"), int)
-        and isinstance(prof.get("trainable_params"), int)
-        and isinstance(prof.get("layers"), list)
-    ):
-        return False
-    if not all(
-        isinstance(e, dict)
-        and isinstance(e.get("name"), str)
-        and isinstance(e.get("kind"), str)
-        and isinstance(e.get("params"), int)
-        and isinstance(e.get("expert_params", 0), int)
-        for e in prof["layers"]
-    ):
-        return False
+    if not isinstance(prof, dict) or not isinstance(prof.get("architecture"), str):
+        return "no profile"
+    total, trainable, layers = prof.get("total_params"), prof.get("trainable_params"), prof.get("layers")
+    if not _num(total, 1, MAX_PARAMS, integer=True) or not _num(trainable, 0, total, integer=True):
+        return "parameter counts out of range"
+    if not isinstance(layers, list) or not 1 <= len(layers) <= MAX_ENTRY_ITEMS:
+        return "no layer table"
+    for e in layers:
+        if not (
+            isinstance(e, dict)
+            and isinstance(e.get("name"), str)
+            and isinstance(e.get("kind"), str)
+            and _num(e.get("params"), 0, total, integer=True)
+            and _num(e.get("expert_params", 0), 0, e.get("params"), integer=True)
+        ):
+            return "a layer of the wrong shape"
+    if sum(e["params"] for e in layers) != total:
+        return "the layers do not add up to the model's parameters"
+    if "params" not in doc:  # the reader indexes it: null (none counted) or the facts
+        return "no parameter facts"
+    params = doc["params"]
+    if params is not None and not _params_ok(params, total):
+        return "parameter facts of the wrong shape"
     regs = doc.get("regimes")
-    if not isinstance(regs, list):
-        return False
+    if not isinstance(regs, list) or len(regs) > MAX_ENTRY_ITEMS:
+        return "no regimes"
     for r in regs:
         if not (
             isinstance(r, dict)
             and isinstance(r.get("keys"), dict)
-            and isinstance(r.get("base_seq"), int)
-            and (r.get("seq_max") is None or isinstance(r.get("seq_max"), int))
+            and _num(r.get("base_seq"), 1, 2**31, integer=True)
+            and (r.get("seq_max") is None or _num(r.get("seq_max"), 1, 2**31, integer=True))
+            and all(isinstance(k, str) and _coeffs_ok(v) for k, v in r["keys"].items())
         ):
+            return "a regime of the wrong shape"
+    if doc.get("failure") is not None and not isinstance(doc.get("failure"), str):
+        return "a failure that is not text"
+    return None
+
+
+def _params_ok(params, total: int) -> bool:
+    if not isinstance(params, dict) or not _num(params.get("largest_module", 0), 0, total, integer=True):
+        return False
+    sizes, order = params.get("tensor_sizes", []), params.get("tensor_order", [])
+    return (
+        isinstance(sizes, list)
+        and isinstance(order, list)
+        and len(sizes) <= MAX_ENTRY_ITEMS
+        and len(order) <= 10 * MAX_ENTRY_ITEMS
+        and all(
+            isinstance(t, list)
+            and len(t) == 2
+            and _num(t[0], 1, total, integer=True)
+            and _num(t[1], 1, 10**9, integer=True)
+            for t in sizes
+        )
+        and all(_num(n, 1, total, integer=True) for n in order)
+    )
+
+
+def _coeffs_ok(v) -> bool:
+    """One traced key: {"groups": {group: {term: finite number}}, "ops": {name: count >= 0}}."""
+    if (
+        not isinstance(v, dict)
+        or not isinstance(v.get("groups", {}), dict)
+        or not isinstance(v.get("ops", {}), dict)
+    ):
+        return False
+    for g in v.get("groups", {}).values():
+        if not isinstance(g, dict) or not all(_num(c, -1e18, 1e18) for c in g.values()):
             return False
-    return doc.get("params") is None or isinstance(doc.get("params"), dict)
+    return all(_num(n, 0, 10**12, integer=True) for n in v.get("ops", {}).values())
 
 
 def lookup(key: str) -> dict | None:
@@ -116,13 +183,16 @@ def lookup(key: str) -> dict | None:
     p = _path(key)
     if p is None:
         return None
+    from paradvisor.errors import InputError
+    from paradvisor.safeio import parse_json, read_text
+
     try:
-        if not p.is_file() or p.stat().st_size > _MAX_BYTES:
+        if not _private(p.parent):  # a cache folder another user can write into may hold anything
             return None
-        doc = json.loads(p.read_text())
-    except (OSError, ValueError, RecursionError):
+        doc = parse_json(read_text(p, what="cache entry", limit=_MAX_BYTES), str(p))
+    except (OSError, InputError):
         return None
-    if not _valid(doc) or doc.get("key") != key:
+    if _problem(doc) is not None or doc.get("key") != key:
         return None
     _MEMORY[key] = doc
     return doc
@@ -158,16 +228,19 @@ def lookup_preset(key: str) -> dict | None:
 
 
 def store(doc: dict) -> None:
-    """Keep `doc` in this process and (best effort: a read-only home is no error) on disk."""
+    """Keep `doc` in this process and (best effort: a read-only home is no error) on disk. An entry the
+    reader would refuse (`_problem`) is not kept."""
+    if _problem(doc) is not None:
+        return
     _MEMORY[doc["key"]] = doc
     p = _path(doc["key"])
     if p is None:
         return
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc, separators=(",", ":")))
-        os.replace(tmp, p)
+    from paradvisor.safeio import private_dir, write_private
+
+    try:  # a folder of this user's (0700), an unpredictable temporary name (mkstemp), then a rename
+        private_dir(p.parent, what="the trace cache")
+        write_private(p, json.dumps(doc, separators=(",", ":")))
     except OSError:
         pass
 

@@ -49,9 +49,14 @@ def plan_doc(run_dir: Path) -> dict:
 
 def failure_text(status: dict) -> str | None:
     """One line on why a run did not finish: which rank, exit code or signal, the reason."""
+    from paradvisor.output import one_line
+
     if status.get("status") not in ("failed", "cancelled", "interrupted"):
         return None
-    rank, code, reason = status.get("failed_rank"), status.get("exit_code"), status.get("reason") or ""
+    rank, code = status.get("failed_rank"), status.get("exit_code")
+    reason = one_line(
+        status.get("reason") or ""
+    )  # read from a file or sent by a node: never a line of its own
     if status.get("hung") or rank is None:
         return reason
     if code is None:
@@ -75,22 +80,41 @@ def latest_samples(run_dir: Path) -> dict[int, dict]:
         except ValueError:
             continue
         node = rec.get("node") if isinstance(rec, dict) else None
-        if (
-            isinstance(node, int)
-            and not isinstance(node, bool)
-            and node not in out
-            and isinstance(rec.get("time"), (int, float))
-            and isinstance(rec.get("gpus", []), list)
-        ):
-            out[node] = {
-                k: rec.get(k) for k in ("time", "host", "cpu_pct", "ram_used_bytes", "ram_total_bytes")
-            }
-            out[node]["gpus"] = [
-                {k: g.get(k) for k in ("index", "util_pct", "mem_used_bytes", "mem_total_bytes")}
-                for g in rec.get("gpus", [])
-                if isinstance(g, dict)
-            ]
+        if isinstance(node, int) and not isinstance(node, bool) and node not in out:
+            reading = typed_sample(rec)
+            if reading is not None:
+                out[node] = reading
     return out
+
+
+def typed_sample(rec: dict) -> dict | None:
+    """A samples.jsonl record checked whole against the one schema its writer uses (hardware.nvml's
+    HostSample and GPUSample: types, finite numbers, bounds), or None: a record with a string where a number
+    belongs is skipped, never shown or computed with."""
+    from paradvisor.errors import InputError
+    from paradvisor.hardware.nvml import GPUSample, HostSample
+    from paradvisor.output import one_line
+    from paradvisor.typed import from_table
+
+    gpus = rec.get("gpus", [])
+    if not isinstance(gpus, list) or len(gpus) > 1024 or not all(isinstance(g, dict) for g in gpus):
+        return None
+    try:
+        doc = from_table(HostSample, rec, lambda k: f"samples.jsonl: {k}", skip=("gpus",))
+        if set(doc) < {"time", "cpu_pct", "ram_used_bytes", "ram_total_bytes"}:
+            return None
+        doc["gpus"] = [
+            {"index": None, "util_pct": None, "mem_used_bytes": None, "mem_total_bytes": None}
+            | from_table(GPUSample, g, lambda k: f"samples.jsonl: gpus.{k}", skip=("error",))
+            for g in gpus
+        ]
+    except InputError:
+        return None
+    if any(g["index"] is None for g in doc["gpus"]):
+        return None
+    host = rec.get("host")
+    doc["host"] = one_line(host)[:200] if isinstance(host, str) else None
+    return doc
 
 
 def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[dict], list[dict]]:
@@ -217,6 +241,7 @@ class RunSummary:
     loss: float | None
     loss_history: list[float]
     loss_points: list[tuple[int, float]]
+    eval_points: list[tuple[int, float]]
     step_time_s: float | None
     samples_per_s: float | None
     throughput_history: list[float]
@@ -317,7 +342,12 @@ def _progress(
     last_step = tally.last_step
     now = time.time()
     ended = status.get("ended", now) if status.get("status") in TERMINAL else now
-    elapsed = ended - (tally.start_time or status.get("started", now))
+    # From the launch (status.json's `started`), the one start: the clock never jumps back when the first
+    # rank's record arrives, and a finished run's elapsed is status.json's duration_s.
+    started = status.get("started")
+    if not isinstance(started, (int, float)) or isinstance(started, bool):
+        started = tally.start_time or now
+    elapsed = ended - started
     # ETA from the measured step time (the same median as the throughput), while steps remain
     eta = (
         (total - last_step) * step_time
@@ -346,6 +376,7 @@ def _measured(tally: MetricsTally, batch: int) -> dict:
         "loss": tally.last_loss,
         "loss_history": [x for x in tally.losses if math.isfinite(x)],
         "loss_points": tally.loss_points,
+        "eval_points": tally.eval_points,
         "throughput_history": [batch / t for t in tally.step_times_rank0],
         "step_points": tally.step_points(),
         "throughput_points": [(s, batch / t) for s, t in tally.step_points() if t > 0],
@@ -459,13 +490,17 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
 def node_lines(s: RunSummary) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""
-    from paradvisor.output import clean
+    from paradvisor.output import clean, one_line
     from paradvisor.units import fmt_bytes
 
     out = []
     for n in s.nodes:
         ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s.ranks if r["node"] == n["node"])
-        line = f"node {n['node']}" + (f" ({clean(n['host'])})" if n["host"] else "") + f": {n['state']}"
+        line = (
+            f"node {n['node']}"
+            + (f" ({one_line(n['host'])})" if n["host"] else "")
+            + f": {one_line(n['state'])}"
+        )
         line += f"; {ranks or 'no rank yet'}"
         smp = n["sample"]
         if smp:
@@ -482,6 +517,6 @@ def node_lines(s: RunSummary) -> list[str]:
                         f"{fmt_bytes(g['mem_used_bytes'] or 0)}/{fmt_bytes(g['mem_total_bytes'] or 0)}"
                     )
         if n.get("reason") and n["state"] not in ("finished", "running", "joined"):
-            line += f" — {clean(n['reason'])}"
+            line += f" — {one_line(n['reason'])}"
         out.append(line)
     return out

@@ -110,7 +110,6 @@ class SampleLog:
     def tick(self) -> None:
         """Write a reading if one is due; never raises (a reading is information, not the run)."""
         import json
-        import os
 
         now = time.monotonic()
         if now < self.next:
@@ -120,11 +119,9 @@ class SampleLog:
             if self.sampler is None:
                 self.sampler = Sampler()
             rec = {"kind": "sample", "node": self.node, "host": self.host, **self.sampler.sample()}
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, (json.dumps(rec) + "\n").encode())
-            finally:
-                os.close(fd)
+            from paradvisor.safeio import append_private
+
+            append_private(self.path, (json.dumps(rec) + "\n").encode())
         except Exception:  # noqa: BLE001 (a full disk or a lost GPU must not stop the run's watcher)
             pass
 

@@ -112,7 +112,7 @@ def table() -> list[dict]:
             "families": ", ".join(sorted(EP_FAMILIES)),
         },
         {
-            "shape": "PP (GPipe, 1F1B), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP",
+            "shape": "PP (GPipe, 1F1B, interleaved 1F1B; even or balanced split), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP",
             "engine": "torch",
             "families": ", ".join(sorted(PP_FAMILIES)),
         },

@@ -16,7 +16,7 @@ import math
 import weakref
 from dataclasses import dataclass, field
 
-from paradvisor.estimate import comm, moe
+from paradvisor.estimate import comm, moe, steptime
 from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
@@ -33,6 +33,8 @@ from paradvisor.estimate.memory import (
     vision_activation_bytes,
     zero_grad_elements,
 )
+from paradvisor.estimate.stages import Stage
+from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
@@ -63,9 +65,22 @@ class Estimate:
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
     rules: list[dict] = field(default_factory=list)
-    cost_rank: int = 0  # rank by predicted step time alone, among the plans shown (0: not ranked)
+    cost_rank: int = 0  # rank by the cost model's score alone, among the plans shown (0: not ranked)
+    rule_factor: float = 1.0  # the product of the applied prefer/avoid rules' factors: score = cost x this
+
+    @property
+    def cost_score(self) -> float:
+        """The cost model's own score (before any rule): what `cost_rank` ranks by."""
+        return self.score / self.rule_factor if self.rule_factor else self.score
+
     host_fits: bool = True  # offloaded states fit in every node's RAM (`fits` needs this and the GPU memory)
     peak_phase: str = "forward/backward"  # when the peak happens (or "optimizer step"): `memory` terms then
+    # every pipeline rank's memory, computed when asked (the JSON's memory.stages): a closure over the inputs
+    stage_memory: object = field(default=None, repr=False, compare=False)
+
+    def stages(self) -> list[dict]:
+        """One entry per pipeline rank: its layers, embedding/head, in-flight micro-batches, bytes by term."""
+        return self.stage_memory() if callable(self.stage_memory) else []
 
     @property
     def ratio(self) -> float:
@@ -73,7 +88,8 @@ class Estimate:
 
 
 def _stage_layers(mf: ModelFacts, pp: int) -> int:
-    return mf.shape.num_layers // pp if mf.shape else 0
+    """Blocks of the busiest pipeline stage under the even split (the monitor's per-stage view)."""
+    return -(-mf.shape.num_layers // pp) if mf.shape else 0
 
 
 def activation_mode(plan: Plan, precision: str) -> str:
@@ -87,6 +103,19 @@ def activation_mode(plan: Plan, precision: str) -> str:
 _ACT_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Traced -> {shape of the question: terms}
 
 
+def _megatron_states(psi: float, precision: str) -> dict[str, float]:
+    """Megatron-LM without the distributed optimizer: 16-bit weights (2), fp32 main gradients (4), fp32
+    master weights and Adam m, v (12): 18 bytes per parameter (`theoretical_memory_usage.py`)."""
+    pb = 2 if precision != "fp32" else 4
+    return {
+        "params": pb * psi,
+        "grads": 4 * psi,
+        "optimizer": (12 if precision != "fp32" else 8) * psi,
+        "step_grads": 0.0,
+        "gathered": 0.0,
+    }
+
+
 def activation_terms(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
 ) -> tuple[dict, str]:
@@ -96,7 +125,7 @@ def activation_terms(
 
     s = mf.shape
     traced = mf.profile.traced
-    mode = activation_mode(plan, precision)
+    mode = activation_mode(plan, precision) if not mf.traits.weights16 else "bf16"
     kernel = wl.attention
     if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
         memo = _ACT_MEMO.setdefault(traced, {})  # the search asks the same shape for many plans
@@ -146,7 +175,14 @@ def activation_terms(
     if mf.moe is not None:  # router and dispatch activations, averaged over the layers
         blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
     edges = edge_activation_bytes(
-        s, seq=wl.seq_len, micro_batch=micro_batch, tp=plan.tp, act_bytes=ab, lm_head=mf.lm_head
+        s,
+        seq=wl.seq_len,
+        micro_batch=micro_batch,
+        tp=plan.tp,
+        act_bytes=ab,
+        lm_head=mf.lm_head,
+        sequence_parallel=plan.sequence_parallel,
+        vocab_parallel=mf.traits.vocab_parallel,
     )
     copies = 2 * mf.block_params / plan.tp if mode == "amp" else 0.0  # 16-bit copies of the block weights
     return {
@@ -178,6 +214,8 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
         return lambda psi, first, last: moe_states(psi)
 
     def states(psi, first: bool, last: bool):
+        if mf.traits.weights16 and plan.sharding == "none":
+            return _megatron_states(psi, precision)
         if plan.sharding == "zero3":
             unit = mf.fetch_unit
         elif mf.shape is not None:
@@ -205,45 +243,57 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     return states
 
 
+def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
+    """Every pipeline rank's stage (estimate/stages.py): blocks per chunk, embedding / head, in-flight
+    micro-batches for the plan's schedule."""
+    if mf.shape is None or plan.pp <= 1:
+        layers = mf.shape.num_layers if mf.shape is not None else 0
+        return (Stage(0, (layers,), True, True, 1.0),)
+    v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
+    return stage_layout(mf.shape.num_layers, plan.pp, v, plan.pp_split, plan.pp_schedule, plan.grad_accum)
+
+
+def _distinct_stages(stages: tuple[Stage, ...]) -> list[Stage]:
+    """The stages that can hold a peak: per (blocks, first, last), the one with the most in flight."""
+    best: dict[tuple, Stage] = {}
+    for st in stages:
+        k = (st.blocks, st.first, st.last)
+        if k not in best or st.inflight > best[k].inflight:
+            best[k] = st
+    return list(best.values())
+
+
 def _stage_terms(
-    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int, states
+    mf: ModelFacts,
+    topo: Topology,
+    wl: Workload,
+    plan: Plan,
+    precision: str,
+    micro_batch: int,
+    states,
+    stages,
 ) -> tuple[list[tuple], str]:
-    """(states, activations, working bytes, params) per pipeline stage worth checking, and where the
+    """(states, activations, working bytes, params, stage) per pipeline stage given, and where the
     activation figures came from."""
-    psi_first, psi_last = mf.stage_params(plan.tp, plan.pp)
     if mf.shape is None:
+        psi = mf.total
         acts = vision_activation_bytes(
             mf.profile.layers,
             micro_batch=micro_batch,
             act_bytes=act_bytes_for(precision),
             input_elems=math.prod(mf.profile.input_shape or (1,)),
         )
-        return [(states(psi_first, True, True), acts, 0.0, psi_first)], "formula"
+        return [(states(psi, True, True), acts, 0.0, psi, stages[0])], "formula"
     cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
     a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
-    layers = _stage_layers(mf, plan.pp)
-    if plan.pp == 1:
-        acts, copies = stage_activation_bytes(a, layers, first=True, last=True)
-        return [(states(psi_first, True, True), acts, copies + a["rebuilt"], psi_first)], source
-    m = plan.grad_accum
-    inflight_first = m if plan.pp_schedule == "gpipe" else min(plan.pp, m)
-    inflight_last = m if plan.pp_schedule == "gpipe" else 1
-    a_first, c_first = stage_activation_bytes(a, layers, first=True, last=False)
-    a_last, c_last = stage_activation_bytes(a, layers, first=False, last=True)
-    return [
-        (
-            states(psi_first, True, False),
-            inflight_first * a_first,
-            inflight_first * c_first + a["rebuilt"],
-            psi_first,
-        ),
-        (
-            states(psi_last, False, True),
-            inflight_last * a_last,
-            inflight_last * c_last + a["rebuilt"],
-            psi_last,
-        ),
-    ], source
+    out = []
+    for st in stages:
+        psi = mf.rank_params(plan.tp, st.layers, st.first, st.last, plan.pp)
+        acts, copies = stage_activation_bytes(a, st.layers, first=st.first, last=st.last)
+        out.append(
+            (states(psi, st.first, st.last), st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st)
+        )
+    return out, source
 
 
 def memory_need(
@@ -254,9 +304,11 @@ def memory_need(
     precision: str,
     micro_batch: int,
     stage: int | None = None,
+    *,
+    every_stage: bool = False,
 ) -> dict:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
-    and host bytes for offload."""
+    and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
     shard = _shard_degree(topo, plan)
     states = _state_fn(mf, plan, precision, shard)
     transient = (
@@ -266,13 +318,19 @@ def memory_need(
         if mf.shape is not None
         else 0.0
     )
-    stages, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states)
-    heads = [False] * (len(stages) - 1) + [True]  # the last stage computes the loss
-    if stage is not None and len(stages) > 1:
-        pick = 0 if stage == 0 else -1
-        stages, heads = [stages[pick]], [heads[pick]]
+    if mf.traits.vocab_parallel:  # vocabulary-parallel cross-entropy: each rank its share of the logits
+        transient /= plan.tp
+    all_stages = pipeline_stages(mf, plan)
+    if stage is not None and len(all_stages) > 1:
+        chosen = [all_stages[0 if stage == 0 else -1]]
+    elif every_stage:
+        chosen = all_stages
+    else:
+        chosen = _distinct_stages(all_stages)
+    rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
     best = None
-    for (st, acts, work, psi), head in zip(stages, heads):
+    listed = []
+    for st, acts, work, psi, where in rows:
         buf = buffer_bytes(
             sharding=plan.sharding,
             psi=psi,
@@ -288,19 +346,20 @@ def memory_need(
             "working": work,
             "activations": acts,
             "buffers": buf,
-            "transient": transient if head else 0.0,
+            "transient": transient if where.last else 0.0,
             "overhead": FRAMEWORK_OVERHEAD,
         }
         phase, alive = peak_breakdown(
             terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32"
         )
         total = sum(alive.values())
+        listed.append((where, terms, total, psi, phase))
         if best is None or total > best[1]:
             best = (terms, total, psi, phase)
     cpu = offload_cpu_bytes(
         best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
     )
-    return {
+    out = {
         "terms": best[0],
         "total": best[1],
         "psi": best[2],
@@ -309,6 +368,23 @@ def memory_need(
         "cpu": cpu,
         "activation_source": source,
     }
+    if every_stage:
+        out["stages"] = [
+            {
+                "stage": w.rank,
+                "layers": w.layers,
+                "chunks": list(w.blocks),
+                "embedding": w.first,
+                "head": w.last,
+                "inflight_microbatches": round(w.inflight, 4),
+                "params": psi,
+                "per_gpu_bytes": round(total),
+                "peak_phase": phase,
+                "breakdown": {k: round(v) for k, v in terms.items()},
+            }
+            for w, terms, total, psi, phase in listed
+        ]
+    return out
 
 
 HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
@@ -416,15 +492,6 @@ def compute_time(
         rate = curve_rate(curve, 512) * 1e12 if curve else peak * eff
         return {"forward": fwd / rate, "backward": 2 * fwd / rate, "recompute": 0.0}
     s = mf.shape
-    layers = _stage_layers(mf, plan.pp)
-    f = transformer_flops_per_token(
-        s,
-        seq=wl.seq_len,
-        layers=layers,
-        lm_head=mf.lm_head,
-        checkpointing=plan.checkpointing,
-        attention=wl.attention,
-    )
     tokens = micro_batch * wl.seq_len
     rate = (
         curve_rate(curve, s.hidden / plan.tp) * 1e12
@@ -432,7 +499,81 @@ def compute_time(
         else peak * efficiency(s.hidden / plan.tp, tokens)
     )
     scale = tokens / plan.tp / rate
-    return {k: v * scale for k, v in f.items()}
+    worst = None
+    for layers, head in {(st.layers, st.last) for st in pipeline_stages(mf, plan)}:
+        f = transformer_flops_per_token(
+            s,
+            seq=wl.seq_len,
+            layers=layers,
+            lm_head=mf.lm_head and head,
+            checkpointing=plan.checkpointing,
+            attention=wl.attention,
+        )
+        t = {k: v * scale for k, v in f.items()}
+        if worst is None or sum(t.values()) > sum(worst.values()):
+            worst = t
+    return worst
+
+
+def uses_gpu_model(spec, mf: ModelFacts) -> bool:
+    """Whether the operation-level GPU step-time model (estimate/steptime.py) times this device: a GPU
+    without calibration figures, for a transformer."""
+    return mf.shape is not None and spec.vendor != "cpu" and not spec.measured
+
+
+def gpu_stage_times(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, spec, micro_batch: int
+) -> dict[str, float]:
+    """The slowest pipeline stage's per-micro-batch seconds from the operation-level model: forward,
+    backward, recompute and TP communication."""
+    s = mf.shape
+    dev = steptime.Device(effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch)
+    sh = steptime.LayerShape(
+        s.hidden,
+        s.heads,
+        s.kv_heads,
+        s.head_dim,
+        s.ffn,
+        s.gated_mlp,
+        s.causal,
+        s.family in ("bert", "albert", "gpt2"),
+        s.attn_params,
+    )
+    node0 = topo.intra[0]
+    worst = None
+    for layers, head in {(st.layers, st.last) for st in pipeline_stages(mf, plan)}:
+        key = (
+            "gpu-time", spec.name, layers, head, micro_batch, plan.tp, plan.sequence_parallel,
+            plan.checkpointing, precision, wl.attention, wl.seq_len, id(mf),
+        )  # fmt: skip
+        t = topo._cache.get(key)
+        if t is None:
+            t = topo._cache[key] = _gpu_time(
+                mf, wl, plan, precision, micro_batch, sh, dev, node0, layers, head
+            )
+        if worst is None or sum(t.values()) > sum(worst.values()):
+            worst = t
+    return worst
+
+
+def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int, head: bool) -> dict:
+    """One stage's per-micro-batch seconds (estimate/steptime.py)."""
+    return steptime.micro_batch_time(
+        sh,
+        layers=layers,
+        tokens=micro_batch * wl.seq_len,
+        seq=wl.seq_len,
+        tp=plan.tp,
+        sp=plan.sequence_parallel,
+        attention=wl.attention,
+        act_bytes=act_bytes_for(precision),
+        checkpointing=plan.checkpointing,
+        dev=dev,
+        head_vocab=mf.shape.vocab if (head and mf.lm_head) else 0,
+        vocab_tp=plan.tp if mf.traits.vocab_parallel else 1,
+        tp_bw=node0.bandwidth * steptime.NVLINK_EFF,
+        tp_lat=node0.latency,
+    )
 
 
 def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
@@ -460,8 +601,11 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
         ratio = need["total"] / usable
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
-        ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
-        total_ct = sum(ct.values())
+        if uses_gpu_model(spec, mf):
+            ct = gpu_stage_times(mf, topo, wl, plan, precision, spec, mb)
+        else:
+            ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
+        total_ct = sum(v for k, v in ct.items() if k != "tp_comm")
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
     return worst_mem, tight, slowest
@@ -478,13 +622,20 @@ def _dp_comm(
     t_bwd: float,
     t_micro: float,
     lat_k: float,
+    net_eff: float = 1.0,
 ) -> tuple[float, float]:
     """Data-parallel communication per step: (total, exposed after overlap)."""
     if plan.dp <= 1:
         return 0.0, 0.0
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp)
+    bw *= net_eff
     lat *= lat_k
     if plan.sharding == "none":
+        # Megatron-LM (2021-2022 releases) all-reduced the fp32 main gradients after the backward pass;
+        # torch DDP overlaps its buckets with the backward pass
+        if not mf.traits.dp_overlap:
+            dp_total = comm.all_reduce(psi * 4, plan.dp, bw, lat)
+            return dp_total, dp_total
         dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
         return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
     if plan.sharding in ("zero1", "zero2"):
@@ -492,6 +643,13 @@ def _dp_comm(
             psi * pb, plan.dp, bw, lat
         )
         return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
+    if plan.sharding == "fsdp" and not mf.traits.reshard_each_micro:
+        # parameters stay gathered across the micro-batches: one all-gather and one gradient reduce-scatter
+        # per step (torch.distributed.pipelining syncs FSDP gradients on the last backward only)
+        per_step = comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
+            psi * gb, plan.dp, bw, lat
+        )
+        return per_step, max(0.0, per_step - OVERLAP * t_micro)
     if plan.sharding in ("zero3", "fsdp"):
         per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
             psi * gb, plan.dp, bw, lat
@@ -544,6 +702,7 @@ def _micro_times(
     ab: int,
     lat_k: float,
     pp_overhead: float,
+    net_eff: float = 1.0,
 ) -> dict[str, float]:
     """The per-step times of the micro-batches: compute, TP, framework, and with a pipeline its p2p
     and bubble."""
@@ -555,12 +714,14 @@ def _micro_times(
     }
     if plan.pp > 1:
         pbw, plat, _ = topo.pp_link(plan.tp, plan.dp, plan.pp)
-        t_p2p = 2 * comm.p2p(
-            tokens * mf.shape.hidden * ab / (plan.tp if plan.sequence_parallel else 1), pbw, lat_k * plat
-        )
+        # activations cross each chunk boundary forward and their gradients backward; Megatron sends 1/t of
+        # them and gathers over NVLink (Narayanan et al. 2021 §4.1), as sequence parallelism does
+        split = plan.tp if (plan.sequence_parallel or mf.engine == "megatron") else 1
+        v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
+        t_p2p = 2 * v * comm.p2p(tokens * mf.shape.hidden * ab / split, pbw * net_eff, lat_k * plat)
         time["pp_p2p"] = m * (t_p2p + pp_overhead)
         time["framework"] = m * t_frame
-        time["pp_bubble"] = (plan.pp - 1) * (t_micro + t_tp + t_p2p + pp_overhead + t_frame)
+        time["pp_bubble"] = (plan.pp - 1) / v * (t_micro + t_tp + t_p2p + pp_overhead + t_frame)
     else:
         time["framework"] = m * t_frame
     return time
@@ -581,9 +742,11 @@ def evaluate(
     cal = calibrated_overhead(slow_spec, plan, precision)
     lat_k = 0.0 if cal else 1.0
 
+    gpu_model = uses_gpu_model(slow_spec, mf)
+    ct = dict(ct)
+    t_tp = ct.pop("tp_comm", 0.0)
     # Tensor parallel: 2 all-reduces forward + 2 backward per layer, on the critical path.
-    t_tp = 0.0
-    if plan.tp > 1 and mf.shape is not None:
+    if plan.tp > 1 and mf.shape is not None and not gpu_model:
         node0 = topo.intra[0]
         ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
         t_tp = 4 * _stage_layers(mf, plan.pp) * ar
@@ -594,17 +757,45 @@ def evaluate(
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
     dp_total, dp_exposed = _dp_comm(
-        mf, topo, plan, psi, need["shard"], gb, pb, ct["backward"] + ct["recompute"], t_micro, lat_k
+        mf,
+        topo,
+        plan,
+        psi,
+        need["shard"],
+        gb,
+        pb,
+        ct["backward"] + ct["recompute"],
+        t_micro,
+        lat_k,
+        net_eff=steptime.NET_EFF if gpu_model else 1.0,
     )
-    t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, slow_spec.mem_bw)
+    mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
+    t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, mem_bw)
 
-    # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer.
+    # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer; the
+    # GPU model counts kernel launches per operation instead.
     n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
-    t_frame = n_layers * (
-        calibrated_layer_time(mf, wl, plan, precision, slow_spec, cal) if cal else slow_spec.layer_overhead_s
-    )
+    if gpu_model:
+        t_frame = 0.0
+    else:
+        t_frame = n_layers * (
+            calibrated_layer_time(mf, wl, plan, precision, slow_spec, cal)
+            if cal
+            else slow_spec.layer_overhead_s
+        )
     time = _micro_times(
-        mf, topo, plan, ct, t_micro, t_tp, t_frame, tokens, ab, lat_k, 0.0 if cal else PP_MICRO_OVERHEAD
+        mf,
+        topo,
+        plan,
+        ct,
+        t_micro,
+        t_tp,
+        t_frame,
+        tokens,
+        ab,
+        lat_k,
+        0.0 if (cal or gpu_model) else PP_MICRO_OVERHEAD,
+        net_eff=steptime.NET_EFF if gpu_model else 1.0,
     )
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
@@ -638,7 +829,19 @@ def evaluate(
         notes=notes,
         host_fits=host_fits,
         peak_phase=need["phase"],
+        stage_memory=lambda: _stage_list(mf, topo, wl, plan, precision, margin),
     )
+
+
+def _stage_list(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float):
+    """Every pipeline rank's memory on the tightest GPU class (memory_need with every_stage)."""
+    best = None
+    for spec, mb in _gpu_classes(topo, plan):
+        need = memory_need(mf, topo, wl, plan, precision, mb, every_stage=True)
+        ratio = need["total"] / (spec.memory_bytes * (1 - margin))
+        if best is None or ratio > best[0]:
+            best = (ratio, need["stages"])
+    return best[1]
 
 
 # -- mixture of experts (estimate/moe.py holds the formulas) ----------------------------------------

@@ -68,6 +68,29 @@ class MoEFacts:
 
 
 @dataclass(frozen=True)
+class EngineTraits:
+    """How an engine holds and moves a model, where engines differ in what the estimate counts."""
+
+    weights16: bool  # 16-bit weights, fp32 main gradients and master copy (no autocast weight copies)
+    vocab_parallel: bool  # embedding and LM head split over TP (logits and loss too)
+    dp_overlap: bool  # the gradient all-reduce overlaps the backward pass
+    reshard_each_micro: bool  # FSDP gathers the parameters again for every micro-batch
+
+
+# "torch": paradvisor's launcher. "megatron": Megatron-LM as of Narayanan et al. 2021 / Korthikanti et al. 2022
+# (gradient all-reduce after the backward pass, no FSDP). "torchtitan": its TP plan shards the embedding
+# and the output (colwise, loss parallel); FSDP keeps parameters gathered across a pipeline's micro-batches
+# (reshard_after_forward off with PP). "llama3": Meta's Llama 3 stack (Dubey et al. 2024 §3.3.2: FSDP
+# without resharding after forward, vocabulary split over TP).
+ENGINES = {
+    "torch": EngineTraits(False, False, True, True),
+    "megatron": EngineTraits(True, True, False, False),
+    "torchtitan": EngineTraits(False, True, True, True),
+    "llama3": EngineTraits(False, True, True, False),
+}
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     profile: ModelProfile
     total: int
@@ -83,6 +106,14 @@ class ModelFacts:
     persistent: int = 0  # parameters in tensors ZeRO-3 keeps whole (<= stage3_param_persistence_threshold)
     moe: MoEFacts | None = None  # mixture of experts (None: dense)
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
+    # Which engine's way of holding the model the estimate counts (ENGINES): "torch" is paradvisor's launcher
+    # (fp32 weights under autocast, embedding and head replicated over TP); the others are used to check the
+    # estimate on published runs (benchmarks/validation).
+    engine: str = "torch"
+
+    @property
+    def traits(self) -> EngineTraits:
+        return ENGINES[self.engine]
 
     @classmethod
     def of(cls, p: ModelProfile, *, moe: bool = True) -> ModelFacts:
@@ -136,6 +167,34 @@ class ModelFacts:
     def shape(self):
         return self.compute_shape or self.profile.transformer
 
+    @property
+    def word_params(self) -> int:
+        """Parameters of the word embedding (the one a tied head shares)."""
+        s = self.shape
+        if s is None:
+            return 0
+        return s.vocab * (s.embedding_size or s.hidden)
+
+    def rank_params(self, tp: int, layers: int, first: bool, last: bool, pp: int) -> int:
+        """Parameters one TP rank of a pipeline rank holds: its blocks, the embedding on the first stage,
+        the final norm and head on the last, and with a tied head and pp > 1 the last stage's copy of the
+        embedding (Megatron and `paradvisor launch` both keep it there and sum the two gradients)."""
+        if self.shape is None:
+            return self.total
+        if self.shape.shared_layers or pp == 1:
+            return self.stage_params(tp, 1)[0]
+        vocab_tp = tp if self.traits.vocab_parallel else 1  # VocabParallelEmbedding / column-parallel head
+        word = self.word_params
+        n = layers * self.block_params // tp
+        if first:
+            n += self.first_params - word + word // vocab_tp
+        if last:
+            head = word if not self.shape.tied_embeddings else 0  # an untied head is in last_params
+            n += self.last_params - head + head // vocab_tp
+            if self.shape.tied_embeddings and self.lm_head:
+                n += word // vocab_tp
+        return n
+
     def stage_params(self, tp: int, pp: int) -> tuple[int, int]:
         """(params on the first stage, params on the last stage) for one TP rank."""
         if self.shape is None:
@@ -144,7 +203,11 @@ class ModelFacts:
         # replicated on every TP rank, as `paradvisor launch` applies it.
         blocks = self.num_blocks * self.block_params
         if self.shape.shared_layers or pp == 1:  # ALBERT: every stage would hold the shared group
-            local = blocks // tp + (self.total - blocks)
+            edges = self.total - blocks
+            if self.traits.vocab_parallel and not self.shape.shared_layers:
+                word = self.word_params * (1 if self.shape.tied_embeddings else 2)
+                edges = edges - word + word // tp
+            local = blocks // tp + edges
             return local, local
         per_stage_blocks = self.num_blocks // pp * self.block_params // tp
         return self.first_params + per_stage_blocks, per_stage_blocks + self.last_params
@@ -424,7 +487,8 @@ class Topology:
             worst = (float("inf"), 0.0, False)
             for k in range(pp - 1):
                 a, b = k * tp * dp, (k + 1) * tp * dp
-                link = self.group_link((a, b), tp * dp)
+                # every GPU of a node sends its own activations: at most a node's GPUs share its link
+                link = self.group_link((a, b), min(tp * dp, self.max_gpus_per_node))
                 if link[0] < worst[0]:
                     worst = link
             self._cache[key] = worst

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from paradvisor.plan.evaluate import Estimate
 from paradvisor.plan.search import Recommendation, explain
+from paradvisor.units import GiB
 
 SCHEMA = "paradvisor.recommendation/1"
 
@@ -21,6 +22,7 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
             "breakdown": {k: round(v) for k, v in e.memory.items()},
             "peak_phase": e.peak_phase,  # per_gpu_bytes = the breakdown's terms alive in this phase
             "host_bytes_per_rank": round(e.cpu_bytes_per_rank),
+            "stages": e.stages(),  # one entry per pipeline rank (the tightest is the breakdown above)
         },
         "time": {
             "step_time_s": e.step_time,
@@ -29,11 +31,23 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
         "throughput": {"samples_per_s": e.samples_per_s, "tokens_per_s": e.tokens_per_s},
         "score": e.score,
         "cost_model_rank": e.cost_rank or rank,  # rank by the cost model alone; differs when a rule moved it
-        "rule_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0,
+        "rule_factor": round(e.rule_factor, 4),  # the applied rules' factors multiplied (1: no rule moved it)
         "reason": explain(e, rec.cluster),
+        "fits": e.fits,
+        "fit_reason": fit_reason(e),
         "notes": list(e.notes),
         "rules": list(e.rules),
     }
+
+
+def fit_reason(e: Estimate) -> str:
+    """Why the plan fits or not: its tightest GPU's need against the usable memory (and host RAM)."""
+    need = f"needs {e.memory_total / GiB:.1f} GiB per GPU of {e.usable / GiB:.1f} usable on {e.tight_gpu}"
+    if e.memory_total > e.usable:
+        return f"{need} ({(e.memory_total - e.usable) / GiB:.1f} GiB too much)"
+    if not e.host_fits:
+        return f"{need}, but the offloaded states do not fit in host RAM"
+    return need
 
 
 def cluster_doc(rec: Recommendation) -> dict:
@@ -121,3 +135,13 @@ def to_doc(rec: Recommendation) -> dict:
         "warnings": rec.warnings,
         "elapsed_s": rec.elapsed_s,
     }
+
+
+def factors_text(move: dict) -> str:
+    """A plan's rule factor explained the one way `recommend`, `explain` and `--json` give it:
+    "score x0.73 = x0.85 (000-a) x0.86 (001-b)", or "score x0.85" when one rule moved it."""
+    parts = move.get("factors") or []
+    total = f"score x{move['score_factor']:.2f}"
+    if len(parts) <= 1:
+        return total
+    return total + " = " + " ".join(f"x{p['factor']:.2f} ({p['id']})" for p in parts)

@@ -7,6 +7,7 @@ import time as _time
 from dataclasses import dataclass, field, replace
 
 from paradvisor.errors import InputError
+from paradvisor.estimate.stages import bubble_fraction
 from paradvisor.hardware.speeds import wan_cluster
 from paradvisor.hardware.types import Cluster
 from paradvisor.model.profile import ModelProfile
@@ -133,7 +134,8 @@ def explain(e: Estimate, cluster: Cluster) -> str:
         )
         parts.append(f"gradient sync is exposed on {link.kind} ({fmt_bandwidth(link.bandwidth)})")
     if "pp_bubble" in t:
-        parts.append(f"pipeline bubble {(p.pp - 1) / (p.grad_accum + p.pp - 1):.0%}")
+        bubble = bubble_fraction(p.pp_schedule, p.pp, p.pp_virtual_stages, p.grad_accum)
+        parts.append(f"pipeline bubble {bubble:.0%}")
     return "; ".join(parts)
 
 
@@ -201,8 +203,8 @@ def _distinct(feasible: list[Estimate], include_all: bool) -> tuple[list[Estimat
 def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
     """How the rules moved the shown plans: rank by the cost model alone vs. rank after rules
     (`cost_rank` on each plan, `moved` and the message on each fired rule)."""
-    by_time = sorted(plans, key=lambda e: (e.step_time, e.memory_total))
-    base_rank = {id(e): i + 1 for i, e in enumerate(by_time)}
+    by_cost = sorted(plans, key=lambda e: (e.cost_score, e.memory_total))
+    base_rank = {id(e): i + 1 for i, e in enumerate(by_cost)}
     for e in plans:
         e.cost_rank = base_rank[id(e)]
     for entry in fired:
@@ -223,7 +225,13 @@ def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
                     "label": e.plan.label(),
                     "from": base_rank[id(e)],
                     "to": i + 1,
-                    "score_factor": round(e.score / e.step_time, 4) if e.step_time else 1.0,
+                    "score_factor": round(e.rule_factor, 4),
+                    # the applied rules whose factors multiply into score_factor
+                    "factors": [
+                        {"id": r["id"], "factor": r["factor"]}
+                        for r in e.rules
+                        if r.get("applied", True) and "factor" in r
+                    ],
                 }
                 for i, e in applied
                 if base_rank[id(e)] != i + 1
@@ -446,9 +454,9 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
                 }
             )
             break
-    # (b) shorter sequences.
+    # (b) shorter sequences, never one beyond the model's trained context.
     if profile.transformer is not None:
-        seq = wl.seq_len // 2
+        seq = min(wl.seq_len // 2, profile.transformer.max_positions or wl.seq_len)
         while seq >= 64:
             e = _min_memory(
                 profile,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from paradvisor.estimate.stages import chunk_blocks, split_problem
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import split_by_type
 from paradvisor.plan.types import Plan, Workload
@@ -50,12 +51,48 @@ def pp_options(mf: ModelFacts, rest: int) -> list[int]:
     s = mf.shape
     if s is None or s.shared_layers:
         return [1]
-    return [p for p in divisors(rest) if s.num_layers % p == 0]
+    return [p for p in divisors(rest) if p == 1 or pp_layouts(mf, p)]
+
+
+def pp_layouts(mf: ModelFacts, pp: int) -> list[tuple[str, int, str]]:
+    """(schedule, virtual stages, split) the search tries for `pp` stages: GPipe and 1F1B over an even
+    split; 1F1B over the balanced split (embedding and head counted as a block each, estimate/stages.py)
+    where it differs; interleaved 1F1B with the most virtual stages (up to 4) that divide the layers per stage."""
+    L = mf.shape.num_layers
+    out = []
+    if split_problem(L, pp, 1, "even") is None:
+        out += [("1f1b", 1, "even"), ("gpipe", 1, "even")]
+        vs = [v for v in (4, 3, 2) if (L // pp) % v == 0]
+        out += [("interleaved1f1b", vs[0], "even")] if vs else []
+    balanced = chunk_blocks(L, pp, "balanced")
+    if split_problem(L, pp, 1, "balanced") is None and balanced != chunk_blocks(L, pp, "even"):
+        out.append(("1f1b", 1, "balanced"))
+    return out
 
 
 def schedule_ok(plan: Plan) -> bool:
-    """1F1B needs at least one micro-batch per stage (torch.distributed.pipelining refuses fewer)."""
-    return not (plan.pp > 1 and plan.pp_schedule == "1f1b" and plan.grad_accum < plan.pp)
+    """1F1B needs at least one micro-batch per stage (torch.distributed.pipelining refuses fewer); the
+    interleaved schedule runs micro-batches in rounds of pp (torch: m divisible by max(1, m // pp))."""
+    if plan.pp <= 1:
+        return True
+    m = plan.grad_accum
+    if plan.pp_schedule == "1f1b" and m < plan.pp:
+        return False
+    if plan.pp_schedule == "interleaved1f1b":
+        return m >= plan.pp and m % max(1, m // plan.pp) == 0
+    return True
+
+
+def pipeline_fits(pp: int, schedule: str, m: int) -> bool:
+    """The search's micro-batch condition per schedule: 1F1B a micro-batch per stage; interleaved 1F1B
+    whole rounds of pp micro-batches (what Megatron-LM and torch's schedule both run)."""
+    if pp <= 1:
+        return True
+    if schedule == "1f1b":
+        return m >= pp
+    if schedule == "interleaved1f1b":
+        return m >= pp and m % pp == 0
+    return True
 
 
 def micro_batches(per_replica: int) -> list[int]:
@@ -108,14 +145,16 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                         continue
                     for ckpt in ckpts:
                         for sp in [False, True] if tp > 1 else [False]:
-                            for sched in ("1f1b", "gpipe") if pp > 1 else ("1f1b",):
+                            for sched, v, split in pp_layouts(mf, pp) if pp > 1 else [("1f1b", 1, "even")]:
                                 for mb in micro_batches(per_replica):
-                                    if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
-                                        continue  # schedule_ok: 1F1B needs a micro-batch per stage
+                                    if not pipeline_fits(pp, sched, per_replica // mb):
+                                        continue  # schedule_ok
                                     yield Plan(
                                         dp=dp,
                                         tp=tp,
                                         pp=pp,
+                                        pp_virtual_stages=v,
+                                        pp_split=split,
                                         sharding=sharding,
                                         micro_batch=mb,
                                         grad_accum=per_replica // mb,
@@ -200,14 +239,16 @@ def ep_candidates(
                         continue
                     for ckpt in ckpts:
                         for sp in [False, True] if tp > 1 else [False]:
-                            for sched in ("1f1b", "gpipe") if pp > 1 else ("1f1b",):
+                            for sched, v, split in pp_layouts(mf, pp) if pp > 1 else [("1f1b", 1, "even")]:
                                 for mb in micro_batches(per_replica):
-                                    if pp > 1 and sched == "1f1b" and per_replica // mb < pp:
-                                        continue  # schedule_ok: 1F1B needs a micro-batch per stage
+                                    if not pipeline_fits(pp, sched, per_replica // mb):
+                                        continue  # schedule_ok
                                     yield Plan(
                                         dp=dp,
                                         tp=tp,
                                         pp=pp,
+                                        pp_virtual_stages=v,
+                                        pp_split=split,
                                         ep=ep,
                                         sharding=sharding,
                                         micro_batch=mb,

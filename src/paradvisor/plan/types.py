@@ -13,7 +13,8 @@ SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 CHECKPOINTING = ("none", "selective", "full")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
 OFFLOADS = ("none", "optimizer", "optimizer+params")
-PP_SCHEDULES = ("gpipe", "1f1b")
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")
+PP_SPLITS = ("even", "balanced")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Plan:
     rank_batches: tuple[int, ...] = ()  # with split_by_speed: micro-batch of each rank, in rank order
     nodes: tuple[NodeAllocation, ...] = field(default_factory=tuple)
     ep: int = 1  # expert parallelism (MoE): experts split over ep ranks of each data-parallel group
+    pp_virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline rank (plan/stages.py)
+    pp_split: str = "even"  # even: L/pp blocks per stage; balanced: embedding and head count as a block each
 
     @property
     def world_size(self) -> int:
@@ -84,7 +87,9 @@ class Plan:
         if self.tp > 1:
             parts.append(f"TP{self.tp}" + ("+SP" if self.sequence_parallel else ""))
         if self.pp > 1:
-            parts.append(f"PP{self.pp}({self.pp_schedule},m={self.grad_accum})")
+            sched = self.pp_schedule + (f"x{self.pp_virtual_stages}" if self.pp_virtual_stages > 1 else "")
+            split = ",balanced" if self.pp_split == "balanced" else ""
+            parts.append(f"PP{self.pp}({sched},m={self.grad_accum}{split})")
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
         if self.dp > 1:

@@ -24,6 +24,11 @@ def _fires(rule: Rule, facts: dict) -> bool:
         return False  # a condition that cannot be evaluated on these facts does not fire
 
 
+def rule_factor(effect: str, weight: float) -> float:
+    """What one applied rule multiplies a plan's score by: prefer x(1 - w), avoid x(1 + w), others x1."""
+    return 1 - weight if effect == "prefer" else 1 + weight if effect == "avoid" else 1.0
+
+
 def apply_rules(
     rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str, reevaluate=None
 ) -> list[dict]:
@@ -88,22 +93,22 @@ def apply_rules(
                 if new is not None:  # None: the changed plan is outside the space the launcher runs
                     new.rules = list(e.rules)
                     new.notes = list(e.notes)
+                    new.rule_factor = e.rule_factor  # the rules applied before keep their factors
+                    new.score *= e.rule_factor
                     estimates[i] = e = new
                     facts = {**base, **plan_facts(e)}
-            if rule.effect == "prefer":
-                e.score *= 1 - rule.weight
-            elif rule.effect == "avoid":
-                e.score *= 1 + rule.weight
+            factor = rule_factor(rule.effect, rule.weight)
+            e.score *= factor
+            e.rule_factor *= factor
             e.rules.append(
                 {
                     "id": rule.id,
-                    "effect": rule.effect
-                    if rule.effect not in ("prefer", "avoid")
-                    else f"{rule.effect} x{1 - rule.weight if rule.effect == 'prefer' else 1 + rule.weight:.2f}",
+                    "effect": rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}",
                     "title": rule.title,
                     "source": rule.cite(),
                     "message": rule.message(facts),
                     "applied": True,
+                    **({"factor": factor} if rule.effect in ("prefer", "avoid") else {}),
                 }
             )
             record(rule, facts, "plan")

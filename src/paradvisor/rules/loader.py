@@ -23,6 +23,9 @@ strategies = ["ddp"]
 from __future__ import annotations
 
 import re
+import tomllib
+from functools import lru_cache
+from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +65,9 @@ class Rule:
     evidence: dict | None = None  # where the finding was measured (rules/evidence.py); None: not limited
 
     def cite(self) -> str:
-        return f"{self.source['paper']}, {self.source['where']}"
+        """'003 "GPU Performance-Aware ..." (builds on OpenDiLoCo, arXiv:2411.14458), Table 2': followable from a
+        clone (docs/papers.md); a paper not in the catalogue is cited as written."""
+        return f"{paper_label(self.source['paper'])}, {self.source['where']}"
 
     def message(self, facts: dict) -> str:
         def sub(m):
@@ -278,3 +283,18 @@ def load_rule_sets(extra_dirs: list[str] | None = None) -> list[Rule]:
             + (f" (and {len(res.errors) - 1} more: `paradvisor rules check`)" if len(res.errors) > 1 else "")
         )
     return res.rules
+
+
+@lru_cache(maxsize=1)
+def papers() -> dict[str, dict]:
+    """The cited papers by id (rules/data/papers.toml), each with its file name, title and authors."""
+    doc = tomllib.loads(resources.files("paradvisor.rules").joinpath("data", "papers.toml").read_text())
+    return doc["paper"]
+
+
+def paper_label(name: str) -> str:
+    for pid, p in papers().items():
+        if name in (pid, p["file"]):
+            extra = f" (builds on {p['builds_on']})" if "builds_on" in p else ""
+            return f'{pid} "{p["title"]}"{extra}'
+    return name

@@ -6,6 +6,7 @@ strategy are checked against STRATEGY_VALUES by `paradvisor rules check`.
 
 from __future__ import annotations
 
+from paradvisor.estimate.stages import bubble_fraction
 from paradvisor.hardware.speeds import effective_peak, node_tflops, wan_cluster
 
 VOCABULARY: dict[str, tuple[str, str]] = {
@@ -55,7 +56,7 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "plan.checkpointing": ("str", "none, selective, full"),
     "plan.offload": ("str", "none, optimizer, optimizer+params"),
     "plan.sequence_parallel": ("bool", "sequence parallelism with TP"),
-    "plan.pp_schedule": ("str", "gpipe, 1f1b"),
+    "plan.pp_schedule": ("str", "gpipe, 1f1b, interleaved1f1b"),
     "plan.diloco": ("bool", "DiLoCo local steps"),
     "plan.local_steps": ("num", "DiLoCo base local steps (0 if none)"),
     "plan.split_by_speed": ("bool", "per-rank batch in proportion to GPU speed"),
@@ -64,7 +65,7 @@ VOCABULARY: dict[str, tuple[str, str]] = {
     "est.memory_fraction": ("num", "predicted memory / usable memory"),
     "est.step_time": ("num", "predicted step time, s"),
     "est.samples_per_s": ("num", "predicted throughput"),
-    "est.bubble_fraction": ("num", "pipeline bubble (p-1)/(m+p-1), 0 without PP"),
+    "est.bubble_fraction": ("num", "pipeline bubble (p-1)/v over m+(p-1)/v, 0 without PP"),
     "est.comm_fraction": ("num", "exposed communication / step time"),
     "est.tp_comm_fraction": ("num", "tensor-parallel communication / step time"),
 }
@@ -73,7 +74,7 @@ STRATEGY_VALUES: dict[str, tuple[str, ...]] = {
     "plan.sharding": ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp"),
     "plan.checkpointing": ("none", "selective", "full"),
     "plan.offload": ("none", "optimizer", "optimizer+params"),
-    "plan.pp_schedule": ("gpipe", "1f1b"),
+    "plan.pp_schedule": ("gpipe", "1f1b", "interleaved1f1b"),
     "workload.precision": ("fp32", "fp16", "bf16", "fp8"),
 }
 
@@ -163,7 +164,7 @@ def plan_facts(e) -> dict:
         "est.memory_fraction": e.ratio,
         "est.step_time": e.step_time,
         "est.samples_per_s": e.samples_per_s,
-        "est.bubble_fraction": (p.pp - 1) / (p.grad_accum + p.pp - 1) if p.pp > 1 else 0.0,
+        "est.bubble_fraction": bubble_fraction(p.pp_schedule, p.pp, p.pp_virtual_stages, p.grad_accum),
         "est.comm_fraction": (
             t.get("dp_comm_exposed", 0) + t.get("tp_comm", 0) + t.get("pp_p2p", 0) + t.get("outer_sync", 0)
         )

@@ -25,7 +25,10 @@ Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
   torchelastic-error-nodeN.json   torchrun's error file of node N
   ssh-nodeN.log, nodes.json       the ssh engine's session logs and node table (host, state, ranks)
 Every file only node 0 (or a single-node run) writes is named plainly; node N's own status, command and
-launcher log carry `-nodeN` (`node_file`).
+launcher log carry `-nodeN` (`node_file`). Every file here is written through `paradvisor.safeio` (never
+through a link: `open_private`, `append_private`, `write_private`); an existing `--run-dir` is claimed with
+`safeio.claim_dir` (this user's, not world-writable, holding no links); subfolders other libraries write
+into (checkpoints, TensorBoard) are made with `safeio.private_subdir`.
 
 Nothing here imports torch: the launcher's preflight, `--dry-run` and the monitor stay light.
 """
@@ -155,13 +158,31 @@ class RunDir:
         return self.status.exists()
 
 
+NAME_CHARS = "A-Za-z0-9._-"  # what a preset file name and a run directory name are made of
+NAME_LEN = 60
+
+
+def safe_name(text: str, fallback: str = "run") -> str:
+    """The one name rule shared by a saved preset's file (`<name>.toml`) and its run directories
+    (`<timestamp>-<name>`): letters, digits, '.', '_' and '-' (every other run of characters becomes '-'), at
+    most 60 characters, never starting or ending with '-' or '.' (no hidden file, no '..')."""
+    return re.sub(f"[^{NAME_CHARS}]+", "-", str(text))[:NAME_LEN].strip("-.") or fallback
+
+
 def new_run_dir(runs_dir: Path, name: str) -> Path:
     """A new, private (0700) run directory `runs_dir/<timestamp>-<name>` (exclusive: two launches never share one)."""
+    import stat
+
     from paradvisor.errors import InputError
 
     runs_dir.mkdir(parents=True, exist_ok=True)
+    mode = runs_dir.stat().st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:  # anyone could rename a run folder away and plant one
+        raise InputError(
+            "is world-writable without the sticky bit; give a folder of yours", where=str(runs_dir)
+        )
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name)[:60] or "run"
+    safe = safe_name(name)
     for i in range(1000):
         d = runs_dir / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
         try:
@@ -203,7 +224,10 @@ def rank_process(run_dir: Path, rank: int):
     import psutil
 
     try:
-        p = psutil.Process(int(RunDir(run_dir).rank_pid(rank).read_text()))
+        from paradvisor.errors import InputError
+        from paradvisor.safeio import read_bytes
+
+        p = psutil.Process(int(read_bytes(RunDir(run_dir).rank_pid(rank), limit=64)))
         return p if str(run_dir) in " ".join(p.cmdline()) else None
-    except (OSError, ValueError, psutil.Error):
+    except (OSError, ValueError, InputError, psutil.Error):
         return None

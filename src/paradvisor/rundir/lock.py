@@ -9,6 +9,7 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir, new_run_dir, node_file
 from paradvisor.rundir.preset import Preset
+from paradvisor.safeio import claim_dir, open_private
 
 
 def lock_file(path: Path, what: str):
@@ -17,7 +18,7 @@ def lock_file(path: Path, what: str):
     import fcntl
 
     try:
-        f = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), "r+")  # noqa: SIM115 (held)
+        f = open(open_private(path, append=True, readable=True), "r+")  # noqa: SIM115 (held)
     except OSError as exc:
         raise InputError(f"cannot lock {what}: {exc.strerror or exc}", where=str(path)) from None
     try:
@@ -43,7 +44,8 @@ def prepare_run_dir(
     suffixed: bool = False,
     lock_name: str | None = None,
 ) -> tuple[Path, list]:
-    """The run directory (new under `runs_dir`, or the given one, made private: mode 0700) and its lock for this
+    """The run directory (new under `runs_dir`, or the given one claimed by `safeio.claim_dir`: a real folder of
+    this user, not world-writable, holding no links, made 0700) and its lock for this
     node: two launches never write into one run directory at the same time, and a directory that already
     holds this node's run is not reused (its metrics would mix)."""
     lau = preset.launch
@@ -51,9 +53,7 @@ def prepare_run_dir(
         if run_dir is None:
             run_dir = new_run_dir(Path(runs_dir), preset.name)
         else:
-            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if run_dir.stat().st_uid == os.getuid():
-                os.chmod(run_dir, 0o700)
+            run_dir = claim_dir(run_dir)  # a real folder of this user, not world-writable, holding no links
     except OSError as exc:
         raise InputError(
             f"cannot use this run directory: {exc.strerror or exc}",

@@ -43,7 +43,11 @@ INDEX_SCHEMA = "paradvisor.metrics-index/1"
 INDEX_EVERY = 4 << 20  # bytes of new log after which a reader writes the index again
 _FP = 4096  # bytes of the log hashed at its start and before the index's offset
 # What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
-_REQUIRED = {"step": {"rank": int, "step": int, "step_time_s": _NUM}, "outer": {"rank": int, "round": int}}
+_REQUIRED = {
+    "step": {"rank": int, "step": int, "step_time_s": _NUM},
+    "outer": {"rank": int, "round": int},
+    "eval": {"step": int, "eval_loss": _NUM},
+}
 # ... and the type of every optional field the readers use (a wrong type also skips the record).
 _OPTIONAL = {
     "loss": _NUM,
@@ -129,6 +133,7 @@ class MetricsTally:
         self.node_by_rank: dict[int, int] = {}  # from the records' "node" (the node index each rank runs on)
         self.maxima: dict[str, float] = {}  # step records: the largest value of each MAXIMA field (validate)
         self.first_start: dict = {}  # the first start record's device and GPU name
+        self.evals: dict[int, float] = {}  # step -> eval loss (every rank records the same all-reduced value)
 
     def add(self, r: dict) -> None:
         self.count += 1
@@ -182,6 +187,11 @@ class MetricsTally:
                     row["loss"] = r["loss"]
                 row["mem_bytes"] = max(row["mem_bytes"], r.get("mem_model_state_bytes") or 0)
                 row["peak_bytes"] = max(row["peak_bytes"], r.get("cuda_max_allocated_bytes") or 0)
+        elif kind == "eval":
+            if math.isfinite(r["eval_loss"]):
+                self.evals[r["step"]] = r["eval_loss"]
+                if len(self.evals) > HISTORY:
+                    del self.evals[min(self.evals)]
         elif kind == "outer":
             self.waits[r["rank"]] = self.waits.get(r["rank"], 0.0) + (r.get("sync_wait_s") or 0.0)
             self.rounds = max(self.rounds, r["round"])
@@ -229,6 +239,11 @@ class MetricsTally:
         """(step, loss) of the rank that logged a loss last (finite values only)."""
         return [(s, x) for s, x in self.loss_steps_by_rank.get(self.loss_rank, ()) if math.isfinite(x)]
 
+    @property
+    def eval_points(self) -> list[tuple[int, float]]:
+        """(step, eval loss) in step order."""
+        return sorted(self.evals.items())
+
     def measured_step_time(self) -> float | None:
         """See the class: the median over steps of the slowest rank's step time, warm-up steps left out."""
         later = [t for s, t in self.slowest.items() if s > WARMUP_STEPS]
@@ -272,6 +287,7 @@ class MetricsTally:
             "node_by_rank": keyed(self.node_by_rank),
             "maxima": dict(self.maxima),
             "first_start": dict(self.first_start),
+            "evals": keyed(self.evals),
         }
 
     @classmethod
@@ -299,6 +315,7 @@ class MetricsTally:
         t.node_by_rank = keyed(st["node_by_rank"], int)
         t.maxima = dict(st["maxima"])
         t.first_start = dict(st["first_start"])
+        t.evals = keyed(st["evals"], float)
         return t
 
     @classmethod

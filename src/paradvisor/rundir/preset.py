@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_NAME
-from paradvisor.plan.types import CHECKPOINTING, OFFLOADS, PP_SCHEDULES, PRECISIONS, SHARDINGS, Plan, Workload
+from paradvisor.plan.types import (
+    CHECKPOINTING,
+    OFFLOADS,
+    PP_SCHEDULES,
+    PP_SPLITS,
+    PRECISIONS,
+    SHARDINGS,
+    Plan,
+    Workload,
+)
+from paradvisor.rundir import safe_name
 from paradvisor.safeio import write_atomic
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import check_mapping, check_value, from_table
@@ -39,6 +50,13 @@ def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = Fals
     return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
+def write_run_plan(path: str | os.PathLike, preset) -> Path:
+    """A run directory's plan.toml: the preset as launched, headed by its plan's label."""
+    return write_toml_atomic(
+        path, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
+    )
+
+
 def plan_toml(preset) -> str:
     """The preset as plan.toml text (what a run directory, a ConfigMap or an sbatch script carries)."""
     import tomli_w
@@ -55,7 +73,8 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 # ---------------------------------------------------------------------------------------------------
 # Reading and validating presets.
 
-DATASETS = ("corpus", "reviews", "imdb", "text", "images")
+DATASETS = ("corpus", "reviews", "imdb", "text", "files", "images")
+INITS = ("auto", "pretrained", "random")
 _TOP = {"schema", "name", "description", "workload", "train", "cluster", "launch", "plan", "prediction"}
 _WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
 _TRAIN = {
@@ -76,6 +95,17 @@ _TRAIN = {
     "num_labels",
     "image_size",
     "hang_timeout_s",
+    "text_field",
+    "eval_path",
+    "eval_fraction",
+    "eval_every",
+    "eval_samples",
+    "tokenizer",
+    "init",
+    "cache_dir",
+    "tensorboard",
+    "export_model",
+    "export_shard_size",
 }
 _LAUNCH = {
     "nproc_per_node",
@@ -129,6 +159,20 @@ class TrainSettings:
     hang_timeout_s: float | None = (
         None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
     )
+    # The user's corpus (dataset = "files"; train/corpus.py) and its held-out part
+    text_field: str = "text"
+    eval_path: str | None = None
+    eval_fraction: float = 0.0
+    eval_every: int = 0  # steps between evals (0: only the final eval, when there is an eval part)
+    eval_samples: int = 0  # samples per eval (0: the whole eval part)
+    tokenizer: str | None = None  # a tokenizer folder or tokenizer.json (default: the model folder's own)
+    init: str = "auto"  # pretrained | random | auto (pretrained when weights exist)
+    cache_dir: str | None = (
+        None  # tokenized corpora (default $PARADVISOR_CACHE_DIR or ~/.cache/paradvisor/tokens)
+    )
+    tensorboard: bool = True  # event files in RUN_DIR/tensorboard/
+    export_model: bool = True  # RUN_DIR/model/ (a Hugging Face folder) when the run finishes
+    export_shard_size: str = "5GB"  # safetensors shards above this size, with an index
 
 
 DEFAULT_RDZV_PORT = 29500  # torchrun's default; a multi-node rendezvous needs a port known in advance
@@ -160,7 +204,9 @@ class LaunchSettings:
     remote_dir: str = (
         "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
     )
-    remote_python: str = "python3"  # ssh engine: the interpreter on the nodes that has paradvisor installed
+    # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
+    # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
+    remote_python: str = field(default_factory=lambda: sys.executable or "python3")
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""
@@ -304,8 +350,21 @@ def _parse_train(t: dict, tw) -> TrainSettings:
         )
     if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
         raise InputError("device must be auto, cpu or cuda", where=tw("device"))
-    if kw.get("dataset") in ("imdb", "text") and not kw.get("data_path"):
+    if kw.get("dataset") in ("imdb", "text", "files") and not kw.get("data_path"):
         raise InputError(f"dataset {kw['dataset']!r} needs data_path", where=tw("data_path"))
+    if kw.get("init", "auto") not in INITS:
+        raise InputError(f"init {kw['init']!r}; expected one of {', '.join(INITS)}", where=tw("init"))
+    if not 0 <= kw.get("eval_fraction", 0.0) < 1:
+        raise InputError("eval_fraction must be at least 0 and less than 1", where=tw("eval_fraction"))
+    if kw.get("eval_path") and kw.get("eval_fraction"):
+        raise InputError("give either eval_path or eval_fraction, not both", where=tw("eval_fraction"))
+    if "export_shard_size" in kw:
+        from paradvisor.units import parse_size
+
+        try:
+            parse_size(kw["export_shard_size"])
+        except (ValueError, InputError):
+            raise InputError('expected a size such as "2GB"', where=tw("export_shard_size")) from None
     return TrainSettings(**kw)
 
 
@@ -355,8 +414,12 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
     return launch
 
 
-def _parse_plan(p: dict, pw, precision: str) -> Plan:
-    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
+def plan_keys(p: dict, pw) -> dict:
+    """The given keys of a plan table, each checked against Plan's annotation and its allowed values (unknown
+    keys name what is expected); keys left out stay out (callers fill their own defaults)."""
+    for k in p:
+        if k not in _PLAN:
+            raise InputError(f"unknown key {k!r}; expected one of {', '.join(sorted(_PLAN))}", where=pw(k))
     pkw = from_table(Plan, p, pw)
     for key, allowed in (
         ("sharding", SHARDINGS),
@@ -364,9 +427,16 @@ def _parse_plan(p: dict, pw, precision: str) -> Plan:
         ("precision", PRECISIONS),
         ("offload", OFFLOADS),
         ("pp_schedule", PP_SCHEDULES),
+        ("pp_split", PP_SPLITS),
     ):
         if key in pkw and pkw[key] not in allowed:
             raise InputError(f"{pkw[key]!r}; expected one of {', '.join(allowed)}", where=pw(key))
+    return pkw
+
+
+def _parse_plan(p: dict, pw, precision: str) -> Plan:
+    """The plan section; its precision defaults to the workload's (fp32 for `auto`)."""
+    pkw = plan_keys(p, pw)
     if "precision" not in pkw:
         pkw["precision"] = precision if precision != "auto" else "fp32"
     return Plan(**pkw)
@@ -375,10 +445,20 @@ def _parse_plan(p: dict, pw, precision: str) -> Plan:
 REPO_PRESETS = Path(__file__).resolve().parents[3] / "presets"  # the checkout's shipped presets
 
 
+def user_presets_dir() -> Path:
+    """The user's preset folder, where the interactive session saves presets:
+    $XDG_CONFIG_HOME/paradvisor/presets (~/.config/paradvisor/presets)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".config"
+    return base / "paradvisor" / "presets"
+
+
 def preset_dirs() -> list[Path]:
-    """Where preset names are looked up: ./presets, then the checkout's presets/."""
+    """Where preset names are looked up: ./presets, the user's preset folder, then the shipped presets."""
+    from paradvisor.shipped import presets_dir
+
     out = []
-    for d in (Path("presets"), REPO_PRESETS):
+    for d in (Path("presets"), user_presets_dir(), REPO_PRESETS, presets_dir()):
         if d.is_dir() and all(d.resolve() != o.resolve() for o in out):
             out.append(d)
     return out
@@ -389,8 +469,9 @@ def preset_names() -> list[str]:
 
 
 def resolve_preset(ref: str) -> Path:
-    """A preset given as a file path, or by name from presets/ (`tiny-cpu-smoke` or `tiny-cpu-smoke.toml`).
-    InputError listing the names there when it is neither."""
+    """A preset given as a file path, or by name (`tiny-cpu-smoke` or `tiny-cpu-smoke.toml`) from ./presets,
+    the user's preset folder (where the interactive session saves) or the shipped presets. InputError listing
+    the names there when it is neither."""
     path = Path(ref)
     if path.exists():
         return path
@@ -402,8 +483,8 @@ def resolve_preset(ref: str) -> Path:
                 return cand
     names = preset_names()
     raise InputError(
-        f"no preset {ref!r}: not a file, and no presets/{Path(ref).stem}.toml"
-        + (f"; presets: {', '.join(names)}" if names else ""),
+        f"no preset {ref!r}: not a file, and no {Path(ref).stem}.toml in ./presets, {user_presets_dir()} "
+        "or the shipped presets" + (f"; presets: {', '.join(names)}" if names else ""),
         where="--preset",
     )
 
@@ -454,12 +535,6 @@ def prediction_of(e) -> dict:
     }
 
 
-def safe_name(text: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")[:100] or "plan"
-
-
 def preset_from_estimate(
     rec, e, cluster_ref: dict | None = None, *, name: str | None = None, description: str = ""
 ) -> Preset:
@@ -472,7 +547,7 @@ def preset_from_estimate(
 
     family = family_of(rec.profile)
     ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})
-    name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}")
+    name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}", "plan")
     return Preset(
         name=name,
         description=description or f"{rec.profile.name}: {e.plan.label()}",

@@ -3,7 +3,7 @@
 A disk problem can leave a status.json that is not an object, or a field of the wrong type. Nothing here
 raises on what a run wrote: a status.json that cannot be read gives status `unknown` with the reason, and
 a status field of the wrong type is dropped (and listed in `unreadable_fields`). Every run file is written
-with mode 0600 through a temporary name of the writer's own, then renamed (`write_private`).
+with mode 0600 through a `mkstemp` name in its folder, then renamed (`safeio.write_private`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import threading
 from pathlib import Path
 
 from paradvisor.limits import MAX_FILE_BYTES
@@ -68,8 +66,43 @@ def _fits(value, typ) -> bool:
     return isinstance(value, typ)
 
 
+MAX_REASON = 4000  # characters of a status's reason that are kept (a reason is a line or a few)
+
+
+def typed_status(doc: dict, what: str = "status.json") -> dict:
+    """A status document (read from a file, or sent by a node's agent) with every field of STATUS_TYPES of
+    its declared type: others dropped (listed in `unreadable_fields`), the reason cut to MAX_REASON
+    characters, the last log lines to 200 strings, an unknown status named `unknown` with why. The reason,
+    name and label have their control characters and line breaks escaped (`output.one_line`)."""
+    out, dropped = {}, []
+    for key, value in doc.items():
+        typ = STATUS_TYPES.get(key)
+        if typ is not None and not _fits(value, typ) or isinstance(value, float) and not math.isfinite(value):
+            dropped.append(str(key)[:80])
+            continue
+        out[key] = value
+    from paradvisor.output import one_line
+
+    for key in (
+        "reason",
+        "name",
+        "label",
+    ):  # shown on one line: a newline in them never starts a line of its own
+        if isinstance(out.get(key), str):
+            out[key] = one_line(out[key][:MAX_REASON])
+    if key_list := out.get("last_log_lines"):
+        out["last_log_lines"] = [str(x)[:2000] for x in key_list[-200:]]
+    if out.get("status") not in STATUSES:
+        out["reason"] = f"{what} names no known status ({str(out.get('status'))[:80]!r})"
+        out["status"] = "unknown"
+    if dropped:
+        out["unreadable_fields"] = dropped[:50]
+    return out
+
+
 def read_status(path: Path) -> dict:
-    """status.json as a dict whose fields have the types in STATUS_TYPES; unreadable: status `unknown`."""
+    """status.json as a dict whose fields have the types in STATUS_TYPES (`typed_status`); unreadable:
+    status `unknown`."""
     doc, why = read_json_object(path)
     if doc is None:
         return {
@@ -77,44 +110,40 @@ def read_status(path: Path) -> dict:
             "run_dir": str(path.parent),
             "reason": f"no readable status.json ({why})",
         }
-    out, dropped = {}, []
-    for key, value in doc.items():
-        typ = STATUS_TYPES.get(key)
-        if typ is not None and not _fits(value, typ) or isinstance(value, float) and not math.isfinite(value):
-            dropped.append(key)
-            continue
-        out[key] = value
-    if key_list := out.get("last_log_lines"):
-        out["last_log_lines"] = [str(x) for x in key_list[-200:]]
-    if out.get("status") not in STATUSES:
-        out["reason"] = f"status.json names no known status ({out.get('status')!r})"
-        out["status"] = "unknown"
-    if dropped:
-        out["unreadable_fields"] = dropped
-    return out
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a run file atomically with mode 0600 (whatever the umask or the folder's mode). The temporary
-    name is the writer's own (process and thread): two threads (the ssh engine's node sessions) or two
-    processes writing the same file each rename a whole file, the last one wins."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    return typed_status(doc)
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
-    from paradvisor.safeio import finite
+    from paradvisor.safeio import finite, write_private
 
     write_private(path, json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
+
+
+def write_aborted(path: Path, preset, exc: BaseException) -> None:
+    """The final status of a run whose start was cut short (Ctrl-C, a failure) after its folder was claimed
+    and before it wrote a status: `runs` and `monitor` then see it (interrupted, or failed with the reason).
+    A status already there is kept."""
+    if path.exists():
+        return
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    why = "interrupted (Ctrl-C) while starting" if interrupted else f"failed while starting: {exc}"
+    import time
+
+    now = time.time()
+    doc = {
+        "schema": "paradvisor.status/1",
+        "status": "interrupted" if interrupted else "failed",
+        "reason": why[:500],
+        "run_dir": str(path.parent),
+        "name": preset.name,
+        "label": preset.plan.label(),
+        "started": now,
+        "ended": now,
+        "failed_rank": None,
+        "exit_code": None,
+    }
+    with contextlib.suppress(OSError):
+        write_json_atomic(path, doc)
 
 
 def _alive(pid, started) -> bool:

@@ -11,22 +11,20 @@ import traceback
 from pathlib import Path
 
 from paradvisor.rundir import RunDir
+from paradvisor.safeio import open_private, write_private
 
 
 def _redirect(run_dir: Path, rank: int) -> None:
     """This rank's stdout/stderr go to rank-N.stdout.log / rank-N.stderr.log in the run directory."""
     for stream, name in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
         stream.flush()
-        fd = os.open(str(RunDir(run_dir).rank_log(rank, name)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = open_private(RunDir(run_dir).rank_log(rank, name), append=True)
         os.dup2(fd, stream.fileno())
         os.close(fd)
 
 
 def _marker(run_dir: Path, rank: int, doc: dict) -> None:
-    final = RunDir(run_dir).rank_exit(rank)
-    tmp = final.with_name(f".{final.name}.tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, final)
+    write_private(RunDir(run_dir).rank_exit(rank), json.dumps(doc))
 
 
 def main(argv=None) -> int:
@@ -40,7 +38,7 @@ def main(argv=None) -> int:
     run_dir = Path(args.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     _redirect(run_dir, rank)
-    RunDir(run_dir).rank_pid(rank).write_text(str(os.getpid()))
+    write_private(RunDir(run_dir).rank_pid(rank), str(os.getpid()))
     from paradvisor.train.faults import enable_stack_dumps, watch_launcher
 
     enable_stack_dumps()

@@ -187,27 +187,89 @@ class ImageData:
         return self.n
 
 
+SHUFFLED_IN_MEMORY = (
+    1 << 16
+)  # samples up to which an epoch's order is a shuffled list (else computed per position)
+
+
+class Permutation:
+    """A seeded permutation of range(n) computed position by position in O(1) memory: a 4-round Feistel network
+    (BLAKE2b round functions) over the next even power of two, cycle-walking back into range(n). Each epoch of a
+    corpus larger than memory gets its own order without a list of its samples."""
+
+    def __init__(self, n: int, seed: int, epoch: int):
+        import hashlib
+
+        bits = max(2, (n - 1).bit_length())
+        bits += bits % 2
+        self.n, self.half, self.mask = n, bits // 2, (1 << (bits // 2)) - 1
+        self.key = hashlib.sha256(f"{seed}:{epoch}".encode()).digest()
+
+    def _round(self, k: int, x: int) -> int:
+        import hashlib
+
+        h = hashlib.blake2b(x.to_bytes(8, "little"), digest_size=8, key=self.key, salt=bytes([k]) * 16)
+        return int.from_bytes(h.digest(), "little") & self.mask
+
+    def __getitem__(self, i: int) -> int:
+        x = i
+        while True:
+            left, right = x >> self.half, x & self.mask
+            for k in range(4):
+                left, right = right, left ^ self._round(k, right)
+            x = (left << self.half) | right
+            if x < self.n:
+                return x
+
+
 class RankStream:
-    """Disjoint per-rank slices of a shuffled index stream, step by step.
+    """Disjoint per-rank slices of a shuffled index stream, one global micro-step at a time.
 
-    `batches[r]` samples per micro-step for data rank r; a global micro-step consumes sum(batches)
-    indices, rank r taking those after the ranks before it (like DistributedSampler, but uneven)."""
+    The stream is one sequence of global positions 0, 1, 2, ...: position g is sample order_e[g mod n] of epoch
+    e = g div n, where order_e is a permutation of the n samples drawn from (seed, e) alone (a shuffled list
+    for up to SHUFFLED_IN_MEMORY samples, else a `Permutation` computed per position). `batches[r]` samples
+    per micro-step for data rank r; a global micro-step consumes sum(batches) positions, rank r taking those
+    after the ranks before it (like DistributedSampler, but uneven). Its cursor, `samples_consumed`, counts
+    positions of the whole run, not of one rank, so it means the same on any world size or plan: a run resumed
+    on another plan (`load_state_dict`) continues with the very next samples, each exactly once per epoch."""
 
-    def __init__(self, n: int, batches: list[int], data_rank: int, seed: int):
-        self.n, self.batches, self.rank, self.seed = n, batches, data_rank, seed
+    def __init__(self, n: int, batches: list[int], data_rank: int, seed: int, samples_consumed: int = 0):
+        if n < 1:
+            raise ValueError("a stream over no samples")
+        self.n, self.batches, self.rank, self.seed = n, list(batches), data_rank, seed
         self.offset = sum(batches[:data_rank])
         self.per_step = sum(batches)
+        self.samples_consumed = samples_consumed
         self._epoch, self._order = -1, []
 
-    def indices(self, micro_step: int) -> list[int]:
-        start = micro_step * self.per_step + self.offset
-        out = []
-        for k in range(self.batches[self.rank]):
-            g = start + k
-            epoch, pos = divmod(g, self.n)
-            if epoch != self._epoch:
+    def _at(self, g: int) -> int:
+        epoch, pos = divmod(g, self.n)
+        if epoch != self._epoch:
+            if self.n <= SHUFFLED_IN_MEMORY:
                 self._order = list(range(self.n))
                 random.Random(self.seed * 1000003 + epoch).shuffle(self._order)
-                self._epoch = epoch
-            out.append(self._order[pos])
-        return out
+            else:  # a large corpus: no list of its samples (a rank's memory must not grow with the corpus)
+                self._order = Permutation(self.n, self.seed, epoch)
+            self._epoch = epoch
+        return self._order[pos]
+
+    def indices(self, micro_step: int) -> list[int]:
+        """This rank's samples of global micro-step `micro_step` counted from position 0 (no cursor change)."""
+        start = micro_step * self.per_step + self.offset
+        return [self._at(start + k) for k in range(self.batches[self.rank])]
+
+    def next(self) -> list[int]:
+        """This rank's samples of the next global micro-step; the cursor moves by the whole global micro-batch."""
+        start = self.samples_consumed + self.offset
+        self.samples_consumed += self.per_step
+        return [self._at(start + k) for k in range(self.batches[self.rank])]
+
+    @property
+    def epoch(self) -> float:
+        return self.samples_consumed / self.n
+
+    def state_dict(self) -> dict:
+        return {"samples_consumed": self.samples_consumed, "seed": self.seed, "num_samples": self.n}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.samples_consumed = int(d["samples_consumed"])

@@ -89,13 +89,13 @@ def train_sync(
         engine.set_lr(lr)
         meter = ActivationMeter(engine.model.parameters()) if step == min(MEASURE_STEP, t.steps) else None
         if kind == "pp":
-            inputs, targets = task.batch(stream.indices(step - 1), device)
+            inputs, targets = task.batch(stream.next(), device)
             with meter or contextlib.nullcontext():
                 loss = engine.pipeline_step(inputs, targets)
         else:
             loss = 0.0
             for micro in range(plan.grad_accum):
-                inputs, targets = task.batch(stream.indices((step - 1) * plan.grad_accum + micro), device)
+                inputs, targets = task.batch(stream.next(), device)
                 with (
                     meter if micro == 0 else None
                 ) or contextlib.nullcontext():  # one micro-batch's activations
@@ -126,6 +126,9 @@ def train_sync(
                 "sync_wait_s": 0.0,
                 "world_size": world,
                 "strategy": kind,
+                "grad_norm": getattr(engine, "grad_norm", None),
+                "samples_consumed": stream.samples_consumed,
+                "epoch": stream.epoch,
             }
             rec.update(memory_record(engine))
             if meter:
@@ -133,8 +136,28 @@ def train_sync(
                 rec["act_working_bytes"] = meter.working_bytes
                 rec["act_gathered_bytes"] = meter.gathered_bytes
             writer.write(rec)
+        if t.eval_every and step % t.eval_every == 0 and step != t.steps:
+            run_eval(engine, kind, task, preset, step, device, rank, world, writer)
         if progress:
             progress(step)
+    run_eval(
+        engine, kind, task, preset, t.steps, device, rank, world, writer
+    )  # the final eval: model/'s loss
+
+
+def run_eval(
+    engine, kind: str, task, preset, step: int, device, rank: int, world: int, writer
+) -> dict | None:
+    """One eval over the held-out part (train/evaluate.py), recorded as a kind = "eval" record."""
+    from paradvisor.train.evaluate import evaluate
+
+    t0 = time.perf_counter()
+    data = data_layout(preset.plan, rank, world)
+    res = evaluate(engine, kind, task, preset.plan, rank, world, device, data, preset.train.eval_samples)
+    if res is None:
+        return None
+    writer.write({"kind": "eval", "step": step, **res, "eval_time_s": time.perf_counter() - t0})
+    return res
 
 
 def node_of_rank(plan, rank: int) -> int:
@@ -186,7 +209,6 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     stream = RankStream(len(task.dataset), batches, rank, t.seed)
     base_h = plan.local_steps or h
     rounds = max(1, math.ceil(t.steps / base_h))
-    micro = 0
     fault = fault_drill()
     for rnd in range(1, rounds + 1):
         for k in range(1, h + 1):
@@ -196,8 +218,7 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
                 fault.at(rank, step)
             lr = lr_at(min(step, rounds * h), rounds * h, t.lr, t.warmup_steps)
             engine.set_lr(lr)
-            inputs, targets = task.batch(stream.indices(micro), device)
-            micro += 1
+            inputs, targets = task.batch(stream.next(), device)
             loss = engine.forward_backward(inputs, targets, last=True, scale=1.0)
             engine.step()
             dt = time.perf_counter() - t0

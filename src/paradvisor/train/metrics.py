@@ -20,9 +20,12 @@ import time
 
 
 class MetricsWriter:
-    def __init__(self, path, rank: int):
-        self.fd = os.open(str(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    def __init__(self, path, rank: int, mirror=None):
+        from paradvisor.safeio import open_private
+
+        self.fd = open_private(path, append=True)  # never through a link planted at metrics.jsonl
         self.rank = rank
+        self.mirror = mirror  # also given every record (TensorBoard on rank 0: train/tracking.py)
         # The node (its index in the plan's launch) this rank runs on: multi-node monitors group ranks by it.
         node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
         self.node = int(node) if node.isdigit() else 0
@@ -32,9 +35,13 @@ class MetricsWriter:
         os.write(
             self.fd, (json.dumps(record, default=float) + "\n").encode()
         )  # one write: whole line or nothing
+        if self.mirror is not None:
+            self.mirror(record)
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.mirror is not None and hasattr(self.mirror, "close"):
+            self.mirror.close()
 
 
 def _local(t):

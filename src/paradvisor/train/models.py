@@ -60,8 +60,13 @@ class Task:
     dataset: object
     seq_len: int
     classes: int = 2
+    eval_dataset: object = None  # the held-out part (PackedTokens), when the run has one
+    tokenizer: object = None  # what model/ gets: a transformers tokenizer, or a tokenizer.json path
 
     def batch(self, indices: list[int], device) -> tuple[dict, torch.Tensor]:
+        if hasattr(self.dataset, "windows"):  # the user's corpus (train/tokens.py)
+            inputs, targets = self.dataset.windows(indices)
+            return {"input_ids": inputs.to(device)}, targets.to(device)
         if self.kind == "cls":
             rows = [self.dataset.items[i] for i in indices]
             ids = torch.tensor([r[0] for r in rows])
@@ -126,8 +131,13 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
             D.train_subword_tokenizer([r[0] for r in rows], "wordpiece", vocab, tok_path)
         barrier()
         tok = D.load_tokenizer(tok_path)
-        return Task("cls", D.ClassificationData(rows, tok, seq), seq, t.num_labels), tok.get_vocab_size()
+        task = Task("cls", D.ClassificationData(rows, tok, seq), seq, t.num_labels, tokenizer=tok_path)
+        return task, tok.get_vocab_size()
     # causal language models
+    from paradvisor.train.corpus import uses_files
+
+    if uses_files(preset):
+        return files_task(preset, run_dir, rank)
     if t.dataset == "corpus":
         text = D.shipped_corpus()
     elif t.dataset == "text":
@@ -152,10 +162,30 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
         D.train_subword_tokenizer(text.split("\n\n"), "bpe", vocab, tok_path)
     barrier()
     tok = D.load_tokenizer(tok_path)
-    return Task("lm", D.LMData(tok.encode(text).ids, seq), seq), tok.get_vocab_size()
+    return Task("lm", D.LMData(tok.encode(text).ids, seq), seq, tokenizer=tok_path), tok.get_vocab_size()
 
 
-def build_model(preset, family: str, cfg: dict, task: Task):
+def files_task(preset, run_dir: Path, rank: int) -> tuple[Task, int]:
+    """The user's corpus, tokenized once per node (or once in all on a shared cache folder): the first process to
+    take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py)."""
+    from paradvisor.train.corpus import corpus_spec, load_tokenizer, prepare
+    from paradvisor.train.tokens import PackedTokens
+
+    seq = preset.workload.seq_len
+    spec = corpus_spec(preset)
+    tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
+    corpus = prepare(spec, tok=tok)
+    dtype = corpus.meta["dtype"]
+    train = PackedTokens(corpus.train_file, dtype, seq)
+    ev = PackedTokens(corpus.eval_file, dtype, seq) if corpus.eval_file is not None else None
+    if ev is not None and len(ev) == 0:
+        ev = None
+    return Task("lm", train, seq, eval_dataset=ev, tokenizer=tok), len(tok)
+
+
+def build_model(preset, family: str, cfg: dict, task: Task, *, empty: bool = False):
+    """The model, initialized from the seed; `empty`: parameters on the meta device (no memory, no init),
+    buffers real, for weights read later straight into the plan's shards (train/weights.py)."""
     torch.manual_seed(preset.train.seed)
     if family == "vgg":
         return VGG(cfg, task.classes)
@@ -194,8 +224,11 @@ def build_model(preset, family: str, cfg: dict, task: Task):
             ) from None
     else:
         cls = getattr(transformers, cls_name)
-    if preset.train.weights:
-        return cls.from_pretrained(preset.train.weights, config=config, local_files_only=True)
+    if empty:
+        from accelerate import init_empty_weights
+
+        with init_empty_weights(include_buffers=False):
+            return cls(config)
     return cls(config)
 
 

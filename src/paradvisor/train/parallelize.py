@@ -28,12 +28,18 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.utils.checkpoint
 
 from paradvisor.errors import InputError
 from paradvisor.model.trace import enable_hf_checkpointing, supports_hf_checkpointing
 from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
 from paradvisor.train.metrics import optimizer_state_tensors
 from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
+
+
+def is_meta(module) -> bool:
+    """Whether the module's parameters have no memory yet (weights read after the plan is applied)."""
+    return any(p.is_meta for p in module.parameters())
 
 
 @dataclass
@@ -87,6 +93,8 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
     hf = _unwrap(model)
+    if mode == "selective" and selective_attention(hf):
+        return
     if supports_hf_checkpointing(hf):
         enable_hf_checkpointing(hf)
         return
@@ -101,6 +109,51 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
             blocks[i].attn = checkpoint_wrapper(blocks[i].attn)
         else:
             blocks[i] = checkpoint_wrapper(blocks[i])
+
+
+def selective_attention(hf) -> bool:
+    """Megatron-LM's selective recompute on a Hugging Face model: its attention core (the attention function
+    transformers calls between the projections: QKᵀ, softmax, dropout, AV) runs under a non-reentrant
+    checkpoint, registered as an attention implementation that wraps the model's own one (and its mask).
+    False when the model does not route attention through transformers' attention interface."""
+    import sys
+
+    cfg = getattr(hf, "config", None)
+    base = getattr(cfg, "_attn_implementation", None)
+    if base is None or not hasattr(hf, "set_attn_implementation"):
+        return False
+    if base.startswith("paradvisor_selective_"):
+        return True
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except ImportError:
+        return False
+    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS.valid_keys():
+        return False
+    name = f"paradvisor_selective_{base}"
+
+    def core(module, *args, **kwargs):
+        fn = (
+            sys.modules[type(module).__module__].eager_attention_forward
+            if base == "eager"
+            else ALL_ATTENTION_FUNCTIONS[base]
+        )
+
+        def run(*a):
+            return fn(module, *a, **kwargs)[0]
+
+        return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False), None
+
+    AttentionInterface.register(name, core)
+    if base in ALL_MASK_ATTENTION_FUNCTIONS.valid_keys():
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    try:
+        hf.set_attn_implementation(name)
+    except (ValueError, AttributeError, KeyError):
+        return False
+    return hf.config._attn_implementation == name
 
 
 def checkpointing_is_flag(model) -> bool:
@@ -176,6 +229,7 @@ class TorchEngine:
             torch.amp.GradScaler("cuda") if plan.precision == "fp16" and device.type == "cuda" else None
         )
         self.last_groups = None
+        self.grad_norm = None
 
     def _sync_ctx(self, last: bool):
         if self.kind == "ddp" and not last:
@@ -203,7 +257,7 @@ class TorchEngine:
         if self.scaler:
             self.scaler.unscale_(self.opt)
         if self.clip > 0:
-            clip_grad_norm(params, self.clip)
+            self.grad_norm = clip_grad_norm(params, self.clip)
         self.last_groups = self.memory_groups()
         (self.scaler.step(self.opt) if self.scaler else self.opt.step())
         if self.scaler:
@@ -283,6 +337,12 @@ class DeepSpeedEngine:
         for g in self.engine.optimizer.param_groups:
             g["lr"] = lr
 
+    @property
+    def grad_norm(self) -> float | None:
+        get = getattr(self.engine, "get_global_grad_norm", None)
+        norm = get() if get else None
+        return float(norm) if norm is not None else None
+
     def step(self) -> None:
         groups = self.memory_groups()
         if self.last_groups is not None:
@@ -302,53 +362,70 @@ class PipelineEngine:
     DDP or FSDP over its dp group; the pipeline runs over the pp group."""
 
     def __init__(self, model, family: str, plan, train, device, layout: Layout, mesh):
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleGPipe,
+            ScheduleInterleaved1F1B,
+        )
 
-        from paradvisor.train.stages import build_stage, stage_blocks
+        from paradvisor.estimate.stages import rank_chunks
+        from paradvisor.train.stages import build_stages, stage_blocks
         from paradvisor.train.tp_plans import apply_tp
 
         self.plan, self.layout, self.device = plan, layout, device
+        v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
         if checkpointing_is_flag(model):
             apply_checkpointing(model, family, plan.checkpointing)
-        stage_mod, self.tied = build_stage(model, family, layout.pp_rank, layout.pp)
-        stage_mod.to(device)
+        mods, self.tied = build_stages(model, family, layout.pp_rank, layout.pp, v=v, split=plan.pp_split)
         self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
         tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
-        if tp_mesh is not None:
-            apply_tp(
-                model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel
-            )
-        if not checkpointing_is_flag(model):
-            apply_checkpointing(stage_mod, family, plan.checkpointing, container=stage_mod)
         self.dp_group = None
-        wrapped = stage_mod
-        if dp_mesh is not None and plan.sharding == "fsdp":
-            from torch.distributed.fsdp import fully_shard
+        for stage_mod in mods:
+            if not is_meta(
+                stage_mod
+            ):  # a meta model is materialized from the weights after the plan is applied
+                stage_mod.to(device)
+            if tp_mesh is not None:
+                apply_tp(
+                    model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel
+                )
+            if not checkpointing_is_flag(model):
+                apply_checkpointing(stage_mod, family, plan.checkpointing, container=stage_mod)
+            if dp_mesh is not None and plan.sharding == "fsdp":
+                from torch.distributed.fsdp import fully_shard
 
-            for blk in stage_blocks(stage_mod):
-                fully_shard(blk, mesh=dp_mesh, reshard_after_forward=True)
-            fully_shard(stage_mod, mesh=dp_mesh, reshard_after_forward=True)
-        elif dp_mesh is not None:
+                for blk in stage_blocks(stage_mod):
+                    fully_shard(blk, mesh=dp_mesh, reshard_after_forward=True)
+                fully_shard(stage_mod, mesh=dp_mesh, reshard_after_forward=True)
+        if dp_mesh is not None and plan.sharding != "fsdp":
             # DDP replicas of a stage: gradients averaged over the dp group once the schedule has run every
             # micro-batch (DDP's reducer expects one forward per backward, which a pipeline schedule breaks).
             self.dp_group = dp_mesh.get_group()
-        self.stage_mod, self.model = stage_mod, wrapped
-        self.first, self.last = layout.pp_rank == 0, layout.pp_rank == layout.pp - 1
+        # one module over the rank's chunks (a single chunk is itself: its parameter names stay as they were)
+        self.stage_mod = mods[0] if len(mods) == 1 else nn.ModuleList(mods)
+        self.model = self.stage_mod
+        chunks = rank_chunks(layout.pp, v, layout.pp_rank)
+        self.first, self.last = 0 in chunks, layout.pp * v - 1 in chunks
         pp_group = mesh["pp"].get_group()
         self.pp_group = pp_group
-        self.stage = PipelineStage(wrapped, layout.pp_rank, layout.pp, device, group=pp_group)
-        cls = ScheduleGPipe if plan.pp_schedule == "gpipe" else Schedule1F1B
-        self.schedule = cls(
-            self.stage, n_microbatches=plan.grad_accum, loss_fn=lambda out, y: loss_of(out, y)
-        )
+        stages = [PipelineStage(m, c, layout.pp * v, device, group=pp_group) for m, c in zip(mods, chunks)]
+        loss = lambda out, y: loss_of(out, y)  # noqa: E731
+        if v > 1:
+            self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=plan.grad_accum, loss_fn=loss)
+        else:
+            cls = ScheduleGPipe if plan.pp_schedule == "gpipe" else Schedule1F1B
+            self.schedule = cls(stages[0], n_microbatches=plan.grad_accum, loss_fn=loss)
+        self.stage = stages[0]
         self.opt = torch.optim.AdamW(
-            stage_mod.parameters(),
+            self.stage_mod.parameters(),
             lr=train.lr,
             weight_decay=train.weight_decay,
             foreach=False if plan.tp > 1 else None,
         )
         self.clip = train.grad_clip
         self.last_groups = None
+        self.grad_norm = None
 
     @staticmethod
     def _tied_group(layout: Layout):
@@ -393,7 +470,7 @@ class PipelineEngine:
         if self.clip > 0:
             # the tied weight counts once in the norm: on the first stage
             counted = params if self.first else [p for p in params if not any(p is t for t in self.tied)]
-            clip_grad_norm(counted, self.clip, groups=(self.pp_group,), also_scale=params)
+            self.grad_norm = clip_grad_norm(counted, self.clip, groups=(self.pp_group,), also_scale=params)
         self.opt.step()
         self.last_groups = self.memory_groups()
         self.opt.zero_grad(set_to_none=True)
@@ -412,7 +489,8 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     `inner_group` (DiLoCo): the node's group, inside which the model is DDP'd or FSDP'd."""
     from paradvisor.train.tp_plans import apply_tp
 
-    model.to(device)
+    if not is_meta(model):
+        model.to(device)
     if inner_group is not None:
         return _inner_engine(model, family, plan, train, device, inner_group)
     layout = Layout.of(plan, rank, world)

@@ -17,6 +17,7 @@ from paradvisor.train.metrics import MetricsWriter
 from paradvisor.train.models import build_model, build_task
 from paradvisor.train.modelspec import resolved_config
 from paradvisor.train.parallelize import build_engine
+from paradvisor.train.weights import module_names, tied_aliases
 
 
 def pick_device(preset, local_rank: int) -> torch.device:
@@ -50,6 +51,27 @@ def cap_memory(limit: str) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+def sharded_load(plan) -> bool:
+    """Whether the plan's engine shards the weights the torch way (FSDP2, TP, pipeline stages), so that the
+    model is built empty, the plan applied, and each rank reads its slices; DDP and DeepSpeed take whole weights."""
+    return (
+        not plan.diloco
+        and not plan.sharding.startswith("zero")
+        and plan.ep <= 1
+        and (plan.pp > 1 or plan.tp > 1 or plan.sharding in ("fsdp", "hsdp"))
+    )
+
+
+def load_weights(root, names: dict, aliases: dict, folder: Path, device) -> None:
+    """Materialize `root` (the model or this rank's pipeline stage) on `device` and read its weights."""
+    from paradvisor.train.parallelize import is_meta
+    from paradvisor.train.weights import load_shards, materialize
+
+    if is_meta(root):
+        materialize(root, device)
+    load_shards(root, names, aliases, folder)
+
+
 def run(run_dir: Path, rank: int) -> None:
     preset = load_preset(RunDir(run_dir).plan)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -69,8 +91,22 @@ def run(run_dir: Path, rank: int) -> None:
             key = "vocab_size"
             if vocab > int(cfg[key]):
                 cfg[key] = vocab
-        model = build_model(preset, family, cfg, task)
-        writer = MetricsWriter(RunDir(run_dir).metrics, rank)
+        from paradvisor.train.weights import weights_folder
+
+        folder = weights_folder(preset)
+        plan = preset.plan
+        model = build_model(preset, family, cfg, task, empty=folder is not None)
+        names, aliases = module_names(model), tied_aliases(model)
+        if folder is not None and not sharded_load(plan):
+            load_weights(
+                model, names, aliases, folder, device
+            )  # a replicated plan: every rank reads everything
+        mirror = None
+        if rank == 0 and preset.train.tensorboard:
+            from paradvisor.train.tracking import Tensorboard
+
+            mirror = Tensorboard(run_dir, preset.prediction.get("step_time_s"))
+        writer = MetricsWriter(RunDir(run_dir).metrics, rank, mirror=mirror)
         writer.write(
             {
                 "kind": "start",
@@ -81,7 +117,6 @@ def run(run_dir: Path, rank: int) -> None:
                 "started": time.time(),
             }
         )
-        plan = preset.plan
         if plan.diloco:
 
             def inner(group):
@@ -99,8 +134,36 @@ def run(run_dir: Path, rank: int) -> None:
             train_diloco(preset, inner, task, device, rank, world, writer)
         else:
             engine, kind = build_engine(model, family, plan, preset.train, device, rank, world)
+            if folder is not None and sharded_load(plan):  # each rank reads only its own shards
+                load_weights(engine.stage_mod if kind == "pp" else model, names, aliases, folder, device)
             train_sync(preset, engine, kind, task, device, rank, world, writer)
-        writer.write({"kind": "end", "world_size": world})
+            if preset.train.export_model:
+                from paradvisor.train.export import export_run_model
+
+                t0 = time.perf_counter()
+                out = export_run_model(
+                    engine,
+                    kind,
+                    model,
+                    names,
+                    Path(run_dir) / "model",
+                    tokenizer=task.tokenizer,
+                    max_shard_size=preset.train.export_shard_size,
+                )
+                if out is not None:
+                    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+                    writer.write(
+                        {
+                            "kind": "export",
+                            "path": str(out),
+                            "bytes": size,
+                            "export_time_s": time.perf_counter() - t0,
+                        }
+                    )
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        writer.write({"kind": "end", "world_size": world, "peak_rss_bytes": peak})
         writer.close()
     finally:
         if dist.is_initialized():

@@ -1,5 +1,7 @@
-"""Pipeline stages cut at block boundaries: stage k holds blocks [k*L/pp, (k+1)*L/pp), the first stage the
-embeddings, the last stage the final norm and the head (LM head or pooler + classifier).
+"""Pipeline stages cut at block boundaries as the estimate lays them out (paradvisor.estimate.stages: the even
+split, L/pp blocks per stage, or the balanced one that counts the embedding and the head as a block each; with
+interleaved 1F1B, pp x v chunks, rank r holding chunks r, r+pp, ...): the first chunk holds the embeddings, the
+last one the final norm and the head (LM head or pooler + classifier).
 
 LLaMA, Mistral and Qwen2 follow transformers' `base_model_pp_plan` (embed_tokens -> layers -> norm): each
 stage keeps the model's own base-model forward over its own layers (so masks, rotary embeddings and
@@ -16,14 +18,15 @@ import copy
 import torch
 import torch.nn as nn
 
+from paradvisor.estimate.stages import bounds, rank_chunks
 from paradvisor.train.models import block_list
 
 PP_PLAN_FAMILIES = ("llama", "mistral", "qwen2")
 
 
-def stage_bounds(num_layers: int, pp: int, stage: int) -> tuple[int, int]:
-    per = num_layers // pp
-    return stage * per, (stage + 1) * per
+def stage_bounds(num_layers: int, pp: int, stage: int, v: int = 1, split: str = "even") -> tuple[int, int]:
+    """[lo, hi) blocks of chunk `stage` of pp x v (the same cut the estimate's stage layout uses)."""
+    return bounds(num_layers, pp, v, split)[stage]
 
 
 def _out(x):
@@ -149,19 +152,36 @@ def tied_embeddings(model) -> bool:
     return emb is not None and head is not None and emb.weight is head.weight
 
 
-def build_stage(model, family: str, stage: int, pp: int) -> tuple[nn.Module, list]:
+def build_stage(
+    model, family: str, stage: int, pp: int, *, v: int = 1, split: str = "even", chunk: int | None = None
+) -> tuple[nn.Module, list]:
     """(stage module, its copies of weights tied across stages). The first stage's input embedding and the
     last stage's LM head are one weight in the model: both stages keep a copy, and the trainer sums their
-    gradients so that both copies take the same step (as Megatron does)."""
+    gradients so that both copies take the same step (as Megatron does). `chunk` (of pp x v) picks a virtual
+    stage; by default the rank's only one."""
     if family not in STAGES:
         raise ValueError(f"no pipeline stages for {family!r} models")
+    c = stage if chunk is None else chunk
     tied = tied_embeddings(model)
     emb = model.get_input_embeddings().weight if tied else None
     n = len(block_list(model))
-    lo, hi = stage_bounds(n, pp, stage)
-    mod = STAGES[family](model, lo, hi, stage == 0, stage == pp - 1)
+    lo, hi = stage_bounds(n, pp, c, v, split)
+    mod = STAGES[family](model, lo, hi, c == 0, c == pp * v - 1)
     shared = [p for p in mod.parameters() if tied and p is emb]
     return mod, shared
+
+
+def build_stages(model, family: str, stage: int, pp: int, *, v: int = 1, split: str = "even"):
+    """Every chunk rank `stage` holds ([modules], [tied copies]): one without interleaving; with v virtual
+    stages each chunk is cut from its own copy of the model (a stage module takes the base model apart)."""
+    chunks = rank_chunks(pp, v, stage)
+    mods, shared = [], []
+    for i, c in enumerate(chunks):
+        src = model if i == len(chunks) - 1 else copy.deepcopy(model)
+        mod, tied = build_stage(src, family, stage, pp, v=v, split=split, chunk=c)
+        mods.append(mod)
+        shared += tied
+    return mods, shared
 
 
 def stage_blocks(stage_mod) -> list[nn.Module]:

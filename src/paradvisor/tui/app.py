@@ -45,12 +45,22 @@ class ParadvisorApp(App):
         Binding("f2", "tab('plans')", "Plans", show=False, priority=True),
         Binding("f3", "tab('launch')", "Launch", show=False, priority=True),
         Binding("f4", "tab('monitor')", "Monitor", show=False, priority=True),
+        # Tab moves focus as the app reads the key (priority), not once the key has bubbled back up from the
+        # box: keys typed right after a Tab (a fast typist, a paste of "256<Tab>32") go into the next box.
+        Binding("tab", "focus_next", "Next", show=False, priority=True),
+        Binding("shift+tab", "focus_previous", "Previous", show=False, priority=True),
         Binding("escape", "leave_box", "Leave box", key_display="esc"),
-        Binding("r", "rerank", "Re-rank"),
-        Binding("i", "infeasible", "Not fitting", show=False),
-        Binding("L", "launch_preset", "Launch"),
-        Binding("P", "launch_plan", "Launch plan", show=False),
-        Binding("ctrl+s", "save_preset", "Save preset", show=False),
+        Binding(
+            "r", "rerank", "Re-rank", show=False
+        ),  # every change re-ranks by itself: the footer's room goes to the plan's keys
+        Binding("i", "infeasible", "Not fitting"),
+        Binding("e", "edit_plan", "Edit plan", show=False),
+        # L: the preset chosen on the Launch tab; on the Plans tab (where that preset is not on screen) the
+        # plan the user is looking at: the first binding is off there, and the key falls through to the second.
+        Binding("L", "launch_preset", "Launch preset"),
+        Binding("L", "launch_plan", "Launch plan", show=False),
+        Binding("P", "launch_plan", "Launch plan"),
+        Binding("ctrl+s", "save_preset", "Save"),
         Binding("v", "monitor_view", "View"),
         Binding("s", "stop_run", "Stop"),
         Binding("R", "launch_replan", "Launch re-plan", show=False),
@@ -74,7 +84,7 @@ class ParadvisorApp(App):
         open_run: str | None = None,
         confirm: bool = True,
     ):
-        from paradvisor.shipped import presets_dir as shipped_presets
+        from paradvisor.rundir.preset import user_presets_dir
 
         super().__init__()
         self.confirm = (
@@ -82,7 +92,8 @@ class ParadvisorApp(App):
         )
         self.open_run = open_run
         self.cluster_arg, self.model_arg, self.runs_dir = cluster, model, Path(runs_dir)
-        self.presets_dir = Path(presets_dir) if presets_dir else shipped_presets()
+        # where ctrl+s saves (and the Launch tab lists first, above the shipped presets)
+        self.presets_dir = Path(presets_dir) if presets_dir else user_presets_dir()
         self.sample_interval, self.live = sample_interval, live
         self.launch = None  # launch.runner.Launch of the run started here, while the session lasts
         self._starting = False  # a start is under way in a worker
@@ -91,7 +102,7 @@ class ParadvisorApp(App):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with TabbedContent(initial="hardware", id="tabs"):
+        with TabbedContent(initial="monitor" if self.open_run else "hardware", id="tabs"):
             yield HardwarePane()
             yield PlansPane(model=self.model_arg)
             yield LaunchPane(presets_dir=self.presets_dir, runs_dir=self.runs_dir)
@@ -107,6 +118,8 @@ class ParadvisorApp(App):
             self.hardware.detect_local()
         if self.live:
             self.start_sampler()
+        if self.open_run:  # --open RUN_DIR: the session opens on that run (focus too: see action_tab)
+            self.call_after_refresh(self.action_tab, "monitor")
 
     # --------------------------------------------------------------------------------------------- panes
     def _w(self, selector, expect_type=None):
@@ -274,11 +287,21 @@ class ParadvisorApp(App):
     @work(thread=True, group="wait")
     def wait_for_run(self, launch) -> None:
         doc = launch.wait()
-        self.call_from_thread(
-            self.notify,
-            escape(f"run {doc['status']}: {launch.run_dir.name}"),
-            severity="information" if doc["status"] == "finished" else "error",
-        )
+
+        def ended() -> None:  # the Launch tab's line says how it ended (never "launched" for a failed run)
+            try:
+                self.launcher.show_ended(launch.preset.name, launch.run_dir, doc)
+            except (NoMatches, ScreenStackError):  # the session is closing
+                return
+            self.notify(
+                escape(f"run {doc['status']}: {launch.run_dir.name}"),
+                severity="information" if doc["status"] == "finished" else "error",
+            )
+
+        try:
+            self.call_from_thread(ended)
+        except RuntimeError:  # the app has already stopped
+            pass
 
     def action_launch_replan(self) -> None:
         from paradvisor.rundir.preset import load_preset
@@ -367,6 +390,13 @@ class ParadvisorApp(App):
     def action_infeasible(self) -> None:
         self.plans.show_infeasible()
 
+    def action_edit_plan(self) -> None:
+        """Plans tab: the selected plan in an editor that estimates what is typed (EditPlanScreen)."""
+        from paradvisor.tui.screens import EditPlanScreen
+
+        if self.plans.rec is not None and self.plans.selected is not None:
+            self.push_screen(EditPlanScreen(self.plans.rec, self.plans.selected.plan))
+
     def action_save_preset(self) -> None:
         self.launcher.save_preset()
 
@@ -381,7 +411,8 @@ class ParadvisorApp(App):
 
     def check_action(self, action: str, parameters) -> bool | None:
         """Footer entries that apply now: Esc while a text box has focus, View on the Monitor tab, Stop while
-        a run goes, Re-rank outside the Monitor tab."""
+        a run goes, Re-rank outside the Monitor tab; on the Plans tab the keys that act on the plan on screen
+        (P or L to launch it, i, ctrl+s; Enter is the table's), on the Launch tab the preset's and the plan's."""
         if action == "leave_box":
             return isinstance(self.focused, Input)
         try:
@@ -392,8 +423,16 @@ class ParadvisorApp(App):
             return tab == "monitor"
         if action == "rerank":
             return tab != "monitor"
+        if action == "edit_plan":
+            return tab == "plans"
         if action == "stop_run":
             return self._run_going() or tab == "monitor"
+        if action == "launch_preset":
+            return tab != "plans"  # there L launches the plan on screen (the next binding of L)
+        if action in ("launch_plan", "save_preset"):
+            return tab in ("plans", "launch")
+        if action == "infeasible":
+            return tab == "plans"
         return True
 
     def watch_focused(self) -> None:
@@ -414,7 +453,9 @@ class ParadvisorApp(App):
             "Launch selected preset", "Start the preset chosen in the Launch tab", self.action_launch_preset
         )
         yield SystemCommand(
-            "Save selected plan as preset", "Write presets/<name>.toml", self.action_save_preset
+            "Save selected plan as preset",
+            f"Write {self.presets_dir}/<name>.toml",
+            self.action_save_preset,
         )
         yield SystemCommand("Stop run", "End every rank of the running job", self.action_stop_run)
         yield SystemCommand("Toggle light/dark theme", "Switch the colour theme", self.action_toggle_theme)

@@ -111,7 +111,11 @@ class RunView(Vertical):
     def show_plots(self, s: RunSummary) -> None:
         pred = s.predicted
         loss = s.loss_points or []
-        self._plot("loss-plot", [("loss", [p[0] for p in loss], [p[1] for p in loss])], None, "loss")
+        ev = s.eval_points or []
+        series = [("loss", [p[0] for p in loss], [p[1] for p in loss])]
+        if ev:
+            series.append(("eval", [p[0] for p in ev], [p[1] for p in ev]))
+        self._plot("loss-plot", series, None, "loss")
         tp = s.throughput_points or []
         self._plot(
             "tput-plot",

@@ -1,4 +1,4 @@
-"""Modal screens: a plan's full explanation, and help."""
+"""Modal screens: a plan's full explanation, editing a plan (the estimate of a pinned plan), and help."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Markdown, Static
+from textual.widgets import Button, Footer, Input, Markdown, Static
 
 from paradvisor.tui.text import escape
 from paradvisor.units import GiB, fmt_seconds, half_up
@@ -102,6 +102,60 @@ class ScrollingModal(ModalScreen):
         (box.scroll_page_down if direction > 0 else box.scroll_page_up)()
 
 
+class EditPlanScreen(ModalScreen):
+    """ "Edit this plan" (Plans tab, key e): the selected plan as `--plan` text; Enter estimates the edited
+    plan with the same code as `paradvisor estimate` (plan.pinned) for the same model, workload and
+    machines, and shows it as the plan window does; a bad plan shows the one-line reason."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Close", key_display="esc")]
+    BOX_ID = "plan-detail"
+
+    def __init__(self, rec, plan):
+        from paradvisor.plan.pinned import plan_text
+
+        super().__init__()
+        self.rec = rec
+        self.text = plan_text(plan)
+        self.estimate = None  # the last estimate shown (plan.evaluate.Estimate)
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id=self.BOX_ID):
+            yield Static("Edit the plan (keys left out take the planner's defaults), Enter to estimate:")
+            yield Input(value=self.text, id="plan-edit")
+            yield Static(id="edit-error")
+            yield Markdown(id="edit-result")
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#plan-edit", Input).focus()
+        self.run_estimate(self.text)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.run_estimate(event.value)
+
+    def run_estimate(self, text: str) -> None:
+        from paradvisor.errors import InputError
+        from paradvisor.output import clean
+        from paradvisor.plan.pinned import estimate_pinned, parse_plan_text
+        from paradvisor.rundir.preset import plan_keys
+
+        rec = self.rec
+        try:
+            given = plan_keys(parse_plan_text(text), lambda k: f"plan: {k}")
+            pinned = estimate_pinned(rec.profile, rec.cluster, rec.workload, given, margin=rec.margin)
+        except InputError as exc:
+            self.error = str(exc)
+            self.query_one("#edit-error", Static).update(f"[red]{escape(self.error)}[/red]")
+            return
+        self.error, self.estimate = None, pinned.estimate
+        e = pinned.estimate
+        head = "fits" if e.fits else "does not fit"
+        only = f"; estimate only: {pinned.estimate_only}" if pinned.estimate_only else ""
+        self.query_one("#edit-error", Static).update(escape(f"{head}{only}"))
+        self.query_one("#edit-result", Markdown).update(clean(plan_markdown(e, rec.cluster)))
+
+
 class PlanDetailScreen(ScrollingModal):
     BINDINGS = [Binding("enter", "dismiss", "Close", show=False)]
 
@@ -117,12 +171,13 @@ HELP = """# paradvisor — help
 | esc | leave a text box (so digits switch tabs again); close a window |
 | r | re-rank plans now |
 | enter | (plans table) open the selected plan's explanation |
+| e | (plans) edit the selected plan: change any key, Enter shows its estimate |
 | i | the plans that do not fit, and why (a scrollable window) |
-| L | launch the selected preset (asks first: command, predicted memory and time) |
-| P | launch the selected plan (asks first) |
+| L | launch the preset chosen on the Launch tab (asks first: command, predicted memory and time); on the Plans tab, the plan on screen |
+| P | launch the selected plan (asks first, naming it) |
 | v | Monitor: switch between plots, ranks and the log |
-| ctrl+s | save the selected plan as a preset |
-| s | stop the running job (all ranks end, status `cancelled`) |
+| ctrl+s | save the selected plan as a preset (in ~/.config/paradvisor/presets, or --presets-dir) |
+| s | stop the running job (all ranks end, status `cancelled`; `finished` if every rank had already finished) |
 | t | switch dark / light theme |
 | ctrl+p | command palette |
 | ? | this help |
@@ -200,6 +255,15 @@ def launch_question(preset, runs_dir: str) -> str:
             else "—"
         )
     )
+    from paradvisor.errors import InputError
+    from paradvisor.train.corpus import epoch_facts, epoch_line
+
+    try:  # the user's corpus: tokens and predicted time per epoch
+        corpus = epoch_line(epoch_facts(preset, step))
+    except InputError as exc:
+        corpus = f"corpus: {exc}"
+    if corpus:
+        lines.append(escape(corpus))
     lines.append(f"[dim]{escape(pred.get('note', ''))}[/dim]")
     return "\n".join(lines)
 

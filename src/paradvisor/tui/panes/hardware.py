@@ -22,13 +22,15 @@ class HardwarePane(TabPane):
         self.cluster_ref: dict = {}
 
     def compose(self) -> ComposeResult:
-        with Horizontal(classes="row"):
+        # Two rows, so that each box keeps the width a path or a host name needs at 80 columns and up.
+        with Horizontal(classes="row", id="cluster-row"):
             yield Input(
                 placeholder="cluster file, e.g. examples/clusters/paper000-two-servers.toml",
                 id="cluster-path",
             )
             yield Button("Load cluster", id="load-cluster", variant="primary")
-            yield Input(placeholder="ssh host", id="ssh-host", classes="narrow")
+        with Horizontal(classes="row", id="host-row"):
+            yield Input(placeholder="ssh host (user@host)", id="ssh-host")
             yield Button("Add host", id="add-host")
             yield Button("This machine", id="use-local")
         yield Static(id="hw-summary", classes="panel")

@@ -1,5 +1,6 @@
-"""Tab 3, Launch: the shipped (or given) presets, the plan selected in tab 2 with the command each node
-would run, saving that plan as a preset. Starting a run is the app's (it asks first and owns the run):
+"""Tab 3, Launch: the user's presets (the folder presets are saved to: ~/.config/paradvisor/presets, or
+--presets-dir) and the shipped ones, the plan selected in tab 2 with the command each node would run,
+saving that plan as a preset into the user's folder. Starting a run is the app's (it asks first and owns the run):
 this pane posts `LaunchRequested`."""
 
 from __future__ import annotations
@@ -57,9 +58,15 @@ class LaunchPane(TabPane):
         return self.query_one("#launch-msg", Static)
 
     def preset_options(self) -> list[tuple[str, str]]:
-        if not self.presets_dir.is_dir():
-            return []
-        return [(escape(p.stem), str(p)) for p in sorted(self.presets_dir.glob("*.toml"))]
+        """The presets in the save folder, then the shipped ones not shadowed by a saved one of that name."""
+        from paradvisor.shipped import presets_dir as shipped
+
+        seen: dict[str, str] = {}
+        for folder in (self.presets_dir, shipped()):
+            if folder.is_dir():
+                for p in sorted(folder.glob("*.toml")):
+                    seen.setdefault(p.stem, str(p))
+        return [(escape(stem), path) for stem, path in seen.items()]
 
     # ----------------------------------------------------------------------------------------- handlers
     @on(Button.Pressed, "#launch-preset")
@@ -99,14 +106,16 @@ class LaunchPane(TabPane):
 
     def plan_preset(self):
         """The selected plan as a launchable preset (single-node clusters run here; others export)."""
+        from paradvisor.rundir import safe_name
         from paradvisor.rundir.preset import preset_from_estimate
 
         plan = self.plan
+        typed = self.query_one("#preset-name", Input).value.strip()
         return preset_from_estimate(
             plan.rec,
             plan.entry,
             plan.cluster_ref,
-            name=self.query_one("#preset-name", Input).value.strip() or None,
+            name=safe_name(typed, "plan") if typed else None,
             description=f"{plan.rec.profile.name}: {plan.entry.plan.label()} (from the TUI)",
         )
 
@@ -118,25 +127,31 @@ class LaunchPane(TabPane):
 
     # ------------------------------------------------------------------------------------------ actions
     def save_preset(self) -> None:
+        """The selected plan into the user's preset folder as `<name>.toml` (the name rule of run directories:
+        rundir.safe_name), then chosen in the preset list so that L starts it."""
         from paradvisor.rundir.preset import save_preset
-        from paradvisor.safeio import inside
 
         if not self._has_plan():
             return
         pr = self.plan_preset()
-        try:  # the name typed is one file name inside the presets folder, never a path out of it
-            path = inside(self.presets_dir, f"{pr.name}.toml", what="preset name")
+        path = self.presets_dir / f"{pr.name}.toml"
+        try:
+            self.presets_dir.mkdir(parents=True, exist_ok=True)
             save_preset(path, pr.to_doc())
         except InputError as exc:
             self.notify(escape(exc), severity="error")
             return
+        except OSError as exc:
+            self.notify(escape(f"cannot save {path}: {exc.strerror or exc}"), severity="error")
+            return
         self.preset_select.set_options(self.preset_options())
+        self.preset_select.value = str(path)
         self.message_line.update(f"saved {escape(path)}")
         self.notify(f"saved {escape(path)}")
 
     def launch_preset(self) -> None:
         value = self.preset_select.value
-        if value is Select.BLANK or not value:
+        if self.preset_select.is_blank() or not isinstance(value, str):
             self.notify("choose a preset first", severity="warning")
             return
         self.show_working(f"reading {value}…")
@@ -171,4 +186,15 @@ class LaunchPane(TabPane):
         self.notify(escape(exc), severity="error", timeout=8)
 
     def show_started(self, name: str, run_dir: Path) -> None:
-        self.message_line.update(f"launched {escape(name)}: {escape(run_dir)}")
+        """A run was started: it is starting (its ranks may still fail at once), not yet "launched"."""
+        self.message_line.update(f"starting {escape(name)}: {escape(run_dir)} (tab 4 follows it)")
+
+    def show_ended(self, name: str, run_dir: Path, status: dict) -> None:
+        """The run ended: how (a run that failed at once says so here, with why)."""
+        state = str(status.get("status"))
+        tone = {"finished": "green", "cancelled": "yellow"}.get(state, "red")
+        why = status.get("reason") if state != "finished" else None
+        self.message_line.update(
+            f"[{tone}]{escape(name)} {escape(state)}[/{tone}]: {escape(run_dir)}"
+            + (f" — {escape(why)}" if why else "")
+        )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Select, Static, TabPane
 
@@ -17,6 +18,12 @@ from paradvisor.units import GiB, fmt_seconds, half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
 TYPING_PAUSE_S = 0.3  # the plans are ranked again once typing in a workload box pauses this long
+
+
+class PlansTable(DataTable):
+    """The ranked plans; Enter (shown in the footer) opens the highlighted plan's explanation."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Explain", key_display="⏎")]
 
 
 class PlansPane(TabPane):
@@ -44,16 +51,29 @@ class PlansPane(TabPane):
                 compact=True,
             )
             yield Input(placeholder="HF config", id="model-path", compact=True)
-            yield Input(placeholder="seq", id="seq-len", classes="narrow", type="integer", compact=True)
+            # empty means "the default" (the workload line says which): valid, never red
             yield Input(
-                placeholder="batch", id="global-batch", classes="narrow", type="integer", compact=True
+                placeholder="seq",
+                id="seq-len",
+                classes="narrow",
+                type="integer",
+                compact=True,
+                valid_empty=True,
+            )
+            yield Input(
+                placeholder="batch",
+                id="global-batch",
+                classes="narrow",
+                type="integer",
+                compact=True,
+                valid_empty=True,
             )
             yield Select(
                 [(p, p) for p in PRECISIONS], value="auto", allow_blank=False, id="precision", compact=True
             )
         yield Static(id="workload")
         yield Static(id="profile", classes="muted")
-        yield DataTable(id="plans-table", cursor_type="row", zebra_stripes=True)
+        yield PlansTable(id="plans-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="memory-bar", classes="panel")
         with VerticalScroll(id="plan-info"):
             yield Static(id="plan-reason")
@@ -232,10 +252,12 @@ class PlansPane(TabPane):
         gpus = max(1, rec.cluster.gpu_count)
         gb_from = "typed" if self._typed("global-batch") else f"{DEFAULT_BATCH_PER_GPU}/GPU x {gpus} GPUs"
         prec_from = "auto" if self._chosen("precision") == "auto" else "chosen"
+        # the warnings `recommend` prints (a sequence beyond the model's trained context, offline nodes...)
+        warned = "".join(f"\n[yellow]warning: {escape(w)}[/yellow]" for w in rec.warnings)
         self._static("workload").update(
             f"[b]workload[/b] seq [b]{wl.seq_len}[/b] [dim]({escape(seq_from)})[/dim] · batch "
             f"[b]{wl.global_batch}[/b] [dim]({escape(gb_from)})[/dim] · [b]{escape(rec.precision)}[/b] "
-            f"[dim]({prec_from})[/dim]"
+            f"[dim]({prec_from})[/dim]" + warned
         )
 
     def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:

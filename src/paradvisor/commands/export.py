@@ -1,0 +1,75 @@
+"""`paradvisor export RUN_DIR --out DIR`: the run's model as a Hugging Face folder, where the user wants it.
+
+A finished run already left RUN_DIR/model/ (gathered from the plan's shards by the ranks: train/export.py);
+this command checks it (config.json, the safetensors files its index names) and copies it to DIR, written beside
+and renamed into place. The checkpoint issue adds `--step N` (a checkpoint's weights through the same writer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from paradvisor.errors import InputError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="copy a run's model (a Hugging Face folder) out of its run directory",
+        description="Checks RUN_DIR/model/ (config.json, safetensors weights, tokenizer) and copies it to "
+        "--out. Exit code: 0 written, 2 bad input (no such run, no model, --out exists).",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<timestamp>-<name>)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (must not exist)")
+    p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    p.set_defaults(run=run)
+
+
+def check_model_folder(folder: Path) -> list[Path]:
+    """The files of a Hugging Face model folder, checked: config.json and every weight file its index names."""
+    if not (folder / "config.json").is_file():
+        raise InputError("no config.json: not a model folder", where=str(folder))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = set(json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError, TypeError):
+            raise InputError("not a safetensors index (no weight_map)", where=str(index)) from None
+        missing = sorted(n for n in names if not (folder / n).is_file())
+        if missing:
+            raise InputError(f"the index names {missing[0]}, which is missing", where=str(index))
+    elif not (folder / "model.safetensors").is_file():
+        raise InputError("no model.safetensors (and no index)", where=str(folder))
+    return sorted(f for f in folder.iterdir() if f.is_file())
+
+
+def copy_model(src: Path, out: Path, *, force: bool = False) -> Path:
+    files = check_model_folder(src)
+    if os.path.lexists(out):
+        if not force:
+            raise InputError("exists; give another --out or --force", where=str(out))
+        if not out.is_dir() or out.is_symlink():
+            raise InputError("exists and is not a folder", where=str(out))
+    from paradvisor.train.folders import folder_in_place
+
+    with folder_in_place(out) as tmp:
+        for f in files:
+            shutil.copy2(f, tmp / f.name)
+    return out
+
+
+def run(args) -> int:
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise InputError("no such run directory", where=str(run_dir))
+    src = run_dir / "model"
+    if not src.is_dir():
+        raise InputError(
+            "has no model/ (the run did not finish, or ran with train.export_model = false)",
+            where=str(run_dir),
+        )
+    print(copy_model(src, Path(args.out), force=args.force))
+    return 0

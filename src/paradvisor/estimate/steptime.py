@@ -1,0 +1,175 @@
+"""Step time of one micro-batch on a GPU, operation by operation (the model used where no calibration
+measured the device; `paradvisor calibrate` figures replace it on calibrated CPUs).
+
+Like Calculon (Isaev et al., SC'23) and the Megatron-LM papers, a transformer layer is a list of operations,
+each timed by what bounds it:
+  GEMMs        2·M·N·K FLOPs at the GPU's achievable dense rate times a size factor g/(g + G_HALF) (g in
+               GFLOP): large GEMMs reach GEMM_EFF of peak, small and skinny ones less.
+  memory-bound layer norms, bias+GeLU/SwiGLU, dropout, residual adds, softmax (the attention core when it
+               is not a fused flash kernel): bytes read + written at HBM_EFF of the memory bandwidth.
+  launches     every operation takes at least KERNEL_LAUNCH_S.
+  TP           2 all-reduces forward and 2 backward per layer (reduce-scatter + all-gather of the same bytes
+               with sequence parallelism), 2 more in a fully recomputed forward; at NVLINK_EFF of the link.
+Backward costs 2x the forward's GEMM FLOPs and memory traffic. Full recompute re-runs the forward (GEMMs,
+memory-bound ops and its TP collectives); selective recompute (Megatron-LM's, Korthikanti et al. 2022 §5)
+re-runs only the attention core: QKᵀ, softmax, dropout, attention over V.
+
+Parameter sources (public measurements, none fitted to benchmarks/validation):
+  GEMM_EFF     cuBLAS bf16/fp16 dense GEMM at large sizes: ~80% of peak on A100 (NVIDIA "Matrix
+               Multiplication Background" user's guide, A100 GEMM plots), ~70% on H100 SXM (public cuBLAS
+               GEMM sweeps: ~660-720 of 989 TFLOPS)
+  G_HALF       0.67 GFLOP: Calculon's A100 matrix-efficiency table (examples/a100.json: 60% of its top rate at
+               1 GFLOP, 90% at 16)
+  HBM_EFF      0.85: STREAM-like copy kernels reach 85-90% of HBM bandwidth on A100/H100
+  NVLINK_EFF   0.75: nccl-tests all_reduce bus bandwidth on 8-GPU DGX A100 (~230 of 300 GB/s) and DGX
+               H100 (~340-370 of 450 GB/s without NVLS)
+  NET_EFF      0.9: nccl-tests bus bandwidth over InfiniBand HDR/NDR, ~90% of line rate
+  KERNEL_LAUNCH_S  4 µs: CUDA kernel launch latency
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paradvisor.estimate import comm
+
+GEMM_EFF = {"ampere": 0.80, "hopper": 0.70, "blackwell": 0.70, "ada": 0.70}
+GEMM_EFF_DEFAULT = 0.70
+G_HALF = 0.67  # GFLOP at which a GEMM reaches half of its large-size rate
+HBM_EFF = 0.85
+NVLINK_EFF = 0.75
+NET_EFF = 0.90
+KERNEL_LAUNCH_S = 4e-6
+FLASH_EFF = 0.75  # a flash-attention kernel's rate relative to a large GEMM's (FlashAttention-2 paper, A100)
+
+
+@dataclass(frozen=True)
+class Device:
+    peak: float  # dense FLOP/s for the training precision
+    mem_bw: float  # bytes/s
+    arch: str
+
+    @property
+    def gemm_rate(self) -> float:
+        return self.peak * GEMM_EFF.get(self.arch, GEMM_EFF_DEFAULT)
+
+
+def gemm_time(m: float, n: float, k: float, dev: Device, batch: float = 1.0) -> float:
+    """Seconds for `batch` GEMMs of (m x k) @ (k x n)."""
+    flops = 2.0 * m * n * k * batch
+    if flops <= 0:
+        return 0.0
+    g = flops / 1e9 / batch
+    rate = dev.gemm_rate * g / (g + G_HALF)
+    return max(KERNEL_LAUNCH_S, flops / rate)
+
+
+def mem_time(nbytes: float, dev: Device) -> float:
+    return max(KERNEL_LAUNCH_S, nbytes / (dev.mem_bw * HBM_EFF)) if nbytes > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    gated: bool
+    causal: bool
+    dropout: bool
+    attn_params: int = 0
+
+
+def layer_forward(
+    sh: LayerShape,
+    *,
+    tokens: int,
+    seq: int,
+    tp: int,
+    sp: bool,
+    attention: str,
+    act_bytes: int,
+    dev: Device,
+) -> dict[str, float]:
+    """Forward seconds of one layer on one TP rank, split into GEMMs, the attention core and the
+    memory-bound rest."""
+    h, t, ab = sh.hidden, max(1, tp), act_bytes
+    d_attn = sh.heads * sh.head_dim
+    kv = sh.kv_heads * sh.head_dim
+    # projections (tokens x in) @ (in x out/t)
+    if sh.attn_params:
+        gemm = gemm_time(tokens, sh.attn_params / h / t, h, dev)
+    else:
+        gemm = gemm_time(tokens, (d_attn + 2 * kv) / t, h, dev) + gemm_time(tokens, h, d_attn / t, dev)
+    up = (2 if sh.gated else 1) * sh.ffn
+    gemm += gemm_time(tokens, up / t, h, dev) + gemm_time(tokens, h, sh.ffn / t, dev)
+    # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
+    heads_local = sh.heads / t
+    b = tokens / seq
+    if attention == "eager":
+        core = 2 * gemm_time(seq, seq, sh.head_dim, dev, batch=b * heads_local)
+        probs = b * heads_local * seq * seq  # softmax in/out (+ dropout: in, out, mask)
+        core += mem_time(probs * ab * 2, dev) + (mem_time(probs * (2 * ab + 1), dev) if sh.dropout else 0.0)
+    else:  # a fused flash kernel: no s x s traffic; causal masks skip half the blocks
+        fl = 4.0 * b * heads_local * seq * seq * sh.head_dim * (0.5 if sh.causal else 1.0)
+        core = max(KERNEL_LAUNCH_S, fl / (dev.gemm_rate * FLASH_EFF))
+    # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
+    rep = tokens * h / (t if sp else 1)
+    ew = 2 * (2 * ab * rep)  # two layer norms: read, write
+    ew += 2 * (3 * ab * rep)  # two residual adds: read 2, write 1
+    if sh.dropout:
+        ew += 2 * ((2 * ab + 1) * rep)  # two dropouts: read, write, 1-byte mask
+    ew += (3 if sh.gated else 2) * ab * tokens * sh.ffn / t  # activation function (and gate product)
+    ew += 2 * ab * tokens * (d_attn + 2 * kv) / t  # bias / rotary on q, k, v
+    rest = mem_time(ew, dev) + 8 * KERNEL_LAUNCH_S
+    return {"gemm": gemm, "core": core, "rest": rest}
+
+
+def tp_layer_comm(tokens: int, hidden: int, tp: int, act_bytes: int, bw: float, lat: float) -> float:
+    """One layer's forward TP collectives: 2 all-reduces of the layer output (or with SP a
+    reduce-scatter + all-gather pair each, the same bytes)."""
+    if tp <= 1:
+        return 0.0
+    return 2 * comm.all_reduce(tokens * hidden * act_bytes, tp, bw, lat)
+
+
+def micro_batch_time(
+    sh: LayerShape,
+    *,
+    layers: int,
+    tokens: int,
+    seq: int,
+    tp: int,
+    sp: bool,
+    attention: str,
+    act_bytes: int,
+    checkpointing: str,
+    dev: Device,
+    head_vocab: int = 0,
+    vocab_tp: int = 1,
+    tp_bw: float = 0.0,
+    tp_lat: float = 0.0,
+) -> dict[str, float]:
+    """Seconds of one micro-batch through `layers` layers (+ the LM head and loss when `head_vocab`):
+    forward, backward, recompute and TP communication (forward + backward + recomputed forward)."""
+    f = layer_forward(
+        sh, tokens=tokens, seq=seq, tp=tp, sp=sp, attention=attention, act_bytes=act_bytes, dev=dev
+    )
+    fwd_layer = f["gemm"] + f["core"] + f["rest"]
+    fwd = layers * fwd_layer
+    bwd = 2 * fwd
+    if head_vocab:
+        v_local = head_vocab / vocab_tp
+        head = gemm_time(tokens, v_local, sh.hidden, dev)
+        loss = mem_time(tokens * v_local * 4 * 3, dev)  # fp32 softmax + cross-entropy: read, write, read
+        fwd += head + loss
+        bwd += 2 * head + loss
+    rec = 0.0
+    if checkpointing == "full":
+        rec = layers * fwd_layer
+    elif checkpointing == "selective":
+        rec = layers * f["core"] if attention == "eager" else 0.0
+    tp_fwd = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat)
+    tp_total = tp_fwd * (2 + (1 if checkpointing == "full" else 0))
+    return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_comm": tp_total}

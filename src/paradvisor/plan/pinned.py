@@ -1,0 +1,238 @@
+"""The estimate of one pinned plan (`paradvisor estimate`): the user's plan, checked against the model and the
+machines, then evaluated by the same `evaluate()` the search ranks with, so a plan that `recommend` also ranks
+gets identical numbers.
+
+Keys the user leaves out take the planner's defaults: dp fills the GPUs left by tp x pp, grad_accum splits the
+global batch over dp x micro_batch, precision is the one `recommend` would choose. A plan the launcher cannot run
+is still estimated and marked "estimate only" with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from paradvisor.errors import InputError
+from paradvisor.estimate.stages import split_problem
+from paradvisor.plan.capability import family_of, why_not
+from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.space import schedule_ok
+from paradvisor.plan.types import Plan, Workload
+
+PLAN_KEYS = tuple(f.name for f in fields(Plan))
+
+
+@dataclass
+class PinnedEstimate:
+    estimate: Estimate
+    precision: str
+    estimate_only: str | None  # why `paradvisor launch` cannot run it (None: it can)
+    warnings: list[str] = field(default_factory=list)
+    fired_rules: list[dict] = field(default_factory=list)
+
+
+def fill_defaults(given: dict, *, world: int, wl: Workload, precision: str) -> Plan:
+    """The plan from the keys given, the planner's defaults for the rest."""
+    kw = dict(given)
+    tp, pp = kw.get("tp", 1), kw.get("pp", 1)
+    if "dp" not in kw:
+        if world % (tp * pp):
+            raise InputError(f"tp x pp = {tp * pp} does not divide the {world} GPUs", where="--plan")
+        kw["dp"] = world // (tp * pp)
+    dp, mb = kw["dp"], kw.get("micro_batch", 1)
+    if "grad_accum" not in kw:
+        if wl.global_batch % (dp * mb):
+            raise InputError(
+                f"dp x micro_batch = {dp * mb} does not divide the global batch {wl.global_batch}",
+                where="--plan",
+            )
+        kw["grad_accum"] = wl.global_batch // (dp * mb)
+    kw.setdefault("precision", precision)
+    if kw.get("pp_virtual_stages", 1) > 1 and "pp_schedule" not in kw:
+        kw["pp_schedule"] = "interleaved1f1b"
+    return Plan.from_dict(kw)
+
+
+def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
+    """InputError naming the first constraint the plan breaks."""
+    check_model(plan, mf)
+    w = "--plan"
+    if plan.dp * plan.tp * plan.pp != world:
+        raise InputError(
+            f"dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size} is not the GPU count {world}",
+            where=w,
+        )
+    per_step = plan.dp * plan.micro_batch * plan.grad_accum
+    if not plan.rank_batches and per_step != wl.global_batch:
+        raise InputError(
+            f"dp x micro_batch x grad_accum = {per_step} is not the global batch {wl.global_batch}", where=w
+        )
+    if plan.diloco and plan.local_steps is None:
+        raise InputError("diloco needs local_steps", where=w)
+    if plan.ep > 1 and plan.dp % plan.ep:
+        raise InputError(f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w)
+
+
+def check_model(plan: Plan, mf: ModelFacts) -> None:
+    """The constraints the model sets on tp, pp, virtual stages and ep (InputError naming the first broken)."""
+    w = "--plan"
+    s = mf.shape
+    if plan.pp_virtual_stages > 1 and plan.pp_schedule != "interleaved1f1b":
+        raise InputError(
+            f'pp_virtual_stages {plan.pp_virtual_stages} needs pp_schedule = "interleaved1f1b"', where=w
+        )
+    if s is None:
+        if plan.tp > 1 or plan.pp > 1:
+            raise InputError(f"{mf.profile.name} has no transformer blocks to split by tp or pp", where=w)
+    else:
+        if s.heads % plan.tp:
+            raise InputError(f"tp {plan.tp} does not divide the {s.heads} attention heads", where=w)
+        if s.kv_heads % plan.tp and plan.tp % s.kv_heads:
+            raise InputError(
+                f"tp {plan.tp} and the {s.kv_heads} KV heads: neither divides the other "
+                "(Megatron-LM replicates KV heads only when tp is a multiple of their count)",
+                where=w,
+            )
+        if s.ffn % plan.tp:
+            raise InputError(f"tp {plan.tp} does not divide the FFN width {s.ffn}", where=w)
+        if plan.pp > 1:
+            if s.shared_layers:
+                raise InputError(
+                    f"{mf.profile.name} shares one layer across depth: no pipeline split", where=w
+                )
+            v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
+            why = split_problem(s.num_layers, plan.pp, v, plan.pp_split)
+            if why:
+                raise InputError(why, where=w)
+        elif plan.pp_virtual_stages > 1:
+            raise InputError("pp_virtual_stages > 1 needs pp > 1", where=w)
+    if plan.ep > 1:
+        if mf.moe is None:
+            raise InputError(f"ep {plan.ep}: {mf.profile.name} has no experts", where=w)
+        if mf.moe.num_experts % plan.ep:
+            raise InputError(f"ep {plan.ep} does not divide the {mf.moe.num_experts} experts", where=w)
+        if plan.dp % plan.ep:
+            raise InputError(
+                f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w
+            )
+    if plan.sequence_parallel and plan.tp == 1:
+        raise InputError("sequence_parallel needs tp > 1", where=w)
+
+
+def launch_problem(plan: Plan, profile, topo: Topology) -> str | None:
+    """Why `paradvisor launch` cannot run the plan (None: it can)."""
+    why = why_not(plan, family_of(profile))
+    if why:
+        return why
+    if not schedule_ok(plan):
+        if plan.pp_schedule == "interleaved1f1b":
+            return (
+                f"interleaved 1F1B runs micro-batches in rounds: grad_accum {plan.grad_accum} must be at least pp "
+                f"{plan.pp} and divisible by grad_accum // pp"
+            )
+        return f"1F1B needs at least one micro-batch per stage: grad_accum {plan.grad_accum} < pp {plan.pp}"
+    if plan.tp > topo.gpus_per_node_gcd:
+        return f"tp {plan.tp} spans nodes (the launcher keeps a TP group inside one node of {topo.gpus_per_node_gcd})"
+    s = profile.transformer
+    if s is not None and plan.tp > 1 and s.kv_heads % plan.tp:
+        return f"the launcher splits KV heads over tp: tp {plan.tp} > {s.kv_heads} KV heads is plan only"
+    return None
+
+
+def estimate_pinned(
+    profile, cluster, wl: Workload, given: dict, *, margin: float, rule_sets=None
+) -> PinnedEstimate:
+    """Check and estimate one plan given as keys (the rest defaulted)."""
+    from paradvisor.plan.search import choose_precision, validate, without_gpuless_nodes
+
+    cluster, warnings = without_gpuless_nodes(cluster)
+    warnings += validate(profile, cluster, wl)
+    precision = choose_precision(cluster, wl.precision)
+    mf = ModelFacts.of(profile)
+    topo = Topology.of(cluster)
+    provisional = {**given, "pp_schedule": given.get("pp_schedule", "1f1b")}
+    if given.get("pp_virtual_stages", 1) > 1 and "pp_schedule" not in given:
+        provisional["pp_schedule"] = "interleaved1f1b"
+    check_model(Plan.from_dict(provisional), mf)  # the model's constraints first: they name the real cause
+    plan = fill_defaults(given, world=topo.world, wl=wl, precision=precision)
+    check(plan, mf, topo.world, wl)
+    e = evaluate(mf, topo, wl, plan, plan.precision, margin)
+    s = profile.transformer
+    if plan.checkpointing == "selective" and wl.attention == "sdpa" and s is not None:
+        e.notes.append(
+            "selective recompute re-runs the attention core only; with SDPA/flash attention the core keeps no "
+            "s x s tensors, so it saves no memory over none here"
+        )
+    if s is not None and plan.tp > s.kv_heads:
+        e.notes.append(
+            f"tp {plan.tp} > {s.kv_heads} KV heads: Megatron-LM replicates each KV head over tp/{s.kv_heads} ranks"
+        )
+    fired: list[dict] = []
+    if rule_sets:
+        from paradvisor.rules.engine import apply_rules
+
+        fired = apply_rules(
+            rule_sets, [e], profile=profile, cluster=cluster, workload=wl, topo=topo, precision=precision
+        )
+    why = launch_problem(plan, profile, topo)
+    if why:
+        e.notes.append(f"estimate only: {why}")
+    return PinnedEstimate(e, precision, why, warnings, fired)
+
+
+def plan_of_doc(doc) -> dict:
+    """The plan keys of a `recommend --json` plan (the whole entry, or its "plan" table)."""
+    if not isinstance(doc, dict):
+        raise InputError(
+            "expected a JSON object (one plan as `recommend --json` prints it)", where="--plan-json"
+        )
+    table = doc.get("plan", doc)
+    if not isinstance(table, dict):
+        raise InputError('"plan" must be an object', where="--plan-json")
+    return dict(table)
+
+
+def parse_plan_text(text: str) -> dict:
+    """`k=v,k=v` as a table: integers, true/false, numbers, else strings."""
+    table: dict = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key:
+            raise InputError(f"{item!r} is not key=value", where="--plan")
+        if key in table:
+            raise InputError(f"{key!r} is given twice", where="--plan")
+        table[key] = _value(raw)
+    return table
+
+
+def _value(raw: str):
+    low = raw.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+PLAN_TEXT_KEYS = (
+    "dp", "tp", "pp", "ep", "sharding", "micro_batch", "grad_accum", "checkpointing", "sequence_parallel",
+    "pp_schedule", "pp_virtual_stages", "pp_split", "offload", "precision",
+)  # fmt: skip
+
+
+def plan_text(plan: Plan) -> str:
+    """A plan as `--plan` text: the parallel degrees and batch always, the other keys where not default."""
+    default = Plan()
+    always = {"dp", "tp", "pp", "micro_batch", "grad_accum"}
+    parts = []
+    for k in PLAN_TEXT_KEYS:
+        v = getattr(plan, k)
+        if k in always or v != getattr(default, k):
+            parts.append(f"{k}={str(v).lower() if isinstance(v, bool) else v}")
+    return ",".join(parts)

@@ -1,0 +1,650 @@
+"""The user's corpus (`[train] dataset = "files"`): files found, checked, fingerprinted, tokenized once and cached.
+
+`data_path` is a file, a folder or a glob of JSONL/JSON, Parquet, CSV, Arrow or plain-text files. They are read
+with Hugging Face `datasets` in streaming mode (a corpus larger than memory only ever has one block in memory),
+tokenized with the model folder's own tokenizer (or `train.tokenizer`), and written as one flat token stream,
+documents separated by the tokenizer's EOS (`train.bin`, and `eval.bin` for the held-out part). Training
+samples are windows of seq_len + 1 tokens of that stream (train/tokens.py), so seq_len is not part of the key.
+
+The cache lives in `train.cache_dir` (default `$PARADVISOR_CACHE_DIR` or `~/.cache/paradvisor/tokens`), one
+folder per key: the files' fingerprints (path, size, mtime and a SHA-256 of the content, computed once and
+stored, so a relaunch does not re-read the corpus), the tokenizer's files, the text field and the eval split.
+One process tokenizes (an exclusive lock on the key), every other process on the node (or on every node when
+the cache folder is shared) waits for it and reuses the result. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.train.folders import make_private_dir
+
+FORMATS = {
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".arrow": "arrow",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+}
+TEXT_LIKE = ("json", "csv", "text")  # checked for UTF-8 while fingerprinted
+CACHE_VERSION = 1
+BATCH_DOCS = 1000
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "added_tokens.json",
+)
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("PARADVISOR_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "paradvisor" / "tokens"
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding and checking the files
+
+
+def _format_of(p: Path) -> str | None:
+    return FORMATS.get(p.suffix.lower())
+
+
+def _check_file(p: Path, where: str) -> None:
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise InputError("no such file", where=str(p)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", where=str(p)) from None
+    if not stat.S_ISREG(st.st_mode):
+        from paradvisor.safeio import _kind
+
+        raise InputError(f"is {_kind(st.st_mode)}, expected a data file (a regular file)", where=str(p))
+    if st.st_size == 0:
+        raise InputError("is empty", where=str(p))
+    if not os.access(p, os.R_OK):
+        raise InputError("is not readable (permission denied)", where=str(p))
+
+
+def find_files(data_path: str, where: str) -> list[Path]:
+    """The data files of `data_path` (a file, a folder searched recursively, or a glob), sorted, each checked:
+    a regular, non-empty, readable file of a known format."""
+    if not data_path:
+        raise InputError("no data path given", where=where)
+    if any(c in data_path for c in "*?["):
+        files = [Path(f) for f in sorted(glob.glob(os.path.expanduser(data_path), recursive=True))]
+        files = [f for f in files if not f.is_dir()]
+        if not files:
+            raise InputError("the glob matches no file", where=f"{where} = {data_path!r}")
+    else:
+        p = Path(data_path).expanduser()
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and _format_of(f))
+            if not files:
+                raise InputError(
+                    f"no data files in the folder (expected {', '.join(sorted(FORMATS))})", where=str(p)
+                )
+        elif os.path.lexists(p):
+            files = [p]
+        else:
+            raise InputError("no such file or folder", where=f"{where} = {data_path!r}")
+    for f in files:
+        if _format_of(f) is None:
+            raise InputError(
+                f"unknown data format; expected one of {', '.join(sorted(FORMATS))}", where=str(f)
+            )
+        _check_file(f, where)
+    return files
+
+
+def _first_record(p: Path, fmt: str) -> tuple[set[str] | None, int]:
+    """The field names of the file's first record (None for plain text) and its line number."""
+    if fmt == "text":
+        return None, 1
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return set(pq.read_schema(p).names), 1
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a broken file
+            raise InputError(f"not a Parquet file: {exc}", where=str(p)) from None
+    if fmt == "arrow":
+        import pyarrow as pa
+
+        for opener in (pa.ipc.open_stream, pa.ipc.open_file):
+            try:
+                with pa.memory_map(str(p)) as src:
+                    return set(opener(src).schema.names), 1
+            except Exception:  # noqa: BLE001
+                continue
+        raise InputError("not an Arrow file (IPC stream or file)", where=str(p))
+    with open(p, "rb") as fh:
+        line_no = 0
+        for raw in fh:
+            line_no += 1
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError("undecodable bytes (not UTF-8)", where=f"{p}: line {line_no}") from None
+            if fmt == "csv":
+                import csv
+
+                return set(next(csv.reader([line]))), line_no
+            if line.lstrip().startswith("["):  # a JSON array: datasets reads it whole; look at one record
+                return None, line_no
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not JSON Lines: {exc.msg}", where=f"{p}: line {line_no}") from None
+            if not isinstance(doc, dict):
+                raise InputError("expected a JSON object per line", where=f"{p}: line {line_no}")
+            return set(doc), line_no
+    raise InputError("has no records (only blank lines)", where=str(p))
+
+
+def check_fields(files: list[Path], text_field: str) -> None:
+    """Every file's first record has the text field (plain text files have no fields)."""
+    for f in files:
+        fields, line = _first_record(f, _format_of(f))
+        if fields is not None and text_field not in fields:
+            raise InputError(
+                f"no field {text_field!r} (the record has {', '.join(sorted(fields)[:8]) or 'no fields'}); "
+                "set train.text_field",
+                where=f"{f}: line {line}",
+            )
+
+
+# ------------------------------------------------------------------------------------------------
+# Fingerprints: computed once per (path, size, mtime), stored in the cache folder
+
+
+def _sha_name(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def fingerprint(p: Path, root: Path) -> str:
+    """SHA-256 of the file's content, read once per (path, size, mtime) and stored under root/fingerprints;
+    the same read checks text-like files for bytes that are not UTF-8 (naming the line)."""
+    p = p.resolve()
+    st = p.stat()
+    key = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    store = root / "fingerprints" / f"{_sha_name(str(p))}.json"
+    try:
+        doc = json.loads(store.read_text())
+        if {k: doc.get(k) for k in key} == key and doc.get("sha256"):
+            return doc["sha256"]
+    except (OSError, ValueError):
+        pass
+    h = hashlib.sha256()
+    check = _format_of(p) in TEXT_LIKE
+    dec = codecs.getincrementaldecoder("utf-8")()
+    lines = 1
+    with open(p, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+            if check:
+                try:
+                    dec.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    bad = lines + chunk[: exc.start].count(b"\n")
+                    raise InputError("undecodable bytes (not UTF-8)", where=f"{p}: line {bad}") from None
+                lines += chunk.count(b"\n")
+        if check:
+            try:
+                dec.decode(b"", final=True)
+            except UnicodeDecodeError:
+                raise InputError(
+                    "undecodable bytes (not UTF-8) at the end", where=f"{p}: line {lines}"
+                ) from None
+    digest = h.hexdigest()
+    make_private_dir(store.parent)
+    tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**key, "sha256": digest}))
+    os.replace(tmp, store)
+    return digest
+
+
+# ------------------------------------------------------------------------------------------------
+# The tokenizer
+
+
+def tokenizer_source(preset) -> str | None:
+    """The folder (or tokenizer.json) the run tokenizes with: train.tokenizer, else the model folder when it
+    holds tokenizer files, else None (built-in models keep their own data and tokenizer)."""
+    t = preset.train
+    if t.tokenizer:
+        return t.tokenizer
+    model = Path(preset.workload.model)
+    if model.is_dir() and any((model / f).is_file() for f in TOKENIZER_FILES):
+        return str(model)
+    return None
+
+
+def load_tokenizer(source: str, where: str):
+    """transformers' AutoTokenizer of a folder (offline), or a bare tokenizer.json wrapped as a fast tokenizer."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    p = Path(source).expanduser()
+    if not p.exists():
+        raise InputError("no such tokenizer folder or file", where=f"{where} = {source!r}")
+    if p.is_dir() and not any((p / f).is_file() for f in TOKENIZER_FILES):
+        raise InputError(
+            f"no tokenizer in the folder (expected one of {', '.join(TOKENIZER_FILES[:3])}, ...)",
+            where=str(p),
+        )
+    try:
+        if p.is_file():
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast(tokenizer_file=str(p))
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a broken tokenizer
+        raise InputError(
+            f"cannot load the tokenizer: {str(exc).splitlines()[0][:200]}", where=str(p)
+        ) from None
+
+
+def tokenizer_hash(source: str) -> str:
+    p = Path(source).expanduser()
+    h = hashlib.sha256()
+    files = [p] if p.is_file() else [p / f for f in TOKENIZER_FILES if (p / f).is_file()]
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def eos_of(tok, where: str) -> int:
+    eos = tok.eos_token_id
+    if eos is None:
+        eos = tok.sep_token_id
+    if eos is None:
+        raise InputError("the tokenizer has no EOS (or SEP) token to put between documents", where=where)
+    return int(eos)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plan of a corpus: files, split, key
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    files: tuple[Path, ...]
+    eval_files: tuple[Path, ...]
+    text_field: str
+    eval_fraction: float
+    tokenizer: str
+    root: Path
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+    def key(self) -> str:
+        doc = {
+            "v": CACHE_VERSION,
+            "files": [[str(f.resolve()), fingerprint(f, self.root)] for f in self.files],
+            "eval_files": [[str(f.resolve()), fingerprint(f, self.root)] for f in self.eval_files],
+            "text_field": self.text_field,
+            "eval_fraction": self.eval_fraction,
+            "tokenizer": tokenizer_hash(self.tokenizer),
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+    def folder(self) -> Path:
+        return self.root / self.key()
+
+
+def uses_files(preset) -> bool:
+    """Whether the run reads the user's corpus through this module: dataset "files", or "text" with a tokenizer."""
+    t = preset.train
+    return t.dataset == "files" or (t.dataset == "text" and tokenizer_source(preset) is not None)
+
+
+def corpus_spec(preset) -> CorpusSpec:
+    """The corpus of a preset, every file checked (exists, regular, non-empty, readable, known format, the text
+    field in its first record); raises InputError naming the file and line or key."""
+    t = preset.train
+    where = preset.path or "preset"
+    src = tokenizer_source(preset)
+    if src is None:
+        raise InputError(
+            "dataset 'files' needs a tokenizer: a model folder with tokenizer files, or train.tokenizer = PATH",
+            where=f"{where}: train.tokenizer",
+        )
+    files = find_files(t.data_path or "", f"{where}: train.data_path")
+    eval_files = find_files(t.eval_path, f"{where}: train.eval_path") if t.eval_path else []
+    if t.eval_path and t.eval_fraction:
+        raise InputError(
+            "give either eval_path or eval_fraction, not both", where=f"{where}: train.eval_fraction"
+        )
+    if not 0 <= t.eval_fraction < 1:
+        raise InputError("eval_fraction must be in [0, 1)", where=f"{where}: train.eval_fraction")
+    check_fields(files + eval_files, t.text_field)
+    return CorpusSpec(
+        tuple(files), tuple(eval_files), t.text_field, float(t.eval_fraction), src, cache_root(t.cache_dir)
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Tokenizing
+
+
+def _is_eval(file_index: int, row: int, fraction: float) -> bool:
+    """A document's side of the held-out split: a hash of its position, the same on every machine."""
+    return fraction > 0 and zlib.crc32(f"{file_index}:{row}".encode()) / 2**32 < fraction
+
+
+def _iter_docs(f: Path, text_field: str, root: Path):
+    """(line or record number, text) of each document of one file, streamed by `datasets` block by block."""
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    fmt = _format_of(f)
+    kw = {"sample_by": "paragraph"} if fmt == "text" else {}
+    field = "text" if fmt == "text" else text_field
+    try:
+        ds = datasets.load_dataset(
+            fmt, data_files=[str(f)], split="train", streaming=True, cache_dir=str(root / "hf"), **kw
+        )
+        row = 0
+        for batch in ds.iter(batch_size=BATCH_DOCS):
+            if field not in batch:
+                raise InputError(f"no field {field!r}", where=f"{f}: record {row + 1}")
+            for text in batch[field]:
+                row += 1
+                if not isinstance(text, str):
+                    what = "null" if text is None else type(text).__name__
+                    line = row + (1 if fmt == "csv" else 0)
+                    raise InputError(
+                        f"field {field!r} is {what}, expected a string", where=f"{f}: line {line}"
+                    )
+                yield row, text
+    except InputError:
+        raise
+    except UnicodeDecodeError:
+        raise InputError("undecodable bytes (not UTF-8)", where=str(f)) from None
+    except Exception as exc:  # noqa: BLE001 - pyarrow/datasets raise many kinds for a broken file
+        msg = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InputError(f"cannot read as {fmt}: {msg}", where=str(f)) from None
+
+
+class Progress:
+    """Tokenization progress on stderr: a rewritten line in a terminal, else a line every few seconds."""
+
+    def __init__(self, total_bytes: int, stream=None, every_s: float = 5.0):
+        self.total, self.done, self.tokens = max(1, total_bytes), 0, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.every = 0.2 if self.tty else every_s
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, nbytes: int, ntokens: int, final: bool = False) -> None:
+        self.done += nbytes
+        self.tokens += ntokens
+        now = time.monotonic()
+        if not final and now - self.last < self.every:
+            return
+        self.last = now
+        rate = self.done / max(1e-9, now - self.t0) / 1e6
+        pct = min(100.0, 100.0 * self.done / self.total) if not final else 100.0
+        line = f"tokenizing: {pct:5.1f}%  {self.tokens:,} tokens  {rate:.1f} MB/s"
+        self.stream.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
+        self.stream.flush()
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A tokenized corpus in the cache: flat token files and what they hold."""
+
+    folder: Path
+    meta: dict
+
+    @property
+    def train_file(self) -> Path:
+        return self.folder / "train.bin"
+
+    @property
+    def eval_file(self) -> Path | None:
+        return self.folder / "eval.bin" if self.meta.get("eval_tokens") else None
+
+    def samples(self, seq_len: int, split: str = "train") -> int:
+        n = self.meta["train_tokens" if split == "train" else "eval_tokens"]
+        return max(0, (n - 1) // seq_len)
+
+
+def _write_tokens(spec: CorpusSpec, tok, out: Path, progress: Callable | None) -> dict:
+    import numpy as np
+
+    eos = eos_of(tok, spec.tokenizer)
+    dtype = np.uint16 if len(tok) <= 65535 else np.uint32
+    counts = {"train": 0, "eval": 0}
+    docs = {"train": 0, "eval": 0}
+    t0 = time.perf_counter()
+    with open(out / "train.bin", "wb") as ftrain, open(out / "eval.bin", "wb") as feval:
+        sinks = {"train": ftrain, "eval": feval}
+        jobs = [(i, f, None) for i, f in enumerate(spec.files)] + [(-1, f, "eval") for f in spec.eval_files]
+
+        def flush(texts: list[str], sides: list[str]) -> None:
+            """Tokenize a batch of documents and append each, then EOS, to its side's token file."""
+            if not texts:
+                return
+            enc = tok(texts, add_special_tokens=False)["input_ids"]
+            ntok = 0
+            for ids, side in zip(enc, sides):
+                arr = np.asarray(ids + [eos], dtype=dtype)
+                sinks[side].write(arr.tobytes())
+                counts[side] += arr.size
+                docs[side] += 1
+                ntok += arr.size
+            if progress:
+                progress(sum(len(t.encode()) for t in texts), ntok)
+            texts.clear()
+            sides.clear()
+
+        for i, f, forced in jobs:
+            texts: list[str] = []
+            sides: list[str] = []
+            for row, text in _iter_docs(f, spec.text_field, spec.root):
+                if not text:
+                    continue
+                texts.append(text)
+                sides.append(forced or ("eval" if _is_eval(i, row, spec.eval_fraction) else "train"))
+                if len(texts) >= BATCH_DOCS:
+                    flush(texts, sides)
+            flush(texts, sides)
+    if progress:
+        progress(0, 0, final=True)
+    return {
+        "train_tokens": counts["train"],
+        "eval_tokens": counts["eval"],
+        "train_docs": docs["train"],
+        "eval_docs": docs["eval"],
+        "dtype": np.dtype(dtype).name,
+        "eos": eos,
+        "vocab": len(tok),
+        "bytes": spec.bytes,
+        "seconds": time.perf_counter() - t0,
+        "files": [str(f) for f in spec.files],
+        "eval_files": [str(f) for f in spec.eval_files],
+        "tokenizer": spec.tokenizer,
+        "text_field": spec.text_field,
+    }
+
+
+def cached(spec: CorpusSpec) -> Corpus | None:
+    folder = spec.folder()
+    try:
+        return Corpus(folder, json.loads((folder / "meta.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def prepare(spec: CorpusSpec, *, progress: Callable | None = None, tok=None) -> Corpus:
+    """The tokenized corpus: from the cache, or tokenized now by this process while any other one asking for the
+    same key waits on the lock (then finds it in the cache)."""
+    make_private_dir(spec.root)
+    hit = cached(spec)
+    if hit is not None:
+        return hit
+    key = spec.key()
+    with open(spec.root / f"{key}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            hit = cached(spec)
+            if hit is not None:
+                return hit
+            from paradvisor.safeio import private_subdir
+
+            tmp = spec.root / f".{key}.{os.getpid()}.tmp"
+            if tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp)  # left by a process of this pid that died
+            tmp = private_subdir(spec.root, tmp.name)
+            try:
+                tok = tok or load_tokenizer(spec.tokenizer, "train.tokenizer")
+                meta = _write_tokens(spec, tok, tmp, progress)
+                if meta["train_tokens"] == 0:
+                    raise InputError(
+                        "the corpus has no text (every document is empty)", where=str(spec.files[0])
+                    )
+                (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+                os.replace(tmp, spec.folder())
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+            return Corpus(spec.folder(), meta)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def check_corpus(preset, *, tokenize: bool = False, progress: Callable | None = None) -> Corpus | None:
+    """Preflight of a files run: the files (and their first records), the tokenizer against the model's vocab
+    (from the tokenizer's size, without tokenizing) and, when the corpus is tokenized (`tokenize` or already in
+    the cache), the corpus against one global batch."""
+    where = preset.path or "preset"
+    spec = corpus_spec(preset)
+    tok = load_tokenizer(spec.tokenizer, f"{where}: train.tokenizer")
+    eos_of(tok, spec.tokenizer)
+    from paradvisor.train.modelspec import resolved_config
+
+    _, cfg = resolved_config(preset)
+    vocab = cfg.get("vocab_size")
+    if vocab is not None and len(tok) > int(vocab):
+        raise InputError(
+            f"the tokenizer has {len(tok):,} tokens, more than the model's vocab_size {int(vocab):,}",
+            where=f"{where}: train.tokenizer ({spec.tokenizer})",
+        )
+    corpus = prepare(spec, progress=progress, tok=tok) if tokenize else cached(spec)
+    seq, gb = preset.workload.seq_len, preset.workload.global_batch
+    # not tokenized yet: a token is at least a byte of the files (an upper bound on the samples)
+    tokens = corpus.meta["train_tokens"] if corpus is not None else spec.bytes
+    n = max(0, (tokens - 1) // seq)
+    if n < gb:
+        what = (
+            f"{n} samples of {seq} tokens" if corpus is not None else f"at most {n} samples of {seq} tokens"
+        )
+        raise InputError(
+            f"the corpus has {what} ({tokens:,} tokens), fewer than one global batch of {gb}",
+            where=f"{where}: train.data_path",
+        )
+    return corpus
+
+
+def tokens_per_byte(spec: CorpusSpec, sample: int = 1 << 20) -> float:
+    """Tokens per byte of the files, measured on the first MiB of the first JSON Lines or text file (documents
+    plus their EOS); 1/4 for other formats."""
+    f = spec.files[0]
+    fmt = _format_of(f)
+    if fmt not in ("json", "text") or f.suffix.lower() == ".json":
+        return 0.25
+    tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
+    with open(f, "rb") as fh:
+        raw = fh.read(sample)
+    raw = raw[: raw.rfind(b"\n") + 1] or raw
+    text = raw.decode("utf-8", errors="replace")
+    if fmt == "json":
+        docs = []
+        for line in text.splitlines():
+            try:
+                docs.append(str(json.loads(line).get(spec.text_field, "")))
+            except (ValueError, AttributeError):
+                continue
+    else:
+        docs = [d for d in text.split("\n\n") if d]
+    if not docs:
+        return 0.25
+    n = sum(len(ids) + 1 for ids in tok(docs, add_special_tokens=False)["input_ids"])
+    return n / max(1, len(raw))
+
+
+def epoch_facts(preset, step_time_s: float | None = None) -> dict | None:
+    """Tokens and steps per epoch (exact when the corpus is in the cache, else estimated from its bytes and the
+    tokens per byte of its first MiB) and, given the predicted step time, the time per epoch. None when the run has no files."""
+    if not uses_files(preset):
+        return None
+    spec = corpus_spec(preset)
+    hit = cached(spec)
+    seq = preset.workload.seq_len
+    if hit is not None:
+        tokens, exact = hit.meta["train_tokens"], True
+    else:
+        tokens, exact = int(spec.bytes * (1 - spec.eval_fraction) * tokens_per_byte(spec)), False
+    samples = max(0, (tokens - 1) // seq)
+    steps = samples // max(1, preset.workload.global_batch)
+    out = {"tokens_per_epoch": tokens, "exact": exact, "samples_per_epoch": samples, "steps_per_epoch": steps}
+    if step_time_s:
+        out["epoch_time_s"] = steps * step_time_s
+    return out
+
+
+def epoch_line(facts: dict | None) -> str:
+    if not facts:
+        return ""
+    from paradvisor.units import fmt_seconds
+
+    approx = "" if facts["exact"] else "~"
+    line = (
+        f"corpus: {approx}{facts['tokens_per_epoch']:,} tokens per epoch"
+        f" ({approx}{facts['steps_per_epoch']:,} steps"
+    )
+    if facts.get("epoch_time_s") is not None:
+        line += f", predicted {fmt_seconds(facts['epoch_time_s'])} per epoch"
+    line += ")" + ("" if facts["exact"] else " — estimated from the first MiB, exact once tokenized")
+    return line

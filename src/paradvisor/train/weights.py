@@ -1,0 +1,242 @@
+"""Starting from the user's safetensors weights, straight into the plan's sharded layout.
+
+The model is built on the meta device (parameters without memory; buffers such as rotary tables real), the plan
+is applied to it (TP, FSDP2, pipeline cut), and only then is it materialized: each rank allocates its own
+shards and reads from the safetensors files exactly the slices those shards hold (`safe_open(...).get_slice`),
+so a rank never holds the whole model unless its plan replicates it (DDP, ZeRO-1/2/3 read everything; DeepSpeed
+partitions after its own initialize). Names are the checkpoint's: the modules of the meta model are recorded
+by identity before the plan wraps or cuts them, so a parameter's checkpoint name survives FSDP, TP, activation
+checkpoint wrappers and pipeline stages (whose layer lists are renumbered).
+
+`init = "pretrained" | "random" | "auto"` (auto: pretrained when the folder has weights). The checks
+(`check_weights`: files present, names and shapes against the config) run at --dry-run and before any rank starts.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from paradvisor.errors import InputError
+
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a folder: those its index names, else every *.safetensors."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError):
+            raise InputError("not a safetensors index (no weight_map)", where=str(index)) from None
+        files = [folder / n for n in names]
+        for f in files:
+            if not f.is_file():
+                raise InputError(f"the index names {f.name}, which is missing", where=str(index))
+        return files
+    return sorted(folder.glob("*.safetensors"))
+
+
+def weights_folder(preset) -> Path | None:
+    """Where the run's starting weights are (None: random init). train.weights, else the model folder."""
+    t = preset.train
+    where = preset.path or "preset"
+    if preset.workload.model in ("gpt-mini", "vgg16"):
+        if t.weights or t.init == "pretrained":
+            raise InputError(
+                "starting weights need a Hugging Face model folder", where=f"{where}: train.weights"
+            )
+        return None
+    folder = Path(t.weights) if t.weights else None
+    if folder is None and Path(preset.workload.model).is_dir():
+        folder = Path(preset.workload.model)
+    if folder is not None and folder.is_file():
+        folder = folder.parent if folder.suffix == ".safetensors" else folder
+    has = folder is not None and folder.is_dir() and bool(weight_files(folder))
+    if t.init == "random":
+        return None
+    if t.init == "pretrained" and not has:
+        raise InputError(
+            "init = 'pretrained' but there are no safetensors weights"
+            + (f" in {folder}" if folder is not None else " (no train.weights, no model folder)"),
+            where=f"{where}: train.init",
+        )
+    if t.weights and not has:
+        raise InputError(
+            "no safetensors weights (*.safetensors) in the folder", where=f"{where}: train.weights"
+        )
+    return folder if has else None
+
+
+def read_header(path: Path) -> dict:
+    """The tensors of a safetensors file, {name: (dtype, shape)}, from its JSON header alone (no torch)."""
+    try:
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if n > 100 << 20:
+                raise ValueError("header too large")
+            doc = json.loads(fh.read(n))
+    except (OSError, ValueError, struct.error) as exc:
+        raise InputError(f"not a safetensors file ({exc})", where=str(path)) from None
+    return {k: (v["dtype"], tuple(v["shape"])) for k, v in doc.items() if k != "__metadata__"}
+
+
+def checkpoint_shapes(folder: Path) -> dict[str, tuple[str, tuple, Path]]:
+    out = {}
+    for f in weight_files(folder):
+        for k, (dt, shape) in read_header(f).items():
+            out[k] = (dt, shape, f)
+    return out
+
+
+def expected_shapes(preset) -> tuple[dict[str, tuple], dict[str, str]]:
+    """({name: shape}, tied aliases) of the model the preset builds (a meta-device model: no memory)."""
+    from paradvisor.train.models import Task, build_model
+    from paradvisor.train.modelspec import resolved_config
+
+    family, cfg = resolved_config(preset)
+    model = build_model(preset, family, cfg, Task("lm", None, preset.workload.seq_len), empty=True)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}, tied_aliases(model)
+
+
+def check_weights(preset) -> None:
+    """The starting weights against the config: every parameter present (tied ones may be stored once), with
+    the config's shape, and no tensor the model does not have."""
+    folder = weights_folder(preset)
+    if folder is None:
+        return
+    where = preset.path or "preset"
+    have = checkpoint_shapes(folder)
+    want, aliases = expected_shapes(preset)
+    for name, (_, shape, f) in sorted(have.items()):
+        if name not in want:
+            raise InputError(
+                f"tensor {name!r} is not a parameter of the configured model (names do not match the config)",
+                where=str(f),
+            )
+        if tuple(shape) != want[name]:
+            raise InputError(
+                f"tensor {name!r} has shape {list(shape)}, the config makes it {list(want[name])}",
+                where=str(f),
+            )
+    missing = [n for n in want if n not in have and aliases.get(n) not in have]
+    if missing:
+        raise InputError(
+            f"{len(missing)} parameter(s) of the configured model missing from the weights, e.g. {missing[0]!r}",
+            where=f"{where}: weights in {folder}",
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# The torch side: names by module identity, materialize, read each rank's slices
+
+
+def module_names(model) -> dict[int, str]:
+    """{id(module): qualified name} of the unwrapped model, taken before the plan wraps or cuts it."""
+    return {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+
+
+def named_tensors(root, names: dict[int, str], *, buffers: bool = False):
+    """(checkpoint name, parameter or buffer, owner module, attribute) of every tensor under `root` whose module
+    was in the original model; a tied parameter once per name."""
+    for m in root.modules():
+        base = names.get(id(m))
+        if base is None:
+            continue
+        items = m._buffers.items() if buffers else m._parameters.items()
+        for attr, t in items:
+            if t is None:
+                continue
+            if buffers and attr in getattr(m, "_non_persistent_buffers_set", ()):
+                continue
+            yield (f"{base}.{attr}" if base else attr), t, m, attr
+
+
+def materialize(root, device) -> None:
+    """Give the meta parameters of `root` memory on `device` (their shards only: DTensors stay sharded); buffers
+    (built real) are kept."""
+    import torch
+
+    saved = [(m, k, b) for m in root.modules() for k, b in m._buffers.items() if b is not None]
+    # swap in place: the optimizer (built with the plan) keeps holding the very Parameter objects; without it
+    # TP's DTensor parameters would be replaced by new ones the optimizer never steps
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        root.to_empty(device=device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+    with torch.no_grad():
+        for m, k, b in saved:
+            if b.device.type != "meta":
+                m._buffers[k] = b.to(device)
+
+
+def tied_aliases(model) -> dict[str, str]:
+    """Checkpoint names of tied parameters that the file may store under the other name."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    out = {}
+    for group in groups.values():
+        for a in group:
+            for b in group:
+                if a != b:
+                    out.setdefault(a, b)
+    return out
+
+
+def load_shards(root, names: dict[int, str], aliases: dict[str, str], folder: Path) -> int:
+    """Read into every parameter (and persistent buffer) under `root` its own part of the checkpoint: the whole
+    tensor, or a DTensor's local shard. Returns the bytes read."""
+    import torch
+    from safetensors import safe_open
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    where = {}
+    for f in weight_files(folder):
+        for k in read_header(f):
+            where[k] = f
+    handles: dict[Path, object] = {}
+    read = 0
+    with torch.no_grad():
+        for kind in (False, True):
+            for name, t, _, _ in named_tensors(root, names, buffers=kind):
+                key = name if name in where else aliases.get(name)
+                if key not in where:
+                    if kind:
+                        continue  # a persistent buffer the file does not store keeps its built value
+                    raise InputError(f"parameter {name!r} is not in the weights", where=str(folder))
+                f = where[key]
+                if f not in handles:
+                    handles[f] = safe_open(str(f), framework="pt", device="cpu")
+                sl = handles[f].get_slice(key)
+                if isinstance(t, DTensor):
+                    shape, offset = compute_local_shape_and_global_offset(
+                        t.shape, t.device_mesh, t.placements
+                    )
+                    local = t.to_local()
+                    if local.numel() == 0:
+                        continue
+                    idx = tuple(slice(o, o + s) for o, s in zip(offset, shape))
+                    value = sl[idx]
+                    local.copy_(value.to(local.dtype).view(local.shape))
+                else:
+                    value = sl[:]
+                    t.copy_(value.to(t.dtype))
+                read += value.numel() * value.element_size()
+    return read

@@ -1,0 +1,102 @@
+"""Issue 31 items 2-6: pipeline stages as Megatron/torchtitan lay them out, interleaved 1F1B, selective
+recompute, tied embeddings, and the estimate against published large-scale measurements."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import pytest
+
+from paradvisor.estimate.stages import bubble_fraction, chunk_blocks, inflight, layout, split_problem
+from paradvisor.hardware.cluster import single_node_cluster
+from paradvisor.model.load import load_profile
+from paradvisor.plan.evaluate import evaluate, memory_need
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.space import candidates
+from paradvisor.plan.types import Plan, Workload
+from tests.conftest import REPO
+
+
+def test_balanced_split_counts_embedding_and_head_as_a_block_each():
+    # torchtitan's generate_llm_fqn_per_model_part(8, 32, 1, 1): 34 effective layers over 8 stages, the 2
+    # left over to the first stages, then the embedding and the head take a block's place on the ends
+    assert chunk_blocks(32, 8, "balanced") == [4, 5, 4, 4, 4, 4, 4, 3]
+    assert chunk_blocks(126, 16, "balanced") == [7] + [8] * 14 + [7]  # Llama 3 405B (Dubey et al. §3.3.2)
+    assert chunk_blocks(32, 8, "even") == [4] * 8
+    assert split_problem(30, 4, 1, "even") and split_problem(30, 4, 1, "balanced") is None
+    assert "does not divide the 20 layers per stage" in split_problem(80, 4, 3, "even")
+    assert "above the model's 80 layers" in split_problem(80, 100, 1, "even")
+
+
+def test_in_flight_micro_batches_per_schedule():
+    p, m = 8, 64
+    assert [inflight("1f1b", p, 1, m, r) for r in (0, 3, 7)] == [8, 5, 1]
+    assert inflight("gpipe", p, 1, m, 5) == m
+    # interleaved: rank 0 holds p·(1 + (p-1)/(p·v)) stages' worth (Megatron-LM's interleaving penalty)
+    for v in (2, 3, 4):
+        assert inflight("interleaved1f1b", p, v, m, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert bubble_fraction("interleaved1f1b", p, 4, m) < bubble_fraction("1f1b", p, 1, m)
+    assert bubble_fraction("1f1b", p, 1, m) == pytest.approx((p - 1) / (m + p - 1))
+    stages = layout(24, 4, 2, "even", "interleaved1f1b", 8)
+    assert stages[0].first and stages[-1].last and [s.blocks for s in stages][0] == (3, 3)
+
+
+def _setup(model="llama-2-7b", gpus=8, gpu="A100 80GB", seq=2048, batch=64, attention="sdpa"):
+    mf = ModelFacts.of(load_profile(model))
+    topo = Topology.of(single_node_cluster(gpu, gpus))
+    return mf, topo, Workload(model, seq_len=seq, global_batch=batch, attention=attention)
+
+
+def test_tied_embedding_counts_on_the_last_stage_and_every_stage_is_listed():
+    mf, topo, wl = _setup("gpt2", gpus=2, seq=1024, batch=16)
+    plan = Plan(pp=2, micro_batch=1, grad_accum=16, precision="bf16")
+    e = evaluate(mf, topo, wl, plan, "bf16", 0.1)
+    stages = e.stages()
+    assert [s["stage"] for s in stages] == [0, 1]
+    assert stages[0]["embedding"] and stages[1]["head"] and not stages[1]["embedding"]
+    word = mf.shape.vocab * mf.shape.hidden
+    # the last stage keeps its own copy of the tied word embedding (Megatron and `paradvisor launch` alike)
+    assert stages[1]["params"] >= word + 6 * mf.block_params
+    assert stages[1]["breakdown"]["params"] == 4 * stages[1]["params"]
+    assert max(s["per_gpu_bytes"] for s in stages) == round(e.memory_total)
+
+
+def test_interleaving_trades_bubble_for_first_stage_activations():
+    mf, topo, wl = _setup()
+    base = Plan(dp=1, tp=2, pp=4, micro_batch=1, grad_accum=64, precision="bf16")
+    inter = replace(base, pp_schedule="interleaved1f1b", pp_virtual_stages=2)
+    e1, e2 = (evaluate(mf, topo, wl, p, "bf16", 0.1) for p in (base, inter))
+    assert e2.time["pp_bubble"] == pytest.approx(e1.time["pp_bubble"] / 2, rel=0.05)
+    a1 = memory_need(mf, topo, wl, base, "bf16", 1, stage=0)["terms"]["activations"]
+    a2 = memory_need(mf, topo, wl, inter, "bf16", 1, stage=0)["terms"]["activations"]
+    assert a2 / a1 == pytest.approx(1 + 3 / 8, rel=1e-6)
+
+
+def test_the_search_plans_interleaved_and_balanced_pipelines():
+    mf, topo, wl = _setup()
+    plans = [p for p in candidates(mf, topo, wl, "bf16") if p.pp > 1]
+    assert any(p.pp_schedule == "interleaved1f1b" and p.pp_virtual_stages > 1 for p in plans)
+    mf3, topo3, wl3 = _setup("llama-2-13b", gpus=3, batch=48)  # 40 layers: pp 3 only with the balanced split
+    assert {p.pp_split for p in candidates(mf3, topo3, wl3, "bf16") if p.pp == 3} == {"balanced"}
+
+
+def test_selective_recompute_is_the_attention_core_only():
+    mf, topo, wl = _setup(attention="eager", seq=4096)
+    plans = {c: Plan(dp=8, micro_batch=1, grad_accum=8, checkpointing=c, precision="bf16") for c in
+             ("none", "selective", "full")}  # fmt: skip
+    est = {c: evaluate(mf, topo, wl, p, "bf16", 0.1) for c, p in plans.items()}
+    rec = {c: e.time.get("recompute", 0.0) for c, e in est.items()}
+    assert 0 < rec["selective"] < 0.5 * rec["full"]
+    acts = {c: e.memory["activations"] for c, e in est.items()}
+    assert acts["full"] < acts["selective"] < acts["none"]
+
+
+def test_validation_table_meets_the_goal_on_megatron_sources():
+    sys.path.insert(0, str(REPO / "benchmarks" / "validation"))
+    import validate
+
+    _table, summary = validate.run()
+    for src in ("Narayanan 2021 Table 1", "Korthikanti 2022 Table 4"):
+        mean, mx, n = summary[src]
+        assert n >= 8 and mean <= 10 and mx <= 20, (src, mean, mx)

@@ -1,0 +1,107 @@
+"""Issue 31 item 1: `paradvisor estimate` of a pinned plan: the numbers `recommend` gives a plan it ranks,
+one-line exit-2 errors naming the broken constraint, "estimate only" for plans the launcher cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paradvisor.cli import main
+from tests.conftest import REPO, assert_one_line_error, run_cli
+
+MACHINE = ["--gpus", "8", "--gpu-type", "A100 80GB"]
+
+
+class _Done:
+    def __init__(self, code: int, out: str, err: str):
+        self.returncode, self.stdout, self.stderr = code, out, err
+
+
+@pytest.fixture
+def pa(capfd):
+    """`paradvisor ARGS` in this process (the parser, the error handling and the output of the real CLI)."""
+
+    def call(*args: str) -> _Done:
+        code = main(list(args))
+        out, err = capfd.readouterr()
+        return _Done(code, out, err)
+
+    return call
+
+
+@pytest.fixture(scope="module")
+def ranked():
+    p = run_cli("recommend", "--model", "llama-2-13b", *MACHINE, "--top", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)["plans"]
+
+
+def test_a_ranked_plan_pasted_back_gets_identical_numbers(ranked, pa):
+    for plan in ranked[:2] + [p for p in ranked if p["plan"]["pp"] > 1][:1]:
+        p = pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan-json", json.dumps(plan), "--json")
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert doc["schema"] == "paradvisor.estimate/1" and doc["label"] == plan["label"]
+        for key in ("memory", "time", "throughput", "score", "plan"):
+            assert doc[key] == plan[key], key
+        assert doc["fits"] is True and doc["estimate_only"] is None
+        assert len(doc["memory"]["stages"]) == plan["plan"]["pp"]
+
+
+def test_keys_left_out_take_the_planners_defaults_and_changing_one_key_is_one_edit(pa):
+    p = pa(
+        "estimate", "--model", "llama-2-13b", *MACHINE, "--plan",
+        "tp=2,pp=2,micro_batch=1,pp_schedule=interleaved1f1b,pp_virtual_stages=2,checkpointing=full", "--json",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    plan = doc["plan"]
+    assert (plan["dp"], plan["grad_accum"], plan["precision"]) == (2, 32, "bf16")  # 8 GPUs, batch 64
+    stages = doc["memory"]["stages"]
+    assert [s["chunks"] for s in stages] == [[10, 10], [10, 10]]
+    assert stages[0]["inflight_microbatches"] == pytest.approx(2 * (1 + 1 / 4))
+
+
+@pytest.mark.parametrize(
+    "plan,fragment",
+    [
+        ("dp=2,tp=2,pp=1", "dp x tp x pp = 2 x 2 x 1 = 4 is not the GPU count 8"),
+        ("tp=3", "tp 3 does not divide the 40 attention heads"),
+        ("tp=8,pp=64", "pp 64 is above the model's 40 layers"),
+        ("pp=2,pp_virtual_stages=3", "pp_virtual_stages 3 does not divide the 20 layers per stage"),
+        ("ep=2", "has no experts"),
+        ("tensor=2", "unknown key 'tensor'"),
+        ("tp=two", "tp: expected an integer"),
+        ("sharding=zero9", "'zero9'; expected one of"),
+        ("dp=8,micro_batch=3", "does not divide the global batch 64"),
+    ],
+)
+def test_bad_plans_are_one_line_naming_the_constraint(plan, fragment, pa):
+    assert_one_line_error(pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", plan), fragment)
+
+
+def test_a_bad_plan_from_the_real_command_is_one_line_exit_2():
+    p = run_cli("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "tp=3")
+    assert_one_line_error(p, "tp 3 does not divide the 40 attention heads")
+
+
+def test_kv_heads_fewer_than_tp_are_legal_but_estimate_only(pa):
+    p = pa(
+        "estimate", "--model", "llama-3-8b", "--gpus", "16", "--gpu-type", "H100", "--plan", "tp=16", "--json"
+    )
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert "8 KV heads" in doc["estimate_only"] and doc["time"]["step_time_s"] > 0
+    bad = pa(
+        "estimate", "--model", "llama-3-8b", "--gpus", "16", "--gpu-type", "H100", "--plan", "tp=16,pp=2"
+    )
+    assert_one_line_error(bad, "tp x pp = 32 does not divide the 16 GPUs")
+
+
+def test_a_preset_file_is_estimated_with_its_workload(pa):
+    p = pa("estimate", "--plan-file", str(REPO / "presets" / "tiny-cpu-smoke.toml"), *MACHINE[:0],
+                "--gpus", "2", "--gpu-type", "A100 80GB", "--json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["plan"]["dp"] == 2 and doc["plan"]["micro_batch"] == 4

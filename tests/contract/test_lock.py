@@ -1,0 +1,81 @@
+"""The installed environment is the tested one: every package in requirements/lock.txt is installed at its
+locked version, and the stored traced data was derived from the installed transformers and torch. An upgrade
+is then a deliberate change (scripts/upgrade-lock.sh, docs/install.md) that these tests notice."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from paradvisor.model import activations
+from tests.conftest import REPO
+
+LOCK = REPO / "requirements" / "lock.txt"
+
+
+def locked() -> dict[str, str]:
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^;\s]+)", line)
+            assert m, f"requirements/lock.txt: not an exact pin: {line!r}"
+            pins[m[1]] = m[2]
+    return pins
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_locked_package_is_installed_at_its_version():
+    wrong = []
+    for name, want in locked().items():
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            wrong.append(f"{name}: not installed (locked {want})")
+            continue
+        if have.split("+")[0] != want.split("+")[0]:
+            wrong.append(f"{name}: {have} installed, {want} locked")
+    assert not wrong, "the environment is not the locked one:\n" + "\n".join(wrong)
+
+
+def test_pyproject_pins_agree_with_the_lock():
+    """Every exact pin in pyproject.toml names the locked version (one source of truth for a version)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    pins = {norm(k): v for k, v in locked().items()}
+    for req in reqs:
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^;\s]+)", req.split(";")[0].strip())
+        if m:
+            assert pins.get(norm(m[1])) == m[2], (req, pins.get(norm(m[1])))
+
+
+def test_stored_traces_match_the_installed_libraries():
+    doc = json.loads((REPO / "src/paradvisor/model/data/activations.json").read_text())
+    assert activations.stale_stamps(doc) == [], (
+        "activations.json was traced with other library versions: re-derive it with "
+        "`python scripts/trace_activations.py` (docs/install.md, upgrading a pin)"
+    )
+
+
+@pytest.mark.parametrize("installed", ["5.99.0"])
+def test_a_stale_stamp_warns_once(installed):
+    """Data stamped with another transformers than the installed one: one warning line, once per process."""
+    code = (
+        "import sys; from paradvisor.model import activations as a\n"
+        f"a.installed_version = lambda pkg: {installed!r} if pkg == 'transformers' else None\n"
+        "doc = {'transformers': '5.23.0', 'regenerate': 'scripts/trace_activations.py'}\n"
+        "a.warn_if_stale(doc, 'X'); a.warn_if_stale(doc, 'X')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "transformers 5.23.0 (installed 5.99.0)" in lines[0], proc.stderr
