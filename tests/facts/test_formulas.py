@@ -38,7 +38,7 @@ def _probe(seed_name: str, salt: int) -> dict:
 
 def test_every_family_of_the_issue_has_a_formula():
     fams = {v["family"] for v in formula.table()["variants"].values()}
-    assert {"qwen2", "llama", "gpt2", "mixtral", "qwen2_moe", "olmoe", "deepseek_v2"} <= fams
+    assert {"bert", "qwen2", "llama", "gpt2", "mixtral", "qwen2_moe", "olmoe", "deepseek_v2"} <= fams
 
 
 @pytest.mark.slow
