@@ -68,6 +68,20 @@ FAMILIES = {
             "max_window_layers": 4,
         },
     ),
+    # families people train now (tiny configs in tests/data/models, issue 33)
+    **{
+        fam: (str(REPO / "tests" / "data" / "models" / folder / "config.json"), "corpus", {})
+        for fam, folder in (
+            ("gemma2", "gemma2-tiny"),
+            ("gemma3_text", "gemma3-tiny"),
+            ("phi3", "phi3-tiny"),
+            ("olmo2", "olmo2-tiny"),
+            ("qwen3", "qwen3-tiny"),
+            ("qwen3_moe", "qwen3-moe-tiny"),
+            ("deepseek_v3", "deepseek-v3-tiny"),
+            ("gpt_oss", "gpt-oss-tiny"),
+        )
+    },
     "vgg": (
         "vgg16",
         "images",
@@ -117,6 +131,10 @@ SHAPES = {
     "EP2 x DDP4": (_p(dp=4, ep=2, micro_batch=2), 4),
     "EP x FSDP": (_p(dp=2, ep=2, sharding="fsdp", micro_batch=2, grad_accum=2), 2),
     "EP2 x FSDP4": (_p(dp=4, ep=2, sharding="fsdp", micro_batch=2), 4),
+    "CP": (_p(cp=2, micro_batch=8), 2),
+    "CP x DDP": (_p(dp=2, cp=2, micro_batch=4), 4),
+    "CP x FSDP": (_p(dp=2, cp=2, sharding="fsdp", micro_batch=2, grad_accum=2), 4),
+    "CP x TP": (_p(cp=2, tp=2, micro_batch=8), 4),
     "split-by-speed": (_p(dp=2, micro_batch=5, split_by_speed=True, rank_batches=(3, 5)), 2),
     "split-by-speed ZeRO-2": (
         _p(dp=2, sharding="zero2", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)),
@@ -139,7 +157,7 @@ def preset_for(family: str, plan: Plan, name: str = "eq", steps: int = 5) -> Pre
     return Preset(
         name=name,
         description=f"equivalence: {family} {plan.label()}",
-        workload=Workload(model=model, seq_len=SEQ, global_batch=BATCH, precision="fp32"),
+        workload=Workload(model=model, seq_len=SEQ, global_batch=BATCH, precision="fp32", attention="auto"),
         train=TrainSettings(
             steps=steps,
             lr=1e-3,

@@ -142,14 +142,20 @@ def test_a_crashing_rank_reports_its_error(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signalling_the_launcher_cancels_every_rank(tmp_path, sig):
+    """The first Ctrl-C / SIGTERM stops gracefully: every rank saves a checkpoint at the next step boundary,
+    then ends (issue 29); the status says how to resume."""
     proc, run_dir = start_long_run(tmp_path, f"cancel-{sig.name}")
     before = snapshot(run_dir)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
     s = status_of(run_dir)
-    assert s["status"] == "cancelled"
-    assert s["reason"] == f"the launcher received {sig.name}"
+    assert s["status"] == "cancelled" and s["stopped_gracefully"]
+    assert s["reason"].startswith(
+        f"the launcher received {sig.name}; stopped at a step boundary with a checkpoint"
+    )
+    assert "paradvisor launch --resume" in s["reason"]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()][0].startswith("step-")
     assert f"cancelled: {run_dir}" in err
     assert_intact(run_dir, before)
     assert not wait_gone(run_dir)

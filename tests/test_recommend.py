@@ -219,7 +219,7 @@ def test_save_preset_roundtrip_and_no_overwrite(cli, tmp_path):
     "args,fragment",
     [
         (["--model", "bert-base-uncased", "--gpus", "4", "--gpu-type", "RTX 9090"], "unknown GPU type"),
-        (["--model", "bert-base-uncased", "--gpus", "0", "--gpu-type", "A30"], "at least 1"),
+        (["--model", "bert-base-uncased", "--gpus", "0", "--gpu-type", "A30"], "below the bound of 1"),
         (["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--seq-len", "0"], "--seq-len"),
         (
             ["--model", "bert-base-uncased", "--gpus", "2", "--gpu-type", "A30", "--global-batch", "-4"],

@@ -34,6 +34,18 @@ def add_parser(sub) -> None:
     )
     add_workload_args(p, model_required=False)
     p.add_argument("--pick", type=int, default=1, help="with --model: which ranked plan to launch")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue RUN_DIR from its newest complete checkpoint (or from RUN_DIR/checkpoints/step-N) in a new "
+        "run directory (with --preset or --model: under that plan instead of RUN_DIR's, resharded on load)",
+    )
+    p.add_argument(
+        "--reset-optimizer",
+        action="store_true",
+        help="with --resume: load the weights only, with a fresh optimizer (needed between DeepSpeed and the "
+        "torch engines)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the command and stop")
     p.add_argument(
         "--runs-dir", default="runs", metavar="DIR", help="where run directories go (default runs/)"
@@ -205,7 +217,23 @@ def apply_overrides(preset, args):
 def run(args) -> int:
     if args.queue_timeout is not None and args.submit != "slurm":
         raise InputError("--queue-timeout applies to a queued job: use it with --submit slurm")
-    preset = apply_overrides(preset_from_args(args), args)
+    lineage = None
+    if args.resume:
+        from paradvisor.launch.resume import resume_preset
+        from paradvisor.rundir.preset import load_preset
+
+        base = (
+            preset_from_args(args)
+            if (args.preset or args.model)
+            else load_preset(_parent_plan(Path(args.resume)))
+        )
+        preset, lineage = resume_preset(
+            Path(args.resume), apply_overrides(base, args), reset_optimizer=args.reset_optimizer
+        )
+    elif args.reset_optimizer:
+        raise InputError("--reset-optimizer goes with --resume RUN_DIR")
+    else:
+        preset = apply_overrides(preset_from_args(args), args)
     if args.export:
         return export(preset, args)
     if args.dry_run:
@@ -216,7 +244,17 @@ def run(args) -> int:
         return slurm.submit_and_follow(
             preset, runs_dir=Path(args.runs_dir), run_dir=Path(args.run_dir) if args.run_dir else None
         )
-    return launch_and_follow(preset, args)
+    return launch_and_follow(preset, args, lineage)
+
+
+def _parent_plan(run_dir: Path) -> Path:
+    from paradvisor.launch.resume import split_target
+    from paradvisor.rundir import RunDir
+
+    plan = RunDir(split_target(run_dir)[0]).plan
+    if not plan.is_file():
+        raise InputError(f"cannot resume {run_dir}: not a run directory (no plan.toml)", where="--resume")
+    return plan
 
 
 def export(preset, args) -> int:
@@ -279,30 +317,57 @@ def data_note(preset) -> None:
         )
 
 
-def launch_and_follow(preset, args) -> int:
-    """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM)."""
+def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
+    """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM).
+    With launch.max_restarts, a failed run with a checkpoint restarts from it in a new run directory
+    (re-planned onto the nodes that remain when an ssh node is gone: launch/restart.py)."""
     from paradvisor.launch import runner
+    from paradvisor.launch.resume import with_checkpoint_interval
 
     quiet = getattr(args, "quiet", False)
+    preset, ck_line = with_checkpoint_interval(preset, Path(preset.launch.checkpoint_dir or args.runs_dir))
     tokenize_first(preset, quiet=quiet)
-    launch = runner.start(
-        preset,
-        runs_dir=Path(args.runs_dir),
-        run_dir=Path(args.run_dir) if args.run_dir else None,
-        ssh_config=args.ssh_config,
-        ssh_timeout=args.ssh_timeout,
-    )
-    if not quiet:
-        sys.stderr.write(
-            f"run directory: {launch.run_dir}\n{shell_join(launch.argv)}\n{launch.hang_detection}\n"
+    restarts = 0
+    while True:
+        launch = runner.start(
+            preset,
+            runs_dir=Path(args.runs_dir),
+            run_dir=Path(args.run_dir) if args.run_dir and not restarts else None,
+            ssh_config=args.ssh_config,
+            ssh_timeout=args.ssh_timeout,
         )
-    watch = None if quiet else LiveProgress(launch)
-    try:
-        doc = runner.run_blocking(launch, watch=watch)
-    finally:
-        if watch is not None:
-            watch.close()
-    report_end(launch, doc, watch)
+        if lineage:
+            from paradvisor.rundir.status import write_json_atomic
+
+            launch.lineage = lineage
+            write_json_atomic(launch.status_path, launch.status())
+        if not quiet:
+            sys.stderr.write(
+                f"run directory: {launch.run_dir}\n{shell_join(launch.argv)}\n{launch.hang_detection}\n{ck_line}\n"
+                + (
+                    f"resuming {lineage['parent']} from step {lineage['resume_step']} ({lineage['lineage_reason']})\n"
+                    if lineage
+                    else ""
+                )
+            )
+        watch = None if quiet else LiveProgress(launch)
+        try:
+            doc = runner.run_blocking(launch, watch=watch)
+        finally:
+            if watch is not None:
+                watch.close()
+        report_end(launch, doc, watch)
+        if doc["status"] != "failed" or restarts >= preset.launch.max_restarts:
+            break
+        from paradvisor.launch.restart import next_attempt
+
+        nxt = next_attempt(launch.run_dir, preset, doc, ssh_config=args.ssh_config)
+        if nxt is None:
+            break
+        restarts += 1
+        preset, lineage, why = nxt
+        os.environ.pop("PARADVISOR_FAULT", None)  # a fault drill fails the first attempt only
+        sys.stderr.write(f"restart {restarts} of {preset.launch.max_restarts}: {why}\n")
     print(launch.run_dir)
     return runner.main_exit_code(doc)
 
@@ -337,6 +402,12 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
     line = f"{doc['status']}: {launch.run_dir}"
     if failure_text(doc):
         line += f" — {failure_text(doc)}"
+    if doc["status"] == "failed":
+        from paradvisor.launch.resume import resume_hint
+
+        hint = resume_hint(launch.run_dir)
+        if hint:
+            line += f"; {hint}"
     if watch is not None or doc["status"] != "finished":
         sys.stderr.write(line + "\n")
     if watch is not None:

@@ -115,10 +115,33 @@ def run(args) -> int:
     return 0 if s.status == "finished" else 1
 
 
+def _with_lineage(runs: list[dict]) -> list[dict]:
+    """Each run with its parent (status.json's `parent`), its lineage (first ancestor -> itself) and how it
+    continued its parent; ordered so that a lineage's runs follow each other."""
+    from paradvisor.launch.resume import lineage_of
+    from paradvisor.rundir import RunDir
+    from paradvisor.rundir.status import read_status
+
+    docs = {}
+    for r in runs:
+        key = str(Path(r["run_dir"]).resolve())
+        docs[key] = read_status(RunDir(r["run_dir"]).status)
+    for r in runs:
+        d = docs[str(Path(r["run_dir"]).resolve())]
+        r["parent"] = d.get("parent") if isinstance(d.get("parent"), str) else None
+        r["lineage"] = [str(p) for p in lineage_of(Path(r["run_dir"]), docs)]
+        r["resumed"] = (
+            f"{Path(r['parent']).name} @ step {d.get('resume_step')} ({d.get('lineage_reason', 'resume')})"
+            if r["parent"]
+            else None
+        )
+    return sorted(runs, key=lambda r: r["lineage"])
+
+
 def run_list(args) -> int:
     from paradvisor.monitor.follow import list_runs
 
-    runs = list_runs(args.runs_dir)
+    runs = _with_lineage(list_runs(args.runs_dir))
     if args.json:
         from paradvisor.output import emit_json
 
@@ -137,20 +160,22 @@ def run_list(args) -> int:
     ]
     cells = [
         (
-            Path(s["run_dir"]).name,
+            ("  " * (len(s["lineage"]) - 1) + "└ " if len(s["lineage"]) > 1 else "")
+            + Path(s["run_dir"]).name,
             s["label"] or "",
             s["status"],
             f"{s['step']}/{s['total_steps'] or '?'}",
             "" if s["loss"] is None else f"{s['loss']:.4f}",
             "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
             fmt_seconds(s["elapsed_s"]),
+            s["resumed"] or "",
         )
         for s in runs
     ]
     if con.width < 120:
         # Narrower than a table of whole names: each run's name on a line of its own, its figures beneath
         # (a run name, up to 76 characters, is what `monitor` and `--open` take: never cut, never folded).
-        for name, label, status, step, loss, sps, elapsed in cells:
+        for name, label, status, step, loss, sps, elapsed, resumed in cells:
             con.print(Text(clean(name), style="bold"), soft_wrap=True)
             figures = [
                 label,
@@ -159,10 +184,11 @@ def run_list(args) -> int:
                 f"loss {loss}" if loss else "",
                 f"{sps} samples/s" if sps else "",
                 elapsed,
+                f"resumed from {resumed}" if resumed else "",
             ]
             con.print(Text(clean("  " + " · ".join(f for f in figures if f))))
     else:
-        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed")
+        t = table(None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "resumed from")
         for row in cells:
             t.add_row(*row)
         con.print(t)

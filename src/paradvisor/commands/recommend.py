@@ -36,9 +36,10 @@ def add_workload_args(p, *, model_required: bool = True) -> None:
     )
     p.add_argument(
         "--attention",
-        default="sdpa",
-        choices=["sdpa", "eager"],
-        help="sdpa: flash/memory-efficient kernels (no s x s activations); eager: plain softmax",
+        default="auto",
+        choices=["auto", "sdpa", "eager"],
+        help="auto (default): what transformers runs for the model's family (sdpa where its code supports "
+        "it); sdpa: flash/memory-efficient kernels (no s x s activations); eager: plain softmax (s x s kept)",
     )
     p.add_argument(
         "--margin", type=float, default=0.10, help="memory safety margin (default 0.10 = keep 10%% free)"

@@ -234,6 +234,7 @@ def _start_node(hello: dict, out: Emitter):
             run_dir=run_dir,
             env=hello["env"],
             run_id=hello["run_name"],
+            run_name=hello["run_name"],
             reach=False,
             is_host=node == 0,
         )

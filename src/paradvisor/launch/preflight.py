@@ -57,9 +57,13 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
 
         split_endpoint(lau.rdzv_endpoint)
     if plan.world_size != world:
+        degrees = (
+            f"dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp}"
+            if plan.cp == 1
+            else f"dp x cp x tp x pp = {plan.dp} x {plan.cp} x {plan.tp} x {plan.pp}"
+        )
         raise InputError(
-            f"plan dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size}, but the launch "
-            f"starts {lau.layout()} = {world} processes",
+            f"plan {degrees} = {plan.world_size}, but the launch starts {lau.layout()} = {world} processes",
             where=f"{where}: plan",
         )
     if plan.diloco:
@@ -134,14 +138,22 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
 def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -> None:
     """The plan against the capability table (plan/capability.py, the same table the search reads), the
     model's shape and the launch section: degrees divide heads/layers, TP groups stay inside a node."""
+    from paradvisor.model.families import resolve_attention
     from paradvisor.plan.capability import why_not
 
     plan, lau = preset.plan, preset.launch
     where = preset.path or "preset"
-    why = why_not(plan, family)
+    attention = resolve_attention(family, preset.workload.attention, where=f"{where}: workload.attention")
+    why = why_not(plan, family, attention)
     if why:
         raise InputError(why, where=f"{where}: plan")
     s = prof.transformer
+    if plan.cp > 1 and preset.workload.seq_len % (2 * plan.cp):
+        raise InputError(
+            f"context parallelism cuts each sequence into 2 x cp = {2 * plan.cp} chunks: seq_len "
+            f"{preset.workload.seq_len} is not a multiple of it",
+            where=f"{where}: workload.seq_len",
+        )
     if plan.tp > 1 and s is None:
         raise InputError(
             f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp"

@@ -50,17 +50,18 @@ def next_plan(preset, run_dir: Path | None = None):
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.modelspec import profile_of
+    from paradvisor.train.modelspec import profile_of, workload_of
     from paradvisor.units import parse_size
 
     limit = parse_size(preset.launch.memory_limit) if preset.launch.memory_limit else None
     prof = profile_of(preset)
     mf = ModelFacts.of(prof)
+    wl = workload_of(preset)
     world = preset.plan.world_size
     topo = Topology.uniform(nominal_spec(limit or 2**40), world, catalog.link("loopback"))
 
     def need(plan) -> float:
-        n = memory_need(mf, topo, preset.workload, plan, plan.precision, plan.micro_batch)
+        n = memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch)
         return n["total"] - n["terms"]["overhead"]
 
     # Scale the model by what the failed run measured (its last logged model states), if anything.
@@ -72,9 +73,7 @@ def next_plan(preset, run_dir: Path | None = None):
         reader.read(keep=0)
         states = [reader.tally.mem] if reader.tally.mem else []
         if states:
-            n = memory_need(
-                mf, topo, preset.workload, preset.plan, preset.plan.precision, preset.plan.micro_batch
-            )
+            n = memory_need(mf, topo, wl, preset.plan, preset.plan.precision, preset.plan.micro_batch)
             pred = n["terms"]["params"] + n["terms"]["grads"] + n["terms"]["optimizer"]
             scale = max(1.0, max(states) / pred) if pred else 1.0
     current = need(preset.plan) * scale

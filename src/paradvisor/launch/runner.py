@@ -56,6 +56,9 @@ def endpoint_for(preset: Preset) -> tuple[str, Preset]:
     return f"127.0.0.1:{port}", replace(preset, launch=replace(lau, master_port=port))
 
 
+RUN_NAME_ENV = (
+    "PARADVISOR_RUN_NAME"  # the run's name on every node (its checkpoints' folder in checkpoint_dir)
+)
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
 HANG_FACTOR = (
     10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
@@ -166,6 +169,10 @@ class Launch:
         self.status_path = run_dir / status_name
         self.cancel_requested = False
         self.cancel_reason = "stopped by the user"
+        self.stopping: str | None = (
+            None  # a graceful stop asked for (its reason): the ranks checkpoint, then end
+        )
+        self.lineage: dict = {}  # parent run, checkpoint resumed from (launch/resume.py)
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
         self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
@@ -179,10 +186,26 @@ class Launch:
         except psutil.Error:
             pass
 
-    def cancel(self, reason: str = "stopped by the user") -> None:
+    def cancel(self, reason: str = "stopped by the user", *, graceful: bool = False) -> None:
+        """Stop the run: at once, or (`graceful`) with a checkpoint at the next step boundary — every rank
+        gets SIGTERM (train/checkpoint.py saves, then the rank ends); a second cancel stops at once."""
+        if graceful and self.stopping is None and not self.cancel_requested:
+            self.stopping = reason
+            for r in range(self.preset.launch.procs(self.preset.launch.node_rank)):
+                proc = rank_process(self.run_dir, r + self._first_rank())
+                if proc is not None:
+                    try:
+                        proc.terminate()
+                    except Exception:  # gone already
+                        pass
+            return
         if not self.cancel_requested:
             self.cancel_reason = reason
         self.cancel_requested = True
+
+    def _first_rank(self) -> int:
+        lau = self.preset.launch
+        return sum(lau.procs(n) for n in range(lau.node_rank))
 
     def status(self, **kw) -> dict:
         doc = {
@@ -199,6 +222,7 @@ class Launch:
             **self.identity,
             "hang_timeout_s": self.hang_timeout_s or None,
             "hang_detection": self.hang_detection,
+            **self.lineage,
         }
         doc.update(kw)
         return doc
@@ -261,6 +285,12 @@ class Launch:
                 doc["note"] = f"stopped while torchrun was closing after every rank had finished (exit {rc})"
         elif self.cancel_requested and stopped:
             doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
+        elif self.stopping is not None:
+            from paradvisor.launch.resume import stopped_reason
+
+            doc = self.status(
+                status="cancelled", reason=stopped_reason(self), stopped_gracefully=True, **common
+            )
         elif hung is not None:
             report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)
             doc = self.status(status="failed", **report, **common)
@@ -314,11 +344,14 @@ def start(
     reach: bool = True,
     is_host: bool | None = None,
     suffixed: bool = False,
+    run_name: str | None = None,
 ):
     """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py,
     whose SshLaunch has the same wait/cancel/done/run_dir). `run_id` names the rendezvous (default: the run
     directory's name); `is_host` tells torchrun whether this node serves the rendezvous store; `suffixed` names
-    even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes)."""
+    even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes); `run_name` is the
+    whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
+    launch.checkpoint_dir keeps the run's checkpoints under it."""
     from paradvisor.rundir.preset import engine_of
 
     if engine_of(preset.launch) == "ssh":
@@ -337,6 +370,7 @@ def start(
     run_dir, locks = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
     status_path = run_dir / node_file("status", preset.launch.node_rank, suffixed)
     try:
+        env = {**(env or {}), RUN_NAME_ENV: run_name or run_dir.name}
         return _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path)
     except (
         BaseException
@@ -454,8 +488,11 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
     old = {}
     if on_signal:
 
-        def handler(signum, frame):
-            launch.cancel(f"the launcher received {signal.Signals(signum).name}")
+        def handler(signum, frame):  # the first stops with a checkpoint, a second at once
+            launch.cancel(
+                f"the launcher received {signal.Signals(signum).name}",
+                graceful=getattr(launch, "stopping", "") is None,
+            )
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)

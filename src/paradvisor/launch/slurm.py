@@ -91,6 +91,8 @@ def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3
 #SBATCH --job-name={name}
 #SBATCH --nodes={int(lau.nnodes)}
 #SBATCH --ntasks-per-node=1
+#SBATCH --requeue
+#SBATCH --open-mode=append
 {gpus}{output}set -euo pipefail
 {where}head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export OMP_NUM_THREADS="${{OMP_NUM_THREADS:-1}}"
@@ -126,6 +128,7 @@ def node_main(argv: list[str] | None = None) -> int:
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
+        preset, lineage = _requeued(preset, run_dir, node)
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=run_dir.parent,
@@ -138,8 +141,50 @@ def node_main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         sys.stderr.write(f"paradvisor: {exc}\n")
         return 2
-    doc = runner.run_blocking(launch)  # srun's SIGTERM (scancel, a failed node) cancels: every rank ends
+    if lineage:
+        from paradvisor.rundir.status import write_json_atomic
+
+        launch.lineage = lineage
+        write_json_atomic(launch.status_path, launch.status())
+    # srun's SIGTERM (scancel, requeue, pre-emption) stops gracefully: every rank saves a checkpoint and ends
+    doc = runner.run_blocking(launch)
     return 0 if doc.get("status") == "finished" else 1
+
+
+def _requeued(preset: Preset, run_dir: Path, node: int) -> tuple[Preset, dict]:
+    """A requeued job (SLURM_RESTART_COUNT > 0; `scontrol requeue`, a pre-emption) continues from the newest
+    complete checkpoint of its run directory (the job keeps its id and its folder; this node's status of the
+    attempt before is kept as status-nodeN.attemptK.json)."""
+    count = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    if not count:
+        return preset, {}
+    from paradvisor.rundir import node_file
+
+    old = run_dir / node_file("status", node, True)
+    if old.exists():
+        os.replace(old, old.with_name(f"{old.stem}.attempt{count - 1}.json"))
+    from paradvisor.launch.resume import newest
+
+    found = newest(run_dir)
+    if found is None:
+        return preset, {"requeued": count, "lineage_reason": "requeue (no checkpoint: from the start)"}
+    step, path = found
+    preset = replace(preset, train=replace(preset.train, resume_from=str(path)))
+    # the ranks read plan.toml: every node writes the same one (atomically) before its torchrun starts
+    from paradvisor.rundir.preset import write_toml_atomic
+
+    write_toml_atomic(
+        RunDir(run_dir).plan,
+        preset.to_doc(),
+        force=True,
+        header=f"# paradvisor run plan: {preset.plan.label()} (requeued: from step {step})\n",
+    )
+    return preset, {
+        "requeued": count,
+        "resumed_from": str(path),
+        "resume_step": step,
+        "lineage_reason": "requeue",
+    }
 
 
 # ---------------------------------------------------------------------------------------------- submitting

@@ -241,6 +241,7 @@ class SshLaunch:
             "hang_timeout_s": None,
             "hang_detection": self.hang_detection,
             "nodes": [n.doc() for n in self.nodes],
+            **getattr(self, "lineage", {}),
         }
         doc.update(kw)
         return doc

@@ -10,6 +10,7 @@ from __future__ import annotations
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_EXPERTS, MAX_LAYERS, MAX_VOCAB
 from paradvisor.limits import MAX_MODEL_SIZE as MAX_SIZE
+from paradvisor.model import families
 from paradvisor.model.profile import TransformerShape
 
 
@@ -44,21 +45,11 @@ def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape |
     if layers is None or hidden is None or heads is None:
         return None
     mt = cfg.get("model_type", "unknown")
-    gated = mt in (
-        "llama",
-        "mistral",
-        "qwen2",
-        "qwen3",
-        "gemma",
-        "gemma2",
-        "phi3",
-        "mixtral",
-        "qwen2_moe",
-        "qwen3_moe",
-        "olmoe",
-        "deepseek_v2",
-        "deepseek_v3",
-    ) or cfg.get("hidden_act") in ("silu", "swiglu")
+    gated = (
+        families.get(mt).gated_mlp
+        if families.known(mt)
+        else mt in ("gemma", "deepseek_v3") or cfg.get("hidden_act") in ("silu", "swiglu")
+    )
     causal = mt not in (
         "bert",
         "albert",

@@ -99,7 +99,7 @@ def find_blocks(model):
 class _Recorder:
     """Region bookkeeping (module hooks), storage creation (dispatch mode) and saved storages (pack hook)."""
 
-    def __init__(self, model, blocks):
+    def __init__(self, model, blocks, gathered: tuple[str, ...] = ()):
         self.region = "first"
         self.block_calls = 0
         self.state = "rep"
@@ -117,7 +117,9 @@ class _Recorder:
                 self.handles.append(mod.register_forward_pre_hook(self._block_pre))
                 self.handles.append(mod.register_forward_hook(self._block_post(n_blocks)))
             elif _is_linear(mod):
-                row = _is_row(path)
+                # a column projection whose output the family's TP plan gathers whole (Phi-3's fused
+                # qkv, OLMo 2's q/k/v): what follows it is replicated, as after a row projection
+                row = _is_row(path) or any(path.endswith("." + g) for g in gathered)
                 self.handles.append(mod.register_forward_pre_hook(self._lin_pre(row)))
                 self.handles.append(mod.register_forward_hook(self._lin_post(row)))
 
@@ -261,12 +263,45 @@ def _as_in_training():
     if packed is not None:
         mu.find_packed_sequence_indices = find_packed
     try:
-        yield
+        with _experts_traceable():
+            yield
     finally:
         if causal is not None:
             mu._ignore_causal_mask_sdpa = causal
         if packed is not None:
             mu.find_packed_sequence_indices = packed
+
+
+@contextlib.contextmanager
+def _experts_traceable():
+    """Mixture-of-experts layers sort their top-k token copies by expert and run one grouped matmul
+    (transformers' "grouped_mm" experts): the sizes of what they save (router logits, top-k weights and
+    indices, the b·s·k dispatched expert inputs and outputs) do not depend on the routing, only which expert
+    gets which row does. torch's grouped_mm has no fp32 meta kernel, so under fake tensors the experts run
+    transformers' own fallback op (same inputs saved, a registered fake kernel)."""
+    try:
+        from transformers.integrations import moe
+    except ImportError:
+        yield
+        return
+    can = getattr(moe, "_can_use_grouped_mm", None)
+    if can is None:
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def real_only(input, weight, offs):
+        return (
+            False
+            if isinstance(weight, FakeTensor) or isinstance(input, FakeTensor)
+            else can(input, weight, offs)
+        )
+
+    moe._can_use_grouped_mm = real_only
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = can
 
 
 def _built(build: Callable, blocks: int, checkpointing: str, mode: str):
@@ -313,7 +348,7 @@ class _Session:
     def trace(self, b: int, s: int) -> list[tuple]:
         import torch
 
-        rec = _Recorder(self.model, self.blocks)
+        rec = _Recorder(self.model, self.blocks, getattr(self.model, "_paradvisor_gathered", ()))
         amp = torch.autocast("cpu", dtype=torch.bfloat16) if self.mode == "amp" else contextlib.nullcontext()
         try:
             # the forward saves everything backward uses (checkpointed blocks recompute under their own
@@ -340,6 +375,26 @@ def _monomial(ratio: float, rb: float, rs: float) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def _binomial(n1: float, n2: float, p1: tuple, p2: tuple) -> dict[str, float] | None:
+    """A storage of b·s·(s+1) or s·(s+1) elements (GPT-OSS concatenates a sink logit to each row of its
+    attention scores): {s²-term: bytes, s-term: bytes}, both >= 0, solved from the two trace points."""
+    (b1, s1), (b2, s2) = p1, p2
+    for hi, lo in (("bss", "bs"), ("ss", "s")):
+
+        def val(m, b, s_):
+            return (b if "b" in m else 1) * s_ ** m.count("s")
+
+        a11, a12, a21, a22 = val(hi, b1, s1), val(lo, b1, s1), val(hi, b2, s2), val(lo, b2, s2)
+        det = a11 * a22 - a12 * a21
+        if not det:
+            continue
+        c_hi = (n1 * a22 - a12 * n2) / det
+        c_lo = (a11 * n2 - a21 * n1) / det
+        if c_hi > 0 and c_lo > 0 and abs(c_hi - round(c_hi)) < 1e-6 and abs(c_lo - round(c_lo)) < 1e-6:
+            return {hi: c_hi, lo: c_lo}
+    return None
+
+
 def _fit(t1: list, t2: list, p1: tuple, p2: tuple) -> dict[str, dict[str, float]]:
     """Match two traces storage by storage; each storage's growth factor gives its monomial."""
     (b1, s1), (b2, s2) = p1, p2
@@ -352,12 +407,17 @@ def _fit(t1: list, t2: list, p1: tuple, p2: tuple) -> dict[str, dict[str, float]
     for (n1, region, tp, kind), (n2, *_) in zip(t1, t2):
         ratio = n2 / n1 if n1 else 1.0
         mono = _monomial(ratio, b2 / b1, s2 / s1)
-        if mono is None:
-            raise TraceError(
-                f"a saved tensor grows {ratio:.4g}x from (b, s) = {p1} to {p2}: not a b/s monomial"
-            )
-        scale = (b1 if "b" in mono else 1) * s1 ** mono.count("s")
         g = per.setdefault((region, _group(region, tp, kind)), {})
+        if mono is None:
+            pair = _binomial(n1, n2, p1, p2)
+            if pair is None:
+                raise TraceError(
+                    f"a saved tensor grows {ratio:.4g}x from (b, s) = {p1} to {p2}: not a b/s monomial"
+                )
+            for m, v in pair.items():
+                g[m] = g.get(m, 0.0) + v
+            continue
+        scale = (b1 if "b" in mono else 1) * s1 ** mono.count("s")
         g[mono] = g.get(mono, 0.0) + n1 / scale
     return _combine(per)
 
@@ -511,6 +571,10 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
             model = cls(config)
         if not encoder and not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
             raise TraceError(f"no {wanted} class for model_type {family!r}")
+        from paradvisor.model import families
+
+        plan = families.get(family).tp_plan
+        model._paradvisor_gathered = tuple(k for k, v in plan.items() if v == "colwise_gather_output")
         if checkpointing != "none":
             if not getattr(model, "supports_gradient_checkpointing", False):
                 _wrap_blocks(model)

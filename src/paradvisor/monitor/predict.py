@@ -35,9 +35,9 @@ def estimate_for(
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import evaluate, memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.modelspec import profile_of
+    from paradvisor.train.modelspec import profile_of, workload_of
 
-    plan, wl = preset.plan, preset.workload
+    plan, wl = preset.plan, workload_of(preset)
     world = plan.world_size
     if on_gpu:
         spec = catalog.find_gpu(gpu_name) if gpu_name else None

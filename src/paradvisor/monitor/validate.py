@@ -89,7 +89,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     from paradvisor.hardware import calibration as cal_mod
     from paradvisor.monitor.predict import estimate_for
     from paradvisor.rundir.preset import load_preset
-    from paradvisor.train.modelspec import profile_of
+    from paradvisor.train.modelspec import profile_of, workload_of
 
     run_dir = Path(run_dir)
     if not RunDir(run_dir).plan.exists() or not RunDir(run_dir).metrics.exists():
@@ -97,7 +97,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     preset = load_preset(RunDir(run_dir).plan)
     steps, start, reader = _read_steps(run_dir)
     on_gpu = str(start.get("device", "cpu")).startswith("cuda")
-    plan, wl = preset.plan, preset.workload
+    plan, wl = preset.plan, workload_of(preset)
     precision = plan.precision
     notes = []
     if plan.pp > 1 and precision != "fp32":

@@ -22,7 +22,7 @@ class Request:
     seq_len: int | None = None  # None: min(model context, 2048)
     global_batch: int | None = None  # None: 8 per GPU
     precision: str = "auto"
-    attention: str = "sdpa"
+    attention: str = "auto"  # auto: the family's own pick (model/families/)
     margin: float = 0.10
     top: int = 5
     rules: tuple[str, ...] = ()  # extra rule folders
@@ -37,12 +37,16 @@ def default_workload(
     seq_len=None,
     global_batch=None,
     precision="auto",
-    attention="sdpa",
+    attention="auto",
     model: str | None = None,
 ):
-    """The workload in force: given values, else the model's context (capped at 2048) and 8 samples per GPU."""
+    """The workload in force: given values, else the model's context (capped at 2048) and 8 samples per GPU;
+    the attention the family's code runs ("auto": its own pick; one it does not support: InputError)."""
+    from paradvisor.model.families import resolve_attention
+    from paradvisor.plan.capability import family_of
     from paradvisor.plan.types import Workload
 
+    attention = resolve_attention(family_of(profile), attention)
     s = profile.transformer
     seq = seq_len if seq_len is not None else (min(s.max_positions, DEFAULT_SEQ_CAP) if s else 1)
     gb = global_batch if global_batch is not None else DEFAULT_BATCH_PER_GPU * max(1, cluster.gpu_count)

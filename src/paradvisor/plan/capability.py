@@ -5,25 +5,31 @@ The search ranks only plans this table allows; the rest are shown as "plan only"
 runnable plan. Widening the launcher means widening this table (and the numerical-equivalence tests
 in tests/test_equivalence.py that prove the new shape right). Torch-free: the advice layers read it.
 
-Families are the trainer's: `mingpt` (gpt-mini), `gpt2`, `bert`, `albert`, `llama`, `mistral`,
-`qwen2`, `vgg`, or any other Hugging Face `model_type` (data parallelism only).
+Families are the trainer's: one module each in model/families/ (`mingpt` for gpt-mini, `vgg`, and Hugging
+Face model types), or any other Hugging Face `model_type` (data parallelism only).
 """
 
 from __future__ import annotations
 
-# Families with a tensor-parallel plan. LLaMA/Mistral/Qwen2 take transformers' own
-# `base_model_tp_plan`; GPT-2, BERT, ALBERT and minGPT have hand-written column/row plans
-# (src/paradvisor/train/tp_plans.py).
-TP_FAMILIES = frozenset({"mingpt", "gpt2", "bert", "albert", "llama", "mistral", "qwen2"})
-# Sequence parallelism (norms and dropout on sequence shards, torchtitan-style) needs the residual
-# stream to leave each attention/MLP module: ALBERT adds its residual inside the attention module.
-SP_FAMILIES = frozenset({"mingpt", "gpt2", "bert", "llama", "mistral", "qwen2"})
-# Pipeline stages cut at block boundaries (transformers' `base_model_pp_plan` for LLaMA/Mistral/Qwen2).
-# ALBERT shares one layer across depth and VGG has no block stack: the search plans no PP for them.
-PP_FAMILIES = frozenset({"mingpt", "gpt2", "bert", "llama", "mistral", "qwen2"})
-# Expert parallelism: transformers' own `base_model_ep_plan` (experts sharded by expert, all-to-all token
-# dispatch) for its mixture-of-experts families; data parallelism around it (train/experts.py).
-EP_FAMILIES = frozenset({"mixtral", "qwen2_moe", "olmoe", "qwen3_moe"})
+from paradvisor.model import families as F
+
+
+def _names(pred) -> frozenset[str]:
+    return frozenset(n for n, f in F.registry().items() if f.launch and pred(f))
+
+
+# What each family's module (model/families/<name>.py) says the launcher runs. TP: transformers' own
+# base_model_tp_plan, or a hand plan where transformers has none (BERT, ALBERT, GPT-2, minGPT).
+TP_FAMILIES = _names(lambda f: f.has_tp)
+# Sequence parallelism (norms on sequence shards, torchtitan-style) needs the residual stream to leave each
+# attention/MLP module between the row and the next column projection.
+SP_FAMILIES = _names(lambda f: f.has_sp)
+# Pipeline stages cut at block boundaries (transformers' base_model_pp_plan, or hand stage classes).
+PP_FAMILIES = _names(lambda f: f.has_pp and not f.has_ep)  # MoE x PP: plan only
+# Expert parallelism: transformers' base_model_ep_plan (experts sharded by expert, all-to-all dispatch).
+EP_FAMILIES = _names(lambda f: f.has_ep)
+# Context parallelism: the sequence split over cp ranks, K/V gathered in each attention (train/context.py).
+CP_FAMILIES = _names(lambda f: f.cp)
 LAUNCH_PRECISIONS = frozenset({"fp32", "bf16", "fp16"})
 
 
@@ -35,8 +41,18 @@ def family_of(profile) -> str:
     return s.family
 
 
-def why_not(plan, family: str) -> str | None:
-    """Why `paradvisor launch` cannot run `plan` for a model of `family`; None when it can."""
+def why_not(plan, family: str, attention: str | None = None) -> str | None:
+    """Why `paradvisor launch` cannot run `plan` for a model of `family` (with `attention`, when given);
+    None when it can."""
+    fam = F.get(family)
+    if not fam.launch:
+        return f"estimate only: {fam.launch_why_not}"
+    if attention is not None and fam.attentions and attention not in fam.attentions:
+        return f"{family} models do not run {attention} attention (transformers supports {', '.join(fam.attentions)})"
+    if plan.cp > 1:
+        why = _why_not_cp(plan, fam)
+        if why:
+            return why
     if plan.ep > 1:  # plan/space.ep_candidates; the estimates are in estimate/moe.py
         why = _why_not_ep(plan, family)
         if why:
@@ -55,13 +71,14 @@ def why_not(plan, family: str) -> str | None:
     if plan.sharding == "hsdp" and (plan.tp > 1 or plan.pp > 1):
         return "HSDP runs without TP/PP (use FSDP on the data-parallel mesh dimension)"
     if plan.tp > 1 and family not in TP_FAMILIES:
+        if fam.tp_why_not:
+            return f"no tensor parallelism for {family!r} models: {fam.tp_why_not}"
         return f"no tensor-parallel plan for {family!r} models (have: {', '.join(sorted(TP_FAMILIES))})"
     if plan.sequence_parallel and plan.tp == 1:
         return "sequence parallelism needs tp > 1"
     if plan.sequence_parallel and family not in SP_FAMILIES:
-        return (
-            f"sequence parallelism is not launched for {family!r} models (ALBERT adds its residual inside the "
-            "attention module, so the sequence shards cannot stay outside it)"
+        return f"sequence parallelism is not launched for {family!r} models" + (
+            f": {fam.sp_why_not}" if fam.sp_why_not else ""
         )
     if plan.pp > 1 and family not in PP_FAMILIES:
         return f"no pipeline split for {family!r} models (have: {', '.join(sorted(PP_FAMILIES))})"
@@ -76,6 +93,18 @@ def why_not(plan, family: str) -> str | None:
         return "parameter offload needs ZeRO-3"
     if plan.offload != "none" and (plan.tp > 1 or plan.pp > 1):
         return "CPU offload runs with ZeRO or FSDP over data parallelism only (no TP/PP)"
+    return None
+
+
+def _why_not_cp(plan, fam) -> str | None:
+    if not fam.cp:
+        return f"no context parallelism for {fam.name!r} models: {fam.cp_why_not}"
+    if plan.pp > 1 or plan.ep > 1:
+        return "CP runs with FSDP / DDP and TP (CP x PP and CP x EP are plan only)"
+    if plan.sharding not in ("none", "fsdp") or plan.sequence_parallel:
+        return "CP runs with DDP or FSDP over dp x cp, and TP without SP (CP x ZeRO, HSDP, SP are plan only)"
+    if plan.diloco or plan.split_by_speed or plan.offload != "none":
+        return "CP runs without DiLoCo, split-by-speed batches or CPU offload"
     return None
 
 
@@ -115,6 +144,11 @@ def table() -> list[dict]:
             "shape": "PP (GPipe, 1F1B, interleaved 1F1B; even or balanced split), PP x DDP/FSDP, PP x TP(+SP) x DDP/FSDP",
             "engine": "torch",
             "families": ", ".join(sorted(PP_FAMILIES)),
+        },
+        {
+            "shape": "CP, CP x DDP/FSDP, CP x TP (load-balanced causal chunks, K/V all-gathered)",
+            "engine": "torch",
+            "families": ", ".join(sorted(CP_FAMILIES)),
         },
         {"shape": "DiLoCo with DDP or FSDP inside each node", "engine": "torch", "families": dp},
         {"shape": "split-by-speed batches (DDP, FSDP, ZeRO)", "engine": "torch / deepspeed", "families": dp},

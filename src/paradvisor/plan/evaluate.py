@@ -17,6 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm, moe, steptime
+from paradvisor.estimate import context as cp_cost
 from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
@@ -120,14 +121,43 @@ def activation_terms(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
 ) -> tuple[dict, str]:
     """Per-block/edge activation bytes and weight copies for one micro-batch on one rank, and where they
-    came from ("traced" from the model's code, or "formula")."""
+    came from ("traced" from the model's code, or "formula"). With CP (estimate/context.py) a rank keeps
+    1/cp of the sequence's activations plus, on the CPU path (K/V all-gathered, eager-style scores), the
+    gathered K and V; ring attention on CUDA runs the family's own kernel."""
+    if plan.cp <= 1 or mf.shape is None:
+        return _activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+    from dataclasses import replace as _replace
+
+    one_wl = wl if cuda else _replace(wl, attention="eager")
+    a, source = _activation_terms(mf, one_wl, plan, precision, micro_batch, cuda=cuda)
+    out = dict(a)
+    for k in ("block", "lastblock", "rebuilt", "first", "last"):
+        if out.get(k) is not None:
+            out[k] = out[k] / plan.cp
+    if not cuda:
+        extra = cp_cost.gathered_kv_activations(
+            mf.shape, micro_batch=micro_batch, seq=wl.seq_len, cp=plan.cp, act_bytes=act_bytes_for(precision)
+        ) / max(1, plan.tp)
+        if plan.checkpointing == "full":
+            out["rebuilt"] += extra
+        else:
+            out["block"] += extra
+            out["lastblock"] += extra
+    return out, source
+
+
+def _activation_terms(
+    mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
+) -> tuple[dict, str]:
     from paradvisor.model.activations import key_of
 
     s = mf.shape
     traced = mf.profile.traced
     mode = activation_mode(plan, precision) if not mf.traits.weights16 else "bf16"
     kernel = wl.attention
-    if traced is not None and mf.moe is None:  # MoE routing is data-dependent: its formula (estimate/moe.py)
+    # MoE layers too: the router, top-k dispatch and expert inputs are traced (model/trace.py) — their sizes
+    # follow b·s·k whatever the routing; estimate/moe.py's formula is the fallback
+    if traced is not None:
         memo = _ACT_MEMO.setdefault(traced, {})  # the search asks the same shape for many plans
         mkey = (
             mode,
@@ -204,12 +234,14 @@ def _shard_degree(topo: Topology, plan: Plan) -> int:
         return max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
     if plan.sharding == "none":
         return 1
-    return plan.dp
+    return plan.dp * plan.cp  # CP: the replica's cp ranks hold the whole model, sharded with the dp ranks
 
 
 def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     """`states(psi, first, last)`: one stage's model-state bytes by term."""
-    if mf.moe is not None:  # experts split over EP, their states sharded over dp/ep (estimate/moe.py)
+    if mf.moe is not None and plan.ep > 1:  # experts split over EP, sharded over dp/ep (estimate/moe.py)
+        # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
+        # gathers a block with all its experts — the dense accounting below, exact)
         moe_states = _moe_states(mf, plan, precision, shard)
         return lambda psi, first, last: moe_states(psi)
 
@@ -605,6 +637,8 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
             ct = gpu_stage_times(mf, topo, wl, plan, precision, spec, mb)
         else:
             ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
+        if plan.cp > 1:  # load-balanced chunks: 1/cp of the FLOPs on every rank
+            ct = {k: (v / plan.cp if k != "tp_comm" else v) for k, v in ct.items()}
         total_ct = sum(v for k, v in ct.items() if k != "tp_comm")
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
@@ -624,7 +658,10 @@ def _dp_comm(
     lat_k: float,
     net_eff: float = 1.0,
 ) -> tuple[float, float]:
-    """Data-parallel communication per step: (total, exposed after overlap)."""
+    """Data-parallel communication per step: (total, exposed after overlap). CP ranks average their
+    gradients with the data-parallel ones (a group of dp x cp ranks)."""
+    if plan.cp > 1:
+        plan = plan.with_(dp=plan.dp * plan.cp, cp=1)
     if plan.dp <= 1:
         return 0.0, 0.0
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp)
@@ -799,6 +836,8 @@ def evaluate(
     )
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
+    if plan.cp > 1 and mf.shape is not None:
+        time["cp_comm"] = plan.grad_accum * _cp_comm(mf, topo, wl, plan, ab, ct, slow_spec)
     time["dp_comm_exposed"] = dp_exposed
     if cal:
         time["framework"] = time.get("framework", 0.0) + cal["per_step"]
@@ -831,6 +870,29 @@ def evaluate(
         peak_phase=need["phase"],
         stage_memory=lambda: _stage_list(mf, topo, wl, plan, precision, margin),
     )
+
+
+def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, ct: dict, spec) -> float:
+    """Exposed CP seconds per micro-batch: K/V all-gather forward and reduce-scatter backward per layer on
+    the CP group's link (cp ranks at stride tp), overlapped with the compute on a GPU (ring attention),
+    not on a CPU (the all-gather form)."""
+    bw, lat, _ = topo.ep_link(plan.tp, plan.cp)
+    layers = _stage_layers(mf, plan.pp)
+    total = cp_cost.comm_time(
+        mf.shape,
+        micro_batch=plan.micro_batch,
+        seq=wl.seq_len,
+        cp=plan.cp,
+        act_bytes=ab,
+        layers=layers,
+        bw=bw,
+        lat=lat,
+    ) / max(1, plan.tp)
+    if plan.checkpointing == "full":
+        total *= 1.5  # the recomputed forward gathers again
+    if spec.vendor == "cpu":
+        return total
+    return max(0.0, total - OVERLAP * (ct["forward"] + ct["backward"]))
 
 
 def _stage_list(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float):

@@ -168,6 +168,46 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
         yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
     if mf.moe is not None:
         yield from ep_candidates(mf, topo, wl, precision, ckpts)
+    yield from cp_candidates(mf, topo, wl, precision, ckpts)
+
+
+def cp_options(mf: ModelFacts, wl: Workload, rest: int) -> list[int]:
+    """Context-parallel degrees for long sequences (estimate/context.py): each divides the ranks left
+    after TP, and 2·cp divides the sequence (load-balanced causal chunks)."""
+    from paradvisor.estimate.context import CP_MIN_SEQ
+
+    if mf.shape is None or not mf.shape.causal or wl.seq_len < CP_MIN_SEQ:
+        return []
+    return [c for c in divisors(rest) if c > 1 and wl.seq_len % (2 * c) == 0]
+
+
+def cp_candidates(
+    mf: ModelFacts, topo: Topology, wl: Workload, precision: str, ckpts: list[str]
+) -> Iterator[Plan]:
+    """Context parallelism: (dp, cp, tp) layouts with DDP or FSDP over dp x cp, as the launcher runs them
+    (torchtitan's composition); no PP, EP or SP with it."""
+    world = topo.world
+    for tp in tp_options(mf, topo):
+        for cp in cp_options(mf, wl, world // tp):
+            if world % (tp * cp):
+                continue
+            dp = world // (tp * cp)
+            if wl.global_batch % dp:
+                continue
+            per_replica = wl.global_batch // dp
+            for sharding in ("none", "fsdp") if dp * cp > 1 else ("none",):
+                for ckpt in ckpts:
+                    for mb in micro_batches(per_replica):
+                        yield Plan(
+                            dp=dp,
+                            cp=cp,
+                            tp=tp,
+                            sharding=sharding,
+                            micro_batch=mb,
+                            grad_accum=per_replica // mb,
+                            checkpointing=ckpt,
+                            precision=precision,
+                        )
 
 
 def rank_speeds(topo: Topology, precision: str) -> list[float]:

@@ -55,12 +55,13 @@ class Plan:
     rank_batches: tuple[int, ...] = ()  # with split_by_speed: micro-batch of each rank, in rank order
     nodes: tuple[NodeAllocation, ...] = field(default_factory=tuple)
     ep: int = 1  # expert parallelism (MoE): experts split over ep ranks of each data-parallel group
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (load-balanced causal chunks)
     pp_virtual_stages: int = 1  # interleaved 1F1B: model chunks per pipeline rank (plan/stages.py)
     pp_split: str = "even"  # even: L/pp blocks per stage; balanced: embedding and head count as a block each
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.cp * self.tp * self.pp
 
     @property
     def engine(self) -> str:
@@ -92,8 +93,14 @@ class Plan:
             parts.append(f"PP{self.pp}({sched},m={self.grad_accum}{split})")
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
         if self.dp > 1:
-            parts.append(f"{shard}{self.dp}" if (self.tp > 1 or self.pp > 1) else f"{shard}x{self.dp}")
+            parts.append(
+                f"{shard}{self.dp}" if (self.tp > 1 or self.pp > 1 or self.cp > 1) else f"{shard}x{self.dp}"
+            )
+        elif self.cp > 1 and self.sharding != "none":  # dp 1: the states are sharded over the cp ranks
+            parts.append(shard)
         if not parts:
             parts.append(f"{shard} (1 GPU)" if shard else "single GPU")
         flags = []
@@ -129,7 +136,9 @@ class Workload:
     global_batch: int = 32
     precision: str = "auto"  # auto | fp32 | fp16 | bf16 | fp8
     optimizer: str = "adamw"
-    attention: str = "sdpa"  # sdpa (flash / memory-efficient: no s^2 activations) | eager
+    # the attention implementation the family's code runs: sdpa (SDPA / flash: no s^2 activations) | eager
+    # (softmax(QK^T) kept); "auto" (the family's own pick) is resolved before a Workload is built
+    attention: str = "sdpa"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -95,6 +95,12 @@ _TRAIN = {
     "num_labels",
     "image_size",
     "hang_timeout_s",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "keep_checkpoints",
+    "checkpoint_async",
+    "resume_from",
+    "reset_optimizer",
     "text_field",
     "eval_path",
     "eval_fraction",
@@ -123,6 +129,8 @@ _LAUNCH = {
     "queue_timeout_s",
     "remote_dir",
     "remote_python",
+    "max_restarts",
+    "checkpoint_dir",
 }
 _CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
@@ -159,6 +167,15 @@ class TrainSettings:
     hang_timeout_s: float | None = (
         None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
     )
+    # Checkpoints (docs/resume.md): every N steps and/or every M minutes (None: the launcher picks an interval
+    # from the prediction; 0: none but the one on a graceful stop), the newest k kept, DCP's async save.
+    checkpoint_every: int | None = None
+    checkpoint_minutes: float = 0.0
+    keep_checkpoints: int = 3
+    checkpoint_async: bool = True
+    # Set by `launch --resume`: the checkpoint folder this run starts from; weights only with reset_optimizer.
+    resume_from: str | None = None
+    reset_optimizer: bool = False
     # The user's corpus (dataset = "files"; train/corpus.py) and its held-out part
     text_field: str = "text"
     eval_path: str | None = None
@@ -207,6 +224,8 @@ class LaunchSettings:
     # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
     # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
     remote_python: str = field(default_factory=lambda: sys.executable or "python3")
+    max_restarts: int = 0  # a failed run restarts from its newest checkpoint this many times (re-planned)
+    checkpoint_dir: str = ""  # a folder every node shares for checkpoints ("" : RUN_DIR/checkpoints)
 
     def procs(self, node_rank: int) -> int:
         """Processes torchrun starts on node `node_rank`."""
@@ -330,15 +349,21 @@ def _parse_workload(w: dict, ww) -> Workload:
     if "model" not in w:
         raise InputError("missing model (a built-in name or a HF config path)", where=ww("model"))
     workload = Workload(
-        **{"seq_len": 128, "global_batch": 8, "precision": "fp32", **from_table(Workload, w, ww)}
+        **{
+            "seq_len": 128,
+            "global_batch": 8,
+            "precision": "fp32",
+            "attention": "auto",  # the family's own pick (model/families/), resolved where the model is known
+            **from_table(Workload, w, ww),
+        }
     )
     if workload.precision not in ("auto", *PRECISIONS):
         raise InputError(
             f"precision {workload.precision!r}; expected auto or one of {', '.join(PRECISIONS)}",
             where=ww("precision"),
         )
-    if workload.attention not in ("sdpa", "eager"):
-        raise InputError("attention must be 'sdpa' or 'eager'", where=ww("attention"))
+    if workload.attention not in ("auto", "sdpa", "eager"):
+        raise InputError("attention must be 'auto', 'sdpa' or 'eager'", where=ww("attention"))
     return workload
 
 
@@ -494,12 +519,12 @@ def load_preset(path: str | os.PathLike) -> Preset:
     return parse_preset(data, path=str(path), text=text)
 
 
-FAMILY_DATASET = {"bert": "reviews", "albert": "reviews", "vgg": "images"}  # others: the shipped corpus (LM)
-
-
 def train_for(family: str) -> TrainSettings:
-    """Train settings a family needs to run on the shipped data (classifiers on reviews, LMs on the corpus)."""
-    return TrainSettings(dataset=FAMILY_DATASET.get(family, "corpus"))
+    """Train settings a family needs to run on the shipped data (its module's default: classifiers on
+    reviews, LMs on the corpus)."""
+    from paradvisor.model import families
+
+    return TrainSettings(dataset=families.get(family).dataset)
 
 
 def launch_for(cluster, plan=None) -> LaunchSettings:

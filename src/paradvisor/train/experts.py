@@ -37,10 +37,18 @@ def ep_meshes(plan, device, world: int):
     return mesh["edp"], mesh["ep"], tp
 
 
-def expanded_plan(model) -> dict[str, str]:
-    """transformers' EP plan of `model` with its `*` layer wildcards expanded to the modules and
-    parameters that exist (DeepSeek-style models keep dense MLPs in their first layers)."""
-    plan = dict(getattr(model, "ep_plan", None) or {})
+def expanded_plan(model, family: str | None = None) -> dict[str, str]:
+    """The family module's EP plan (transformers' base_model_ep_plan as data, model/families/), or the
+    model's own, with its `*` layer wildcards expanded to the modules and parameters that exist
+    (DeepSeek-style models keep dense MLPs in their first layers)."""
+    from paradvisor.model import families
+
+    fam_plan = families.get(family).ep_plan if family else {}
+    plan = {
+        k.replace("layers.*.", "model.layers.*.", 1) if not k.startswith("model.") else k: v
+        for k, v in fam_plan.items()
+    }
+    plan = plan or dict(getattr(model, "ep_plan", None) or {})
     if not plan:
         raise ValueError(f"{type(model).__name__} has no expert-parallel plan in transformers")
     names = [n for n, _ in model.named_modules()] + [n for n, _ in model.named_parameters()]
@@ -53,13 +61,13 @@ def expanded_plan(model) -> dict[str, str]:
     return out
 
 
-def apply_ep(model, plan, device, world: int):
+def apply_ep(model, plan, device, world: int, family: str | None = None):
     """Shard the experts of `model` over EP groups of `plan.ep` ranks. Returns (the expert-DP mesh, the
     expert modules)."""
     from transformers.distributed.expert_parallel import apply_expert_parallelism
 
     edp_mesh, ep_mesh, tp_mesh = ep_meshes(plan, device, world)
-    ep_plan = expanded_plan(model)
+    ep_plan = expanded_plan(model, family)
     apply_expert_parallelism(model, ep_mesh, tp_mesh, ep_plan)
     modules = dict(model.named_modules())
     return edp_mesh, [modules[n] for n, style in ep_plan.items() if style == "ep_dispatch_experts"]

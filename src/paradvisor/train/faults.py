@@ -7,6 +7,8 @@ so you can check what your cluster, your hang timeout and paradvisor's diagnosis
     PARADVISOR_FAULT="rank=1,step=3,kind=raise"   # RuntimeError in rank 1 before step 3
     PARADVISOR_FAULT="rank=1,step=3,kind=exit"    # rank 1 leaves with exit code 3, no Python error
     PARADVISOR_FAULT="rank=1,step=3,kind=hang"    # rank 1 stops making progress (sleeps for ever)
+    PARADVISOR_FAULT="rank=0,step=4,kind=kill-launcher"  # rank 0 kills the launcher (SIGKILL) in the middle
+                                                  # of step 4's checkpoint: written, not yet renamed
 
 Safety nets every rank runs: ``faulthandler`` writes the Python stack of every thread to the rank's
 stderr log on a fatal signal and on SIGUSR1 (the launcher sends it to each rank before stopping a hung
@@ -22,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-KINDS = ("raise", "exit", "hang")
+KINDS = ("raise", "exit", "hang", "kill-launcher")
 EXIT_CODE = 3  # the exit code of an injected `exit` fault
 LAUNCHER_PID_ENV = "PARADVISOR_LAUNCHER_PID"
 LAUNCHER_START_ENV = "PARADVISOR_LAUNCHER_START"
@@ -40,7 +42,7 @@ class Fault:
 
     def at(self, rank: int, step: int) -> None:
         """Called by the training loop before each step; fires once the rank and step match."""
-        if rank != self.rank or step != self.step:
+        if rank != self.rank or step != self.step or self.kind == "kill-launcher":
             return
         print(
             f"paradvisor fault drill: {self.kind} on rank {rank} at step {step}", file=sys.stderr, flush=True
@@ -52,6 +54,20 @@ class Fault:
             sys.stderr.flush()
             os._exit(EXIT_CODE)
         while True:  # hang: no progress, but still answers SIGUSR1 with its stack
+            time.sleep(3600)
+
+    def mid_checkpoint(self, rank: int, step: int) -> None:
+        """Called by rank 0 between writing step `step`'s checkpoint and renaming it complete: a
+        `kill-launcher` drill kills the launcher there (the ranks then stop, as they do when it dies)."""
+        if self.kind != "kill-launcher" or rank != self.rank or step != self.step:
+            return
+        import signal
+
+        print(
+            f"paradvisor fault drill: kill-launcher in step {step}'s checkpoint", file=sys.stderr, flush=True
+        )
+        os.kill(int(os.environ[LAUNCHER_PID_ENV]), signal.SIGKILL)
+        while True:  # the launcher watch ends this rank
             time.sleep(3600)
 
 

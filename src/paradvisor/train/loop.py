@@ -48,7 +48,7 @@ def global_loss(loss: float | None, plan, rank: int, world: int, batches: list[i
     lay = Layout.of(plan, rank, world)
     mine = 0.0
     if loss is not None and lay.holds_loss:
-        mine = loss * batches[data_rank] / lay.tp
+        mine = loss * batches[data_rank] / (lay.tp * lay.cp)  # TP copies; CP: the mean of the ranks' halves
     t = torch.tensor([mine], dtype=torch.float64)
     dist.all_reduce(t)
     return float(t[0]) / sum(batches)
@@ -72,8 +72,10 @@ def memory_record(engine) -> dict:
 
 
 def train_sync(
-    preset, engine, kind: str, task, device, rank: int, world: int, writer, *, progress=None
+    preset, engine, kind: str, task, device, rank: int, world: int, writer, *, progress=None, ckpt=None
 ) -> None:
+    """Steps 1..train.steps (from the checkpoint's step + 1 on a resume); `ckpt` (train/checkpoint.py) saves
+    after the steps it is due and stops the loop on a graceful stop."""
     plan, t = preset.plan, preset.train
     data_rank, batches = data_layout(plan, rank, world)
     stream = RankStream(len(task.dataset), batches, data_rank, t.seed)
@@ -81,7 +83,8 @@ def train_sync(
     scale = my_batch * len(batches) / sum(batches)  # uneven batches: weight each rank's loss by its samples
     per_step = my_batch * (1 if kind == "pp" else plan.grad_accum)
     fault = fault_drill()
-    for step in range(1, t.steps + 1):
+    start = ckpt.resume(stream) if ckpt else 0
+    for step in range(start + 1, t.steps + 1):
         if fault:
             fault.at(rank, step)
         t0 = time.perf_counter()
@@ -140,6 +143,10 @@ def train_sync(
             run_eval(engine, kind, task, preset, step, device, rank, world, writer)
         if progress:
             progress(step)
+        if ckpt and ckpt.after_step(step, stream.samples_consumed):
+            break
+    if ckpt:
+        ckpt.close()
     run_eval(
         engine, kind, task, preset, t.steps, device, rank, world, writer
     )  # the final eval: model/'s loss
@@ -187,7 +194,7 @@ def _assign(p, value) -> None:
         p.copy_(value.to(p.device, p.dtype))
 
 
-def train_diloco(preset, build_inner, task, device, rank: int, world: int, writer) -> None:
+def train_diloco(preset, build_inner, task, device, rank: int, world: int, writer, make_ckpt=None) -> None:
     """DiLoCo (Douillard et al. 2023): inner AdamW for H_i local steps on each node, then the outer
     Nesterov SGD step on the averaged pseudo-gradients (start - current). H_i per node from the plan
     (003 technique C). The time a rank waits for the others at each outer sync is recorded."""
@@ -210,7 +217,14 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     base_h = plan.local_steps or h
     rounds = max(1, math.ceil(t.steps / base_h))
     fault = fault_drill()
-    for rnd in range(1, rounds + 1):
+    ckpt = make_ckpt(engine, kind) if make_ckpt else None
+    done_rounds = 0
+    if ckpt:  # the outer state and each node's inner optimizer are saved at round ends
+        ckpt.optim_key = f"optim-node{my_node}"
+        ckpt.extra_state = lambda: _outer_state(outer_params, outer_opt)
+        done_rounds = ckpt.resume() // base_h
+        stream.load_state_dict({"samples_consumed": done_rounds * h * stream.per_step})
+    for rnd in range(done_rounds + 1, rounds + 1):
         for k in range(1, h + 1):
             t0 = time.perf_counter()
             step = (rnd - 1) * h + k
@@ -255,6 +269,29 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
                 "strategy": "diloco",
             }
         )
+        if ckpt and ckpt.after_step(rnd * base_h, stream.samples_consumed):
+            break
+    if ckpt:
+        ckpt.close()
+
+
+def _outer_state(outer_params, outer_opt):
+    """DiLoCo's outer state (the outer parameters and Nesterov momentum, the same on every rank) for a
+    checkpoint, and the function that puts a loaded one back."""
+    sd = {f"param.{i}": p for i, p in enumerate(outer_params)}
+    for i, p in enumerate(outer_params):
+        buf = outer_opt.state.get(p, {}).get("momentum_buffer")
+        sd[f"momentum.{i}"] = buf if buf is not None else torch.zeros_like(p)
+    has_momentum = any(outer_opt.state.get(p) for p in outer_params)
+
+    def restore(loaded: dict) -> None:
+        with torch.no_grad():
+            for i, p in enumerate(outer_params):
+                p.copy_(loaded[f"param.{i}"])
+                if has_momentum or loaded[f"momentum.{i}"].abs().sum() > 0:
+                    outer_opt.state[p]["momentum_buffer"] = loaded[f"momentum.{i}"].clone()
+
+    return sd, restore
 
 
 def _diloco_nodes(plan, world: int):

@@ -16,15 +16,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from paradvisor.errors import InputError
+from paradvisor.model import families
 from paradvisor.train import data as D
-
-HF_CLASSES = {
-    "bert": "BertForSequenceClassification",
-    "albert": "AlbertForSequenceClassification",
-    "gpt2": "GPT2LMHeadModel",
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-}
 
 
 class VGG(nn.Module):
@@ -115,10 +108,11 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
     """The task and the vocabulary size the model must have. Rank 0 trains the tokenizer, the others load it."""
     t = preset.train
     seq = preset.workload.seq_len
-    if family == "vgg":
+    task = families.get(family).task
+    if task == "image":
         classes = int(cfg.get("classes", 10))
         return Task("image", D.ImageData(4096, t.image_size, classes, seed=t.seed), seq, classes), 0
-    if family in ("bert", "albert"):
+    if task == "cls":
         if t.dataset == "reviews":
             rows = D.shipped_reviews()
         elif t.dataset == "imdb":
@@ -197,17 +191,24 @@ def build_model(preset, family: str, cfg: dict, task: Task, *, empty: bool = Fal
         )
     import transformers
 
-    cls_name = HF_CLASSES.get(family)
+    fam = families.get(family)
+    cls_name = fam.hf_class
     arch = (cfg.get("architectures") or [None])[0]
-    if family in ("bert", "albert"):
-        cls_name = HF_CLASSES[family]
+    if fam.task == "cls":
+        pass  # trained as a sequence classifier whatever the config names
     elif arch and hasattr(transformers, arch):
         cls_name = arch
     kw = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type")}
     if task.kind == "cls":
         kw["num_labels"] = task.classes
     config = transformers.AutoConfig.for_model(family, **kw)
-    config._attn_implementation = "sdpa" if preset.workload.attention == "sdpa" else "eager"
+    # the attention the plan was estimated with, passed explicitly (transformers would pick its own)
+    config._attn_implementation = families.resolve_attention(family, preset.workload.attention)
+    if preset.plan.cp > 1:
+        from paradvisor.train.context import CP_ATTENTION, register
+
+        register()
+        config._attn_implementation = CP_ATTENTION
     if cls_name is None:  # any other model type: transformers' own head class for the task
         lm = task.kind == "lm"
         mapping = (
@@ -232,13 +233,7 @@ def build_model(preset, family: str, cfg: dict, task: Task, *, empty: bool = Fal
     return cls(config)
 
 
-BLOCK_PATHS = (
-    "blocks",
-    "bert.encoder.layer",
-    "model.layers",
-    "transformer.h",
-    "albert.encoder.albert_layer_groups",
-)
+BLOCK_PATHS = tuple(dict.fromkeys(f.blocks for f in families.registry().values() if f.blocks))
 
 
 def block_list(model) -> nn.ModuleList | None:

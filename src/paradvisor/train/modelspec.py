@@ -90,6 +90,20 @@ def resolved_config(preset) -> tuple[str, dict]:
     return family, cfg
 
 
+def workload_of(preset):
+    """The preset's workload with its attention resolved for the family ("auto": the family's own pick;
+    one the family's code does not run: InputError)."""
+    from dataclasses import replace
+
+    from paradvisor.model.families import resolve_attention
+
+    family, _ = resolved_config(preset)
+    where = f"{preset.path or 'preset'}: workload.attention"
+    return replace(
+        preset.workload, attention=resolve_attention(family, preset.workload.attention, where=where)
+    )
+
+
 def profile_of(preset):
     """The ModelProfile of what will actually train (overrides applied), counted without torch; its
     activation coefficients are traced from the same code when the estimator first asks for them."""

@@ -44,7 +44,7 @@ def is_meta(module) -> bool:
 
 @dataclass
 class Layout:
-    """Where a rank sits in the plan's (pp, dp, tp) grid."""
+    """Where a rank sits in the plan's (pp, dp, cp, tp) grid."""
 
     pp: int
     dp: int
@@ -52,12 +52,16 @@ class Layout:
     pp_rank: int
     dp_rank: int
     tp_rank: int
+    cp: int = 1
+    cp_rank: int = 0
 
     @classmethod
     def of(cls, plan, rank: int, world: int) -> Layout:
-        tp, pp = plan.tp, plan.pp
-        dp = world // (tp * pp)
-        return cls(pp, dp, tp, rank // (dp * tp), (rank // tp) % dp, rank % tp)
+        tp, pp, cp = plan.tp, plan.pp, getattr(plan, "cp", 1)
+        dp = world // (tp * pp * cp)
+        return cls(
+            pp, dp, tp, rank // (dp * cp * tp), (rank // (tp * cp)) % dp, rank % tp, cp, (rank // tp) % cp
+        )
 
     @property
     def holds_loss(self) -> bool:
@@ -214,9 +218,20 @@ class TorchEngine:
     """Plain, DDP, FSDP2, TP, TP x DDP and TP x FSDP models under one torch AdamW."""
 
     def __init__(
-        self, model, plan, train, device, *, kind: str, autocast: bool, layout: Layout, grad_reduce=None
+        self,
+        model,
+        plan,
+        train,
+        device,
+        *,
+        kind: str,
+        autocast: bool,
+        layout: Layout,
+        grad_reduce=None,
+        context=None,
     ):
         self.model, self.plan, self.device, self.kind, self.layout = model, plan, device, kind, layout
+        self.context = context  # CP: shards each batch over the rank's cp group (train/context.py)
         self.autocast = autocast and plan.precision in ("bf16", "fp16")
         # TP x DDP, EP: gradients reduced over their groups after backward (DDP's reducer cannot wrap DTensors)
         self.grad_reduce = grad_reduce
@@ -239,7 +254,10 @@ class TorchEngine:
         return contextlib.nullcontext()
 
     def forward_backward(self, inputs, targets, *, last: bool, scale: float) -> float:
-        with self._sync_ctx(last):
+        cp_ctx = contextlib.nullcontext()
+        if self.context is not None:
+            inputs, targets, cp_ctx = self.context.enter(inputs, targets)
+        with self._sync_ctx(last), cp_ctx:
             with _autocast(self.device, self.plan.precision) if self.autocast else contextlib.nullcontext():
                 loss = loss_of(logits_of(self.model, inputs), targets)
             scaled = loss * scale
@@ -497,10 +515,12 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     if plan.pp > 1:
         mesh = device_mesh(plan, device, world)
         return PipelineEngine(model, family, plan, train, device, layout, mesh), "pp"
+    if getattr(plan, "cp", 1) > 1:
+        return _cp_engine(model, family, plan, train, device, rank, world, layout)
     if plan.ep > 1:
         from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
 
-        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world)
+        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world, family)
         apply_checkpointing(model, family, plan.checkpointing)
         if plan.sharding == "fsdp":
             apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
@@ -562,6 +582,57 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
         )
         return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
     return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"
+
+
+def _cp_engine(model, family: str, plan, train, device, rank: int, world: int, layout: Layout):
+    """CP (x TP) x DDP/FSDP, torchtitan's layout: a (dp, cp, tp) mesh; TP on tp, the sequence split over cp
+    (train/context.py), and the gradients averaged over the flattened dp x cp ranks — DDP or FSDP2 over them
+    (every cp rank of a replica holds the whole model and the same samples, different tokens)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from paradvisor.model import families
+    from paradvisor.train.context import ContextShard, ring_applies
+    from paradvisor.train.tp_plans import apply_tp
+
+    mesh = init_device_mesh(
+        device.type, (layout.pp * layout.dp, layout.cp, layout.tp), mesh_dim_names=("dp", "cp", "tp")
+    )
+    ring = ring_applies(families.get(family), device.type)
+    shard = ContextShard(mesh["cp"].get_group(), layout.cp, layout.cp_rank, mesh["cp"] if ring else None)
+    if plan.tp > 1:
+        apply_tp(model, family, blocks_of(model), mesh["tp"], sequence_parallel=False)
+    apply_checkpointing(model, family, plan.checkpointing)
+    dp_cp = mesh["dp", "cp"]._flatten("dp_cp")
+    if plan.sharding == "fsdp":
+        apply_fsdp(model, dp_cp, plan.precision)
+        kind = "cp+fsdp"
+        return TorchEngine(
+            model, plan, train, device, kind=kind, autocast=False, layout=layout, context=shard
+        ), kind
+    if plan.tp == 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(
+            model,
+            process_group=dp_cp.get_group(),
+            gradient_as_bucket_view=True,
+            device_ids=[device.index] if device.type == "cuda" else None,
+        )
+        return TorchEngine(
+            ddp, plan, train, device, kind="ddp", autocast=True, layout=layout, context=shard
+        ), "cp+ddp"
+    n = layout.dp * layout.cp
+    return TorchEngine(
+        model,
+        plan,
+        train,
+        device,
+        kind="tp+ddp",
+        autocast=True,
+        layout=layout,
+        grad_reduce=lambda params: average_grads(params, dp_cp.get_group(), n),
+        context=shard,
+    ), "cp+tp"
 
 
 def hsdp_shard(plan, world: int) -> int:

@@ -117,6 +117,12 @@ def run(run_dir: Path, rank: int) -> None:
                 "started": time.time(),
             }
         )
+
+        def checkpointer(engine, kind):
+            from paradvisor.train.checkpoint import Checkpointer
+
+            return Checkpointer(preset, run_dir, engine, kind, model, rank, world, writer)
+
         if plan.diloco:
 
             def inner(group):
@@ -131,12 +137,13 @@ def run(run_dir: Path, rank: int) -> None:
                     inner_group=group,
                 )
 
-            train_diloco(preset, inner, task, device, rank, world, writer)
+            train_diloco(preset, inner, task, device, rank, world, writer, make_ckpt=checkpointer)
         else:
             engine, kind = build_engine(model, family, plan, preset.train, device, rank, world)
             if folder is not None and sharded_load(plan):  # each rank reads only its own shards
                 load_weights(engine.stage_mod if kind == "pp" else model, names, aliases, folder, device)
-            train_sync(preset, engine, kind, task, device, rank, world, writer)
+            ckpt = checkpointer(engine, kind)
+            train_sync(preset, engine, kind, task, device, rank, world, writer, ckpt=ckpt)
             if preset.train.export_model:
                 from paradvisor.train.export import export_run_model
 

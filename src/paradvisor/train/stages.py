@@ -3,7 +3,8 @@ split, L/pp blocks per stage, or the balanced one that counts the embedding and 
 interleaved 1F1B, pp x v chunks, rank r holding chunks r, r+pp, ...): the first chunk holds the embeddings, the
 last one the final norm and the head (LM head or pooler + classifier).
 
-LLaMA, Mistral and Qwen2 follow transformers' `base_model_pp_plan` (embed_tokens -> layers -> norm): each
+Families whose module (model/families/) takes transformers' `base_model_pp_plan` (embed_tokens -> layers ->
+norm: LLaMA, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OLMo 2, ...) are cut the same way: each
 stage keeps the model's own base-model forward over its own layers (so masks, rotary embeddings and
 sliding windows are computed by transformers' code) and later stages feed it `inputs_embeds`. GPT-2, BERT
 and minGPT have no such plan; their stages call the model's own modules in the model's order.
@@ -19,9 +20,10 @@ import torch
 import torch.nn as nn
 
 from paradvisor.estimate.stages import bounds, rank_chunks
+from paradvisor.model import families
 from paradvisor.train.models import block_list
 
-PP_PLAN_FAMILIES = ("llama", "mistral", "qwen2")
+PP_PLAN_FAMILIES = tuple(n for n, f in families.registry().items() if f.pp_style == "hf_pp_plan")
 
 
 def stage_bounds(num_layers: int, pp: int, stage: int, v: int = 1, split: str = "even") -> tuple[int, int]:
@@ -121,6 +123,8 @@ class DecoderStage(nn.Module):
             base.norm = nn.Identity()
         self.base = base
         self.lm_head = m.lm_head if last else None
+        # Gemma 2/3 softcap the logits in their LM head's forward (tanh(logits / c) * c)
+        self.softcap = getattr(m.config, "final_logit_softcapping", None) if last else None
 
     def forward(self, x):
         out = (
@@ -129,7 +133,12 @@ class DecoderStage(nn.Module):
             else self.base(inputs_embeds=x, use_cache=False)
         )
         h = out.last_hidden_state
-        return self.lm_head(h) if self.last else h
+        if not self.last:
+            return h
+        logits = self.lm_head(h)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
 
 STAGES = {

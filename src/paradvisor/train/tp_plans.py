@@ -1,7 +1,10 @@
 """Tensor- and sequence-parallel plans per model family, applied per block with DTensor.
 
-LLaMA, Mistral and Qwen2 use transformers' own `base_model_tp_plan` ("layers.*.self_attn.q_proj":
-"colwise", ...). GPT-2, BERT, ALBERT and minGPT have none, so their column/row plans are written here.
+The plan is the family module's (model/families/<name>.py): transformers' own `base_model_tp_plan`
+("layers.*.self_attn.q_proj": "colwise", ...) for the families that have one, a hand plan for GPT-2, BERT,
+ALBERT and minGPT. Styles: colwise / rowwise (Megatron), colwise_gather_output / rowwise_split_input (Phi-3's
+fused projections, OLMo 2's whole-Q/K norms: the output gathered, the next input split), and
+replicated_with_grad_allreduce (Qwen3's per-head q/k norms: gradients summed over the TP group).
 Sequence parallelism (Korthikanti et al. 2022, as torchtitan applies it): between the attention and MLP
 modules the residual stream is split on the sequence dimension, the norms run on the local shard
 (`SequenceParallel`), each attention/MLP input is all-gathered (Shard(1) -> Replicate) and each row-wise
@@ -12,72 +15,17 @@ replicated: the first block's input is split, the last block's output is gathere
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
-HAND_TP = {
-    # family: {submodule of a block: "col" | "row"}
-    "mingpt": {
-        "attn.q": "col",
-        "attn.k": "col",
-        "attn.v": "col",
-        "attn.proj": "row",
-        "mlp.fc": "col",
-        "mlp.proj": "row",
-    },
-    "gpt2": {"attn.c_attn": "col", "attn.c_proj": "row", "mlp.c_fc": "col", "mlp.c_proj": "row"},
-    "bert": {
-        "attention.self.query": "col",
-        "attention.self.key": "col",
-        "attention.self.value": "col",
-        "attention.output.dense": "row",
-        "intermediate.dense": "col",
-        "output.dense": "row",
-    },
-    "albert": {
-        "albert_layers.0.attention.query": "col",
-        "albert_layers.0.attention.key": "col",
-        "albert_layers.0.attention.value": "col",
-        "albert_layers.0.attention.dense": "row",
-        "albert_layers.0.ffn": "col",
-        "albert_layers.0.ffn_output": "row",
-    },
-}
-# Sequence parallelism: the norms that run on sequence shards, and the modules whose input is gathered.
-SP_SPEC = {
-    "mingpt": {"norms": ("ln_1", "ln_2"), "gather": ("attn", "mlp")},
-    "gpt2": {"norms": ("ln_1", "ln_2"), "gather": ("attn", "mlp")},
-    "bert": {
-        "norms": ("attention.output.LayerNorm", "output.LayerNorm"),
-        "gather": ("attention.self", "intermediate"),
-    },
-    "llama": {"norms": ("input_layernorm", "post_attention_layernorm"), "gather": ("self_attn", "mlp")},
-}
-HF_PLAN_FAMILIES = ("llama", "mistral", "qwen2")
-for _f in HF_PLAN_FAMILIES:
-    SP_SPEC[_f] = SP_SPEC["llama"]
+from paradvisor.model import families
 
 
-def block_plan(model, family: str) -> dict[str, str]:
-    """{submodule of one block: "col" | "row"}: transformers' base_model_tp_plan where the family has one."""
-    if family in HF_PLAN_FAMILIES:
-        hf = getattr(getattr(model, "config", None), "base_model_tp_plan", None) or {}
-        styles = {"colwise": "col", "rowwise": "row"}
-        plan = {}
-        for key, style in hf.items():
-            if key.startswith("layers.*.") and style in styles:
-                plan[key[len("layers.*.") :]] = styles[style]
-        if plan:
-            return plan
-        return {
-            "self_attn.q_proj": "col",
-            "self_attn.k_proj": "col",
-            "self_attn.v_proj": "col",
-            "self_attn.o_proj": "row",
-            "mlp.gate_proj": "col",
-            "mlp.up_proj": "col",
-            "mlp.down_proj": "row",
-        }
-    return HAND_TP[family]
+def block_plan(family: str) -> dict[str, str]:
+    """{submodule of one block: style}: the family module's plan (model/families/<family>.py) —
+    transformers' base_model_tp_plan as data (tests/facts/test_families.py holds it equal to the config
+    class's), or paradvisor's hand plan."""
+    return dict(families.get(family).tp_plan)
 
 
 def _linear_from_conv1d(conv) -> nn.Linear:
@@ -171,36 +119,61 @@ def _gather_seq(mesh):
     return hook
 
 
+def _grad_allreduce(param, group) -> None:
+    """A weight replicated over TP ranks that sees only the local heads (Qwen3's q_norm / k_norm): its
+    gradient is the sum of the ranks' gradients."""
+
+    def hook(grad):
+        grad = grad.clone()
+        dist.all_reduce(grad, group=group)
+        return grad
+
+    param.register_hook(hook)
+
+
+def _styles(plan: dict[str, str], sequence_parallel: bool) -> dict:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    styles = {}
+    for name, kind in plan.items():
+        if kind == "colwise":
+            styles[name] = ColwiseParallel()
+        elif kind == "colwise_gather_output":
+            styles[name] = ColwiseParallel(output_layouts=Replicate())
+        elif kind == "rowwise_split_input":
+            styles[name] = RowwiseParallel(input_layouts=Replicate())
+        elif kind == "rowwise":
+            styles[name] = (
+                RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
+            )
+        elif kind != "replicated_with_grad_allreduce":
+            raise ValueError(f"tensor-parallel style {kind!r} is not launched")
+    return styles
+
+
 def apply_tp(model, family: str, blocks: list, mesh, *, sequence_parallel: bool) -> None:
-    """Column/row-parallel linears in every block on the 1-D TP mesh; with `sequence_parallel`, norms on
+    """The family's column/row plan in every block on the 1-D TP mesh; with `sequence_parallel`, norms on
     sequence shards, gathered attention/MLP inputs and reduce-scattered outputs."""
-    from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        SequenceParallel,
-        parallelize_module,
-    )
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
 
     tp = mesh.size()
-    plan = block_plan(model, family)
+    fam = families.get(family)
+    plan = block_plan(family)
+    replicated = [n for n, k in plan.items() if k == "replicated_with_grad_allreduce"]
     for blk in blocks:
         if family == "gpt2":
             prepare_gpt2_block(blk, tp)
-        styles = {}
-        for name, kind in plan.items():
-            if kind == "col":
-                styles[name] = ColwiseParallel()
-            else:
-                styles[name] = (
-                    RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
-                )
+        styles = _styles(plan, sequence_parallel)
         if sequence_parallel:
-            for name in SP_SPEC[family]["norms"]:
+            for name in fam.sp_norms:
                 styles[name] = SequenceParallel(use_local_output=True)
         parallelize_module(blk, mesh, styles)
+        for name in replicated:
+            for p in blk.get_submodule(name).parameters():
+                _grad_allreduce(p, mesh.get_group())
         if sequence_parallel:
-            for name in SP_SPEC[family]["gather"]:
+            for name in fam.sp_gather:
                 blk.get_submodule(name).register_forward_pre_hook(_gather_hook(mesh), with_kwargs=True)
     if sequence_parallel and blocks:
         blocks[0].register_forward_pre_hook(_split_seq(mesh), with_kwargs=True)

@@ -317,8 +317,15 @@ class ParadvisorApp(App):
 
     def action_stop_run(self) -> None:
         if self._run_going():
-            self.launch.cancel()
-            self.notify("stopping the run: every rank ends")
+            graceful = getattr(self.launch, "stopping", "") is None
+            if graceful:
+                self.launch.cancel(graceful=True)
+                self.notify(
+                    "stopping the run: a checkpoint at the next step, then every rank ends (s again: now)"
+                )
+            else:
+                self.launch.cancel()
+                self.notify("stopping the run: every rank ends")
 
     def exit(self, *args, **kwargs) -> None:
         if self.sampler is not None:  # no reading may arrive while the screens close

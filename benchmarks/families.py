@@ -1,0 +1,89 @@
+"""The family matrix (issue 33): for each model family, every plan shape the capability table allows is
+launched for real (2-4 CPU ranks, gloo, fp32, dropout off), compared step by step with a one-process run
+(`paradvisor verify`) and held against the estimate (`paradvisor validate`): model states per rank and
+activations of one micro-batch. A shape the table refuses is printed as "estimate only" with its reason.
+
+    python benchmarks/families.py [--families gemma2,qwen3_moe] [--shapes "DDP,TP,CP"] [--steps 3]
+
+Columns: family, shape, launched / estimate-only, loss difference to one process (max relative over the
+steps), states error, activations error (predicted vs measured, relative; activations: traced / formula).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.equivalence_cases import FAMILIES, SHAPES, applies, preset_for  # noqa: E402
+
+from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify  # noqa: E402
+from paradvisor.monitor.validate import validate  # noqa: E402
+
+NEW = ["gemma2", "gemma3_text", "phi3", "olmo2", "qwen3", "qwen3_moe", "deepseek_v3", "gpt_oss"]
+DEFAULT_SHAPES = ["DDP", "FSDP", "ZeRO-3", "TP", "TP+SP", "PP (1F1B)", "EP x DDP", "CP", "CP x FSDP"]
+
+
+def _rel(doc: dict, term: str) -> str:
+    row = next((r for r in doc["rows"] if r["term"] == term), None)
+    if row is None or row.get("rel_error") is None:
+        return "-"
+    return f"{row['rel_error']:+.1%}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--families", default=",".join(NEW + ["llama", "qwen2", "mixtral"]))
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    families = [f for f in args.families.split(",") if f]
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = [f for f in families if f not in FAMILIES] + [s for s in shapes if s not in SHAPES]
+    if unknown:
+        print(f"unknown: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    print(f"{'family':<12} {'shape':<11} {'run':<14} {'loss diff':>9} {'states':>8} {'activations':>16}")
+    bad = []
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in families:
+            ref = ref_dir = None
+            for shape in shapes:
+                plan = SHAPES[shape][0]
+                why = applies(fam, plan)
+                if why:
+                    print(f"{fam:<12} {shape:<11} {'estimate only':<14} {'':>9} {'':>8} {'':>16}  ({why})")
+                    continue
+                d = verify(
+                    preset_for(fam, plan, steps=args.steps),
+                    Path(tmp),
+                    steps=args.steps,
+                    reference=ref,
+                    reference_dir=ref_dir,
+                )
+                if ref is None and d.get("reference_status") == "finished":
+                    ref, ref_dir = d["reference"], Path(d["reference_run_dir"])
+                w = d.get("max_relative_difference")
+                if d["status"] != "finished" or w is None:
+                    print(f"{fam:<12} {shape:<11} {'FAILED':<14}  {d.get('reason') or ''}")
+                    bad.append(f"{fam} {shape}")
+                    continue
+                v = validate(d["run_dir"])
+                acts = f"{_rel(v, 'activations')} ({v['activation_source']})"
+                print(
+                    f"{fam:<12} {shape:<11} {'launched':<14} {w:9.1e} {_rel(v, 'states'):>8} {acts:>16}",
+                    flush=True,
+                )
+                if w > DEFAULT_TOLERANCE:
+                    bad.append(f"{fam} {shape}: loss differs {w:.1e}")
+    print(f"{time.time() - t0:.0f} s" + (f"; failed: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""The checkpoint folders of a run (rundir/checkpoints.py): only renamed folders with their meta.json count, the
+newest k are kept, a changed or missing file is found, and the data stream's position carries over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from paradvisor.rundir.checkpoints import (
+    complete_checkpoints,
+    finalize,
+    latest_checkpoint,
+    make_private_dir,
+    purge,
+    read_meta,
+    temp_name,
+    verify,
+)
+from paradvisor.train.data import RankStream
+
+
+def _write(root: Path, step: int, *, complete: bool = True) -> Path:
+    root.mkdir(exist_ok=True)
+    tmp = make_private_dir(root / temp_name(step))
+    (tmp / "shard.bin").write_bytes(bytes(range(256)) * step)
+    return finalize(tmp, root, step, {"format": "dcp"}) if complete else tmp
+
+
+def test_only_renamed_checkpoints_with_their_meta_count(tmp_path):
+    root = tmp_path / "checkpoints"
+    _write(root, 2)
+    _write(root, 4)
+    _write(root, 6, complete=False)  # a crash in the middle of the write
+    (root / "step-8").mkdir()  # a folder of the right name without meta.json
+    assert [s for s, _ in complete_checkpoints(root)] == [2, 4]
+    assert latest_checkpoint(root)[0] == 4
+    assert (root / ".step-6.partial").is_dir()
+    assert oct((root / "step-4").stat().st_mode & 0o777) == "0o700"
+
+
+def test_the_newest_k_are_kept(tmp_path):
+    root = tmp_path / "checkpoints"
+    for s in (1, 2, 3, 4, 5):
+        _write(root, s)
+    gone = purge(root, 3)
+    assert sorted(p.name for p in gone) == ["step-1", "step-2"]
+    assert [s for s, _ in complete_checkpoints(root)] == [3, 4, 5]
+    assert purge(root, 0) == []
+
+
+def test_a_changed_truncated_or_missing_file_is_found(tmp_path):
+    root = tmp_path / "checkpoints"
+    path = _write(root, 3)
+    meta = read_meta(path)
+    assert verify(path, meta) is None and meta["files"]["shard.bin"][0] == 768
+    data = bytearray((path / "shard.bin").read_bytes())
+    data[10] ^= 1
+    (path / "shard.bin").write_bytes(bytes(data))
+    assert "corrupted" in verify(path, meta)
+    (path / "shard.bin").write_bytes(bytes(data[:100]))
+    assert "100 bytes" in verify(path, meta)
+    (path / "shard.bin").unlink()
+    assert "missing" in verify(path, meta)
+
+
+def test_a_private_folder_is_never_made_over_an_existing_one_or_a_link(tmp_path):
+    from paradvisor.safeio import UnsafePath
+
+    make_private_dir(tmp_path / "a")
+    with pytest.raises(UnsafePath):
+        make_private_dir(tmp_path / "a")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(UnsafePath):
+        make_private_dir(tmp_path / "b", exist_ok=True)
+
+
+@pytest.mark.parametrize(("world", "batches"), [(2, [4, 4]), (1, [8]), (4, [2, 2, 2, 2])])
+def test_the_data_position_is_global_samples_whatever_the_world_size(world, batches):
+    """Two steps on 2 ranks, then a resume on `world` ranks: the samples of step 3 are the same."""
+    before = [RankStream(100, [4, 4], r, seed=5) for r in range(2)]
+    for s in before:
+        s.next(), s.next()
+    assert {s.state_dict()["samples_consumed"] for s in before} == {16}
+    whole = RankStream(100, [8], 0, seed=5)
+    whole.next(), whole.next()
+    want = whole.next()
+    after = [RankStream(100, batches, r, seed=5) for r in range(world)]
+    for s in after:
+        s.load_state_dict(before[0].state_dict())
+    got = [i for _ in range(8 // sum(batches)) for s in after for i in s.next()]
+    assert got == want
+
+
+def test_the_default_interval_keeps_saving_under_two_percent_of_the_predicted_step(tmp_path):
+    from dataclasses import replace
+
+    from paradvisor.launch.resume import CHECKPOINT_OVERHEAD, default_interval, with_checkpoint_interval
+    from paradvisor.rundir.preset import load_preset
+    from tests.conftest import REPO
+
+    p = load_preset(REPO / "presets" / "tiny-cpu-smoke.toml")
+    p = replace(p, train=replace(p.train, steps=100000), prediction={"step_time_s": 0.001})
+    d = default_interval(p, tmp_path)
+    assert d["every"] >= 1 and d["overhead"] <= CHECKPOINT_OVERHEAD
+    assert d["bytes"] == 12 * 116608  # fp32 weights and AdamW's two moments of the smoke model
+    decided, line = with_checkpoint_interval(p, tmp_path)
+    assert decided.train.checkpoint_every >= 1 and "% of step time" in line  # its own probe: another speed
+    none, line = with_checkpoint_interval(replace(p, prediction={}), tmp_path)
+    assert none.train.checkpoint_every == 0 and "only on a graceful stop" in line
+    assert list(tmp_path.iterdir()) == []  # the probe leaves nothing

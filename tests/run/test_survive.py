@@ -1,0 +1,209 @@
+"""A run that survives a lost node (ssh, max_restarts = 1, re-planned onto the node that remains) and a Slurm
+requeue (the requeued job resumes from its checkpoint). Real sshd (tests/sshd.py), real Slurm
+(tests/slurm_cluster.py), real ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+from tests.sshd import Sshd, free_port
+from tests.support.resume import children, losses, status
+
+pytestmark = [pytest.mark.slow]
+
+SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
+
+
+def wait_for(cond, timeout: float, what: str, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            _out, err = proc.communicate()
+            pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {timeout} s")
+
+
+def complete(root: Path) -> list[Path]:
+    return sorted(root.glob("*/step-*/meta.json")) if root.exists() else []
+
+
+def kill_matching(mark: str) -> int:
+    n = 0
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and mark in " ".join(p.info["cmdline"] or []):
+                p.kill()
+                n += 1
+        except psutil.Error:
+            continue
+    return n
+
+
+@pytest.mark.ssh
+def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp_path):
+    d = tmp_path / "sshd"
+    d.mkdir()
+    port = 0
+    server = Sshd(d, ("127.0.0.1", "127.0.0.2"), accept_env=("PYTHONPATH",))
+    port = server.port
+    try:
+        if os.environ.get("PYTHONPATH"):
+            server.config.write_text(
+                server.config.read_text() + f"  SetEnv PYTHONPATH={os.environ['PYTHONPATH']}\n"
+            )
+        aliases = {"node-a": ("127.0.0.1", port), "node-b": ("127.0.0.2", port)}
+
+        def write_config(b_port: int) -> None:
+            text = "".join(
+                f"Host {alias}\n  HostName {addr}\n  Port {b_port if alias == 'node-b' else p}\n{server.common}"
+                for alias, (addr, p) in aliases.items()
+            )
+            server.config.write_text(text + f"Host 127.*\n{server.common}")
+
+        write_config(port)
+        shared = tmp_path / "shared-checkpoints"
+        text = SMOKE.read_text().replace(
+            "[launch]\nnproc_per_node = 2",
+            f'[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = ["node-a", "node-b"]\nmaster_port = {free_port()}\n'
+            f"remote_python = {json.dumps(sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
+            f"max_restarts = 1\ncheckpoint_dir = {json.dumps(str(shared))}",
+        )
+        text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 5\ncheckpoint_async = false")
+        preset = tmp_path / "two-nodes.toml"
+        preset.write_text(text)
+        argv = [
+            sys.executable,
+            "-m",
+            "paradvisor",
+            "launch",
+            "--preset",
+            str(preset),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--ssh-config",
+            str(server.config),
+            "--ssh-timeout",
+            "5",
+            "--quiet",
+        ]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)
+        )
+        try:
+            wait_for(lambda: complete(shared), 240, "a complete checkpoint", proc)
+            write_config(server.dead_port)  # node-b no longer answers ssh ...
+            assert kill_matching(str(tmp_path / "nodes") + "/") > 0  # ... and its processes are gone
+            kill_matching("node-b")
+            _out, err = proc.communicate(timeout=400)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err[-4000:]
+        assert "re-planned onto node-a" in err, err[-3000:]
+        runs = sorted((tmp_path / "runs").iterdir())
+        failed = [r for r in runs if status(r)["status"] == "failed"]
+        assert len(failed) == 1, [status(r)["status"] for r in runs]
+        (child,) = children(tmp_path / "runs", failed[0])
+        st = status(child)
+        assert st["status"] == "finished" and st["lineage_reason"] == "re-plan" and st["world_size"] == 1
+        assert "node-b unreachable" in st["replan"]
+        before, after = losses(failed[0]), losses(child)
+        start = st["resume_step"]
+        assert min(after) == start + 1 and max(after) == 300
+        # the losses continue from the checkpoint (a fresh start would be back at ~4.2)
+        assert abs(after[start + 1] - before[start + 1]) / before[start + 1] < 1e-3, (
+            after[start + 1],
+            before,
+        )
+        lineage = subprocess.run(
+            [sys.executable, "-m", "paradvisor", "runs", "--runs-dir", str(tmp_path / "runs"), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        doc = {Path(r["run_dir"]).name: r for r in json.loads(lineage.stdout)["runs"]}
+        assert doc[child.name]["lineage"][0] == str(failed[0].resolve())
+        assert "re-plan" in doc[child.name]["resumed"]
+    finally:
+        server.stop()
+
+
+def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_path):
+    from tests.slurm_cluster import Slurm
+
+    cluster = Slurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        text = SMOKE.read_text().replace(
+            "steps = 10", "steps = 600\ncheckpoint_every = 20\ncheckpoint_async = false"
+        )
+        text = text.replace(
+            "[launch]\nnproc_per_node = 2", f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}"
+        )
+        preset = tmp_path / "requeue.toml"
+        preset.write_text(text)
+        runs = tmp_path / "runs"
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "paradvisor",
+                "launch",
+                "--preset",
+                str(preset),
+                "--runs-dir",
+                str(runs),
+                "--submit",
+                "slurm",
+                "--quiet",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(tmp_path),
+            env=cluster.env,
+        )
+        try:
+            run = wait_for(
+                lambda: runs.exists() and next(iter(runs.iterdir()), None), 60, "run directory", proc
+            )
+            wait_for(lambda: complete(run), 240, "a checkpoint", proc)
+            job = json.loads((run / "slurm.json").read_text())["job_id"]
+            requeue = cluster.run("scontrol", "requeue", str(job))
+            assert requeue.returncode == 0, requeue.stderr
+            _out, err = proc.communicate(timeout=400)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+        assert proc.returncode == 0, err[-4000:]
+        recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        resumed = [r for r in recs if r["kind"] == "resumed"]
+        why = "\n".join(
+            [
+                err[-1500:],
+                *(p.read_text()[-1500:] for p in run.glob("*.out")),
+                *(p.name for p in run.iterdir()),
+            ]
+        )
+        assert resumed and resumed[0]["step"] >= 20, why
+        steps = [r["step"] for r in recs if r["kind"] == "step" and r["rank"] == 0]
+        assert steps[-1] == 600 and resumed[0]["step"] + 1 in steps
+        node = json.loads((run / "status-node0.json").read_text())
+        assert node["lineage_reason"] == "requeue" and node["resume_step"] == resumed[0]["step"]
+        assert json.loads((run / "status-node0.attempt0.json").read_text())["status"] == "cancelled"
+    finally:
+        cluster.stop()

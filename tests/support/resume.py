@@ -1,0 +1,97 @@
+"""Helpers for the checkpoint / resume tests (tests/run/test_resume.py) and benchmarks/resume.py: one tiny
+preset per engine shape, launching with a fault drill, reading a run's losses and lineage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from paradvisor.plan.types import Plan
+from paradvisor.rundir.preset import save_preset
+from tests.equivalence_cases import preset_for
+from tests.runs import launch, steps_of
+
+STEPS, EVERY, FAULT_STEP = 4, 2, 3
+
+
+def _p(**kw) -> Plan:
+    return Plan(precision="fp32", **kw)
+
+
+# engine: (family, plan) — 2 ranks, a global batch of 8
+ENGINES = {
+    "ddp": ("mingpt", _p(dp=2, micro_batch=4)),
+    "fsdp": ("mingpt", _p(dp=2, sharding="fsdp", micro_batch=4)),
+    "zero3": ("mingpt", _p(dp=2, sharding="zero3", micro_batch=4)),
+    "tp": ("mingpt", _p(tp=2, micro_batch=8)),
+    "pp": ("mingpt", _p(pp=2, micro_batch=4, grad_accum=2)),
+    "ep": ("mixtral", _p(dp=2, ep=2, micro_batch=4)),
+    "diloco": ("mingpt", _p(dp=2, micro_batch=4, diloco=True, local_steps=2)),
+}
+# other plans a checkpoint is resumed under: name -> (source engine, plan). Between ZeRO stages only the
+# weights carry over (--reset-optimizer): the first step after the resume is compared (its loss is the loaded
+# weights' forward pass), not the steps after it.
+CROSS = {
+    "ddp->fsdp": ("ddp", _p(dp=2, sharding="fsdp", micro_batch=4)),
+    "dp2->tp2": ("ddp", _p(tp=2, micro_batch=8)),
+    "zero3->zero1": ("zero3", _p(dp=2, sharding="zero1", micro_batch=4)),
+    "2ranks->1": ("ddp", _p(dp=1, micro_batch=4, grad_accum=2)),
+    "pp2->ddp": ("pp", _p(dp=2, micro_batch=4)),
+}
+
+
+def preset_file(
+    tmp: Path,
+    name: str,
+    family: str,
+    plan: Plan,
+    *,
+    steps: int = STEPS,
+    train: dict | None = None,
+    launch_kw=None,
+) -> Path:
+    p = preset_for(family, plan, name=name, steps=steps)
+    t = {"checkpoint_every": EVERY, "checkpoint_async": True, "hang_timeout_s": 120.0, **(train or {})}
+    p = replace(p, train=replace(p.train, **t), launch=replace(p.launch, **(launch_kw or {})))
+    path = tmp / f"{name}.toml"
+    save_preset(path, p.to_doc(), force=True)
+    return path
+
+
+def fault_env(kind: str = "raise", rank: int = 1, step: int = FAULT_STEP) -> dict:
+    return {"PARADVISOR_FAULT": f"rank={rank},step={step},kind={kind}"}
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """step -> the global loss (rank 0's record; DiLoCo: the mean of every rank's local loss)."""
+    by: dict[int, list[float]] = {}
+    diloco = False
+    for m in steps_of(run_dir):
+        diloco = diloco or m.get("strategy") == "diloco"
+        if diloco or m["rank"] == 0:
+            by.setdefault(m["step"], []).append(m["loss"])
+    return {s: sum(v) / len(v) for s, v in by.items()}
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def children(runs: Path, parent: Path) -> list[Path]:
+    out = []
+    for d in sorted(runs.iterdir()):
+        try:
+            if status(d).get("parent") == str(parent.resolve()):
+                out.append(d)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def run(preset: Path, runs: Path, *extra: str, env: dict | None = None, timeout: float = 240):
+    return launch(preset, runs, "--quiet", *extra, env=env, timeout=timeout)
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
