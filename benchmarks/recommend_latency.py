@@ -72,6 +72,7 @@ def scale(base: list[str], repeat: int) -> None:
                 "4 nodes x 8 (shipped example)",
                 ["--cluster", os.path.join(CLUSTERS, "h100-4x8-infiniband.toml")],
             ),
+            ("64 nodes x 8, 64 [[node]] tables", ["--cluster", write_cluster(folder, 64, grouped=False)]),
             ("2,048 nodes x 8, one node group", ["--cluster", write_cluster(folder, 2048, grouped=True)]),
             (
                 "2,048 nodes x 8, 2,048 [[node]] tables",
@@ -82,19 +83,29 @@ def scale(base: list[str], repeat: int) -> None:
                 "16,384 nodes x 8 = 131,072, one group",
                 ["--cluster", write_cluster(folder, 16384, grouped=True)],
             ),
+            (
+                "16,384 nodes x 8, 16,384 [[node]] tables",
+                ["--cluster", write_cluster(folder, 16384, grouped=False)],
+            ),
         ]
         print(
             f"{'llama-2-70b, seq 4096, H100':42s} {'GPUs':>8s} {'wall':>9s} {'CPU':>9s} {'peak RSS':>9s} "
             f"{'candidates':>11s}  (cold process, n={repeat})"
         )
+        cost = {}
         for label, extra in cases:
             argv = base + ["recommend", "--model", "llama-2-70b", "--seq-len", "4096", "--json", *extra]
-            u = cold_runs_usage(argv, repeat)
+            u = cost[label] = cold_runs_usage(argv, repeat)
             doc = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
             print(
                 f"{label:42s} {doc['cluster']['gpu_count']:8,d} {u['wall'] * 1e3:7.0f}ms {u['cpu'] * 1e3:7.0f}ms "
                 f"{u['rss_mb']:7.0f}MB {doc['candidates_evaluated']:11d}  top: {doc['plans'][0]['label']}"
             )
+        big, small = cost["2,048 nodes x 8, 2,048 [[node]] tables"], cost["64 nodes x 8, 64 [[node]] tables"]
+        print(
+            f"2,048 tables / 64 tables: wall {big['wall'] / small['wall']:.2f}x, CPU {big['cpu'] / small['cpu']:.2f}x"
+            " (goal: under 2x)"
+        )
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ class KeyLocator:
         self.lines = text.splitlines()
         self.headers: dict[str, list[int]] = {}
         self.table_starts: list[int] = []
+        self._keys: dict[int, dict[str, int]] = {}  # table's first line -> {key: line}
         for i, ln in enumerate(self.lines):
             if re.match(r"^\s*\[", ln):
                 self.table_starts.append(i)
@@ -78,16 +79,23 @@ class KeyLocator:
             start = starts[index]
             if key is None:
                 return start + 1
-        keypat = re.compile(r"^\s*" + re.escape(key or "") + r"\s*=")
-        after = (
-            bisect.bisect_right(self.table_starts, start)
-            if header
-            else bisect.bisect_left(self.table_starts, 0)
-        )
-        end = self.table_starts[after] if after < len(self.table_starts) else len(self.lines)
-        for i in range(start + (1 if header else 0), end):
-            if keypat.match(self.lines[i]):
-                return i + 1
+        keys = self._keys.get(start if header else -1)
+        if keys is None:  # the table's `key = ...` lines, indexed once (a table is asked about key after key)
+            after = (
+                bisect.bisect_right(self.table_starts, start)
+                if header
+                else bisect.bisect_left(self.table_starts, 0)
+            )
+            end = self.table_starts[after] if after < len(self.table_starts) else len(self.lines)
+            keys = {}
+            for i in range(start + (1 if header else 0), end):
+                k, eq, _ = self.lines[i].partition("=")
+                if eq:
+                    keys.setdefault(k.strip(), i + 1)
+            self._keys[start if header else -1] = keys
+        found = keys.get(key or "")
+        if found is not None:
+            return found
         return start + 1 if header else None
 
     def where(self, header: str | None, index: int, key: str | None, keypath: str) -> str:

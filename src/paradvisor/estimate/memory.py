@@ -89,8 +89,10 @@ def zero_grad_elements(order: tuple[int, ...] | list[int], n: int) -> int:
     ends = list(itertools.accumulate(order))  # tensor k spans [ends[k] - order[k], ends[k])
     starts = [e - size for e, size in zip(ends, order)]
     prefix = [0, *ends]
-    best = 0
-    for r in range(n):
+    # A partition that holds one tensor (or part of one) keeps that tensor: at most the largest. Only a
+    # partition holding a boundary between tensors can keep more: at most one per boundary (not one per rank).
+    best = max(order)
+    for r in sorted({e // part for e in ends[:-1] if e % part}):
         lo, hi = r * part, (r + 1) * part
         first = bisect.bisect_right(ends, lo)  # first tensor ending after lo
         last = bisect.bisect_left(starts, hi) - 1  # last tensor starting before hi

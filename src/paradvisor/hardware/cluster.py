@@ -114,7 +114,21 @@ def check_rate(value: float, what: str, where: str) -> None:
 
 
 def node_devices(specs: list[tuple], *, same_from: int = SAME_DEVICES_FROM):
-    """A node's GPUs from [(GPUSpec, count), ...]: a tuple, or one SameDevices for many of one type."""
+    """A node's GPUs from [(GPUSpec, count), ...]: a tuple, or one SameDevices for many of one type. Nodes
+    with the same GPUs share one (immutable) tuple: 16,384 nodes of 8 GPUs build 8 Device objects, not 131,072."""
+    key = (tuple((id(spec), count) for spec, count in specs), same_from)
+    hit = _DEVICES.get(key)
+    if hit is None or any(a is not b for a, (b, _) in zip(hit[0], specs)):  # the specs kept alive: ids hold
+        if len(_DEVICES) > 4096:
+            _DEVICES.clear()
+        hit = _DEVICES[key] = ([spec for spec, _ in specs], _node_devices(specs, same_from=same_from))
+    return hit[1]
+
+
+_DEVICES: dict = {}
+
+
+def _node_devices(specs: list[tuple], *, same_from: int):
     if len(specs) == 1 and specs[0][1] > same_from:
         spec, count = specs[0]
         return SameDevices(

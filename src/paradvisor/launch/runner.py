@@ -439,6 +439,11 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGTERM)
         raise
+    if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
+        from paradvisor.monitor.predict import launch_prediction
+
+        # ... counted while the ranks start (they never read it): no rank waits for the advice
+        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
     return launch
 
 
@@ -461,14 +466,11 @@ def _claim(
 
 
 def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool) -> None:
-    """plan.toml (node 0, or the first node to get there), prediction.json (node 0), this node's command files."""
+    """plan.toml (node 0, or the first node to get there) and this node's command files (prediction.json: once
+    the ranks are started, `start`)."""
     lau = preset.launch
     if (lau.node_rank == 0 and not suffixed) or not rd.plan.exists():
         write_run_plan(rd.plan, preset)
-    if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py)
-        from paradvisor.monitor.predict import launch_prediction
-
-        write_json_atomic(rd.prediction, launch_prediction(preset))
     write_json_atomic(rd.node_file("command", lau.node_rank, suffixed), {"argv": argv, "cwd": os.getcwd()})
     if not suffixed:
         write_private(rd.command_txt, shlex.join(argv) + "\n")  # pasted into a shell, it runs only this

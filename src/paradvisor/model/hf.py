@@ -166,8 +166,14 @@ def profile_from_config_path(path: Path) -> ModelProfile:
     shape = shape_from_config(cfg, where=str(cfg_file))  # checked before transformers sees the values
     key = trace_cache.config_key(cfg)
     entry = trace_cache.lookup(key)
+    if entry is None and shape is not None:
+        from paradvisor.model import formula
+
+        entry = formula.counted(cfg, shape, key)  # a known family's code path: no torch, no trace
     if entry is None:
         from paradvisor.model import trace as T
+
+        _say_tracing(cfg, cfg_file)
 
         arch, model = build_on_meta(cfg, where=str(cfg_file))
         total = sum(p.numel() for p in model.parameters())
@@ -213,6 +219,17 @@ def profile_from_config_path(path: Path) -> ModelProfile:
     )
 
 
+def _say_tracing(cfg: dict, cfg_file: Path) -> None:
+    """One line on stderr before the slow path (torch, transformers, a meta build, traces): a config whose
+    code path has no shipped formula is counted from its code once, then read from the trace cache."""
+    import sys
+
+    sys.stderr.write(
+        f"paradvisor: {cfg['model_type']} config {cfg_file}: no shipped formula for this code path; "
+        "counting it from the model's code (once: kept in the trace cache)...\n"
+    )
+
+
 def traced_for_config(cfg: dict, entry: dict):
     """Activation coefficients traced from the config's own model class when the estimator first asks for
     a key (each key: one model built on fake tensors, three forward passes), kept in the trace cache
@@ -221,8 +238,13 @@ def traced_for_config(cfg: dict, entry: dict):
     from paradvisor.model.activations import Traced
 
     def tracer(keys, seq=None):
+        import sys
+
         from paradvisor.model import trace as T
 
+        sys.stderr.write(
+            f"paradvisor: tracing {', '.join(keys)} activations of this {cfg['model_type']} config...\n"
+        )
         try:
             new = T.trace_hf_config(cfg, keys=keys, check=False, seq=seq)
         except Exception as exc:  # kept: the same config fails the same way next time
@@ -242,7 +264,11 @@ def traced_for_config(cfg: dict, entry: dict):
         entry["regimes"],
         entry["params"],
         tracer=None if entry.get("failure") else tracer,
-        source=f"traced from {cfg['model_type']} when loaded",
+        source=(
+            f"the {cfg['model_type']} formula derived from traces (data/formulas.json, {entry['formula']})"
+            if entry.get("formula")
+            else f"traced from {cfg['model_type']} when loaded"
+        ),
     )
     if entry.get("failure"):
         t.failures.append(entry["failure"])

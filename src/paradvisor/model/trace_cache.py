@@ -198,6 +198,35 @@ def lookup(key: str) -> dict | None:
     return doc
 
 
+PRESET_SCHEMA = "paradvisor.trace-cache.preset/1"
+
+
+def lookup_preset(key: str) -> dict | None:
+    """The stored traces of a preset's resolved model (`train/modelspec.py`), or None."""
+    doc = _MEMORY.get(key)
+    p = _path(key)
+    if doc is None and p is not None:
+        try:
+            if p.is_file() and p.stat().st_size <= _MAX_BYTES:
+                doc = json.loads(p.read_text())
+        except (OSError, ValueError, RecursionError):
+            return None
+    if not (
+        isinstance(doc, dict)
+        and doc.get("schema") == PRESET_SCHEMA
+        and doc.get("key") == key
+        and isinstance(doc.get("regimes"), list)
+        and all(
+            isinstance(r, dict) and isinstance(r.get("keys"), dict) and "seq_max" in r for r in doc["regimes"]
+        )
+        and (doc.get("params") is None or isinstance(doc["params"], dict))
+        and (doc.get("bounds") is None or isinstance(doc["bounds"], list))
+    ):
+        return None
+    _MEMORY[key] = doc
+    return doc
+
+
 def store(doc: dict) -> None:
     """Keep `doc` in this process and (best effort: a read-only home is no error) on disk. An entry the
     reader would refuse (`_problem`) is not kept."""

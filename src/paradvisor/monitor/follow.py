@@ -21,7 +21,9 @@ class MetricsFollower:
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
-        self.reader = MetricsReader(RunDir(self.run_dir).metrics)
+        self.reader = MetricsReader(
+            RunDir(self.run_dir).metrics, index=True
+        )  # the tally alone: the index helps
 
     def poll(self, keep: int = 1000) -> list[dict]:
         return self.reader.read(keep)

@@ -149,48 +149,29 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
 
 
 def _read_steps(run_dir: Path):
-    """(step records, the first start record, the reader): streamed and tolerant, lines a crash or a disk problem
-    left unreadable are skipped and counted; InputError when no step could be read."""
+    """(the largest value of each measured field over step records, the first start record, the reader): the
+    streamed tally (rundir.metrics.MetricsTally, resumed from metrics.index.json where it matches the log),
+    tolerant: lines a crash or a disk problem left unreadable are skipped and counted; InputError when no step
+    could be read."""
     from paradvisor.rundir.metrics import MetricsReader
 
-    keep = (
-        "kind",
-        "rank",
-        "step",
-        "step_time_s",
-        "mem_model_state_bytes",
-        "cuda_max_allocated_bytes",
-        "cuda_max_reserved_bytes",
-        "device",
-        "gpu_name",
-        *MEASURED.values(),
-    )  # every term of the breakdown, to hold against its twin
-    steps, starts = [], []
-
-    def collect(r: dict) -> None:
-        if r["kind"] == "step":
-            steps.append({k: r[k] for k in keep if k in r})
-        elif r["kind"] == "start" and not starts:
-            starts.append({k: r[k] for k in keep if k in r})
-
-    reader = MetricsReader(RunDir(run_dir).metrics)
-    reader.read(keep=0, on_record=collect)
+    reader = MetricsReader(RunDir(run_dir).metrics, index=True)
+    reader.read(keep=0)
     reader.finish()
-    if not steps:
+    if not reader.tally.last_by_rank:
         raise InputError(
             "the run logged no step"
             + (f" that could be read ({reader.skipped} line(s) skipped)" if reader.skipped else ""),
             where=str(RunDir(run_dir).metrics),
         )
-    return steps, (starts[0] if starts else {}), reader
+    return reader.tally.maxima, reader.tally.first_start, reader
 
 
-def _memory_rows(steps: list[dict], pred: dict, source: str, e) -> list[dict]:
+def _memory_rows(maxima: dict, pred: dict, source: str, e) -> list[dict]:
     """Predicted vs measured memory, term by term (the max over ranks and steps of each measurement)."""
 
     def measured(key: str):
-        vals = [r[key] for r in steps if key in r]
-        return max(vals) if vals else None
+        return maxima.get(key)
 
     rows = [
         {

@@ -13,6 +13,7 @@ bucket cannot); ZeRO-3/FSDP gathers overlap forward and backward of every micro-
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 from paradvisor.estimate import comm, moe, steptime
@@ -100,6 +101,9 @@ def activation_mode(plan: Plan, precision: str) -> str:
     return "bf16" if plan.sharding != "none" else "amp"
 
 
+_ACT_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Traced -> {shape of the question: terms}
+
+
 def _megatron_states(psi: float, precision: str) -> dict[str, float]:
     """Megatron-LM without the distributed optimizer: 16-bit weights (2), fp32 main gradients (4), fp32
     master weights and Adam m, v (12): 18 bytes per parameter (`theoretical_memory_usage.py`)."""
@@ -154,6 +158,20 @@ def _activation_terms(
     # MoE layers too: the router, top-k dispatch and expert inputs are traced (model/trace.py) — their sizes
     # follow b·s·k whatever the routing; estimate/moe.py's formula is the fallback
     if traced is not None:
+        memo = _ACT_MEMO.setdefault(traced, {})  # the search asks the same shape for many plans
+        mkey = (
+            mode,
+            kernel,
+            wl.seq_len,
+            micro_batch,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.checkpointing,
+            cuda,
+        )
+        hit = memo.get(mkey)
+        if hit is not None:
+            return dict(hit), "traced"
         g_none = traced.groups(key_of(mode, kernel, "none"), wl.seq_len, micro_batch)
         g_ckpt = (
             traced.groups(key_of(mode, kernel, "full"), wl.seq_len, micro_batch)
@@ -161,7 +179,7 @@ def _activation_terms(
             else None
         )
         if g_none is not None and (plan.checkpointing != "full" or g_ckpt is not None):
-            return traced_activation_terms(
+            memo[mkey] = traced_activation_terms(
                 g_none,
                 g_ckpt,
                 seq=wl.seq_len,
@@ -171,7 +189,8 @@ def _activation_terms(
                 checkpointing=plan.checkpointing,
                 cuda_sdpa=cuda and kernel == "sdpa",
                 shared_layers=s.shared_layers,
-            ), "traced"
+            )
+            return dict(memo[mkey]), "traced"
     ab = act_bytes_for(precision)
     blk = block_activation_bytes(
         s,

@@ -90,6 +90,14 @@ def _alike_nodes(nodes):
     return [tuple(x) for x in out]
 
 
+def _moe_summary(p) -> dict | None:
+    """Experts, top-k and the routed/dense split of a mixture-of-experts model; None when dense."""
+    m = p.moe_dict()
+    if m is None:
+        return None
+    return {k: m[k] for k in ("experts", "top_k", "expert_params", "dense_params", "moe_layers", "layers")}
+
+
 def to_doc(rec: Recommendation) -> dict:
     p = rec.profile
     allocation = None
@@ -103,6 +111,8 @@ def to_doc(rec: Recommendation) -> dict:
             "name": p.name,
             "architecture": p.architecture,
             "total_params": p.total_params,
+            "active_params": p.active_params,  # per token: top-k of the routed experts (the total when dense)
+            "moe": _moe_summary(p),
             "largest_layer": {
                 "name": p.largest_layer.name,
                 "params": p.largest_layer.params,

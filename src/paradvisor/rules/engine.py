@@ -38,9 +38,9 @@ def apply_rules(
     outside_request = {r.id: request_outside(r.evidence, profile, cluster) for r in rules}
 
     def record(rule: Rule, facts: dict, scope: str, outside: str | None = None) -> dict:
-        entry = summary.setdefault(
-            rule.id,
-            {
+        entry = summary.get(rule.id)
+        if entry is None:  # built once per rule (its message is formatted once, not once per plan)
+            entry = summary[rule.id] = {
                 "id": rule.id,
                 "title": rule.title,
                 "scope": scope,
@@ -53,8 +53,7 @@ def apply_rules(
                 "applied_on": 0,
                 "evidence": rule.evidence,
                 "outside_evidence": None,
-            },
-        )
+            }
         entry["fired_on"] += 1
         if outside is None:
             entry["applied_on"] += 1

@@ -9,6 +9,7 @@ in `MetricsTally`, whose memory does not grow with the file (a 200 MB file is re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -25,6 +26,23 @@ WARMUP_STEPS = 2  # ... after the first steps (start-up: allocator, autotuning, 
 MAX_RANK_ROWS = 1024  # ranks whose own row (progress, sync wait, node) is kept
 
 _NUM = (int, float)
+# step-record fields whose largest value the tally keeps (validate's memory rows: the max over ranks and steps)
+MAXIMA = (
+    "mem_model_state_bytes",
+    "cuda_max_allocated_bytes",
+    "cuda_max_reserved_bytes",
+    "mem_params_bytes",
+    "mem_grads_bytes",
+    "mem_optimizer_bytes",
+    "mem_step_grads_bytes",
+    "act_gathered_bytes",
+    "act_working_bytes",
+    "activation_bytes",
+)
+INDEX = "metrics.index.json"  # the tally so far, beside metrics.jsonl (see MetricsReader)
+INDEX_SCHEMA = "paradvisor.metrics-index/1"
+INDEX_EVERY = 4 << 20  # bytes of new log after which a reader writes the index again
+_FP = 4096  # bytes of the log hashed at its start and before the index's offset
 # What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
 _REQUIRED = {
     "step": {"rank": int, "step": int, "step_time_s": _NUM},
@@ -144,6 +162,8 @@ class MetricsTally:
         self.rounds = 0
         self.node_by_rank: dict[int, int] = {}  # from the records' "node" (the node index each rank runs on)
         self.total_steps: int | None = None  # from the records, when the run's code says (runtime.report)
+        self.maxima: dict[str, float] = {}  # step records: the largest value of each MAXIMA field (validate)
+        self.first_start: dict = {}  # the first start record's device and GPU name
         self.evals: dict[int, float] = {}  # step -> eval loss (every rank records the same all-reduced value)
 
     def add(self, r: dict) -> None:
@@ -157,9 +177,15 @@ class MetricsTally:
             and (r["rank"] in self.node_by_rank or len(self.node_by_rank) < MAX_HISTORY_RANKS * 64)
         ):
             self.node_by_rank[r["rank"]] = r["node"]
+        if kind == "start" and not self.first_start:
+            self.first_start = {k: r[k] for k in ("device", "gpu_name") if isinstance(r.get(k), str)}
         if kind == "start" and self.start_time is None and _is(r.get("time"), _NUM):
             self.start_time = r["time"]
         elif kind == "step":
+            for key in MAXIMA:
+                v = r.get(key)
+                if _is(v, _NUM) and math.isfinite(v) and v > self.maxima.get(key, -math.inf):
+                    self.maxima[key] = v
             self.last_step = max(self.last_step, r["step"])
             if r.get("total_steps"):  # the user's own code says how many steps it runs (runtime.report)
                 self.total_steps = r["total_steps"]
@@ -267,6 +293,66 @@ class MetricsTally:
         """(step, model-state bytes, CUDA peak bytes), max over ranks, in step order."""
         return [(s, a, b) for s, (a, b) in sorted(self.mem_by_step.items())]
 
+    def to_state(self) -> dict:
+        """Everything the tally holds, as JSON (integer keys as strings)."""
+
+        def keyed(d: dict, f=lambda v: v) -> dict:
+            return {str(k): f(v) for k, v in d.items()}
+
+        return {
+            "count": self.count,
+            "start_time": self.start_time,
+            "last_step": self.last_step,
+            "last_by_rank": keyed(self.last_by_rank),
+            "loss_rank": self.loss_rank,
+            "last_loss": self.last_loss,
+            "losses_by_rank": keyed(self.losses_by_rank, list),
+            "loss_steps_by_rank": keyed(self.loss_steps_by_rank, lambda q: [list(x) for x in q]),
+            "step_times_rank0": list(self.step_times_rank0),
+            "slowest": keyed(self.slowest),
+            "mem_by_step": keyed(self.mem_by_step, list),
+            "ranks": keyed(self.ranks),
+            "world": self.world,
+            "mem": self.mem,
+            "peak": self.peak,
+            "waits": keyed(self.waits),
+            "rounds": self.rounds,
+            "node_by_rank": keyed(self.node_by_rank),
+            "maxima": dict(self.maxima),
+            "first_start": dict(self.first_start),
+            "evals": keyed(self.evals),
+            "total_steps": self.total_steps,
+        }
+
+    @classmethod
+    def from_state(cls, st: dict) -> MetricsTally:
+        """The tally `to_state` wrote (KeyError/TypeError/ValueError on anything else)."""
+        t = cls()
+
+        def keyed(d: dict, f=lambda v: v) -> dict:
+            return {int(k): f(v) for k, v in d.items()}
+
+        t.count, t.start_time, t.last_step = int(st["count"]), st["start_time"], int(st["last_step"])
+        t.last_by_rank = keyed(st["last_by_rank"], int)
+        t.loss_rank, t.last_loss = st["loss_rank"], st["last_loss"]
+        t.losses_by_rank = keyed(st["losses_by_rank"], lambda v: deque(v, maxlen=HISTORY))
+        t.loss_steps_by_rank = keyed(
+            st["loss_steps_by_rank"], lambda v: deque((tuple(x) for x in v), maxlen=HISTORY)
+        )
+        t.step_times_rank0 = deque(st["step_times_rank0"], maxlen=HISTORY)
+        t.slowest = keyed(st["slowest"], float)
+        t.mem_by_step = keyed(st["mem_by_step"], tuple)
+        t.ranks = keyed(st["ranks"], dict)
+        t.world, t.mem, t.peak = int(st["world"]), st["mem"], st["peak"]
+        t.waits = keyed(st["waits"], float)
+        t.rounds = int(st["rounds"])
+        t.node_by_rank = keyed(st["node_by_rank"], int)
+        t.maxima = dict(st["maxima"])
+        t.first_start = dict(st["first_start"])
+        t.evals = keyed(st["evals"], float)
+        t.total_steps = st["total_steps"] if isinstance(st.get("total_steps"), int) else None
+        return t
+
     @classmethod
     def of(cls, records) -> MetricsTally:
         t = cls()
@@ -280,12 +366,71 @@ class MetricsReader:
     """Reads metrics.jsonl from where it stopped, in bounded chunks: complete lines that are well-formed records
     go to `tally`; a partial last line waits for its end; anything else is counted in `skipped`."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, index: bool = False):
         self.path = Path(path)
         self.offset = 0
         self.buffer = b""
         self.skipped = 0
         self.tally = MetricsTally()
+        # index: start from metrics.index.json where it matches the log (its bytes at the start and before the
+        # offset it covers), and write it again every INDEX_EVERY bytes read. Only for readers that need the
+        # tally alone: records before the index's offset are not read again (`on_record` does not see them).
+        self.index = index
+        self._indexed = -1  # the log offset the index on disk covers (-1: not looked at yet)
+
+    @property
+    def index_path(self) -> Path:
+        return self.path.with_name(INDEX)
+
+    def _fingerprint(self, fd: int, end: int) -> dict:
+        import hashlib
+
+        head = os.pread(fd, min(_FP, end), 0)
+        tail = os.pread(fd, min(_FP, end), max(0, end - _FP))
+        return {
+            "offset": end,
+            "head": hashlib.sha256(head).hexdigest(),
+            "tail": hashlib.sha256(tail).hexdigest(),
+        }
+
+    def _load_index(self, fd: int, size: int) -> None:
+        """Resume from the index when it describes this log's first `offset` bytes; else read from the start."""
+        self._indexed = 0
+        try:
+            p = self.index_path
+            if not p.is_file() or p.stat().st_size > 64 << 20:
+                return
+            doc = json.loads(p.read_bytes())
+            fp = doc["fingerprint"]
+            if doc.get("schema") != INDEX_SCHEMA or not (0 < fp["offset"] <= size):
+                return
+            if self._fingerprint(fd, fp["offset"]) != fp:  # another log, or rewritten: the log wins
+                return
+            tally = MetricsTally.from_state(doc["tally"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return
+        self.tally, self.skipped = tally, int(doc.get("skipped", 0))
+        self.offset, self.buffer, self._indexed = fp["offset"], b"", fp["offset"]
+
+    def _save_index(self, fd: int) -> None:
+        end = self.offset - len(self.buffer)  # complete lines only
+        if end - self._indexed < INDEX_EVERY:
+            return
+        doc = {
+            "schema": INDEX_SCHEMA,
+            "log": self.path.name,
+            "fingerprint": self._fingerprint(fd, end),
+            "skipped": self.skipped,
+            "tally": self.tally.to_state(),
+        }
+        tmp = self.index_path.with_name(f".{INDEX}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(doc, separators=(",", ":")))
+            os.replace(tmp, self.index_path)
+            self._indexed = end
+        except OSError:  # a read-only run directory: no index, same answers
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def _lines(self, chunk: bytes):
         data = self.buffer + chunk
@@ -311,6 +456,9 @@ class MetricsReader:
                 return []
             if st.st_size < self.offset:  # the file was replaced or truncated: start again
                 self.offset, self.buffer = 0, b""
+                self._indexed = min(self._indexed, 0)
+            if self.index and self._indexed < 0 and self.offset == 0:
+                self._load_index(fd, st.st_size)
             os.lseek(fd, self.offset, os.SEEK_SET)
             while True:
                 chunk = os.read(fd, CHUNK)
@@ -332,6 +480,8 @@ class MetricsReader:
                     if on_record is not None:
                         on_record(rec)
                     new.append(rec)
+            if self.index:
+                self._save_index(fd)
         except OSError:
             pass
         finally:

@@ -149,14 +149,52 @@ def _traced(preset, family: str, cfg: dict):
         stored = for_builtin(preset.workload.model)
         if stored is not None:
             return stored
-    from paradvisor.train import traceable
+    from paradvisor.model import trace_cache
 
     cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings" or family != "mingpt"}
+    # kept in the trace cache like a config path's counts: the next launch of this model imports no torch for it
+    key = trace_cache.config_key({"preset_family": family, "config": cfg})
+    doc = trace_cache.lookup_preset(key) or {
+        "schema": trace_cache.PRESET_SCHEMA,
+        "key": key,
+        "params": None,
+        "bounds": None,
+        "regimes": [],
+    }
+
+    def tracer(keys, seq=None):
+        from paradvisor.train import traceable
+
+        new = traceable.traced_facts(family, cfg, keys=keys, check=False, seq=seq)["activations"]
+        for nr in new:
+            old = next((r for r in doc["regimes"] if r["seq_max"] == nr["seq_max"]), None)
+            if old is None:
+                doc["regimes"].append(nr)
+            else:
+                old["keys"].update(nr["keys"])
+        trace_cache.store(doc)
+        return new
+
+    def params_fn():
+        from paradvisor.train import traceable
+
+        doc["params"] = traceable.param_facts_of(family, cfg)
+        trace_cache.store(doc)
+        return doc["params"]
+
+    def bounds_fn():
+        if doc["bounds"] is None:
+            from paradvisor.train import traceable
+
+            doc["bounds"] = [list(b) for b in traceable.regime_bounds(family, cfg)]
+            trace_cache.store(doc)
+        return [tuple(b) for b in doc["bounds"]]
+
     return Traced(
-        tracer=lambda keys, seq=None: traceable.traced_facts(family, cfg, keys=keys, check=False, seq=seq)[
-            "activations"
-        ],
-        params_fn=lambda: traceable.param_facts_of(family, cfg),
-        bounds_fn=lambda: traceable.regime_bounds(family, cfg),
+        doc["regimes"],  # shared with the cache entry: what Traced adds is kept too
+        doc["params"],
+        tracer=tracer,
+        params_fn=None if doc["params"] is not None else params_fn,
+        bounds_fn=bounds_fn,
         source="traced from the preset's model",
     )

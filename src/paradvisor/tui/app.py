@@ -96,6 +96,7 @@ class ParadvisorApp(App):
         self.presets_dir = Path(presets_dir) if presets_dir else user_presets_dir()
         self.sample_interval, self.live = sample_interval, live
         self.launch = None  # launch.runner.Launch of the run started here, while the session lasts
+        self._starting = False  # a start is under way in a worker
         self.samples: list[dict] = []  # this machine's latest readings (monitor.sampler), newest last
         self.sampler = None  # monitor.sampler.SamplerThread when live
 
@@ -220,16 +221,26 @@ class ParadvisorApp(App):
 
     def ask_to_start(self, preset) -> None:
         """Start `preset` after a confirmation that shows the command and the predicted memory and time
-        (`confirm=False`: at once)."""
-        from paradvisor.launch import runner
-
+        (`confirm=False`: at once). The preflight, the prediction and the start run in workers: the question
+        appears as soon as the preflight passed, and its prediction fills in behind it."""
         if self._run_going():
             raise InputError("a run is already going: stop it first (s)")
-        runner.validate(preset, reach=False)  # bad presets fail here, before the question
-        if not self.confirm:
-            self.start_run(preset)
+        self.launcher.show_working("checking the plan…")
+        self._preflight_worker(preset)
+
+    @work(thread=True, exclusive=True, group="preflight")
+    def _preflight_worker(self, preset) -> None:
+        from paradvisor.launch import runner
+
+        try:
+            runner.validate(preset, reach=False)  # bad presets fail here, before the question
+        except InputError as exc:
+            self.call_from_thread(self.launcher.show_error, exc)
             return
-        from paradvisor.tui.screens import ConfirmLaunchScreen, launch_question
+        if not self.confirm:
+            self.call_from_thread(self.start_run, preset)
+            return
+        from paradvisor.tui.screens import ConfirmLaunchScreen, launch_header, launch_question
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -238,14 +249,36 @@ class ParadvisorApp(App):
                 except InputError as exc:
                     self.launcher.show_error(exc)
 
-        self.push_screen(ConfirmLaunchScreen(launch_question(preset, str(self.runs_dir))), answered)
+        screen = ConfirmLaunchScreen(
+            launch_header(preset, str(self.runs_dir)) + "\n[dim]predicting memory and time…[/dim]"
+        )
+        self.call_from_thread(self.push_screen, screen, answered)
+        self.call_from_thread(self.launcher.show_working, None)
+        text = launch_question(preset, str(self.runs_dir))  # the prediction, here in the worker
+        self.call_from_thread(screen.set_text, text)
 
     def start_run(self, preset) -> None:
+        if self._run_going() or self._starting:
+            raise InputError("a run is already going: stop it first (s)")
+        self._starting = True
+        self.launcher.show_working(f"starting {preset.name}…")
+        self._start_worker(preset)
+
+    @work(thread=True, exclusive=True, group="start")
+    def _start_worker(self, preset) -> None:
         from paradvisor.launch import runner
 
-        if self._run_going():
-            raise InputError("a run is already going: stop it first (s)")
-        launch = self.launch = runner.start(preset, runs_dir=self.runs_dir)
+        try:
+            launch = runner.start(preset, runs_dir=self.runs_dir)
+        except (InputError, OSError) as exc:
+            self._starting = False
+            self.call_from_thread(self.launcher.show_error, exc)
+            return
+        self.call_from_thread(self._started, preset, launch)
+
+    def _started(self, preset, launch) -> None:
+        self.launch, self._starting = launch, False
+        self.launcher.show_working(None)
         self.monitor.start_following(launch.run_dir)
         self.launcher.show_started(preset.name, launch.run_dir)
         self.wait_for_run(launch)

@@ -202,15 +202,12 @@ class HelpScreen(ScrollingModal):
         super().__init__(HELP)
 
 
-def launch_question(preset, runs_dir: str) -> str:
-    """What the confirmation shows: the plan, the command, and the predicted memory and time."""
+def launch_header(preset, runs_dir: str) -> str:
+    """The confirmation's first part: the plan and the command (no prediction: shown at once)."""
     import shlex
 
     from paradvisor.launch.argv import node_commands
-    from paradvisor.monitor.predict import launch_prediction
-    from paradvisor.units import fmt_bytes
 
-    pred = launch_prediction(preset)
     lines = [
         f"[b]Start {escape(preset.name)}?[/b]  {escape(preset.plan.label())}, {escape(preset.launch.layout())}, "
         f"{preset.train.steps} steps",
@@ -221,6 +218,17 @@ def launch_question(preset, runs_dir: str) -> str:
             (f"[b]{escape(host)}:[/b] " if preset.launch.nnodes > 1 else "") + escape(shlex.join(argv))
         )
     lines.append("")
+    return "\n".join(lines)
+
+
+def launch_question(preset, runs_dir: str) -> str:
+    """What the confirmation shows: the plan, the command, and the predicted memory and time (the prediction
+    may import torch for a model it must trace: the TUI calls this in a worker)."""
+    from paradvisor.monitor.predict import launch_prediction
+    from paradvisor.units import fmt_bytes
+
+    pred = launch_prediction(preset)
+    lines = [launch_header(preset, runs_dir)]
     mem = pred.get("memory_per_gpu_bytes")
     states = pred.get("model_state_bytes")
     acts = (pred.get("memory_breakdown") or {}).get("activations")
@@ -282,6 +290,12 @@ class ConfirmLaunchScreen(ModalScreen[bool]):
 
     def on_mount(self) -> None:
         self.query_one("#confirm-yes", Button).focus()
+
+    def set_text(self, text: str) -> None:
+        """The full question once the prediction is done (it is counted in a worker behind the question)."""
+        self.text = text
+        if self.is_attached:
+            self.query_one("#confirm-text", Static).update(text)
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Select, Static, TabPane
@@ -150,16 +150,24 @@ class LaunchPane(TabPane):
         self.notify(f"saved {escape(path)}")
 
     def launch_preset(self) -> None:
-        from paradvisor.rundir.preset import load_preset
-
         value = self.preset_select.value
         if self.preset_select.is_blank() or not isinstance(value, str):
             self.notify("choose a preset first", severity="warning")
             return
+        self.show_working(f"reading {value}…")
+        self._read_preset(str(value))
+
+    @work(thread=True, exclusive=True, group="read-preset")
+    def _read_preset(self, path: str) -> None:
+        """The preset file is read (and checked) in a worker, never on the UI thread."""
+        from paradvisor.rundir.preset import load_preset
+
         try:
-            self.post_message(LaunchRequested(load_preset(str(value))))
+            preset = load_preset(path)
         except InputError as exc:
-            self.show_error(exc)
+            self.app.call_from_thread(self.show_error, exc)
+            return
+        self.post_message(LaunchRequested(preset))  # thread-safe
 
     def launch_plan(self) -> None:
         if not self._has_plan():
@@ -168,6 +176,10 @@ class LaunchPane(TabPane):
             self.post_message(LaunchRequested(self.plan_preset()))
         except InputError as exc:
             self.show_error(exc)
+
+    def show_working(self, what: str | None) -> None:
+        """The visible working state while a worker reads, checks, predicts or starts (None: done)."""
+        self.message_line.update("" if what is None else f"[yellow]{escape(what)}[/yellow]")
 
     def show_error(self, exc: Exception) -> None:
         self.message_line.update(f"[red]{escape(exc)}[/red]")

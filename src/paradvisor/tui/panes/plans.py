@@ -17,6 +17,7 @@ from paradvisor.tui.text import cell, escape
 from paradvisor.units import GiB, fmt_seconds, half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
+TYPING_PAUSE_S = 0.3  # the plans are ranked again once typing in a workload box pauses this long
 
 
 class PlansTable(DataTable):
@@ -35,6 +36,7 @@ class PlansPane(TabPane):
         self.selected = None  # the highlighted ranked plan (plan.evaluate.Estimate), or None
         self.compact_plans: bool | None = None  # the table's columns: compact below 100 terminal columns
         self._generation = 0  # the newest ranking asked for; older results are dropped
+        self._typing_timer = None  # the pending re-rank of a workload box being typed in
 
     def compose(self) -> ComposeResult:
         from paradvisor.model.load import builtin_names
@@ -137,29 +139,45 @@ class PlansPane(TabPane):
     @on(Input.Changed, "#seq-len")
     @on(Input.Changed, "#global-batch")
     def _workload_typed(self, event: Input.Changed) -> None:
+        """Typing is debounced: the plans are ranked once the digits stop for TYPING_PAUSE_S."""
         if event.value.strip().isdigit() and self.cluster is not None:
-            self.rerank()
+            if self._typing_timer is not None:
+                self._typing_timer.stop()
+            self._typing_timer = self.set_timer(TYPING_PAUSE_S, self._typed_pause)
+
+    def _typed_pause(self) -> None:
+        self._typing_timer = None
+        self.rerank()
 
     # ---------------------------------------------------------------------------------------- ranking
     def set_cluster(self, cluster, ref: dict) -> None:
         self.cluster, self.cluster_ref = cluster, ref
         self.rerank()
 
-    def workload_inputs(self):
-        """(profile, advice Request) from the workload boxes; empty boxes take the defaults."""
+    def workload_values(self) -> dict:
+        """What the workload boxes hold (read on the UI thread: widgets only)."""
+        return {
+            "model": self._typed("model-path") or self._chosen("model"),
+            "seq": self._typed("seq-len"),
+            "gb": self._typed("global-batch"),
+            "precision": self._chosen("precision"),
+        }
+
+    def workload_inputs(self, values: dict | None = None):
+        """(profile, advice Request) from the workload boxes (or their `values`); empty boxes take the
+        defaults. Loading the profile reads files (a config path may be counted): the worker calls this."""
         from paradvisor.model.load import load_profile
         from paradvisor.plan.advice import Request
 
-        model = self._typed("model-path") or self._chosen("model")
-        profile = load_profile(model)
-        seq_txt, gb_txt = self._typed("seq-len"), self._typed("global-batch")
+        v = values if values is not None else self.workload_values()
+        profile = load_profile(v["model"])
         return profile, Request(
-            model=model,
+            model=v["model"],
             cluster=self.cluster,
             cluster_ref=self.cluster_ref,
-            seq_len=int(seq_txt) if seq_txt else None,
-            global_batch=int(gb_txt) if gb_txt else None,
-            precision=self._chosen("precision"),
+            seq_len=int(v["seq"]) if v["seq"] else None,
+            global_batch=int(v["gb"]) if v["gb"] else None,
+            precision=v["precision"],
             top=20,
         )
 
@@ -184,8 +202,9 @@ class PlansPane(TabPane):
         if self.cluster is None:
             return
         call = self.app.call_from_thread
+        call(self.show_ranking, True)
         try:
-            profile, req = call(self.workload_inputs)
+            profile, req = self.workload_inputs(call(self.workload_values))  # files read here, in the worker
             call(self.show_profile, profile)
             if self.cluster.gpu_count == 0:
                 call(self.show_plans, None, "no GPU to plan for: load a cluster file (tab 1)")
@@ -208,7 +227,9 @@ class PlansPane(TabPane):
             else f"input {'x'.join(map(str, p.input_shape or ()))}"
         )
         self._static("profile").update(
-            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters; {shape}; largest layer "
+            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters"
+            + (f" ({p.active_params:,} active per token)" if p.active_params != p.total_params else "")
+            + f"; {shape}; largest layer "
             f"{escape(big.name)} "
             f"{big.params:,} ({p.largest_share:.0%})"
             + (" — [yellow]one layer dominates[/yellow]" if p.one_layer_dominates else "")
@@ -265,7 +286,12 @@ class PlansPane(TabPane):
         if self.rec is not None and (self.app.size.width < 100) != self.compact_plans:
             self.show_plans(self.rec, None)
 
+    def show_ranking(self, busy: bool) -> None:
+        """The visible working state while a worker ranks (the table shows a loading indicator)."""
+        self.table.loading = busy
+
     def show_plans(self, rec, error: str | None) -> None:
+        self.show_ranking(False)
         self.rec = rec
         t = self.table
         self._plan_columns(t)

@@ -1,0 +1,245 @@
+"""The first answer on a never-seen Hugging Face config, against accelerate's meta-device estimate (issue 32,
+goals 1 and 2), whole processes, side by side in the same run.
+
+Run: python benchmarks/first_answer.py [--repeat 3] [--families qwen2 llama ...]
+
+Anchor: what `accelerate estimate-memory` does, without the hub: accelerate's own `init_empty_weights` over a
+transformers build of the same local config.json, then `accelerate.utils.calculate_maximum_sizes`.
+paradvisor: `recommend --model DIR --gpus 8 --gpu-type H100 --json` with an empty trace cache each time
+(PARADVISOR_CACHE set to a new empty folder), so nothing counted before is reused. Anchor and paradvisor run
+in turn (A B A B ...). Printed per family: median wall and CPU seconds (user + sys: what a loaded machine
+cannot inflate) of each, the ratios anchor / paradvisor, and how far the answer is from the one counted from
+the model's code (PARADVISOR_FORMULAS=none: built on the meta device and traced): the largest relative
+difference over every plan's memory and step time. Last row: the built-in llama-2-70b on 32 H100 (4 x 8,
+InfiniBand) against the Qwen2-7B-shaped config's anchor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import paradvisor_argv
+
+REPO = Path(__file__).resolve().parent.parent
+ANCHOR = """
+import json, sys
+from accelerate import init_empty_weights
+from accelerate.utils import calculate_maximum_sizes
+import transformers
+cfg = json.load(open(sys.argv[1]))
+config = transformers.AutoConfig.for_model(**cfg)
+with init_empty_weights():
+    model = getattr(transformers, cfg["architectures"][0])(config)
+total, largest = calculate_maximum_sizes(model)
+print(json.dumps({"fp32_bytes": total, "largest_layer_bytes": largest[0]}))
+"""
+# never-seen sizes of each family (none of them a built-in): {family: (config, architecture)}
+CONFIGS = {
+    "qwen2": (
+        {
+            "model_type": "qwen2",
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "vocab_size": 152064,
+            "max_position_embeddings": 32768,
+            "tie_word_embeddings": False,
+            "use_sliding_window": False,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0,
+            "torch_dtype": "bfloat16",
+        },
+        "Qwen2ForCausalLM",
+    ),
+    "llama": (
+        {
+            "model_type": "llama",
+            "hidden_size": 5120,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 40,
+            "num_key_value_heads": 8,
+            "vocab_size": 128256,
+            "max_position_embeddings": 8192,
+            "tie_word_embeddings": False,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+        },
+        "LlamaForCausalLM",
+    ),
+    "mistral": (
+        {
+            "model_type": "mistral",
+            "hidden_size": 3072,
+            "intermediate_size": 10240,
+            "num_hidden_layers": 30,
+            "num_attention_heads": 24,
+            "num_key_value_heads": 8,
+            "vocab_size": 32768,
+            "max_position_embeddings": 32768,
+            "sliding_window": 4096,
+            "tie_word_embeddings": False,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+        },
+        "MistralForCausalLM",
+    ),
+    "gpt2": (
+        {
+            "model_type": "gpt2",
+            "n_embd": 1280,
+            "n_layer": 30,
+            "n_head": 20,
+            "n_positions": 2048,
+            "vocab_size": 50257,
+            "n_inner": None,
+            "activation_function": "gelu_new",
+        },
+        "GPT2LMHeadModel",
+    ),
+    "bert": (
+        {
+            "model_type": "bert",
+            "hidden_size": 896,
+            "intermediate_size": 3584,
+            "num_hidden_layers": 18,
+            "num_attention_heads": 14,
+            "vocab_size": 30522,
+            "max_position_embeddings": 512,
+            "type_vocab_size": 2,
+            "hidden_act": "gelu",
+        },
+        "BertForMaskedLM",
+    ),
+    "mixtral": (
+        {
+            "model_type": "mixtral",
+            "hidden_size": 4096,
+            "intermediate_size": 8192,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "num_local_experts": 16,
+            "num_experts_per_tok": 2,
+            "vocab_size": 32000,
+            "max_position_embeddings": 32768,
+            "sliding_window": None,
+            "tie_word_embeddings": False,
+            "hidden_act": "silu",
+        },
+        "MixtralForCausalLM",
+    ),
+}
+
+
+def timed(argv: list[str], env: dict) -> tuple[float, float, str]:
+    """(wall s, CPU s of the child, stdout) of one cold process."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, proc.stdout
+
+
+def numbers(doc: dict) -> list[float]:
+    out = []
+    for p in doc["plans"]:
+        out.append(p["memory"]["per_gpu_bytes"])
+        out.extend(p["memory"]["breakdown"].values())
+        out.append(p["time"]["step_time_s"] or 0.0)
+    return [*out, doc["model"]["total_params"]]
+
+
+def max_rel(a: list[float], b: list[float]) -> float:
+    if len(a) != len(b):
+        return float("inf")
+    return max((abs(x - y) / abs(y) for x, y in zip(a, b) if y), default=0.0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--families", nargs="*", default=list(CONFIGS))
+    args = ap.parse_args()
+    base = paradvisor_argv()
+    env = {
+        k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"
+    }  # an installed package has .pyc
+    env["PARADVISOR_CALIBRATION"] = "none"
+    print(
+        f"{'family (never-seen size)':26s} {'anchor wall':>11s} {'CPU':>7s} {'paradvisor wall':>15s} {'CPU':>7s} "
+        f"{'ratio wall':>10s} {'ratio CPU':>9s} {'vs traced':>9s}   (cold processes, median of {args.repeat})"
+    )
+    anchor_q = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in args.families:
+            cfg, arch = CONFIGS[fam]
+            folder = Path(tmp) / fam
+            folder.mkdir()
+            (folder / "config.json").write_text(json.dumps({**cfg, "architectures": [arch]}))
+            rec = [*base, "recommend", "--model", str(folder), "--gpus", "8", "--gpu-type", "H100", "--json"]
+            a_runs, p_runs = [], []
+            doc = None
+            for i in range(args.repeat):
+                a_runs.append(timed([sys.executable, "-c", ANCHOR, str(folder / "config.json")], env)[:2])
+                w, c, out = timed(rec, {**env, "PARADVISOR_CACHE": str(Path(tmp) / f"cache-{fam}-{i}")})
+                p_runs.append((w, c))
+                doc = json.loads(out)
+            traced = json.loads(
+                timed(
+                    rec,
+                    {**env, "PARADVISOR_CACHE": str(Path(tmp) / f"t-{fam}"), "PARADVISOR_FORMULAS": "none"},
+                )[2]
+            )
+            aw, ac = (statistics.median(x[k] for x in a_runs) for k in (0, 1))
+            pw, pc = (statistics.median(x[k] for x in p_runs) for k in (0, 1))
+            if fam == "qwen2":
+                anchor_q = (aw, ac)
+            diff = max_rel(numbers(doc), numbers(traced))
+            print(
+                f"{fam:26s} {aw:9.2f} s {ac:5.2f} s {pw:13.2f} s {pc:5.2f} s {aw / pw:9.1f}x {ac / pc:8.1f}x "
+                f"{diff:8.2%}",
+                flush=True,
+            )
+        if anchor_q is not None:
+            cluster = REPO / "examples" / "clusters" / "h100-4x8-infiniband.toml"
+            rec = [
+                *base,
+                "recommend",
+                "--model",
+                "llama-2-70b",
+                "--cluster",
+                str(cluster),
+                "--seq-len",
+                "4096",
+            ]
+            runs = [timed([*rec, "--json"], env)[:2] for _ in range(args.repeat)]
+            pw, pc = (statistics.median(x[k] for x in runs) for k in (0, 1))
+            print(
+                f"{'built-in llama-2-70b, 32 H100':26s} {anchor_q[0]:9.2f} s {anchor_q[1]:5.2f} s {pw:13.2f} s "
+                f"{pc:5.2f} s {anchor_q[0] / pw:9.1f}x {anchor_q[1] / pc:8.1f}x   (anchor: the qwen2 row's)"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The TUI's UI thread under the work that used to freeze it (issue 32, goal 5): the longest stall of its event
+loop, and the time from `L` to the launch question.
+
+Run: python benchmarks/tui_stall.py [--model gpt-mini] [--cluster examples/clusters/paper000-two-servers.toml]
+
+A headless session (Textual's run_test) with a ticker on the app's event loop that wakes every 5 ms and keeps
+the longest gap between two wake-ups beyond the 5 ms (a stall: the loop was busy). Measured while the first
+ranking runs, while "102496" is typed into the sequence box one digit at a time, and from `L` (launch the
+selected plan) until the question is on screen and until its prediction is filled in (the run is not started).
+Goal: no stall over 50 ms, the question under 1 s after `L`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+async def session(model: str, cluster: str) -> None:
+    from paradvisor.tui.app import ParadvisorApp
+    from paradvisor.tui.screens import ConfirmLaunchScreen
+
+    stall = {"max": 0.0, "phase": {}}
+    phase = ["start"]
+
+    async def ticker():
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gap = now - last - 0.005
+            last = now
+            stall["max"] = max(stall["max"], gap)
+            stall["phase"][phase[0]] = max(stall["phase"].get(phase[0], 0.0), gap)
+
+    async def until(pilot, cond, timeout=120):
+        end = time.perf_counter() + timeout
+        while not cond():
+            if time.perf_counter() > end:
+                note = f"running={app.is_running} screen={app.screen!r} plan={app.launcher.plan!r:.200}"
+                raise SystemExit(f"timed out in: {phase[0]} ({note})")
+            await pilot.pause(0.01)
+        sys.stderr.write(f"{phase[0]}: done\n")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        app = ParadvisorApp(cluster=cluster, model=model, runs_dir=os.path.join(tmp, "runs"), live=False)
+        async with app.run_test(size=(130, 42)) as pilot:
+            tick = asyncio.create_task(ticker())
+            phase[0] = "first ranking"
+            t0 = time.perf_counter()
+            await until(pilot, lambda: app.rec is not None)
+            first = time.perf_counter() - t0
+            await pilot.press("2")
+            phase[0] = "typing 102496"
+            box = app.query_one("#seq-len")
+            t0 = time.perf_counter()
+            for i in range(1, 7):  # one digit at a time, as fast typing makes the edits
+                box.value = "102496"[:i]
+                await pilot.pause(0.05)
+            await until(
+                pilot,
+                lambda: app.rec is None or app.rec.workload.seq_len == 102496 or app.plans._typing_timer,
+            )
+            await pilot.pause(1.0)
+            typed = time.perf_counter() - t0
+            box.value = "128"
+            await until(pilot, lambda: app.rec is not None and app.rec.workload.seq_len == 128)
+            phase[0] = "L to question"
+            t0 = time.perf_counter()
+            app.action_launch_plan()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            question = time.perf_counter() - t0
+            phase[0] = "prediction behind the question"
+            await until(pilot, lambda: "predicted memory" in str(app.screen.text))
+            predicted = time.perf_counter() - t0
+            await pilot.press("escape")
+            tick.cancel()
+    print(f"{'step':36s} {'seconds':>8s} {'longest UI-thread stall':>24s}")
+    rows = [
+        ("first ranking", first),
+        ("typing 102496", typed),
+        ("L to question", question),
+        ("prediction behind the question", predicted),
+    ]
+    for name, secs in rows:
+        print(f"{name:36s} {secs:8.2f} {stall['phase'].get(name, 0.0) * 1e3:21.0f} ms")
+    print(
+        f"{'longest UI-thread stall overall':36s} {'':8s} {stall['max'] * 1e3:21.0f} ms  (goal: under 50 ms)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="bert-base-uncased")
+    ap.add_argument("--cluster", default=str(REPO / "examples" / "clusters" / "paper000-two-servers.toml"))
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "src"))
+    asyncio.run(session(args.model, args.cluster))
+
+
+if __name__ == "__main__":
+    main()

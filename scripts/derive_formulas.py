@@ -1,0 +1,473 @@
+"""Regenerate `src/paradvisor/model/data/formulas.json`: closed-form per-family counts derived from traces.
+
+For each seed config (the built-in models' configs and their common variants) it builds several random
+small sizes of the same code path on the meta device (parameter tensors, per-layer table) and traces
+every activation key (`model/trace.py`), fits each tensor dimension and each traced coefficient as an
+exact linear sum of the size features (`model/formula.features`), and checks the fit on sizes it was
+not fitted on and on the seed itself (a real size). A variant whose counts are not such sums (or whose
+model cannot be traced) is left out: configs of it are traced when loaded, as before.
+
+Run:  python scripts/derive_formulas.py [--only SEED ...] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "src" / "paradvisor" / "model" / "data" / "formulas.json"
+DECODER = ["1", "h", "n", "nkv", "d", "kv", "f", "V", "Vh", "hh", "hkv", "hf"]
+MOE = ["E", "k", "fe", "fs"]
+MLA = ["kvr", "qr", "nope", "rope", "vd", "n_nope", "n_rope", "n_vd"]
+FEATURES = {
+    "bert": ["1", "h", "n", "f", "V", "P", "T", "Vh", "hh", "hf", "Ph", "Th"],
+    "gpt2": ["1", "h", "n", "V", "P", "Vh", "hh", "Ph"],
+    "mixtral": DECODER + MOE,
+    "olmoe": DECODER + MOE,
+    "qwen2_moe": DECODER + MOE,
+    "qwen3_moe": DECODER + MOE,
+    "deepseek_v2": ["1", "h", "n", "f", "V"] + MOE + MLA,
+}
+
+
+def seeds() -> dict[str, dict]:
+    """Seed configs: one per code path worth shipping (built-ins, plus the usual real-world switches)."""
+    from paradvisor.model.load import _builtins
+
+    out = {}
+    for name, e in _builtins().items():
+        cfg = dict(e["config"])
+        if cfg["model_type"] == "albert":  # shared layers: traced (one set of weights, many applications)
+            continue
+        arch = e["architecture"]
+        if cfg["model_type"] == "bert":
+            arch = "BertForMaskedLM"  # what a downloaded BERT config names
+        cfg["architectures"] = [arch]
+        out[name] = cfg
+    llama = dict(out["llama-3-8b"])
+    out["llama-3-8b+tied"] = {**llama, "tie_word_embeddings": True}  # Llama-3.2-1B/3B
+    out["llama-2-7b+tied"] = {**out["llama-2-7b"], "tie_word_embeddings": True}
+    out["qwen2.5-7b+bias"] = out["qwen2.5-7b"]
+    out["mistral-7b+nowindow"] = {**out["mistral-7b"], "sliding_window": None}
+    out["gpt2+untied"] = {**out["gpt2"], "tie_word_embeddings": False}
+    return out
+
+
+def unique(all_seeds: dict[str, dict]) -> list[str]:
+    """One seed per code path (the first of the built-ins' order)."""
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.formula import signature
+
+    seen, out = set(), []
+    for name, cfg in all_seeds.items():
+        sig = signature(cfg, shape_from_config(cfg), defaults(cfg["model_type"]))
+        if sig not in seen:
+            seen.add(sig)
+            out.append(name)
+    return out
+
+
+def window_default(family: str) -> dict:
+    import inspect
+
+    import transformers
+
+    cls = type(transformers.AutoConfig.for_model(family))
+    sig = inspect.signature(cls.__init__).parameters
+    return {k: sig[k].default for k in ("sliding_window", "use_sliding_window") if k in sig}
+
+
+def defaults(family: str) -> dict:
+    """The config class's own values of the switches a config may leave out."""
+    import transformers
+
+    d = transformers.AutoConfig.for_model(family).to_dict()
+    out = {k: v for k, v in d.items() if v is None or isinstance(v, (bool, str))}
+    out.update({k: v for k, v in d.items() if isinstance(v, (int, float)) and "dropout" in k})
+    out.update(window_default(family))
+    return out
+
+
+def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
+    """A small config of the seed's code path with random sizes."""
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.formula import windowed
+
+    c = dict(seed)
+    s = shape_from_config(seed)
+    gqa = s.kv_heads < s.heads
+    mqa = s.kv_heads == 1 < s.heads
+    n = rng.choice([4, 6, 8, 12, 16] if gqa and not mqa else [2, 3, 4, 6, 8])
+    d = rng.choice([8, 12, 16, 24, 32])
+    nkv = 1 if mqa else rng.choice([x for x in range(2, n) if n % x == 0]) if gqa else n
+    free_d = s.head_dim != s.hidden // s.heads
+    h = rng.randrange(4, 24) * 8 if free_d else n * d
+    keys = {
+        "hidden": ("hidden_size", "n_embd"),
+        "heads": ("num_attention_heads", "n_head"),
+        "ffn": ("intermediate_size",),
+        "vocab": ("vocab_size",),
+        "pos": ("max_position_embeddings", "n_positions"),
+        "layers": ("num_hidden_layers", "n_layer"),
+    }
+
+    def put(what, value):
+        for k in keys[what]:
+            if k in c:
+                c[k] = value
+                return
+
+    put("hidden", h)
+    put("heads", n)
+    if "num_key_value_heads" in c:
+        c["num_key_value_heads"] = nkv
+    if free_d:
+        c["head_dim"] = d
+    put("ffn", rng.randrange(5, 40) * 8)
+    put("vocab", rng.randrange(100, 1500))
+    for tok in ("pad_token_id", "bos_token_id", "eos_token_id"):  # inside the small vocabulary
+        if isinstance(c.get(tok), int):
+            c[tok] = min(c[tok], c["vocab_size"] - 1)
+    pos = rng.randrange(700, 3000)
+    put("pos", pos)
+    if "type_vocab_size" in c:
+        c["type_vocab_size"] = rng.choice([1, 2, 3])
+    if windowed(seed, s, defs):
+        c["sliding_window"] = rng.randrange(40, 120)
+    moe = any(k in c for k in ("num_local_experts", "num_experts", "n_routed_experts"))
+    layers = 2
+    if moe:
+        E = rng.randrange(2, 7)
+        for k in ("num_local_experts", "num_experts", "n_routed_experts"):
+            if k in c:
+                c[k] = E
+        c["num_experts_per_tok"] = rng.randrange(1, min(E, 3) + 1)
+        if "moe_intermediate_size" in c:
+            c["moe_intermediate_size"] = rng.randrange(3, 20) * 8
+        if c.get("shared_expert_intermediate_size"):
+            c["shared_expert_intermediate_size"] = rng.randrange(3, 20) * 8
+        if c.get("n_shared_experts"):
+            c["n_shared_experts"] = rng.randrange(1, 3)
+        if "kv_lora_rank" in c:
+            c["kv_lora_rank"] = rng.randrange(2, 12) * 8
+            if c.get("q_lora_rank"):
+                c["q_lora_rank"] = rng.randrange(2, 12) * 8
+            c["qk_nope_head_dim"] = rng.choice([8, 12, 16])
+            c["qk_rope_head_dim"] = rng.choice([4, 8])
+            c["v_head_dim"] = rng.choice([8, 12, 16])
+            c["hidden_size"] = n * rng.randrange(1, 4) * 8  # a multiple of the heads (transformers checks)
+        if c.get("first_k_dense_replace"):
+            c["first_k_dense_replace"] = 1
+        layers = 3
+    put("layers", layers)
+    if isinstance(c.get("layer_types"), list):
+        c["layer_types"] = (c["layer_types"] * layers)[:layers]
+    return c
+
+
+def counts(cfg: dict, with_acts: bool, replay: list | None = None) -> dict:
+    """Tensor template, per-layer table and (dense) traced keys of one config, from transformers."""
+    from paradvisor.model import trace as T
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.formula import moe_layer_flags
+    from paradvisor.model.hf import build_on_meta, layer_entries_from_module
+
+    arch, model = build_on_meta(cfg)
+    shape = shape_from_config(cfg)
+    layers = [e.to_dict() for e in layer_entries_from_module(model)]
+    names = sorted((e["name"] for e in layers), key=len, reverse=True)
+    owner: dict[str, list] = {e["name"]: [] for e in layers}
+    for pname, p in model.named_parameters():
+        hit = next((nm for nm in names if pname.startswith(nm + ".") or nm == "(root)"), None)
+        if hit is None:
+            raise ValueError(f"parameter {pname} belongs to no entry")
+        rel = pname[len(hit) + 1 :] if hit != "(root)" else pname
+        owner[hit].append(
+            (pname.rsplit(".", 1)[0] if "." in pname else "", list(p.shape), "experts" in rel.split(".")[:-1])
+        )
+    for e in layers:
+        if sum(_numel(t[1]) for t in owner[e["name"]]) != e["params"]:
+            raise ValueError(f"entry {e['name']}: tensors do not add up")
+    blocks = T.find_blocks(model)
+    prefix = next(nm for nm, m in model.named_modules() if m is blocks)
+    flags = moe_layer_flags(cfg, shape.num_layers)
+    first, last, block = [], [], {}
+    for e in layers:
+        ts = owner[e["name"]]
+        if e["name"].startswith(prefix + "."):
+            i = int(e["name"][len(prefix) + 1 :].split(".")[0])
+            kind = "moe" if flags[i] else "dense"
+            tmpl = {
+                "name": f"{prefix}.{{i}}",
+                "kind": e["kind"],
+                "tensors": [[m.replace(f"{prefix}.{i}", f"{prefix}.{{i}}", 1), dims, x] for m, dims, x in ts],
+            }
+            if kind in block and block[kind] != tmpl:
+                raise ValueError(f"blocks of kind {kind} differ")
+            block[kind] = tmpl
+        else:
+            (last if block else first).append({"name": e["name"], "kind": e["kind"], "tensors": ts})
+    out = {
+        "architecture": arch,
+        "layers": layers,
+        "params": T.param_facts(model),
+        "entries": {"first": first, "block": block, "last": last},
+    }
+    if with_acts:
+        real = T.count_ops
+        calls = iter(replay or ())
+        if (
+            replay is not None
+        ):  # op counts do not depend on the sizes: counted on two configs, checked by the test
+            T.count_ops = lambda *a, **k: dict(next(calls))
+        try:
+            out["regimes"] = T.trace_hf_config(cfg, check=False)
+        finally:
+            T.count_ops = real
+        out["ops"] = [e["ops"] for r in out["regimes"] for e in r["keys"].values()]
+    return out
+
+
+def _numel(dims) -> int:
+    n = 1
+    for x in dims:
+        n *= x
+    return n
+
+
+def _leaves(tree, path=()):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from _leaves(v, (*path, k))
+    else:
+        yield path, tree
+
+
+def _fit(rows: list[dict], vals: list[dict], names: list[str], fit_n: int) -> dict:
+    """{leaf: {feature: coefficient}} with every leaf (missing: 0) an exact sum over `names`."""
+    import numpy as np
+
+    leaves = sorted({k for v in vals for k in v})
+    X = np.array([[r[n] for n in names] for r in rows], dtype=float)
+    Y = np.array([[v.get(k, 0.0) for k in leaves] for v in vals], dtype=float)
+    coef, *_ = np.linalg.lstsq(X[:fit_n], Y[:fit_n], rcond=None)
+    snapped = np.round(coef * 24) / 24  # the sums are of small fractions (1/2, 1/3, ... of a size)
+    coef = np.where(np.abs(coef - snapped) < 1e-7, snapped, coef)
+    pred = X @ coef
+    bad = np.abs(pred - Y) > 1e-7 * np.abs(Y) + 1e-4
+    if bad.any():
+        j = int(np.argwhere(bad)[0][1])
+        raise ValueError(f"{'/'.join(map(str, leaves[j]))} is not a sum of {names}")
+    return {
+        leaf: {n: float(c) for n, c in zip(names, coef[:, j]) if abs(c) > 1e-9}
+        for j, leaf in enumerate(leaves)
+    }
+
+
+def _nest(flat: dict) -> dict:
+    out: dict = {}
+    for path, v in flat.items():
+        d = out
+        for k in path[:-1]:
+            d = d.setdefault(k, {})
+        d[path[-1]] = v
+    return out
+
+
+def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dict | str]:
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.formula import features, signature
+    from paradvisor.model.trace import hf_window, regimes_for
+
+    mt = seed["model_type"]
+    defs = defaults(mt)
+    shape = shape_from_config(seed)
+    sig = signature(seed, shape, defs)
+    names = FEATURES.get(mt) or (
+        DECODER + (["q", "hq"] if shape.head_dim != shape.hidden // shape.heads else [])
+    )
+    moe = shape.is_moe
+    rng = random.Random(name)
+    cfgs = _spanning([probe(seed, rng, defs) for _ in range(60)], names) + [seed]
+    fit_n = len(cfgs) - 2  # checked on one size it was not fitted on and on the seed (a real size)
+    try:
+        got = [counts(cfgs[0], with_acts=not moe), counts(cfgs[-1], with_acts=not moe)]
+        if not moe and got[0]["ops"] != got[1]["ops"]:
+            return sig, "not derived: the aten op counts depend on the sizes"
+        replay = got[0].get("ops")
+        got[1:1] = [counts(c, with_acts=not moe, replay=replay) for c in cfgs[1:-1]]
+    except Exception as exc:  # e.g. no SDPA for this class: configs of it are traced (and fall back)
+        return sig, f"not derived: {str(exc).splitlines()[0][:200]}"
+    from paradvisor.model.formula import window
+
+    for c in cfgs:
+        sh = shape_from_config(c)
+        if signature(c, sh, defs) != sig:
+            return sig, "a probe changed the code path"
+        if regimes_for(sh.max_positions, window(c, defs)) != regimes_for(sh.max_positions, hf_window(c)):
+            return sig, f"sliding window read as {window(c, defs)}, transformers says {hf_window(c)}"
+    rows = [features(c, shape_from_config(c)) for c in cfgs]
+    structure = [json.dumps(_shape_free(g["entries"])) for g in got]
+    if len(set(structure)) != 1:
+        return sig, "the probes built different modules"
+    # tensor dims
+    dims = [{path: float(v) for path, v in _leaves(_dims_only(g["entries"]))} for g in got]
+    try:
+        dim_fit = _fit(rows, dims, names, fit_n)
+    except ValueError as exc:
+        return sig, f"not derived: {exc}"
+    entries = _rebuild(got[0]["entries"], dim_fit)
+    variant = {
+        "seed": name,
+        "family": mt,
+        "architecture": got[0]["architecture"],
+        "features": names,
+        "entries": entries,
+    }
+    if not moe:
+        kinds = {}
+        per = []
+        for g, c in zip(got, cfgs):
+            regs = g["regimes"]
+            tagged = {"short": regs[0]["keys"]}
+            if len(regs) > 1:
+                tagged["long"] = regs[1]["keys"]
+            flat = {}
+            for kind, keys in tagged.items():
+                for key, e in keys.items():
+                    groups = e["groups"]
+                    for part, poly in (("groups", groups), ("b1", e.get("b1", groups))):
+                        for grp, monos in poly.items():
+                            for m, v in monos.items():
+                                flat[(kind, key, part, grp, m)] = float(v)
+                    for k, v in e["ops"].items():
+                        flat[(kind, key, "ops", k)] = float(v)
+            per.append(flat)
+            kinds[tuple(sorted(tagged))] = True
+        if len(kinds) != 1:
+            return sig, "the probes traced different regimes"
+        try:
+            act_fit = _fit(rows, per, names, fit_n)
+        except ValueError as exc:
+            return sig, f"not derived: {exc}"
+        variant["regimes"] = _nest(act_fit)
+    return sig, variant
+
+
+def _spanning(pool: list[dict], names: list[str]) -> list[dict]:
+    """Sizes whose features span what the pool spans (a fit on fewer would confuse two features that happen
+    to move together, e.g. kv = h/2 when every probe has half as many KV heads), then one more to check on."""
+    import numpy as np
+
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.formula import features
+
+    rows = [[features(c, shape_from_config(c))[n] for n in names] for c in pool]
+    full = np.linalg.matrix_rank(np.array(rows, dtype=float))
+    picked: list[int] = []
+    for i in range(len(pool)):
+        if np.linalg.matrix_rank(np.array([rows[j] for j in [*picked, i]], dtype=float)) > len(picked):
+            picked.append(i)
+        if len(picked) == full:
+            break
+    extra = next(i for i in range(len(pool) - 1, -1, -1) if i not in picked)
+    return [pool[i] for i in [*picked, extra]]
+
+
+def _shape_free(entries: dict) -> dict:
+    def strip(e):
+        return {**e, "tensors": [[m, len(d), x] for m, d, x in e["tensors"]]}
+
+    return {
+        "first": [strip(e) for e in entries["first"]],
+        "block": {k: strip(e) for k, e in entries["block"].items()},
+        "last": [strip(e) for e in entries["last"]],
+    }
+
+
+def _dims_only(entries: dict) -> dict:
+    out = {}
+    for sec in ("first", "last"):
+        for i, e in enumerate(entries[sec]):
+            for j, (_, d, _) in enumerate(e["tensors"]):
+                for k, x in enumerate(d):
+                    out.setdefault(sec, {}).setdefault(i, {}).setdefault(j, {})[k] = x
+    for kind, e in entries["block"].items():
+        for j, (_, d, _) in enumerate(e["tensors"]):
+            for k, x in enumerate(d):
+                out.setdefault("block", {}).setdefault(kind, {}).setdefault(j, {})[k] = x
+    return out
+
+
+def _rebuild(entries: dict, fit: dict) -> dict:
+    def ent(e, *path):
+        return {
+            **e,
+            "tensors": [
+                [m, [fit[(*path, j, k)] for k in range(len(d))], x]
+                for j, (m, d, x) in enumerate(e["tensors"])
+            ],
+        }
+
+    return {
+        "first": [ent(e, "first", i) for i, e in enumerate(entries["first"])],
+        "block": {kind: ent(e, "block", kind) for kind, e in entries["block"].items()},
+        "last": [ent(e, "last", i) for i, e in enumerate(entries["last"])],
+    }
+
+
+def main() -> int:
+    import torch
+    import transformers
+
+    from paradvisor.model.formula import SCHEMA
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", help="these seeds only (merged into the stored file)")
+    ap.add_argument("--jobs", type=int, default=1)
+    args = ap.parse_args()
+    all_seeds = seeds()
+    names = args.only or unique(all_seeds)
+    doc = json.loads(OUT.read_text()) if OUT.exists() else {}
+    variants = dict(doc.get("variants", {})) if doc.get("schema") == SCHEMA else {}
+    skipped = dict(doc.get("not_derived", {})) if doc.get("schema") == SCHEMA else {}
+    t0 = time.time()
+    fams = sorted({s["model_type"] for s in all_seeds.values()})
+
+    def write() -> None:  # after every seed: an interrupted run keeps what it derived
+        out = {
+            "schema": SCHEMA,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__.split("+")[0],
+            "regenerate": "python scripts/derive_formulas.py",
+            "defaults": {f: defaults(f) for f in fams},
+            "variants": dict(sorted(variants.items())),
+            "not_derived": dict(sorted(skipped.items())),
+        }
+        OUT.write_text(json.dumps(out, indent=1) + "\n")
+
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futs = {pool.submit(derive, n, all_seeds[n]): n for n in names}
+        for fut in as_completed(futs):
+            n = futs[fut]
+            sig, v = fut.result()
+            if isinstance(v, str):
+                skipped[n] = v
+                sys.stderr.write(f"{n}: {v} ({time.time() - t0:.0f} s)\n")
+            else:
+                variants[sig] = v
+                skipped.pop(n, None)
+                sys.stderr.write(f"{n}: derived ({time.time() - t0:.0f} s)\n")
+            write()
+    print(f"{len(variants)} variants written to {OUT}; not derived: {', '.join(sorted(skipped)) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
