@@ -190,7 +190,7 @@ def test_write_private_replaces_a_link_and_leaves_its_target(tmp_path, victim):
 def test_the_trainers_writers_go_through_the_helper(tmp_path, victim):
     """metrics.jsonl (every rank), rank-N.exit.json, rank-N.pid and samples.jsonl with links planted."""
     from paradvisor.monitor.sampler import SampleLog
-    from paradvisor.train.__main__ import _marker
+    from paradvisor.train.rankproc import _marker
     from paradvisor.train.metrics import MetricsWriter
 
     rd = RunDir(tmp_path / "run")

@@ -173,9 +173,8 @@ def profile_from_config_path(path: Path) -> ModelProfile:
     if entry is None:
         from paradvisor.model import trace as T
 
+        arch, model = build_on_meta(cfg, where=str(cfg_file))  # a config transformers refuses: no progress line
         _say_tracing(cfg, cfg_file)
-
-        arch, model = build_on_meta(cfg, where=str(cfg_file))
         total = sum(p.numel() for p in model.parameters())
         if not total:
             raise InputError("the model built from this config has no parameters", where=str(cfg_file))
