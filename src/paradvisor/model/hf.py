@@ -173,7 +173,9 @@ def profile_from_config_path(path: Path) -> ModelProfile:
     if entry is None:
         from paradvisor.model import trace as T
 
-        arch, model = build_on_meta(cfg, where=str(cfg_file))  # a config transformers refuses: no progress line
+        arch, model = build_on_meta(
+            cfg, where=str(cfg_file)
+        )  # a config transformers refuses: no progress line
         _say_tracing(cfg, cfg_file)
         total = sum(p.numel() for p in model.parameters())
         if not total:
@@ -223,6 +225,8 @@ def _say_tracing(cfg: dict, cfg_file: Path) -> None:
     code path has no shipped formula is counted from its code once, then read from the trace cache."""
     import sys
 
+    if not sys.stderr.isatty():  # progress is for a person watching; a pipe or a log gets only results/errors
+        return
     sys.stderr.write(
         f"paradvisor: {cfg['model_type']} config {cfg_file}: no shipped formula for this code path; "
         "counting it from the model's code (once: kept in the trace cache)...\n"
@@ -241,9 +245,10 @@ def traced_for_config(cfg: dict, entry: dict):
 
         from paradvisor.model import trace as T
 
-        sys.stderr.write(
-            f"paradvisor: tracing {', '.join(keys)} activations of this {cfg['model_type']} config...\n"
-        )
+        if sys.stderr.isatty():
+            sys.stderr.write(
+                f"paradvisor: tracing {', '.join(keys)} activations of this {cfg['model_type']} config...\n"
+            )
         try:
             new = T.trace_hf_config(cfg, keys=keys, check=False, seq=seq)
         except Exception as exc:  # kept: the same config fails the same way next time
