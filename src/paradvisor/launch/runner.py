@@ -247,6 +247,7 @@ class Launch:
         from paradvisor.monitor.sampler import SampleLog
 
         samples = SampleLog(self.run_dir, self.preset.launch.node_rank)
+        samples.tick()  # one reading even for a run that ended while the prediction was written
         stopped = False  # whether the cancel stopped the run here (a cancel after its end stops nothing)
         while self.proc.poll() is None:
             samples.tick()
