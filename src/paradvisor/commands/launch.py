@@ -381,7 +381,10 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
     from paradvisor.launch import runner
     from paradvisor.launch.resume import with_checkpoint_interval
 
+    from paradvisor.launch.preflight import validate
+
     quiet = getattr(args, "quiet", False)
+    validate(preset, reach=False)  # bad input is refused before the write probe makes any folder
     preset, ck_line = with_checkpoint_interval(preset, Path(preset.launch.checkpoint_dir or args.runs_dir))
     tokenize_first(preset, quiet=quiet)
     restarts = 0
