@@ -443,8 +443,18 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
     if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
         from paradvisor.monitor.predict import launch_prediction
 
-        # ... counted while the ranks start (they never read it): no rank waits for the advice
-        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+        # ... counted while the ranks start (they never read it): no rank waits for the advice. A Ctrl-C or
+        # SIGTERM meanwhile is held and handed to wait()'s handler once it is installed.
+        held: list = []
+        prev = {
+            sig: signal.signal(sig, lambda n, _f: held.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+        finally:
+            for sig, h in prev.items():
+                signal.signal(sig, h)
+        launch.held_signals = held
     return launch
 
 
@@ -521,6 +531,8 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)
+        for signum in getattr(launch, "held_signals", ()):  # arrived while the prediction was written
+            handler(signum, None)
     try:
         if watch is None:
             return launch.wait()
