@@ -195,18 +195,8 @@ def deepspeed_argv(
     """The DeepSpeed launcher over a hostfile, starting paradvisor's trainer or the user's script."""
     if program is not None and program.own:
         _m, module, *rest = program_args(run_dir, program)
-        return [
-            "deepspeed",
-            "--hostfile",
-            hostfile,
-            "--master_addr",
-            master_addr,
-            "--master_port",
-            str(master_port),
-            "--module",
-            module,
-            *rest,
-        ]
+    else:
+        module, rest = "paradvisor.train", ["--run-dir", run_dir]
     return [
         "deepspeed",
         "--hostfile",
@@ -216,9 +206,8 @@ def deepspeed_argv(
         "--master_port",
         str(master_port),
         "--module",
-        "paradvisor.train",
-        "--run-dir",
-        run_dir,
+        module,
+        *rest,
     ]
 
 
