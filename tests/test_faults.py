@@ -237,7 +237,7 @@ def test_closing_the_interactive_session_stops_its_run(tmp_path):
                 await pilot.pause(0.2)
             state["run_dir"] = app.run_dir
             state["before"] = snapshot(app.run_dir)
-            assert app.launch.proc.poll() is None
+            assert app.launch.running()
         # the app has exited here
 
     asyncio.run(flow())

@@ -291,8 +291,8 @@ def test_cancel_stops_every_node(cluster, tmp_path, sig):
     except BaseException:
         proc.kill()
         raise
-    _, status = failed_run(proc, run)
-    assert status["status"] == "cancelled" and signal.Signals(sig).name in status["reason"]
+    err, status = failed_run(proc, run)
+    assert status["status"] == "cancelled" and signal.Signals(sig).name in status["reason"], err[-3000:]
     for i in (0, 1):
         assert json.loads((run / f"status-node{i}.json").read_text())["status"] == "cancelled"
     assert_nothing_left(tmp_path)

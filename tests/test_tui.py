@@ -97,8 +97,9 @@ def test_whole_flow(tmp_path):
             from paradvisor.tui.screens import ConfirmLaunchScreen
 
             await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            assert "torch.distributed.run" in app.screen.text  # at once; its prediction fills in (a worker)
+            await until(pilot, lambda: "predicted memory:" in app.screen.text)
             question = app.screen.text
-            assert "torch.distributed.run" in question and "predicted memory:" in question
             assert "model states 1.78 MiB + activations" in question and "predicted time:" in question
             assert app.run_dir is None
             await pilot.press("enter")

@@ -116,7 +116,11 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     from paradvisor.train.weights import check_weights
 
     check_weights(preset)
-    if lau.nnodes > 1 and not lau.rdzv_endpoint:
+    from paradvisor.rundir.preset import engine_of
+
+    # the ssh engine rendezvouses at node 0's address and Slurm at the batch host: only a hand-started
+    # multi-node launch must be told where
+    if lau.nnodes > 1 and not lau.rdzv_endpoint and engine_of(lau) == "local":
         raise InputError(
             'a multi-node launch needs launch.rdzv_endpoint = "HOST:PORT" (or --rdzv-endpoint)',
             where=f"{where}: launch",

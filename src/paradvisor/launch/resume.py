@@ -191,15 +191,24 @@ def lineage_of(run_dir: Path, runs: dict[str, dict]) -> list[str]:
 
 CHECKPOINT_OVERHEAD = 0.02  # a few percent of the step time at most
 PROBE_BYTES = 32 * 2**20
+FALLBACK_WRITE_SPEED = 100 * 2**20  # bytes/s, a slow network disk's
 
 
 def write_speed(folder: Path, nbytes: int = PROBE_BYTES) -> float:
-    """Bytes per second written (and fsynced) into `folder`: a short probe at launch."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    probe = folder / f".probe-{os.getpid()}"
+    """Bytes per second written (and fsynced) into `folder`: a short probe at launch, in the folder or (before
+    it exists) its nearest existing parent, the same disk in practice. It makes no folder: a launch refused
+    after it leaves nothing behind. A folder it cannot write to gets FALLBACK_WRITE_SPEED (the launch itself
+    then says why it cannot write there)."""
+    folder = Path(folder).absolute()
+    while not folder.is_dir() and folder.parent != folder:
+        folder = folder.parent
+    probe = folder / f".paradvisor-probe-{os.getpid()}"
     block = os.urandom(1 << 20)
     t0 = time.perf_counter()
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return FALLBACK_WRITE_SPEED
     try:
         for _ in range(max(1, nbytes >> 20)):
             os.write(fd, block)

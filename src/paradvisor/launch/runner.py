@@ -20,6 +20,7 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
+from paradvisor.launch.handle import RunHandle
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
@@ -106,8 +107,9 @@ def _predicted_step(run_dir: Path) -> float | None:
 
 
 def _ranks_all_ended(run_dir: Path, world: int) -> bool:
-    """Whether every rank wrote its `end` record (training is over: what is left is torchrun's own exit).
-    The end records are the metrics' last lines: the file's tail is enough."""
+    """Whether every rank wrote its `end` record after its last step (training is over: what is left is
+    torchrun's own exit). A rank that saved and ended on a stop signal wrote `stopped` first: its run did
+    not finish. The end records are the metrics' last lines: the file's tail is enough."""
     import json
 
     from paradvisor.rundir import read_tail
@@ -118,7 +120,11 @@ def _ranks_all_ended(run_dir: Path, world: int) -> bool:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("kind") == "end" and isinstance(rec.get("rank"), int):
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("kind") == "stopped":
+            return False
+        if rec.get("kind") == "end" and isinstance(rec.get("rank"), int):
             ended.add(rec["rank"])
     return len(ended) >= world
 
@@ -202,6 +208,9 @@ class Launch:
         if not self.cancel_requested:
             self.cancel_reason = reason
         self.cancel_requested = True
+
+    def running(self) -> bool:
+        return not self.done.is_set() and self.proc.poll() is None
 
     def _first_rank(self) -> int:
         lau = self.preset.launch
@@ -362,9 +371,9 @@ def start(
     is_host: bool | None = None,
     suffixed: bool = False,
     run_name: str | None = None,
-):
-    """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py,
-    whose SshLaunch has the same wait/cancel/done/run_dir). `run_id` names the rendezvous (default: the run
+) -> RunHandle:
+    """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py);
+    whichever engine, what comes back is a launch/handle.py RunHandle. `run_id` names the rendezvous (default: the run
     directory's name); `is_host` tells torchrun whether this node serves the rendezvous store; `suffixed` names
     even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes); `run_name` is the
     whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
@@ -446,11 +455,18 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
         # ... counted while the ranks start (they never read it): no rank waits for the advice. A Ctrl-C or
         # SIGTERM meanwhile is held and handed to wait()'s handler once it is installed.
         held: list = []
+        main = (
+            threading.current_thread() is threading.main_thread()
+        )  # the TUI starts runs from a worker thread
         prev = {
-            sig: signal.signal(sig, lambda n, _f: held.append(n)) for sig in (signal.SIGINT, signal.SIGTERM)
+            sig: signal.signal(sig, lambda n, _f: held.append(n))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+            if main
         }
         try:
             write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+            # the hang timeout derives from the run's own predicted step time, now that there is one
+            launch.hang_timeout_s, launch.hang_detection = hang_timeout(preset, _predicted_step(run_dir))
         finally:
             for sig, h in prev.items():
                 signal.signal(sig, h)
@@ -505,6 +521,10 @@ def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
         "PARADVISOR_PLAN": str(rd.plan.resolve()),
         **(env or {}),
     }
+    if preset.launch.memory_limit:  # the cap (RLIMIT_AS) counts address space: glibc's 64 MiB malloc arena
+        full_env.setdefault(
+            "MALLOC_ARENA_MAX", "2"
+        )  # per thread (gloo, TensorBoard, DCP) would fill it unused
     # ACCELERATE_USE_CPU: the HF Trainer and Accelerate (a --script) run distributed on CPUs only when told
     # so; without it each rank would train alone, silently
     if preset.train.device == "cpu":

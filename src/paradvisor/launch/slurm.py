@@ -232,7 +232,7 @@ def job_state(job_id: str) -> tuple[str | None, str]:
 
 
 class SlurmJob:
-    """A submitted job followed from here (the interface of runner.Launch: wait, cancel, done, run_dir)."""
+    """A submitted job followed from here (a launch/handle.py RunHandle)."""
 
     def __init__(self, preset: Preset, run_dir: Path, job_id: str, argv: list[str], locks: list):
         import threading
@@ -258,18 +258,14 @@ class SlurmJob:
             "local run; Ctrl-C cancels the job (scancel)"
         )
 
-        class _Proc:  # poll() like a process, for callers that watch a launch's process (the TUI)
-            pid = os.getpid()
-
-            def poll(inner):
-                return None if not self.done.is_set() else 0
-
-        self.proc = _Proc()
-
-    def cancel(self, reason: str = "stopped by the user") -> None:
+    def cancel(self, reason: str = "stopped by the user", *, graceful: bool = False) -> None:
+        """scancel the job: Slurm's SIGTERM already stops every rank with a checkpoint (graceful or not)."""
         if not self.cancel_requested:
             self.cancel_reason = reason
         self.cancel_requested = True
+
+    def running(self) -> bool:
+        return not self.done.is_set()
 
     def give_up(self, reason: str) -> None:
         """Cancel a job that will not start (in time): a failed run, not a stop the user asked for."""

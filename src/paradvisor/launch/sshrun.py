@@ -161,19 +161,8 @@ def _score(n: NodeSession) -> int:
     return 0
 
 
-class _WholeRun:
-    """`proc`-like view of the whole run for callers that poll a Launch's process (the TUI)."""
-
-    def __init__(self, launch: SshLaunch):
-        self.launch, self.pid = launch, os.getpid()
-
-    def poll(self):
-        return None if not self.launch.done.is_set() else (0 if self.launch.final_status == "finished" else 1)
-
-
 class SshLaunch:
-    """A run over ssh: `wait()` runs it to the end and returns the final status (the same interface as
-    runner.Launch: cancel(), done, run_dir, argv, status_path)."""
+    """A run over ssh: `wait()` runs it to the end and returns the final status (a launch/handle.py RunHandle)."""
 
     def __init__(
         self,
@@ -199,7 +188,6 @@ class SshLaunch:
         self.done = threading.Event()
         self.final_status: str | None = None
         self.argv = nodes[0].argv
-        self.proc = _WholeRun(self)
         self.merge_lock = threading.Lock()
         self.rank_owner: dict[int, int] = {}  # global rank -> the node whose agent named it first (`_owns`)
         self.owner_lock = threading.Lock()
@@ -221,10 +209,14 @@ class SshLaunch:
         }
 
     # ------------------------------------------------------------------------------------------ interface
-    def cancel(self, reason: str = "stopped by the user") -> None:
+    def cancel(self, reason: str = "stopped by the user", *, graceful: bool = False) -> None:
+        """Stop every node (each node's agent stops its ranks; `graceful` is not told apart here yet)."""
         if not self.cancel_requested:
             self.cancel_reason = reason
         self.cancel_requested = True
+
+    def running(self) -> bool:
+        return not self.done.is_set()
 
     def status(self, **kw) -> dict:
         doc = {

@@ -631,6 +631,18 @@ def prediction_of(e) -> dict:
     }
 
 
+def steps_for(train: TrainSettings, plan) -> TrainSettings:
+    """A DiLoCo plan's run holds whole outer rounds: at least one, never a round cut short at the end."""
+    from dataclasses import replace
+
+    h = max(
+        [getattr(plan, "local_steps", 0) or 0, *((n.local_steps or 0) for n in getattr(plan, "nodes", ()))]
+    )
+    if h <= 0:
+        return train
+    return replace(train, steps=max(1, -(-train.steps // h)) * h)
+
+
 def preset_from_estimate(
     rec, e, cluster_ref: dict | None = None, *, name: str | None = None, description: str = ""
 ) -> Preset:
@@ -648,7 +660,7 @@ def preset_from_estimate(
         name=name,
         description=description or f"{rec.profile.name}: {e.plan.label()}",
         workload=replace(rec.workload, precision=rec.precision),
-        train=train_for(family),
+        train=steps_for(train_for(family), e.plan),
         launch=launch_for(rec.cluster, e.plan),
         plan=e.plan,
         cluster=ref,

@@ -104,10 +104,11 @@ class Checkpointer:
         name = (os.environ.get("PARADVISOR_RUN_NAME") or Path(run_dir).name) if cdir else Path(run_dir).name
         self.root = checkpoint_root(Path(run_dir).parent / name, cdir)
         self.stop = StopRequest()
-        # two gloo groups of every rank: one for DCP's writes (an async save runs its collectives on a
-        # thread of its own), one for the stop flags and barriers of the training thread
+        # two gloo groups of every rank: one for the stop flags and barriers of the training thread, one for
+        # DCP's writes (an async save runs its collectives on a thread of its own), made at the first save or
+        # load, which every rank reaches together (a run that never saves holds no idle gloo threads)
         self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None
-        self.io_group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+        self._io_group = None
         self.pending = None  # (future, step, tmp folder, meta, started)
         self.last_save = time.monotonic()
         self.extra_state = None  # DiLoCo: callable -> (tensors to save, restore function)
@@ -118,7 +119,15 @@ class Checkpointer:
 
         self.fault = from_env()
 
+    @property
+    def io_group(self):
+        """The gloo group of DCP's collectives (torch.distributed.checkpoint), made on first use."""
+        if self._io_group is None and dist.is_initialized():
+            self._io_group = dist.new_group(backend="gloo")
+        return self._io_group
+
     # ------------------------------------------------------------------ what is saved
+
     def _pp_names(self) -> dict[str, str]:
         """Stage parameter names -> the whole model's names (every alias of a tied weight maps to its first)."""
         from paradvisor.train.models import _unwrap

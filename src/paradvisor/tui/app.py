@@ -217,7 +217,7 @@ class ParadvisorApp(App):
 
     # ------------------------------------------------------------------------------------------- the run
     def _run_going(self) -> bool:
-        return self.launch is not None and self.launch.proc.poll() is None
+        return self.launch is not None and self.launch.running()
 
     def ask_to_start(self, preset) -> None:
         """Start `preset` after a confirmation that shows the command and the predicted memory and time
