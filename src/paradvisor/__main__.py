@@ -1,11 +1,5 @@
-"""`python -m paradvisor` is the same as the `paradvisor` command."""
+"""`python -m paradvisor` is the same as the `paradvisor` command (paradvisor/entry.py)."""
 
-import sys
-
-try:
-    from paradvisor.cli import main
-except KeyboardInterrupt:  # Ctrl-C while the interpreter still imports: one line, exit 130
-    sys.stderr.write("paradvisor: interrupted\n")
-    raise SystemExit(130) from None
+from paradvisor.entry import main
 
 raise SystemExit(main())

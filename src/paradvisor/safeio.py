@@ -311,7 +311,8 @@ def _check_dir_stat(st: os.stat_result, path, *, what: str) -> None:
 
 
 def links_in(path, *, limit: int = MAX_SCAN) -> list[str]:
-    """The symbolic links and multiply-linked files under folder `path` (without following any link);
+    """The symbolic links, multiply-linked files and special files (a FIFO, a device, a socket: a writer
+    would block on one or write into another program) under folder `path`, without following any link;
     InputError when it holds more than `limit` entries."""
     found: list[str] = []
     stack, seen = [str(path)], 0
@@ -330,6 +331,8 @@ def links_in(path, *, limit: int = MAX_SCAN) -> list[str]:
                     found.append(os.path.relpath(e.path, path))
                 elif stat.S_ISDIR(st.st_mode):
                     stack.append(e.path)
+                elif not stat.S_ISREG(st.st_mode):
+                    found.append(f"{os.path.relpath(e.path, path)} ({_kind(st.st_mode)})")
     return sorted(found)
 
 
@@ -362,8 +365,8 @@ def claim_dir(path: str | os.PathLike, *, what: str = "this run directory") -> P
         if found := links_in(p):
             more = f" and {len(found) - 3} more" if len(found) > 3 else ""
             raise InputError(
-                f"{what} holds links ({', '.join(repr(x) for x in found[:3])}{more}); paradvisor never writes "
-                "through a link: give a new folder",
+                f"{what} holds links or special files ({', '.join(repr(x) for x in found[:3])}{more}); "
+                "paradvisor never writes through a link or into a FIFO or device: give a new folder",
                 where=str(p),
             )
     except OSError as exc:
@@ -440,6 +443,12 @@ def open_private(path: str | os.PathLike, *, append: bool = False, readable: boo
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
             raise UnsafePath(path, "is a symbolic link; paradvisor never writes through one") from None
+        try:  # a FIFO without a reader (ENXIO), a device: say what it is
+            mode = os.lstat(path).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise UnsafePath(path, f"is {_kind(mode)}, not a regular file") from None
         raise
     try:
         _check_fd(fd, path)

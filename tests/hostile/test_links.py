@@ -332,3 +332,16 @@ def test_private_dir_refuses_a_folder_made_by_someone_else(tmp_path):
         private_dir(d)
     fresh = private_dir(tmp_path / "x" / "y")
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "launcher.log", "rank-0.pid"])
+def test_a_fifo_at_a_run_file_name_refuses_the_run_directory(tmp_path, name):
+    """A FIFO planted where a run file goes would block a writer or feed another program: refused like a
+    link, and open_private names what it is (it said 'No such device or address')."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    os.mkfifo(run_dir / name)
+    with pytest.raises(InputError, match=r"special files .*a FIFO"):
+        claim_dir(run_dir)
+    with pytest.raises(UnsafePath, match="is a FIFO, not a regular file"):
+        os.close(open_private(run_dir / name, append=True))

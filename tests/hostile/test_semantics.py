@@ -124,6 +124,37 @@ def test_weights_that_are_a_fifo_are_refused_at_dry_run(tmp_path):
     assert_one_line_error(proc, "train.weights", "not a file or a folder")
 
 
+@pytest.mark.parametrize(
+    "over,fragment",
+    [
+        ({"n_layers": 3}, "did you mean n_layer"),  # a typo would train the unchanged model, silently
+        ({"bogus": 1}, "unknown key 'bogus'"),
+    ],
+    ids=["typo", "unknown"],
+)
+def test_an_unknown_model_override_is_refused_at_dry_run(tmp_path, over, fragment):
+    p = variant(
+        tmp_path, "over", train={"model_overrides": {"n_layer": 2, "n_head": 2, "n_embd": 64, **over}}
+    )
+    proc = run_cli("launch", "--preset", str(p), "--dry-run")
+    assert_one_line_error(proc, "train.model_overrides", fragment)
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo", "folder"])
+def test_the_cluster_file_a_preset_names_is_checked_at_dry_run(tmp_path, kind):
+    target = tmp_path / "cluster.toml"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+    p = variant(tmp_path, "cl")
+    p.write_text(p.read_text() + f'\n[cluster]\nfile = "{target}"\n')
+    proc = run_cli("launch", "--preset", str(p), "--dry-run", timeout=60)
+    assert_one_line_error(
+        proc, {"missing": "cluster file not found", "fifo": "FIFO", "folder": "folder"}[kind]
+    )
+
+
 # ---- clusters and GPU catalogues -------------------------------------------------------------------------------------
 
 CLUSTER = (EXAMPLES / "paper003-geo-four-nodes.toml").read_text()

@@ -99,6 +99,30 @@ def test_ctrl_c_at_any_moment_is_exit_130_and_one_line(delay):
         assert err.strip() == "paradvisor: interrupted", err
 
 
+def test_the_command_s_entry_point_guards_its_imports_against_ctrl_c():
+    """The `paradvisor` script (pyproject's entry point) imports the command line under a Ctrl-C guard: an
+    interrupt while paradvisor.cli is imported is one line and 130 (the console script imported it bare)."""
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["paradvisor"] == "paradvisor.entry:main"
+    code = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name == 'paradvisor.cli':\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "from paradvisor.entry import main\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(REPO)
+    )
+    assert proc.returncode == 130 and proc.stderr == "paradvisor: interrupted\n", proc.stderr
+
+
 def test_a_launch_that_fails_before_its_status_still_leaves_one(tmp_path):
     """A run folder is never left without a status.json: here the launch cannot write command.txt (a folder
     stands at its name) after claiming the folder."""

@@ -7,6 +7,8 @@ Imports no torch: `paradvisor launch --dry-run` and every export run it.
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -107,6 +109,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
         corpus_spec(preset)  # names what is missing (the tokenizer)
     else:
         check_data_path(preset.train.dataset, preset.train.data_path)
+    check_cluster_file(preset, where)
     if preset.train.weights:
         w = Path(preset.train.weights)
         if not w.exists():
@@ -141,6 +144,23 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
 
 
 MAX_SCRIPT_BYTES = 4 << 20  # a training script bigger than this is not a script
+
+
+def check_cluster_file(preset: Preset, where: str) -> None:
+    """The cluster file a preset names ([cluster].file: what it was planned on, what a restart re-plans with)
+    is there, a regular file, and a cluster: checked like the preset itself, before anything starts."""
+    from paradvisor.hardware.cluster import load_cluster
+    from paradvisor.rundir.preset import cluster_file
+
+    path = cluster_file(preset)
+    if path is None:
+        return
+    if not os.path.lexists(path):
+        raise InputError(
+            "cluster file not found (the cluster this preset was planned on): fix or remove cluster.file",
+            where=f"{where}: cluster.file = {str(path)[:200]!r}",
+        )
+    load_cluster(path)  # a folder, a FIFO, a device, a huge file or a broken cluster: one line, exit 2
 
 
 def check_program(preset: Preset, *, reach: bool = True) -> None:

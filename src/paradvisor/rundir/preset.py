@@ -50,11 +50,30 @@ def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = Fals
     return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
+def cluster_file(preset) -> Path | None:
+    """The cluster file the preset was planned on ([cluster].file), found as written (from the working
+    folder) or beside the preset; None when the preset names none. The path as written when neither exists."""
+    name = preset.cluster.get("file")
+    if not name:
+        return None
+    given = Path(name).expanduser()
+    for cand in (
+        given,
+        *([Path(preset.path).parent / given] if preset.path and not given.is_absolute() else []),
+    ):
+        if os.path.lexists(cand):
+            return cand
+    return given
+
+
 def write_run_plan(path: str | os.PathLike, preset) -> Path:
-    """A run directory's plan.toml: the preset as launched, headed by its plan's label."""
-    return write_toml_atomic(
-        path, preset.to_doc(), force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n"
-    )
+    """A run directory's plan.toml: the preset as launched, headed by its plan's label (its cluster file named
+    by an absolute path: a resume from another folder finds it)."""
+    doc = preset.to_doc()
+    found = cluster_file(preset)
+    if found is not None and found.is_file():
+        doc["cluster"] = {**doc.get("cluster", {}), "file": str(found.resolve())}
+    return write_toml_atomic(path, doc, force=True, header=f"# paradvisor run plan: {preset.plan.label()}\n")
 
 
 def plan_toml(preset) -> str:
@@ -145,9 +164,18 @@ _LAUNCH = {
     "max_restarts",
     "checkpoint_dir",
 }
-_CLUSTER = {"file", "gpus", "gpu_type", "link", "local"}
+_CLUSTER = {"file", "gpus", "gpu_type", "link", "local", "hosts"}
 _PLAN = {f for f in Plan.__dataclass_fields__}
-_CLUSTER_TYPES = {"file": str, "gpus": int, "gpu_type": str, "link": str, "local": bool}
+# where the cluster came from: a file, this machine (local), hosts probed over ssh (hosts, the TUI's "Add host"),
+# or --gpus N --gpu-type NAME [--link]; kept in saved presets and run plans (tui/messages.py ClusterChoice)
+_CLUSTER_TYPES = {
+    "file": str,
+    "gpus": int,
+    "gpu_type": str,
+    "link": str,
+    "local": bool,
+    "hosts": list[str],
+}
 # Predictions are numbers (a breakdown is a table of numbers); the monitor and the hang timeout compute with them.
 _PREDICTION_TYPES = {
     "memory_per_gpu_bytes": float,

@@ -53,6 +53,39 @@ def _check_override(key: str, value, base, where: str) -> None:
         fail("a number, string or boolean")
 
 
+# Settings every transformers config takes, whether or not a model's config.json writes them down.
+GENERIC_CONFIG_KEYS = frozenset(
+    {
+        "tie_word_embeddings",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "torch_dtype",
+        "dtype",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "attn_implementation",
+    }
+)
+
+
+def _check_known(key: str, base: dict, where: str) -> None:
+    """An override names a key of the model's configuration: a typo (`n_layers`) would change nothing,
+    silently, and the run would train another model than the one the user believes."""
+    if key in base or key in GENERIC_CONFIG_KEYS or "dropout" in key or "pdrop" in key:
+        return  # dropouts: a config class's defaults that config.json may leave out (launch/verify.py zeroes them)
+    import difflib
+
+    close = difflib.get_close_matches(key, [k for k in base if isinstance(k, str)], n=3)
+    hint = (
+        f"; did you mean {', '.join(close)}?"
+        if close
+        else f"; the model's keys: {', '.join(sorted(base)[:12])}"
+    )
+    raise InputError(f"unknown key {key!r}: not in the model's configuration{hint}", where=f"{where}.{key}")
+
+
 def resolved_config(preset) -> tuple[str, dict]:
     """(family, config dict) of the preset's model with overrides applied (each override checked)."""
     from paradvisor.model.config import shape_from_config
@@ -64,6 +97,7 @@ def resolved_config(preset) -> tuple[str, dict]:
     if name == "vgg16":
         spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", "vgg16.toml").read_text())
         for k, v in over.items():
+            _check_known(k, spec, where)
             _check_override(k, v, spec.get(k), where)
         spec.update(over)
         return "vgg", spec
@@ -77,6 +111,8 @@ def resolved_config(preset) -> tuple[str, dict]:
             raise unknown_model(name, where=f"{preset.path or 'preset'}: workload.model")
         _, base = read_config(Path(name))
         family = base["model_type"]
+    for k in over:
+        _check_known(k, base, where)
     for k, v in over.items():
         if k == "model_type" and v != base.get("model_type"):
             raise InputError("cannot change the model type; pick another model", where=f"{where}.model_type")

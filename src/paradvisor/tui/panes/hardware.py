@@ -114,8 +114,9 @@ class HardwarePane(TabPane):
             self.app.call_from_thread(self.notify, escape(exc), severity="error")
             return
         nodes = list(self.cluster.nodes) if self.cluster else []
+        probed = [n.host or n.name for n in nodes + [node]]
         self.app.call_from_thread(
-            self.set_cluster, cluster_from_nodes(nodes + [node], name="detected"), {"hosts": True}
+            self.set_cluster, cluster_from_nodes(nodes + [node], name="detected"), {"hosts": probed}
         )
         if not node.online:
             self.app.call_from_thread(
