@@ -2,7 +2,8 @@
 
 A finished run already left RUN_DIR/model/ (gathered from the plan's shards by the ranks: train/export.py);
 this command checks it (config.json, the safetensors files its index names) and copies it to DIR, written beside
-and renamed into place. The checkpoint issue adds `--step N` (a checkpoint's weights through the same writer).
+and renamed into place. `--step N` writes a checkpoint's weights instead (any complete checkpoint of the run,
+whatever plan wrote it), through the same writer (train/export.py export_checkpoint), on this one process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ def add_parser(sub) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<timestamp>-<name>)")
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (must not exist)")
     p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    p.add_argument(
+        "--step",
+        metavar="N",
+        help="the model of the run's checkpoint at step N ('latest': the newest complete one) instead of the "
+        "finished run's model/",
+    )
     p.set_defaults(run=run)
 
 
@@ -61,10 +68,53 @@ def copy_model(src: Path, out: Path, *, force: bool = False) -> Path:
     return out
 
 
+def checkpoint_at(run_dir: Path, step: str) -> Path:
+    """The complete checkpoint folder of RUN_DIR at `step` (a number or 'latest'), or InputError naming those
+    there are."""
+    from paradvisor.launch.resume import root_of
+    from paradvisor.rundir.checkpoints import complete_checkpoints
+
+    found = dict(complete_checkpoints(root_of(run_dir)))
+    if not found:
+        raise InputError("has no complete checkpoint", where=str(run_dir))
+    if step == "latest":
+        return found[max(found)]
+    try:
+        n = int(step)
+    except ValueError:
+        raise InputError(f"--step {step[:40]!r}: expected a step number or 'latest'") from None
+    if n not in found:
+        steps = ", ".join(str(s) for s in sorted(found)[-8:])
+        raise InputError(
+            f"--step {n}: no complete checkpoint at that step (there are: {steps})", where=str(run_dir)
+        )
+    return found[n]
+
+
+def export_step(run_dir: Path, step: str, out: Path, *, force: bool) -> Path:
+    from paradvisor.rundir import RunDir
+
+    if not RunDir(run_dir).plan.is_file():
+        raise InputError("not a run directory (no plan.toml)", where=str(run_dir))
+    path = checkpoint_at(run_dir, step)
+    if os.path.lexists(out) and not force:
+        raise InputError("exists; give another --out or --force", where=str(out))
+    from paradvisor.train.export import export_checkpoint
+
+    try:
+        export_checkpoint(run_dir, path, out)
+    except (ValueError, KeyError, RuntimeError) as exc:  # a checkpoint that does not fit the run's model
+        raise InputError(f"cannot export: {str(exc)[:300]}", where=str(path)) from None
+    return out
+
+
 def run(args) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise InputError("no such run directory", where=str(run_dir))
+    if args.step is not None:
+        print(export_step(run_dir, args.step, Path(args.out), force=args.force))
+        return 0
     src = run_dir / "model"
     if not src.is_dir():
         raise InputError(

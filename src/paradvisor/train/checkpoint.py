@@ -406,7 +406,11 @@ def dcp_full_model(path: Path) -> dict:
     """A DCP checkpoint's whole model state dict, read on this process alone (every shard put together)."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-    loaded = _load_state_dict_from_keys(keys={"model"}, checkpoint_id=str(path / DCP_DIR))
+    import warnings
+
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        loaded = _load_state_dict_from_keys(keys={"model"}, checkpoint_id=str(path / DCP_DIR))
     return {k: v for k, v in loaded["model"].items() if torch.is_tensor(v)}
 
 

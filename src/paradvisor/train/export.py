@@ -129,3 +129,34 @@ def _unwrapped(model):
 
     with init_empty_weights():
         return type(model)(model.config)
+
+
+def export_checkpoint(run_dir: Path, checkpoint: Path, out: Path, *, max_shard_size: str = "5GB") -> Path:
+    """`paradvisor export RUN_DIR --step N`: a checkpoint's weights as the same Hugging Face folder a finished
+    run leaves in model/, on this one process. The model is rebuilt the trainer's way (the run's plan.toml, its
+    tokenizer and vocabulary) with its parameters on the meta device; the checkpoint's whole state dict (DCP's
+    shards put together, or DeepSpeed's zero_to_fp32) goes into save_pretrained."""
+    import torch
+
+    from paradvisor.rundir import RunDir
+    from paradvisor.rundir.preset import load_preset
+    from paradvisor.train.checkpoint import full_state_dict as checkpoint_state_dict
+    from paradvisor.train.models import build_model, build_task
+    from paradvisor.train.modelspec import resolved_config
+
+    preset = load_preset(RunDir(run_dir).plan)
+    family, cfg = resolved_config(preset)
+    task, vocab = build_task(preset, family, cfg, Path(run_dir), 0, lambda: None)
+    if vocab and family != "vgg" and vocab > int(cfg["vocab_size"]):
+        cfg["vocab_size"] = vocab  # as the trainer grew it (train/run.py)
+    with torch.device("meta"):
+        model = build_model(preset, family, cfg, task, empty=True)
+    sd = checkpoint_state_dict(checkpoint)
+    want = set(_unwrapped(model).state_dict())
+    missing = sorted(want - set(sd))
+    if missing and not hasattr(model, "save_pretrained"):  # transformers ties/derives some names itself
+        raise ValueError(f"{checkpoint}: the checkpoint has no {missing[0]} (and {len(missing) - 1} more)")
+    sd = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if k in want}
+    return write_hf_folder(
+        _unwrapped(model), sd, out, tokenizer=task.tokenizer, max_shard_size=max_shard_size
+    )
