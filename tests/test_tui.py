@@ -100,6 +100,7 @@ def test_whole_flow(tmp_path):
             assert "torch.distributed.run" in app.screen.text  # at once; its prediction fills in (a worker)
             await until(pilot, lambda: "predicted memory:" in app.screen.text)
             question = app.screen.text
+            assert "checkpoints: " in question  # the interval decided as `paradvisor launch` decides it
             assert "model states 1.78 MiB + activations" in question and "predicted time:" in question
             assert app.run_dir is None
             await pilot.press("enter")
@@ -118,7 +119,10 @@ def test_whole_flow(tmp_path):
             await pilot.press("y")
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not (
-                app.run_summary and app.run_summary.step >= 2 and app.run_dir != first
+                app.run_summary
+                and app.run_summary.run_dir == str(app.run_dir)  # the second run's summary, not the first's
+                and app.run_summary.step >= 2
+                and app.run_dir != first
             ):
                 await pilot.pause(0.3)
             await pilot.press("s")

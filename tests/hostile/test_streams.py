@@ -158,7 +158,8 @@ def test_ctrl_c_during_a_launch_start_leaves_no_folder_without_a_status(tmp_path
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert "Traceback" not in err, err
-        assert proc.returncode in (130, 1), (proc.returncode, err)
+        # 130, or ended by the SIGINT itself once its one line was written: a shell shows 130 for both
+        assert proc.returncode in (130, 1, -signal.SIGINT), (proc.returncode, err)
         # a folder still being made under its temporary name is removed; one that exists has its status
         left = list(runs.iterdir())
         assert len(left) <= 1, left

@@ -291,3 +291,34 @@ def test_a_run_that_fails_at_once_is_not_called_launched(tmp_path, monkeypatch):
             assert "launched" not in line and "tiny-cpu-smoke failed" in line, line
 
     asyncio.run(flow())
+
+
+def test_u_resumes_the_failed_run_on_the_monitor_tab_from_its_checkpoint(tmp_path):
+    """A run that failed after its step-2 checkpoint, opened on the Monitor tab: `u` starts its continuation
+    from that checkpoint in a new run directory, whose status names the parent and the step (as
+    `paradvisor launch --resume` does)."""
+    from tests.runs import launch, variant
+
+    p = variant(tmp_path, "resumable", train={"steps": 4, "checkpoint_every": 2, "checkpoint_async": False})
+    proc, parent = launch(p, tmp_path / "runs", env={"PARADVISOR_FAULT": "rank=1,step=3,kind=exit"})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+
+    async def flow():
+        app = ParadvisorApp(
+            cluster=C000, runs_dir=str(tmp_path / "runs"), live=False, confirm=False, open_run=str(parent)
+        )
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await until(pilot, lambda: app.run_dir == parent and app.tabs.active == "monitor")
+            await pilot.press("u")
+            await until(pilot, lambda: app.run_dir not in (None, parent), timeout=90)
+            child = app.run_dir
+            assert child != parent, [n.message for n in app._notifications]
+            await until(
+                pilot, lambda: json.loads((child / "status.json").read_text())["status"] != "running", 180
+            )
+            doc = json.loads((child / "status.json").read_text())
+            assert doc["status"] == "finished", (doc.get("reason"), doc.get("exit_code"))
+            assert doc["parent"] == str(parent.resolve()) and doc["resume_step"] == 2, doc
+
+    asyncio.run(flow())

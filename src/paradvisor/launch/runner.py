@@ -179,6 +179,7 @@ class Launch:
             None  # a graceful stop asked for (its reason): the ranks checkpoint, then end
         )
         self.lineage: dict = {}  # parent run, checkpoint resumed from (launch/resume.py)
+        self._told: set[int] = set()  # the ranks a graceful stop was sent to
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
         self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
@@ -197,13 +198,7 @@ class Launch:
         gets SIGTERM (train/checkpoint.py saves, then the rank ends); a second cancel stops at once."""
         if graceful and self.stopping is None and not self.cancel_requested:
             self.stopping = reason
-            for r in range(self.preset.launch.procs(self.preset.launch.node_rank)):
-                proc = rank_process(self.run_dir, r + self._first_rank())
-                if proc is not None:
-                    try:
-                        proc.terminate()
-                    except Exception:  # gone already
-                        pass
+            self._stop_ranks()
             return
         if not self.cancel_requested:
             self.cancel_reason = reason
@@ -211,6 +206,19 @@ class Launch:
 
     def running(self) -> bool:
         return not self.done.is_set() and self.proc.poll() is None
+
+    def _stop_ranks(self) -> None:
+        """SIGTERM to each of this node's ranks not told yet (train/checkpoint.py saves, then the rank ends).
+        A stop asked for before a rank exists reaches it once it does (wait() calls this on every poll)."""
+        for r in range(self.preset.launch.procs(self.preset.launch.node_rank)):
+            rank = r + self._first_rank()
+            if rank in self._told:
+                continue
+            proc = rank_process(self.run_dir, rank)
+            if proc is not None:
+                self._told.add(rank)
+                with contextlib.suppress(Exception):  # gone already
+                    proc.terminate()
 
     def _first_rank(self) -> int:
         lau = self.preset.launch
@@ -260,6 +268,8 @@ class Launch:
         stopped = False  # whether the cancel stopped the run here (a cancel after its end stops nothing)
         while self.proc.poll() is None:
             samples.tick()
+            if self.stopping is not None:
+                self._stop_ranks()
             if self.cancel_requested:
                 stopped = True
                 _kill_group(self.proc)

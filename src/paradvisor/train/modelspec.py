@@ -6,6 +6,8 @@ same config (train/models.py). Importing this module imports no torch.
 
 from __future__ import annotations
 
+import functools
+import json
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -70,14 +72,27 @@ GENERIC_CONFIG_KEYS = frozenset(
 )
 
 
+@functools.cache
+def family_config_keys() -> dict[str, frozenset]:
+    """{model type: the keys its transformers configuration class has}, stored (model/data/config_keys.json,
+    from scripts/config_keys.py) so that no transformers import is needed to check an override."""
+    from paradvisor.model.activations import warn_if_stale
+
+    doc = json.loads(resources.files("paradvisor.model").joinpath("data", "config_keys.json").read_text())
+    warn_if_stale(doc, "model/data/config_keys.json")
+    return {k: frozenset(v) for k, v in doc["families"].items()}
+
+
 def _check_known(key: str, base: dict, where: str) -> None:
-    """An override names a key of the model's configuration: a typo (`n_layers`) would change nothing,
-    silently, and the run would train another model than the one the user believes."""
-    if key in base or key in GENERIC_CONFIG_KEYS or "dropout" in key or "pdrop" in key:
+    """An override names a key of the model's configuration (its config.json, or its family's configuration
+    class): a typo (`n_layers`) would change nothing, silently, and the run would train another model than
+    the one the user believes."""
+    known = set(base) | family_config_keys().get(str(base.get("model_type")), frozenset())
+    if key in known or key in GENERIC_CONFIG_KEYS or "dropout" in key or "pdrop" in key:
         return  # dropouts: a config class's defaults that config.json may leave out (launch/verify.py zeroes them)
     import difflib
 
-    close = difflib.get_close_matches(key, [k for k in base if isinstance(k, str)], n=3)
+    close = difflib.get_close_matches(key, [k for k in known if isinstance(k, str)], n=3)
     hint = (
         f"; did you mean {', '.join(close)}?"
         if close

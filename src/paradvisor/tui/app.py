@@ -64,6 +64,7 @@ class ParadvisorApp(App):
         Binding("v", "monitor_view", "View"),
         Binding("s", "stop_run", "Stop"),
         Binding("R", "launch_replan", "Launch re-plan", show=False),
+        Binding("u", "resume_run", "Resume"),  # the run on the Monitor tab, from its newest checkpoint
         Binding("t", "toggle_theme", "Theme", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
@@ -219,57 +220,70 @@ class ParadvisorApp(App):
     def _run_going(self) -> bool:
         return self.launch is not None and self.launch.running()
 
-    def ask_to_start(self, preset) -> None:
+    def ask_to_start(self, preset, lineage: dict | None = None) -> None:
         """Start `preset` after a confirmation that shows the command and the predicted memory and time
         (`confirm=False`: at once). The preflight, the prediction and the start run in workers: the question
         appears as soon as the preflight passed, and its prediction fills in behind it."""
         if self._run_going():
             raise InputError("a run is already going: stop it first (s)")
         self.launcher.show_working("checking the plan…")
-        self._preflight_worker(preset)
+        self._preflight_worker(preset, lineage)
 
     @work(thread=True, exclusive=True, group="preflight")
-    def _preflight_worker(self, preset) -> None:
+    def _preflight_worker(self, preset, lineage: dict | None = None) -> None:
         from paradvisor.launch import runner
+
+        from paradvisor.launch.resume import with_checkpoint_interval
 
         try:
             runner.validate(preset, reach=False)  # bad presets fail here, before the question
-        except InputError as exc:
+            # the checkpoint interval decided as `paradvisor launch` decides it (the prediction's when unset)
+            preset, ck_line = with_checkpoint_interval(
+                preset, Path(preset.launch.checkpoint_dir or self.runs_dir)
+            )
+        except (InputError, OSError) as exc:
             self.call_from_thread(self.launcher.show_error, exc)
             return
         if not self.confirm:
-            self.call_from_thread(self.start_run, preset)
+            self.call_from_thread(self.start_run, preset, lineage)
             return
         from paradvisor.tui.screens import ConfirmLaunchScreen, launch_header, launch_question
 
         def answered(yes: bool | None) -> None:
             if yes:
                 try:
-                    self.start_run(preset)
+                    self.start_run(preset, lineage)
                 except InputError as exc:
                     self.launcher.show_error(exc)
 
+        ck = f"\n{escape(ck_line)}"
+        if lineage:
+            ck += escape(f"\nresuming {lineage['parent']} from step {lineage['resume_step']}")
         screen = ConfirmLaunchScreen(
-            launch_header(preset, str(self.runs_dir)) + "\n[dim]predicting memory and time…[/dim]"
+            launch_header(preset, str(self.runs_dir)) + ck + "\n[dim]predicting memory and time…[/dim]"
         )
         self.call_from_thread(self.push_screen, screen, answered)
         self.call_from_thread(self.launcher.show_working, None)
         text = launch_question(preset, str(self.runs_dir))  # the prediction, here in the worker
-        self.call_from_thread(screen.set_text, text)
+        self.call_from_thread(screen.set_text, text + ck)
 
-    def start_run(self, preset) -> None:
+    def start_run(self, preset, lineage: dict | None = None) -> None:
         if self._run_going() or self._starting:
             raise InputError("a run is already going: stop it first (s)")
         self._starting = True
         self.launcher.show_working(f"starting {preset.name}…")
-        self._start_worker(preset)
+        self._start_worker(preset, lineage)
 
     @work(thread=True, exclusive=True, group="start")
-    def _start_worker(self, preset) -> None:
+    def _start_worker(self, preset, lineage: dict | None = None) -> None:
         from paradvisor.launch import runner
+        from paradvisor.rundir.status import write_json_atomic
 
         try:
             launch = runner.start(preset, runs_dir=self.runs_dir)
+            if lineage:  # the resumed run names its parent and step, as `paradvisor launch --resume` writes
+                launch.lineage = lineage
+                write_json_atomic(launch.status_path, launch.status())
         except (InputError, OSError) as exc:
             self._starting = False
             self.call_from_thread(self.launcher.show_error, exc)
@@ -314,6 +328,20 @@ class ParadvisorApp(App):
             self.ask_to_start(load_preset(r["path"]))
         except InputError as exc:
             self.notify(escape(exc), severity="error")
+
+    def action_resume_run(self) -> None:
+        """The run shown on the Monitor tab, continued from its newest complete checkpoint in a new run
+        directory (what `paradvisor launch --resume RUN_DIR` does), after the usual confirmation."""
+        from paradvisor.launch.resume import resume_preset
+
+        if self.run_dir is None:
+            self.notify("no run on the Monitor tab to resume (v opens one)", severity="warning")
+            return
+        try:
+            preset, lineage = resume_preset(self.run_dir, reason="resumed from the interactive session")
+            self.ask_to_start(preset, lineage)
+        except InputError as exc:
+            self.notify(escape(exc), severity="error", timeout=8)
 
     def action_stop_run(self) -> None:
         if self._run_going():
@@ -434,6 +462,8 @@ class ParadvisorApp(App):
             return tab == "plans"
         if action == "stop_run":
             return self._run_going() or tab == "monitor"
+        if action == "resume_run":
+            return tab == "monitor" and not self._run_going()
         if action == "launch_preset":
             return tab != "plans"  # there L launches the plan on screen (the next binding of L)
         if action in ("launch_plan", "save_preset"):
