@@ -15,40 +15,32 @@ from tests.equivalence_cases import DILOCO, SHAPES, applies, preset_for
 
 pytestmark = pytest.mark.slow
 
+# One case per code path the launcher runs (issue 34: the suite keeps one case per code path; the full matrix,
+# every shape x every family, is `python benchmarks/equivalence.py`). Left to the benchmark: ZeRO-1/-2 and
+# ZeRO-3 offload (the same DeepSpeed engine as ZeRO-3 with another config), plain TP and TP x DDP (TP+SP and
+# TP x FSDP run the same TP code, plus), GPipe (the other PP schedules run the same stage code), split-by-speed
+# without ZeRO, and the family cases whose code path a kept case already runs (a second PP or TP case of a
+# family, the 8-rank 3-D and EP meshes, checkpointing of other families).
 MINGPT = [
     "DDP+accum",
     "FSDP",
     "HSDP",
-    "ZeRO-1",
-    "ZeRO-2",
     "ZeRO-3",
-    "TP",
     "TP+SP",
-    "TP x DDP",
     "TP x FSDP",
-    "PP (GPipe)",
     "PP (interleaved 1F1B)",  # issue 31: two chunks per rank, torch's ScheduleInterleaved1F1B
     "PP3 (balanced split)",  # issue 31: 1 + 2 + 1 blocks, embedding and head counted as a block each
     "PP x FSDP",
     "checkpointing (selective)",
-    "offload (ZeRO-3)",
-    "split-by-speed",
     "split-by-speed ZeRO-2",
 ]
 OTHERS = [
-    ("gpt2", "TP+SP"),
-    ("gpt2", "PP (1F1B)"),  # fused qkv split; tied embedding across stages
-    ("gpt2", "PP (interleaved 1F1B)"),  # tied embedding on chunk 0 of rank 0 and the last chunk of rank 1
-    ("bert", "TP+SP"),
-    ("bert", "PP x DDP"),  # post-norm SP, padding mask on every stage
-    ("albert", "TP"),
-    ("llama", "PP x TP+SP x DDP"),  # 3-D mesh, 8 ranks, transformers' TP/PP plans
-    ("mistral", "TP+SP"),
-    ("mistral", "checkpointing (full)"),  # sliding window
-    ("llama", "checkpointing (selective)"),  # issue 31: the attention core under a checkpoint (Megatron's)
-    ("qwen2", "PP (1F1B)"),  # per-layer sliding/full masks cut across stages
-    ("mixtral", "EP x DDP"),
-    ("qwen2_moe", "EP2 x DDP4"),  # transformers' EP plan, all-to-all on gloo
+    (
+        "gpt2",
+        "PP (interleaved 1F1B)",
+    ),  # fused qkv; tied embedding on chunk 0 of rank 0 and the last chunk of rank 1
+    ("bert", "PP x DDP"),  # post-norm, padding mask on every stage
+    ("mistral", "TP+SP"),  # transformers' TP plan, sliding window
     ("mixtral", "EP2 x FSDP4"),  # experts FSDP'd over their expert-DP group, the rest over all ranks
     ("vgg", "FSDP"),
 ]

@@ -508,7 +508,7 @@ def mutated_config(draw) -> str:
 
 
 @pytest.mark.timeout(600 * FUZZ_SCALE)
-@settings(max_examples=n(150))
+@settings(max_examples=n(80))  # HYPOTHESIS_PROFILE=explore runs 10x
 @given(mutated_config())
 def test_hf_configs_fuzzed(text):
     d = SCRATCH / "hf"

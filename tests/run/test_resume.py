@@ -1,9 +1,11 @@
 """A run that survives (issue 29), with real multi-process CPU runs (fp32, dropout off).
 
-Per engine (DDP, FSDP2, ZeRO-3, TP, PP, EP, DiLoCo): an uninterrupted reference run saves (async where DCP
-can) every 2 of 4 steps; a second run loses rank 1 at step 3 (the fault drill) with `max_restarts = 1`, so
-the launcher restarts it from step 2 in a new run directory: steps 3-4 equal the reference's within 1e-5.
-Five resumes under another plan start from a reference's step-2 checkpoint (within 1e-3). A launcher killed
+Per checkpoint code path (FSDP2's sharded DCP states, ZeRO-3's DeepSpeed checkpoint, pipeline stages, DiLoCo;
+tests/support/resume.py RESTARTED): an uninterrupted reference run saves (async where DCP can) every 2 of 4
+steps; a second run loses rank 1 at step 3 (the fault drill) with `max_restarts = 1`, so the launcher restarts
+it from step 2 in a new run directory: steps 3-4 equal the reference's within 1e-5. Four resumes under another
+plan start from a reference's step-2 checkpoint (within 1e-3). Every shape's resume is
+`python benchmarks/resume.py --matrix`. A launcher killed
 in the middle of a checkpoint write leaves an incomplete folder that a resume never loads. What cannot be
 resumed is one line and exit 2.
 """
@@ -16,6 +18,7 @@ from tests.conftest import assert_one_line_error, run_cli
 from tests.support.resume import (
     CROSS,
     ENGINES,
+    RESTARTED,
     EVERY,
     FAULT_STEP,
     STEPS,
@@ -48,7 +51,7 @@ def refs(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("engine", RESTARTED)
 def test_a_failed_rank_restarts_from_its_checkpoint_with_the_same_losses(engine, refs, tmp_path):
     ref = refs(engine)
     family, plan = ENGINES[engine]
@@ -113,7 +116,7 @@ def plan_label(engine: str) -> str:
 
 
 def test_a_launcher_killed_mid_checkpoint_resumes_from_the_previous_one(refs, tmp_path):
-    family, plan = ENGINES["ddp"]
+    family, plan = ENGINES["fsdp"]
     preset = preset_file(tmp_path, "killed", family, plan, train={"checkpoint_async": False})
     runs = tmp_path / "runs"
     proc, _ = run(preset, runs, env=fault_env("kill-launcher", rank=0, step=4))
@@ -125,14 +128,14 @@ def test_a_launcher_killed_mid_checkpoint_resumes_from_the_previous_one(refs, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     (child,) = children(runs, killed)
     assert status(child)["resume_step"] == 2
-    want, got = losses(refs("ddp")), losses(child)
+    want, got = losses(refs("fsdp")), losses(child)
     assert sorted(got) == [3, 4] and all(rel(got[s], want[s]) <= 1e-5 for s in got), (got, want)
 
 
 def test_what_cannot_be_resumed_is_one_line_and_nothing_is_written(refs, tmp_path):
-    ref = refs("ddp")
+    ref = refs("fsdp")
     runs = tmp_path / "runs"
-    family, plan = ENGINES["ddp"]
+    family, plan = ENGINES["fsdp"]
     before = sorted(p.name for p in ref.rglob("*"))
     cases = {
         "model": preset_file(tmp_path, "m", "gpt2", plan),

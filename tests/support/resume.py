@@ -33,12 +33,15 @@ ENGINES = {
 # weights carry over (--reset-optimizer): the first step after the resume is compared (its loss is the loaded
 # weights' forward pass), not the steps after it.
 CROSS = {
-    "ddp->fsdp": ("ddp", _p(dp=2, sharding="fsdp", micro_batch=4)),
-    "dp2->tp2": ("ddp", _p(tp=2, micro_batch=8)),
+    "fsdp->tp2": ("fsdp", _p(tp=2, micro_batch=8)),  # sharded tensors resharded as DTensors of another mesh
     "zero3->zero1": ("zero3", _p(dp=2, sharding="zero1", micro_batch=4)),
-    "2ranks->1": ("ddp", _p(dp=1, micro_batch=4, grad_accum=2)),
-    "pp2->ddp": ("pp", _p(dp=2, micro_batch=4)),
+    "2ranks->1": ("fsdp", _p(dp=1, micro_batch=4, grad_accum=2)),
+    "pp2->ddp": ("pp", _p(dp=2, micro_batch=4)),  # stage names back to the whole model's
 }
+# the engines whose restart the suite runs: one per checkpoint code path (DCP of sharded torch states, the
+# pipeline's stage names, DeepSpeed's own checkpoint, DiLoCo's outer state). DDP, TP and EP restart through
+# the DCP path FSDP takes: `python benchmarks/resume.py --matrix` resumes every shape.
+RESTARTED = ("fsdp", "zero3", "pp", "diloco")
 
 
 def preset_file(
