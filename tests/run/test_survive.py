@@ -185,12 +185,15 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
             job = json.loads((run / "slurm.json").read_text())["job_id"]
             requeue = cluster.run("scontrol", "requeue", str(job))
             assert requeue.returncode == 0, requeue.stderr
-            # slurmctld holds a requeued batch job back (its begin time) before it may start again: a
-            # scheduler's pause, not paradvisor's; the test lets it start at once (no effect once it runs)
-            for _ in range(20):
-                if cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now").returncode == 0:
-                    break
-                time.sleep(0.5)
+            # slurmctld holds a requeued batch job back 120 s (Reason=BeginTime) before it may start again: a
+            # scheduler's pause, not paradvisor's; once it is pending, the test lets it start at once
+            wait_for(
+                lambda: "Reason=BeginTime" in cluster.run("scontrol", "show", "job", "-o", str(job)).stdout,
+                120,
+                "the requeued job pending",
+                proc,
+            )
+            cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
             _out, err = proc.communicate(timeout=400)
         finally:
             if proc.poll() is None:
