@@ -258,6 +258,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("strategies")  # the `runs` fixture: made once, on one worker
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_strategy_trains_for_real(runs, name):
     proc, run_dir = runs[name]
@@ -280,6 +281,7 @@ def test_strategy_trains_for_real(runs, name):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("strategies")  # the `runs` fixture: made once, on one worker
 def test_model_state_bytes_fall_as_sharding_rises(runs):
     def state(name):
         return max(m["mem_model_state_bytes"] for m in steps_of(runs[name][1], 0))
@@ -293,6 +295,7 @@ def test_model_state_bytes_fall_as_sharding_rises(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("strategies")  # the `runs` fixture: made once, on one worker
 def test_diloco_records_local_steps_and_sync_waits(runs):
     run_dir = runs["diloco"][1]
     outer = [m for m in metrics(run_dir) if m["kind"] == "outer"]

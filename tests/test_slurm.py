@@ -17,7 +17,8 @@ from tests.conftest import REPO
 from tests.slurm_cluster import Slurm
 from tests.sshd import free_port
 
-pytestmark = pytest.mark.slow
+# xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 

@@ -21,7 +21,8 @@ import pytest
 from tests.conftest import REPO
 from tests.sshd import Sshd, free_port
 
-pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+# xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
+pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.xdist_group("sshlaunch")]
 
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 

@@ -57,6 +57,7 @@ def calibration(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("calibration")  # the calibration fixture is made once, on one worker
 def test_calibrate_prints_only_its_own_lines(calibration):
     """The calibration above (device, 2-process collectives and engines) prints a few lines of its own and
     none of the libraries' warnings (the measuring processes' DeepSpeed deprecations were hundreds)."""
@@ -65,6 +66,7 @@ def test_calibrate_prints_only_its_own_lines(calibration):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("calibration")
 @pytest.mark.parametrize(
     "name,plan",
     [  # one per way the terms are measured (the strategy matrix is benchmarks/accuracy.py)

@@ -31,7 +31,8 @@ from tests.support.resume import (
     status,
 )
 
-pytestmark = pytest.mark.slow
+# xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("resume-refs")]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import REPO, run_cli
 from tests.support.userdata import first_batch_loss, hf_eval_loss, preset, write_corpus, write_model_folder
 
-pytestmark = pytest.mark.slow
+# xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("user-training")]
 
 
 @pytest.fixture(scope="module")
