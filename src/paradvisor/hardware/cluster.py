@@ -286,6 +286,7 @@ def _parse_node(
     cpus = n.get("cpus")
     if cpus is not None:
         _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
+    ram = None
     if n.get("ram") is not None:
         rw = loc.where("node", i, "ram", f"{here}.ram")
         try:
@@ -302,6 +303,7 @@ def _parse_node(
             intra_link=intra,
             cpu_logical=cpus,
             notes=notes,
+            ram_total_bytes=int(ram) if ram is not None else None,
             source="planned",
             group=name if count > 1 else None,
         )
@@ -315,6 +317,7 @@ def _parse_node(
                 intra_link=intra,
                 cpu_logical=cpus,
                 notes=notes,
+                ram_total_bytes=int(ram) if ram is not None else None,
                 source="planned",
                 group=name,
             )

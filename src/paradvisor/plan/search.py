@@ -365,12 +365,25 @@ def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> li
                 "has_bytes": e.capacity,
                 "usable_bytes": e.usable,
                 "gpu": e.tight_gpu,
-                "why": f"needs {e.memory_total / GiB:.1f} GiB per GPU, has {e.capacity / GiB:.0f} "
-                f"({e.usable / GiB:.1f} usable) on {e.tight_gpu}",
+                "why": _why_not_fitting(e),
                 "plan": e.plan.to_dict(),
             }
         )
     return out
+
+
+def _why_not_fitting(e) -> str:
+    """What does not fit: the GPUs, or (a plan whose GPU side fits) the host RAM its offload needs."""
+    gpu = (
+        f"needs {e.memory_total / GiB:.1f} GiB per GPU, has {e.capacity / GiB:.0f} "
+        f"({e.usable / GiB:.1f} usable) on {e.tight_gpu}"
+    )
+    if e.memory_total <= e.usable and not e.host_fits:
+        ram = "; ".join(n for n in e.notes if "RAM" in n)
+        return (
+            f"fits the GPUs ({e.memory_total / GiB:.1f} of {e.usable / GiB:.1f} GiB) but not host RAM: {ram}"
+        )
+    return gpu
 
 
 def _scaled_cluster(cluster: Cluster, factor: int) -> Cluster:
