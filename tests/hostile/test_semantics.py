@@ -102,13 +102,14 @@ DILOCO_NODES = [
     [
         ({"diloco": True}, 3, "needs local_steps"),
         ({"diloco": True, "local_steps": 10}, 3, "more than train.steps 3"),
+        ({"diloco": True, "local_steps": 3}, 10, "not a whole number of rounds of local_steps 3"),
         (
             {"diloco": True, "local_steps": 2, "nodes": [{**n, "data_share": 0.9} for n in DILOCO_NODES]},
             6,
             "add up to 1.8",
         ),
     ],
-    ids=["no-local-steps", "local-steps-above-steps", "shares-1.8"],
+    ids=["no-local-steps", "local-steps-above-steps", "steps-not-whole-rounds", "shares-1.8"],
 )
 def test_a_diloco_plan_that_means_nothing_is_refused_at_dry_run(tmp_path, plan, steps, fragment):
     p = variant(tmp_path, "diloco", plan=plan, train={"steps": steps})

@@ -30,6 +30,23 @@ def check_diloco(plan, steps: int, where: str) -> None:
             f"local_steps {largest} is more than train.steps {steps}: one round would run {largest} steps",
             where=f"{where}: plan.local_steps",
         )
+    # train.steps counts rounds of plan.local_steps (the base; a node may run more or fewer by speed)
+    base = plan.local_steps or (per_node[0] if len(set(per_node)) == 1 else None)
+    if base is None:
+        raise InputError(
+            f"the nodes' local_steps differ ({', '.join(map(str, per_node))}): set plan.local_steps, the steps "
+            "one round counts in train.steps",
+            where=f"{where}: plan.local_steps",
+        )
+    if steps % base:
+        lo, hi = steps - steps % base, steps - steps % base + base
+        raise InputError(
+            f"train.steps {steps} is not a whole number of rounds of local_steps {base}: the last round would "
+            f"run past it; use {lo} or {hi}"
+            if lo
+            else f"use {hi}",
+            where=f"{where}: train.steps",
+        )
     if plan.nodes:
         total = sum(n.data_share for n in plan.nodes)
         if abs(total - 1.0) > 1e-3:
