@@ -42,9 +42,7 @@ def check_diloco(plan, steps: int, where: str) -> None:
         lo, hi = steps - steps % base, steps - steps % base + base
         raise InputError(
             f"train.steps {steps} is not a whole number of rounds of local_steps {base}: the last round would "
-            f"run past it; use {lo} or {hi}"
-            if lo
-            else f"use {hi}",
+            f"run past it; use {lo} or {hi}",  # lo > 0: fewer steps than one round is refused above
             where=f"{where}: train.steps",
         )
     if plan.nodes:
