@@ -102,3 +102,20 @@ def test_every_ranked_plan_passes_the_launch_preflight(tmp_path_factory, text, m
         assert math.isfinite(preset.prediction["memory_per_gpu_bytes"])
     for item in rec.plan_only:
         assert why_not(type(rec.plans[0].plan).from_dict(item["plan"]), family) if rec.plans else True
+
+
+def test_a_ranked_diloco_plan_holds_whole_rounds(tmp_path):
+    """Two nodes over a WAN rank DiLoCo with 100 local steps: the preset runs whole rounds of them (its 20
+    default steps were refused: 'local_steps 100 is more than train.steps 20'), and the launcher accepts it."""
+    (tmp_path / "c.toml").write_text(
+        'name = "wan"\n[[node]]\nname = "n0"\ngpus = [{ type = "H100 SXM", count = 1 }]\n[[node]]\nname = "n1"\n'
+        'gpus = [{ type = "H100 SXM", count = 1 }]\n[network]\nkind = "wan"\nbandwidth = "1 Gbit/s"\n'
+        'latency = "30 ms"\n'
+    )
+    rec = advise(Request(model="gpt-mini", cluster=load_cluster(tmp_path / "c.toml"), top=5))
+    diloco = [e for e in rec.plans if e.plan.diloco]
+    assert diloco
+    for i, e in enumerate(diloco):
+        preset = preset_from_estimate(rec, e, {"file": str(tmp_path / "c.toml")}, name=f"d{i}")
+        assert preset.train.steps % (e.plan.local_steps or e.plan.nodes[0].local_steps) == 0
+        validate(load_preset(save_preset(tmp_path / f"d{i}.toml", preset.to_doc())), reach=False)

@@ -663,12 +663,13 @@ def steps_for(train: TrainSettings, plan) -> TrainSettings:
     """A DiLoCo plan's run holds whole outer rounds: at least one, never a round cut short at the end."""
     from dataclasses import replace
 
-    h = max(
-        [getattr(plan, "local_steps", 0) or 0, *((n.local_steps or 0) for n in getattr(plan, "nodes", ()))]
-    )
-    if h <= 0:
-        return train
-    return replace(train, steps=max(1, -(-train.steps // h)) * h)
+    per_node = [n.local_steps or 0 for n in getattr(plan, "nodes", ())]
+    largest = max([plan.local_steps or 0, *per_node]) if plan.diloco else 0
+    base = plan.local_steps or (per_node[0] if per_node and len(set(per_node)) == 1 else 0)
+    if largest <= 0 or base <= 0:
+        return train  # the preflight names what is missing
+    # whole rounds of the base (what train.steps counts), and at least the longest node's round
+    return replace(train, steps=-(-max(train.steps, largest) // base) * base)
 
 
 def preset_from_estimate(
