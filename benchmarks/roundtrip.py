@@ -91,7 +91,8 @@ def in_process(args) -> int:
     from paradvisor.hardware.cluster import load_cluster, single_node_cluster
     from paradvisor.launch.runner import validate
     from paradvisor.plan.advice import Request, advise
-    from paradvisor.rundir.preset import load_preset, preset_from_estimate, save_preset
+    from paradvisor.rundir.from_plan import preset_from_estimate
+    from paradvisor.rundir.preset import load_preset, save_preset
 
     os.environ["PARADVISOR_CALIBRATION"] = "none"
     t0 = time.time()

@@ -710,7 +710,7 @@ def test_a_fixed_port_is_held_by_one_launch(tmp_path):
 def test_hang_detection_is_on_by_default_with_a_derived_timeout(tmp_path):
     from dataclasses import replace
 
-    from paradvisor.launch.runner import HANG_FACTOR, HANG_FLOOR_S, hang_timeout
+    from paradvisor.launch.hang import HANG_FACTOR, HANG_FLOOR_S, hang_timeout
     from paradvisor.rundir.preset import load_preset
 
     preset = load_preset(SMOKE)

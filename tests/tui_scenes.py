@@ -140,7 +140,17 @@ def scene_app(scene: str, tmp: Path) -> tuple[ParadvisorApp, list[str]]:
     if scene == "not-fitting":
         return ParadvisorApp(cluster=CLUSTER, model="llama-2-7b", runs_dir="runs", live=False), ["2", "i"]
     if scene == "confirm":
-        return ParadvisorApp(cluster=CLUSTER, runs_dir="runs", live=False), ["3", "L"]
+        # the smoke preset with its checkpoint interval set: the default one comes from a write-speed probe,
+        # which differs from run to run (the confirmation names the MiB/s it measured)
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="paradvisor-scene-"))
+        smoke = (Path(presets_dir()) / "tiny-cpu-smoke.toml").read_text()
+        (folder / "tiny-cpu-smoke.toml").write_text(
+            smoke.replace("steps = 10\n", "steps = 10\ncheckpoint_every = 5\n")
+        )
+        app = ParadvisorApp(cluster=CLUSTER, runs_dir="runs", presets_dir=str(folder), live=False)
+        return app, ["3", "L"]
     raise ValueError(scene)
 
 

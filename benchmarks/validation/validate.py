@@ -23,7 +23,6 @@ Two tables:
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tomllib
 from dataclasses import replace

@@ -41,6 +41,20 @@ def complete(root: Path) -> list[Path]:
     return sorted(root.glob("*/step-*/meta.json")) if root.exists() else []
 
 
+def past_checkpoint(runs: Path, shared: Path) -> bool:
+    """Whether a run under `runs` logged a step after the newest complete checkpoint in `shared`."""
+    from tests.runs import metrics
+
+    steps = [int(p.parent.name.split("-")[1]) for p in complete(shared)]
+    if not steps or not runs.exists():
+        return False
+    try:
+        logged = [r["step"] for run in runs.iterdir() for r in metrics(run) if r.get("kind") == "step"]
+    except (OSError, ValueError):  # not there yet, or a line being written
+        return False
+    return bool(logged) and max(logged) > max(steps)
+
+
 def kill_matching(mark: str) -> int:
     n = 0
     for p in psutil.process_iter(["pid", "cmdline"]):
@@ -105,6 +119,8 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
         )
         try:
             wait_for(lambda: complete(shared), 240, "a complete checkpoint", proc)
+            # ... and a step logged after it, to compare the resumed run's first step with
+            wait_for(lambda: past_checkpoint(tmp_path / "runs", shared), 120, "a step after it", proc)
             write_config(server.dead_port)  # node-b no longer answers ssh ...
             assert kill_matching(str(tmp_path / "nodes") + "/") > 0  # ... and its processes are gone
             kill_matching("node-b")

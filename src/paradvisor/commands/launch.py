@@ -166,7 +166,7 @@ def preset_from_args(args):
         )
     if not 1 <= args.pick <= len(rec.plans):
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
-    from paradvisor.rundir.preset import preset_from_estimate
+    from paradvisor.rundir.from_plan import preset_from_estimate
 
     return preset_from_estimate(
         rec, rec.plans[args.pick - 1], ref, description=f"rank {args.pick} of recommend"
@@ -339,6 +339,7 @@ def dry_run(preset, args) -> int:
     """--dry-run: every node's exact command, quoted for pasting; nothing is started (and no torch imported)."""
     from paradvisor.launch import runner
     from paradvisor.launch.argv import node_commands
+    from paradvisor.launch.hang import hang_timeout
     from paradvisor.rundir.preset import engine_of
 
     if engine_of(preset.launch) == "ssh":
@@ -354,7 +355,7 @@ def dry_run(preset, args) -> int:
         )
     sys.stderr.write(
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-        f"({preset.launch.layout()}); {runner.hang_timeout(preset)[1]}; nothing started\n"
+        f"({preset.launch.layout()}); {hang_timeout(preset)[1]}; nothing started\n"
     )
     line = epoch_text(preset)
     if line:
@@ -379,9 +380,8 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
     With launch.max_restarts, a failed run with a checkpoint restarts from it in a new run directory
     (re-planned onto the nodes that remain when an ssh node is gone: launch/restart.py)."""
     from paradvisor.launch import runner
-    from paradvisor.launch.resume import with_checkpoint_interval
-
     from paradvisor.launch.preflight import validate
+    from paradvisor.launch.resume import with_checkpoint_interval
 
     quiet = getattr(args, "quiet", False)
     validate(preset, reach=False)  # bad input is refused before the write probe makes any folder

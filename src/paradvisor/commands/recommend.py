@@ -185,7 +185,8 @@ def corpus_facts(args, rec, ref) -> dict | None:
         return None
     from dataclasses import replace
 
-    from paradvisor.rundir.preset import TrainSettings, preset_from_estimate
+    from paradvisor.rundir.from_plan import preset_from_estimate
+    from paradvisor.rundir.preset import TrainSettings
     from paradvisor.train.corpus import epoch_facts
 
     preset = preset_from_estimate(rec, rec.plans[0], ref)
@@ -200,7 +201,8 @@ def corpus_facts(args, rec, ref) -> dict | None:
 
 
 def save(args, rec, ref) -> None:
-    from paradvisor.rundir.preset import preset_from_estimate, save_preset
+    from paradvisor.rundir.from_plan import preset_from_estimate
+    from paradvisor.rundir.preset import save_preset
 
     if not rec.plans:
         raise InputError("nothing fits, so there is no plan to save (see the nearest fix)")

@@ -286,29 +286,9 @@ def _parse_node(
     cpus = n.get("cpus")
     if cpus is not None:
         _positive_int(cpus, loc.where("node", i, "cpus", f"{here}.cpus"), maximum=1 << 20)
-    ram = None
-    if n.get("ram") is not None:
-        rw = loc.where("node", i, "ram", f"{here}.ram")
-        try:
-            ram = parse_size(n["ram"]) if isinstance(n["ram"], str) else n["ram"]
-        except ValueError as exc:
-            raise InputError(str(exc), where=rw) from None
-        check_rate(ram, "size", rw)  # 0 GiB, or a size that rounds to nothing, is a typo
+    ram = _ram(n, lambda: loc.where("node", i, "ram", f"{here}.ram"))
     notes = tuple([n["notes"]] if isinstance(n.get("notes"), str) else ())
-    nodes.append(
-        Node(
-            name=member_names[0],
-            host=hosts[0],
-            gpus=devices,
-            intra_link=intra,
-            cpu_logical=cpus,
-            notes=notes,
-            ram_total_bytes=int(ram) if ram is not None else None,
-            source="planned",
-            group=name if count > 1 else None,
-        )
-    )
-    for k in range(1, count):
+    for k in range(count):  # a group of `count` alike nodes: one Node each, sharing their GPU tuple
         nodes.append(
             Node(
                 name=member_names[k],
@@ -317,12 +297,26 @@ def _parse_node(
                 intra_link=intra,
                 cpu_logical=cpus,
                 notes=notes,
-                ram_total_bytes=int(ram) if ram is not None else None,
+                ram_total_bytes=ram,
                 source="planned",
-                group=name,
+                group=name if count > 1 else None,
             )
         )
     return sum(c for _, c in kinds) * count
+
+
+def _ram(n: dict, at) -> int | None:
+    """A node's `ram` in bytes (None when not given): a size string or a number, within the size bounds.
+    `at()` names where it is written (located only when needed)."""
+    if n.get("ram") is None:
+        return None
+    where = at()
+    try:
+        ram = parse_size(n["ram"]) if isinstance(n["ram"], str) else n["ram"]
+    except ValueError as exc:
+        raise InputError(str(exc), where=where) from None
+    check_rate(ram, "size", where)  # 0 GiB, or a size that rounds to nothing, is a typo
+    return int(ram)
 
 
 def _parse_network(data: dict, loc: KeyLocator, names: set[str], groups: dict[str, int]) -> Network:

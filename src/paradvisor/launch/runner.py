@@ -21,8 +21,8 @@ from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.handle import RunHandle
+from paradvisor.launch.hang import HangClock, _predicted_step, hang_timeout
 from paradvisor.launch.preflight import _has_cuda, validate
-from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.preset import Preset, write_run_plan
@@ -30,11 +30,8 @@ from paradvisor.rundir.status import main_exit_code, write_aborted, write_json_a
 from paradvisor.safeio import open_private, private_dir, write_private
 
 __all__ = [
-    "HANG_FACTOR",
-    "HANG_FLOOR_S",
     "Launch",
     "endpoint_for",
-    "hang_timeout",
     "main_exit_code",
     "new_run_dir",
     "prepare_run_dir",
@@ -60,50 +57,6 @@ def endpoint_for(preset: Preset) -> tuple[str, Preset]:
 RUN_NAME_ENV = (
     "PARADVISOR_RUN_NAME"  # the run's name on every node (its checkpoints' folder in checkpoint_dir)
 )
-HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
-HANG_FACTOR = (
-    10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
-)
-
-
-def hang_timeout(preset: Preset, predicted_step_s: float | None = None) -> tuple[float, str]:
-    """(seconds without a new metrics record before the run is called hung (0: off), how that was decided).
-    Hang detection is on by default: train.hang_timeout_s unset derives the timeout from the predicted step
-    time (`predicted_step_s`: the run's own prediction.json; else the preset's [prediction]) and the log
-    interval; 0 turns it off."""
-    t = preset.train.hang_timeout_s
-    if t is not None:
-        return t, (
-            f"hang detection after {t:g} s without progress (train.hang_timeout_s)"
-            if t
-            else "hang detection off (train.hang_timeout_s = 0)"
-        )
-    step = predicted_step_s or preset.prediction.get("step_time_s") or 0.0
-    every = preset.train.log_every
-    if preset.plan.diloco:  # a node may wait a whole round of the slowest node's local steps at an outer sync
-        every = max(
-            every, max([preset.plan.local_steps or 1, *(n.local_steps or 1 for n in preset.plan.nodes)])
-        )
-    t = min(MAX_TIMEOUT_S, max(HANG_FLOOR_S, HANG_FACTOR * step * every))
-    basis = (
-        f"{HANG_FACTOR:g} x predicted step {step:.3g} s x log interval {every}, at least {HANG_FLOOR_S:g} s"
-        if step
-        else f"no predicted step time: the {HANG_FLOOR_S:g} s floor"
-    )
-    return t, (
-        f"hang detection: {t:g} s without progress stops the run ({basis}; grows with the slowest interval "
-        "seen; --hang-timeout S sets it, 0 turns it off)"
-    )
-
-
-def _predicted_step(run_dir: Path) -> float | None:
-    """The step time the run's prediction.json promises (what the monitor compares with), if any."""
-    from paradvisor.rundir.status import read_json_object
-
-    path = RunDir(run_dir).prediction
-    doc = read_json_object(path)[0] if path.exists() else None
-    step = (doc or {}).get("step_time_s")
-    return float(step) if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0 else None
 
 
 def _ranks_all_ended(run_dir: Path, world: int) -> bool:
@@ -253,16 +206,12 @@ class Launch:
             self.done.set()
 
     def _wait(self, poll: float) -> dict:
-        hang = self.hang_timeout_s
-        derived = self.preset.train.hang_timeout_s is None
-        metrics = RunDir(self.run_dir).metrics
-        # The hang clock starts with the first metrics record: start-up (rendezvous, imports, model build)
-        # is bounded by the process group's own timeout instead, so a slow start is not called a hang.
-        last_progress = time.monotonic()
-        last_size = 0
-        hung = None
         from paradvisor.monitor.sampler import SampleLog
 
+        clock = HangClock(
+            self.hang_timeout_s, self.preset.train.hang_timeout_s is None, RunDir(self.run_dir).metrics
+        )
+        hung = None
         samples = SampleLog(self.run_dir, self.preset.launch.node_rank)
         samples.tick()  # one reading even for a run that ended while the prediction was written
         stopped = False  # whether the cancel stopped the run here (a cancel after its end stops nothing)
@@ -274,22 +223,10 @@ class Launch:
                 stopped = True
                 _kill_group(self.proc)
                 break
-            if hang:
-                try:
-                    size = metrics.stat().st_size
-                except OSError:
-                    size = 0
-                if size != last_size:
-                    now = time.monotonic()
-                    if (
-                        derived and last_size
-                    ):  # a derived timeout also stays 10x above the slowest interval seen
-                        hang = min(MAX_TIMEOUT_S, max(hang, HANG_FACTOR * (now - last_progress)))
-                    last_size, last_progress = size, now
-                elif size and time.monotonic() - last_progress > hang:
-                    hung = dump_stacks(self.run_dir, self.preset.plan.world_size)
-                    _kill_group(self.proc)
-                    break
+            if clock.hung():
+                hung = dump_stacks(self.run_dir, self.preset.plan.world_size)
+                _kill_group(self.proc)
+                break
             time.sleep(poll)
         rc = self.proc.wait()
         samples.close()
@@ -312,7 +249,9 @@ class Launch:
                 status="cancelled", reason=stopped_reason(self), stopped_gracefully=True, **common
             )
         elif hung is not None:
-            report = hang_report(self.run_dir, hung, hang, rc, self.preset.plan.world_size, self.log_name)
+            report = hang_report(
+                self.run_dir, hung, clock.timeout, rc, self.preset.plan.world_size, self.log_name
+            )
             doc = self.status(status="failed", **report, **common)
         elif rc == 0:
             doc = self.status(status="finished", **common)

@@ -499,7 +499,7 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
 def node_lines(s: RunSummary) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""
-    from paradvisor.output import clean, one_line
+    from paradvisor.output import one_line
     from paradvisor.units import fmt_bytes
 
     out = []

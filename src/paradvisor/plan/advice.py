@@ -1,6 +1,6 @@
 """The one advice path: a request (model, workload, machines, calibration, rules) in, a ranked
 Recommendation out. `paradvisor recommend`, `explain`, `launch --model` and the TUI all call
-`advise()`, so the same input gives the same ranking — and, through `rundir.preset.preset_from_estimate`,
+`advise()`, so the same input gives the same ranking — and, through `rundir.from_plan.preset_from_estimate`,
 the same preset — everywhere.
 """
 

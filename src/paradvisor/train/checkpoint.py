@@ -37,6 +37,7 @@ from paradvisor.rundir.checkpoints import (
     read_meta,
     temp_name,
 )
+from paradvisor.train.rng import rng_state, set_rng_state
 
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
 DS_DIR = "ds"  # DeepSpeed's checkpoint folder (tag "ds" inside it)
@@ -244,7 +245,7 @@ class Checkpointer:
             ):  # what DCP/DeepSpeed write into
                 make_private_dir(tmp / sub)
         self._barrier()
-        torch.save(_rng_state(), tmp / RNG_DIR / f"rank-{self.rank}.pt")
+        torch.save(rng_state(), tmp / RNG_DIR / f"rank-{self.rank}.pt")
         meta = self._meta(step, samples)
         future = None
         if self.kind == "deepspeed":
@@ -333,7 +334,7 @@ class Checkpointer:
             apply(sd)
         rng = path / RNG_DIR / f"rank-{self.rank}.pt"
         if meta.get("world_size") == self.world and rng.exists():
-            _set_rng_state(torch.load(rng, weights_only=False))
+            set_rng_state(torch.load(rng, weights_only=False))
         if stream is not None:
             stream.load_state_dict({"samples_consumed": int(meta["samples_consumed"])})
         if self.writer is not None:
@@ -404,9 +405,9 @@ def zero_fp32(path: Path) -> dict:
 
 def dcp_full_model(path: Path) -> dict:
     """A DCP checkpoint's whole model state dict, read on this process alone (every shard put together)."""
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
-
     import warnings
+
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
@@ -421,26 +422,3 @@ def full_state_dict(path: str | os.PathLike) -> dict:
     if meta is None:
         raise ValueError(f"{path}: not a complete checkpoint")
     return zero_fp32(path) if meta["format"] == "deepspeed" else dcp_full_model(path)
-
-
-def _rng_state() -> dict:
-    import random
-
-    import numpy as np
-
-    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        st["cuda"] = torch.cuda.get_rng_state()
-    return st
-
-
-def _set_rng_state(st: dict) -> None:
-    import random
-
-    import numpy as np
-
-    random.setstate(st["python"])
-    np.random.set_state(st["numpy"])
-    torch.set_rng_state(st["torch"])
-    if "cuda" in st and torch.cuda.is_available():
-        torch.cuda.set_rng_state(st["cuda"])

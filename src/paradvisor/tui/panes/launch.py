@@ -107,7 +107,7 @@ class LaunchPane(TabPane):
     def plan_preset(self):
         """The selected plan as a launchable preset (single-node clusters run here; others export)."""
         from paradvisor.rundir import safe_name
-        from paradvisor.rundir.preset import preset_from_estimate
+        from paradvisor.rundir.from_plan import preset_from_estimate
 
         plan = self.plan
         typed = self.query_one("#preset-name", Input).value.strip()
