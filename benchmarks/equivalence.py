@@ -43,10 +43,11 @@ def main() -> int:
                     cells[shape][fam] = "n/a"
                     continue
                 own_ref = shape == "DiLoCo x FSDP"  # compared with DiLoCo x DDP, not one process
+                steps = -(-args.steps // plan.local_steps) * plan.local_steps if plan.diloco else args.steps
                 d = verify(
-                    preset_for(fam, plan, steps=args.steps),
+                    preset_for(fam, plan, steps=steps),
                     runs,
-                    steps=args.steps,
+                    steps=steps,
                     reference=None if own_ref else ref,
                     reference_dir=None if own_ref else ref_dir,
                 )

@@ -452,3 +452,20 @@ def test_a_failed_meta_kernel_raises_without_logging_a_traceback():
     finally:
         log.removeHandler(keep)
     assert seen[0] > 0 and seen[1] == 0
+
+
+def test_tracings_at_once_leave_the_fake_tensor_log_as_it_was():
+    """Two tracings overlapping (the TUI's workers) and ending in either order: the log is held back while any
+    runs and comes back after the last (saving and restoring its level left it silenced for good)."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    rec = logging.LogRecord("torch._subclasses.fake_tensor", logging.ERROR, "x", 1, "m", None, None)
+    a, b = T._quiet_fake_tensors(), T._quiet_fake_tensors()
+    a.__enter__()
+    b.__enter__()
+    assert not log.filter(rec)
+    a.__exit__(None, None, None)  # the first to start ends first
+    assert not log.filter(rec)
+    b.__exit__(None, None, None)
+    assert log.filter(rec)

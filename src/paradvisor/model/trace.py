@@ -25,6 +25,7 @@ Imports torch and transformers: only HF-config loading, `validate`, tests and th
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 
 from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, MONOMIALS, TRACED_BLOCKS, key_of
@@ -214,15 +215,30 @@ def _quiet_fake_tensors():
     """torch logs a whole traceback (logging.ERROR) when a fake tensor's meta kernel fails, before raising;
     the raise is what the tracer handles (TraceError, the formula's fallback and a one-line warning), so the
     log is held back while tracing."""
-    import logging
+    global _QUIET
+    with _QUIET_LOCK:
+        if _QUIET_FILTER[0] is None:  # once: a filter that drops the log while any tracing is under way
+            import logging
 
-    log = logging.getLogger("torch._subclasses.fake_tensor")
-    level = log.level
-    log.setLevel(logging.CRITICAL)
+            class HeldBack(logging.Filter):
+                def filter(self, record) -> bool:
+                    return _QUIET == 0
+
+            _QUIET_FILTER[0] = HeldBack()
+            logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QUIET_FILTER[0])
+        _QUIET += 1
     try:
         yield
     finally:
-        log.setLevel(level)
+        with _QUIET_LOCK:
+            _QUIET -= 1
+
+
+# Tracings may run at once (the TUI's workers): a count, not a saved level, so that the last one to end restores
+# the log (saving and restoring the level, a thread that ended first left the log silenced for good).
+_QUIET = 0
+_QUIET_LOCK = threading.Lock()
+_QUIET_FILTER: list = [None]
 
 
 @contextlib.contextmanager
