@@ -15,6 +15,7 @@ from paradvisor.estimate.memory import stage_activation_bytes, traced_activation
 from paradvisor.model import load_profile
 from paradvisor.model import trace as T
 from paradvisor.model.activations import key_of
+from paradvisor.model.fakelog import quiet_fake_tensors
 from paradvisor.train.metrics import ActivationMeter
 from paradvisor.train.traceable import builtin_family_config, recipe_for, traced_facts
 
@@ -446,7 +447,7 @@ def test_a_failed_meta_kernel_raises_without_logging_a_traceback():
         for quiet in (False, True):
             records.clear()
             with pytest.raises(RuntimeError, match="broadcast"):
-                with T._quiet_fake_tensors() if quiet else contextlib.nullcontext(), FakeTensorMode():
+                with quiet_fake_tensors() if quiet else contextlib.nullcontext(), FakeTensorMode():
                     torch.ones(1, 1, 5, 8) * torch.ones(2, 4, 5, 32)
             seen.append(len(records))
     finally:
@@ -461,7 +462,7 @@ def test_tracings_at_once_leave_the_fake_tensor_log_as_it_was():
 
     log = logging.getLogger("torch._subclasses.fake_tensor")
     rec = logging.LogRecord("torch._subclasses.fake_tensor", logging.ERROR, "x", 1, "m", None, None)
-    a, b = T._quiet_fake_tensors(), T._quiet_fake_tensors()
+    a, b = quiet_fake_tensors(), quiet_fake_tensors()
     a.__enter__()
     b.__enter__()
     assert not log.filter(rec)

@@ -25,10 +25,10 @@ Imports torch and transformers: only HF-config loading, `validate`, tests and th
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable
 
 from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, MONOMIALS, TRACED_BLOCKS, key_of
+from paradvisor.model.fakelog import quiet_fake_tensors
 
 TRACE_LAYERS = (
     TRACED_BLOCKS  # blocks 0 and 1 stand for every block, block 2 for the last (its output feeds the head)
@@ -211,37 +211,6 @@ def _dispatch_mode(rec: _Recorder):
 
 
 @contextlib.contextmanager
-def _quiet_fake_tensors():
-    """torch logs a whole traceback (logging.ERROR) when a fake tensor's meta kernel fails, before raising;
-    the raise is what the tracer handles (TraceError, the formula's fallback and a one-line warning), so the
-    log is held back while tracing."""
-    global _QUIET
-    with _QUIET_LOCK:
-        if _QUIET_FILTER[0] is None:  # once: a filter that drops the log while any tracing is under way
-            import logging
-
-            class HeldBack(logging.Filter):
-                def filter(self, record) -> bool:
-                    return _QUIET == 0
-
-            _QUIET_FILTER[0] = HeldBack()
-            logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QUIET_FILTER[0])
-        _QUIET += 1
-    try:
-        yield
-    finally:
-        with _QUIET_LOCK:
-            _QUIET -= 1
-
-
-# Tracings may run at once (the TUI's workers): a count, not a saved level, so that the last one to end restores
-# the log (saving and restoring the level, a thread that ended first left the log silenced for good).
-_QUIET = 0
-_QUIET_LOCK = threading.Lock()
-_QUIET_FILTER: list = [None]
-
-
-@contextlib.contextmanager
 def _as_in_training():
     """transformers treats fake tensors as "tracing" and then always builds an attention mask, where a real
     causal-LM batch lets it use SDPA's causal flag instead. Answer its mask-skip questions as such a batch
@@ -347,7 +316,7 @@ class _Session:
     def __enter__(self):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        self._stack.enter_context(_quiet_fake_tensors())
+        self._stack.enter_context(quiet_fake_tensors())
         self._stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         self._stack.enter_context(_as_in_training())
         try:
@@ -533,7 +502,7 @@ def count_ops(build: Callable, run: Callable, *, mode: str, checkpointing: str, 
 
     counts = []
     for blocks in (1, 2):
-        with _quiet_fake_tensors(), FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
+        with quiet_fake_tensors(), FakeTensorMode(allow_non_fake_inputs=True), _as_in_training():
             model = _built(build, blocks, checkpointing, mode)
             Counter.n = 0
             amp = torch.autocast("cpu", dtype=torch.bfloat16) if mode == "amp" else contextlib.nullcontext()
