@@ -123,3 +123,20 @@ def wait_gone(run_dir: Path, timeout: float = 20) -> list[int]:
     while leftover(run_dir) and time.time() < deadline:
         time.sleep(0.2)
     return leftover(run_dir)
+
+
+def wait_for(cond, timeout: float, what: str, proc=None):
+    """`cond()`'s first true value within `timeout` s; the test fails (with the launcher's stderr) when `proc`
+    ends first or the time runs out."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            _out, err = proc.communicate()
+            pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {timeout} s")

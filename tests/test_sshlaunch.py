@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
+from tests.runs import wait_for
 from tests.sshd import Sshd, free_port
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
@@ -106,19 +107,6 @@ def assert_nothing_left(tmp_path: Path) -> None:
 
 def records(run: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (run / name).read_text().splitlines() if line.strip()]
-
-
-def wait_for(cond, timeout: float, what: str, proc=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
-        time.sleep(0.2)
-    pytest.fail(f"no {what} within {timeout} s")
 
 
 def steps_on_both_nodes(run: Path):

@@ -9,32 +9,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.conftest import REPO
+from tests.runs import wait_for
 from tests.sshd import Sshd, free_port
 from tests.support.resume import children, losses, status
 
 pytestmark = [pytest.mark.slow]
 
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
-
-
-def wait_for(cond, timeout: float, what: str, proc=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            _out, err = proc.communicate()
-            pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
-        time.sleep(0.2)
-    pytest.fail(f"no {what} within {timeout} s")
 
 
 def complete(root: Path) -> list[Path]:

@@ -47,7 +47,7 @@ def hang_timeout(preset: Preset, predicted_step_s: float | None = None) -> tuple
     )
 
 
-def _predicted_step(run_dir: Path) -> float | None:
+def predicted_step(run_dir: Path) -> float | None:
     """The step time the run's prediction.json promises (what the monitor compares with), if any."""
     from paradvisor.rundir.status import read_json_object
 

@@ -30,8 +30,7 @@ def check_diloco(plan, steps: int, where: str) -> None:
             f"local_steps {largest} is more than train.steps {steps}: one round would run {largest} steps",
             where=f"{where}: plan.local_steps",
         )
-    # train.steps counts rounds of plan.local_steps (the base; a node may run more or fewer by speed)
-    base = plan.local_steps or (per_node[0] if len(set(per_node)) == 1 else None)
+    base = plan.round_steps
     if base is None:
         raise InputError(
             f"the nodes' local_steps differ ({', '.join(map(str, per_node))}): set plan.local_steps, the steps "

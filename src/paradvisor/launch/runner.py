@@ -21,7 +21,7 @@ from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.handle import RunHandle
-from paradvisor.launch.hang import HangClock, _predicted_step, hang_timeout
+from paradvisor.launch.hang import HangClock, predicted_step, hang_timeout
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
@@ -136,7 +136,7 @@ class Launch:
         self.started = time.time()
         self.done = threading.Event()  # set once the final status is written
         self.locks = locks or []  # the run directory's (and a fixed port's) lock, held until the run ends
-        self.hang_timeout_s, self.hang_detection = hang_timeout(preset, _predicted_step(run_dir))
+        self.hang_timeout_s, self.hang_detection = hang_timeout(preset, predicted_step(run_dir))
         import psutil
 
         # The identity of the processes that keep the run going: a pid alone may be reused once they are gone.
@@ -415,7 +415,7 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
         try:
             write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
             # the hang timeout derives from the run's own predicted step time, now that there is one
-            launch.hang_timeout_s, launch.hang_detection = hang_timeout(preset, _predicted_step(run_dir))
+            launch.hang_timeout_s, launch.hang_detection = hang_timeout(preset, predicted_step(run_dir))
         finally:
             for sig, h in prev.items():
                 signal.signal(sig, h)

@@ -69,6 +69,15 @@ class Plan:
         return "deepspeed" if self.sharding.startswith("zero") else "torch"
 
     @property
+    def round_steps(self) -> int | None:
+        """A DiLoCo plan's steps per outer round, what train.steps counts: local_steps, else every node's own
+        when they agree (a node may run more or fewer by speed); None when it is not given or is ambiguous."""
+        per_node = {n.local_steps for n in self.nodes}
+        if self.local_steps:
+            return self.local_steps
+        return next(iter(per_node)) if len(per_node) == 1 and None not in per_node else None
+
+    @property
     def zero_stage(self) -> int:
         return {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "hsdp": 3}[self.sharding]
 

@@ -53,11 +53,10 @@ def steps_for(train: TrainSettings, plan) -> TrainSettings:
     """A DiLoCo plan's run holds whole outer rounds: at least one, never a round cut short at the end."""
     from dataclasses import replace
 
-    per_node = [n.local_steps or 0 for n in getattr(plan, "nodes", ())]
-    largest = max([plan.local_steps or 0, *per_node]) if plan.diloco else 0
-    base = plan.local_steps or (per_node[0] if per_node and len(set(per_node)) == 1 else 0)
-    if largest <= 0 or base <= 0:
+    base = plan.round_steps if plan.diloco else None
+    if not base:
         return train  # the preflight names what is missing
+    largest = max([base, *(n.local_steps or 0 for n in plan.nodes)])
     # whole rounds of the base (what train.steps counts), and at least the longest node's round
     return replace(train, steps=-(-max(train.steps, largest) // base) * base)
 
