@@ -180,7 +180,7 @@ def deepspeed_estimators() -> list[dict]:
 
     from paradvisor.estimate.memory import model_state_bytes
     from paradvisor.model import load_profile
-    from paradvisor.train.traceable import builtin_family_config, meta_model
+    from paradvisor.model.traceable import builtin_family_config, meta_model
 
     out = []
     for name in DS_MODELS:

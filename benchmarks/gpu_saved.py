@@ -31,7 +31,7 @@ def one(name: str, seq: int, b: int, precision: str, layers: int, device: str) -
 
     from gpu_check import MODELS
     from paradvisor.model import trace as T
-    from paradvisor.train.traceable import builtin_family_config
+    from paradvisor.model.traceable import builtin_family_config
 
     model_name, _, over = MODELS[name]
     family, cfg = builtin_family_config(model_name)

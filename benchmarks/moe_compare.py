@@ -10,7 +10,7 @@ memory per GPU and throughput:
 - "MoE": top-2 of 8 experts (12.9B active parameters per token), expert parallelism in the search
   (the best EP plan is printed too; EP plans are plan-only until the launcher runs them), with the
   capacity-factor assumption stated by the estimate.
-Each row is the best plan the launcher can run (plan/capability.py), as `recommend` ranks; a faster
+Each row is the best plan the launcher can run (spec/capability.py), as `recommend` ranks; a faster
 plan-only plan (TP for Mixtral, EP) is printed under it.
 """
 
@@ -27,19 +27,19 @@ os.environ.setdefault("PARADVISOR_CALIBRATION", "none")
 
 from paradvisor.hardware.cluster import load_cluster, single_node_cluster
 from paradvisor.model.load import load_profile
-from paradvisor.plan.capability import family_of, why_not
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import choose_precision
 from paradvisor.plan.space import candidates
-from paradvisor.plan.types import Workload
+from paradvisor.spec.plan import Workload
 
 GiB = 2**30
 
 
 def ranked(mf, cluster, wl):
     """(runnable plans that fit, plan-only plans that fit, candidates), each list fastest first; runnable
-    as the launcher's capability table says (plan/capability.py), as `recommend` ranks them."""
+    as the launcher's capability table says (spec/capability.py), as `recommend` ranks them."""
     topo = Topology.of(cluster)
     precision = choose_precision(cluster, wl.precision)
     est = [evaluate(mf, topo, wl, p, precision, 0.10) for p in candidates(mf, topo, wl, precision)]

@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from paradvisor.plan.types import Plan
-from paradvisor.rundir.preset import save_preset
+from paradvisor.spec.plan import Plan
+from paradvisor.spec.preset import save_preset
 from tests.conftest import run_cli
 from tests.equivalence_cases import SHAPES, applies, preset_for
 from tests.runs import metrics
@@ -176,7 +176,7 @@ def io_figures(model: str) -> int:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-    from paradvisor.train.modelspec import resolved_config
+    from paradvisor.spec.model import resolved_config
 
     p = preset_for("llama", Plan(precision="fp32"), name="io")  # tiny: the equivalence suite's 4 x 32 LLaMA
     if model == "150m":

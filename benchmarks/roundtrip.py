@@ -92,7 +92,7 @@ def in_process(args) -> int:
     from paradvisor.launch.runner import validate
     from paradvisor.plan.advice import Request, advise
     from paradvisor.rundir.from_plan import preset_from_estimate
-    from paradvisor.rundir.preset import load_preset, save_preset
+    from paradvisor.spec.preset import load_preset, save_preset
 
     os.environ["PARADVISOR_CALIBRATION"] = "none"
     t0 = time.time()

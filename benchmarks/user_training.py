@@ -91,8 +91,9 @@ def matrix(base: Path) -> None:
 
 
 def tokenize(base: Path, mb: int) -> None:
-    from paradvisor.rundir.preset import load_preset
-    from paradvisor.train.corpus import Progress, corpus_spec, prepare
+    from paradvisor.spec.preset import load_preset
+    from paradvisor.spec.corpus import corpus_spec
+    from paradvisor.train.corpus import Progress, prepare
 
     model = write_model_folder(base / "model")
     t0 = time.perf_counter()
@@ -120,8 +121,8 @@ def tokenize(base: Path, mb: int) -> None:
         f"cache hit: {(time.perf_counter() - t0) * 1e3:.1f} ms (files checked, stored fingerprints, cache found)"
     )
     code = (
-        "import time; t0 = time.perf_counter(); from paradvisor.rundir.preset import load_preset; "
-        "from paradvisor.train.corpus import corpus_spec, prepare; "
+        "import time; t0 = time.perf_counter(); from paradvisor.spec.preset import load_preset; "
+        "from paradvisor.spec.corpus import corpus_spec; from paradvisor.train.corpus import prepare; "
         f"prepare(corpus_spec(load_preset({str(base / 'tok.toml')!r}))); print(time.perf_counter() - t0)"
     )
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO))

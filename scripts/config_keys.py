@@ -3,7 +3,7 @@ configuration class (its defaults, which a config.json may leave out), stamped w
 
     .venv/bin/python scripts/config_keys.py
 
-train/modelspec.py reads it without importing transformers: a `train.model_overrides` key that neither the
+spec/model.py reads it without importing transformers: a `train.model_overrides` key that neither the
 model's config nor its family's class has is refused as a typo. tests/facts/test_config_keys.py compares the
 file with the installed transformers (an upgrade is a visible, deliberate change)."""
 

@@ -20,7 +20,7 @@ OUT = REPO / "src" / "paradvisor" / "model" / "data" / "activations.json"
 
 def record(name: str, params_only: bool = False, stored: dict | None = None) -> dict:
     from paradvisor.model.load import load_profile
-    from paradvisor.train.traceable import builtin_family_config, param_facts_of, traced_facts
+    from paradvisor.model.traceable import builtin_family_config, param_facts_of, traced_facts
 
     family, cfg = builtin_family_config(name)
     if params_only and stored:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paradvisor.plan.types import NodeAllocation, Plan, Workload
-from paradvisor.rundir.preset import LaunchSettings, Preset, TrainSettings
+from paradvisor.spec.plan import NodeAllocation, Plan, Workload
+from paradvisor.spec.preset import LaunchSettings, Preset, TrainSettings
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ, BATCH = 32, 8
@@ -176,7 +176,7 @@ def preset_for(family: str, plan: Plan, name: str = "eq", steps: int = 5) -> Pre
 
 def applies(family: str, plan: Plan) -> str | None:
     """Why a shape does not apply to a family (None if it does)."""
-    from paradvisor.plan.capability import why_not
+    from paradvisor.spec.capability import why_not
 
     if family == "vgg" and (plan.tp > 1 or plan.pp > 1 or plan.checkpointing != "none"):
         return "VGG has no transformer blocks"

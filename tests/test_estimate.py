@@ -191,7 +191,7 @@ def test_fetch_unit_is_what_deepspeed_finds_in_the_model(model):
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     from deepspeed.runtime.zero.stage3 import model_to_params
 
-    from paradvisor.train.traceable import builtin_family_config, meta_model
+    from paradvisor.model.traceable import builtin_family_config, meta_model
 
     p = load_profile(model)
     family, cfg = builtin_family_config(model)
@@ -278,7 +278,7 @@ from paradvisor.model.load import builtin_names
 from paradvisor.plan.evaluate import activation_terms, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates
-from paradvisor.plan.types import Workload
+from paradvisor.spec.plan import Workload
 from tests.conftest import EXAMPLES
 
 CLUSTERS = {
@@ -330,7 +330,7 @@ def test_the_loss_heads_backward_gradients_are_a_term_of_the_peak_on_the_heads_s
     backward (measured on an H100 by benchmarks/gpu_check.py): the `transient` term, alive in the
     forward/backward phase, on the pipeline stage that holds the head; a classifier has none."""
     from paradvisor.plan.evaluate import memory_need
-    from paradvisor.plan.types import Plan
+    from paradvisor.spec.plan import Plan
 
     topo = Topology.of(single_node_cluster("A100 80GB", 8))
     llama = ModelFacts.of(load_profile("llama-2-7b"))

@@ -788,8 +788,8 @@ def test_command_line_fuzzed(argv):
 def _preset_fields() -> list[tuple[str, str]]:
     from dataclasses import fields
 
-    from paradvisor.plan.types import Plan, Workload
-    from paradvisor.rundir.preset import LaunchSettings, TrainSettings
+    from paradvisor.spec.plan import Plan, Workload
+    from paradvisor.spec.preset import LaunchSettings, TrainSettings
 
     return [
         (sec, f.name)

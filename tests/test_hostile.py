@@ -58,8 +58,8 @@ def write_preset(tmp_path: Path, file: str = "p", **changes) -> Path:
 def every_field():
     from dataclasses import fields
 
-    from paradvisor.plan.types import Plan, Workload
-    from paradvisor.rundir.preset import LaunchSettings, TrainSettings
+    from paradvisor.spec.plan import Plan, Workload
+    from paradvisor.spec.preset import LaunchSettings, TrainSettings
 
     for section, cls in (
         ("train", TrainSettings),
@@ -75,8 +75,8 @@ def every_field():
 def test_every_preset_field_is_type_checked(section, field, tmp_path):
     """A table where the field wants a value, and a shell payload where it wants a number: both refused with the
     field named, for every field of every preset section (new fields are covered the moment they exist)."""
-    from paradvisor.plan.types import Plan, Workload
-    from paradvisor.rundir.preset import LaunchSettings, TrainSettings, load_preset
+    from paradvisor.spec.plan import Plan, Workload
+    from paradvisor.spec.preset import LaunchSettings, TrainSettings, load_preset
     from paradvisor.typed import hints
 
     cls = {"train": TrainSettings, "launch": LaunchSettings, "plan": Plan, "workload": Workload}[section]
@@ -150,7 +150,7 @@ def test_dry_run_command_is_shell_quoted(tmp_path):
 
 def test_slurm_script_carries_nothing_unquoted(tmp_path):
     from paradvisor.launch.exports import slurm
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     p = write_preset(tmp_path, name="x\n#SBATCH --wrap=touch pwned\n$(id)", description="a\nb")
     with pytest.raises(InputError, match="printable"):
@@ -165,7 +165,7 @@ def test_slurm_script_carries_nothing_unquoted(tmp_path):
 
 def test_command_txt_and_run_sh_are_quoted(tmp_path):
     from paradvisor.launch.exports import write_exports
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     preset = load_preset(write_preset(tmp_path, name=PAYLOAD))
     out = tmp_path / "out"
@@ -674,7 +674,7 @@ def test_a_run_whose_pid_was_reused_is_not_running(tmp_path):
 
 def test_a_run_directory_is_locked_and_not_reused(tmp_path):
     from paradvisor.launch.runner import prepare_run_dir
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     run_dir = tmp_path / "shared"
     preset = load_preset(SMOKE)
@@ -694,7 +694,7 @@ def test_a_run_directory_is_locked_and_not_reused(tmp_path):
 def test_a_fixed_port_is_held_by_one_launch(tmp_path):
     from paradvisor.launch.argv import free_port
     from paradvisor.launch.runner import _port_lock
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     port = free_port()
     p = variant(tmp_path, "fixed", launch={"master_port": port})
@@ -711,7 +711,7 @@ def test_hang_detection_is_on_by_default_with_a_derived_timeout(tmp_path):
     from dataclasses import replace
 
     from paradvisor.launch.hang import HANG_FACTOR, HANG_FLOOR_S, hang_timeout
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     preset = load_preset(SMOKE)
     assert preset.train.hang_timeout_s is None
@@ -743,7 +743,7 @@ def test_killing_the_torchrun_agent_names_the_agent(tmp_path):
 
 def test_multi_file_exports_are_all_or_nothing(tmp_path, monkeypatch):
     from paradvisor.launch.exports import write_exports
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     preset = load_preset(SMOKE)
     out = tmp_path / "out"

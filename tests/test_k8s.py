@@ -42,7 +42,7 @@ def roundtrip_pytorchjob(doc: dict) -> dict:
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_trainjob_is_a_valid_trainer_v2_object(cli, tmp_path, name):
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     p = load_preset(REPO / "presets" / f"{name}.toml")
     out = export(cli, tmp_path, name, "kubeflow")
@@ -70,7 +70,7 @@ def test_trainjob_is_a_valid_trainer_v2_object(cli, tmp_path, name):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_pytorchjob_is_valid_and_keeps_the_webhook_rules(cli, tmp_path, name):
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     p = load_preset(REPO / "presets" / f"{name}.toml")
     out = export(cli, tmp_path, name, "pytorchjob", extra=("--image", "registry.example/team/pa:1"))

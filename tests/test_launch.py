@@ -16,7 +16,7 @@ import yaml
 
 from paradvisor.errors import InputError
 from paradvisor.launch.runner import validate
-from paradvisor.rundir.preset import load_preset
+from paradvisor.spec.preset import load_preset
 from tests.conftest import REPO, assert_one_line_error
 from tests.runs import SMOKE, launch, leftover, metrics, steps_of, variant
 
@@ -63,7 +63,7 @@ def test_every_preset_loads_and_validates(path):
 
 def test_preset_roundtrip_through_toml(tmp_path):
     p = load_preset(REPO / "presets" / "llama150m-diloco-local-steps.toml")
-    from paradvisor.rundir.preset import save_preset
+    from paradvisor.spec.preset import save_preset
 
     out = save_preset(tmp_path / "copy.toml", p.to_doc())
     q = load_preset(out)

@@ -22,7 +22,7 @@ from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import recommend
 from paradvisor.plan.space import candidates, ep_candidates
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 from tests.conftest import EXAMPLES, REPO
 
 MOE = {  # name: (total, active, experts, top-k, shared FFN width, MoE layers) — totals from the model cards
@@ -179,7 +179,7 @@ def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
     nodes. The launcher runs EP x DDP and EP x FSDP; EP x ZeRO-2 needs DeepSpeed-MoE, and the capability
     table keeps it out of the ranking as plan only, with why."""
-    from paradvisor.plan.capability import why_not
+    from paradvisor.spec.capability import why_not
 
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
     rec = recommend(
@@ -211,7 +211,7 @@ def test_a_small_moe_ranks_a_runnable_ep_plan():
 
 def test_the_launcher_refuses_expert_parallel_presets_it_cannot_run():
     from paradvisor.launch.runner import validate
-    from paradvisor.rundir.preset import parse_preset
+    from paradvisor.spec.preset import parse_preset
 
     def preset(model, plan, over=None):
         return parse_preset(
@@ -271,7 +271,7 @@ def test_ep_families_have_transformers_ep_plans():
     (fails when transformers drops one, or the table names a family it has no plan for)."""
     import transformers
 
-    from paradvisor.plan.capability import EP_FAMILIES
+    from paradvisor.spec.capability import EP_FAMILIES
 
     for family in EP_FAMILIES:
         plan = transformers.AutoConfig.for_model(family).base_model_ep_plan or {}

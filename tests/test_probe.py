@@ -210,7 +210,7 @@ def test_an_estimated_gpu_can_be_planned_for():
     from paradvisor.hardware.cluster import cluster_from_nodes
     from paradvisor.model.load import load_profile
     from paradvisor.plan.search import recommend
-    from paradvisor.plan.types import Workload
+    from paradvisor.spec.plan import Workload
 
     node = node_from_probe(
         probe(nvml_module=ClockedNVML([{"name": "NVIDIA GeForce RTX 4090 D", "mem": 24 * GiB}] * 2))

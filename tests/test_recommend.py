@@ -16,7 +16,7 @@ from paradvisor.hardware.cluster import load_cluster, single_node_cluster
 from paradvisor.model import load_profile
 from paradvisor.plan.report import to_doc
 from paradvisor.plan.search import recommend
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 from tests.conftest import EXAMPLES, assert_one_line_error
 
 GiB = 2**30

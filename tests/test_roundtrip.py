@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from paradvisor.hardware.cluster import load_cluster
 from paradvisor.launch.runner import validate
 from paradvisor.plan.advice import Request, advise
-from paradvisor.plan.capability import family_of, why_not
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.rundir.from_plan import preset_from_estimate
-from paradvisor.rundir.preset import load_preset, save_preset
+from paradvisor.spec.preset import load_preset, save_preset
 from tests.conftest import REPO
 
 MODELS = [

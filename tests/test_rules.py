@@ -14,7 +14,7 @@ from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import allocate, round_half_up
 from paradvisor.plan.search import recommend
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 from paradvisor.rules.expr import RuleExprError, compile_expr
 from paradvisor.rules.loader import check_dirs, default_rules_dir, load_rule_sets
 from paradvisor.rules.vocabulary import TYPES

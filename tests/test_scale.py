@@ -21,7 +21,7 @@ from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import choose_precision, recommend
 from paradvisor.plan.space import candidates, divisors
-from paradvisor.plan.types import Workload
+from paradvisor.spec.plan import Workload
 from tests.conftest import EXAMPLES, FUZZ_SCALE, REPO
 
 RANKINGS = json.loads((Path(__file__).parent / "data" / "rankings.json").read_text())

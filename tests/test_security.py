@@ -132,7 +132,7 @@ def test_a_preset_is_data_never_code(tmp_path):
         if line and not line.startswith("#"):
             shlex.split(line.rstrip("\\"))  # every command line still parses
     from paradvisor.launch.exports import k8s_name
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     assert k8s_name(load_preset(p).name) == "touch-pwned-touch-pwned"  # a valid Kubernetes name
     proc, run_dir = launch(p, tmp_path / "runs", cwd=tmp_path)

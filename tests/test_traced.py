@@ -17,7 +17,7 @@ from paradvisor.model import trace as T
 from paradvisor.model.activations import key_of
 from paradvisor.model.fakelog import quiet_fake_tensors
 from paradvisor.train.metrics import ActivationMeter
-from paradvisor.train.traceable import builtin_family_config, recipe_for, traced_facts
+from paradvisor.model.traceable import builtin_family_config, recipe_for, traced_facts
 
 # Shapes no other test uses: GQA 3:1 and 2:1, relu / gelu / silu MLPs, a sliding window shorter than the
 # sequence, tied and untied heads, an odd head size.
@@ -366,7 +366,7 @@ def test_calibrated_layer_time_scales_the_eager_share_by_the_op_count():
     from paradvisor.hardware.types import GPUSpec
     from paradvisor.plan.evaluate import block_op_ratio, calibrated_layer_time
     from paradvisor.plan.facts import ModelFacts
-    from paradvisor.plan.types import Plan, Workload
+    from paradvisor.spec.plan import Plan, Workload
 
     mf = ModelFacts.of(load_profile("llama-2-7b"))
     wl = Workload(model="llama-2-7b", seq_len=512, global_batch=8, precision="fp32")

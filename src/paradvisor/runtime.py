@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from paradvisor.plan.types import Plan
-    from paradvisor.rundir.preset import Preset
+    from paradvisor.spec.plan import Plan
+    from paradvisor.spec.preset import Preset
 
 API_VERSION = 1
 _RESERVED = frozenset({"kind", "rank", "node", "time", "step", "step_time_s", "world_size"})
@@ -50,7 +50,7 @@ def preset() -> Preset:
             raise RuntimeError(
                 "no paradvisor plan here: start this script with `paradvisor launch --preset P --script FILE`"
             )
-        from paradvisor.rundir.preset import load_preset
+        from paradvisor.spec.preset import load_preset
 
         _state["preset"] = load_preset(path)
     return _state["preset"]

@@ -14,7 +14,7 @@ from paradvisor.model.load import load_profile
 from paradvisor.plan.evaluate import evaluate, memory_need
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 from tests.conftest import REPO
 
 

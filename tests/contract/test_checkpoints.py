@@ -96,7 +96,7 @@ def test_the_default_interval_keeps_saving_under_two_percent_of_the_predicted_st
     from dataclasses import replace
 
     from paradvisor.launch.resume import CHECKPOINT_OVERHEAD, default_interval, with_checkpoint_interval
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
     from tests.conftest import REPO
 
     p = load_preset(REPO / "presets" / "tiny-cpu-smoke.toml")

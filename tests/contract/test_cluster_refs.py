@@ -9,7 +9,7 @@ from paradvisor.hardware.cluster import single_node_cluster
 from paradvisor.launch.preflight import validate
 from paradvisor.plan.advice import Request, advise
 from paradvisor.rundir.from_plan import preset_from_estimate
-from paradvisor.rundir.preset import load_preset, save_preset
+from paradvisor.spec.preset import load_preset, save_preset
 from tests.conftest import REPO
 
 CLUSTER_FILE = REPO / "examples" / "clusters" / "h100-8x-nvlink.toml"

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from paradvisor.plan.capability import runtime_why_not
-from paradvisor.plan.types import Plan
+from paradvisor.spec.capability import runtime_why_not
+from paradvisor.spec.plan import Plan
 from paradvisor.rundir.metrics import valid_record
-from paradvisor.train.mesh import mesh_dims
+from paradvisor.spec.mesh import mesh_dims
 from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.runs import SMOKE, variant
 

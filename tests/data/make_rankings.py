@@ -34,7 +34,7 @@ from paradvisor.plan.evaluate import evaluate  # noqa: E402
 from paradvisor.plan.facts import ModelFacts, Topology  # noqa: E402
 from paradvisor.plan.search import choose_precision  # noqa: E402
 from paradvisor.plan.space import candidates  # noqa: E402
-from paradvisor.plan.types import Workload  # noqa: E402
+from paradvisor.spec.plan import Workload  # noqa: E402
 
 TOP = 25
 CASES = [  # (cluster file, model, seq_len, global batch per GPU)

@@ -19,6 +19,6 @@ def test_the_stored_config_keys_are_the_installed_transformers():
 
 def test_a_key_of_the_family_class_not_in_a_built_in_config_is_an_override():
     """Mistral's sliding_window is not in the built-in config, but its class has it: accepted."""
-    from paradvisor.train.modelspec import family_config_keys
+    from paradvisor.spec.model import family_config_keys
 
     assert "sliding_window" in family_config_keys()["mistral"]

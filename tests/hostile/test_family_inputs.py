@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from paradvisor.plan.capability import why_not
-from paradvisor.plan.types import Plan
+from paradvisor.spec.capability import why_not
+from paradvisor.spec.plan import Plan
 from tests.conftest import REPO, assert_one_line_error
 
 MODELS = REPO / "tests" / "data" / "models"

@@ -222,7 +222,7 @@ def test_the_port_lock_folder_in_a_shared_tmp_is_checked(tmp_path, victim, monke
     import tempfile
 
     from paradvisor.launch import runner
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     preset = load_preset(variant(tmp_path, "port", launch={"master_port": 29871}))

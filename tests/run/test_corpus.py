@@ -1,4 +1,4 @@
-"""The user's corpus (train/corpus.py): found, checked and fingerprinted once, tokenized once into the cache with
+"""The user's corpus (spec/corpus.py, train/corpus.py): found, checked and fingerprinted once, tokenized once into the cache with
 the model folder's tokenizer, documents packed with EOS between them; every bad input one InputError naming
 the file and line or key (exit 2 on the command line, at --dry-run)."""
 
@@ -11,7 +11,8 @@ import pytest
 
 from paradvisor.errors import InputError
 from paradvisor.launch.preflight import validate
-from paradvisor.rundir.preset import load_preset
+from paradvisor.spec import corpus as SC
+from paradvisor.spec.preset import load_preset
 from paradvisor.train import corpus as C
 from tests.conftest import assert_one_line_error
 from tests.support.userdata import preset, write_corpus, write_model_folder
@@ -31,7 +32,7 @@ def files_preset(tmp_path, model, data, **train):
 def test_tokenized_once_packed_with_eos_and_reused(tmp_path, model):
     data = write_corpus(tmp_path / "d" / "a.jsonl", 50)
     p = files_preset(tmp_path, model, data, eval_fraction=0.2)
-    spec = C.corpus_spec(p)
+    spec = SC.corpus_spec(p)
     seen = []
     corpus = C.prepare(spec, progress=lambda b, t, final=False: seen.append(t))
     assert sum(seen) == corpus.meta["train_tokens"] + corpus.meta["eval_tokens"] > 0
@@ -46,7 +47,7 @@ def test_tokenized_once_packed_with_eos_and_reused(tmp_path, model):
     first = ids[: ids.index(eos)]
     assert tok.decode(first) in docs  # a whole document, then EOS
     # a second prepare is a cache hit: nothing tokenized, the same folder
-    again = C.prepare(C.corpus_spec(p), progress=lambda *a, **k: pytest.fail("tokenized twice"))
+    again = C.prepare(SC.corpus_spec(p), progress=lambda *a, **k: pytest.fail("tokenized twice"))
     assert again.folder == corpus.folder
     # the fingerprint is stored, not re-read: same size and mtime -> the stored hash
     fp = spec.root / "fingerprints"
@@ -59,7 +60,7 @@ def test_one_process_tokenizes_the_others_wait(tmp_path, model):
     calls, results = [], []
 
     def worker():
-        results.append(C.prepare(C.corpus_spec(p), progress=lambda b, t, final=False: calls.append(t)))
+        results.append(C.prepare(SC.corpus_spec(p), progress=lambda b, t, final=False: calls.append(t)))
 
     threads = [threading.Thread(target=worker) for _ in range(3)]
     for t in threads:
@@ -91,7 +92,7 @@ def test_other_formats(tmp_path, model, fmt):
         for i in range(2):
             write_corpus(d / f"part{i}.jsonl", 20, seed=i)
         path = d if fmt == "folder" else d / "part*.jsonl"
-    corpus = C.prepare(C.corpus_spec(files_preset(tmp_path, model, path)))
+    corpus = C.prepare(SC.corpus_spec(files_preset(tmp_path, model, path)))
     assert corpus.meta["train_docs"] + corpus.meta["eval_docs"] == 40
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from paradvisor.rundir.preset import save_preset
+from paradvisor.spec.preset import save_preset
 from tests.conftest import assert_one_line_error, run_cli
 from tests.equivalence_cases import SHAPES, preset_for
 

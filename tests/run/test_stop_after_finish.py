@@ -9,7 +9,7 @@ import time
 import pytest
 
 from paradvisor.launch import runner
-from paradvisor.rundir.preset import load_preset
+from paradvisor.spec.preset import load_preset
 from tests.conftest import REPO
 
 

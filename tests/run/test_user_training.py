@@ -43,7 +43,7 @@ def runs(tmp_path_factory):
         ),
     }
     # tokenize once here (what `launch` does before the ranks start), then both runs at once
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
     from paradvisor.train.corpus import check_corpus
 
     check_corpus(load_preset(presets["fsdp"]), tokenize=True)

@@ -7,8 +7,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from paradvisor.plan.types import Plan
-from paradvisor.rundir.preset import save_preset
+from paradvisor.spec.plan import Plan
+from paradvisor.spec.preset import save_preset
 from tests.equivalence_cases import preset_for
 from tests.runs import launch, steps_of
 

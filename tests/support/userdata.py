@@ -131,8 +131,8 @@ def preset(
 
 def eval_part(preset_path: Path):
     """The run's held-out samples (PackedTokens) from the token cache the run used."""
-    from paradvisor.rundir.preset import load_preset
-    from paradvisor.train.corpus import cached, corpus_spec
+    from paradvisor.spec.preset import load_preset
+    from paradvisor.spec.corpus import cached, corpus_spec
     from paradvisor.train.tokens import PackedTokens
 
     p = load_preset(preset_path)
@@ -146,7 +146,7 @@ def hf_eval_loss(model_dir: Path, preset_path: Path, batch: int = 64) -> float:
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     ev = eval_part(preset_path)
@@ -168,8 +168,8 @@ def first_batch_loss(model_dir: Path, preset_path: Path) -> float:
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
-    from paradvisor.rundir.preset import load_preset
-    from paradvisor.train.corpus import cached, corpus_spec
+    from paradvisor.spec.preset import load_preset
+    from paradvisor.spec.corpus import cached, corpus_spec
     from paradvisor.train.data import RankStream
     from paradvisor.train.tokens import PackedTokens
 

@@ -86,7 +86,7 @@ def test_ctrl_s_saves_into_the_users_preset_folder_under_the_run_directory_name_
     its file name follows the run directory's name rule; `--preset NAME` finds it; and L then starts it
     (it failed with `Select.NULL: file not found`)."""
     from paradvisor.rundir import new_run_dir
-    from paradvisor.rundir.preset import resolve_preset
+    from paradvisor.spec.preset import resolve_preset
 
     config = tmp_path / "config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))

@@ -157,7 +157,7 @@ def measure_layer_overhead(dev, sync) -> float:
     8 tokens) timed at 1 and 5 layers, forward + backward, one thread; the slope is the per-layer cost."""
     import torch
 
-    from paradvisor.train.mingpt import MinGPT
+    from paradvisor.model.mingpt_net import MinGPT
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -286,10 +286,10 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
     import torch
     import torch.distributed as dist
 
-    from paradvisor.plan.types import Plan
+    from paradvisor.spec.plan import Plan
     from paradvisor.rundir.metrics import WARMUP_STEPS
     from paradvisor.train.loop import memory_record
-    from paradvisor.train.mingpt import from_config
+    from paradvisor.model.mingpt_net import from_config
     from paradvisor.train.parallelize import build_engine
 
     torch.set_num_threads(1)
@@ -388,7 +388,7 @@ def engine_model_ops() -> dict:
     as `model.trace.count_ops` counts any model: the estimator scales the per-layer time by the ratio."""
     from paradvisor.model.activations import MODES
     from paradvisor.model.trace import count_ops
-    from paradvisor.train.traceable import mingpt_recipe
+    from paradvisor.model.traceable import mingpt_recipe
 
     build, run = mingpt_recipe(ENGINE_MODEL)
     return {

@@ -52,7 +52,7 @@ def _read_json(arg: str):
 
 def _given(args) -> tuple[dict, object]:
     """(the plan keys given, the preset when --plan-file)."""
-    from paradvisor.rundir.preset import load_preset, plan_keys
+    from paradvisor.spec.preset import load_preset, plan_keys
 
     if args.plan is not None:
         from paradvisor.plan.pinned import parse_plan_text

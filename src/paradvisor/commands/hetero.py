@@ -35,7 +35,7 @@ def compute(args):
     from paradvisor.plan.evaluate import evaluate
     from paradvisor.plan.facts import ModelFacts, Topology
     from paradvisor.plan.hetero import allocate
-    from paradvisor.plan.types import Plan, Workload
+    from paradvisor.spec.plan import Plan, Workload
 
     if args.base_batch < 1 or args.base_local_steps < 1 or args.seq_len < 1:
         raise InputError("--base-batch, --base-local-steps and --seq-len must be at least 1")

@@ -146,12 +146,12 @@ def add_parser(sub) -> None:
 
 
 def preset_from_args(args):
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     if args.preset:
         if args.model:
             raise InputError("give either --preset or --model, not both")
-        from paradvisor.rundir.preset import resolve_preset
+        from paradvisor.spec.preset import resolve_preset
 
         return load_preset(resolve_preset(args.preset))
     if not args.model:
@@ -212,7 +212,7 @@ def apply_overrides(preset, args):
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
     if tkw.get("dataset") in ("imdb", "text", "files") and not (tkw.get("data_path") or t.data_path):
         raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
-    from paradvisor.rundir.preset import LaunchSettings, TrainSettings
+    from paradvisor.spec.preset import LaunchSettings, TrainSettings
     from paradvisor.typed import from_table
 
     # Flags go through the same typed checks and bounds as the preset's fields.
@@ -240,7 +240,7 @@ def apply_overrides(preset, args):
 
 def program_of(preset, args):
     """The preset's [program], or the one --script / --module / --runtime / -- ARGS give."""
-    from paradvisor.rundir.preset import ProgramSettings, _parse_program
+    from paradvisor.spec.preset import ProgramSettings, _parse_program
 
     script, module = getattr(args, "script", None), getattr(args, "module", None)
     extra, runtime = list(getattr(args, "program_args", None) or []), getattr(args, "runtime", None)
@@ -272,7 +272,7 @@ def run(args) -> int:
     lineage = None
     if args.resume:
         from paradvisor.launch.resume import resume_preset
-        from paradvisor.rundir.preset import load_preset
+        from paradvisor.spec.preset import load_preset
 
         base = (
             preset_from_args(args)
@@ -340,7 +340,7 @@ def dry_run(preset, args) -> int:
     from paradvisor.launch import runner
     from paradvisor.launch.argv import node_commands
     from paradvisor.launch.hang import hang_timeout
-    from paradvisor.rundir.preset import engine_of
+    from paradvisor.spec.preset import engine_of
 
     if engine_of(preset.launch) == "ssh":
         return dry_run_ssh(preset, args)
@@ -366,7 +366,7 @@ def dry_run(preset, args) -> int:
 
 def data_note(preset) -> None:
     """A several-node files run: where each node gets its tokenized corpus (said by --dry-run)."""
-    from paradvisor.train.corpus import cache_root, uses_files
+    from paradvisor.spec.corpus import cache_root, uses_files
 
     if uses_files(preset) and preset.launch.nnodes > 1:
         sys.stderr.write(
@@ -435,8 +435,9 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
 def tokenize_first(preset, *, quiet: bool) -> None:
     """The user's corpus tokenized here, with progress, before any rank starts (the ranks then find it in the
     cache; bad data fails here, exit 2); then its tokens and predicted time per epoch."""
-    from paradvisor.rundir.preset import engine_of
-    from paradvisor.train.corpus import Progress, check_corpus, corpus_spec, uses_files
+    from paradvisor.spec.preset import engine_of
+    from paradvisor.spec.corpus import corpus_spec, uses_files
+    from paradvisor.train.corpus import Progress, check_corpus
 
     if not uses_files(preset) or engine_of(preset.launch) != "local":
         return

@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
 def trial(preset, micro_batch: int, runs: Path) -> bool:
     from paradvisor.launch import runner
     from paradvisor.launch.replan import is_oom
-    from paradvisor.rundir.preset import LaunchSettings
+    from paradvisor.spec.preset import LaunchSettings
 
     plan = replace(
         preset.plan,
@@ -76,7 +76,7 @@ def predicted_max(preset, limit_bytes: int, cap: int) -> int:
     from paradvisor.launch.replan import CPU_SLACK
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.modelspec import profile_of
+    from paradvisor.spec.model import profile_of
 
     mf = ModelFacts.of(profile_of(preset))
     topo = Topology.uniform(nominal_spec(limit_bytes), 1, catalog.link("loopback"), name="probe")
@@ -103,7 +103,7 @@ def gpu_memory() -> tuple[str, int] | None:
 
 
 def run(args) -> int:
-    from paradvisor.rundir.preset import load_preset, resolve_preset
+    from paradvisor.spec.preset import load_preset, resolve_preset
     from paradvisor.units import fmt_bytes, parse_size
 
     preset = load_preset(resolve_preset(args.preset))

@@ -186,7 +186,7 @@ def corpus_facts(args, rec, ref) -> dict | None:
     from dataclasses import replace
 
     from paradvisor.rundir.from_plan import preset_from_estimate
-    from paradvisor.rundir.preset import TrainSettings
+    from paradvisor.spec.preset import TrainSettings
     from paradvisor.train.corpus import epoch_facts
 
     preset = preset_from_estimate(rec, rec.plans[0], ref)
@@ -202,7 +202,7 @@ def corpus_facts(args, rec, ref) -> dict | None:
 
 def save(args, rec, ref) -> None:
     from paradvisor.rundir.from_plan import preset_from_estimate
-    from paradvisor.rundir.preset import save_preset
+    from paradvisor.spec.preset import save_preset
 
     if not rec.plans:
         raise InputError("nothing fits, so there is no plan to save (see the nearest fix)")

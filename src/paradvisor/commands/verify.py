@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
-    from paradvisor.rundir.preset import load_preset, resolve_preset
+    from paradvisor.spec.preset import load_preset, resolve_preset
 
     doc = verify(
         load_preset(resolve_preset(args.preset)),

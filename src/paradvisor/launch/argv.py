@@ -9,7 +9,7 @@ import socket
 import sys
 
 from paradvisor.errors import InputError
-from paradvisor.rundir.preset import DEFAULT_JOIN_TIMEOUT_S
+from paradvisor.spec.preset import DEFAULT_JOIN_TIMEOUT_S
 
 # Environment variables a launch forwards to every node (the ssh engine sends them in the hello; the node agent
 # accepts no other).

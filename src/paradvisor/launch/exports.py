@@ -16,7 +16,7 @@ from paradvisor.errors import InputError
 from paradvisor.launch.argv import comment, slug
 from paradvisor.rundir import PLAN
 from paradvisor.rundir.dsconfig import deepspeed_config
-from paradvisor.rundir.preset import plan_toml
+from paradvisor.spec.preset import plan_toml
 from paradvisor.safeio import write_group
 
 RUN_DIR = "/workspace/run"

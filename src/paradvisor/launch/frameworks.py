@@ -1,5 +1,5 @@
 """A plan in the words of the Hugging Face Trainer and of Accelerate: the TrainingArguments keywords, the
-Accelerator keywords, the plan checked against the runtime (plan/capability.py), its parallelism sizes
+Accelerator keywords, the plan checked against the runtime (spec/capability.py), its parallelism sizes
 (train/mesh.py, the builder of every paradvisor mesh) and its DeepSpeed config (rundir/dsconfig.py).
 The public wrappers are paradvisor.integrations.hf / .accelerate; the exports (launch/tool_exports.py) use
 this too. Torch-free: accelerate is imported only to build its config objects."""
@@ -13,7 +13,7 @@ from paradvisor.errors import InputError
 
 def checked_plan(runtime: str, plan, *, cpu: bool = False):
     """`plan`, refused with one line when `runtime` cannot realize it."""
-    from paradvisor.plan.capability import runtime_why_not
+    from paradvisor.spec.capability import runtime_why_not
 
     why = runtime_why_not(plan, runtime, cpu=bool(cpu))
     if why:
@@ -24,7 +24,7 @@ def checked_plan(runtime: str, plan, *, cpu: bool = False):
 def parallel_sizes(plan, world: int | None = None) -> dict[str, int]:
     """accelerate's ParallelismConfig sizes for the plan: dp_replicate / dp_shard / tp, as train/mesh.py lays
     them out (a plain DDP plan has none: accelerate runs it without a ParallelismConfig)."""
-    from paradvisor.train.mesh import mesh_dims
+    from paradvisor.spec.mesh import mesh_dims
 
     dims = dict(mesh_dims(plan, world or plan.world_size))
     return {

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from paradvisor.rundir.preset import Preset
+from paradvisor.spec.preset import Preset
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import RunDir
-from paradvisor.rundir.preset import Preset
+from paradvisor.spec.preset import Preset
 
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
 HANG_FACTOR = (

@@ -207,7 +207,7 @@ def _start_node(hello: dict, out: Emitter):
     node = hello["node"]
     try:
         from paradvisor.launch import runner
-        from paradvisor.rundir.preset import load_preset
+        from paradvisor.spec.preset import load_preset
         from paradvisor.safeio import private_dir, write_private
 
         base = Path(os.path.expanduser(hello["remote_dir"])) / hello["run_name"]

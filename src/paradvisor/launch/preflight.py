@@ -1,7 +1,7 @@
 """The launcher's preflight: everything that can be checked before a process starts (exit 2 on failure).
 
 The preset against itself (degrees x process counts, batch arithmetic), the plan against the capability table
-and the model's shape (counted without torch: train/modelspec.py), the data and weights paths, the hosts.
+and the model's shape (counted without torch: spec/model.py), the data and weights paths, the hosts.
 Imports no torch: `paradvisor launch --dry-run` and every export run it.
 """
 
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.rundir.preset import Preset
+from paradvisor.spec.preset import Preset
 
 
 def check_diloco(plan, steps: int, where: str) -> None:
@@ -53,15 +53,35 @@ def check_diloco(plan, steps: int, where: str) -> None:
             )
 
 
+def check_data(preset: Preset, where: str) -> None:
+    """The run's data and starting weights: the files and fields of a corpus (spec/corpus.py) or the data path
+    of a shipped dataset (spec/data.py), the weights path, then what needs the trainer's code (the tokenizer
+    against the vocabulary, the weights' tensors against the model: launch/trainer_check.py, in a child)."""
+    from paradvisor.launch.trainer_check import trainer_check
+    from paradvisor.spec.corpus import corpus_spec, uses_files
+    from paradvisor.spec.data import check_data_path
+
+    if uses_files(preset) or preset.train.dataset == "files":
+        corpus_spec(preset)  # the files and their first records; names what is missing (the tokenizer)
+    else:
+        check_data_path(preset.train.dataset, preset.train.data_path)
+    check_cluster_file(preset, where)
+    if preset.train.weights:
+        w = Path(preset.train.weights)
+        if not w.exists():
+            raise InputError("weights path does not exist", where=f"{where}: train.weights")
+        if not (w.is_file() or w.is_dir()):  # a FIFO or a device: never opened, never waited for
+            raise InputError("weights path is not a file or a folder", where=f"{where}: train.weights")
+    trainer_check(preset)
+
+
 def validate(preset: Preset, *, reach: bool = True) -> None:
     """Everything that can be checked before a process starts (exit 2 on failure). `reach=False` (dry runs,
     exports) skips what depends on this machine: the ssh reachability of the hosts (their names are still
     checked) and whether this machine's device can run the plan (FSDP CPU offload needs a GPU)."""
-    from paradvisor.train.data import check_data_path
-
     plan, lau, wl = preset.plan, preset.launch, preset.workload
     where = preset.path or "preset"
-    from paradvisor.train.faults import from_env
+    from paradvisor.spec.faults import from_env
 
     try:
         from_env()
@@ -107,33 +127,14 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
             f"global_batch {wl.global_batch}",
             where=f"{where}: plan",
         )
-    from paradvisor.train.modelspec import profile_of, resolved_config
+    from paradvisor.spec.model import profile_of, resolved_config
 
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
     check_program(preset, reach=reach)
     check_plan_shape(preset, family, prof, reach=reach)
-    from paradvisor.train.corpus import check_corpus, uses_files
-
-    if uses_files(preset):
-        check_corpus(preset)
-    elif preset.train.dataset == "files":
-        from paradvisor.train.corpus import corpus_spec
-
-        corpus_spec(preset)  # names what is missing (the tokenizer)
-    else:
-        check_data_path(preset.train.dataset, preset.train.data_path)
-    check_cluster_file(preset, where)
-    if preset.train.weights:
-        w = Path(preset.train.weights)
-        if not w.exists():
-            raise InputError("weights path does not exist", where=f"{where}: train.weights")
-        if not (w.is_file() or w.is_dir()):  # a FIFO or a device: never opened, never waited for
-            raise InputError("weights path is not a file or a folder", where=f"{where}: train.weights")
-    from paradvisor.train.weights import check_weights
-
-    check_weights(preset)
-    from paradvisor.rundir.preset import engine_of
+    check_data(preset, where)
+    from paradvisor.spec.preset import engine_of
 
     # the ssh engine rendezvouses at node 0's address and Slurm at the batch host: only a hand-started
     # multi-node launch must be told where
@@ -164,7 +165,7 @@ def check_cluster_file(preset: Preset, where: str) -> None:
     """The cluster file a preset names ([cluster].file: what it was planned on, what a restart re-plans with)
     is there, a regular file, and a cluster: checked like the preset itself, before anything starts."""
     from paradvisor.hardware.cluster import load_cluster
-    from paradvisor.rundir.preset import cluster_file
+    from paradvisor.spec.preset import cluster_file
 
     path = cluster_file(preset)
     if path is None:
@@ -208,7 +209,7 @@ def check_program(preset: Preset, *, reach: bool = True) -> None:
                 where=f"--script {prog.script}",
             ) from None
     cpu = preset.train.device == "cpu" or (reach and preset.train.device == "auto" and not _has_cuda())
-    from paradvisor.plan.capability import runtime_why_not
+    from paradvisor.spec.capability import runtime_why_not
 
     why = runtime_why_not(preset.plan, prog.runtime, cpu=cpu)
     if why:
@@ -233,10 +234,10 @@ def best_plan_for(preset: Preset, runtime: str, *, cpu: bool) -> str:
 
 
 def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -> None:
-    """The plan against the capability table (plan/capability.py, the same table the search reads), the
+    """The plan against the capability table (spec/capability.py, the same table the search reads), the
     model's shape and the launch section: degrees divide heads/layers, TP groups stay inside a node."""
     from paradvisor.model.families import resolve_attention
-    from paradvisor.plan.capability import why_not
+    from paradvisor.spec.capability import why_not
 
     plan, lau = preset.plan, preset.launch
     where = preset.path or "preset"

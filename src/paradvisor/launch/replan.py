@@ -50,7 +50,7 @@ def next_plan(preset, run_dir: Path | None = None):
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.modelspec import profile_of, workload_of
+    from paradvisor.spec.model import profile_of, workload_of
     from paradvisor.units import parse_size
 
     limit = parse_size(preset.launch.memory_limit) if preset.launch.memory_limit else None
@@ -97,7 +97,7 @@ def next_plan(preset, run_dir: Path | None = None):
 
 
 def write_replan(run_dir: Path, preset) -> dict | None:
-    from paradvisor.rundir.preset import write_toml_atomic
+    from paradvisor.spec.preset import write_toml_atomic
 
     why, new, predicted, limit, current = next_plan(preset, run_dir)
     if new is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.launch.resume import newest, resume_preset
-from paradvisor.rundir.preset import engine_of
+from paradvisor.spec.preset import engine_of
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -54,7 +54,7 @@ def planned(preset, world: int):
     length, how it was chosen)."""
     from paradvisor.hardware.cluster import single_node_cluster
     from paradvisor.plan.advice import Request, advise
-    from paradvisor.plan.capability import family_of, why_not
+    from paradvisor.spec.capability import family_of, why_not
 
     wl = preset.workload
     gpu_type = preset.cluster.get("gpu_type") or "H100 SXM"

@@ -25,7 +25,7 @@ from paradvisor.launch.hang import HangClock, predicted_step, hang_timeout
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
-from paradvisor.rundir.preset import Preset, write_run_plan
+from paradvisor.spec.preset import Preset, write_run_plan
 from paradvisor.rundir.status import main_exit_code, write_aborted, write_json_atomic
 from paradvisor.safeio import open_private, private_dir, write_private
 
@@ -327,7 +327,7 @@ def start(
     even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes); `run_name` is the
     whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
     launch.checkpoint_dir keeps the run's checkpoints under it."""
-    from paradvisor.rundir.preset import engine_of
+    from paradvisor.spec.preset import engine_of
 
     if engine_of(preset.launch) == "ssh":
         from paradvisor.launch import sshrun
@@ -456,7 +456,7 @@ def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
     """torchrun's environment: the launcher's identity (ranks stop when it dies), the error file, the device."""
     import psutil
 
-    from paradvisor.train.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
+    from paradvisor.spec.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
 
     full_env = {
         **os.environ,

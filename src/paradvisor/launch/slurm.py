@@ -28,7 +28,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir
-from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset
+from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset
 
 PLAN_EOF = "PARADVISOR_PLAN"
 TERMINAL_STATES = (
@@ -67,7 +67,7 @@ def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3
     """The sbatch script. With `run_dir` (a submitted run) the job uses that folder and its plan.toml; without
     (an export) it makes runs/<job id>-<name>/ in the submit folder and writes the plan there first."""
     from paradvisor.launch.argv import comment, slug
-    from paradvisor.rundir.preset import plan_toml
+    from paradvisor.spec.preset import plan_toml
 
     lau = preset.launch
     name = slug(preset.name)
@@ -118,7 +118,7 @@ def node_main(argv: list[str] | None = None) -> int:
     import argparse
 
     from paradvisor.launch import runner
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     ap = argparse.ArgumentParser(prog="python -m paradvisor.launch.slurm")
     ap.add_argument("--run-dir", required=True)
@@ -181,7 +181,7 @@ def _requeued(preset: Preset, run_dir: Path, node: int) -> tuple[Preset, dict]:
     step, path = found
     preset = replace(preset, train=replace(preset.train, resume_from=str(path)))
     # the ranks read plan.toml: every node writes the same one (atomically) before its torchrun starts
-    from paradvisor.rundir.preset import write_toml_atomic
+    from paradvisor.spec.preset import write_toml_atomic
 
     write_toml_atomic(
         RunDir(run_dir).plan,
@@ -449,7 +449,7 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
     """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
     from paradvisor.launch.preflight import validate
     from paradvisor.rundir.lock import prepare_run_dir
-    from paradvisor.rundir.preset import write_run_plan
+    from paradvisor.spec.preset import write_run_plan
     from paradvisor.rundir.status import write_json_atomic
     from paradvisor.safeio import write_private
 

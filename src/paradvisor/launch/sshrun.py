@@ -38,7 +38,7 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.output import one_line
 from paradvisor.rundir import LINE_FILES, RunDir
-from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_run_plan
+from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset, write_run_plan
 from paradvisor.safeio import append_private, open_private, write_private
 
 DEFAULT_SSH_TIMEOUT_S = 10.0
@@ -303,7 +303,7 @@ class SshLaunch:
         return [(n, why) for n, (ok, why) in results if not ok]
 
     def _hello(self, n: NodeSession) -> bytes:
-        from paradvisor.rundir.preset import plan_toml
+        from paradvisor.spec.preset import plan_toml
 
         lau = self.preset.launch
         return (

@@ -17,7 +17,7 @@ import shlex
 
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import comment, program_args, slug, torchrun_args
-from paradvisor.rundir.preset import plan_toml
+from paradvisor.spec.preset import plan_toml
 
 CONFIG_ONLY = ("accelerate", "deepspeed", "hf")  # files a tool reads, no process started
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from paradvisor.plan.types import Plan
+from paradvisor.spec.plan import Plan
 from paradvisor.rundir import RunDir
-from paradvisor.rundir.preset import LaunchSettings, Preset
+from paradvisor.spec.preset import LaunchSettings, Preset
 
 DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reduction order differs)
 
@@ -22,7 +22,7 @@ DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reducti
 def numerics_preset(preset: Preset, *, steps: int) -> Preset:
     """The preset made deterministic: fp32, every dropout of the model's config at 0, a loss every step,
     `steps` steps, on this machine's CPU processes."""
-    from paradvisor.train.modelspec import resolved_config
+    from paradvisor.spec.model import resolved_config
 
     family, cfg = resolved_config(preset)
     over = dict(preset.train.model_overrides)

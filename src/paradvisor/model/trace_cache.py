@@ -202,7 +202,7 @@ PRESET_SCHEMA = "paradvisor.trace-cache.preset/1"
 
 
 def lookup_preset(key: str) -> dict | None:
-    """The stored traces of a preset's resolved model (`train/modelspec.py`), or None."""
+    """The stored traces of a preset's resolved model (`spec/model.py`), or None."""
     doc = _MEMORY.get(key)
     p = _path(key)
     if doc is None and p is not None:

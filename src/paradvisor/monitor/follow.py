@@ -40,7 +40,7 @@ class MetricsFollower:
 def plan_doc(run_dir: Path) -> dict:
     """plan.toml as a preset document, or {} when it cannot be read or is not a valid preset."""
     from paradvisor.errors import InputError
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
 
     try:
         return load_preset(RunDir(run_dir).plan).to_doc()

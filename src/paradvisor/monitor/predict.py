@@ -20,7 +20,7 @@ SCHEMA = "paradvisor.prediction/1"
 
 @dataclass
 class RunEstimate:
-    estimate: object  # plan.types.Estimate
+    estimate: object  # plan.evaluate.Estimate
     facts: object  # plan.facts.ModelFacts
     topo: object  # plan.facts.Topology
     device: str  # what the prediction is for, in words
@@ -35,7 +35,7 @@ def estimate_for(
     from paradvisor.hardware import catalog
     from paradvisor.plan.evaluate import evaluate, memory_need
     from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.train.modelspec import profile_of, workload_of
+    from paradvisor.spec.model import profile_of, workload_of
 
     plan, wl = preset.plan, workload_of(preset)
     world = plan.world_size

@@ -88,8 +88,8 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     """A finished run's measurements against the plan's prediction, term by term (paradvisor.validation/2)."""
     from paradvisor.hardware import calibration as cal_mod
     from paradvisor.monitor.predict import estimate_for
-    from paradvisor.rundir.preset import load_preset
-    from paradvisor.train.modelspec import profile_of, workload_of
+    from paradvisor.spec.preset import load_preset
+    from paradvisor.spec.model import profile_of, workload_of
 
     run_dir = Path(run_dir)
     if not RunDir(run_dir).plan.exists() or not RunDir(run_dir).metrics.exists():

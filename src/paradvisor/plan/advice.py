@@ -28,7 +28,7 @@ class Request:
     rules: tuple[str, ...] = ()  # extra rule folders
     use_rules: bool = True
     calibrated: bool = True  # measured figures from `paradvisor calibrate` in place of catalogue ones
-    runtime: str = "paradvisor"  # what runs the ranks (plan/capability.RUNTIMES): only its plans are ranked
+    runtime: str = "paradvisor"  # what runs the ranks (spec/capability.RUNTIMES): only its plans are ranked
 
 
 def default_workload(
@@ -44,8 +44,8 @@ def default_workload(
     """The workload in force: given values, else the model's context (capped at 2048) and 8 samples per GPU;
     the attention the family's code runs ("auto": its own pick; one it does not support: InputError)."""
     from paradvisor.model.families import resolve_attention
-    from paradvisor.plan.capability import family_of
-    from paradvisor.plan.types import Workload
+    from paradvisor.spec.capability import family_of
+    from paradvisor.spec.plan import Workload
 
     attention = resolve_attention(family_of(profile), attention)
     s = profile.transformer

@@ -21,7 +21,7 @@ from paradvisor.hardware.types import Cluster
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import allocate
-from paradvisor.plan.types import NodeAllocation, Plan, Workload
+from paradvisor.spec.plan import NodeAllocation, Plan, Workload
 
 BASE_LOCAL_STEPS = 100  # 003's baseline H
 

@@ -38,7 +38,7 @@ from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 
 OVERLAP = 0.8
 DEEPSPEED_STEP_OVERHEAD = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paradvisor.hardware.types import Cluster
-from paradvisor.plan.capability import family_of, why_not
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates

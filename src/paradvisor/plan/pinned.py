@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, fields
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import split_problem
-from paradvisor.plan.capability import family_of, why_not
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import schedule_ok
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 
 PLAN_KEYS = tuple(f.name for f in fields(Plan))
 

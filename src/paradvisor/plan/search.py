@@ -11,13 +11,13 @@ from paradvisor.estimate.stages import bubble_fraction
 from paradvisor.hardware.speeds import wan_cluster
 from paradvisor.hardware.types import Cluster
 from paradvisor.model.profile import ModelProfile
-from paradvisor.plan.capability import family_of, why_not
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.diloco import diloco_candidates
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.nearest import nearest_fix
 from paradvisor.plan.space import candidates, schedule_ok
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 from paradvisor.units import GiB, fmt_bandwidth, fmt_seconds
 
 
@@ -35,7 +35,7 @@ class Recommendation:
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     fired_rules: list[dict] = field(default_factory=list)
-    # Plans that fit but that `paradvisor launch` cannot start (plan/capability.py), best per layout,
+    # Plans that fit but that `paradvisor launch` cannot start (spec/capability.py), best per layout,
     # each {"label", "why", "step_time_s", "memory_per_gpu_bytes", "plan"}: shown, never ranked.
     plan_only: list[dict] = field(default_factory=list)
     cluster_ref: dict = field(default_factory=dict)  # how a preset names these machines (set by plan.advice)
@@ -257,7 +257,7 @@ def recommend(
     include_all: bool = False,
     runtime: str = "paradvisor",
 ) -> Recommendation:
-    """Rank the plans `runtime` can run (plan/capability.py: paradvisor's trainer, or the user's own code
+    """Rank the plans `runtime` can run (spec/capability.py: paradvisor's trainer, or the user's own code
     under hf / accelerate / torch)."""
     t0 = _time.perf_counter()
     cluster, warnings = without_gpuless_nodes(cluster)
@@ -392,7 +392,7 @@ def best_for_runtime(
 ):
     """The best-scored plan that fits and that `runtime` can realize on this topology (None when none does):
     what a refusal names as that framework's best plan."""
-    from paradvisor.plan.capability import runtime_why_not
+    from paradvisor.spec.capability import runtime_why_not
 
     best = None
     for plan in candidates(mf, topo, wl, precision):

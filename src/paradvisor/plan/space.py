@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from paradvisor.estimate.stages import chunk_blocks, split_problem
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import split_by_type
-from paradvisor.plan.types import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload
 
 MAX_MICRO_BATCH = 64
 

@@ -5,7 +5,7 @@ needs, whole DiLoCo rounds, and the prediction the run is compared with."""
 from __future__ import annotations
 
 from paradvisor.rundir import safe_name
-from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, LaunchSettings, Preset, TrainSettings
+from paradvisor.spec.preset import DEFAULT_RDZV_PORT, LaunchSettings, Preset, TrainSettings
 
 
 def train_for(family: str) -> TrainSettings:
@@ -69,7 +69,7 @@ def preset_from_estimate(
     settings the model family needs, and the prediction."""
     from dataclasses import replace
 
-    from paradvisor.plan.capability import family_of
+    from paradvisor.spec.capability import family_of
 
     family = family_of(rec.profile)
     ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})

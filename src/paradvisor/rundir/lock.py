@@ -8,7 +8,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir, new_run_dir, node_file
-from paradvisor.rundir.preset import Preset
+from paradvisor.spec.preset import Preset
 from paradvisor.safeio import claim_dir, open_private
 
 

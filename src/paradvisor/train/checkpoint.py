@@ -116,7 +116,7 @@ class Checkpointer:
         self.meta_extra: dict = {}
         self.optim_key = "optim"  # DiLoCo: one per node ("optim-node1"), each node's inner AdamW differs
         self.resumed_meta: dict | None = None
-        from paradvisor.train.faults import from_env
+        from paradvisor.spec.faults import from_env
 
         self.fault = from_env()
 
@@ -184,7 +184,7 @@ class Checkpointer:
         return sd, apply
 
     def _meta(self, step: int, samples: int) -> dict:
-        from paradvisor.train.modelspec import resolved_config
+        from paradvisor.spec.model import resolved_config
 
         family, _cfg = resolved_config(self.preset)
         return {

@@ -1,5 +1,6 @@
-"""Datasets that run offline: the shipped reviews and corpus, the IMDB `aclImdb/` layout, plain text
-files, and synthetic images; tokenizers trained on the data itself (no download).
+"""Datasets that run offline, as the trainer feeds them: classification and language-model examples from the
+texts spec/data.py reads (shipped reviews and corpus, `aclImdb/`, plain text files), synthetic images, and
+tokenizers trained on the data itself (no download).
 
 Each dataset yields examples; `RankStream` hands every data-parallel rank its own disjoint slice of
 each global step (uneven slices when the plan splits the batch by GPU speed, as in 001).
@@ -7,80 +8,10 @@ each global step (uneven slices when the plan splits the batch by GPU speed, as 
 
 from __future__ import annotations
 
-import gzip
 import random
-from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
-
-
-def shipped_reviews() -> list[tuple[str, int]]:
-    raw = gzip.decompress(
-        resources.files("paradvisor").joinpath("data", "reviews.tsv.gz").read_bytes()
-    ).decode()
-    out = []
-    for line in raw.splitlines():
-        label, text = line.split("\t", 1)
-        out.append((text, int(label)))
-    return out
-
-
-def shipped_corpus() -> str:
-    return gzip.decompress(
-        resources.files("paradvisor").joinpath("data", "corpus.txt.gz").read_bytes()
-    ).decode()
-
-
-def imdb_folder(path: str, split: str = "train") -> list[tuple[str, int]]:
-    """The Large Movie Review Dataset layout: aclImdb/{train,test}/{pos,neg}/*.txt."""
-    root = Path(path)
-    if (root / "aclImdb").is_dir():
-        root = root / "aclImdb"
-    base = root / split
-    pos, neg = base / "pos", base / "neg"
-    if not pos.is_dir() or not neg.is_dir():
-        raise InputError(
-            f"not an aclImdb folder: expected {split}/pos and {split}/neg with .txt reviews", where=path
-        )
-    out = []
-    for label, folder in ((1, pos), (0, neg)):
-        for f in sorted(folder.glob("*.txt")):
-            out.append((_read(f).replace("<br />", " "), label))
-    if not out:
-        raise InputError("no reviews (*.txt) found", where=path)
-    random.Random(0).shuffle(out)
-    return out
-
-
-MAX_DATA_BYTES = 1 << 30  # one data file (the data is held in memory by every rank)
-
-
-def _read(path: Path) -> str:
-    """A data file: a regular file of at most MAX_DATA_BYTES (never a FIFO or a device), decoded leniently."""
-    from paradvisor.safeio import read_bytes
-
-    return read_bytes(path, what="text file", limit=MAX_DATA_BYTES).decode("utf-8", errors="replace")
-
-
-def text_files(path: str) -> str:
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(p.rglob("*.txt"))
-        if files:
-            return "\n\n".join(_read(f) for f in files)
-        raise InputError("no .txt files in the folder", where=path)
-    if p.exists():
-        return _read(p)
-    raise InputError("no such file or folder", where=path)
-
-
-def check_data_path(dataset: str, data_path: str | None) -> None:
-    """Fail before launch (exit 2) when the data is not there."""
-    if dataset == "imdb":
-        imdb_folder(data_path)
-    elif dataset == "text":
-        text_files(data_path)
 
 
 class CharTokenizer:

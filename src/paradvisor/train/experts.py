@@ -33,7 +33,8 @@ def ep_meshes(plan, device, world: int):
     reads its own data shard)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from paradvisor.train.mesh import build_mesh, dp_dim
+    from paradvisor.spec.mesh import dp_dim
+    from paradvisor.train.mesh import build_mesh
 
     edp = dp_dim(plan)
     mesh = build_mesh(plan, device.type, world, keep=(edp, "ep"))

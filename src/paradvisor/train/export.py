@@ -139,10 +139,10 @@ def export_checkpoint(run_dir: Path, checkpoint: Path, out: Path, *, max_shard_s
     import torch
 
     from paradvisor.rundir import RunDir
-    from paradvisor.rundir.preset import load_preset
+    from paradvisor.spec.preset import load_preset
     from paradvisor.train.checkpoint import full_state_dict as checkpoint_state_dict
     from paradvisor.train.models import build_model, build_task
-    from paradvisor.train.modelspec import resolved_config
+    from paradvisor.spec.model import resolved_config
 
     preset = load_preset(RunDir(run_dir).plan)
     family, cfg = resolved_config(preset)

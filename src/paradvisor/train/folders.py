@@ -1,4 +1,4 @@
-"""Folders that libraries write into (TensorBoard, save_pretrained, the token cache): created private through the
+"""Folders that libraries write into (TensorBoard, save_pretrained): created private through the
 safe-write helper (paradvisor.safeio: 0700, this user's, never through a link), and written whole or not at all
 (a temporary folder beside the target, created exclusively, renamed into place). Torch-free."""
 
@@ -10,12 +10,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from paradvisor.safeio import private_dir, private_subdir
-
-
-def make_private_dir(path: Path) -> Path:
-    """A folder of paradvisor's own (the token cache): 0700, this user's (safeio.private_dir)."""
-    return private_dir(path, what="the token cache")
+from paradvisor.safeio import private_subdir
 
 
 def run_subdir(run_dir: Path, name: str) -> Path:

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.train.data import RankStream
-from paradvisor.train.faults import from_env as fault_drill
+from paradvisor.spec.faults import from_env as fault_drill
 from paradvisor.train.metrics import ActivationMeter, count_bytes, cuda_peak
 
 MEASURE_STEP = 2  # activation bytes are measured on this step (the first is a warm-up)
@@ -298,7 +298,7 @@ def _diloco_nodes(plan, world: int):
     """The plan's nodes, or (a DiLoCo plan without them) one node per rank with the plan's local steps."""
     if plan.nodes:
         return plan.nodes
-    from paradvisor.plan.types import NodeAllocation
+    from paradvisor.spec.plan import NodeAllocation
 
     return tuple(
         NodeAllocation(

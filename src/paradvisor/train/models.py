@@ -2,7 +2,7 @@
 
 Built-in names map to their configs (`model/data/builtins.json`, with `model_overrides` applied):
 BERT/ALBERT -> sequence classification, GPT-2/LLaMA/Mistral -> causal LM (transformers), gpt-mini
--> the minGPT-style model in `mingpt.py`, vgg16 -> a torch VGG from its layer list. A path to a
+-> the minGPT-style model in `model/mingpt_net.py`, vgg16 -> a torch VGG from its layer list. A path to a
 Hugging Face config builds that architecture; `train.weights` loads local weights.
 """
 
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from paradvisor.errors import InputError
 from paradvisor.model import families
+from paradvisor.spec import data as S
 from paradvisor.train import data as D
 
 
@@ -87,7 +88,7 @@ class Task:
 def logits_of(model, inputs: dict):
     if "x" in inputs:
         return model(inputs["x"])
-    from paradvisor.train.mingpt import MinGPT
+    from paradvisor.model.mingpt_net import MinGPT
 
     if isinstance(_unwrap(model), MinGPT):
         return model(inputs["input_ids"])
@@ -114,9 +115,9 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
         return Task("image", D.ImageData(4096, t.image_size, classes, seed=t.seed), seq, classes), 0
     if task == "cls":
         if t.dataset == "reviews":
-            rows = D.shipped_reviews()
+            rows = S.shipped_reviews()
         elif t.dataset == "imdb":
-            rows = D.imdb_folder(t.data_path)
+            rows = S.imdb_folder(t.data_path)
         else:
             raise InputError(f"{family} is trained as a classifier: dataset must be 'reviews' or 'imdb'")
         tok_path = run_dir / "tokenizer.json"
@@ -128,18 +129,18 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
         task = Task("cls", D.ClassificationData(rows, tok, seq), seq, t.num_labels, tokenizer=tok_path)
         return task, tok.get_vocab_size()
     # causal language models
-    from paradvisor.train.corpus import uses_files
+    from paradvisor.spec.corpus import uses_files
 
     if uses_files(preset):
         return files_task(preset, run_dir, rank)
     if t.dataset == "corpus":
-        text = D.shipped_corpus()
+        text = S.shipped_corpus()
     elif t.dataset == "text":
-        text = D.text_files(t.data_path)
+        text = S.text_files(t.data_path)
     elif t.dataset == "reviews":
-        text = "\n".join(r[0] for r in D.shipped_reviews())
+        text = "\n".join(r[0] for r in S.shipped_reviews())
     elif t.dataset == "imdb":
-        text = "\n".join(r[0] for r in D.imdb_folder(t.data_path))
+        text = "\n".join(r[0] for r in S.imdb_folder(t.data_path))
     else:
         raise InputError(f"dataset {t.dataset!r} does not fit a language model")
     if family == "mingpt":
@@ -162,7 +163,8 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
 def files_task(preset, run_dir: Path, rank: int) -> tuple[Task, int]:
     """The user's corpus, tokenized once per node (or once in all on a shared cache folder): the first process to
     take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py)."""
-    from paradvisor.train.corpus import corpus_spec, load_tokenizer, prepare
+    from paradvisor.spec.corpus import corpus_spec
+    from paradvisor.train.corpus import load_tokenizer, prepare
     from paradvisor.train.tokens import PackedTokens
 
     seq = preset.workload.seq_len
@@ -184,7 +186,7 @@ def build_model(preset, family: str, cfg: dict, task: Task, *, empty: bool = Fal
     if family == "vgg":
         return VGG(cfg, task.classes)
     if family == "mingpt":
-        from paradvisor.train.mingpt import from_config
+        from paradvisor.model.mingpt_net import from_config
 
         return from_config(
             {**cfg, "n_positions": max(int(cfg.get("n_positions", 128)), preset.workload.seq_len)}

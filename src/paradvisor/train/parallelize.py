@@ -15,7 +15,7 @@
   checkpointing       activation checkpoint wrappers per block (selective: attention only)
 
 Ranks are laid out in Megatron order — tp fastest, then dp, then pp — so a TP group is a run of
-consecutive ranks inside one node. What the launcher can run is plan/capability.py (the same table the
+consecutive ranks inside one node. What the launcher can run is spec/capability.py (the same table the
 search reads). Each engine offers the same few calls to the loop: forward_backward (or pipeline_step),
 step, set_lr, memory_groups, and a Layout saying which data shard and which copy of the loss a rank has.
 """

@@ -11,11 +11,11 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.rundir import RunDir
-from paradvisor.rundir.preset import load_preset
+from paradvisor.spec.preset import load_preset
 from paradvisor.train.loop import train_diloco, train_sync
 from paradvisor.train.metrics import MetricsWriter
 from paradvisor.train.models import build_model, build_task
-from paradvisor.train.modelspec import resolved_config
+from paradvisor.spec.model import resolved_config
 from paradvisor.train.parallelize import build_engine
 from paradvisor.train.weights import module_names, tied_aliases
 
@@ -91,7 +91,7 @@ def run(run_dir: Path, rank: int) -> None:
             key = "vocab_size"
             if vocab > int(cfg[key]):
                 cfg[key] = vocab
-        from paradvisor.train.weights import weights_folder
+        from paradvisor.spec.weights import weights_folder
 
         folder = weights_folder(preset)
         plan = preset.plan

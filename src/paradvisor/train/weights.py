@@ -8,104 +8,23 @@ partitions after its own initialize). Names are the checkpoint's: the modules of
 by identity before the plan wraps or cuts them, so a parameter's checkpoint name survives FSDP, TP, activation
 checkpoint wrappers and pipeline stages (whose layer lists are renumbered).
 
-`init = "pretrained" | "random" | "auto"` (auto: pretrained when the folder has weights). The checks
-(`check_weights`: files present, names and shapes against the config) run at --dry-run and before any rank starts.
+`init = "pretrained" | "random" | "auto"` (auto: pretrained when the folder has weights; spec/weights.py finds
+the folder and reads the files' headers). `check_weights` (names and shapes against the config's meta model)
+runs at --dry-run and before any rank starts, in the launcher's child check (train/check.py).
 """
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 from paradvisor.errors import InputError
-
-DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-}
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """The safetensors files of a folder: those its index names, else every *.safetensors."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError):
-            raise InputError("not a safetensors index (no weight_map)", where=str(index)) from None
-        files = [folder / n for n in names]
-        for f in files:
-            if not f.is_file():
-                raise InputError(f"the index names {f.name}, which is missing", where=str(index))
-        return files
-    return sorted(folder.glob("*.safetensors"))
-
-
-def weights_folder(preset) -> Path | None:
-    """Where the run's starting weights are (None: random init). train.weights, else the model folder."""
-    t = preset.train
-    where = preset.path or "preset"
-    if preset.workload.model in ("gpt-mini", "vgg16"):
-        if t.weights or t.init == "pretrained":
-            raise InputError(
-                "starting weights need a Hugging Face model folder", where=f"{where}: train.weights"
-            )
-        return None
-    folder = Path(t.weights) if t.weights else None
-    if folder is None and Path(preset.workload.model).is_dir():
-        folder = Path(preset.workload.model)
-    if folder is not None and folder.is_file():
-        folder = folder.parent if folder.suffix == ".safetensors" else folder
-    has = folder is not None and folder.is_dir() and bool(weight_files(folder))
-    if t.init == "random":
-        return None
-    if t.init == "pretrained" and not has:
-        raise InputError(
-            "init = 'pretrained' but there are no safetensors weights"
-            + (f" in {folder}" if folder is not None else " (no train.weights, no model folder)"),
-            where=f"{where}: train.init",
-        )
-    if t.weights and not has:
-        raise InputError(
-            "no safetensors weights (*.safetensors) in the folder", where=f"{where}: train.weights"
-        )
-    return folder if has else None
-
-
-def read_header(path: Path) -> dict:
-    """The tensors of a safetensors file, {name: (dtype, shape)}, from its JSON header alone (no torch)."""
-    try:
-        with open(path, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            if n > 100 << 20:
-                raise ValueError("header too large")
-            doc = json.loads(fh.read(n))
-    except (OSError, ValueError, struct.error) as exc:
-        raise InputError(f"not a safetensors file ({exc})", where=str(path)) from None
-    return {k: (v["dtype"], tuple(v["shape"])) for k, v in doc.items() if k != "__metadata__"}
-
-
-def checkpoint_shapes(folder: Path) -> dict[str, tuple[str, tuple, Path]]:
-    out = {}
-    for f in weight_files(folder):
-        for k, (dt, shape) in read_header(f).items():
-            out[k] = (dt, shape, f)
-    return out
+from paradvisor.spec.weights import checkpoint_shapes, read_header, weight_files, weights_folder
 
 
 def expected_shapes(preset) -> tuple[dict[str, tuple], dict[str, str]]:
     """({name: shape}, tied aliases) of the model the preset builds (a meta-device model: no memory)."""
+    from paradvisor.spec.model import resolved_config
     from paradvisor.train.models import Task, build_model
-    from paradvisor.train.modelspec import resolved_config
 
     family, cfg = resolved_config(preset)
     model = build_model(preset, family, cfg, Task("lm", None, preset.workload.seq_len), empty=True)

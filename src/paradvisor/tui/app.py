@@ -85,7 +85,7 @@ class ParadvisorApp(RunControl, App):
         open_run: str | None = None,
         confirm: bool = True,
     ):
-        from paradvisor.rundir.preset import user_presets_dir
+        from paradvisor.spec.preset import user_presets_dir
 
         super().__init__()
         self.confirm = (

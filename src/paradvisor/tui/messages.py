@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from paradvisor.hardware.types import Cluster
     from paradvisor.plan.evaluate import Estimate
     from paradvisor.plan.search import Recommendation
-    from paradvisor.rundir.preset import Preset
+    from paradvisor.spec.preset import Preset
 
 
 @dataclass
@@ -20,7 +20,7 @@ class ClusterChanged(Message):
     """The Hardware pane has a new cluster (a file, this machine, or ssh hosts): the Plans pane re-ranks."""
 
     cluster: Cluster
-    ref: dict  # where it came from ({"file": ...}, {"local": True}, {"hosts": [names]}), kept in saved presets (rundir/preset.py _CLUSTER_TYPES)
+    ref: dict  # where it came from ({"file": ...}, {"local": True}, {"hosts": [names]}), kept in saved presets (spec/preset.py _CLUSTER_TYPES)
 
 
 @dataclass

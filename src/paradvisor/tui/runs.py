@@ -119,7 +119,7 @@ class RunControl:
             pass
 
     def action_launch_replan(self) -> None:
-        from paradvisor.rundir.preset import load_preset
+        from paradvisor.spec.preset import load_preset
 
         r = self.run_summary.replan if self.run_summary else None
         if not r:

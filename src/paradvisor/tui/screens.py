@@ -138,7 +138,7 @@ class EditPlanScreen(ModalScreen):
         from paradvisor.errors import InputError
         from paradvisor.output import clean
         from paradvisor.plan.pinned import estimate_pinned, parse_plan_text
-        from paradvisor.rundir.preset import plan_keys
+        from paradvisor.spec.preset import plan_keys
 
         rec = self.rec
         try:

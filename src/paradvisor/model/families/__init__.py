@@ -75,5 +75,5 @@ def resolve_attention(family: str, requested: str | None, *, where: str = "--att
     return requested
 
 
-# the counting functions under their old name (model/load.py, train/modelspec.py)
+# the counting functions under their old name (model/load.py, spec/model.py)
 FAMILIES = counters()

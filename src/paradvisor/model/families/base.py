@@ -7,7 +7,7 @@ plan (transformers' own `base_model_tp_plan` copied as data, or paradvisor's han
 has none), its pipeline module sequence (`base_model_pp_plan`), its expert-parallel plan
 (`base_model_ep_plan`), where its blocks live, how its blocks are recomputed, its default data and task, and
 whether context parallelism can split its attention. `train/` interprets these names; the advice layers read
-them to decide what the search ranks (plan/capability.py). tests/facts/test_families.py holds every copied
+them to decide what the search ranks (spec/capability.py). tests/facts/test_families.py holds every copied
 plan against the config class of the pinned transformers, so a copy cannot lag silently.
 """
 
@@ -39,7 +39,7 @@ class Family:
     name: str  # the trainer's family: a transformers model_type, or "mingpt" / "vgg"
     count: Callable | None = None  # config dict -> (layers, shape), exact; None: counted on the meta device
     task: str = "lm"  # lm (causal LM) | cls (sequence classifier) | image
-    dataset: str = "corpus"  # default training data (rundir/preset.py)
+    dataset: str = "corpus"  # default training data (spec/preset.py)
     hf_class: str | None = None  # the class trained when the config names none
     # attention implementations transformers runs for this family, its own pick first (sdpa when the model
     # class supports it); flash/flex need kernels this launcher does not install

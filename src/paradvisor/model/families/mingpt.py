@@ -1,4 +1,4 @@
-"""minGPT (gpt-mini): paradvisor's own small GPT (train/mingpt.py), character data; hand TP/SP plan."""
+"""minGPT (gpt-mini): paradvisor's own small GPT (model/mingpt_net.py), character data; hand TP/SP plan."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from paradvisor.model.families.base import Family
 
 FAMILY = Family(
     name="mingpt",
-    count=None,  # counted as GPT-2 with an untied head (train/modelspec.py)
+    count=None,  # counted as GPT-2 with an untied head (spec/model.py)
     blocks="blocks",
     attentions=("sdpa",),
     tp_plan={

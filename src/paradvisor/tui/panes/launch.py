@@ -129,7 +129,7 @@ class LaunchPane(TabPane):
     def save_preset(self) -> None:
         """The selected plan into the user's preset folder as `<name>.toml` (the name rule of run directories:
         rundir.safe_name), then chosen in the preset list so that L starts it."""
-        from paradvisor.rundir.preset import save_preset
+        from paradvisor.spec.preset import save_preset
 
         if not self._has_plan():
             return
@@ -160,7 +160,7 @@ class LaunchPane(TabPane):
     @work(thread=True, exclusive=True, group="read-preset")
     def _read_preset(self, path: str) -> None:
         """The preset file is read (and checked) in a worker, never on the UI thread."""
-        from paradvisor.rundir.preset import load_preset
+        from paradvisor.spec.preset import load_preset
 
         try:
             preset = load_preset(path)

@@ -214,7 +214,7 @@ def _traced(preset, family: str, cfg: dict):
     }
 
     def tracer(keys, seq=None):
-        from paradvisor.train import traceable
+        from paradvisor.model import traceable
 
         new = traceable.traced_facts(family, cfg, keys=keys, check=False, seq=seq)["activations"]
         for nr in new:
@@ -227,7 +227,7 @@ def _traced(preset, family: str, cfg: dict):
         return new
 
     def params_fn():
-        from paradvisor.train import traceable
+        from paradvisor.model import traceable
 
         doc["params"] = traceable.param_facts_of(family, cfg)
         trace_cache.store(doc)
@@ -235,7 +235,7 @@ def _traced(preset, family: str, cfg: dict):
 
     def bounds_fn():
         if doc["bounds"] is None:
-            from paradvisor.train import traceable
+            from paradvisor.model import traceable
 
             doc["bounds"] = [list(b) for b in traceable.regime_bounds(family, cfg)]
             trace_cache.store(doc)

@@ -2,7 +2,7 @@
 (build, run) recipes per model family, and the traced facts of a built-in model or a resolved config.
 
 Hugging Face families are built by `model.trace.hf_recipe` (sequence classifiers for encoders, causal
-LMs for decoders); gpt-mini is the minGPT-style model of `train/mingpt.py`.
+LMs for decoders); gpt-mini is the minGPT-style model of `model/mingpt_net.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def mingpt_recipe(cfg: dict) -> tuple[Callable, Callable]:
     import torch.nn.functional as F
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    from paradvisor.train.mingpt import from_config
+    from paradvisor.model.mingpt_net import from_config
 
     vocab = int(cfg["vocab_size"])
 

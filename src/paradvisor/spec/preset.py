@@ -15,7 +15,7 @@ from pathlib import Path
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_NAME
-from paradvisor.plan.types import (
+from paradvisor.spec.plan import (
     CHECKPOINTING,
     OFFLOADS,
     PP_SCHEDULES,
@@ -285,7 +285,7 @@ class LaunchSettings:
         return f"{self.nnodes} node(s) x {self.nproc_per_node} process(es)"
 
 
-SCRIPT_RUNTIMES = ("torch", "hf", "accelerate")  # what runs the user's own code (plan/capability.RUNTIMES)
+SCRIPT_RUNTIMES = ("torch", "hf", "accelerate")  # what runs the user's own code (spec/capability.RUNTIMES)
 
 
 @dataclass(frozen=True)
