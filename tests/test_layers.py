@@ -51,7 +51,9 @@ def test_a_broken_contract_fails_the_check(tmp_path):
     append("estimate/memory.py", "import torch  # advice importing torch")
     append("rules/engine.py", "from paradvisor.plan import search  # plan imports rules: a cycle")
     append("monitor/eta.py", "from paradvisor import runtime  # the public API is a leaf: nothing imports it")
-    append("launch/verify.py", "from paradvisor.train import models  # the launcher reaching into the trainer")
+    append(
+        "launch/verify.py", "from paradvisor.train import models  # the launcher reaching into the trainer"
+    )
     res = lint_imports(tmp_path)
     assert res.returncode == 1, res.stdout[-4000:]
     out = res.stdout

@@ -435,14 +435,13 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
 def tokenize_first(preset, *, quiet: bool) -> None:
     """The user's corpus tokenized here, with progress, before any rank starts (the ranks then find it in the
     cache; bad data fails here, exit 2); then its tokens and predicted time per epoch."""
-    from paradvisor.spec.preset import engine_of
     from paradvisor.spec.corpus import corpus_spec, uses_files
+    from paradvisor.spec.preset import engine_of
     from paradvisor.train.corpus import Progress, check_corpus
 
     if not uses_files(preset) or engine_of(preset.launch) != "local":
         return
-    spec = corpus_spec(preset)
-    check_corpus(preset, tokenize=True, progress=None if quiet else Progress(spec.bytes))
+    check_corpus(preset, tokenize=True, progress=None if quiet else Progress(corpus_spec(preset).bytes))
     if not quiet:
         line = epoch_text(preset)
         if line:
