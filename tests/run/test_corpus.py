@@ -14,6 +14,7 @@ from paradvisor.launch.preflight import validate
 from paradvisor.spec import corpus as SC
 from paradvisor.spec.preset import load_preset
 from paradvisor.train import corpus as C
+from paradvisor.train.check import run_checks
 from tests.conftest import assert_one_line_error
 from tests.support.userdata import preset, write_corpus, write_model_folder
 
@@ -96,11 +97,13 @@ def test_other_formats(tmp_path, model, fmt):
     assert corpus.meta["train_docs"] + corpus.meta["eval_docs"] == 40
 
 
-def bad(tmp_path, model, make, **train):
+def bad(tmp_path, model, make, *, child: bool = False, **train):
+    """The preflight's one-line error, with the trainer's checks run in this process (as the command line runs
+    them) or, `child`, in the launcher's child process (python -m paradvisor.train.check)."""
     data = make(tmp_path)
     p = files_preset(tmp_path, model, data, **train) if not isinstance(data, dict) else data["preset"]
     with pytest.raises(InputError) as e:
-        validate(p, reach=False)
+        validate(p, reach=False, trainer_checks=None if child else run_checks)
     return str(e.value)
 
 
@@ -151,6 +154,9 @@ def test_weights_that_do_not_match_the_config(tmp_path):
     data = write_corpus(tmp_path / "ok.jsonl", 30)
     msg = bad(tmp_path, folder, lambda t: data)
     assert "model.safetensors" in msg and "has shape [32, 64], the config makes it [32, 48]" in msg
+    assert (
+        bad(tmp_path, folder, lambda t: data, child=True) == msg
+    )  # the launcher's child says it word for word
 
 
 def test_the_command_line_says_it_in_one_line(tmp_path, model, cli):

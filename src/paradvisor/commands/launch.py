@@ -357,9 +357,7 @@ def dry_run(preset, args) -> int:
         f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
         f"({preset.launch.layout()}); {hang_timeout(preset)[1]}; nothing started\n"
     )
-    line = epoch_text(preset)
-    if line:
-        sys.stderr.write(line + "\n")
+    sys.stderr.write(epoch_text(preset))
     data_note(preset)
     return 0
 
@@ -382,9 +380,11 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
     from paradvisor.launch import runner
     from paradvisor.launch.preflight import validate
     from paradvisor.launch.resume import with_checkpoint_interval
+    from paradvisor.train.check import run_checks
 
     quiet = getattr(args, "quiet", False)
-    validate(preset, reach=False)  # bad input is refused before the write probe makes any folder
+    # bad input is refused before the write probe makes any folder; the trainer's checks run here (it tokenizes)
+    validate(preset, reach=False, trainer_checks=run_checks)
     preset, ck_line = with_checkpoint_interval(preset, Path(preset.launch.checkpoint_dir or args.runs_dir))
     tokenize_first(preset, quiet=quiet)
     restarts = 0
@@ -443,16 +443,15 @@ def tokenize_first(preset, *, quiet: bool) -> None:
         return
     check_corpus(preset, tokenize=True, progress=None if quiet else Progress(corpus_spec(preset).bytes))
     if not quiet:
-        line = epoch_text(preset)
-        if line:
-            sys.stderr.write(line + "\n")
+        sys.stderr.write(epoch_text(preset))
 
 
 def epoch_text(preset) -> str:
-    """'corpus: 1,234,567 tokens per epoch (301 steps, predicted 5.0 min per epoch)' for a files run, else ''."""
+    """'corpus: 1,234,567 tokens per epoch (301 steps, predicted 5.0 min per epoch)\n' for a files run, else ''."""
     from paradvisor.train.corpus import epoch_facts, epoch_line
 
-    return epoch_line(epoch_facts(preset, preset.prediction.get("step_time_s")))
+    line = epoch_line(epoch_facts(preset, preset.prediction.get("step_time_s")))
+    return line + "\n" if line else ""
 
 
 def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:

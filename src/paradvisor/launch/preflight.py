@@ -53,10 +53,11 @@ def check_diloco(plan, steps: int, where: str) -> None:
             )
 
 
-def check_data(preset: Preset, where: str) -> None:
+def check_data(preset: Preset, where: str, trainer_checks=None) -> None:
     """The run's data and starting weights: the files and fields of a corpus (spec/corpus.py) or the data path
     of a shipped dataset (spec/data.py), the weights path, then what needs the trainer's code (the tokenizer
-    against the vocabulary, the weights' tensors against the model: launch/trainer_check.py, in a child)."""
+    against the vocabulary, the weights' tensors against the model: launch/trainer_check.py; `trainer_checks`:
+    train/check.run_checks, passed in by an interface that imports the trainer, else they run in a child)."""
     from paradvisor.launch.trainer_check import trainer_check
     from paradvisor.spec.corpus import corpus_spec, uses_files
     from paradvisor.spec.data import check_data_path
@@ -72,13 +73,14 @@ def check_data(preset: Preset, where: str) -> None:
             raise InputError("weights path does not exist", where=f"{where}: train.weights")
         if not (w.is_file() or w.is_dir()):  # a FIFO or a device: never opened, never waited for
             raise InputError("weights path is not a file or a folder", where=f"{where}: train.weights")
-    trainer_check(preset)
+    trainer_check(preset, trainer_checks)
 
 
-def validate(preset: Preset, *, reach: bool = True) -> None:
+def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None:
     """Everything that can be checked before a process starts (exit 2 on failure). `reach=False` (dry runs,
     exports) skips what depends on this machine: the ssh reachability of the hosts (their names are still
-    checked) and whether this machine's device can run the plan (FSDP CPU offload needs a GPU)."""
+    checked) and whether this machine's device can run the plan (FSDP CPU offload needs a GPU). `trainer_checks`:
+    see check_data."""
     plan, lau, wl = preset.plan, preset.launch, preset.workload
     where = preset.path or "preset"
     from paradvisor.spec.faults import from_env
@@ -133,7 +135,7 @@ def validate(preset: Preset, *, reach: bool = True) -> None:
     prof = profile_of(preset)
     check_program(preset, reach=reach)
     check_plan_shape(preset, family, prof, reach=reach)
-    check_data(preset, where)
+    check_data(preset, where, trainer_checks)
     from paradvisor.spec.preset import engine_of
 
     # the ssh engine rendezvouses at node 0's address and Slurm at the batch host: only a hand-started

@@ -1,45 +1,84 @@
 """The part of the preflight that needs the trainer's code: the corpus's tokenizer and size, the starting
-weights' tensors against the configured model. It runs in a child process (`python -m paradvisor.train.check`,
-train/check.py), so the launcher imports no trainer module and no torch; the child's InputError is raised
-again here, word for word. Only presets with a corpus of files or starting weights need it.
+weights' tensors against the configured model (train/check.py). The launcher never imports the trainer: an
+interface that has it (the command line, the TUI) passes `run_checks` in and they run in its process;
+otherwise they run in a child (`python -m paradvisor.train.check`) whose InputError is raised again here,
+word for word. Only presets with a corpus of files or starting weights need them, and a preset whose
+checks passed is not checked again in this process while its settings and files are unchanged (the launch
+command validates, then the runner does).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.spec.corpus import uses_files
+from paradvisor.spec.corpus import TOKENIZER_FILES, corpus_spec, tokenizer_source, uses_files
 from paradvisor.spec.preset import plan_toml
-from paradvisor.spec.weights import checkpoint_shapes, weights_folder
+from paradvisor.spec.weights import checkpoint_shapes, weight_files, weights_folder
 
 CHECK_MODULE = "paradvisor.train.check"
 TIMEOUT_S = 600  # a first look at a large corpus fingerprints every file
+_PASSED: set[str] = set()  # inputs_key of the presets whose checks passed in this process
 
 
-def needs_trainer_check(preset) -> bool:
-    """Whether the preset reads the user's corpus or starts from weights (the headers are read here first:
-    a missing or broken weights file is named without starting the child)."""
+def _stats(paths) -> list:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append([str(p), st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([str(p), None, None])
+    return out
+
+
+def inputs_key(preset, folder: Path | None) -> str:
+    """What the checks read: the preset's workload, train and plan sections, and the size and time of every
+    corpus, tokenizer, model-folder and weights file."""
+    doc = preset.to_doc()
+    files: list = []
+    if uses_files(preset):
+        spec = corpus_spec(preset)
+        files += [*spec.files, *spec.eval_files]
+        src = Path(tokenizer_source(preset) or "")
+        files += [src / f for f in TOKENIZER_FILES] if src.is_dir() else [src]
+    model = Path(preset.workload.model)
+    if model.is_dir():
+        files += sorted(f for f in model.iterdir() if f.is_file())
+    if folder is not None:
+        files += weight_files(folder)
+    key = {k: doc.get(k) for k in ("workload", "train", "plan")}
+    return json.dumps([preset.path, key, _stats(files)], sort_keys=True, default=str)
+
+
+def trainer_check(preset, run_checks: Callable | None = None) -> None:
+    """The trainer's checks of the preset's data and weights: `run_checks(preset)` here when given (the
+    interface imports the trainer), else in a child; its bad-input line becomes this process's InputError."""
     folder = weights_folder(preset)
     if folder is not None:
-        checkpoint_shapes(folder)
-    return uses_files(preset) or folder is not None
-
-
-def trainer_check(preset) -> None:
-    """Run train/check.py on the preset; its bad-input line becomes this process's InputError."""
-    if not needs_trainer_check(preset):
+        checkpoint_shapes(folder)  # a missing or broken weights file is named here, without the trainer
+    if not uses_files(preset) and folder is None:
         return
+    key = inputs_key(preset, folder)
+    if key in _PASSED:
+        return
+    if run_checks is not None:
+        run_checks(preset)
+    else:
+        _in_child(preset)
+    _PASSED.add(key)
+
+
+def _in_child(preset) -> None:
     doc = json.dumps({"path": preset.path, "preset": plan_toml(preset)})
     try:
         res = subprocess.run(
-            [sys.executable, "-m", CHECK_MODULE],
-            input=doc,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
+            [sys.executable, "-m", CHECK_MODULE], input=doc, capture_output=True, text=True, timeout=TIMEOUT_S
         )
     except subprocess.TimeoutExpired:
         raise InputError(f"the trainer's checks of the data and weights took over {TIMEOUT_S} s") from None

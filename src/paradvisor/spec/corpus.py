@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,7 +222,9 @@ def fingerprint(p: Path, root: Path) -> str:
                 ) from None
     digest = h.hexdigest()
     cache_folder(store.parent)
-    tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
+    tmp = store.with_name(
+        f".{store.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )  # per thread: threads share a pid
     tmp.write_text(json.dumps({**key, "sha256": digest}))
     os.replace(tmp, store)
     return digest

@@ -33,11 +33,12 @@ class RunControl:
     @work(thread=True, exclusive=True, group="preflight")
     def _preflight_worker(self, preset, lineage: dict | None = None) -> None:
         from paradvisor.launch import runner
-
         from paradvisor.launch.resume import with_checkpoint_interval
+        from paradvisor.train.check import run_checks
 
         try:
-            runner.validate(preset, reach=False)  # bad presets fail here, before the question
+            # bad presets fail here, before the question (the trainer's checks of data and weights in this process)
+            runner.validate(preset, reach=False, trainer_checks=run_checks)
             # the checkpoint interval decided as `paradvisor launch` decides it (the prediction's when unset)
             preset, ck_line = with_checkpoint_interval(
                 preset, Path(preset.launch.checkpoint_dir or self.runs_dir)
