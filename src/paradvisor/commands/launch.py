@@ -341,10 +341,11 @@ def dry_run(preset, args) -> int:
     from paradvisor.launch.argv import node_commands
     from paradvisor.launch.hang import hang_timeout
     from paradvisor.spec.preset import engine_of
+    from paradvisor.train.check import run_checks  # in this process: it counts the corpus's tokens below
 
     if engine_of(preset.launch) == "ssh":
         return dry_run_ssh(preset, args)
-    runner.validate(preset, reach=False)
+    runner.validate(preset, reach=False, trainer_checks=run_checks)
     endpoint, preset = runner.endpoint_for(preset)
     run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
     commands = node_commands(preset, run_dir, endpoint=endpoint)
