@@ -5,8 +5,8 @@ The launcher (launch/), the trainer (train/), the monitor (monitor/) and the int
   rundir/__init__.py  `RunDir(path)`: the run directory's file names, creating a new one, reading a log's tail
   rundir/status.py    status.json: tolerant read (`read_status`, `effective_status`), private atomic writes
   rundir/metrics.py   metrics.jsonl: the tolerant streamed reader and the tally the monitor shows
-  spec/preset.py    plan.toml / presets: the Preset document (workload, train, launch, plan, prediction)
   rundir/dsconfig.py  the DeepSpeed config of a Plan (written by `--export hostfile`, used by the trainer)
+What the run is (the Preset that plan.toml holds, its Plan and model) is spec/, below the advice.
 
 Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
   .lock-nodeN          locked while node N's launch runs (two launches never write into one run directory)
