@@ -7,6 +7,7 @@ largest modules and functions.
 Layers, lowest first (an import may point down or sideways, never up):
     base       errors, limits, safeio, tomlfile, typed, output, shipped (helpers every layer may use)
     facts      hardware/, model/, units
+    spec       spec/ (what will run, torch-free)
     advice     plan/, estimate/, rules/
     run        launch/, train/, monitor/, rundir/
     interfaces commands/, tui/, cli, __main__
@@ -30,6 +31,7 @@ PKG = "paradvisor"
 LAYERS = {
     "base": ["errors", "limits", "safeio", "tomlfile", "typed", "output", "shipped", "__init__"],
     "facts": ["hardware", "model", "units"],
+    "spec": ["spec"],
     "advice": ["plan", "estimate", "rules"],
     "run": ["launch", "train", "monitor", "rundir"],
     "interfaces": ["commands", "tui", "cli", "__main__"],
@@ -186,7 +188,7 @@ def report() -> dict:
         {
             (m, lib, lazy)
             for m, p in known.items()
-            if layer_of(m) in ("base", "facts", "advice")
+            if layer_of(m) in ("base", "facts", "spec", "advice")
             for lib, lazy, _ in imports_of(m, p, known, HEAVY)
         }
     )
