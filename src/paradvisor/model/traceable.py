@@ -2,7 +2,8 @@
 (build, run) recipes per model family, and the traced facts of a built-in model or a resolved config.
 
 Hugging Face families are built by `model.trace.hf_recipe` (sequence classifiers for encoders, causal
-LMs for decoders); gpt-mini is the minGPT-style model of `model/mingpt_net.py`.
+LMs for decoders); gpt-mini is the minGPT-style model of `model/mingpt_net.py`. spec/model.py imports this
+module lazily, when a preset's model must be traced (the one door to torch below the run side, with model/hf.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def mingpt_recipe(cfg: dict) -> tuple[Callable, Callable]:
 
 
 def recipe_for(family: str, cfg: dict) -> Callable[[str], tuple[Callable, Callable]]:
-    """kernel -> (build, run) for a resolved config of `family` (train.models.resolved_config)."""
+    """kernel -> (build, run) for a resolved config of `family` (spec/model.resolved_config)."""
     if family == "mingpt":
         return lambda kernel: mingpt_recipe(cfg)
     return lambda kernel: T.hf_recipe(cfg, attention=kernel)

@@ -1,7 +1,9 @@
 """What a preset will train, worked out without torch: the model's family and config with the preset's overrides
 checked and applied (`resolved_config`), and its ModelProfile (`profile_of`). The launcher's preflight, the
 monitor's prediction, `validate`, `verify` and the re-plan read these; the trainer builds the model from the
-same config (train/models.py). Importing this module imports no torch.
+same config (train/models.py). Importing this module imports no torch; a preset that changes a built-in model
+(or names a config path) has its activations traced from the model's code on demand (model/traceable.py,
+imported then) and kept in the trace cache.
 """
 
 from __future__ import annotations
