@@ -336,27 +336,14 @@ def export(preset, args) -> int:
 
 
 def dry_run(preset, args) -> int:
-    """--dry-run: every node's exact command, quoted for pasting; nothing is started (and no torch imported)."""
-    from paradvisor.launch import runner
-    from paradvisor.launch.argv import node_commands
-    from paradvisor.launch.hang import hang_timeout
-    from paradvisor.rundir.preset import engine_of
+    """--dry-run: what the engine would run (every node's exact command, or the Slurm job script), quoted for
+    pasting; nothing is started (and no torch imported). The engine says it: launch/engines.py."""
+    from paradvisor.launch.engines import engine_for, placeholder_run_dir
 
-    if engine_of(preset.launch) == "ssh":
-        return dry_run_ssh(preset, args)
-    runner.validate(preset, reach=False)
-    endpoint, preset = runner.endpoint_for(preset)
-    run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
-    commands = node_commands(preset, run_dir, endpoint=endpoint)
-    for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
-        print(
-            (f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
-            + shell_join(argv)
-        )
-    sys.stderr.write(
-        f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-        f"({preset.launch.layout()}); {hang_timeout(preset)[1]}; nothing started\n"
-    )
+    engine = engine_for(preset, submit=args.submit, ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout)
+    plan = engine.dry_run(preset, run_dir=placeholder_run_dir(args.runs_dir, args.run_dir, preset))
+    print(plan.text())
+    sys.stderr.write(plan.summary + "\n")
     line = epoch_text(preset)
     if line:
         sys.stderr.write(line + "\n")
@@ -482,28 +469,6 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
             + (f" of {r['limit_bytes'] / 2**20:.0f}" if r.get("limit_bytes") else "")
             + f"\nlaunch it: {r['command']}\n"
         )
-
-
-def dry_run_ssh(preset, args) -> int:
-    """The ssh command of every node (what the ssh engine runs), quoted for pasting; nothing is started."""
-    from dataclasses import replace
-
-    from paradvisor.launch import runner, sshrun
-
-    nodes, endpoint = sshrun.plan_nodes(
-        preset, ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout or sshrun.DEFAULT_SSH_TIMEOUT_S
-    )
-    runner.validate(replace(preset, launch=replace(preset.launch, rdzv_endpoint=endpoint)), reach=False)
-    for n in nodes:
-        print(
-            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shell_join(n.argv)}"
-        )
-    sys.stderr.write(
-        f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-        f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n"
-    )
-    data_note(preset)
-    return 0
 
 
 class LiveProgress:
