@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
 from paradvisor.output import shell_join
+from paradvisor.rundir.status import RunState
 from paradvisor.units import fmt_seconds
 
 if TYPE_CHECKING:
@@ -404,7 +405,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
             if watch is not None:
                 watch.close()
         report_end(launch, doc, watch)
-        if doc["status"] != "failed" or restarts >= preset.launch.max_restarts:
+        if doc["status"] != RunState.FAILED or restarts >= preset.launch.max_restarts:
             break
         from paradvisor.launch.restart import next_attempt
 
@@ -451,13 +452,13 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
         line += f" — {failure_text(doc)}"
     elif doc.get("note"):
         line += f" — {doc['note']}"
-    if doc["status"] == "failed":
+    if doc["status"] == RunState.FAILED:
         from paradvisor.launch.resume import resume_hint
 
         hint = resume_hint(launch.run_dir)
         if hint:
             line += f"; {hint}"
-    if watch is not None or doc["status"] != "finished" or doc.get("note"):
+    if watch is not None or doc["status"] != RunState.FINISHED or doc.get("note"):
         sys.stderr.write(line + "\n")
     if watch is not None:
         watch.summary()
