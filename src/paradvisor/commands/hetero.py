@@ -23,15 +23,14 @@ def add_parser(sub) -> None:
 def compute(args):
     """The advice for the command's arguments (plan/hetero.py advise_hetero)."""
     from paradvisor.hardware import calibration
-    from paradvisor.hardware.cluster import load_cluster
+    from paradvisor.hardware.machines import resolve_machines
     from paradvisor.model.load import load_profile
     from paradvisor.plan.hetero import advise_hetero
 
     if args.base_batch < 1 or args.base_local_steps < 1 or args.seq_len < 1:
         raise InputError("--base-batch, --base-local-steps and --seq-len must be at least 1")
-    cluster = calibration.apply(
-        load_cluster(args.cluster)
-    )  # measured speeds where `calibrate` ran on the GPU
+    # measured speeds where `calibrate` ran on the GPU
+    cluster = calibration.apply(resolve_machines(cluster_file=args.cluster)[0])
     if not any(n.gpus for n in cluster.online_nodes):
         raise InputError("the cluster has no node with GPUs", where=args.cluster)
     return advise_hetero(
