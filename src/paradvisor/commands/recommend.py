@@ -260,34 +260,30 @@ def _show_header(con, rec) -> None:
 
 
 def _show_ranking(con, rec, args) -> None:
-    """The ranked plans' table and how the rules moved them."""
+    """The ranked plans' table and how the rules moved them (plan/view.py: the rows the TUI shows too)."""
     from rich.text import Text
 
     from paradvisor.output import table
-    from paradvisor.plan.report import factors_text
+    from paradvisor.plan.view import plan_rows, rule_moves
 
     t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
-    for i, e in enumerate(rec.plans[: args.top], 1):
-        pl = e.plan
-        moved = e.cost_rank and e.cost_rank != i
+    for r in plan_rows(rec, args.top):
         t.add_row(
-            str(i),
-            pl.label(),
-            f"{pl.micro_batch}x{pl.grad_accum}",
-            pl.checkpointing,
-            f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
-            fmt_seconds(e.step_time),
-            f"{e.samples_per_s:.3g}",
-            Text(str(e.cost_rank), style="yellow") if moved else str(e.cost_rank or i),
+            str(r.rank),
+            r.label,
+            r.batching,
+            r.checkpointing,
+            r.memory,
+            r.step,
+            r.samples_per_s,
+            Text(str(r.cost_rank), style="yellow") if r.moved else str(r.cost_rank),
         )
     con.print(t)
-    moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
+    moves = rule_moves(rec)
     if moves:
         con.print(
             'rules changed the order ("cost #" is the cost model\'s own rank; --no-rules ranks by it): '
-            + "; ".join(
-                f"{rid} moved {m['label']} {m['from']} -> {m['to']} ({factors_text(m)})" for rid, m in moves
-            )
+            + "; ".join(moves)
         )
 
 
