@@ -211,26 +211,42 @@ def lookup_preset(key: str) -> dict | None:
                 doc = json.loads(p.read_text())
         except (OSError, ValueError, RecursionError):
             return None
-    if not (
-        isinstance(doc, dict)
-        and doc.get("schema") == PRESET_SCHEMA
-        and doc.get("key") == key
-        and isinstance(doc.get("regimes"), list)
-        and all(
-            isinstance(r, dict) and isinstance(r.get("keys"), dict) and "seq_max" in r for r in doc["regimes"]
-        )
-        and (doc.get("params") is None or isinstance(doc["params"], dict))
-        and (doc.get("bounds") is None or isinstance(doc["bounds"], list))
-    ):
+    if _preset_problem(doc) is not None or doc.get("key") != key:
         return None
     _MEMORY[key] = doc
     return doc
 
 
+def _preset_problem(doc) -> str | None:
+    """Why a preset's entry (`lookup_preset`) is not usable, or None: its schema, checked whole like `_problem`."""
+    if not (isinstance(doc, dict) and doc.get("schema") == PRESET_SCHEMA and isinstance(doc.get("key"), str)):
+        return "not a preset trace entry of this version"
+    regs, params, bounds = doc.get("regimes"), doc.get("params"), doc.get("bounds")
+    if not isinstance(regs, list) or len(regs) > MAX_ENTRY_ITEMS:
+        return "no regimes"
+    for r in regs:
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("keys"), dict)
+            and "seq_max" in r
+            and (r["seq_max"] is None or _num(r["seq_max"], 1, 2**31, integer=True))
+            and all(isinstance(k, str) and _coeffs_ok(v) for k, v in r["keys"].items())
+        ):
+            return "a regime of the wrong shape"
+    if params is not None and not _params_ok(params, MAX_PARAMS):
+        return "parameter facts of the wrong shape"
+    if bounds is not None and not (
+        isinstance(bounds, list) and all(isinstance(b, list) and len(b) == 2 for b in bounds)
+    ):
+        return "regime bounds of the wrong shape"
+    return None
+
+
 def store(doc: dict) -> None:
     """Keep `doc` in this process and (best effort: a read-only home is no error) on disk. An entry the
-    reader would refuse (`_problem`) is not kept."""
-    if _problem(doc) is not None:
+    reader would refuse (`_problem`, `_preset_problem`) is not kept."""
+    check = _preset_problem if isinstance(doc, dict) and doc.get("schema") == PRESET_SCHEMA else _problem
+    if check(doc) is not None:
         return
     _MEMORY[doc["key"]] = doc
     p = _path(doc["key"])
