@@ -119,38 +119,16 @@ def run(args) -> int:
     return 0 if s.status == "finished" else 1
 
 
-def _with_lineage(runs: list[dict]) -> list[dict]:
-    """Each run with its parent (status.json's `parent`), its lineage (first ancestor -> itself) and how it
-    continued its parent; ordered so that a lineage's runs follow each other."""
-    from paradvisor.launch.resume import lineage_of
-    from paradvisor.rundir import RunDir
-    from paradvisor.rundir.status import read_status
-
-    docs = {}
-    for r in runs:
-        key = str(Path(r["run_dir"]).resolve())
-        docs[key] = read_status(RunDir(r["run_dir"]).status)
-    for r in runs:
-        d = docs[str(Path(r["run_dir"]).resolve())]
-        r["parent"] = d.get("parent") if isinstance(d.get("parent"), str) else None
-        r["lineage"] = [str(p) for p in lineage_of(Path(r["run_dir"]), docs)]
-        r["resumed"] = (
-            f"{Path(r['parent']).name} @ step {d.get('resume_step')} ({d.get('lineage_reason', 'resume')})"
-            if r["parent"]
-            else None
-        )
-    return sorted(runs, key=lambda r: r["lineage"])
-
-
 def run_list(args) -> int:
-    from paradvisor.monitor.follow import list_runs
+    from paradvisor.monitor import runcache
 
-    runs = _with_lineage(list_runs(args.runs_dir))
+    listed = runcache.with_lineage(runcache.entries(args.runs_dir))
     if args.json:
-        from paradvisor.output import emit_json
+        from paradvisor.output import raw_stream
 
-        emit_json({"schema": "paradvisor.runs/1", "runs_dir": args.runs_dir, "runs": runs})
+        runcache.write_runs_json(raw_stream(sys.stdout), args.runs_dir, listed)
         return 0
+    runs = [{**e.row, **extra} for e, extra in listed]
     if not runs:
         print(f"no runs in {args.runs_dir}", file=sys.stderr)
         return 0

@@ -461,39 +461,13 @@ def prediction_note(s: RunSummary) -> str:
 
 
 def list_runs(runs_dir: str | Path) -> list[dict]:
-    """A summary of every run directory under `runs_dir`; one that cannot be read is listed as `unknown` with
-    the reason, never an error for the whole list."""
-    root = Path(runs_dir)
-    if not root.is_dir():
-        return []
-    out = []
-    try:
-        entries = sorted(root.iterdir())
-    except OSError:
-        return []
-    for d in entries:
-        try:
-            if not (d.is_dir() and RunDir(d).is_run()):
-                continue
-            out.append(summarize(d))
-        except (OSError, ValueError, TypeError, ArithmeticError) as exc:
-            out.append(
-                {
-                    "run_dir": str(d),
-                    "name": d.name,
-                    "label": None,
-                    "status": "unknown",
-                    "step": 0,
-                    "total_steps": None,
-                    "loss": None,
-                    "samples_per_s": None,
-                    "elapsed_s": 0.0,
-                    "reason": f"unreadable run directory: {type(exc).__name__}: {exc}",
-                    "skipped_lines": 0,
-                    "unreadable": ["the run directory"],
-                }
-            )
-    return out
+    """A summary of every run directory under `runs_dir` (an ended run's from its summary.json when that
+    matches its files: monitor/runcache.py); one that cannot be read is listed as `unknown` with the reason,
+    never an error for the whole list."""
+    from paradvisor.monitor import runcache
+
+    now = time.time()
+    return [e.doc(now) for e in runcache.entries(runs_dir)]
 
 
 def node_lines(s: RunSummary) -> list[str]:
