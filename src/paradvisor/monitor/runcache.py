@@ -53,7 +53,7 @@ def inputs(run_dir: Path) -> dict[str, list[int] | None]:
     out: dict[str, list[int] | None] = {}
     for name in INPUTS:
         try:
-            st = os.stat(run_dir / name)
+            st = os.stat(os.path.join(run_dir, name))
             out[name] = [st.st_size, st.st_mtime_ns, st.st_ino]
         except OSError:
             out[name] = None
@@ -130,7 +130,7 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
     from paradvisor.safeio import read_text
 
     try:
-        st = json.loads(read_text(Path(run_dir) / FILE, what="run summary", limit=64 << 20))
+        st = json.loads(read_text(os.path.join(run_dir, FILE), what="run summary", limit=64 << 20))
         if st["schema"] != SCHEMA or st["code"] != _code() or st["inputs"] != sigs:
             return None
         entry = Entry(str(run_dir), st["rendered"], st["sample_times"], st["lineage"], st["row"])
@@ -206,7 +206,7 @@ def entries(runs_dir: str | Path) -> list[Entry]:
     for name in names:
         d = root / name
         try:
-            if not (d.is_dir() and RunDir(d).is_run()):
+            if not (os.path.isdir(d) and os.path.exists(os.path.join(d, STATUS))):  # RunDir.is_run
                 continue
             out.append(entry_of(d))
         except (OSError, ValueError, TypeError, ArithmeticError) as exc:
@@ -219,7 +219,7 @@ def with_lineage(runs: list[Entry]) -> list[tuple[Entry, dict]]:
     continued its parent; ordered so that a lineage's runs follow each other."""
     from paradvisor.launch.resume import lineage_of
 
-    keys = [str(Path(e.run_dir).resolve()) for e in runs]
+    keys = [os.path.realpath(e.run_dir) for e in runs]  # Path.resolve's
     docs = {k: e.lineage for k, e in zip(keys, runs)}
     out = []
     for e, key in zip(runs, keys):
@@ -230,7 +230,7 @@ def with_lineage(runs: list[Entry]) -> list[tuple[Entry, dict]]:
             if parent
             else None
         )
-        lineage = [str(p) for p in lineage_of(Path(e.run_dir), docs)]
+        lineage = [str(p) for p in lineage_of(Path(e.run_dir), docs)] if d.get("parent") else [key]
         out.append((e, {"parent": parent, "lineage": lineage, "resumed": resumed}))
     return sorted(out, key=lambda x: x[1]["lineage"])
 
