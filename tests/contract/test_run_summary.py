@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 
+from paradvisor.commands.monitor import _with_lineage
 from paradvisor.monitor import runcache
 from paradvisor.monitor.follow import summarize
 from paradvisor.output import emit_json
@@ -34,7 +35,7 @@ def _run(root, name: str, status: str = "finished", parent: str | None = None):
 
 def _listed(root) -> dict:
     out = io.StringIO()
-    runcache.write_runs_json(out, str(root), runcache.with_lineage(runcache.entries(root)))
+    runcache.write_runs_json(out, str(root), _with_lineage(runcache.entries(root)))
     return json.loads(out.getvalue()), out.getvalue()
 
 

@@ -460,16 +460,6 @@ def prediction_note(s: RunSummary) -> str:
     return pred.note or ""
 
 
-def list_runs(runs_dir: str | Path) -> list[dict]:
-    """A summary of every run directory under `runs_dir` (an ended run's from its summary.json when that
-    matches its files: monitor/runcache.py); one that cannot be read is listed as `unknown` with the reason,
-    never an error for the whole list."""
-    from paradvisor.monitor import runcache
-
-    now = time.time()
-    return [e.doc(now) for e in runcache.entries(runs_dir)]
-
-
 def node_lines(s: RunSummary) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""

@@ -214,34 +214,16 @@ def entries(runs_dir: str | Path) -> list[Entry]:
     return out
 
 
-def with_lineage(runs: list[Entry]) -> list[tuple[Entry, dict]]:
-    """Each run with its parent (status.json's `parent`), its lineage (first ancestor -> itself) and how it
-    continued its parent; ordered so that a lineage's runs follow each other."""
-    from paradvisor.launch.resume import lineage_of
-
-    keys = [os.path.realpath(e.run_dir) for e in runs]  # Path.resolve's
-    docs = {k: e.lineage for k, e in zip(keys, runs)}
-    out = []
-    for e, key in zip(runs, keys):
-        d = docs[key]
-        parent = d.get("parent") if isinstance(d.get("parent"), str) else None
-        resumed = (
-            f"{Path(parent).name} @ step {d.get('resume_step')} ({d.get('lineage_reason', 'resume')})"
-            if parent
-            else None
-        )
-        lineage = [str(p) for p in lineage_of(Path(e.run_dir), docs)] if d.get("parent") else [key]
-        out.append((e, {"parent": parent, "lineage": lineage, "resumed": resumed}))
-    return sorted(out, key=lambda x: x[1]["lineage"])
-
-
-def write_runs_json(stream, runs_dir: str, runs: list[tuple[Entry, dict]]) -> None:
+def write_runs_json(stream, runs_dir: str, runs: list[tuple[Entry, dict]]) -> int:
     """`runs --json`: the same text as `output.emit_json` of {schema, runs_dir, runs}, written entry by entry
-    from the rendered entries (json's indenting encoder is pure Python: 10,000 runs took seconds)."""
+    from the rendered entries (json's indenting encoder is pure Python: 10,000 runs took seconds). 0."""
+    from paradvisor.output import raw_stream
+
+    stream = raw_stream(stream)
     stream.write('{\n  "schema": "paradvisor.runs/1",\n  "runs_dir": ' + indented(runs_dir, 1) + ",\n")
     if not runs:
         stream.write('  "runs": []\n}\n')
-        return
+        return 0
     stream.write('  "runs": [\n')
     t = time.time()
     for i, (e, extra) in enumerate(runs):
@@ -249,3 +231,4 @@ def write_runs_json(stream, runs_dir: str, runs: list[tuple[Entry, dict]]) -> No
         stream.write("    " + body[: -len("\n    }")] + ",\n" + indented(extra, 2)[2:])
         stream.write(",\n" if i + 1 < len(runs) else "\n")
     stream.write("  ]\n}\n")
+    return 0
