@@ -53,6 +53,7 @@ def _from_files(root, runs) -> str:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
+        docs.sort(key=lambda r: r["lineage"])  # a lineage's runs follow each other
         emit_json({"schema": "paradvisor.runs/1", "runs_dir": str(root), "runs": docs})
     return out.getvalue()
 
@@ -91,10 +92,15 @@ def test_runs_from_the_summary_equal_runs_from_the_files_and_a_stale_one_is_made
         (b / runcache.FILE).write_bytes(bad)
         assert _aged(_listed(root)[1]) == _aged(_from_files(root, [a, b, going]))
         assert json.loads((b / runcache.FILE).read_text())["schema"] == runcache.SCHEMA
-    # the status rewritten (same size, another time): made again
+    # the runs folder renamed: every entry names the new path
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    a, b, going = (moved / d.name for d in (a, b, going))
+    assert _aged(_listed(moved)[1]) == _aged(_from_files(moved, [a, b, going]))
+    # the status rewritten: made again
     st = json.loads((b / "status.json").read_text())
     (b / "status.json").write_text(json.dumps(st | {"status": "failed", "reason": "x"}))
-    assert _listed(root)[0]["runs"][1]["status"] == "failed"
+    assert {r["run_dir"]: r["status"] for r in _listed(moved)[0]["runs"]}[str(b)] == "failed"
 
 
 def test_the_command_prints_what_it_printed_before(tmp_path):

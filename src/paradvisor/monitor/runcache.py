@@ -4,7 +4,7 @@ file per run instead of its plan, status, metrics and prediction (issue 32, goal
 The files are the truth; the summary never is. It holds the entry `monitor.follow.summarize` made, already
 rendered as `runs --json` prints it, and the size, modification time and inode of every file that entry was
 made from (status.json, plan.toml, metrics.jsonl, prediction.json, nodes.json, samples.jsonl) and a hash of
-the code that made it. A reader uses it only when every one of those is unchanged; otherwise (missing,
+the code that made it, and the path the run was listed under. A reader uses it only when all of those match; otherwise (missing,
 unreadable, another version, any input changed) the entry is made from the files again and the summary
 rewritten (a read-only run directory just has none). Only ended runs with a recorded start and end are kept:
 a running run's figures move with the clock. The one figure of an ended run that moves with the clock, the
@@ -131,7 +131,12 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
 
     try:
         st = json.loads(read_text(os.path.join(run_dir, FILE), what="run summary", limit=64 << 20))
-        if st["schema"] != SCHEMA or st["code"] != _code() or st["inputs"] != sigs:
+        if (
+            st["schema"] != SCHEMA
+            or st["code"] != _code()
+            or st["inputs"] != sigs
+            or st["path"] != str(run_dir)
+        ):
             return None
         entry = Entry(str(run_dir), st["rendered"], st["sample_times"], st["lineage"], st["row"])
     except (InputError, ValueError, KeyError, TypeError, RecursionError):
@@ -150,7 +155,8 @@ def save(run_dir: Path, entry: Entry, sigs: dict) -> None:
     """Keep `entry` as summary.json (best effort: a read-only run directory keeps none)."""
     from paradvisor.safeio import write_private
 
-    doc = {"schema": SCHEMA, "code": _code(), "inputs": sigs, **vars(entry)}
+    # the path it was listed under: the entry names it (a runs folder renamed, or given another way, is new)
+    doc = {"schema": SCHEMA, "code": _code(), "inputs": sigs, "path": str(run_dir), **vars(entry)}
     doc.pop("run_dir")
     try:
         write_private(Path(run_dir) / FILE, json.dumps(doc, separators=(",", ":")))
