@@ -31,6 +31,7 @@ from pathlib import Path
 
 from paradvisor.launch.argv import FORWARD_PREFIXES
 from paradvisor.rundir import LINE_FILES, node_file
+from paradvisor.rundir.status import RunState
 
 HELLO_LIMIT = 16 << 20  # bytes of the hello line (the plan is a few KiB)
 CHUNK = 1 << 20  # bytes of one file sent at a time
@@ -192,7 +193,7 @@ def main() -> int:
     launch, run_dir = started
     doc = _serve(launch, Streamer(run_dir, hello["node"], out), out)
     out({"t": "end", "status": doc})
-    return 0 if doc.get("status") == "finished" else 1
+    return 0 if doc.get("status") == RunState.FINISHED else 1
 
 
 def _start_node(hello: dict, out: Emitter):

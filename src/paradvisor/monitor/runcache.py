@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paradvisor.rundir import METRICS, NODES, PLAN, PREDICTION, SAMPLES, STATUS, RunDir
+from paradvisor.rundir.status import TERMINAL, RunState
 
 FILE = "summary.json"
 SCHEMA = "paradvisor.run-summary/1"
@@ -91,7 +92,7 @@ class Entry:
 def _cacheable(doc: dict, status: dict) -> bool:
     num = (int, float)
     return (
-        doc.get("status") in ("finished", "failed", "cancelled", "interrupted")
+        doc.get("status") in TERMINAL
         and status.get("status") == doc.get("status")  # not a `running` left behind (read by pid)
         and isinstance(status.get("ended"), num)
         and isinstance(status.get("started"), num)
@@ -181,7 +182,7 @@ def unreadable_entry(d: Path, exc: Exception) -> Entry:
         "run_dir": str(d),
         "name": d.name,
         "label": None,
-        "status": "unknown",
+        "status": RunState.UNKNOWN,
         "step": 0,
         "total_steps": None,
         "loss": None,
