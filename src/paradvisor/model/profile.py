@@ -56,20 +56,6 @@ class TransformerShape:
     attn_params: int = 0  # attention weights per layer when not q/k/v/o of heads x head_dim (DeepSeek MLA)
 
     @property
-    def dropout(self) -> bool:
-        """Whether the family trains with dropout layers by default (its family record: model/families/)."""
-        from paradvisor.model.families import get  # the family modules import this module
-
-        return get(self.family).dropout
-
-    @property
-    def fixed_positions(self) -> bool:
-        """Whether a sequence longer than `max_positions` cannot run (learned positions of fixed size)."""
-        from paradvisor.model.families import get
-
-        return get(self.family).learned_positions
-
-    @property
     def is_moe(self) -> bool:
         return self.num_experts > 0 and self.moe_layers > 0
 
