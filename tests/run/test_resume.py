@@ -101,9 +101,11 @@ def test_a_checkpoint_resumes_under_another_plan(name, refs, tmp_path):
     child = children(tmp_path / "runs", ref)[0]
     want, got = losses(ref), losses(child)
     assert sorted(got) == [3, 4], got
-    if name == "zero3->zero1":  # Adam's state too: step 4 depends on it (DeepSpeed's universal checkpoint)
+    if name == "zero3->zero1":  # Adam's state too (DeepSpeed's universal checkpoint): step 4 as the
+        # uninterrupted run's within 1e-5, which a fresh AdamW misses (7e-4: benchmarks/resume.py --zero)
         assert [r["loaded_as"] for r in records(child, "resumed")] == ["universal"] * 2
         assert not (child / ".universal").exists()  # the conversion is removed once loaded
+        assert rel(got[4], want[4]) <= 1e-5, (got, want)
     # the same checkpoint restarted under the source plan gave steps 3-4 within 1e-5 (above); another plan
     # changes only the order of floating-point sums
     for step in got:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.launch import ckptcopy
+from paradvisor.launch.argv import forwarded_env
 from paradvisor.output import one_line
 from paradvisor.rundir import LINE_FILES, RunDir
 from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset, write_run_plan
@@ -138,15 +140,6 @@ def resolve_address(host: str, *, ssh_config: str | None) -> str:
     return name
 
 
-def forwarded_env(extra: dict | None) -> dict:
-    """Environment the nodes' ranks get from here: fault drills, NCCL/Gloo settings, thread count."""
-    from paradvisor.launch.argv import FORWARD_PREFIXES
-
-    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
-    env.update({k: v for k, v in (extra or {}).items() if k.startswith(FORWARD_PREFIXES)})
-    return env
-
-
 def _score(n: NodeSession) -> int:
     """How likely a failed node is the cause: its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
     from paradvisor.launch.diagnose import is_peer_error
@@ -182,6 +175,7 @@ class SshLaunch:
         self.code = code  # the user's script folder (launch/bundle.py), sent to every node in its hello
         self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
         self.locks, self.ssh_config, self.ssh_timeout, self.env = locks, ssh_config, ssh_timeout, env
+        self.copies = ckptcopy.for_run(preset, run_dir, len(nodes), self.log)  # checkpoints copied here
         self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.started = time.time()
@@ -316,6 +310,7 @@ class SshLaunch:
                     "remote_dir": lau.remote_dir,
                     "env": self.env,
                     **({"code": base64.b64encode(self.code).decode()} if self.code else {}),
+                    **(self.copies.hello() if self.copies else {}),
                 }
             )
             + "\n"
@@ -337,6 +332,8 @@ class SshLaunch:
         try:
             n.proc.stdin.write(self._hello(n))
             n.proc.stdin.flush()
+            if self.copies:
+                self.copies.send_push(n.proc.stdin)
         except OSError:
             pass  # the session already ended: its exit code says why
         n.reader = threading.Thread(
@@ -397,6 +394,8 @@ class SshLaunch:
                     and isinstance(msg.get("b"), str)
                 ):
                     self._store(n, msg["f"], base64.b64decode(msg["b"]), t == "whole")
+                elif t in ckptcopy.KINDS and self.copies is not None:
+                    self.copies.take(n.index, msg)
                 elif t == "hello":
                     n.agent = _agent_facts(msg)
                     with n.lock:

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.rundir.checkpoints import (
+    PIECES_ENV,
     checkpoint_root,
     ensure_root,
     finalize,
@@ -105,6 +106,10 @@ class Checkpointer:
         name = (os.environ.get("PARADVISOR_RUN_NAME") or Path(run_dir).name) if cdir else Path(run_dir).name
         self.root = checkpoint_root(Path(run_dir).parent / name, cdir)
         self.stop = StopRequest()
+        # without a shared folder on the ssh engine each node's first process writes its node's part
+        # (launch/ckptcopy.py copies every node's part to the launching machine)
+        pieces = os.environ.get(PIECES_ENV) == "1" and os.environ.get("LOCAL_RANK") == "0"
+        self.leader = rank == 0 or pieces
         # two gloo groups of every rank: one for the stop flags and barriers of the training thread, one for
         # DCP's writes (an async save runs its collectives on a thread of its own), made at the first save or
         # load, which every rank reaches together (a run that never saves holds no idle gloo threads)
@@ -232,7 +237,7 @@ class Checkpointer:
         self.wait()  # one checkpoint in flight at a time
         t0 = time.perf_counter()
         tmp = self.root / temp_name(step)
-        if self.rank == 0:
+        if self.leader:
             ensure_root(self.root)
             if tmp.exists():  # left by a run killed while writing this step
                 import shutil
@@ -278,7 +283,7 @@ class Checkpointer:
         self.pending = None
         if future is not None:
             future.result()
-        if self.rank != 0:
+        if not self.leader:
             return
         if self.fault is not None:
             self.fault.mid_checkpoint(self.rank, step)
