@@ -24,15 +24,15 @@ pytestmark = [pytest.mark.slow]
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 
 
-def complete(root: Path) -> list[Path]:
-    return sorted(root.glob("*/step-*/meta.json")) if root.exists() else []
+def complete(root: Path, pattern: str = "*/step-*/meta.json") -> list[Path]:
+    return sorted(root.glob(pattern)) if root.exists() else []
 
 
-def past_checkpoint(runs: Path, shared: Path) -> bool:
-    """Whether a run under `runs` logged a step after the newest complete checkpoint in `shared`."""
+def past_checkpoint(runs: Path, found) -> bool:
+    """Whether a run under `runs` logged a step after the newest complete checkpoint `found()` lists."""
     from tests.runs import metrics
 
-    steps = [int(p.parent.name.split("-")[1]) for p in complete(shared)]
+    steps = [int(p.parent.name.split("-")[1]) for p in found()]
     if not steps or not runs.exists():
         return False
     try:
@@ -55,7 +55,11 @@ def kill_matching(mark: str) -> int:
 
 
 @pytest.mark.ssh
-def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp_path):
+@pytest.mark.parametrize("where", ["shared", "copied"])
+def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(where, tmp_path):
+    """shared: the checkpoints in a folder both nodes read ([launch] checkpoint_dir); copied: none, so each
+    node's part of every checkpoint is copied to the launcher's run directory (launch/ckptcopy.py), and the
+    re-planned run resumes from that copy, pushed to the node that remains."""
     d = tmp_path / "sshd"
     d.mkdir()
     port = 0
@@ -81,8 +85,15 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
             "[launch]\nnproc_per_node = 2",
             f'[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = ["node-a", "node-b"]\nmaster_port = {free_port()}\n'
             f"remote_python = {json.dumps(sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
-            f"max_restarts = 1\ncheckpoint_dir = {json.dumps(str(shared))}",
+            "max_restarts = 1"
+            + (f"\ncheckpoint_dir = {json.dumps(str(shared))}" if where == "shared" else ""),
         )
+
+        def found() -> list[Path]:  # the complete checkpoints the launcher can resume from
+            if where == "shared":
+                return complete(shared)
+            return complete(tmp_path / "runs", "*/checkpoints/step-*/meta.json")
+
         text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 5\ncheckpoint_async = false")
         preset = tmp_path / "two-nodes.toml"
         preset.write_text(text)
@@ -105,9 +116,9 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)
         )
         try:
-            wait_for(lambda: complete(shared), 240, "a complete checkpoint", proc)
+            wait_for(found, 240, "a complete checkpoint", proc)
             # ... and a step logged after it, to compare the resumed run's first step with
-            wait_for(lambda: past_checkpoint(tmp_path / "runs", shared), 120, "a step after it", proc)
+            wait_for(lambda: past_checkpoint(tmp_path / "runs", found), 120, "a step after it", proc)
             write_config(server.dead_port)  # node-b no longer answers ssh ...
             assert kill_matching(str(tmp_path / "nodes") + "/") > 0  # ... and its processes are gone
             kill_matching("node-b")
@@ -124,6 +135,10 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
         st = status(child)
         assert st["status"] == "finished" and st["lineage_reason"] == "re-plan" and st["world_size"] == 1
         assert "node-b unreachable" in st["replan"]
+        if where == "copied":  # both nodes' parts assembled here, then pushed to node-a
+            assert st["resumed_from"].startswith(str((failed[0] / "checkpoints").resolve())), st
+            assert "copied from 2 node(s)" in (failed[0] / "launcher.log").read_text()
+            assert "pushed step-" in (child / "launcher.log").read_text()
         before, after = losses(failed[0]), losses(child)
         start = st["resume_step"]
         assert min(after) == start + 1 and max(after) == 300

@@ -96,20 +96,38 @@ class Sender:
         self.emit({"t": "ckpt_end", "s": step})
 
 
-class Receiver:
-    """The launcher side of one ssh run: assembles every node's parts into RUN_DIR/checkpoints/step-N."""
+def for_run(preset, run_dir: Path, nodes: int, log) -> Receiver | None:
+    """The launcher's side of an ssh run whose checkpoints are copied here (None: a shared checkpoint_dir)."""
+    if not copies(preset.launch):
+        return None
+    src = preset.train.resume_from
+    push = push_plan(Path(src)) if src else None
+    return Receiver(run_dir, nodes, preset.train.keep_checkpoints, bound(preset), log, push=push)
 
-    def __init__(self, run_dir: Path, nodes: int, keep: int, limit: float, log):
-        self.root, self.nodes, self.keep, self.limit, self.log = (
-            checkpoint_root(run_dir),
-            nodes,
-            keep,
-            limit,
-            log,
-        )
+
+class Receiver:
+    """The launcher side of one ssh run: assembles every node's parts into RUN_DIR/checkpoints/step-N, and
+    pushes the checkpoint the run resumes from to every node (`hello`, `send_push`)."""
+
+    def __init__(self, run_dir: Path, nodes: int, keep: int, limit: float, log, push=None):
+        self.root, self.nodes, self.keep, self.limit = checkpoint_root(run_dir), nodes, keep, limit
+        self.log = log
         self.lock = threading.Lock()
         self.parts: dict[int, dict] = {}  # step -> {"started", "bytes", "meta", "nodes": {node: {...}}}
         self.done: set[int] = set()
+        self.push = push  # (hello info, files, folder) of the checkpoint resumed from, or None
+
+    def hello(self) -> dict:
+        return {"resume": self.push[0]} if self.push else {}
+
+    def send_push(self, stdin) -> None:
+        """The checkpoint resumed from, after the hello (the agent reads it before starting its ranks)."""
+        if self.push:
+            t0 = time.monotonic()
+            for line in push_lines(Path(self.push[2]), self.push[1]):
+                stdin.write(line)
+            stdin.flush()
+            self.log(f"pushed {self.push[0]['name']} to a node in {time.monotonic() - t0:.3f} s")
 
     def take(self, node: int, msg: dict) -> None:
         step = msg.get("s")
@@ -213,7 +231,7 @@ def receive_pushed(stream, info: dict, into: Path, limit: int) -> Path:
     """The agent's side: `info["lines"]` lines of a pushed checkpoint into `into/<name>`; checked against its
     manifest. Returns the folder (raises ValueError when it is not a complete checkpoint)."""
     if not isinstance(info, dict):
-        raise ValueError("the pushed checkpoint is not described")
+        raise TypeError("the pushed checkpoint is not described")
     name = str(info.get("name", ""))
     if not re.fullmatch(r"step-\d{1,12}", name) or not isinstance(info.get("lines"), int):
         raise ValueError("the pushed checkpoint's name or size is not one")

@@ -289,7 +289,7 @@ class Checkpointer:
             self.fault.mid_checkpoint(self.rank, step)
         final = finalize(tmp, self.root, step, meta)
         removed = purge(self.root, self.t.keep_checkpoints)
-        if self.writer is not None:
+        if self.writer is not None and self.rank == 0:  # one record (each node completes its own part)
             m = read_meta(final) or {}
             self.writer.write(
                 {
