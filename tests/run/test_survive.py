@@ -1,4 +1,5 @@
-"""A run that survives a lost node (ssh, max_restarts = 1, re-planned onto the node that remains) and a Slurm
+"""A run that survives a lost node (ssh, max_restarts = 1, re-planned onto the node that remains; its
+checkpoints in a shared checkpoint_dir, or copied to the launcher and pushed back) and a Slurm
 requeue (the requeued job resumes from its checkpoint). Real sshd (tests/sshd.py), real Slurm
 (tests/slurm_cluster.py), real ranks."""
 
