@@ -163,6 +163,8 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(whe
 
 
 def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_path):
+    """`scontrol requeue`: the ranks save on the way down; the requeued job resumes from that checkpoint in a
+    new run directory (`<run>-requeue1`) whose statuses name the first one as parent (launch/requeue.py)."""
     from tests.slurm_cluster import Slurm
 
     cluster = Slurm(tmp_path_factory.mktemp("slurm"))
@@ -218,20 +220,29 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
         assert proc.returncode == 0, err[-4000:]
-        recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        resumed = [r for r in recs if r["kind"] == "resumed"]
+        # the requeued job ran in a new run directory that names its parent (every resume is a new one)
+        child = runs / f"{run.name}-requeue1"
         why = "\n".join(
             [
                 err[-1500:],
                 *(p.read_text()[-1500:] for p in run.glob("*.out")),
-                *(p.name for p in run.iterdir()),
+                *(p.name for p in runs.rglob("*")),
             ]
         )
+        assert child.is_dir() and _out.strip().splitlines()[-1] == str(child), why
+        recs = [json.loads(x) for x in (child / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        resumed = [r for r in recs if r["kind"] == "resumed"]
         assert resumed and resumed[0]["step"] >= 20, why
         steps = [r["step"] for r in recs if r["kind"] == "step" and r["rank"] == 0]
         assert steps[-1] == 600 and resumed[0]["step"] + 1 in steps
-        node = json.loads((run / "status-node0.json").read_text())
+        assert str(run.resolve() / "checkpoints") in resumed[0]["path"]
+        node = json.loads((child / "status-node0.json").read_text())
         assert node["lineage_reason"] == "requeue" and node["resume_step"] == resumed[0]["step"]
-        assert json.loads((run / "status-node0.attempt0.json").read_text())["status"] == "cancelled"
+        assert node["parent"] == str(run.resolve())
+        assert json.loads((run / "status-node0.json").read_text())["status"] == "cancelled"
+        first, last = status(run), status(child)
+        assert first["status"] == "cancelled" and str(child) in first["reason"], first
+        assert last["status"] == "finished" and last["parent"] == str(run.resolve()), last
+        assert last["lineage_reason"] == "requeue" and last["resume_step"] == resumed[0]["step"]
     finally:
         cluster.stop()
