@@ -420,7 +420,7 @@ def test_003_table3_evidence_in_the_rule():
     assert round((n["idle_c_s"] - base) / base, 2) == n["idle_c_change"] == -0.39
     assert round((n["idle_a_s"] - base) / base, 2) == n["idle_a_change"] == 0.96
     assert round((n["idle_b_s"] - base) / base, 2) == n["idle_b_change"] == 0.38
-    from paradvisor.commands.hetero import PAPER_IDLE
+    from paradvisor.plan.hetero import PAPER_IDLE
 
     assert [round(sum(v), 1) for v in PAPER_IDLE.values()] == [20.6, 40.4, 28.4, 12.6]
 

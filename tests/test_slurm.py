@@ -235,7 +235,7 @@ def test_queue_timeout_is_checked_like_every_launch_option(tmp_path, cli):
 
 
 def test_the_submitted_script_quotes_what_it_carries(tmp_path):
-    from paradvisor.launch.slurm import script
+    from paradvisor.launch.slurm_script import script
     from paradvisor.rundir.preset import load_preset
 
     mark = tmp_path / "pwned"

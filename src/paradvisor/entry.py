@@ -4,6 +4,7 @@ A Ctrl-C while the interpreter still imports paradvisor.cli (and what it imports
 never a traceback; from then on cli.main() handles it. `python -m paradvisor` goes through here too.
 """
 
+import signal
 import sys
 
 
@@ -13,4 +14,8 @@ def main() -> int:
     except KeyboardInterrupt:
         sys.stderr.write("paradvisor: interrupted\n")
         return 130
-    return cli_main()
+    code = cli_main()
+    # The command is done and has said so: a Ctrl-C while the interpreter exits changes nothing (it was killed
+    # by the signal then, exit -2 with no line, though everything had been printed).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code

@@ -165,7 +165,7 @@ def test_a_wrong_option_points_to_the_subcommands_help():
 
 
 def test_calibrate_refuses_noise_and_warns_about_drift():
-    from paradvisor.commands.calibrate import implausible
+    from paradvisor.estimate.fits import implausible
 
     def doc(per_step: float, per_layer: float, fp32: float = 0.1) -> dict:
         return {

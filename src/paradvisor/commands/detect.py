@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paradvisor.hardware.types import Cluster, Node
+from paradvisor.hardware.types import Cluster
 from paradvisor.units import fmt_bandwidth, fmt_bytes, fmt_latency
 
 SCHEMA = "paradvisor.inventory/1"
@@ -33,23 +33,17 @@ def add_parser(sub) -> None:
 
 
 def inventory(args) -> Cluster:
-    from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster
+    """The cluster file, or this machine and the --host machines probed over ssh (hardware/machines.py)."""
+    from paradvisor.hardware.machines import resolve_machines
 
-    if args.cluster:
-        return load_cluster(args.cluster)
-    nodes: list[Node] = []
-    if args.host:
-        from paradvisor.hardware.remote import probe_hosts
-
-        remote = probe_hosts(args.host, timeout=args.timeout, ssh_config=args.ssh_config)
-    else:
-        remote = []
-    if not (args.host and args.no_local):
-        from paradvisor.hardware.inventory import detect_local
-
-        nodes.append(detect_local())
-    nodes.extend(remote)
-    return cluster_from_nodes(nodes, name="detected")
+    cluster, _ref = resolve_machines(
+        cluster_file=args.cluster,
+        hosts=args.host,
+        local=not (args.host and args.no_local),
+        ssh_config=args.ssh_config,
+        ssh_timeout=args.timeout,
+    )
+    return cluster
 
 
 def to_doc(cluster: Cluster) -> dict:

@@ -5,14 +5,6 @@ from __future__ import annotations
 from paradvisor.errors import InputError
 from paradvisor.units import half_up
 
-# 003_f884a432a3fcd491.txt, Table 3: GPU idle time (s) per node and in total.
-PAPER_IDLE = {
-    "baseline": [1.1, 0.0, 14.6, 4.9],
-    "A": [11.9, 0.0, 14.7, 13.8],
-    "B": [6.8, 7.2, 0.0, 14.4],
-    "C": [2.1, 0.0, 8.6, 1.9],
-}
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("hetero", help="per-node batch / local-step allocation for unlike nodes (003 Table 2)")
@@ -29,128 +21,31 @@ def add_parser(sub) -> None:
 
 
 def compute(args):
-    from paradvisor.hardware.cluster import load_cluster
-    from paradvisor.hardware.types import Cluster
+    """The advice for the command's arguments (plan/hetero.py advise_hetero)."""
+    from paradvisor.hardware import calibration
+    from paradvisor.hardware.machines import resolve_machines
     from paradvisor.model.load import load_profile
-    from paradvisor.plan.evaluate import evaluate
-    from paradvisor.plan.facts import ModelFacts, Topology
-    from paradvisor.plan.hetero import allocate
-    from paradvisor.plan.types import Plan, Workload
+    from paradvisor.plan.hetero import advise_hetero
 
     if args.base_batch < 1 or args.base_local_steps < 1 or args.seq_len < 1:
         raise InputError("--base-batch, --base-local-steps and --seq-len must be at least 1")
-    from paradvisor.hardware import calibration
-
-    cluster = calibration.apply(
-        load_cluster(args.cluster)
-    )  # measured speeds where `calibrate` ran on the GPU
-    nodes = [n for n in cluster.online_nodes if n.gpus]
-    if not nodes:
+    # measured speeds where `calibrate` ran on the GPU
+    cluster = calibration.apply(resolve_machines(cluster_file=args.cluster)[0])
+    if not any(n.gpus for n in cluster.online_nodes):
         raise InputError("the cluster has no node with GPUs", where=args.cluster)
-    prof = load_profile(args.model)
-    mf = ModelFacts.of(prof)
-    wl = Workload(args.model, seq_len=args.seq_len, global_batch=args.base_batch, precision=args.precision)
-
-    def inner(node, batch):
-        topo = Topology.of(Cluster(name=node.name, nodes=(node,)))
-        plan = Plan(dp=node.gpu_count, micro_batch=batch, precision=args.precision)
-        from dataclasses import replace
-
-        return evaluate(
-            mf, topo, replace(wl, global_batch=batch * node.gpu_count), plan, args.precision, 0.10
-        )
-
-    speeds = allocate(
-        nodes,
+    return advise_hetero(
+        cluster,
+        load_profile(args.model),
+        seq_len=args.seq_len,
         precision=args.precision,
         base_batch=args.base_batch,
         base_local_steps=args.base_local_steps,
-        fits=lambda n, b: inner(n, b).fits,
-        max_batch=1024,
     )
 
-    # Predicted idle per technique: each node's busy time per round, the round lasts as long as the slowest.
-    def idle(batches, steps):
-        busy = [h * inner(n, b).step_time for n, b, h in zip(nodes, batches, steps)]
-        return [max(busy) - x for x in busy]
 
-    base_b = [args.base_batch] * len(nodes)
-    base_h = [args.base_local_steps] * len(nodes)
-    predicted = {
-        "baseline": idle(base_b, base_h),
-        "A": idle([s.batch_a for s in speeds], base_h),
-        "B": idle([s.batch_b or args.base_batch for s in speeds], base_h)
-        if all(s.batch_b for s in speeds)
-        else None,
-        "C": idle(base_b, [s.local_steps_c for s in speeds]),
-    }
-    return cluster, nodes, speeds, predicted, prof
-
-
-TECHNIQUES = {
-    "baseline": "keep the base batch and local steps",
-    "A": "scale each node's batch by its speed",
-    "B": "double each node's batch while it fits",
-    "C": "scale each node's local steps by its speed",
-}
-
-
-def decide(predicted: dict, profile, cluster) -> dict:
-    """Which technique, and which evidence decides: the model's predicted idle time, or 003's measured one
-    (Table 3) where this model and these machines lie inside the evidence 003 measured (the scope of rule
-    003-local-steps-by-speed). The two are always shown side by side; when they disagree, the answer says
-    which wins and why."""
-    from paradvisor.rules.evidence import request_outside
-    from paradvisor.rules.loader import load_rule_sets
-
-    totals = {k: sum(v) for k, v in predicted.items() if v is not None}
-    model_best = min(totals, key=lambda k: (totals[k], k != "C"))
-    measured = {k: sum(v) for k, v in PAPER_IDLE.items()}
-    paper_best = min(measured, key=measured.get)
-    rule = next((r for r in load_rule_sets() if r.id == "003-local-steps-by-speed"), None)
-    outside = (
-        request_outside(rule.evidence if rule else None, profile, cluster) if rule else "no 003 rule loaded"
-    )
-    pm = f"predicted idle per round here: {model_best} {totals[model_best]:.1f} s"
-    if paper_best in totals:
-        pm += f", {paper_best} {totals[paper_best]:.1f} s"
-    paper = (
-        f"003 measured (Table 3): {paper_best} {measured[paper_best]:.1f} s total idle vs baseline "
-        f"{measured['baseline']:.1f} s (A {measured['A']:.1f} s, B {measured['B']:.1f} s)"
-    )
-    if model_best == paper_best:
-        return {
-            "recommendation": model_best,
-            "predicted_best": model_best,
-            "paper_best": paper_best,
-            "evidence": "both",
-            "why": f"technique {model_best}: {TECHNIQUES[model_best]} — the model and 003 "
-            f"agree ({pm}; {paper})",
-        }
-    if outside is None:
-        return {
-            "recommendation": paper_best,
-            "predicted_best": model_best,
-            "paper_best": paper_best,
-            "evidence": "paper",
-            "why": f"technique {paper_best}: {TECHNIQUES[paper_best]}. The model favours {model_best} ({pm}), "
-            f"but this model and these machines lie inside what 003 measured, and a measurement of the "
-            f"setup wins over the model ({paper}); the model's step time follows each node's peak "
-            f"and sees none of the synchronisation waits 003 measured",
-        }
-    return {
-        "recommendation": model_best,
-        "predicted_best": model_best,
-        "paper_best": paper_best,
-        "evidence": "model",
-        "why": f"technique {model_best}: {TECHNIQUES[model_best]} — the model's prediction for these machines "
-        f"({pm}) wins: 003's measurement ({paper}) does not cover them ({outside})",
-    }
-
-
-def run(args) -> int:
-    cluster, _nodes, speeds, predicted, prof = compute(args)
-    rows = [
+def rows_of(speeds) -> list[dict]:
+    """One row per node: its speed and each technique's allocation (the table and --json's `nodes`)."""
+    return [
         {
             "node": s.node,
             "gpus": s.gpus,
@@ -162,11 +57,19 @@ def run(args) -> int:
         }
         for s in speeds
     ]
-    d = decide(predicted, prof, cluster)
+
+
+def run(args) -> int:
+    from paradvisor.plan.hetero import PAPER_IDLE
+
+    adv = compute(args)
+    cluster, predicted, d = adv.cluster, adv.predicted_idle, adv.decision
+    rows = rows_of(adv.speeds)
     rec = d["why"]
     if args.json:
         from paradvisor.output import emit_json
 
+        idle = {k: (None if v is None else [round(x, 3) for x in v]) for k, v in predicted.items()}
         emit_json(
             {
                 "schema": "paradvisor.hetero/2",
@@ -175,9 +78,7 @@ def run(args) -> int:
                 "base_batch": args.base_batch,
                 "base_local_steps": args.base_local_steps,
                 "nodes": rows,
-                "predicted_idle_s": {
-                    k: (None if v is None else [round(x, 3) for x in v]) for k, v in predicted.items()
-                },
+                "predicted_idle_s": idle,
                 "paper_idle_s": PAPER_IDLE,
                 **d,
             }

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
 from paradvisor.output import shell_join
-from paradvisor.units import fmt_seconds
+from paradvisor.rundir.status import RunState
 
 if TYPE_CHECKING:
-    from paradvisor.monitor.follow import RunSummary
+    from paradvisor.monitor.live import LiveProgress
 
 
 def add_parser(sub) -> None:
@@ -336,27 +336,14 @@ def export(preset, args) -> int:
 
 
 def dry_run(preset, args) -> int:
-    """--dry-run: every node's exact command, quoted for pasting; nothing is started (and no torch imported)."""
-    from paradvisor.launch import runner
-    from paradvisor.launch.argv import node_commands
-    from paradvisor.launch.hang import hang_timeout
-    from paradvisor.rundir.preset import engine_of
+    """--dry-run: what the engine would run (every node's exact command, or the Slurm job script), quoted for
+    pasting; nothing is started (and no torch imported). The engine says it: launch/engines.py."""
+    from paradvisor.launch.engines import engine_for, placeholder_run_dir
 
-    if engine_of(preset.launch) == "ssh":
-        return dry_run_ssh(preset, args)
-    runner.validate(preset, reach=False)
-    endpoint, preset = runner.endpoint_for(preset)
-    run_dir = args.run_dir or os.path.join(args.runs_dir, "<timestamp>-" + preset.name)
-    commands = node_commands(preset, run_dir, endpoint=endpoint)
-    for host, argv in commands:  # quoted: pasting a line runs exactly this command, whatever names hold
-        print(
-            (f"# node {argv[argv.index('--node-rank') + 1]} on {host}\n" if len(commands) > 1 else "")
-            + shell_join(argv)
-        )
-    sys.stderr.write(
-        f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-        f"({preset.launch.layout()}); {hang_timeout(preset)[1]}; nothing started\n"
-    )
+    engine = engine_for(preset, submit=args.submit, ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout)
+    plan = engine.dry_run(preset, run_dir=placeholder_run_dir(args.runs_dir, args.run_dir, preset))
+    print(plan.text())
+    sys.stderr.write(plan.summary + "\n")
     line = epoch_text(preset)
     if line:
         sys.stderr.write(line + "\n")
@@ -382,6 +369,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
     from paradvisor.launch import runner
     from paradvisor.launch.preflight import validate
     from paradvisor.launch.resume import with_checkpoint_interval
+    from paradvisor.monitor.live import LiveProgress
 
     quiet = getattr(args, "quiet", False)
     validate(preset, reach=False)  # bad input is refused before the write probe makes any folder
@@ -417,7 +405,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
             if watch is not None:
                 watch.close()
         report_end(launch, doc, watch)
-        if doc["status"] != "failed" or restarts >= preset.launch.max_restarts:
+        if doc["status"] != RunState.FAILED or restarts >= preset.launch.max_restarts:
             break
         from paradvisor.launch.restart import next_attempt
 
@@ -464,13 +452,13 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
         line += f" — {failure_text(doc)}"
     elif doc.get("note"):
         line += f" — {doc['note']}"
-    if doc["status"] == "failed":
+    if doc["status"] == RunState.FAILED:
         from paradvisor.launch.resume import resume_hint
 
         hint = resume_hint(launch.run_dir)
         if hint:
             line += f"; {hint}"
-    if watch is not None or doc["status"] != "finished" or doc.get("note"):
+    if watch is not None or doc["status"] != RunState.FINISHED or doc.get("note"):
         sys.stderr.write(line + "\n")
     if watch is not None:
         watch.summary()
@@ -482,129 +470,3 @@ def report_end(launch, doc: dict, watch: LiveProgress | None) -> None:
             + (f" of {r['limit_bytes'] / 2**20:.0f}" if r.get("limit_bytes") else "")
             + f"\nlaunch it: {r['command']}\n"
         )
-
-
-def dry_run_ssh(preset, args) -> int:
-    """The ssh command of every node (what the ssh engine runs), quoted for pasting; nothing is started."""
-    from dataclasses import replace
-
-    from paradvisor.launch import runner, sshrun
-
-    nodes, endpoint = sshrun.plan_nodes(
-        preset, ssh_config=args.ssh_config, ssh_timeout=args.ssh_timeout or sshrun.DEFAULT_SSH_TIMEOUT_S
-    )
-    runner.validate(replace(preset, launch=replace(preset.launch, rdzv_endpoint=endpoint)), reach=False)
-    for n in nodes:
-        print(
-            f"# node {n.index} on {n.host} ({n.procs} process(es)); the plan goes on its stdin\n{shell_join(n.argv)}"
-        )
-    sys.stderr.write(
-        f"dry run: {preset.plan.label()} on {preset.plan.world_size} process(es) "
-        f"({preset.launch.layout()}) over ssh, rendezvous at {endpoint}; nothing started\n"
-    )
-    data_note(preset)
-    return 0
-
-
-class LiveProgress:
-    """What `launch` shows while a run goes, from its run directory (monitor.follow): in a terminal a rich
-    progress bar with step, loss, throughput and ETA; elsewhere (a pipe, a log file) one plain line at
-    most every LINE_EVERY_S seconds, when the step moved. `summary()` prints predicted vs measured."""
-
-    LINE_EVERY_S = 5.0
-
-    def __init__(self, launch):
-        from paradvisor.monitor.follow import MetricsFollower
-
-        self.launch = launch
-        self.follower = MetricsFollower(launch.run_dir)
-        self.tty = sys.stderr.isatty()
-        self.bar = self.task = None
-        self.last_line = 0.0
-        self.last_step = -1
-        self.s = None
-
-    def current(self) -> RunSummary:
-        from paradvisor.monitor.follow import summarize_run
-
-        self.follower.poll(keep=0)
-        self.s = summarize_run(self.launch.run_dir, self.follower.records, skipped=self.follower.skipped)
-        return self.s
-
-    def __call__(self) -> None:
-        import time
-
-        s = self.current()
-        if self.tty:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            from paradvisor.output import console, esc
-
-            if self.bar is None:
-                self.bar = Progress(
-                    TextColumn("[bold]{task.description}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"),
-                    TimeElapsedColumn(),
-                    console=console(stderr=True),
-                    transient=False,
-                )
-                self.bar.start()
-                self.task = self.bar.add_task(esc(s.name), total=s.total_steps or None, info="starting")
-            self.bar.update(self.task, completed=s.step, info=esc(progress_text(s)))
-        elif s.step != self.last_step and time.monotonic() - self.last_line >= self.LINE_EVERY_S:
-            self.last_line, self.last_step = time.monotonic(), s.step
-            sys.stderr.write(f"step {s.step}/{s.total_steps or '?'}: {progress_text(s)}\n")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            if self.s is not None:
-                s = self.current()
-                self.bar.update(self.task, completed=s.step, info=progress_text(s))
-            self.bar.stop()
-
-    def summary(self) -> None:
-        from paradvisor.monitor.follow import compare_rows, prediction_note
-
-        self.follower.reader.finish()
-        s = self.current()
-        rows = compare_rows(s)
-        head = f"{s.name}: {s.step}/{s.total_steps or '?'} steps in {fmt_seconds(s.elapsed_s)}"
-        if s.loss is not None:
-            head += f", final loss {s.loss:.4f}"
-        sys.stderr.write(head + "\n")
-        if not rows:
-            return
-        if self.tty:
-            from paradvisor.output import console, table
-
-            t = table(
-                f"predicted vs measured ({prediction_note(s)})", "metric", "predicted", "measured", "error"
-            )
-            for r in rows:
-                t.add_row(r["metric"], r["predicted"] or "—", r["measured"] or "—", r["error"])
-            console(stderr=True).print(t)
-        else:
-            sys.stderr.write(f"predicted vs measured ({prediction_note(s)}):\n")
-            for r in rows:
-                sys.stderr.write(
-                    f"  {r['metric']}: predicted {r['predicted'] or '—'}, measured {r['measured'] or '—'}"
-                    + (f" ({r['error']})" if r["error"] else "")
-                    + "\n"
-                )
-
-
-def progress_text(s: RunSummary) -> str:
-    """'loss 3.2733, 608.9 samples/s, ETA 4.1 s' (what is known so far)."""
-    parts = []
-    if s.loss is not None:
-        parts.append(f"loss {s.loss:.4f}")
-    if s.eval_points:
-        parts.append(f"eval {s.eval_points[-1][1]:.4f}")
-    if s.samples_per_s:
-        parts.append(f"{s.samples_per_s:.1f} samples/s")
-    if s.eta_s is not None:
-        parts.append(f"ETA {fmt_seconds(s.eta_s)}")
-    return ", ".join(parts) or "waiting for the first step"

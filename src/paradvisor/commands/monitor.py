@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
+from paradvisor.rundir.status import RunState
 from paradvisor.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def _line(s: RunSummary) -> str:
         parts.append(f"{s.samples_per_s:.1f} samples/s")
     if s.model_state_bytes_per_rank:
         parts.append(f"model states {fmt_bytes(s.model_state_bytes_per_rank)}/rank")
-    if s.progress is not None and s.status == "running":
+    if s.progress is not None and s.status == RunState.RUNNING:
         parts.append(f"{s.progress:.0%}")
     if s.eta_s is not None:
         parts.append(f"ETA {fmt_seconds(s.eta_s)}")
@@ -100,7 +101,7 @@ def run(args) -> int:
         emit_json(s.to_doc())
     else:
         print(f"{s.name}: {_line(s)}")
-        if s.status == "finished" and s.reason:  # e.g. a script that never reported a step
+        if s.status == RunState.FINISHED and s.reason:  # e.g. a script that never reported a step
             print(s.reason)
         if s.failure:
             print(s.failure)
@@ -116,7 +117,7 @@ def run(args) -> int:
             )
     if s.unreadable:
         sys.stderr.write(f"monitor: skipped what could not be read: {'; '.join(s.unreadable)}\n")
-    return 0 if s.status == "finished" else 1
+    return 0 if s.status == RunState.FINISHED else 1
 
 
 def _with_lineage(runs: list[dict]) -> list[dict]:
@@ -171,7 +172,7 @@ def run_list(args) -> int:
             f"{s['step']}/{s['total_steps'] or '?'}"
             + (
                 f" ({s['progress']:.0%})"
-                if s.get("progress") is not None and s["status"] == "running"
+                if s.get("progress") is not None and s["status"] == RunState.RUNNING
                 else ""
             ),
             "" if s["loss"] is None else f"{s['loss']:.4f}",

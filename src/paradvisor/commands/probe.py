@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.rundir.status import RunState
 
 
 def add_parser(sub) -> None:
@@ -64,7 +65,7 @@ def trial(preset, micro_batch: int, runs: Path) -> bool:
     )
     sys.stderr.write(f"probe-batch: trying micro-batch {micro_batch} ... ")
     doc = runner.start(p, runs_dir=runs).wait()
-    ok = doc["status"] == "finished"
+    ok = doc["status"] == RunState.FINISHED
     if not ok and not (doc.get("oom") or is_oom(doc.get("reason", ""))):
         raise InputError(f"trial at micro-batch {micro_batch} failed for another reason: {doc.get('reason')}")
     sys.stderr.write("fits\n" if ok else "out of memory\n")

@@ -88,32 +88,22 @@ def add_recommend_args(p, *, schema: str) -> None:
 
 
 def resolve_cluster(args):
-    from paradvisor.hardware import catalog
-    from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster, single_node_cluster
+    """(cluster, its reference as the preset's [cluster] table) from --cluster / --gpus --gpu-type / this
+    machine (hardware/machines.py, the one resolver)."""
+    from paradvisor.hardware.machines import resolve_machines
 
-    catalog.use_gpu_specs(getattr(args, "gpu_spec", None))
-    catalog.gpus()  # a broken user catalogue or --gpu-spec file fails here, naming its file and line
-    if args.cluster and args.gpus:
-        raise InputError("give either --cluster or --gpus/--gpu-type, not both")
-    if args.cluster:
-        return load_cluster(args.cluster), {"file": os.path.relpath(args.cluster)}
-    if args.gpus is not None or args.gpu_type:
-        if args.gpus is None or not args.gpu_type:
-            raise InputError("--gpus and --gpu-type go together (e.g. --gpus 8 --gpu-type 'H100 SXM')")
-        c = single_node_cluster(args.gpu_type, args.gpus, link=args.link)
-        return c, {
-            "gpus": args.gpus,
-            "gpu_type": c.nodes[0].gpus[0].spec.name,
-            "link": c.nodes[0].intra_link.kind,
-        }
-    from paradvisor.hardware.inventory import detect_local
-
-    node = detect_local()
-    if not node.gpus:
+    cluster, ref = resolve_machines(
+        cluster_file=args.cluster,
+        gpus=args.gpus,
+        gpu_type=args.gpu_type,
+        link=args.link,
+        gpu_spec=getattr(args, "gpu_spec", None),
+    )
+    if ref.local and not any(n.gpus for n in cluster.nodes):
         raise InputError(
             "no GPU found on this machine to plan for; give --cluster FILE or --gpus N --gpu-type NAME"
         )
-    return cluster_from_nodes([node], name=node.name), {"local": True}
+    return cluster, ref.to_doc()
 
 
 def request_from_args(args, cluster, ref):
@@ -270,34 +260,30 @@ def _show_header(con, rec) -> None:
 
 
 def _show_ranking(con, rec, args) -> None:
-    """The ranked plans' table and how the rules moved them."""
+    """The ranked plans' table and how the rules moved them (plan/view.py: the rows the TUI shows too)."""
     from rich.text import Text
 
     from paradvisor.output import table
-    from paradvisor.plan.report import factors_text
+    from paradvisor.plan.view import plan_rows, rule_moves
 
     t = table(None, "#", "plan", "mb x acc", "ckpt", "GiB/GPU", "step", "samples/s", "cost #")
-    for i, e in enumerate(rec.plans[: args.top], 1):
-        pl = e.plan
-        moved = e.cost_rank and e.cost_rank != i
+    for r in plan_rows(rec, args.top):
         t.add_row(
-            str(i),
-            pl.label(),
-            f"{pl.micro_batch}x{pl.grad_accum}",
-            pl.checkpointing,
-            f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
-            fmt_seconds(e.step_time),
-            f"{e.samples_per_s:.3g}",
-            Text(str(e.cost_rank), style="yellow") if moved else str(e.cost_rank or i),
+            str(r.rank),
+            r.label,
+            r.batching,
+            r.checkpointing,
+            r.memory,
+            r.step,
+            r.samples_per_s,
+            Text(str(r.cost_rank), style="yellow") if r.moved else str(r.cost_rank),
         )
     con.print(t)
-    moves = [(r["id"], m) for r in rec.fired_rules for m in r.get("moved", [])]
+    moves = rule_moves(rec)
     if moves:
         con.print(
             'rules changed the order ("cost #" is the cost model\'s own rank; --no-rules ranks by it): '
-            + "; ".join(
-                f"{rid} moved {m['label']} {m['from']} -> {m['to']} ({factors_text(m)})" for rid, m in moves
-            )
+            + "; ".join(moves)
         )
 
 

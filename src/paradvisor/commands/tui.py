@@ -41,11 +41,12 @@ def run(args) -> int:
         if not Path(args.open).is_dir():
             raise InputError(f"no run directory {args.open!r}", where="--open")
     if args.cluster:
-        from paradvisor.hardware.cluster import load_cluster
+        from paradvisor.hardware.machines import resolve_machines
         from paradvisor.tui.paths import cluster_file
 
-        path, _ = cluster_file(args.cluster)
-        load_cluster(path)  # bad files fail here, before the screen opens
+        resolve_machines(
+            cluster_file=cluster_file(args.cluster)[0]
+        )  # a bad file fails here, before the screen
     from paradvisor.tui.app import ParadvisorApp
 
     ParadvisorApp(

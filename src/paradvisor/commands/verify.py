@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paradvisor.rundir.status import RunState
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -56,7 +58,7 @@ def run(args) -> int:
                 f"{r['relative_difference']:.2e}",
             )
         con.print(t)
-        if doc["status"] != "finished" or doc["reference_status"] not in ("finished", "given"):
+        if doc["status"] != RunState.FINISHED or doc["reference_status"] not in (RunState.FINISHED, "given"):
             con.print(
                 f"[red]run {esc(doc['status'])}[/red]: {esc(doc.get('reason') or '')} "
                 f"(reference: {esc(doc['reference_status'])})"

@@ -139,7 +139,7 @@ def torchrun_argv(
     the node's index in the plan also goes to the trainer (--node-index), which maps ranks to plan nodes.
     A multi-node run bounds the rendezvous (`join_timeout`: a node that never comes fails the run after that
     many seconds, not torchrun's 600); `is_host` says which node serves the rendezvous store."""
-    options = ["--monitor-interval", "0.5", "--log-dir", f"{run_dir}/torchelastic"]
+    options = ["--monitor-interval", "0.1", "--log-dir", f"{run_dir}/torchelastic"]
     if nnodes > 1:
         conf = [f"join_timeout={max(1, math.ceil(join_timeout_s or DEFAULT_JOIN_TIMEOUT_S))}"]
         if is_host is not None:

@@ -237,7 +237,7 @@ def dockerfile(preset) -> str:
 def slurm(preset) -> str:
     """The sbatch script (launch/slurm.py): srun starts one paradvisor node launcher per node; everything from the
     preset is quoted or a checked integer, the plan travels in a quoted here-document."""
-    from paradvisor.launch.slurm import script
+    from paradvisor.launch.slurm_script import script
 
     return script(preset)
 

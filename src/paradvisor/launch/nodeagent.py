@@ -36,6 +36,7 @@ from paradvisor.launch.argv import FORWARD_PREFIXES
 from paradvisor.launch.ckptcopy import Sender, copies, receive_pushed
 from paradvisor.rundir import LINE_FILES, node_file
 from paradvisor.rundir.checkpoints import PIECES_ENV, checkpoint_root
+from paradvisor.rundir.status import RunState
 
 HELLO_LIMIT = 16 << 20  # bytes of the hello line (the plan is a few KiB)
 CHUNK = 1 << 20  # bytes of one file sent at a time
@@ -201,7 +202,7 @@ def main() -> int:
     sender = Sender(checkpoint_root(run_dir), out) if copy else None
     doc = _serve(launch, Streamer(run_dir, hello["node"], out, sender), out)
     out({"t": "end", "status": doc})
-    return 0 if doc.get("status") == "finished" else 1
+    return 0 if doc.get("status") == RunState.FINISHED else 1
 
 
 def _start_node(hello: dict, out: Emitter):

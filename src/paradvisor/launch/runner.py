@@ -21,12 +21,12 @@ from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.handle import RunHandle
-from paradvisor.launch.hang import HangClock, predicted_step, hang_timeout
+from paradvisor.launch.hang import HangClock, hang_timeout, predicted_step
 from paradvisor.launch.preflight import _has_cuda, validate
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.preset import Preset, write_run_plan
-from paradvisor.rundir.status import main_exit_code, write_aborted, write_json_atomic
+from paradvisor.rundir.status import RunState, main_exit_code, write_aborted, write_json_atomic
 from paradvisor.safeio import open_private, private_dir, write_private
 
 __all__ = [
@@ -180,7 +180,7 @@ class Launch:
     def status(self, **kw) -> dict:
         doc = {
             "schema": "paradvisor.status/1",
-            "status": "running",
+            "status": RunState.RUNNING,
             "run_dir": str(self.run_dir),
             "name": self.preset.name,
             "pid": self.proc.pid,
@@ -237,29 +237,29 @@ class Launch:
         if self.cancel_requested and (rc == 0 or _ranks_all_ended(self.run_dir, world)):
             # The stop came after every rank had finished (the ranks were done, torchrun was closing):
             # the run finished; the stop ended nothing.
-            doc = self.status(status="finished", **common)
+            doc = self.status(status=RunState.FINISHED, **common)
             if rc != 0:
                 doc["note"] = f"stopped while torchrun was closing after every rank had finished (exit {rc})"
         elif self.cancel_requested and stopped:
-            doc = self.status(status="cancelled", reason=self.cancel_reason, **common)
+            doc = self.status(status=RunState.CANCELLED, reason=self.cancel_reason, **common)
         elif self.stopping is not None:
             from paradvisor.launch.resume import stopped_reason
 
             doc = self.status(
-                status="cancelled", reason=stopped_reason(self), stopped_gracefully=True, **common
+                status=RunState.CANCELLED, reason=stopped_reason(self), stopped_gracefully=True, **common
             )
         elif hung is not None:
             report = hang_report(
                 self.run_dir, hung, clock.timeout, rc, self.preset.plan.world_size, self.log_name
             )
-            doc = self.status(status="failed", **report, **common)
+            doc = self.status(status=RunState.FAILED, **report, **common)
         elif rc == 0:
-            doc = self.status(status="finished", **common)
+            doc = self.status(status=RunState.FINISHED, **common)
             if self.preset.program.own and not _has_step_records(self.run_dir):
                 doc["note"] = doc["reason"] = NO_STEPS
         else:
             doc = self.status(
-                status="failed",
+                status=RunState.FAILED,
                 **diagnose(
                     self.run_dir, self.preset.plan.world_size, rc, self.proc.pid, log_name=self.log_name
                 ),

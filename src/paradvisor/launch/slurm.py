@@ -9,17 +9,13 @@ runner's watchdogs (status-nodeN.json, launcher-nodeN.log, hang detection, sampl
 directory is on the filesystem the nodes share (as Slurm's own output files are); status.json is this
 submitter's: one status for the whole job.
 
-Nothing taken from a preset reaches the script as shell: the job name is a slug, numbers are checked
-integers, paths and the interpreter are shlex-quoted, and the plan travels in a quoted here-document
-whose end marker cannot occur in it (`--export` only; a submitted job reads plan.toml from its run dir).
+The script and the sbatch line are launch/slurm_script.py's (a dry run shows them, launch/engines.py).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -28,9 +24,9 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir
-from paradvisor.rundir.preset import DEFAULT_RDZV_PORT, Preset
+from paradvisor.launch.slurm_script import checked, sbatch_argv, script
+from paradvisor.rundir.preset import Preset
 
-PLAN_EOF = "PARADVISOR_PLAN"
 TERMINAL_STATES = (
     "COMPLETED",
     "FAILED",
@@ -61,55 +57,6 @@ CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWai
 SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
 SLURM_REPLY_BYTES = 1 << 20  # what one of them may print (a job id, one `scontrol show job -o` line)
 JOB_ID = re.compile(r"[0-9]{1,12}")  # a job id as sbatch --parsable prints it (before any ";cluster")
-
-
-def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3") -> str:
-    """The sbatch script. With `run_dir` (a submitted run) the job uses that folder and its plan.toml; without
-    (an export) it makes runs/<job id>-<name>/ in the submit folder and writes the plan there first."""
-    from paradvisor.launch.argv import comment, slug
-    from paradvisor.rundir.preset import plan_toml
-
-    lau = preset.launch
-    name = slug(preset.name)
-    q = shlex.quote
-    gpus = "" if preset.train.device == "cpu" else f"#SBATCH --gpus-per-node={int(lau.nproc_per_node)}\n"
-    port = int(lau.master_port or DEFAULT_RDZV_PORT)
-    if run_dir is None:
-        plan = plan_toml(preset)
-        if any(line.strip() == PLAN_EOF for line in plan.splitlines()):
-            raise InputError(f"the plan holds the line {PLAN_EOF!r}, which would end its here-document early")
-        where = (
-            f'run_dir="runs/$SLURM_JOB_ID-"{q(name)}\nmkdir -p "$run_dir"\n'
-            f"cat > \"$run_dir/plan.toml\" <<'{PLAN_EOF}'\n{plan}{PLAN_EOF}\n"
-        )
-        output = "#SBATCH --output=%x-%j.out\n"
-    else:
-        where = f"run_dir={q(run_dir)}\n"
-        output = ""  # given on sbatch's command line: <run_dir>/slurm-<job id>.out
-    from paradvisor.launch.tool_exports import prediction_line
-
-    prog = preset.program
-    runs = (
-        f"# every rank runs: {comment(shlex.join([prog.script or '-m ' + prog.module, *prog.args]))}\n"
-        if prog.own
-        else ""
-    )
-    return f"""#!/bin/bash
-# paradvisor: {comment(name)} - {comment(preset.plan.label())} ({comment(lau.layout())})
-# {prediction_line(preset)}
-{runs}
-#SBATCH --job-name={name}
-#SBATCH --nodes={int(lau.nnodes)}
-#SBATCH --ntasks-per-node=1
-#SBATCH --requeue
-#SBATCH --open-mode=append
-{gpus}{output}set -euo pipefail
-{where}head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export OMP_NUM_THREADS="${{OMP_NUM_THREADS:-1}}"
-# one paradvisor node launcher per node: torchrun with this node's process count, --node-rank $SLURM_NODEID
-srun --kill-on-bad-exit=1 --ntasks-per-node=1 {q(python)} -m paradvisor.launch.slurm \\
-  --run-dir "$run_dir" --endpoint "$head:{port}"
-"""
 
 
 # ------------------------------------------------------------------------------------------------ in the job
@@ -416,21 +363,12 @@ def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> N
 
 def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
     """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
-    from paradvisor.launch.preflight import validate
     from paradvisor.rundir.lock import prepare_run_dir
     from paradvisor.rundir.preset import write_run_plan
     from paradvisor.rundir.status import write_json_atomic
     from paradvisor.safeio import write_private
 
-    if shutil.which("sbatch") is None:
-        raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")
-    lau = preset.launch  # the rendezvous is the allocation's first node, known only inside the job
-    port = lau.master_port or DEFAULT_RDZV_PORT
-    validate(
-        replace(preset, launch=replace(lau, rdzv_endpoint=lau.rdzv_endpoint or f"slurm-head:{port}")),
-        reach=False,
-    )
-    preset = replace(preset, launch=replace(lau, engine="local", node_rank=0))
+    preset = checked(preset)
     run_dir, locks = prepare_run_dir(
         Path(run_dir).absolute() if run_dir else None,
         Path(runs_dir).absolute(),
@@ -441,8 +379,7 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
         write_run_plan(RunDir(run_dir).plan, preset)
         text = script(preset, run_dir=str(run_dir), python=sys.executable)
         write_private(run_dir / "job.sbatch", text)
-        out = str(run_dir).replace("%", "%%") + "/slurm-%j.out"  # a '%' of the path is not a Slurm pattern
-        argv = ["sbatch", "--parsable", "--output", out, str(run_dir / "job.sbatch")]
+        argv = sbatch_argv(str(run_dir))
         write_json_atomic(
             RunDir(run_dir).node_file("command", 0), {"engine": "slurm", "argv": argv, "cwd": os.getcwd()}
         )

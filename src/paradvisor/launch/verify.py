@@ -15,6 +15,7 @@ from pathlib import Path
 from paradvisor.plan.types import Plan
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.preset import LaunchSettings, Preset
+from paradvisor.rundir.status import RunState
 
 DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reduction order differs)
 
@@ -87,7 +88,7 @@ def run_one(
         shutil.copyfile(tokenizer, run_dir / "tokenizer.json")
     launch = runner.start(preset, runs_dir=runs_dir, run_dir=run_dir)
     doc = runner.run_blocking(launch)
-    return doc, (losses(launch.run_dir) if doc.get("status") == "finished" else {})
+    return doc, (losses(launch.run_dir) if doc.get("status") == RunState.FINISHED else {})
 
 
 def compare(got: dict[int, float], want: dict[int, float]) -> tuple[float, list[dict]]:
@@ -124,7 +125,9 @@ def verify(
         ref_doc, reference = run_one(reference_preset(test), runs_dir)
         reference_dir = Path(ref_doc["run_dir"]) if ref_doc.get("run_dir") else None
     doc, got = run_one(test, runs_dir, tokenizer=reference_dir / "tokenizer.json" if reference_dir else None)
-    ok_runs = doc.get("status") == "finished" and (ref_doc is None or ref_doc.get("status") == "finished")
+    ok_runs = doc.get("status") == RunState.FINISHED and (
+        ref_doc is None or ref_doc.get("status") == RunState.FINISHED
+    )
     worst, rows = compare(got, reference) if ok_runs and reference else (float("inf"), [])
     return {
         "schema": "paradvisor.verify/1",

@@ -176,10 +176,8 @@ def _coeffs_ok(v) -> bool:
     return all(_num(n, 0, 10**12, integer=True) for n in v.get("ops", {}).values())
 
 
-def lookup(key: str) -> dict | None:
-    """The stored counts of a config, or None (not counted yet, or a cache file that is not usable)."""
-    if key in _MEMORY:
-        return _MEMORY[key]
+def _read(key: str):
+    """The parsed cache file of `key` (None when absent, unreadable or in a folder others can write)."""
     p = _path(key)
     if p is None:
         return None
@@ -189,9 +187,16 @@ def lookup(key: str) -> dict | None:
     try:
         if not _private(p.parent):  # a cache folder another user can write into may hold anything
             return None
-        doc = parse_json(read_text(p, what="cache entry", limit=_MAX_BYTES), str(p))
+        return parse_json(read_text(p, what="cache entry", limit=_MAX_BYTES), str(p))
     except (OSError, InputError):
         return None
+
+
+def lookup(key: str) -> dict | None:
+    """The stored counts of a config, or None (not counted yet, or a cache file that is not usable)."""
+    if key in _MEMORY:
+        return _MEMORY[key]
+    doc = _read(key)
     if _problem(doc) is not None or doc.get("key") != key:
         return None
     _MEMORY[key] = doc
@@ -201,27 +206,48 @@ def lookup(key: str) -> dict | None:
 PRESET_SCHEMA = "paradvisor.trace-cache.preset/1"
 
 
-def lookup_preset(key: str) -> dict | None:
-    """The stored traces of a preset's resolved model (`train/modelspec.py`), or None."""
-    doc = _MEMORY.get(key)
-    p = _path(key)
-    if doc is None and p is not None:
-        try:
-            if p.is_file() and p.stat().st_size <= _MAX_BYTES:
-                doc = json.loads(p.read_text())
-        except (OSError, ValueError, RecursionError):
-            return None
-    if not (
-        isinstance(doc, dict)
-        and doc.get("schema") == PRESET_SCHEMA
-        and doc.get("key") == key
-        and isinstance(doc.get("regimes"), list)
+def _preset_problem(doc) -> str | None:
+    """Why a preset's trace entry (`train/modelspec.py`) is not usable, or None: the schema `lookup_preset`
+    reads and `store` writes."""
+    if not (isinstance(doc, dict) and doc.get("schema") == PRESET_SCHEMA and isinstance(doc.get("key"), str)):
+        return "not a preset trace entry of this version"
+    regs = doc.get("regimes")
+    if not isinstance(regs, list) or len(regs) > MAX_ENTRY_ITEMS:
+        return "no regimes"
+    for r in regs:
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("keys"), dict)
+            and "seq_max" in r
+            and (r["seq_max"] is None or _num(r["seq_max"], 1, 2**31, integer=True))
+            and all(isinstance(k, str) and _coeffs_ok(v) for k, v in r["keys"].items())
+        ):
+            return "a regime of the wrong shape"
+    if doc.get("params") is not None and not _params_ok(doc["params"], MAX_PARAMS):
+        return "parameter facts of the wrong shape"
+    bounds = doc.get("bounds")
+    if bounds is not None and not (
+        isinstance(bounds, list)
+        and len(bounds) <= MAX_ENTRY_ITEMS
         and all(
-            isinstance(r, dict) and isinstance(r.get("keys"), dict) and "seq_max" in r for r in doc["regimes"]
+            isinstance(b, list)
+            and len(b) == 2
+            and (b[0] is None or _num(b[0], 1, 2**31, integer=True))
+            and _num(b[1], 1, 2**31, integer=True)
+            for b in bounds
         )
-        and (doc.get("params") is None or isinstance(doc["params"], dict))
-        and (doc.get("bounds") is None or isinstance(doc["bounds"], list))
     ):
+        return "regime bounds of the wrong shape"
+    return None
+
+
+def lookup_preset(key: str) -> dict | None:
+    """The stored traces of a preset's resolved model (`train/modelspec.py`), or None. Read like `lookup`:
+    only from this user's private cache folder, bounded, checked whole (a bad entry is a miss)."""
+    if key in _MEMORY:
+        return _MEMORY[key]
+    doc = _read(key)
+    if _preset_problem(doc) is not None or doc.get("key") != key:
         return None
     _MEMORY[key] = doc
     return doc
@@ -229,8 +255,9 @@ def lookup_preset(key: str) -> dict | None:
 
 def store(doc: dict) -> None:
     """Keep `doc` in this process and (best effort: a read-only home is no error) on disk. An entry the
-    reader would refuse (`_problem`) is not kept."""
-    if _problem(doc) is not None:
+    reader would refuse (`_problem`, `_preset_problem`) is not kept."""
+    check = _preset_problem if isinstance(doc, dict) and doc.get("schema") == PRESET_SCHEMA else _problem
+    if check(doc) is not None:
         return
     _MEMORY[doc["key"]] = doc
     p = _path(doc["key"])

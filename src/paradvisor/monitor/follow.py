@@ -10,7 +10,7 @@ from pathlib import Path
 from paradvisor.monitor.eta import eta
 from paradvisor.rundir import PLAN, RunDir
 from paradvisor.rundir.metrics import MetricsReader, MetricsTally
-from paradvisor.rundir.status import TERMINAL, effective_status
+from paradvisor.rundir.status import TERMINAL, RunState, effective_status
 
 
 class MetricsFollower:
@@ -52,7 +52,7 @@ def failure_text(status: dict) -> str | None:
     """One line on why a run did not finish: which rank, exit code or signal, the reason."""
     from paradvisor.output import one_line
 
-    if status.get("status") not in ("failed", "cancelled", "interrupted"):
+    if status.get("status") not in (RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED):
         return None
     rank, code = status.get("failed_rank"), status.get("exit_code")
     reason = one_line(
@@ -361,7 +361,7 @@ def _progress(
         predicted_s=predicted_step,
         measured_s=step_time,
         measured_steps=len(tally.slowest),
-        running=status.get("status") == "running",
+        running=status.get("status") == RunState.RUNNING,
     )
     p = plan.get("plan", {})
     rounds = total_rounds = None
@@ -482,7 +482,7 @@ def list_runs(runs_dir: str | Path) -> list[dict]:
                     "run_dir": str(d),
                     "name": d.name,
                     "label": None,
-                    "status": "unknown",
+                    "status": RunState.UNKNOWN,
                     "step": 0,
                     "total_steps": None,
                     "loss": None,

@@ -9,11 +9,12 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
+from paradvisor.hardware.machines import ClusterRef
 from paradvisor.limits import MAX_NAME
 from paradvisor.plan.types import (
     CHECKPOINTING,
@@ -163,18 +164,10 @@ _LAUNCH = {
     "max_restarts",
     "checkpoint_dir",
 }
-_CLUSTER = {"file", "gpus", "gpu_type", "link", "local", "hosts"}
+_CLUSTER = {
+    f.name for f in fields(ClusterRef)
+}  # where the cluster came from: hardware/machines.py ClusterRef
 _PLAN = {f for f in Plan.__dataclass_fields__}
-# where the cluster came from: a file, this machine (local), hosts probed over ssh (hosts, the TUI's "Add host"),
-# or --gpus N --gpu-type NAME [--link]; kept in saved presets and run plans (tui/messages.py ClusterChoice)
-_CLUSTER_TYPES = {
-    "file": str,
-    "gpus": int,
-    "gpu_type": str,
-    "link": str,
-    "local": bool,
-    "hosts": list[str],
-}
 # Predictions are numbers (a breakdown is a table of numbers); the monitor and the hang timeout compute with them.
 _PREDICTION_TYPES = {
     "memory_per_gpu_bytes": float,
@@ -396,7 +389,7 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     plan = _parse_plan(*_section(data, "plan", _PLAN, loc), workload.precision)
     program = _parse_program(*_section(data, "program", _PROGRAM, loc))
     c, cw = _section(data, "cluster", _CLUSTER, loc)
-    cluster = check_mapping(c, _CLUSTER_TYPES, cw)
+    cluster = ClusterRef(**from_table(ClusterRef, c, cw)).to_doc()
     prediction = check_mapping(
         data.get("prediction", {}),
         _PREDICTION_TYPES,

@@ -11,14 +11,32 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from enum import StrEnum
 from pathlib import Path
 
 from paradvisor.limits import MAX_FILE_BYTES
 
 _NUM = (int, float)
-TERMINAL = ("finished", "failed", "cancelled", "interrupted")  # a run in one of these has ended
 
-STATUSES = ("running", "finished", "failed", "cancelled", "interrupted")
+
+class RunState(StrEnum):
+    """A run's `status` in status.json (and in every engine's status document). A str: the JSON is unchanged
+    and a state compares equal to its text."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"  # stopped by the user, a signal or the launcher (gracefully or at once)
+    INTERRUPTED = "interrupted"  # the launcher itself was stopped before the run's end was known
+    UNKNOWN = "unknown"  # a status.json that cannot be read
+
+    @property
+    def ended(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = (RunState.FINISHED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED)  # a run has ended
+STATUSES = (RunState.RUNNING, *TERMINAL)  # what an engine writes
 # The type of every status field a reader uses; a field of another type is dropped (and counted).
 STATUS_TYPES = {
     "status": str,
@@ -94,7 +112,7 @@ def typed_status(doc: dict, what: str = "status.json") -> dict:
         out["last_log_lines"] = [str(x)[:2000] for x in key_list[-200:]]
     if out.get("status") not in STATUSES:
         out["reason"] = f"{what} names no known status ({str(out.get('status'))[:80]!r})"
-        out["status"] = "unknown"
+        out["status"] = RunState.UNKNOWN
     if dropped:
         out["unreadable_fields"] = dropped[:50]
     return out
@@ -106,7 +124,7 @@ def read_status(path: Path) -> dict:
     doc, why = read_json_object(path)
     if doc is None:
         return {
-            "status": "unknown",
+            "status": RunState.UNKNOWN,
             "run_dir": str(path.parent),
             "reason": f"no readable status.json ({why})",
         }
@@ -132,7 +150,7 @@ def write_aborted(path: Path, preset, exc: BaseException) -> None:
     now = time.time()
     doc = {
         "schema": "paradvisor.status/1",
-        "status": "interrupted" if interrupted else "failed",
+        "status": RunState.INTERRUPTED if interrupted else RunState.FAILED,
         "reason": why[:500],
         "run_dir": str(path.parent),
         "name": preset.name,
@@ -168,7 +186,7 @@ def effective_status(run_dir: Path) -> dict:
     from paradvisor.rundir import RunDir
 
     doc = read_status(RunDir(run_dir).status)
-    if doc.get("status") == "running":
+    if doc.get("status") == RunState.RUNNING:
         if "launcher_pid" in doc:
             alive = _alive(doc["launcher_pid"], doc.get("launcher_started")) or _alive(
                 doc.get("pid"), doc.get("pid_started")
@@ -181,7 +199,7 @@ def effective_status(run_dir: Path) -> dict:
         if not alive:
             doc = {
                 **doc,
-                "status": "interrupted",
+                "status": RunState.INTERRUPTED,
                 "reason": "the launcher stopped without writing a final status",
             }
     return doc
@@ -197,4 +215,4 @@ def _created(pid: int) -> float:
 
 
 def main_exit_code(doc: dict) -> int:
-    return 0 if doc.get("status") == "finished" else 1
+    return 0 if doc.get("status") == RunState.FINISHED else 1

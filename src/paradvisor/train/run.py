@@ -17,7 +17,7 @@ from paradvisor.train.metrics import MetricsWriter
 from paradvisor.train.models import build_model, build_task
 from paradvisor.train.modelspec import resolved_config
 from paradvisor.train.parallelize import build_engine
-from paradvisor.train.weights import module_names, tied_aliases
+from paradvisor.train.weights import materialize, module_names, tied_aliases
 
 
 def pick_device(preset, local_rank: int) -> torch.device:
@@ -62,14 +62,40 @@ def sharded_load(plan) -> bool:
     )
 
 
-def load_weights(root, names: dict, aliases: dict, folder: Path, device) -> None:
-    """Materialize `root` (the model or this rank's pipeline stage) on `device` and read its weights."""
+def load_weights(root, names: dict, aliases: dict, folder: Path, device) -> int:
+    """Materialize `root` (the model or this rank's pipeline stage) on `device` and read its weights; the bytes
+    read."""
     from paradvisor.train.parallelize import is_meta
-    from paradvisor.train.weights import load_shards, materialize
+    from paradvisor.train.weights import load_shards
 
     if is_meta(root):
         materialize(root, device)
-    load_shards(root, names, aliases, folder)
+    return load_shards(root, names, aliases, folder)
+
+
+def weights_before_engine(model, names: dict, aliases: dict, folder: Path, plan, device) -> int:
+    """The starting weights a plan reads before its engine is built (the bytes read): a replicated plan (DDP,
+    ZeRO-1/2) reads everything now; ZeRO-3 only reserves the model's memory (DeepSpeed keeps the partitions, read
+    after its initialize); the torch sharded plans read once the plan is applied."""
+    if plan.zero_stage == 3:
+        materialize(model, device)  # reserved, not touched
+    elif not sharded_load(plan):
+        return load_weights(model, names, aliases, folder, device)
+    return 0
+
+
+def weights_after_engine(
+    engine, kind: str, model, names: dict, aliases: dict, folder: Path, plan, device
+) -> int:
+    """Each rank's own part of the starting weights, once the engine holds the model (the bytes read)."""
+    if sharded_load(plan):  # FSDP2, HSDP, TP, pipeline stages: each rank's shards
+        return load_weights(engine.stage_mod if kind == "pp" else model, names, aliases, folder, device)
+    if plan.zero_stage == 3:  # each rank's partitions
+        from paradvisor.train.weights import load_zero3_partitions
+
+        ds = engine.engine
+        return load_zero3_partitions(ds.module, names, aliases, folder, ds.optimizer)
+    return 0
 
 
 def run(run_dir: Path, rank: int) -> None:
@@ -97,10 +123,7 @@ def run(run_dir: Path, rank: int) -> None:
         plan = preset.plan
         model = build_model(preset, family, cfg, task, empty=folder is not None)
         names, aliases = module_names(model), tied_aliases(model)
-        if folder is not None and not sharded_load(plan):
-            load_weights(
-                model, names, aliases, folder, device
-            )  # a replicated plan: every rank reads everything
+        read = weights_before_engine(model, names, aliases, folder, plan, device) if folder else 0
         mirror = None
         if rank == 0 and preset.train.tensorboard:
             from paradvisor.train.tracking import Tensorboard
@@ -140,8 +163,9 @@ def run(run_dir: Path, rank: int) -> None:
             train_diloco(preset, inner, task, device, rank, world, writer, make_ckpt=checkpointer)
         else:
             engine, kind = build_engine(model, family, plan, preset.train, device, rank, world)
-            if folder is not None and sharded_load(plan):  # each rank reads only its own shards
-                load_weights(engine.stage_mod if kind == "pp" else model, names, aliases, folder, device)
+            if folder is not None:
+                read += weights_after_engine(engine, kind, model, names, aliases, folder, plan, device)
+                writer.write({"kind": "weights", "read_bytes": read, "folder": str(folder)})
             ckpt = checkpointer(engine, kind)
             train_sync(preset, engine, kind, task, device, rank, world, writer, ckpt=ckpt)
             if preset.train.export_model:

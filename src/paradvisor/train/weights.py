@@ -3,8 +3,8 @@
 The model is built on the meta device (parameters without memory; buffers such as rotary tables real), the plan
 is applied to it (TP, FSDP2, pipeline cut), and only then is it materialized: each rank allocates its own
 shards and reads from the safetensors files exactly the slices those shards hold (`safe_open(...).get_slice`),
-so a rank never holds the whole model unless its plan replicates it (DDP, ZeRO-1/2/3 read everything; DeepSpeed
-partitions after its own initialize). Names are the checkpoint's: the modules of the meta model are recorded
+so a rank never holds the whole model unless its plan replicates it (DDP and ZeRO-1/2 read everything). ZeRO-3
+reads after DeepSpeed's initialize, each rank only its partitions' flat ranges (`load_zero3_partitions`). Names are the checkpoint's: the modules of the meta model are recorded
 by identity before the plan wraps or cuts them, so a parameter's checkpoint name survives FSDP, TP, activation
 checkpoint wrappers and pipeline stages (whose layer lists are renumbered).
 
@@ -199,6 +199,11 @@ def tied_aliases(model) -> dict[str, str]:
     return out
 
 
+def locations(folder: Path) -> dict[str, Path]:
+    """The safetensors file holding each tensor name of the folder's weights."""
+    return {k: f for f in weight_files(folder) for k in read_header(f)}
+
+
 def load_shards(root, names: dict[int, str], aliases: dict[str, str], folder: Path) -> int:
     """Read into every parameter (and persistent buffer) under `root` its own part of the checkpoint: the whole
     tensor, or a DTensor's local shard. Returns the bytes read."""
@@ -207,10 +212,7 @@ def load_shards(root, names: dict[int, str], aliases: dict[str, str], folder: Pa
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    where = {}
-    for f in weight_files(folder):
-        for k in read_header(f):
-            where[k] = f
+    where = locations(folder)
     handles: dict[Path, object] = {}
     read = 0
     with torch.no_grad():
@@ -239,4 +241,64 @@ def load_shards(root, names: dict[int, str], aliases: dict[str, str], folder: Pa
                     value = sl[:]
                     t.copy_(value.to(t.dtype))
                 read += value.numel() * value.element_size()
+    return read
+
+
+def _flat_range(sl, shape: tuple, start: int, end: int):
+    """Elements [start, end) of a checkpoint tensor flattened, reading only the rows that hold them."""
+    import math
+
+    if len(shape) <= 1:
+        return sl[start:end].reshape(-1)
+    row = math.prod(shape[1:])
+    first, last = start // row, -(-end // row)
+    block = sl[first:last].reshape(-1)
+    off = start - first * row
+    return block[off : off + (end - start)]
+
+
+def load_zero3_partitions(
+    module, names: dict[int, str], aliases: dict[str, str], folder: Path, optimizer
+) -> int:
+    """ZeRO-3 from the user's weights without the whole model on any rank: DeepSpeed keeps each parameter as
+    this rank's partition (`ds_tensor`: `ds_tensor.ds_numel` elements of the flattened tensor, at the rank's
+    place in the parameter's group), so each rank reads from the safetensors file only that flat range (and a
+    parameter it holds whole as well, a small persistent one, whole). The optimizer's fp32 copies, made from the
+    empty model at initialize, are then refreshed from the loaded partitions. Returns the bytes read."""
+    import torch
+    import torch.distributed as dist
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    from safetensors import safe_open
+
+    where = locations(folder)
+    handles: dict[Path, object] = {}
+    read = 0
+    with torch.no_grad():
+        for name, p, _, _ in named_tensors(module, names):
+            key = name if name in where else aliases.get(name)
+            if key not in where:
+                raise InputError(f"parameter {name!r} is not in the weights", where=str(folder))
+            if where[key] not in handles:
+                handles[where[key]] = safe_open(str(where[key]), framework="pt", device="cpu")
+            sl = handles[where[key]].get_slice(key)
+            part = p.ds_tensor
+            start = part.ds_numel * dist.get_rank(group=p.ds_process_group)
+            n = max(0, min(part.ds_numel, p.ds_numel - start))
+            if n:
+                flat = _flat_range(sl, tuple(p.ds_shape), start, start + n)
+                part.narrow(0, 0, n).copy_(flat.to(part.dtype))
+                read += flat.numel() * flat.element_size()
+            if p.ds_status == ZeroParamStatus.AVAILABLE and p.data.numel() == p.ds_numel:
+                whole = sl[:]
+                p.data.copy_(whole.to(p.dtype).view(p.data.shape))
+                read += whole.numel() * whole.element_size()
+        for name, b, _, _ in named_tensors(module, names, buffers=True):  # buffers are whole on every rank
+            key = name if name in where else aliases.get(name)
+            if key in where:
+                if where[key] not in handles:
+                    handles[where[key]] = safe_open(str(where[key]), framework="pt", device="cpu")
+                value = handles[where[key]].get_slice(key)[:]
+                b.copy_(value.to(b.dtype))
+                read += value.numel() * value.element_size()
+    optimizer.refresh_fp32_params()
     return read

@@ -178,7 +178,11 @@ class ParadvisorApp(RunControl, App):
         return self.monitor.run_summary
 
     def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
-        return self.plans.moved_by_rules()
+        """label -> (rank by the cost model alone, the rules that moved it) for plans the rules moved."""
+        from paradvisor.plan.view import plan_rows
+
+        rows = plan_rows(self.plans.rec) if self.plans.rec else []
+        return {r.label: (r.cost_rank, list(r.moved_by)) for r in rows if r.moved}
 
     def load_cluster(self, path: str) -> None:
         self.hardware.load_cluster(path)

@@ -20,7 +20,7 @@ class ClusterChanged(Message):
     """The Hardware pane has a new cluster (a file, this machine, or ssh hosts): the Plans pane re-ranks."""
 
     cluster: Cluster
-    ref: dict  # where it came from ({"file": ...}, {"local": True}, {"hosts": [names]}), kept in saved presets (rundir/preset.py _CLUSTER_TYPES)
+    ref: dict  # where it came from ({"file": ...}, {"local": True}, {"hosts": [names]}), kept in saved presets (hardware/machines.py ClusterRef.to_doc())
 
 
 @dataclass

@@ -9,6 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, DataTable, Input, Label, Sparkline, Static, TabPane
 
 from paradvisor.errors import InputError
+from paradvisor.hardware.machines import resolve_machines
 from paradvisor.tui.messages import ClusterChanged
 from paradvisor.tui.paths import cluster_file
 from paradvisor.tui.text import cell, escape
@@ -83,29 +84,22 @@ class HardwarePane(TabPane):
     # ---------------------------------------------------------------------------------------- the cluster
     @work(thread=True, exclusive=True, group="hardware")
     def detect_local(self) -> None:
-        from paradvisor.hardware.cluster import cluster_from_nodes
-        from paradvisor.hardware.inventory import detect_local
-
-        node = detect_local()
-        self.app.call_from_thread(
-            self.set_cluster, cluster_from_nodes([node], name=node.name), {"local": True}
-        )
+        cluster, ref = resolve_machines()
+        self.app.call_from_thread(self.set_cluster, cluster, ref.to_doc())
 
     def load_cluster(self, path: str) -> None:
         """A cluster file; a bad one is a notification and the cluster stays as it was."""
-        from paradvisor.hardware.cluster import load_cluster
-
         path, shown = cluster_file(path)
         try:
-            c = load_cluster(path)
+            c, ref = resolve_machines(cluster_file=path, file_ref=shown)
         except InputError as exc:
             self.notify(escape(exc), severity="error", timeout=8)
             return
-        self.set_cluster(c, {"file": shown})
+        self.set_cluster(c, ref.to_doc())
 
     @work(thread=True, exclusive=True, group="hardware")
     def add_host(self, host: str) -> None:
-        from paradvisor.hardware.cluster import cluster_from_nodes
+        from paradvisor.hardware.machines import with_host
         from paradvisor.hardware.remote import probe_hosts
 
         try:
@@ -113,11 +107,8 @@ class HardwarePane(TabPane):
         except InputError as exc:
             self.app.call_from_thread(self.notify, escape(exc), severity="error")
             return
-        nodes = list(self.cluster.nodes) if self.cluster else []
-        probed = [n.host or n.name for n in nodes + [node]]
-        self.app.call_from_thread(
-            self.set_cluster, cluster_from_nodes(nodes + [node], name="detected"), {"hosts": probed}
-        )
+        cluster, ref = with_host(self.cluster, node)
+        self.app.call_from_thread(self.set_cluster, cluster, ref.to_doc())
         if not node.online:
             self.app.call_from_thread(
                 self.notify, escape(f"{host} is offline: {node.reason}"), severity="warning"

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Select, Static, TabPane
 
 from paradvisor.errors import InputError
+from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
 from paradvisor.tui.text import cell, escape
 from paradvisor.units import GiB, fmt_seconds, half_up
@@ -260,15 +261,6 @@ class PlansPane(TabPane):
             f"[dim]({prec_from})[/dim]" + warned
         )
 
-    def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
-        """label -> (rank by the cost model alone, the rules that moved it) for plans a rule moved."""
-        out: dict[str, tuple[int, list[str]]] = {}
-        for entry in self.rec.fired_rules if self.rec else []:
-            for m in entry.get("moved") or []:
-                frm, ids = out.get(m["label"], (m["from"], []))
-                out[m["label"]] = (frm, ids + [entry["id"]])
-        return out
-
     def _plan_columns(self, t: DataTable) -> None:
         """Compact columns below 100 terminal columns: step time and throughput always show."""
         compact = self.app.size.width < 100
@@ -304,33 +296,25 @@ class PlansPane(TabPane):
             self._select(None)
             return
         self.show_workload(rec)
-        moved = self.moved_by_rules()
-        for i, e in enumerate(rec.plans, 1):
-            p = e.plan
-            frm = moved.get(p.label(), (i, []))[0]
-            mark = "" if frm == i else ("▲" if frm > i else "▼")
-            num = Text(f"{i}{mark}")
+        for r in plan_rows(rec):
+            mark = "" if not r.moved else ("▲" if r.moved > 0 else "▼")
+            num = Text(f"{r.rank}{mark}")
             if mark:
-                num.stylize("yellow", len(str(i)))
-            mem, step, tput = (
-                f"{e.memory_total / GiB:.1f}/{e.capacity / GiB:.0f}",
-                fmt_seconds(e.step_time),
-                f"{e.samples_per_s:.3g}",
-            )
+                num.stylize("yellow", len(str(r.rank)))
             if self.compact_plans:
-                t.add_row(num, cell(p.label()), mem, step, tput, key=str(i))
+                t.add_row(num, cell(r.label), r.memory, r.step, r.samples_per_s, key=str(r.rank))
             else:
-                rules = str(len(e.rules)) + (f" (was {frm})" if mark else "")
+                rules = str(r.rule_count) + (f" (was {r.cost_rank})" if mark else "")
                 t.add_row(
                     num,
-                    cell(p.label()),
-                    f"{p.micro_batch}x{p.grad_accum}",
-                    p.checkpointing,
-                    mem,
-                    step,
-                    tput,
+                    cell(r.label),
+                    r.batching,
+                    r.checkpointing,
+                    r.memory,
+                    r.step,
+                    r.samples_per_s,
                     rules,
-                    key=str(i),
+                    key=str(r.rank),
                 )
         if rec.plans:
             self.select_plan(0)
@@ -361,11 +345,11 @@ class PlansPane(TabPane):
         e = self.rec.plans[index]
         self._static("memory-bar").update(memory_bar(e.memory, e.capacity, e.usable, total=e.memory_total))
         lines = [f"[b]{index + 1}. {escape(e.plan.label())}[/b]: {escape(explain(e, self.rec.cluster))}"]
-        moved = self.moved_by_rules().get(e.plan.label())
-        if moved and moved[0] != index + 1:
+        row = plan_rows(self.rec)[index]
+        if row.moved:
             lines.append(
-                f"[yellow]{'▲' if moved[0] > index + 1 else '▼'} the cost model alone ranks it "
-                f"{moved[0]}; moved by {escape(', '.join(moved[1]))}[/yellow]"
+                f"[yellow]{'▲' if row.moved > 0 else '▼'} the cost model alone ranks it "
+                f"{row.cost_rank}; moved by {escape(', '.join(row.moved_by))}[/yellow]"
             )
         for r in e.rules:
             why = f" [yellow]{escape(r['outside_evidence'])}[/yellow]" if r.get("outside_evidence") else ""

@@ -1,0 +1,114 @@
+"""What `paradvisor launch` shows while its run goes and when it ends, read from the run directory
+(monitor/follow.py): in a terminal a rich progress bar, elsewhere one plain line at most every few seconds;
+at the end the predicted-vs-measured table."""
+
+from __future__ import annotations
+
+import sys
+
+from paradvisor.monitor.follow import RunSummary
+from paradvisor.units import fmt_seconds
+
+
+class LiveProgress:
+    """What `launch` shows while a run goes, from its run directory (monitor.follow): in a terminal a rich
+    progress bar with step, loss, throughput and ETA; elsewhere (a pipe, a log file) one plain line at
+    most every LINE_EVERY_S seconds, when the step moved. `summary()` prints predicted vs measured."""
+
+    LINE_EVERY_S = 5.0
+
+    def __init__(self, launch):
+        from paradvisor.monitor.follow import MetricsFollower
+
+        self.launch = launch
+        self.follower = MetricsFollower(launch.run_dir)
+        self.tty = sys.stderr.isatty()
+        self.bar = self.task = None
+        self.last_line = 0.0
+        self.last_step = -1
+        self.s = None
+
+    def current(self) -> RunSummary:
+        from paradvisor.monitor.follow import summarize_run
+
+        self.follower.poll(keep=0)
+        self.s = summarize_run(self.launch.run_dir, self.follower.records, skipped=self.follower.skipped)
+        return self.s
+
+    def __call__(self) -> None:
+        import time
+
+        s = self.current()
+        if self.tty:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from paradvisor.output import console, esc
+
+            if self.bar is None:
+                self.bar = Progress(
+                    TextColumn("[bold]{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(),
+                    console=console(stderr=True),
+                    transient=False,
+                )
+                self.bar.start()
+                self.task = self.bar.add_task(esc(s.name), total=s.total_steps or None, info="starting")
+            self.bar.update(self.task, completed=s.step, info=esc(progress_text(s)))
+        elif s.step != self.last_step and time.monotonic() - self.last_line >= self.LINE_EVERY_S:
+            self.last_line, self.last_step = time.monotonic(), s.step
+            sys.stderr.write(f"step {s.step}/{s.total_steps or '?'}: {progress_text(s)}\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            if self.s is not None:
+                s = self.current()
+                self.bar.update(self.task, completed=s.step, info=progress_text(s))
+            self.bar.stop()
+
+    def summary(self) -> None:
+        from paradvisor.monitor.follow import compare_rows, prediction_note
+
+        self.follower.reader.finish()
+        s = self.current()
+        rows = compare_rows(s)
+        head = f"{s.name}: {s.step}/{s.total_steps or '?'} steps in {fmt_seconds(s.elapsed_s)}"
+        if s.loss is not None:
+            head += f", final loss {s.loss:.4f}"
+        sys.stderr.write(head + "\n")
+        if not rows:
+            return
+        if self.tty:
+            from paradvisor.output import console, table
+
+            t = table(
+                f"predicted vs measured ({prediction_note(s)})", "metric", "predicted", "measured", "error"
+            )
+            for r in rows:
+                t.add_row(r["metric"], r["predicted"] or "—", r["measured"] or "—", r["error"])
+            console(stderr=True).print(t)
+        else:
+            sys.stderr.write(f"predicted vs measured ({prediction_note(s)}):\n")
+            for r in rows:
+                sys.stderr.write(
+                    f"  {r['metric']}: predicted {r['predicted'] or '—'}, measured {r['measured'] or '—'}"
+                    + (f" ({r['error']})" if r["error"] else "")
+                    + "\n"
+                )
+
+
+def progress_text(s: RunSummary) -> str:
+    """'loss 3.2733, 608.9 samples/s, ETA 4.1 s' (what is known so far)."""
+    parts = []
+    if s.loss is not None:
+        parts.append(f"loss {s.loss:.4f}")
+    if s.eval_points:
+        parts.append(f"eval {s.eval_points[-1][1]:.4f}")
+    if s.samples_per_s:
+        parts.append(f"{s.samples_per_s:.1f} samples/s")
+    if s.eta_s is not None:
+        parts.append(f"ETA {fmt_seconds(s.eta_s)}")
+    return ", ".join(parts) or "waiting for the first step"
