@@ -30,14 +30,19 @@ def complete(root: Path, pattern: str = "*/step-*/meta.json") -> list[Path]:
 
 
 def past_checkpoint(runs: Path, found) -> bool:
-    """Whether a run under `runs` logged a step after the newest complete checkpoint `found()` lists."""
+    """Whether rank 0 of a run under `runs` logged a step after the newest complete checkpoint `found()` lists."""
     from tests.runs import metrics
 
     steps = [int(p.parent.name.split("-")[1]) for p in found()]
     if not steps or not runs.exists():
         return False
     try:
-        logged = [r["step"] for run in runs.iterdir() for r in metrics(run) if r.get("kind") == "step"]
+        logged = [  # rank 0's: the loss the drill compares (losses())
+            r["step"]
+            for run in runs.iterdir()
+            for r in metrics(run)
+            if r.get("kind") == "step" and r["rank"] == 0
+        ]
     except (OSError, ValueError):  # not there yet, or a line being written
         return False
     return bool(logged) and max(logged) > max(steps)
