@@ -50,16 +50,13 @@ from paradvisor.errors import InputError
 from paradvisor.limits import MAX_DEPTH, MAX_FILE_BYTES
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, from its st_mode ('a FIFO', 'a socket', ...)."""
+    kinds = {stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}
+    return next(
+        (name for test, name in {**kinds, stat.S_ISSOCK: "a socket"}.items() if test(mode)),
+        "not a regular file",
+    )
 
 
 def read_bytes(path: str | os.PathLike, *, what: str = "file", limit: int = MAX_FILE_BYTES) -> bytes:
@@ -78,7 +75,7 @@ def read_bytes(path: str | os.PathLike, *, what: str = "file", limit: int = MAX_
         if stat.S_ISDIR(st.st_mode):
             raise InputError(f"is a folder, expected a {what}", where=p)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"is {_kind(st.st_mode)}, expected a {what} (a regular file)", where=p)
+            raise InputError(f"is {file_kind(st.st_mode)}, expected a {what} (a regular file)", where=p)
         if st.st_size > limit:
             raise InputError(
                 f"is {st.st_size:,} bytes, more than the {limit:,} bytes a {what} may have", where=p
@@ -195,7 +192,7 @@ def check_target(path: Path, *, force: bool) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise InputError("is a folder; give a file name", where=str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"is {_kind(st.st_mode)}; paradvisor only writes regular files", where=str(path))
+        raise InputError(f"is {file_kind(st.st_mode)}; paradvisor only writes regular files", where=str(path))
     if not force:
         raise InputError("already exists; pass --force to overwrite it", where=str(path))
 
@@ -332,7 +329,7 @@ def links_in(path, *, limit: int = MAX_SCAN) -> list[str]:
                 elif stat.S_ISDIR(st.st_mode):
                     stack.append(e.path)
                 elif not stat.S_ISREG(st.st_mode):
-                    found.append(f"{os.path.relpath(e.path, path)} ({_kind(st.st_mode)})")
+                    found.append(f"{os.path.relpath(e.path, path)} ({file_kind(st.st_mode)})")
     return sorted(found)
 
 
@@ -417,7 +414,7 @@ def private_subdir(run_dir: str | os.PathLike, name: str, *, exist_ok: bool = Fa
 def _check_fd(fd: int, path) -> None:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise UnsafePath(path, f"is {_kind(st.st_mode)}, not a regular file")
+        raise UnsafePath(path, f"is {file_kind(st.st_mode)}, not a regular file")
     if st.st_uid != os.getuid():
         raise UnsafePath(path, f"belongs to another user (uid {st.st_uid})")
     if st.st_nlink > 1:
@@ -448,7 +445,7 @@ def open_private(path: str | os.PathLike, *, append: bool = False, readable: boo
         except OSError:
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):
-            raise UnsafePath(path, f"is {_kind(mode)}, not a regular file") from None
+            raise UnsafePath(path, f"is {file_kind(mode)}, not a regular file") from None
         raise
     try:
         _check_fd(fd, path)

@@ -30,7 +30,8 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _cpu_and_ram():
+def cpu_and_ram() -> dict:
+    """This machine's CPU model, core counts and RAM (what the probe reports, and `calibrate` names its CPU by)."""
     info = {
         "model": None,
         "logical": os.cpu_count(),
@@ -173,7 +174,7 @@ def probe(nvml_module=None):
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpu": _cpu_and_ram(),
+        "cpu": cpu_and_ram(),
         "nvidia": None,
         "notes": [],
     }

@@ -207,7 +207,7 @@ def check_program(preset: Preset, *, reach: bool = True) -> None:
                 f"not valid Python{f' (line {line})' if line else ''}: {getattr(exc, 'msg', exc)}",
                 where=f"--script {prog.script}",
             ) from None
-    cpu = preset.train.device == "cpu" or (reach and preset.train.device == "auto" and not _has_cuda())
+    cpu = preset.train.device == "cpu" or (reach and preset.train.device == "auto" and not has_cuda())
     from paradvisor.plan.capability import runtime_why_not
 
     why = runtime_why_not(preset.plan, prog.runtime, cpu=cpu)
@@ -318,7 +318,7 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
         reach
         and plan.sharding == "fsdp"
         and plan.offload != "none"
-        and (preset.train.device == "cpu" or (preset.train.device == "auto" and not _has_cuda()))
+        and (preset.train.device == "cpu" or (preset.train.device == "auto" and not has_cuda()))
     ):
         raise InputError(
             "FSDP CPU offload needs a GPU: FSDP2's CPUOffloadPolicy copies shards to the accelerator to "
@@ -353,7 +353,7 @@ def hsdp_shard_size(preset: Preset) -> int:
     return max(1, plan.world_size // 2)
 
 
-def _has_cuda() -> bool:
+def has_cuda() -> bool:
     from paradvisor.hardware.nvml import gpu_count
 
     return gpu_count() > 0

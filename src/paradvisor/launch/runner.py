@@ -22,7 +22,7 @@ from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, t
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.handle import RunHandle
 from paradvisor.launch.hang import HangClock, hang_timeout, predicted_step
-from paradvisor.launch.preflight import _has_cuda, validate
+from paradvisor.launch.preflight import has_cuda, validate
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.preset import Preset, write_run_plan
@@ -480,7 +480,7 @@ def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
         full_env["CUDA_VISIBLE_DEVICES"] = ""
         full_env["DS_ACCELERATOR"] = "cpu"
         full_env["ACCELERATE_USE_CPU"] = "true"
-    elif not _has_cuda():
+    elif not has_cuda():
         full_env.setdefault("DS_ACCELERATOR", "cpu")
         full_env.setdefault("ACCELERATE_USE_CPU", "true")
     return full_env

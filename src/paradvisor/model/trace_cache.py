@@ -125,7 +125,16 @@ def _problem(doc) -> str | None:
     params = doc["params"]
     if params is not None and not _params_ok(params, total):
         return "parameter facts of the wrong shape"
-    regs = doc.get("regimes")
+    why = _regimes_problem(doc.get("regimes"))
+    if why:
+        return why
+    if doc.get("failure") is not None and not isinstance(doc.get("failure"), str):
+        return "a failure that is not text"
+    return None
+
+
+def _regimes_problem(regs) -> str | None:
+    """Why a list of traced regimes ({"seq_max", "base_seq", "keys"}) is not usable, or None."""
     if not isinstance(regs, list) or len(regs) > MAX_ENTRY_ITEMS:
         return "no regimes"
     for r in regs:
@@ -133,12 +142,11 @@ def _problem(doc) -> str | None:
             isinstance(r, dict)
             and isinstance(r.get("keys"), dict)
             and _num(r.get("base_seq"), 1, 2**31, integer=True)
-            and (r.get("seq_max") is None or _num(r.get("seq_max"), 1, 2**31, integer=True))
+            and "seq_max" in r
+            and (r["seq_max"] is None or _num(r["seq_max"], 1, 2**31, integer=True))
             and all(isinstance(k, str) and _coeffs_ok(v) for k, v in r["keys"].items())
         ):
             return "a regime of the wrong shape"
-    if doc.get("failure") is not None and not isinstance(doc.get("failure"), str):
-        return "a failure that is not text"
     return None
 
 
@@ -211,18 +219,9 @@ def _preset_problem(doc) -> str | None:
     reads and `store` writes."""
     if not (isinstance(doc, dict) and doc.get("schema") == PRESET_SCHEMA and isinstance(doc.get("key"), str)):
         return "not a preset trace entry of this version"
-    regs = doc.get("regimes")
-    if not isinstance(regs, list) or len(regs) > MAX_ENTRY_ITEMS:
-        return "no regimes"
-    for r in regs:
-        if not (
-            isinstance(r, dict)
-            and isinstance(r.get("keys"), dict)
-            and "seq_max" in r
-            and (r["seq_max"] is None or _num(r["seq_max"], 1, 2**31, integer=True))
-            and all(isinstance(k, str) and _coeffs_ok(v) for k, v in r["keys"].items())
-        ):
-            return "a regime of the wrong shape"
+    why = _regimes_problem(doc.get("regimes"))
+    if why:
+        return why
     if doc.get("params") is not None and not _params_ok(doc["params"], MAX_PARAMS):
         return "parameter facts of the wrong shape"
     bounds = doc.get("bounds")

@@ -80,9 +80,9 @@ def measure_device(quick: bool) -> dict:
     else:
         import psutil
 
-        from paradvisor.hardware.probe import _cpu_and_ram
+        from paradvisor.hardware.probe import cpu_and_ram
 
-        name, mem = f"CPU ({_cpu_and_ram()['model'] or 'unknown'})", psutil.virtual_memory().total
+        name, mem = f"CPU ({cpu_and_ram()['model'] or 'unknown'})", psutil.virtual_memory().total
     return {
         "kind": "cuda" if cuda else "cpu",
         "name": name,

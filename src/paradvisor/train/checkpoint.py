@@ -136,10 +136,10 @@ class Checkpointer:
 
     def _pp_names(self) -> dict[str, str]:
         """Stage parameter names -> the whole model's names (every alias of a tied weight maps to its first)."""
-        from paradvisor.train.models import _unwrap
+        from paradvisor.train.models import unwrap
 
         first: dict[int, str] = {}
-        for n, p in _unwrap(self.model).named_parameters(remove_duplicate=False):
+        for n, p in unwrap(self.model).named_parameters(remove_duplicate=False):
             first.setdefault(id(p), n)
         out = {}
         for n, p in self.engine.stage_mod.named_parameters(remove_duplicate=False):
@@ -158,10 +158,10 @@ class Checkpointer:
         back = {v: k for k, v in names.items()}
         sd = {"model": _rename(msd, names)}
         if self.kind == "pp":  # a tied weight's other alias, so a one-stage model finds both names
-            from paradvisor.train.models import _unwrap
+            from paradvisor.train.models import unwrap
 
             aliases: dict[int, list[str]] = {}
-            for n, p in _unwrap(self.model).named_parameters(remove_duplicate=False):
+            for n, p in unwrap(self.model).named_parameters(remove_duplicate=False):
                 aliases.setdefault(id(p), []).append(n)
             held = {id(p): n for n, p in module.named_parameters()}
             for pid, ns in aliases.items():

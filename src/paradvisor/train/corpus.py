@@ -85,9 +85,9 @@ def _check_file(p: Path, where: str) -> None:
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", where=str(p)) from None
     if not stat.S_ISREG(st.st_mode):
-        from paradvisor.safeio import _kind
+        from paradvisor.safeio import file_kind
 
-        raise InputError(f"is {_kind(st.st_mode)}, expected a data file (a regular file)", where=str(p))
+        raise InputError(f"is {file_kind(st.st_mode)}, expected a data file (a regular file)", where=str(p))
     if st.st_size == 0:
         raise InputError("is empty", where=str(p))
     if not os.access(p, os.R_OK):

@@ -89,12 +89,13 @@ def logits_of(model, inputs: dict):
         return model(inputs["x"])
     from paradvisor.train.mingpt import MinGPT
 
-    if isinstance(_unwrap(model), MinGPT):
+    if isinstance(unwrap(model), MinGPT):
         return model(inputs["input_ids"])
     return model(**inputs).logits
 
 
-def _unwrap(model):
+def unwrap(model):
+    """The model inside a wrapper (DDP's `.module`), or the model itself."""
     return getattr(model, "module", model)
 
 
@@ -238,7 +239,7 @@ BLOCK_PATHS = tuple(dict.fromkeys(f.blocks for f in families.registry().values()
 
 def block_list(model) -> nn.ModuleList | None:
     """The ModuleList holding the repeated blocks, or None."""
-    m = _unwrap(model)
+    m = unwrap(model)
     for path in BLOCK_PATHS:
         obj = m
         try:
@@ -252,7 +253,7 @@ def block_list(model) -> nn.ModuleList | None:
 
 def blocks_of(model) -> list[nn.Module]:
     """The repeated blocks (FSDP units, checkpointing units, pipeline slices)."""
-    m = _unwrap(model)
+    m = unwrap(model)
     found = block_list(model)
     if found is not None:
         return list(found)

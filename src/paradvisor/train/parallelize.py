@@ -35,7 +35,7 @@ from paradvisor.model.trace import enable_hf_checkpointing, supports_hf_checkpoi
 from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
 from paradvisor.train.mesh import build_mesh, sub_mesh
 from paradvisor.train.metrics import optimizer_state_tensors
-from paradvisor.train.models import _unwrap, blocks_of, logits_of, loss_of
+from paradvisor.train.models import unwrap, blocks_of, logits_of, loss_of
 
 
 def is_meta(module) -> bool:
@@ -85,7 +85,7 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    hf = _unwrap(model)
+    hf = unwrap(model)
     if mode == "selective" and selective_attention(hf):
         return
     if supports_hf_checkpointing(hf):
@@ -150,7 +150,7 @@ def selective_attention(hf) -> bool:
 
 
 def checkpointing_is_flag(model) -> bool:
-    hf = _unwrap(model)
+    hf = unwrap(model)
     return supports_hf_checkpointing(hf)
 
 
@@ -509,7 +509,7 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     if plan.ep > 1:
         from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
 
-        edp_mesh, expert_modules = apply_ep(_unwrap(model), plan, device, world, family)
+        edp_mesh, expert_modules = apply_ep(unwrap(model), plan, device, world, family)
         apply_checkpointing(model, family, plan.checkpointing)
         if plan.sharding == "fsdp":
             apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
