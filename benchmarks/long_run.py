@@ -7,9 +7,12 @@ RUN_DIR is a finished real run (e.g. `paradvisor launch --preset presets/tiny-cp
 metrics.jsonl is repeated, step numbers and times carried on, until it holds --mb MB. Each command is a cold
 process; the table gives median wall time, median CPU time (user + sys: what a loaded machine cannot
 inflate) and the largest peak RSS, for three states of the run directory, side by side:
-  no index    metrics.index.json absent: the log is read from the start (and the index written)
+  no index    metrics.index.json (and summary.json) absent: the log is read from the start (both written)
   index       the index written by the previous reader (or by the run's own follower): only the tail is read
+              (`runs`: the ended run's summary.json is read instead of its files)
   stale index the log was appended to after the index: the index still holds, the new tail is read
+and `runs` over --runs copies of the run, first with no summary.json (each run's entry made from its files and
+kept), then from the kept summaries (monitor/runcache.py).
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ def main() -> None:
 
         def drop():
             index.unlink(missing_ok=True)
+            (run / "summary.json").unlink(missing_ok=True)  # runs: the entry kept beside the files
 
         cmds = [
             ("monitor --once", [*base, "monitor", "--once", "--json", str(run)]),
@@ -126,11 +130,13 @@ def main() -> None:
             for name in ("plan.toml", "status.json", "metrics.jsonl", "prediction.json"):
                 if (args.run_dir / name).exists():
                     os.link(args.run_dir / name, d / name)
-        table(
-            f"runs over {args.runs:,} run directories",
-            [*base, "runs", "--runs-dir", str(many), "--json"],
-            args.repeat,
+        listing = [*base, "runs", "--runs-dir", str(many), "--json"]
+        wall, cpu, rss = once(listing)  # makes each run's summary.json
+        print(
+            f"{f'runs over {args.runs:,} run directories (no summary)':44s} {wall:7.2f} s {cpu:7.2f} s {rss:7.0f} MB"
         )
+        table(f"runs over {args.runs:,} run directories (summary)", listing, args.repeat)
+        table("the same, as a table (summary)", listing[:-1], args.repeat)
 
 
 if __name__ == "__main__":

@@ -40,11 +40,16 @@ async def session(model: str, cluster: str) -> None:
             stall["max"] = max(stall["max"], gap)
             stall["phase"][phase[0]] = max(stall["phase"].get(phase[0], 0.0), gap)
 
+    def ranked(generation: int) -> bool:
+        """A ranking newer than `generation` was asked for and has been shown (no typing pause pending)."""
+        p = app.plans
+        return p._typing_timer is None and p._generation > generation and not p.table.loading
+
     async def until(pilot, cond, timeout=120):
         end = time.perf_counter() + timeout
         while not cond():
             if time.perf_counter() > end:
-                note = f"running={app.is_running} screen={app.screen!r} plan={app.launcher.plan!r:.200}"
+                note = f"screen={app.screen!r} launch pane: {app.launcher.message_line.render()!s:.300}"
                 raise SystemExit(f"timed out in: {phase[0]} ({note})")
             await pilot.pause(0.01)
         sys.stderr.write(f"{phase[0]}: done\n")
@@ -60,18 +65,19 @@ async def session(model: str, cluster: str) -> None:
             await pilot.press("2")
             phase[0] = "typing 102496"
             box = app.query_one("#seq-len")
+            gen = app.plans._generation
             t0 = time.perf_counter()
             for i in range(1, 7):  # one digit at a time, as fast typing makes the edits
                 box.value = "102496"[:i]
                 await pilot.pause(0.05)
-            await until(
-                pilot,
-                lambda: app.rec is None or app.rec.workload.seq_len == 102496 or app.plans._typing_timer,
-            )
-            await pilot.pause(1.0)
+            await until(pilot, lambda: ranked(gen))  # one ranking, once the digits paused
             typed = time.perf_counter() - t0
+            gen = app.plans._generation
             box.value = "128"
-            await until(pilot, lambda: app.rec is not None and app.rec.workload.seq_len == 128)
+            await until(
+                pilot, lambda: ranked(gen) and app.rec is not None and app.rec.workload.seq_len == 128
+            )
+            await pilot.pause(0.2)  # the selected plan reaches the launch pane
             phase[0] = "L to question"
             t0 = time.perf_counter()
             app.action_launch_plan()

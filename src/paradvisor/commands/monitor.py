@@ -120,38 +120,36 @@ def run(args) -> int:
     return 0 if s.status == RunState.FINISHED else 1
 
 
-def _with_lineage(runs: list[dict]) -> list[dict]:
+def _with_lineage(runs: list) -> list[tuple]:
     """Each run with its parent (status.json's `parent`), its lineage (first ancestor -> itself) and how it
     continued its parent; ordered so that a lineage's runs follow each other."""
-    from paradvisor.launch.resume import lineage_of
-    from paradvisor.rundir import RunDir
-    from paradvisor.rundir.status import read_status
+    import os
 
-    docs = {}
-    for r in runs:
-        key = str(Path(r["run_dir"]).resolve())
-        docs[key] = read_status(RunDir(r["run_dir"]).status)
-    for r in runs:
-        d = docs[str(Path(r["run_dir"]).resolve())]
-        r["parent"] = d.get("parent") if isinstance(d.get("parent"), str) else None
-        r["lineage"] = [str(p) for p in lineage_of(Path(r["run_dir"]), docs)]
-        r["resumed"] = (
-            f"{Path(r['parent']).name} @ step {d.get('resume_step')} ({d.get('lineage_reason', 'resume')})"
-            if r["parent"]
+    from paradvisor.launch.resume import lineage_of
+
+    keys = [os.path.realpath(e.run_dir) for e in runs]  # Path.resolve's
+    docs = {k: e.lineage for k, e in zip(keys, runs)}
+    out = []
+    for e, key in zip(runs, keys):
+        d = docs[key]
+        parent = d.get("parent") if isinstance(d.get("parent"), str) else None
+        resumed = (
+            f"{Path(parent).name} @ step {d.get('resume_step')} ({d.get('lineage_reason', 'resume')})"
+            if parent
             else None
         )
-    return sorted(runs, key=lambda r: r["lineage"])
+        lineage = [str(p) for p in lineage_of(Path(e.run_dir), docs)] if d.get("parent") else [key]
+        out.append((e, {"parent": parent, "lineage": lineage, "resumed": resumed}))
+    return sorted(out, key=lambda x: x[1]["lineage"])
 
 
 def run_list(args) -> int:
-    from paradvisor.monitor.follow import list_runs
+    from paradvisor.monitor import runcache
 
-    runs = _with_lineage(list_runs(args.runs_dir))
+    listed = _with_lineage(runcache.entries(args.runs_dir))
     if args.json:
-        from paradvisor.output import emit_json
-
-        emit_json({"schema": "paradvisor.runs/1", "runs_dir": args.runs_dir, "runs": runs})
-        return 0
+        return runcache.write_runs_json(sys.stdout, args.runs_dir, listed)
+    runs = [{**e.row, **extra} for e, extra in listed]
     if not runs:
         print(f"no runs in {args.runs_dir}", file=sys.stderr)
         return 0

@@ -57,6 +57,7 @@ attention core; full recomputation keeps only the layer input plus one layer's w
 
 from __future__ import annotations
 
+from paradvisor.model import families
 from paradvisor.model.profile import TransformerShape
 from paradvisor.units import GiB
 
@@ -244,7 +245,7 @@ def block_activation_bytes(
     kv_frac = shape.kv_heads / shape.heads
     d_attn = shape.heads * shape.head_dim
     if dropout is None:
-        dropout = shape.family in ("bert", "albert", "gpt2")
+        dropout = families.get(shape.family).dropout
     tokens = seq * micro_batch
     # Per token, outside the TP region (replicated across TP ranks unless sequence parallel).
     rep = act_bytes * (2 * h + h + h)  # two norm inputs, QKV input, MLP input
@@ -286,7 +287,7 @@ def edge_activation_bytes(
     layer-norm input (counted in the block): the edge keeps the ids and the embedding dropout's 1-byte mask
     (Korthikanti et al. 2022 §4.3: 8·s·b + s·b·h, the mask split over TP with sequence parallelism)."""
     tokens = seq * micro_batch
-    drop = shape.hidden if shape.family in ("bert", "albert", "gpt2") else 0
+    drop = shape.hidden if families.get(shape.family).dropout else 0
     emb = tokens * (8 + drop / (tp if sequence_parallel else 1))
     head = 0.0
     if lm_head:

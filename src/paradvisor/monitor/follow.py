@@ -460,42 +460,6 @@ def prediction_note(s: RunSummary) -> str:
     return pred.note or ""
 
 
-def list_runs(runs_dir: str | Path) -> list[dict]:
-    """A summary of every run directory under `runs_dir`; one that cannot be read is listed as `unknown` with
-    the reason, never an error for the whole list."""
-    root = Path(runs_dir)
-    if not root.is_dir():
-        return []
-    out = []
-    try:
-        entries = sorted(root.iterdir())
-    except OSError:
-        return []
-    for d in entries:
-        try:
-            if not (d.is_dir() and RunDir(d).is_run()):
-                continue
-            out.append(summarize(d))
-        except (OSError, ValueError, TypeError, ArithmeticError) as exc:
-            out.append(
-                {
-                    "run_dir": str(d),
-                    "name": d.name,
-                    "label": None,
-                    "status": RunState.UNKNOWN,
-                    "step": 0,
-                    "total_steps": None,
-                    "loss": None,
-                    "samples_per_s": None,
-                    "elapsed_s": 0.0,
-                    "reason": f"unreadable run directory: {type(exc).__name__}: {exc}",
-                    "skipped_lines": 0,
-                    "unreadable": ["the run directory"],
-                }
-            )
-    return out
-
-
 def node_lines(s: RunSummary) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""

@@ -37,6 +37,7 @@ from paradvisor.estimate.memory import (
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
+from paradvisor.model import families
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.types import Plan, Workload
 
@@ -568,7 +569,7 @@ def gpu_stage_times(
         s.ffn,
         s.gated_mlp,
         s.causal,
-        s.family in ("bert", "albert", "gpt2"),
+        families.get(s.family).dropout,
         s.attn_params,
     )
     node0 = topo.intra[0]

@@ -10,6 +10,7 @@ from paradvisor.errors import InputError
 from paradvisor.estimate.stages import bubble_fraction
 from paradvisor.hardware.speeds import wan_cluster
 from paradvisor.hardware.types import Cluster
+from paradvisor.model import families
 from paradvisor.model.profile import ModelProfile
 from paradvisor.plan.capability import family_of, why_not
 from paradvisor.plan.diloco import diloco_candidates
@@ -84,7 +85,7 @@ def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]
         raise InputError(f"--global-batch must be at least 1, got {wl.global_batch}")
     s = profile.transformer
     if s and wl.seq_len > s.max_positions:
-        if s.family in ("bert", "albert", "gpt2"):
+        if families.get(s.family).learned_positions:
             raise InputError(
                 f"--seq-len {wl.seq_len} exceeds {profile.name}'s {s.max_positions} learned positions"
             )

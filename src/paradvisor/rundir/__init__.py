@@ -18,6 +18,8 @@ Run directory (`runs/<timestamp>-<name>/`, mode 0700, every file 0600):
   rank-N.exit.json     each rank's exit code and error (absent if it was killed)
   rank-N.pid           each rank's pid (stack dumps, reaping)
   metrics.jsonl        one JSON object per logged step per rank
+  metrics.index.json   the readers' tally of the log's first N bytes (rundir/metrics.py; never trusted over it)
+  summary.json         an ended run's `runs` entry, used while it matches the files (monitor/runcache.py)
   samples.jsonl        host and GPU readings of every node (monitor/sampler.py)
   prediction.json      what the run is compared with: the preset's prediction, else one computed at launch
   replan.toml          after an out-of-memory failure: the next plan that fits

@@ -66,9 +66,9 @@ class Family:
     # context parallelism: the sequence split over cp ranks, K/V gathered in every attention
     cp: bool = True
     cp_why_not: str = ""
-    dropout: bool = False  # dropout layers the estimate counts (BERT, ALBERT, GPT-2)
+    dropout: bool = False  # dropout layers by default, which the estimate counts (estimate/memory.py)
     gated_mlp: bool = True
-    learned_positions: bool = False  # a sequence longer than max positions cannot run
+    learned_positions: bool = False  # a sequence longer than max positions cannot run (plan/search.py)
     launch: bool = True
     launch_why_not: str = ""  # estimate only: why the launcher cannot run it
 

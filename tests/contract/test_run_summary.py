@@ -1,0 +1,114 @@
+"""summary.json beside an ended run's files (monitor/runcache.py): `runs` gives the same answer from it as from
+the run's files, makes it when it is missing, and never trusts it over them (a log, status or plan changed
+under it, another code version, a broken file: made again from the files and rewritten)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+from paradvisor.commands.monitor import _with_lineage
+from paradvisor.monitor import runcache
+from paradvisor.monitor.follow import summarize
+from paradvisor.output import emit_json
+from tests.conftest import REPO, run_cli
+from tests.contract.test_metrics_index import _write
+
+
+def _run(root, name: str, status: str = "finished", parent: str | None = None):
+    d = root / name
+    d.mkdir(parents=True)
+    shutil.copy(REPO / "presets" / "tiny-cpu-smoke.toml", d / "plan.toml")
+    _write(d / "metrics.jsonl", 1, 30, ranks=2, mode="w")
+    doc = {"schema": "paradvisor.status/1", "status": status, "name": name, "label": "DDPx2"}
+    doc |= {"run_dir": str(d), "started": 100.0, "ended": 160.0, "pid": 1, "world_size": 2}
+    if parent:
+        doc |= {"parent": parent, "resume_step": 20, "lineage_reason": "resume"}
+    (d / "status.json").write_text(json.dumps(doc))
+    sample = {"kind": "sample", "node": 0, "host": "vm", "time": 150.0, "cpu_pct": 3.0}
+    sample |= {"ram_used_bytes": 1 << 30, "ram_total_bytes": 8 << 30, "gpus": []}
+    (d / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+    (d / "prediction.json").write_text(json.dumps({"source": "launch", "model_state_bytes": 4000}))
+    return d
+
+
+def _listed(root) -> dict:
+    out = io.StringIO()
+    runcache.write_runs_json(out, str(root), _with_lineage(runcache.entries(root)))
+    return json.loads(out.getvalue()), out.getvalue()
+
+
+def _from_files(root, runs) -> str:
+    """What `runs --json` printed before summary.json: every run summarized from its files."""
+    docs = []
+    for d in runs:
+        doc = summarize(d)
+        st = json.loads((d / "status.json").read_text())
+        parent = st.get("parent")
+        lineage = [parent, str(d.resolve())] if parent else [str(d.resolve())]
+        resumed = f"{parent.rsplit('/', 1)[-1]} @ step 20 (resume)" if parent else None
+        docs.append(doc | {"parent": parent, "lineage": lineage, "resumed": resumed})
+    import contextlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        docs.sort(key=lambda r: r["lineage"])  # a lineage's runs follow each other
+        emit_json({"schema": "paradvisor.runs/1", "runs_dir": str(root), "runs": docs})
+    return out.getvalue()
+
+
+def _aged(text: str) -> str:
+    """The reading ages move with the clock: rounded off to compare two answers a moment apart."""
+    doc = json.loads(text)
+    for r in doc["runs"]:
+        for n in r.get("nodes") or []:
+            n["sample_age_s"] = round(n["sample_age_s"], -3) if n.get("sample_age_s") else None
+    return json.dumps(doc)
+
+
+def test_runs_from_the_summary_equal_runs_from_the_files_and_a_stale_one_is_made_again(tmp_path):
+    root = tmp_path / "runs"
+    a = _run(root, "20260101-000000-a")
+    b = _run(root, "20260101-000100-b", parent=str(a.resolve()))
+    going = _run(root, "20260101-000200-c", status="running")  # its pid is not a launcher: reads interrupted
+    reference = _from_files(root, [a, b, going])
+    first, text1 = _listed(root)
+    assert (a / runcache.FILE).exists() and (b / runcache.FILE).exists()
+    assert _aged(text1) == _aged(reference)
+    assert not (going / runcache.FILE).exists(), "a run left `running` has no summary (its status is read)"
+    # from the summaries: the same answer, to the byte but for the reading ages
+    kept = (a / runcache.FILE).read_bytes()
+    second, text2 = _listed(root)
+    assert _aged(text2) == _aged(reference) and (a / runcache.FILE).read_bytes() == kept
+    assert second["runs"][0]["nodes"][0]["sample_age_s"] >= first["runs"][0]["nodes"][0]["sample_age_s"]
+    # the log grew under the summary: the files win and the summary is written again
+    _write(a / "metrics.jsonl", 31, 5, ranks=2)
+    third, text3 = _listed(root)
+    assert third["runs"][0]["step"] == 35 and (a / runcache.FILE).read_bytes() != kept
+    assert _aged(text3) == _aged(_from_files(root, [a, b, going]))
+    # a broken or foreign summary is made again from the files
+    for bad in (b"{not json", json.dumps({"schema": "other"}).encode(), b"\x00" * 10):
+        (b / runcache.FILE).write_bytes(bad)
+        assert _aged(_listed(root)[1]) == _aged(_from_files(root, [a, b, going]))
+        assert json.loads((b / runcache.FILE).read_text())["schema"] == runcache.SCHEMA
+    # the runs folder renamed: every entry names the new path
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    a, b, going = (moved / d.name for d in (a, b, going))
+    assert _aged(_listed(moved)[1]) == _aged(_from_files(moved, [a, b, going]))
+    # the status rewritten: made again
+    st = json.loads((b / "status.json").read_text())
+    (b / "status.json").write_text(json.dumps(st | {"status": "failed", "reason": "x"}))
+    assert {r["run_dir"]: r["status"] for r in _listed(moved)[0]["runs"]}[str(b)] == "failed"
+
+
+def test_the_command_prints_what_it_printed_before(tmp_path):
+    root = tmp_path / "runs"
+    a = _run(root, "20260101-000000-a")
+    _run(root, "20260101-000100-b", parent=str(a.resolve()))
+    texts = [run_cli("runs", "--runs-dir", str(root), env={"COLUMNS": "200"}).stdout for _ in range(2)]
+    assert (a / runcache.FILE).exists() and texts[0] == texts[1]
+    assert "20260101-000100-b" in texts[0] and "20260101-000000-a @ step 20 (resume)" in texts[0]
+    j = run_cli("runs", "--runs-dir", str(root), "--json").stdout
+    assert _aged(j) == _aged(_from_files(root, sorted(root.iterdir())))
