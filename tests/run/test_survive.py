@@ -100,7 +100,9 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(whe
                 return complete(shared)
             return complete(tmp_path / "runs", "*/checkpoints/step-*/meta.json")
 
-        text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 5\ncheckpoint_async = false")
+        # every 20 steps: the drill kills the nodes right after seeing a step past a checkpoint, seconds before
+        # the next one (every 5, a newer one could complete first, and the failed run never logged its next step)
+        text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 20\ncheckpoint_async = false")
         preset = tmp_path / "two-nodes.toml"
         preset.write_text(text)
         argv = [
