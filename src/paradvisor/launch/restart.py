@@ -25,7 +25,7 @@ PROBE_TIMEOUT_S = 5.0
 
 def unreachable_hosts(preset, ssh_config: str | None) -> list[str]:
     """The hosts of an ssh launch that do not answer `ssh HOST true` now."""
-    from paradvisor.launch.sshrun import ssh_base
+    from paradvisor.hardware.remote import ssh_base
 
     gone = []
     for host in preset.launch.hosts:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.hardware.remote import resolve_address, ssh_base
 from paradvisor.launch import ckptcopy
 from paradvisor.launch.argv import forwarded_env
 from paradvisor.output import one_line
@@ -106,38 +107,6 @@ class NodeSession:
             "agent_host": self.agent.get("host"),
             "remote_run_dir": self.agent.get("run_dir"),
         }
-
-
-def ssh_base(host: str, *, timeout: float, ssh_config: str | None) -> list[str]:
-    """`ssh <options> -- HOST` (remote.ssh_argv without the command): BatchMode, ConnectTimeout, keep-alives."""
-    from paradvisor.hardware.remote import ssh_argv
-
-    return ssh_argv(host, timeout=timeout, ssh_config=ssh_config)[:-2]
-
-
-def resolve_address(host: str, *, ssh_config: str | None) -> str:
-    """The host name ssh really connects to (`ssh -G` applies the ssh config: an alias's HostName), so the
-    other nodes can reach the rendezvous on node 0. Falls back to the host as written."""
-    from paradvisor.hardware.remote import parse_host
-
-    _user, name, port = parse_host(host)
-    argv = (
-        ["ssh", "-G"]
-        + (["-F", ssh_config] if ssh_config else [])
-        + (["-p", str(port)] if port else [])
-        + ["--", name]
-    )
-    try:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return name
-    for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "hostname" and value.strip():
-            return value.strip()
-    return name
 
 
 def _score(n: NodeSession) -> int:
@@ -510,6 +479,18 @@ class SshLaunch:
         for n in self.nodes:
             self._settle(n)
 
+    def _fetch_outputs(self) -> str:
+        """Node 0's model/ and tensorboard/ copied into this run directory (launch/fetch.py); what happened."""
+        from paradvisor.launch.fetch import fetch_outputs
+
+        n = self.nodes[0]
+        if not n.agent.get("run_dir"):
+            return "node 0 never said where its run directory is"
+        base = ssh_base(n.host, timeout=self.ssh_timeout, ssh_config=self.ssh_config)
+        line = fetch_outputs(base, n.agent["run_dir"], self.run_dir)
+        self.log(f"outputs: {line}")
+        return line
+
     def _final(self, status: str, **kw) -> dict:
         ended = time.time()
         return self.status(
@@ -579,7 +560,7 @@ class SshLaunch:
                 self._stop_all(self.cancel_reason)
                 return self._final("cancelled", reason=self.cancel_reason)
             if all(s == "finished" for s in states):
-                return self._final("finished")
+                return self._final("finished", outputs=self._fetch_outputs())
             failed = [n for n in self.nodes if n.state in ("failed", "unreachable", "cancelled")]
             if failed:
                 now = time.monotonic()
