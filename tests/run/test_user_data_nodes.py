@@ -15,6 +15,7 @@ import pytest
 import tomli_w
 
 from paradvisor.launch.argv import free_port
+from tests.runs import launch_argv
 from tests.support.userdata import preset, write_corpus, write_model_folder
 from tests.test_sshlaunch import cluster, records  # noqa: F401 - fixture
 
@@ -86,8 +87,7 @@ def test_the_users_data_in_a_slurm_job(tmp_path_factory, tmp_path):
     slurm = Slurm(tmp_path_factory.mktemp("slurm-data"))
     try:
         p = user_preset(tmp_path, master_port=free_port())
-        argv = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--submit", "slurm"]
-        argv += ["--runs-dir", str(tmp_path / "runs")]
+        argv = launch_argv(p, tmp_path / "runs", "--submit", "slurm")
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=400, env=slurm.env, cwd=str(tmp_path), check=False
         )
