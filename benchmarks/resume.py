@@ -3,10 +3,15 @@ issue 29 (checkpoint size and write time, async vs blocking step-time overhead, 
 
     .venv/bin/python benchmarks/resume.py --matrix [--shapes DDP,FSDP,...]   # resume == uninterrupted, per shape
     .venv/bin/python benchmarks/resume.py --figures [--model tiny|150m]      # the figures
+    .venv/bin/python benchmarks/resume.py --zero                             # between ZeRO stages
 
 --matrix: for each shape of tests/equivalence_cases.SHAPES that applies to minGPT (the suite covers one per
 engine, tests/run/test_resume.py), a 4-step reference run saving at step 2, then a resume from its step-2
 checkpoint under the same plan; the table gives the largest relative loss difference of steps 3-4.
+--zero: a ZeRO checkpoint (minGPT, 2 ranks, step 2 of 4) resumed under another ZeRO stage or world size with
+the optimizer state (DeepSpeed's universal checkpoint, train/dsresume.py), and once with --reset-optimizer to
+show what the optimizer state is worth: the largest relative loss difference of steps 3-4 against the source
+plan's uninterrupted run.
 --figures: one run without checkpoints, one saving blocking, one saving async (same steps), then a resume;
 CPU, fp32. tiny: minGPT 4x32 over DDP x2; 150m: llama-150m (the shipped config) over FSDP x2, seq 64.
 """
@@ -28,7 +33,7 @@ from paradvisor.spec.preset import save_preset
 from tests.conftest import run_cli
 from tests.equivalence_cases import SHAPES, applies, preset_for
 from tests.runs import metrics
-from tests.support.resume import children, losses, rel, status
+from tests.support.resume import children, losses, preset_file, rel, status
 
 
 def _write(tmp: Path, name: str, preset) -> Path:
@@ -64,18 +69,61 @@ def matrix(names: list[str]) -> int:
                 rows.append((name, "reference failed", err.strip().splitlines()[-1][:120]))
                 continue
             ref = _newest(runs)
-            step2 = str(ref / "checkpoints" / "step-2")  # not the newest: the last step's
-            proc = run_cli("launch", "--resume", step2, "--runs-dir", str(runs), "--quiet", timeout=1800)
-            if proc.returncode:
-                rows.append((name, "resume failed", proc.stderr.strip().splitlines()[-1][:120]))
-                continue
-            child = children(runs, ref)[0]
-            want, got = losses(ref), losses(child)
-            err = max(rel(got[s], want[s]) for s in got)
-            rows.append((name, f"{err:.2e}", "ok" if err <= 1e-5 else "OVER 1e-5"))
-    print(f"{'shape':28} {'max rel. diff steps 3-4':>24}  note")
+            rows.append((name, *_resumed_diff(ref, runs, (), 1e-5)))
+    _table("shape", 28, rows)
+    return 0
+
+
+def _resumed_diff(ref: Path, runs: Path, extra: tuple, tol: float) -> tuple[str, str]:
+    """Resume `ref`'s step-2 checkpoint (not the newest: the last step's) with `extra` launch arguments:
+    (the largest relative loss difference of the steps after it, ok / over), or (what failed, why)."""
+    step2 = str(ref / "checkpoints" / "step-2")
+    proc = run_cli("launch", "--resume", step2, "--runs-dir", str(runs), "--quiet", *extra, timeout=1800)
+    if proc.returncode:
+        return "resume failed", proc.stderr.strip().splitlines()[-1][:120]
+    child = children(runs, ref)[0]
+    want, got = losses(ref), losses(child)
+    err = max(rel(got[s], want[s]) for s in got)
+    return f"{err:.2e}", "ok" if err <= tol else f"OVER {tol:g}"
+
+
+def _table(what: str, width: int, rows: list) -> None:
+    print(f"{what:{width}} {'max rel. diff steps 3-4':>24}  note")
     for r in rows:
-        print(f"{r[0]:28} {r[1]:>24}  {r[2]}")
+        print(f"{r[0]:{width}} {r[1]:>24}  {r[2]}")
+
+
+ZERO_CASES = {  # name: (source plan, target plan, extra launch arguments)
+    "ZeRO-3 -> ZeRO-1": ("zero3", "zero1", ()),
+    "ZeRO-3 -> ZeRO-1, --reset-optimizer": ("zero3", "zero1", ("--reset-optimizer",)),
+    "ZeRO-1 -> ZeRO-3": ("zero1", "zero3", ()),
+    "ZeRO-2 -> ZeRO-1": ("zero2", "zero1", ()),
+    "ZeRO-3 x2 -> ZeRO-3 x1": ("zero3", "zero3x1", ()),
+}
+
+
+def zero_matrix(names: list[str]) -> int:
+    def plan(key: str) -> Plan:
+        if key == "zero3x1":
+            return Plan(precision="fp32", dp=1, sharding="zero3", micro_batch=4, grad_accum=2)
+        return Plan(precision="fp32", dp=2, sharding=key, micro_batch=4)
+
+    rows, refs = [], {}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for name in names:
+            src, dst, extra = ZERO_CASES[name]
+            if src not in refs:
+                rc, err = _launch(preset_file(tmp, f"ref-{src}", "mingpt", plan(src)), tmp / f"runs-{src}")
+                refs[src] = _newest(tmp / f"runs-{src}") if rc == 0 else err.strip().splitlines()[-1][:120]
+            ref = refs[src]
+            if isinstance(ref, str):
+                rows.append((name, "reference failed", ref))
+                continue
+            target = preset_file(tmp, f"to-{len(rows)}", "mingpt", plan(dst))
+            runs = tmp / f"runs-to-{len(rows)}"
+            rows.append((name, *_resumed_diff(ref, runs, ("--preset", str(target), *extra), 1e-3)))
+    _table("resume", 38, rows)
     return 0
 
 
@@ -223,12 +271,15 @@ def main() -> int:
     ap.add_argument("--matrix", action="store_true")
     ap.add_argument("--shapes", help="comma-separated shape names (default: all)")
     ap.add_argument("--figures", action="store_true")
+    ap.add_argument("--zero", action="store_true", help="resumes between ZeRO stages and world sizes")
     ap.add_argument("--model", choices=["tiny", "150m"], default="tiny")
     ap.add_argument("--io", action="store_true", help="with --figures: the save/load path in one process")
     args = ap.parse_args()
     if args.matrix:
         names = [s.strip() for s in args.shapes.split(",")] if args.shapes else list(SHAPES)
         return matrix(names)
+    if args.zero:
+        return zero_matrix([s.strip() for s in args.shapes.split(";")] if args.shapes else list(ZERO_CASES))
     if args.figures:
         return io_figures(args.model) if args.io else figures(args.model)
     ap.print_help()

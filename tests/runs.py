@@ -37,6 +37,22 @@ def variant(
     return p
 
 
+def launch_argv(preset: Path, runs: Path, *extra: str) -> list[str]:
+    """`paradvisor launch --preset PRESET --runs-dir RUNS ...` as this interpreter runs it: the one launch command
+    line of the suite (ssh, Slurm and the other drills add their options to it)."""
+    return [
+        sys.executable,
+        "-m",
+        "paradvisor",
+        "launch",
+        "--preset",
+        str(preset),
+        "--runs-dir",
+        str(runs),
+        *extra,
+    ]
+
+
 def launch(
     preset: Path,
     runs: Path,
@@ -46,17 +62,7 @@ def launch(
     cwd: Path | None = None,
 ):
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paradvisor",
-            "launch",
-            "--preset",
-            str(preset),
-            "--runs-dir",
-            str(runs),
-            *extra,
-        ],
+        launch_argv(preset, runs, *extra),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
 from tests.conftest import REPO
+from tests.runs import launch_argv
 from tests.slurm_cluster import Slurm
 from tests.sshd import free_port
 
@@ -41,18 +41,7 @@ def preset(tmp_path, *, steps=10, extra=""):
 
 
 def submit_argv(p, tmp_path):
-    return [
-        sys.executable,
-        "-m",
-        "paradvisor",
-        "launch",
-        "--preset",
-        str(p),
-        "--submit",
-        "slurm",
-        "--runs-dir",
-        str(tmp_path / "runs"),
-    ]
+    return launch_argv(p, tmp_path / "runs", "--submit", "slurm")
 
 
 def the_run(tmp_path):

@@ -58,21 +58,12 @@ def write_preset(cluster, tmp_path, *, hosts=None, steps=10, join_timeout=60, py
 
 
 def launch_argv(cluster, preset: Path, tmp_path: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "paradvisor",
-        "launch",
-        "--preset",
-        str(preset),
-        "--runs-dir",
-        str(tmp_path / "runs"),
-        "--ssh-config",
-        str(cluster["sshd"].config),
-        "--ssh-timeout",
-        "5",
-        *extra,
-    ]
+    """The suite's launch command line (tests/runs.py) with this sshd's config and a short ssh timeout."""
+    from tests.runs import launch_argv as argv
+
+    return argv(
+        preset, tmp_path / "runs", "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra
+    )
 
 
 def the_run(tmp_path: Path) -> Path:

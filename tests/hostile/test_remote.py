@@ -54,6 +54,18 @@ else:  # then tries to take it over, and ranks that do not exist
     out({{"t": "append", "f": "rank-0.stderr.log", "b": b("forged by node 1\\n")}})
     out({{"t": "append", "f": "rank-7.stdout.log", "b": b("forged by node 1\\n")}})
     out({{"t": "ranks", "pids": {{"0": 1, "0x1": 2, "9" * 40: 3}}}})
+    # checkpoint parts (launch/ckptcopy.py): a path out of the run, a file the manifest does not name, bytes
+    # beyond a file's size, a part beyond the bound, an end with no beginning
+    def part(step, files):
+        out({{"t": "ckpt_begin", "s": step, "meta": json.dumps({{"files": files}})}})
+    part(1, {{"../../ckpt-escape.log": [4, 0]}})
+    out({{"t": "ckpt", "s": 1, "f": "../../ckpt-escape.log", "o": 0, "b": b("evil")}})
+    part(2, {{"dcp/a": [4, 0]}})
+    out({{"t": "ckpt", "s": 2, "f": "dcp/b", "o": 0, "b": b("evil")}})
+    part(3, {{"dcp/a": [4, 0]}})
+    out({{"t": "ckpt", "s": 3, "f": "dcp/a", "o": 0, "b": b("evil, and longer")}})
+    part(4, {{"dcp/a": [10 ** 15, 0]}})
+    out({{"t": "ckpt_end", "s": 5}})
 out({{"t": "append", "f": "../../escape.log", "b": b("forged")}})
 out({{"t": "error", "reason": {{"nested": ["table"] * 10}}}})
 out({{"t": "end", "status": {{"status": ["finished"], "reason": ["a", "list"], "failed_rank": "x",
@@ -133,7 +145,7 @@ def _agent_preset(tmp_path: Path, port: int) -> Path:
 @pytest.mark.slow
 def test_hostile_node_agents_cannot_crash_forge_or_overwrite(hostile_hosts, tmp_path):
     """Agents that send ill-typed hellos, rank files of the other node, a path outside the run, pids that are
-    not pids and a final status made of lists: the launch ends failed (exit 1) with its final status written,
+    not pids, checkpoint parts that lie, and a final status made of lists: the launch ends failed (exit 1) with its final status written,
     no agent's file lands in another node's name, and no value prints a line of its own."""
     p = _agent_preset(tmp_path, hostile_hosts.port)
     proc, _ = launch(
@@ -155,12 +167,15 @@ def test_hostile_node_agents_cannot_crash_forge_or_overwrite(hostile_hosts, tmp_
     assert "forged" not in (run / "rank-0.stderr.log").read_text()
     assert not (run / "rank-0.exit.json").exists() and not (run / "rank-7.stdout.log").exists()
     assert not (tmp_path / "escape.log").exists()
+    assert not list(tmp_path.rglob("ckpt-escape.log"))
+    assert not list((run / "checkpoints").glob("*step-*")) if (run / "checkpoints").exists() else True
     nodes = json.loads((run / "nodes.json").read_text())["nodes"]
     for n in nodes:
         assert n["state"] == "failed"
         assert "\n" not in json.dumps(n.get("reason")).replace("\\n", "") and "FAKE" not in str(n.get("host"))
     log = (run / "launcher.log").read_text()
     assert not any(line.startswith("FAKE") for line in log.splitlines())
+    assert log.count("not copied") == 4, log  # parts 1-4 dropped with their reason; 5 never began
 
 
 # ---- Slurm: job ids and a failure after submission ------------------------------------------------------------------

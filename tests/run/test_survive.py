@@ -1,4 +1,5 @@
-"""A run that survives a lost node (ssh, max_restarts = 1, re-planned onto the node that remains) and a Slurm
+"""A run that survives a lost node (ssh, max_restarts = 1, re-planned onto the node that remains; its
+checkpoints in a shared checkpoint_dir, or copied to the launcher and pushed back) and a Slurm
 requeue (the requeued job resumes from its checkpoint). Real sshd (tests/sshd.py), real Slurm
 (tests/slurm_cluster.py), real ranks."""
 
@@ -24,19 +25,24 @@ pytestmark = [pytest.mark.slow]
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 
 
-def complete(root: Path) -> list[Path]:
-    return sorted(root.glob("*/step-*/meta.json")) if root.exists() else []
+def complete(root: Path, pattern: str = "*/step-*/meta.json") -> list[Path]:
+    return sorted(root.glob(pattern)) if root.exists() else []
 
 
-def past_checkpoint(runs: Path, shared: Path) -> bool:
-    """Whether a run under `runs` logged a step after the newest complete checkpoint in `shared`."""
+def past_checkpoint(runs: Path, found) -> bool:
+    """Whether rank 0 of a run under `runs` logged a step after the newest complete checkpoint `found()` lists."""
     from tests.runs import metrics
 
-    steps = [int(p.parent.name.split("-")[1]) for p in complete(shared)]
+    steps = [int(p.parent.name.split("-")[1]) for p in found()]
     if not steps or not runs.exists():
         return False
     try:
-        logged = [r["step"] for run in runs.iterdir() for r in metrics(run) if r.get("kind") == "step"]
+        logged = [  # rank 0's: the loss the drill compares (losses())
+            r["step"]
+            for run in runs.iterdir()
+            for r in metrics(run)
+            if r.get("kind") == "step" and r["rank"] == 0
+        ]
     except (OSError, ValueError):  # not there yet, or a line being written
         return False
     return bool(logged) and max(logged) > max(steps)
@@ -55,7 +61,11 @@ def kill_matching(mark: str) -> int:
 
 
 @pytest.mark.ssh
-def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp_path):
+@pytest.mark.parametrize("where", ["shared", "copied"])
+def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(where, tmp_path):
+    """shared: the checkpoints in a folder both nodes read ([launch] checkpoint_dir); copied: none, so each
+    node's part of every checkpoint is copied to the launcher's run directory (launch/ckptcopy.py), and the
+    re-planned run resumes from that copy, pushed to the node that remains."""
     d = tmp_path / "sshd"
     d.mkdir()
     port = 0
@@ -81,9 +91,18 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
             "[launch]\nnproc_per_node = 2",
             f'[launch]\nnproc_per_node = 1\nnnodes = 2\nhosts = ["node-a", "node-b"]\nmaster_port = {free_port()}\n'
             f"remote_python = {json.dumps(sys.executable)}\nremote_dir = {json.dumps(str(tmp_path / 'nodes'))}\n"
-            f"max_restarts = 1\ncheckpoint_dir = {json.dumps(str(shared))}",
+            "max_restarts = 1"
+            + (f"\ncheckpoint_dir = {json.dumps(str(shared))}" if where == "shared" else ""),
         )
-        text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 5\ncheckpoint_async = false")
+
+        def found() -> list[Path]:  # the complete checkpoints the launcher can resume from
+            if where == "shared":
+                return complete(shared)
+            return complete(tmp_path / "runs", "*/checkpoints/step-*/meta.json")
+
+        # every 20 steps: the drill kills the nodes right after seeing a step past a checkpoint, seconds before
+        # the next one (every 5, a newer one could complete first, and the failed run never logged its next step)
+        text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 20\ncheckpoint_async = false")
         preset = tmp_path / "two-nodes.toml"
         preset.write_text(text)
         argv = [
@@ -105,9 +124,9 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)
         )
         try:
-            wait_for(lambda: complete(shared), 240, "a complete checkpoint", proc)
+            wait_for(found, 240, "a complete checkpoint", proc)
             # ... and a step logged after it, to compare the resumed run's first step with
-            wait_for(lambda: past_checkpoint(tmp_path / "runs", shared), 120, "a step after it", proc)
+            wait_for(lambda: past_checkpoint(tmp_path / "runs", found), 120, "a step after it", proc)
             write_config(server.dead_port)  # node-b no longer answers ssh ...
             assert kill_matching(str(tmp_path / "nodes") + "/") > 0  # ... and its processes are gone
             kill_matching("node-b")
@@ -124,6 +143,10 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
         st = status(child)
         assert st["status"] == "finished" and st["lineage_reason"] == "re-plan" and st["world_size"] == 1
         assert "node-b unreachable" in st["replan"]
+        if where == "copied":  # both nodes' parts assembled here, then pushed to node-a
+            assert st["resumed_from"].startswith(str((failed[0] / "checkpoints").resolve())), st
+            assert "copied from 2 node(s)" in (failed[0] / "launcher.log").read_text()
+            assert "pushed step-" in (child / "launcher.log").read_text()
         before, after = losses(failed[0]), losses(child)
         start = st["resume_step"]
         assert min(after) == start + 1 and max(after) == 300
@@ -147,6 +170,8 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(tmp
 
 
 def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_path):
+    """`scontrol requeue`: the ranks save on the way down; the requeued job resumes from that checkpoint in a
+    new run directory (`<run>-requeue1`) whose statuses name the first one as parent (launch/requeue.py)."""
     from tests.slurm_cluster import Slurm
 
     cluster = Slurm(tmp_path_factory.mktemp("slurm"))
@@ -202,20 +227,29 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
         assert proc.returncode == 0, err[-4000:]
-        recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        resumed = [r for r in recs if r["kind"] == "resumed"]
+        # the requeued job ran in a new run directory that names its parent (every resume is a new one)
+        child = runs / f"{run.name}-requeue1"
         why = "\n".join(
             [
                 err[-1500:],
                 *(p.read_text()[-1500:] for p in run.glob("*.out")),
-                *(p.name for p in run.iterdir()),
+                *(p.name for p in runs.rglob("*")),
             ]
         )
+        assert child.is_dir() and _out.strip().splitlines()[-1] == str(child), why
+        recs = [json.loads(x) for x in (child / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        resumed = [r for r in recs if r["kind"] == "resumed"]
         assert resumed and resumed[0]["step"] >= 20, why
         steps = [r["step"] for r in recs if r["kind"] == "step" and r["rank"] == 0]
         assert steps[-1] == 600 and resumed[0]["step"] + 1 in steps
-        node = json.loads((run / "status-node0.json").read_text())
+        assert str(run.resolve() / "checkpoints") in resumed[0]["path"]
+        node = json.loads((child / "status-node0.json").read_text())
         assert node["lineage_reason"] == "requeue" and node["resume_step"] == resumed[0]["step"]
-        assert json.loads((run / "status-node0.attempt0.json").read_text())["status"] == "cancelled"
+        assert node["parent"] == str(run.resolve())
+        assert json.loads((run / "status-node0.json").read_text())["status"] == "cancelled"
+        first, last = status(run), status(child)
+        assert first["status"] == "cancelled" and str(child) in first["reason"], first
+        assert last["status"] == "finished" and last["parent"] == str(run.resolve()), last
+        assert last["lineage_reason"] == "requeue" and last["resume_step"] == resumed[0]["step"]
     finally:
         cluster.stop()

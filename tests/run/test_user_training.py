@@ -7,12 +7,12 @@ index for the TP run) and its eval loss is the run's last eval record; TensorBoa
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.runs import launch_argv
 from tests.support.userdata import first_batch_loss, hf_eval_loss, preset, write_corpus, write_model_folder
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
@@ -49,16 +49,7 @@ def runs(tmp_path_factory):
     check_corpus(load_preset(presets["fsdp"]), tokenize=True)
     procs = {
         k: subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "paradvisor",
-                "launch",
-                "--preset",
-                str(p),
-                "--runs-dir",
-                str(base / "runs"),
-            ],
+            launch_argv(p, base / "runs"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 from paradvisor.spec.plan import Plan
 from paradvisor.spec.preset import save_preset
 from tests.equivalence_cases import preset_for
-from tests.runs import launch, steps_of
+from tests.runs import launch, metrics, steps_of
 
 STEPS, EVERY, FAULT_STEP = 4, 2, 3
 
@@ -29,9 +29,8 @@ ENGINES = {
     "ep": ("mixtral", _p(dp=2, ep=2, micro_batch=4)),
     "diloco": ("mingpt", _p(dp=2, micro_batch=4, diloco=True, local_steps=2)),
 }
-# other plans a checkpoint is resumed under: name -> (source engine, plan). Between ZeRO stages only the
-# weights carry over (--reset-optimizer): the first step after the resume is compared (its loss is the loaded
-# weights' forward pass), not the steps after it.
+# other plans a checkpoint is resumed under: name -> (source engine, plan). Between ZeRO stages the
+# optimizer state carries over too (DeepSpeed's universal checkpoint, train/dsresume.py).
 CROSS = {
     "fsdp->tp2": ("fsdp", _p(tp=2, micro_batch=8)),  # sharded tensors resharded as DTensors of another mesh
     "zero3->zero1": ("zero3", _p(dp=2, sharding="zero1", micro_batch=4)),
@@ -75,6 +74,11 @@ def losses(run_dir: Path) -> dict[int, float]:
         if diloco or m["rank"] == 0:
             by.setdefault(m["step"], []).append(m["loss"])
     return {s: sum(v) / len(v) for s, v in by.items()}
+
+
+def records(run_dir: Path, kind: str) -> list[dict]:
+    """Every rank's metrics.jsonl records of one kind ("resumed", "checkpoint", ...)."""
+    return [m for m in metrics(run_dir) if m.get("kind") == kind]
 
 
 def status(run_dir: Path) -> dict:

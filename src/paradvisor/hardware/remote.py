@@ -9,6 +9,7 @@ are validated so that nothing can be read as an ssh option.
 from __future__ import annotations
 
 import re
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
@@ -177,3 +178,31 @@ def check_reachable(target: str, *, timeout: float = 5.0, ssh_config: str | None
         lines = [ln for ln in err.strip().splitlines() if ln.strip()]
         return False, lines[-1][:500] if lines else f"ssh exited with code {code}"
     return True, ""
+
+
+def ssh_base(host: str, *, timeout: float, ssh_config: str | None) -> list[str]:
+    """`ssh <options> -- HOST` (remote.ssh_argv without the command): BatchMode, ConnectTimeout, keep-alives."""
+    return ssh_argv(host, timeout=timeout, ssh_config=ssh_config)[:-2]
+
+
+def resolve_address(host: str, *, ssh_config: str | None) -> str:
+    """The host name ssh really connects to (`ssh -G` applies the ssh config: an alias's HostName), so the
+    other nodes can reach the rendezvous on node 0. Falls back to the host as written."""
+    _user, name, port = parse_host(host)
+    argv = (
+        ["ssh", "-G"]
+        + (["-F", ssh_config] if ssh_config else [])
+        + (["-p", str(port)] if port else [])
+        + ["--", name]
+    )
+    try:
+        out = subprocess.run(
+            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    return name

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import socket
 import sys
@@ -222,3 +223,10 @@ def slug(name: str, *, dns: bool = False) -> str:
 def comment(text: str) -> str:
     """Text for a '#' comment line of a script: one line, printable characters only."""
     return re.sub(r"[^\x20-\x7e]", "?", " ".join(str(text).split()))
+
+
+def forwarded_env(extra: dict | None) -> dict:
+    """Environment the nodes' ranks get from here: fault drills, NCCL/Gloo settings, thread count."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
+    env.update({k: v for k, v in (extra or {}).items() if k.startswith(FORWARD_PREFIXES)})
+    return env

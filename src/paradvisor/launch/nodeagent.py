@@ -3,13 +3,16 @@
 
 Protocol (one JSON object per line; no text from the launching machine ever reaches a shell):
 - stdin, first line: the hello — {"plan": <plan.toml text>, "run_name", "node", "endpoint", "remote_dir",
-  "env": {NAME: value}}. Later lines: {"cmd": "stop", "reason": ...}. End of input (the launching machine
+  "env": {NAME: value}, "resume": {"name": "step-N", "lines": K} when the run resumes from a checkpoint the
+  launcher holds: K lines of its files follow (launch/ckptcopy.py)}. Later lines: {"cmd": "stop", "reason": ...}. End of input (the launching machine
   stopped or lost its connection) stops the node too.
 - stdout: {"t": "hello"} (agent pid, host, run directory), {"t": "ranks", "pids": {rank: pid}} once the
   node's ranks run (the rendezvous is complete), {"t": "append", "f": name, "b": base64} for what was
   appended to a log, metrics.jsonl or samples.jsonl (metrics and samples in whole lines),
   {"t": "whole", "f": name, "b": base64} for a replaced file (exit markers, the node's status),
-  {"t": "error", "reason"} when the node refuses the run, and {"t": "end", "status": {...}} last.
+  {"t": "error", "reason"} when the node refuses the run, {"t": "ckpt_begin" | "ckpt" | "ckpt_end"} for
+  each complete checkpoint part when there is no shared checkpoint_dir (launch/ckptcopy.py), and
+  {"t": "end", "status": {...}} last.
 
 The node runs its torchrun through the local runner (`runner.start`, engine local) in
 `<remote_dir>/<run_name>/node<N>/`: the same run name on every node, one folder per node because homes
@@ -30,7 +33,9 @@ import time
 from pathlib import Path
 
 from paradvisor.launch.argv import FORWARD_PREFIXES
+from paradvisor.launch.ckptcopy import Sender, copies, receive_pushed
 from paradvisor.rundir import LINE_FILES, node_file
+from paradvisor.rundir.checkpoints import PIECES_ENV, checkpoint_root
 from paradvisor.rundir.status import RunState
 
 HELLO_LIMIT = 16 << 20  # bytes of the hello line (the plan is a few KiB)
@@ -74,8 +79,9 @@ class Emitter:
 class Streamer:
     """Sends what the node's run directory gained since the last pass."""
 
-    def __init__(self, run_dir: Path, node: int, emit: Emitter):
+    def __init__(self, run_dir: Path, node: int, emit: Emitter, copy=None):
         self.run_dir, self.node, self.emit = run_dir, node, emit
+        self.copy = copy  # launch/ckptcopy.py Sender: the node's complete checkpoint parts, once each
         self.offsets: dict[str, int] = {}
         self.seen: dict[str, tuple[int, int]] = {}
         self.pids: dict[int, int] = {}
@@ -149,6 +155,8 @@ class Streamer:
         if new_pids:
             self.pids.update(new_pids)
             self.emit({"t": "ranks", "pids": {str(r): p for r, p in sorted(self.pids.items())}})
+        if self.copy is not None:
+            self.copy.sweep()
 
 
 def _hello(stream) -> dict:
@@ -190,8 +198,9 @@ def main() -> int:
     started = _start_node(hello, out)
     if isinstance(started, int):
         return started
-    launch, run_dir = started
-    doc = _serve(launch, Streamer(run_dir, hello["node"], out), out)
+    launch, run_dir, copy = started
+    sender = Sender(checkpoint_root(run_dir), out) if copy else None
+    doc = _serve(launch, Streamer(run_dir, hello["node"], out, sender), out)
     out({"t": "end", "status": doc})
     return 0 if doc.get("status") == RunState.FINISHED else 1
 
@@ -230,23 +239,13 @@ def _start_node(hello: dict, out: Emitter):
         preset = load_preset(sent)
         if not 0 <= node < preset.launch.nnodes:
             raise InputError(f"node {node} is not one of the plan's {preset.launch.nnodes} nodes")
+        preset, env, copy = _sent_here(hello, preset, base)
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=hello["endpoint"])
-        if hello.get("code") and preset.program.script:  # the user's script folder, copied over this ssh
-            from paradvisor.launch.bundle import unpack
-
-            code = base / f".code-node{node}"
-            try:
-                data = base64.b64decode(hello["code"], validate=True)
-            except ValueError:
-                raise InputError(f"the script folder sent to node {node} is not base64") from None
-            unpack(data, code)
-            script = str(code / Path(preset.program.script).name)
-            preset = replace(preset, program=replace(preset.program, script=script))
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=base,
             run_dir=run_dir,
-            env=hello["env"],
+            env=env,
             run_id=hello["run_name"],
             run_name=hello["run_name"],
             reach=False,
@@ -258,7 +257,38 @@ def _start_node(hello: dict, out: Emitter):
     except OSError as exc:
         out({"t": "error", "reason": f"cannot create the node's run directory: {exc.strerror or exc}"})
         return 2
-    return launch, run_dir
+    return launch, run_dir, copy
+
+
+def _sent_here(hello: dict, preset, base: Path):
+    """What the launcher sent besides the plan: (the preset, with the user's script folder unpacked here and
+    resuming from the checkpoint pushed after the hello when there is one; the ranks' environment; whether
+    this node's checkpoint parts go to the launcher: no shared checkpoint_dir)."""
+    from dataclasses import replace
+
+    from paradvisor.errors import InputError
+
+    node = hello["node"]
+    if hello.get("code") and preset.program.script:  # the user's script folder, copied over this ssh
+        from paradvisor.launch.bundle import unpack
+
+        code = base / f".code-node{node}"
+        try:
+            data = base64.b64decode(hello["code"], validate=True)
+        except ValueError:
+            raise InputError(f"the script folder sent to node {node} is not base64") from None
+        unpack(data, code)
+        script = str(code / Path(preset.program.script).name)
+        preset = replace(preset, program=replace(preset.program, script=script))
+    copy = copies(preset.launch)
+    env = {**hello["env"], **({PIECES_ENV: "1"} if copy else {})}
+    if hello.get("resume"):
+        try:
+            got = receive_pushed(sys.stdin.buffer, hello["resume"], base / f".resume-node{node}", HELLO_LIMIT)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"cannot resume on node {node}: {exc}") from None
+        preset = replace(preset, train=replace(preset.train, resume_from=str(got)))
+    return preset, env, copy
 
 
 def _serve(launch, streamer: Streamer, out: Emitter) -> dict:

@@ -5,7 +5,9 @@ every host is asked first (`ssh HOST true`); when some no longer answer, the run
 that remain: the planner (plan/advice.py, the one advice path) ranks plans for the smaller set of processes at
 the same global batch, and the best one the launcher can run is taken (more accumulation per rank, not the
 old plan shrunk). The checkpoint must be readable there: in `[launch] checkpoint_dir`, a folder every node
-shares; without one the re-plan is refused and says why.
+shares, or copied to this machine after each save (the ssh engine without checkpoint_dir: launch/ckptcopy.py),
+from where it is pushed to the remaining nodes; with neither (no complete copy here) the restart is refused
+and says why.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ PROBE_TIMEOUT_S = 5.0
 
 def unreachable_hosts(preset, ssh_config: str | None) -> list[str]:
     """The hosts of an ssh launch that do not answer `ssh HOST true` now."""
-    from paradvisor.launch.sshrun import ssh_base
+    from paradvisor.hardware.remote import ssh_base
 
     gone = []
     for host in preset.launch.hosts:
@@ -87,12 +89,6 @@ def replan_without(preset, gone: list[str]):
     keep = [i for i, h in enumerate(lau.hosts) if h not in gone]
     if not keep:
         raise InputError("every node is unreachable: nothing left to restart on")
-    if not lau.checkpoint_dir:
-        raise InputError(
-            f"{', '.join(gone)} unreachable: re-planning needs the checkpoints where the remaining nodes read "
-            "them, and this run keeps them in each node's run directory: set [launch] checkpoint_dir to a "
-            "folder every node shares"
-        )
     procs = [lau.procs(i) for i in keep]
     hosts = tuple(lau.hosts[i] for i in keep)
     world = sum(procs)
@@ -113,13 +109,20 @@ def replan_without(preset, gone: list[str]):
     return replace(preset, plan=plan, launch=launch, name=f"{preset.name}-replan"), why
 
 
+def reads_in_place(preset) -> bool:
+    """Whether the nodes read the checkpoints where they were written: one machine, or a shared checkpoint_dir
+    (else the ssh engine copies every node's part here after each save: launch/ckptcopy.py)."""
+    return bool(preset.launch.checkpoint_dir) or engine_of(preset.launch) != "ssh"
+
+
 def next_attempt(run_dir: Path, preset, doc: dict, *, ssh_config: str | None = None):
     """(preset, lineage, why) of the restart of a failed run, or None (no checkpoint; nothing to restart)."""
     import sys
 
     found = newest(Path(run_dir))
     if found is None:
-        sys.stderr.write("no restart: the run has no complete checkpoint\n")
+        where = "" if reads_in_place(preset) else " copied to this machine"
+        sys.stderr.write(f"no restart: the run has no complete checkpoint{where}\n")
         return None
     lau = preset.launch
     # the failed run's rendezvous port may linger (TIME_WAIT, a store still closing): the next one up

@@ -2,7 +2,8 @@
 
 `paradvisor launch --resume RUN_DIR` continues from RUN_DIR's newest complete checkpoint in a new run directory
 whose status.json names its parent (`runs` shows the lineage); `--preset OTHER` / `--model` continue under
-another plan (DCP reshards on load; DeepSpeed's universal checkpoint between ZeRO stages; weights only between
+another plan (DCP reshards on load; DeepSpeed's universal checkpoint between ZeRO stages or world sizes, with
+the optimizer state; weights only between
 DeepSpeed and the torch engines, with --reset-optimizer). `[launch] max_restarts` relaunches a failed run the
 same way, re-planned onto the nodes that remain when an ssh node is gone (`replan_without`).
 What cannot be resumed (another model, another vocabulary or dataset, another optimizer, a corrupted or
@@ -145,14 +146,6 @@ def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, 
             f"its checkpoint is {old_engine}'s ({meta.get('label')}), this plan runs on {new.plan.engine}: only "
             "the weights carry over (DeepSpeed's fp32 consolidation), not the optimizer state; "
             "add --reset-optimizer to continue with a fresh optimizer",
-        )
-    same_ds = meta.get("zero_stage") == new.plan.zero_stage and meta.get("world_size") == new.plan.world_size
-    if old_engine == new.plan.engine == "deepspeed" and not same_ds and not reset_optimizer:
-        raise _fail(
-            run_dir,
-            f"its checkpoint is ZeRO-{meta.get('zero_stage')} on {meta.get('world_size')} ranks, this plan ZeRO-"
-            f"{new.plan.zero_stage} on {new.plan.world_size}: the weights carry over (fp32 consolidation), the "
-            "optimizer state does not; add --reset-optimizer",
         )
     if new.plan.diloco != bool(meta.get("plan", {}).get("diloco")) and not reset_optimizer:
         raise _fail(run_dir, "DiLoCo and synchronous plans keep other optimizer state: add --reset-optimizer")

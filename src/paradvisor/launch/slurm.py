@@ -65,6 +65,7 @@ def node_main(argv: list[str] | None = None) -> int:
     import argparse
 
     from paradvisor.launch import runner
+    from paradvisor.launch.requeue import requeued
     from paradvisor.spec.preset import load_preset
 
     ap = argparse.ArgumentParser(prog="python -m paradvisor.launch.slurm")
@@ -85,7 +86,7 @@ def node_main(argv: list[str] | None = None) -> int:
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
-        preset, lineage = _requeued(preset, run_dir, node)
+        preset, run_dir, lineage = requeued(preset, run_dir)  # a requeue: a new folder (launch/requeue.py)
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=run_dir.parent,
@@ -106,42 +107,6 @@ def node_main(argv: list[str] | None = None) -> int:
     # srun's SIGTERM (scancel, requeue, pre-emption) stops gracefully: every rank saves a checkpoint and ends
     doc = runner.run_blocking(launch)
     return 0 if doc.get("status") == "finished" else 1
-
-
-def _requeued(preset: Preset, run_dir: Path, node: int) -> tuple[Preset, dict]:
-    """A requeued job (SLURM_RESTART_COUNT > 0; `scontrol requeue`, a pre-emption) continues from the newest
-    complete checkpoint of its run directory (the job keeps its id and its folder; this node's status of the
-    attempt before is kept as status-nodeN.attemptK.json)."""
-    count = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    if not count:
-        return preset, {}
-    from paradvisor.rundir import node_file
-
-    old = run_dir / node_file("status", node, True)
-    if old.exists():
-        os.replace(old, old.with_name(f"{old.stem}.attempt{count - 1}.json"))
-    from paradvisor.launch.resume import newest
-
-    found = newest(run_dir)
-    if found is None:
-        return preset, {"requeued": count, "lineage_reason": "requeue (no checkpoint: from the start)"}
-    step, path = found
-    preset = replace(preset, train=replace(preset.train, resume_from=str(path)))
-    # the ranks read plan.toml: every node writes the same one (atomically) before its torchrun starts
-    from paradvisor.spec.preset import write_toml_atomic
-
-    write_toml_atomic(
-        RunDir(run_dir).plan,
-        preset.to_doc(),
-        force=True,
-        header=f"# paradvisor run plan: {preset.plan.label()} (requeued: from step {step})\n",
-    )
-    return preset, {
-        "requeued": count,
-        "resumed_from": str(path),
-        "resume_step": step,
-        "lineage_reason": "requeue",
-    }
 
 
 # ---------------------------------------------------------------------------------------------- submitting
@@ -187,6 +152,7 @@ class SlurmJob:
         import psutil
 
         self.preset, self.run_dir, self.job_id, self.argv, self.locks = preset, run_dir, job_id, argv, locks
+        self.job_dir = run_dir  # the first attempt's; a requeued one runs in its own (launch/requeue.py)
         self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.gave_up: str | None = None  # why the launcher cancelled a job that cannot start (in time)
@@ -237,6 +203,7 @@ class SlurmJob:
             **self.identity,
             "hang_timeout_s": None,
             "hang_detection": self.hang_detection,
+            **getattr(self, "lineage", {}),
         }
         doc.update(kw)
         return doc
@@ -258,8 +225,10 @@ class SlurmJob:
             self.done.set()
 
     def _node_statuses(self) -> dict[int, dict]:
+        from paradvisor.launch.requeue import follow_latest
         from paradvisor.rundir.status import read_status
 
+        follow_latest(self)  # a requeued job's nodes report in its newest attempt's folder
         out = {}
         for i in range(self.preset.launch.nnodes):
             p = RunDir(self.run_dir).node_status(i)
@@ -318,7 +287,7 @@ class SlurmJob:
                 for i, d in sorted(nodes.items())
             ],
         }
-        out_tail = _tail(self.run_dir / f"slurm-{self.job_id}.out")
+        out_tail = _tail(self.job_dir / f"slurm-{self.job_id}.out")
         if self.gave_up and not nodes:  # it never started: nothing ran, nothing to diagnose
             return self.status(
                 status="failed",

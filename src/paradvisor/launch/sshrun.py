@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.hardware.remote import resolve_address, ssh_base
+from paradvisor.launch import ckptcopy
+from paradvisor.launch.argv import forwarded_env
 from paradvisor.output import one_line
 from paradvisor.rundir import LINE_FILES, RunDir
 from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset, write_run_plan
@@ -106,47 +109,6 @@ class NodeSession:
         }
 
 
-def ssh_base(host: str, *, timeout: float, ssh_config: str | None) -> list[str]:
-    """`ssh <options> -- HOST` (remote.ssh_argv without the command): BatchMode, ConnectTimeout, keep-alives."""
-    from paradvisor.hardware.remote import ssh_argv
-
-    return ssh_argv(host, timeout=timeout, ssh_config=ssh_config)[:-2]
-
-
-def resolve_address(host: str, *, ssh_config: str | None) -> str:
-    """The host name ssh really connects to (`ssh -G` applies the ssh config: an alias's HostName), so the
-    other nodes can reach the rendezvous on node 0. Falls back to the host as written."""
-    from paradvisor.hardware.remote import parse_host
-
-    _user, name, port = parse_host(host)
-    argv = (
-        ["ssh", "-G"]
-        + (["-F", ssh_config] if ssh_config else [])
-        + (["-p", str(port)] if port else [])
-        + ["--", name]
-    )
-    try:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return name
-    for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "hostname" and value.strip():
-            return value.strip()
-    return name
-
-
-def forwarded_env(extra: dict | None) -> dict:
-    """Environment the nodes' ranks get from here: fault drills, NCCL/Gloo settings, thread count."""
-    from paradvisor.launch.argv import FORWARD_PREFIXES
-
-    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
-    env.update({k: v for k, v in (extra or {}).items() if k.startswith(FORWARD_PREFIXES)})
-    return env
-
-
 def _score(n: NodeSession) -> int:
     """How likely a failed node is the cause: its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
     from paradvisor.launch.diagnose import is_peer_error
@@ -182,6 +144,7 @@ class SshLaunch:
         self.code = code  # the user's script folder (launch/bundle.py), sent to every node in its hello
         self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
         self.locks, self.ssh_config, self.ssh_timeout, self.env = locks, ssh_config, ssh_timeout, env
+        self.copies = ckptcopy.for_run(preset, run_dir, len(nodes), self.log)  # checkpoints copied here
         self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.started = time.time()
@@ -316,6 +279,7 @@ class SshLaunch:
                     "remote_dir": lau.remote_dir,
                     "env": self.env,
                     **({"code": base64.b64encode(self.code).decode()} if self.code else {}),
+                    **(self.copies.hello() if self.copies else {}),
                 }
             )
             + "\n"
@@ -337,6 +301,8 @@ class SshLaunch:
         try:
             n.proc.stdin.write(self._hello(n))
             n.proc.stdin.flush()
+            if self.copies:
+                self.copies.send_push(n.proc.stdin)
         except OSError:
             pass  # the session already ended: its exit code says why
         n.reader = threading.Thread(
@@ -397,6 +363,8 @@ class SshLaunch:
                     and isinstance(msg.get("b"), str)
                 ):
                     self._store(n, msg["f"], base64.b64decode(msg["b"]), t == "whole")
+                elif t in ckptcopy.KINDS and self.copies is not None:
+                    self.copies.take(n.index, msg)
                 elif t == "hello":
                     n.agent = _agent_facts(msg)
                     with n.lock:
@@ -511,6 +479,18 @@ class SshLaunch:
         for n in self.nodes:
             self._settle(n)
 
+    def _fetch_outputs(self) -> str:
+        """Node 0's model/ and tensorboard/ copied into this run directory (launch/fetch.py); what happened."""
+        from paradvisor.launch.fetch import fetch_outputs
+
+        n = self.nodes[0]
+        if not n.agent.get("run_dir"):
+            return "node 0 never said where its run directory is"
+        base = ssh_base(n.host, timeout=self.ssh_timeout, ssh_config=self.ssh_config)
+        line = fetch_outputs(base, n.agent["run_dir"], self.run_dir)
+        self.log(f"outputs: {line}")
+        return line
+
     def _final(self, status: str, **kw) -> dict:
         ended = time.time()
         return self.status(
@@ -580,7 +560,7 @@ class SshLaunch:
                 self._stop_all(self.cancel_reason)
                 return self._final("cancelled", reason=self.cancel_reason)
             if all(s == "finished" for s in states):
-                return self._final("finished")
+                return self._final("finished", outputs=self._fetch_outputs())
             failed = [n for n in self.nodes if n.state in ("failed", "unreachable", "cancelled")]
             if failed:
                 now = time.monotonic()

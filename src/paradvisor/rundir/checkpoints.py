@@ -20,6 +20,9 @@ CHECKPOINTS = "checkpoints"
 META = "meta.json"
 STEP_RE = re.compile(r"step-(\d+)")
 SCHEMA = "paradvisor.checkpoint/1"
+# "1" (the ssh engine without a shared checkpoint_dir: launch/ckptcopy.py): every node's first process writes
+# and completes its node's part of each checkpoint in the node's own run directory
+PIECES_ENV = "PARADVISOR_CHECKPOINT_PIECES"
 
 
 def checkpoint_root(run_dir: str | os.PathLike, checkpoint_dir: str | None = None) -> Path:

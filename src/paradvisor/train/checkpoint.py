@@ -5,9 +5,9 @@ Torch engines (DDP, FSDP2, HSDP, TP, PP, EP, DiLoCo's inner engines) save one to
 (DCP) of {"model", "optim"} built by `get_state_dict` (fully qualified names of the *unwrapped* model, DTensor
 shards as they are): DCP reshards on load, so a checkpoint of one plan loads under another (DDP -> FSDP2,
 dp -> tp, PP -> DDP, another world size). Pipeline stages are saved under the whole model's names (stage k's
-`blocks.0` is the model's `blocks.<lo>`). DeepSpeed ZeRO saves with its own `save_checkpoint` and loads it under the same stage and
-world size; another ZeRO stage or world size, and the torch engines, load its weights only (`zero_to_fp32`,
-with `train.reset_optimizer`). Every checkpoint also holds each rank's RNG states, and its
+`blocks.0` is the model's `blocks.<lo>`). DeepSpeed ZeRO saves with its own `save_checkpoint`; another ZeRO stage or world size loads it
+with the optimizer state through DeepSpeed's universal checkpoint (train/dsresume.py); the torch engines load
+its weights only (`zero_to_fp32`, with `train.reset_optimizer`). Every checkpoint also holds each rank's RNG states, and its
 meta.json the step, the data position (global samples consumed) and the plan it was written under.
 
 A checkpoint is written into `.step-N.partial` and renamed `step-N` once every rank's data is on disk
@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.rundir.checkpoints import (
+    PIECES_ENV,
     checkpoint_root,
     ensure_root,
     finalize,
@@ -37,11 +38,10 @@ from paradvisor.rundir.checkpoints import (
     read_meta,
     temp_name,
 )
+from paradvisor.train.dsresume import DS_DIR, DS_TAG, zero_fp32
 from paradvisor.train.rng import rng_state, set_rng_state
 
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
-DS_DIR = "ds"  # DeepSpeed's checkpoint folder (tag "ds" inside it)
-DS_TAG = "ds"
 RNG_DIR = "rng"
 
 
@@ -100,11 +100,16 @@ class Checkpointer:
         self.preset, self.t = preset, preset.train
         self.engine, self.kind, self.model = engine, kind, model
         self.rank, self.world, self.writer = rank, world, writer
+        self.run_dir = Path(run_dir)
         # a shared checkpoint_dir keeps the run's checkpoints under the run's name (the same on every node)
         cdir = preset.launch.checkpoint_dir
         name = (os.environ.get("PARADVISOR_RUN_NAME") or Path(run_dir).name) if cdir else Path(run_dir).name
         self.root = checkpoint_root(Path(run_dir).parent / name, cdir)
         self.stop = StopRequest()
+        # without a shared folder on the ssh engine each node's first process writes its node's part
+        # (launch/ckptcopy.py copies every node's part to the launching machine)
+        pieces = os.environ.get(PIECES_ENV) == "1" and os.environ.get("LOCAL_RANK") == "0"
+        self.leader = rank == 0 or pieces
         # two gloo groups of every rank: one for the stop flags and barriers of the training thread, one for
         # DCP's writes (an async save runs its collectives on a thread of its own), made at the first save or
         # load, which every rank reaches together (a run that never saves holds no idle gloo threads)
@@ -232,7 +237,7 @@ class Checkpointer:
         self.wait()  # one checkpoint in flight at a time
         t0 = time.perf_counter()
         tmp = self.root / temp_name(step)
-        if self.rank == 0:
+        if self.leader:
             ensure_root(self.root)
             if tmp.exists():  # left by a run killed while writing this step
                 import shutil
@@ -278,13 +283,13 @@ class Checkpointer:
         self.pending = None
         if future is not None:
             future.result()
-        if self.rank != 0:
+        if not self.leader:
             return
         if self.fault is not None:
             self.fault.mid_checkpoint(self.rank, step)
         final = finalize(tmp, self.root, step, meta)
         removed = purge(self.root, self.t.keep_checkpoints)
-        if self.writer is not None:
+        if self.writer is not None and self.rank == 0:  # one record (each node completes its own part)
             m = read_meta(final) or {}
             self.writer.write(
                 {
@@ -319,9 +324,9 @@ class Checkpointer:
         if meta is None:
             raise RuntimeError(f"{path}: not a complete checkpoint")
         t0 = time.perf_counter()
-        reset = self.t.reset_optimizer
+        reset, how = self.t.reset_optimizer, "dcp"
         if meta["format"] == "deepspeed" and self.kind == "deepspeed":
-            self._load_deepspeed(path, meta, reset)
+            how = self._load_deepspeed(path, meta, reset)
         elif meta["format"] == "deepspeed":
             self._load_weights(zero_fp32(path))
         elif self.kind == "deepspeed":
@@ -346,26 +351,28 @@ class Checkpointer:
                     "from_plan": meta.get("label"),
                     "load_s": time.perf_counter() - t0,
                     "reset_optimizer": bool(reset),
+                    "loaded_as": how,
                 }
             )
         self.resumed_meta = meta
         return int(meta["step"])
 
-    def _load_deepspeed(self, path: Path, meta: dict, reset: bool) -> None:
-        ds = self.engine.engine
-        if meta.get("zero_stage") == self.preset.plan.zero_stage and meta.get("world_size") == self.world:
-            ds.load_checkpoint(
-                str(path / DS_DIR),
-                tag=DS_TAG,
-                load_optimizer_states=not reset,
-                load_lr_scheduler_states=False,
-                load_module_strict=True,
-            )
-            return
-        # another ZeRO stage or world size: the weights (DeepSpeed's fp32 consolidation) with a fresh optimizer
-        # (launch/resume.py asks for --reset-optimizer; DeepSpeed's universal checkpoint did not load a ZeRO-3
-        # checkpoint under ZeRO-1/2 here: deepspeed 0.19.8, ds_to_universal)
-        self._load_weights(zero_fp32(path))
+    def _load_deepspeed(self, path: Path, meta: dict, reset: bool) -> str:
+        """Load a DeepSpeed checkpoint into this DeepSpeed engine; returns how ("weights": a fresh optimizer)."""
+        if reset:  # the weights only (DeepSpeed's fp32 consolidation) with a fresh optimizer
+            self._load_weights(zero_fp32(path))
+            return "weights"
+        from paradvisor.train import dsresume
+
+        return dsresume.load(
+            self.engine.engine,
+            path,
+            meta,
+            stage=self.preset.plan.zero_stage,
+            world=self.world,
+            run_dir=self.run_dir,
+            barrier=self._barrier,
+        )
 
     def _load_weights(self, full: dict) -> None:
         """Whole fp32 weights into the engine's model (DeepSpeed <-> torch engines: weights only)."""
@@ -394,13 +401,6 @@ def _model_keys(module) -> list[str]:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     return list(get_model_state_dict(module).keys())
-
-
-def zero_fp32(path: Path) -> dict:
-    """A DeepSpeed checkpoint's whole fp32 weights (DeepSpeed's own consolidation, zero_to_fp32)."""
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-    return get_fp32_state_dict_from_zero_checkpoint(str(path / DS_DIR), tag=DS_TAG)
 
 
 def dcp_full_model(path: Path) -> dict:
