@@ -46,17 +46,6 @@ class ClusterRef:
         return cls(**kw)
 
 
-# The preset's [cluster] keys and their types (spec/preset.py reads them with these).
-CLUSTER_REF_TYPES = {
-    "file": str,
-    "gpus": int,
-    "gpu_type": str,
-    "link": str,
-    "local": bool,
-    "hosts": list[str],
-}
-
-
 def resolve_machines(
     *,
     cluster_file: str | None = None,
