@@ -1,5 +1,5 @@
 """Checkpoints of an ssh run without a shared folder (launch/ckptcopy.py), measured: two ssh nodes on this
-machine (a real sshd at 127.0.0.1 and 127.0.0.2, tests/sshd.py), one process each, no checkpoint_dir; every
+machine (a real sshd at 127.0.0.1 and 127.0.0.2, tests/support/sshd.py), one process each, no checkpoint_dir; every
 checkpoint's parts are copied to the launcher and assembled there. Prints the launcher's copy lines, then
 resumes the copy of step 4 here (2 local processes) under the run's plan and under another one, and prints the
 losses of steps 5-6 next to the ssh run's.
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.sshd import Sshd, free_port
+from tests.support.sshd import Sshd, free_port
 from tests.support.resume import losses
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.equivalence_cases import DILOCO, FAMILIES, SHAPES, applies, preset_for  # noqa: E402
-
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify  # noqa: E402
+from tests.support.equivalence_cases import DILOCO, FAMILIES, SHAPES, applies, preset_for  # noqa: E402
 
 
 def main() -> int:

@@ -19,10 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.equivalence_cases import FAMILIES, SHAPES, applies, preset_for  # noqa: E402
-
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify  # noqa: E402
 from paradvisor.monitor.validate import validate  # noqa: E402
+from tests.support.equivalence_cases import FAMILIES, SHAPES, applies, preset_for  # noqa: E402
 
 NEW = ["gemma2", "gemma3_text", "phi3", "olmo2", "qwen3", "qwen3_moe", "deepseek_v3", "gpt_oss"]
 DEFAULT_SHAPES = ["DDP", "FSDP", "ZeRO-3", "TP", "TP+SP", "PP (1F1B)", "EP x DDP", "CP", "CP x FSDP"]

@@ -1,5 +1,5 @@
 """Time from `paradvisor launch` to a failed status when one of two ssh nodes is missing (no network: a real
-sshd on loopback addresses, as in tests/test_sshlaunch.py). Three ways a node can be missing:
+sshd on loopback addresses, as in tests/run/test_sshlaunch.py). Three ways a node can be missing:
 
   refused   nothing listens on node 1's ssh port (a host that is down but answers, a wrong port)
   silent    node 1's port accepts the connection and never speaks (a hung host, a firewall that drops)
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.sshd import Sshd, free_port  # the same real sshd the tests start
+from tests.support.sshd import Sshd, free_port  # the same real sshd the tests start
 
 
 def silent_listener() -> int:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 from paradvisor.spec.plan import Plan
 from paradvisor.spec.preset import save_preset
 from tests.conftest import run_cli
-from tests.equivalence_cases import SHAPES, applies, preset_for
-from tests.runs import metrics
+from tests.support.equivalence_cases import SHAPES, applies, preset_for
+from tests.support.runs import metrics
 from tests.support.resume import children, losses, preset_file, rel, status
 
 

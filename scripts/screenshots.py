@@ -1,6 +1,6 @@
 """Regenerate screenshots/*.svg, the README's pictures, at 120x40.
 
-The planning screens come from the deterministic scenes in tests/tui_scenes.py (the shipped example
+The planning screens come from the deterministic scenes in tests/support/tui_scenes.py (the shipped example
 clusters). The monitor pictures come from real runs: the shipped presets tiny-cpu-smoke and
 llama150m-diloco-local-steps are launched here (`paradvisor launch --quiet`, CPU processes, about a
 minute), and each finished run directory is opened in the TUI. With --calibrate, `paradvisor calibrate
@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the scenes live in tests/ (no fixtures imported: tests/tui_scenes.py)
+sys.path.insert(0, str(REPO))  # the scenes live in tests/ (no fixtures imported: tests/support/tui_scenes.py)
 
 from paradvisor.tui.app import ParadvisorApp  # noqa: E402
-from tests.tui_scenes import SCENES, SIZE, scene_app, settle  # noqa: E402
+from tests.support.tui_scenes import SCENES, SIZE, scene_app, settle  # noqa: E402
 
 OUT = REPO / "screenshots"
 RUNS = {"llama150m-diloco-local-steps": "monitor", "tiny-cpu-smoke": "monitor-tiny-cpu-smoke"}

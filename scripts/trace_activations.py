@@ -3,7 +3,7 @@ parameter facts (largest module, tensor sizes) of every built-in transformer, fr
 
 Run:  python scripts/trace_activations.py [--only NAME ...] [--check]
 `--check` compares with the stored file instead of writing it (exit 1 on drift), which is what
-tests/test_traced.py does for a subset.
+tests/facts/test_traced.py does for a subset.
 """
 
 from __future__ import annotations

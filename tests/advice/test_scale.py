@@ -24,7 +24,7 @@ from paradvisor.plan.space import candidates, divisors
 from paradvisor.spec.plan import Workload
 from tests.conftest import EXAMPLES, FUZZ_SCALE, REPO
 
-RANKINGS = json.loads((Path(__file__).parent / "data" / "rankings.json").read_text())
+RANKINGS = json.loads((Path(__file__).parent.parent / "data" / "rankings.json").read_text())
 
 
 @pytest.mark.parametrize("case", RANKINGS, ids=[f"{c['cluster']}-{c['model']}" for c in RANKINGS])

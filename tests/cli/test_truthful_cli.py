@@ -108,7 +108,7 @@ def test_rules_list_at_80_columns_shows_every_id_whole():
 
 
 def test_runs_at_80_columns_shows_every_run_name_and_figure_whole(tmp_path):
-    from tests.tui_scenes import write_demo_run
+    from tests.support.tui_scenes import write_demo_run
 
     names = [
         "20261124-223512-llama150m-diloco-local-steps",

@@ -14,7 +14,7 @@ from paradvisor.spec.plan import Plan
 from paradvisor.rundir.metrics import valid_record
 from paradvisor.spec.mesh import mesh_dims
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.runs import SMOKE, variant
+from tests.support.runs import SMOKE, variant
 
 SCRIPTS = REPO / "tests" / "support" / "scripts"
 SCRIPT_OWN = {

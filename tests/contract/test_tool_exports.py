@@ -12,7 +12,7 @@ import tarfile
 import pytest
 
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.runs import variant
+from tests.support.runs import variant
 
 SCRIPT = REPO / "tests" / "support" / "scripts" / "hf_trainer.py"
 PLANS = {

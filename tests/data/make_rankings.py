@@ -2,14 +2,14 @@
 
 Generated from the code *before* clusters were represented by node groups (issue 15): main at
 c10d9eb (capability table, 1F1B needing a micro-batch per stage) with this script copied into an
-export of it, so that tests/test_scale.py checks the grouped representation ranks the same plans with
+export of it, so that tests/advice/test_scale.py checks the grouped representation ranks the same plans with
 the same figures. Run: PYTHONPATH=src python tests/data/make_rankings.py (only to record a deliberate
 change to the cost model or the strategy space).
 
 Re-recorded once since, with node groups in place, when issue 13 deliberately changed the cost model
 (traced activations, DeepSpeed's own accounting): the grouped representation had matched the per-pair
 code's record up to that merge (main 523b7f4, the last commit before it), and the grouped links are still
-checked against the per-pair and per-rank algorithms by tests/test_scale.py's property tests.
+checked against the per-pair and per-rank algorithms by tests/advice/test_scale.py's property tests.
 Re-recorded again when the loss head's backward gradients became a memory term (`transient`, measured
 on an H100 by benchmarks/gpu_check.py): a deliberate change of the memory model.
 Re-recorded for issue 31: the operation-level GPU step-time model (estimate/steptime.py), pipeline stages as

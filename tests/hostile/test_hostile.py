@@ -30,7 +30,7 @@ import tomli_w
 
 from paradvisor.errors import InputError
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.runs import SMOKE, start_long_run, variant, wait_gone
+from tests.support.runs import SMOKE, start_long_run, variant, wait_gone
 
 ESC = "\x1b"
 

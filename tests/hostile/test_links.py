@@ -22,7 +22,7 @@ from paradvisor.safeio import (
     write_private,
 )
 from tests.conftest import assert_one_line_error, run_cli
-from tests.runs import variant
+from tests.support.runs import variant
 
 SECRET = b"precious: never overwritten, truncated or appended to\n"
 

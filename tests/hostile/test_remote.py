@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.runs import launch, variant
-from tests.sshd import Sshd, free_port
+from tests.support.runs import launch, variant
+from tests.support.sshd import Sshd, free_port
 
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 

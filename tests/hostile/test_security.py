@@ -13,7 +13,7 @@ import tomli_w
 
 from paradvisor.rundir import new_run_dir
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.runs import SMOKE, launch, wait_gone
+from tests.support.runs import SMOKE, launch, wait_gone
 
 PACKAGE = REPO / "src" / "paradvisor"
 FORBIDDEN = {

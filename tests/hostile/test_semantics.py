@@ -13,7 +13,7 @@ import pytest
 
 from paradvisor.errors import InputError
 from tests.conftest import EXAMPLES, REPO, assert_one_line_error, run_cli
-from tests.runs import variant
+from tests.support.runs import variant
 
 QWEN = REPO / "tests" / "data" / "models" / "qwen2-tiny" / "config.json"
 MOE = {

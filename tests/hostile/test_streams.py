@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, REPO, assert_one_line_error, run_cli
-from tests.runs import variant
+from tests.support.runs import variant
 
 CLUSTER = str(EXAMPLES / "h100-8x-nvlink.toml")
 SMOKE = str(REPO / "presets" / "tiny-cpu-smoke.toml")

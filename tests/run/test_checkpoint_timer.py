@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from paradvisor.rundir.checkpoints import complete_checkpoints
-from tests.runs import launch, metrics, variant
+from tests.support.runs import launch, metrics, variant
 
 pytestmark = pytest.mark.slow
 

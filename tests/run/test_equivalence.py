@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
-from tests.equivalence_cases import DILOCO, SHAPES, applies, preset_for
+from tests.support.equivalence_cases import DILOCO, SHAPES, applies, preset_for
 
 pytestmark = pytest.mark.slow
 

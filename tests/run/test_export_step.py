@@ -11,7 +11,7 @@ import pytest
 
 from paradvisor.spec.preset import save_preset
 from tests.conftest import assert_one_line_error, run_cli
-from tests.equivalence_cases import SHAPES, preset_for
+from tests.support.equivalence_cases import SHAPES, preset_for
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
 from paradvisor.monitor.validate import validate
-from tests.equivalence_cases import SHAPES, applies, preset_for
+from tests.support.equivalence_cases import SHAPES, applies, preset_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.runs import SMOKE, launch, leftover, metrics, start_long_run, steps_of, variant, wait_gone
+from tests.support.runs import SMOKE, launch, leftover, metrics, start_long_run, steps_of, variant, wait_gone
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from paradvisor.errors import InputError
 from paradvisor.launch.runner import validate
 from paradvisor.spec.preset import load_preset
 from tests.conftest import REPO, assert_one_line_error
-from tests.runs import SMOKE, launch, leftover, metrics, steps_of, variant
+from tests.support.runs import SMOKE, launch, leftover, metrics, steps_of, variant
 
 PRESETS = sorted((REPO / "presets").glob("*.toml"))
 REQUIRED = {
@@ -216,7 +216,7 @@ STRATEGIES = {
     "fsdp": {"sharding": "fsdp"},
     "zero2": {"sharding": "zero2"},
     "zero3": {"sharding": "zero3"},
-    # TP and PP train for real in tests/test_equivalence.py (losses equal one process, every step)
+    # TP and PP train for real in tests/run/test_equivalence.py (losses equal one process, every step)
     "diloco": {
         "diloco": True,
         "local_steps": 3,

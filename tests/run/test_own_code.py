@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.runs import launch, metrics, steps_of, variant
+from tests.support.runs import launch, metrics, steps_of, variant
 
 pytestmark = pytest.mark.slow
 SCRIPTS = REPO / "tests" / "support" / "scripts"

@@ -1,6 +1,6 @@
 """`paradvisor launch --script` on the engines that start processes on other machines: every node over ssh
 (a real sshd on loopback "hosts"; the script's folder copied into each node's run folder over the same ssh,
-or found in place on a shared path) and Slurm --submit (tests/slurm_cluster.py)."""
+or found in place on a shared path) and Slurm --submit (tests/support/slurm_cluster.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_sshlaunch import cluster, launch_argv, records, the_run, write_preset  # noqa: F401 - fixture
+from tests.run.test_sshlaunch import cluster, launch_argv, records, the_run, write_preset  # noqa: F401 - fixture
 
 SCRIPT = """
 import os, sys
@@ -65,8 +65,8 @@ def test_a_script_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
 
 @pytest.mark.slow
 def test_a_script_submitted_to_slurm(tmp_path_factory, tmp_path):
-    from tests.slurm_cluster import Slurm
-    from tests.test_slurm import preset, submit_argv
+    from tests.run.test_slurm import preset, submit_argv
+    from tests.support.slurm_cluster import Slurm
 
     slurm = Slurm(tmp_path_factory.mktemp("slurm-own"))
     try:

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.runs import launch_argv
-from tests.slurm_cluster import Slurm
-from tests.sshd import free_port
+from tests.support.runs import launch_argv
+from tests.support.slurm_cluster import Slurm
+from tests.support.sshd import free_port
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]

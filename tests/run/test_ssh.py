@@ -9,7 +9,7 @@ import time
 import pytest
 
 from paradvisor.hardware.remote import probe_hosts
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.ssh
 

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.runs import wait_for
-from tests.sshd import Sshd, free_port
+from tests.support.runs import wait_for
+from tests.support.sshd import Sshd, free_port
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.xdist_group("sshlaunch")]
@@ -58,8 +58,8 @@ def write_preset(cluster, tmp_path, *, hosts=None, steps=10, join_timeout=60, py
 
 
 def launch_argv(cluster, preset: Path, tmp_path: Path, *extra: str) -> list[str]:
-    """The suite's launch command line (tests/runs.py) with this sshd's config and a short ssh timeout."""
-    from tests.runs import launch_argv as argv
+    """The suite's launch command line (tests/support/runs.py) with this sshd's config and a short ssh timeout."""
+    from tests.support.runs import launch_argv as argv
 
     return argv(
         preset, tmp_path / "runs", "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra

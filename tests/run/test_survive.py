@@ -1,7 +1,7 @@
 """A run that survives a lost node (ssh, max_restarts = 1, re-planned onto the node that remains; its
 checkpoints in a shared checkpoint_dir, or copied to the launcher and pushed back) and a Slurm
-requeue (the requeued job resumes from its checkpoint). Real sshd (tests/sshd.py), real Slurm
-(tests/slurm_cluster.py), real ranks."""
+requeue (the requeued job resumes from its checkpoint). Real sshd (tests/support/sshd.py), real Slurm
+(tests/support/slurm_cluster.py), real ranks."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.runs import wait_for
-from tests.sshd import Sshd, free_port
 from tests.support.resume import children, losses, status
+from tests.support.runs import wait_for
+from tests.support.sshd import Sshd, free_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def complete(root: Path, pattern: str = "*/step-*/meta.json") -> list[Path]:
 
 def past_checkpoint(runs: Path, found) -> bool:
     """Whether rank 0 of a run under `runs` logged a step after the newest complete checkpoint `found()` lists."""
-    from tests.runs import metrics
+    from tests.support.runs import metrics
 
     steps = [int(p.parent.name.split("-")[1]) for p in found()]
     if not steps or not runs.exists():
@@ -172,7 +172,7 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(whe
 def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_path):
     """`scontrol requeue`: the ranks save on the way down; the requeued job resumes from that checkpoint in a
     new run directory (`<run>-requeue1`) whose statuses name the first one as parent (launch/requeue.py)."""
-    from tests.slurm_cluster import Slurm
+    from tests.support.slurm_cluster import Slurm
 
     cluster = Slurm(tmp_path_factory.mktemp("slurm"))
     try:

@@ -15,9 +15,9 @@ import pytest
 import tomli_w
 
 from paradvisor.launch.argv import free_port
-from tests.runs import launch_argv
+from tests.run.test_sshlaunch import cluster, records  # noqa: F401 - fixture
+from tests.support.runs import launch_argv
 from tests.support.userdata import preset, write_corpus, write_model_folder
-from tests.test_sshlaunch import cluster, records  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def test_the_users_data_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
 
 
 def test_the_users_data_in_a_slurm_job(tmp_path_factory, tmp_path):
-    from tests.slurm_cluster import Slurm
+    from tests.support.slurm_cluster import Slurm
 
     slurm = Slurm(tmp_path_factory.mktemp("slurm-data"))
     try:

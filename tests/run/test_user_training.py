@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.runs import launch_argv
+from tests.support.runs import launch_argv
 from tests.support.userdata import first_batch_loss, hf_eval_loss, preset, write_corpus, write_model_folder
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker

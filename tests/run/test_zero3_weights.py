@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.runs import launch
+from tests.support.runs import launch
 from tests.support.userdata import first_batch_loss, preset, write_corpus, write_model_folder
 
 pytestmark = pytest.mark.slow

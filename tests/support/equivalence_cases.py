@@ -1,5 +1,5 @@
 """Tiny models of every family and the plan shapes the launcher runs, for the numerical-equivalence
-tests (tests/test_equivalence.py) and the full matrix (benchmarks/equivalence.py).
+tests (tests/run/test_equivalence.py) and the full matrix (benchmarks/equivalence.py).
 
 Each family is a shipped model shrunk by `model_overrides` (or a tiny HF config.json in tests/data) so a
 5-step run takes seconds on CPU. Each shape is a plan for 2-8 ranks over a global batch of 8.
@@ -12,7 +12,7 @@ from pathlib import Path
 from paradvisor.spec.plan import NodeAllocation, Plan, Workload
 from paradvisor.spec.preset import LaunchSettings, Preset, TrainSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEQ, BATCH = 32, 8
 _DEC = {
     "hidden_size": 32,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from paradvisor.spec.plan import Plan
 from paradvisor.spec.preset import save_preset
-from tests.equivalence_cases import preset_for
-from tests.runs import launch, metrics, steps_of
+from tests.support.equivalence_cases import preset_for
+from tests.support.runs import launch, metrics, steps_of
 
 STEPS, EVERY, FAULT_STEP = 4, 2, 3
 

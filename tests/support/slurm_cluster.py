@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sshd import free_port
+from tests.support.sshd import free_port
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "sinfo")
 

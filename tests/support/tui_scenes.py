@@ -1,4 +1,4 @@
-"""Deterministic scenes of the TUI, for the SVG snapshot tests (tests/test_tui_snapshots.py) and
+"""Deterministic scenes of the TUI, for the SVG snapshot tests (tests/tui/test_tui_snapshots.py) and
 `scripts/screenshots.py`.
 
 Each scene builds the app on fixed inputs (a cluster file, a model, a finished run written here with

@@ -16,7 +16,7 @@ from paradvisor.tui.app import ParadvisorApp
 from paradvisor.tui.screens import ConfirmLaunchScreen
 from paradvisor.units import fmt_seconds
 from tests.conftest import EXAMPLES, REPO
-from tests.test_tui import _footer_keys, settle, until, wait_status
+from tests.tui.test_tui import _footer_keys, settle, until, wait_status
 
 C000 = str(EXAMPLES / "paper000-two-servers.toml")
 C000_SHOWN = "examples/clusters/paper000-two-servers.toml"
@@ -128,7 +128,7 @@ def test_ctrl_s_saves_into_the_users_preset_folder_under_the_run_directory_name_
 
 def _run_dir(tmp_path: Path, *, started: float, ended: float | None, first_record: float | None) -> Path:
     """A run directory: status.json (running, or ended with its duration) and the ranks' first records."""
-    from tests.tui_scenes import write_demo_run
+    from tests.support.tui_scenes import write_demo_run
 
     run = write_demo_run(tmp_path / "run")
     status = json.loads((run / "status.json").read_text())
@@ -297,7 +297,7 @@ def test_u_resumes_the_failed_run_on_the_monitor_tab_from_its_checkpoint(tmp_pat
     """A run that failed after its step-2 checkpoint, opened on the Monitor tab: `u` starts its continuation
     from that checkpoint in a new run directory, whose status names the parent and the step (as
     `paradvisor launch --resume` does)."""
-    from tests.runs import launch, variant
+    from tests.support.runs import launch, variant
 
     p = variant(tmp_path, "resumable", train={"steps": 4, "checkpoint_every": 2, "checkpoint_async": False})
     proc, parent = launch(p, tmp_path / "runs", env={"PARADVISOR_FAULT": "rank=1,step=3,kind=exit"})

@@ -342,7 +342,7 @@ def test_small_terminal_shows_the_workload_the_columns_and_the_keys(tmp_path):
 
 
 def test_monitor_at_80x24_has_plots_rank_rows_and_a_full_height_log(tmp_path):
-    from tests.tui_scenes import write_demo_run
+    from tests.support.tui_scenes import write_demo_run
 
     run = write_demo_run(tmp_path / "run")
 

@@ -1,10 +1,10 @@
 """SVG snapshots of every screen at 80x24 and 120x40 (pytest-textual-snapshot), from the deterministic
-scenes in tests/tui_scenes.py. Regenerate after a deliberate UI change with
-`pytest tests/test_tui_snapshots.py --snapshot-update`, and look at the SVGs."""
+scenes in tests/support/tui_scenes.py. Regenerate after a deliberate UI change with
+`pytest tests/tui/test_tui_snapshots.py --snapshot-update`, and look at the SVGs."""
 
 import pytest
 
-from tests.tui_scenes import SCENES, SIZES, scene_app, settle
+from tests.support.tui_scenes import SCENES, SIZES, scene_app, settle
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")

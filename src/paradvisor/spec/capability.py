@@ -3,7 +3,7 @@
 The search ranks only plans this table allows; the rest are shown as "plan only" with the reason
 (`why_not`). The launcher checks the same table before any process starts, so a ranked plan is a
 runnable plan. Widening the launcher means widening this table (and the numerical-equivalence tests
-in tests/test_equivalence.py that prove the new shape right). Torch-free: the advice layers read it.
+in tests/run/test_equivalence.py that prove the new shape right). Torch-free: the advice layers read it.
 
 Families are the trainer's: one module each in model/families/ (`mingpt` for gpt-mini, `vgg`, and Hugging
 Face model types), or any other Hugging Face `model_type` (data parallelism only).

@@ -1,6 +1,6 @@
 """Fault drills: set ``PARADVISOR_FAULT`` in the launcher's environment to make one rank fail on purpose,
 so you can check what your cluster, your hang timeout and paradvisor's diagnosis do when a rank breaks
-(the fault suite in ``tests/test_faults.py`` uses it with real processes)::
+(the fault suite in ``tests/run/test_faults.py`` uses it with real processes)::
 
     PARADVISOR_FAULT="rank=1,step=3,kind=raise"   # RuntimeError in rank 1 before step 3
     PARADVISOR_FAULT="rank=1,step=3,kind=exit"    # rank 1 leaves with exit code 3, no Python error

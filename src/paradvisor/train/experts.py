@@ -17,7 +17,7 @@ EP x FSDP shards each experts module over its expert-DP group and the rest over 
 are averaged over all ranks, as DDP would. An expert shard's gradient arrives through the all-to-all
 already summed over its EP group's tokens, so it is summed over the expert-DP group and divided by the
 world size: the gradient of the mean loss over all ranks, as one process would compute it (proved by
-`paradvisor verify`, tests/test_equivalence.py).
+`paradvisor verify`, tests/run/test_equivalence.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Model families: one module per family (`model/families/<name>.py`, each defining `FAMILY`), found here
-by name. Adding a family is adding its module (and its equivalence case, tests/equivalence_cases.py):
+by name. Adding a family is adding its module (and its equivalence case, tests/support/equivalence_cases.py):
 nothing else names it. Torch-free; `train/` interprets the names these records hold.
 
 A Hugging Face model_type without a module trains with data parallelism only (`get` gives a generic record).
