@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shlex
 import sys
 
 ERROR_SCHEMA = "paradvisor.error/1"
@@ -38,8 +40,6 @@ def shell_join(argv) -> str:
     """`argv` as one line that a shell runs as exactly `argv` when pasted (POSIX quoting, `shlex`), and that
     sends nothing raw to the terminal: an argument holding a control or other non-printable character is
     written $'...' with \\xHH / \\uHHHH escapes (POSIX.1-2024 dollar-single-quotes; bash, zsh, ksh)."""
-    import shlex
-
     out = []
     for a in map(str, argv):
         if a.isprintable():
@@ -137,8 +137,6 @@ class GuardedStdout(_Wrapper):
 
 def stdout_usable() -> bool:
     """Whether standard output is open (a closed fd 1 leaves sys.stdout None, or fstat fails)."""
-    import os
-
     if sys.stdout is None:
         return False
     try:
@@ -150,8 +148,6 @@ def stdout_usable() -> bool:
 
 def silence_stdout() -> None:
     """After a reader closed the pipe: later writes (and the interpreter's last flush) go to /dev/null."""
-    import os
-
     with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.__stdout__.fileno())

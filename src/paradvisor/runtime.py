@@ -29,6 +29,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from paradvisor.spec.plan import Plan
     from paradvisor.spec.preset import Preset
+from paradvisor.rundir import RunDir
+from paradvisor.rundir.metrics import MetricsWriter
+from paradvisor.spec.preset import load_preset
+from paradvisor.train.mesh import build_mesh
 
 API_VERSION = 1
 _RESERVED = frozenset({"kind", "rank", "node", "time", "step", "step_time_s", "world_size"})
@@ -50,8 +54,6 @@ def preset() -> Preset:
             raise RuntimeError(
                 "no paradvisor plan here: start this script with `paradvisor launch --preset P --script FILE`"
             )
-        from paradvisor.spec.preset import load_preset
-
         _state["preset"] = load_preset(path)
     return _state["preset"]
 
@@ -91,8 +93,6 @@ def device_mesh():
     `dp_shard`, `tp` (and `ep` for an expert-parallel plan), every one present, size 1 where the plan has
     none — built by the same code as paradvisor's own trainer's mesh (train/mesh.py). Starts the default
     process group (gloo on CPU, nccl on GPUs) when your code has not."""
-    from paradvisor.train.mesh import build_mesh
-
     p = plan()
     world = world_size()
     if p.world_size != world:
@@ -107,9 +107,6 @@ def device_mesh():
 def _writer():
     w = _state.get("writer")
     if w is None and run_dir() is not None:
-        from paradvisor.rundir import RunDir
-        from paradvisor.rundir.metrics import MetricsWriter
-
         w = _state["writer"] = MetricsWriter(RunDir(run_dir()).metrics, rank())
     return w
 

@@ -40,10 +40,13 @@ import errno
 import json
 import math
 import os
+import selectors
 import shutil
 import stat
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -501,9 +504,7 @@ def run_capture(
     is killed (why says which; exit code None); a missing program is exit code 127. Never raises OSError
     for the command itself and never holds more than 2 x `limit` bytes, whatever the other side sends. Text
     is decoded as UTF-8 with replacement characters."""
-    import selectors
     import subprocess
-    import time
 
     try:
         proc = subprocess.Popen(
@@ -516,8 +517,6 @@ def run_capture(
     except OSError as exc:
         return 127, "", f"{argv[0]}: {exc.strerror or exc}", None
     if input is not None:  # written by a thread: a command that answers before reading it all never blocks us
-        import threading
-
         data = input.encode() if isinstance(input, str) else input
 
         def feed() -> None:

@@ -11,6 +11,9 @@ peak (model FLOPs utilisation), lower for narrow matmuls (small hidden size or h
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from paradvisor.hardware.speeds import MAX_EFFICIENCY
 from paradvisor.model.profile import TransformerShape
 
@@ -59,9 +62,6 @@ def efficiency(local_hidden: float, tokens_per_micro: float) -> float:
 def curve_rate(curve: list, width: float) -> float:
     """TFLOPS a calibrated CPU reaches at a matmul width: log-log interpolation of the measured
     [(width, TFLOPS)] curve, held flat beyond its ends."""
-    import itertools
-    import math
-
     pts = sorted((float(w), float(r)) for w, r in curve if r > 0)
     if not pts:
         return 0.0

@@ -5,7 +5,10 @@ is refused, a large drift from the previous one is warned). Pure: no torch."""
 
 from __future__ import annotations
 
+from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
+from paradvisor.hardware.speeds import MAX_EFFICIENCY
 from paradvisor.limits import MAX_BANDWIDTH
+from paradvisor.model.profile import TransformerShape
 
 ENGINE_PLANS = {  # engine -> Plan fields (2 processes)
     "ddp": {"dp": 2},
@@ -47,10 +50,6 @@ def fit(rows: list[tuple[int, float]], op: str, n: int) -> dict:
 def fit_engines(runs: list[dict], device: dict) -> dict:
     """{engine: {precision: {"per_step": s, "per_layer": s}}}: step = per_step + per_layer x layers after the
     compute the estimator predicts for the calibration model (on one rank, at this device's measured rate)."""
-    from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
-    from paradvisor.hardware.speeds import MAX_EFFICIENCY
-    from paradvisor.model.profile import TransformerShape
-
     d, h, v = ENGINE_MODEL["n_embd"], ENGINE_MODEL["n_head"], ENGINE_MODEL["vocab_size"]
     shape = TransformerShape("mingpt", 1, d, h, h, d // h, 4 * d, v, ENGINE_MODEL["n_positions"], causal=True)
     rates = device.get("tflops_per_process") or device["tflops"]

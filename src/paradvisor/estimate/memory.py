@@ -57,7 +57,11 @@ attention core; full recomputation keeps only the layer input plus one layer's w
 
 from __future__ import annotations
 
+import bisect
+import itertools
+
 from paradvisor.model import families
+from paradvisor.model.activations import TRACED_BLOCKS
 from paradvisor.model.profile import TransformerShape
 from paradvisor.units import GiB
 
@@ -79,9 +83,6 @@ def zero_grad_elements(order: tuple[int, ...] | list[int], n: int) -> int:
     """Elements of the 16-bit gradients the busiest rank of DeepSpeed ZeRO-1/2 holds: the flat buffer
     (tensors in order, padded to a multiple of 2·N) is cut into N equal partitions, and a rank keeps the
     whole gradient of every tensor that overlaps its partition (a tensor across a boundary counts on both)."""
-    import bisect
-    import itertools
-
     total = sum(order)
     if n <= 1 or not order:
         return total
@@ -354,8 +355,6 @@ def traced_activation_terms(
     backward, the edges (first stage: embeddings and shared masks; last stage: head and loss) and the
     weight copies, from traced keys (`g_ckpt`: the key traced with full recomputation). Every value is a
     sum of traced storages, so none is negative."""
-    from paradvisor.model.activations import TRACED_BLOCKS
-
     kw = {"seq": seq, "micro_batch": micro_batch, "tp": tp, "sequence_parallel": sequence_parallel}
 
     def blocks(g, **extra):

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.hardware.types import GPUSpec, Link
+from paradvisor.hardware.catalog import find_gpu
+from paradvisor.hardware.speeds import MAX_EFFICIENCY
+from paradvisor.hardware.types import GPUSpec, Link, SameDevices
+from paradvisor.limits import MAX_LATENCY_S
 from paradvisor.safeio import read_json
 from paradvisor.typed import check_mapping
 
@@ -83,8 +87,6 @@ def check(doc, where: str) -> dict:
 def _check_engines(engines, where: str) -> None:
     """The engines section (`calibrate` on a CPU): per engine and precision the seconds per step and per
     layer (0 to limits.MAX_LATENCY_S each), and the aten ops per block of the timed model (positive)."""
-    from paradvisor.limits import MAX_LATENCY_S
-
     if engines is None:
         return
     check_mapping(
@@ -120,8 +122,6 @@ def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
 
     A measured matmul rate is what the estimator's efficiency factor reaches at its best, so the entry's
     "peak" is the measured rate divided by that factor (narrower matmuls then fall below it)."""
-    from paradvisor.hardware.speeds import MAX_EFFICIENCY
-
     d = cal["device"]
     rates = d.get("tflops_per_process") if per_process and d.get("tflops_per_process") else d["tflops"]
     return GPUSpec(
@@ -156,10 +156,6 @@ def collective_link(cal: dict, ranks: int = 2) -> Link | None:
 def apply(cluster, cal: dict | None = None):
     """The cluster with calibrated figures in place of catalogue ones for the device that was measured
     (a GPU whose NVML name maps to the same catalogue entry). CPU calibrations are used by `validate`."""
-    from dataclasses import replace
-
-    from paradvisor.hardware.catalog import find_gpu
-
     cal = cal if cal is not None else load()
     if not cal or cal.get("device", {}).get("kind") != "cuda":
         return cluster
@@ -170,8 +166,6 @@ def apply(cluster, cal: dict | None = None):
     spec = replace(
         target, tflops=measured.tflops, mem_bw=measured.mem_bw, layer_overhead_s=measured.layer_overhead_s
     )
-    from paradvisor.hardware.types import SameDevices
-
     done: dict[int, object] = {}  # nodes of a group share one GPU tuple: recalibrate it once
 
     def calibrated(gpus):

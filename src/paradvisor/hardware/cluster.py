@@ -37,17 +37,21 @@ import os
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.types import Cluster, Device, Link, Network, Node, SameDevices
-from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INT, MAX_NAME, MAX_NODES
-from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
-from paradvisor.typed import check_mapping, printable, shown
 from paradvisor.limits import (
     MAX_BANDWIDTH,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_INT,
     MAX_LATENCY_S,
+    MAX_NAME,
+    MAX_NODES,
     MAX_SIZE_BYTES,
     MIN_BANDWIDTH,
     MIN_SIZE_BYTES,
 )
-from paradvisor.units import parse_bandwidth, parse_latency, parse_size
+from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
+from paradvisor.typed import check_mapping, printable, shown
+from paradvisor.units import fmt_bandwidth, fmt_bytes, parse_bandwidth, parse_latency, parse_size
 
 _TOP = {"name", "description", "source", "node", "network", "link", "gpu"}
 _NODE = {"name", "host", "hosts", "count", "gpus", "link", "cpus", "ram", "notes"}
@@ -102,8 +106,6 @@ def _link(spec, where: str) -> Link:
 
 def check_rate(value: float, what: str, where: str) -> None:
     """A bandwidth (bytes/s) or memory size (bytes) within its documented bounds, named in the message."""
-    from paradvisor.units import fmt_bandwidth, fmt_bytes
-
     lo, hi, fmt, names = {
         "bandwidth": (MIN_BANDWIDTH, MAX_BANDWIDTH, fmt_bandwidth, "MIN_BANDWIDTH, MAX_BANDWIDTH"),
         "size": (MIN_SIZE_BYTES, MAX_SIZE_BYTES, fmt_bytes, "MIN_SIZE_BYTES, MAX_SIZE_BYTES"),

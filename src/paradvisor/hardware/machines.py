@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, fields
 
 from paradvisor.errors import InputError
+from paradvisor.hardware import catalog
+from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster, single_node_cluster
 from paradvisor.hardware.types import Cluster
 
 
@@ -62,9 +64,6 @@ def resolve_machines(
     """The cluster the options name, and how to name it again. `gpu_spec`: extra GPU definition files (the
     catalogue's `--gpu-spec`); `hosts`: probe each over ssh, besides this machine unless `local` is False;
     `file_ref`: how the reference names the cluster file (default: relative to the working directory)."""
-    from paradvisor.hardware import catalog
-    from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster, single_node_cluster
-
     if gpu_spec is not None:
         catalog.use_gpu_specs(gpu_spec)
     catalog.gpus()  # a broken user catalogue or --gpu-spec file fails here, naming its file and line
@@ -98,8 +97,6 @@ def resolve_machines(
 
 def with_host(cluster: Cluster | None, node) -> tuple[Cluster, ClusterRef]:
     """`cluster` with one more probed node (the TUI's "Add host"), and its reference: the hosts probed."""
-    from paradvisor.hardware.cluster import cluster_from_nodes
-
     nodes = list(cluster.nodes) if cluster else []
     return cluster_from_nodes(nodes + [node], name="detected"), ClusterRef(
         hosts=tuple(n.host or n.name for n in nodes + [node])

@@ -17,6 +17,9 @@ from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.inventory import node_from_probe
 from paradvisor.hardware.types import Node
+from paradvisor.limits import MAX_HOSTS, MAX_PROBED_DEVICES
+from paradvisor.safeio import parse_json, run_capture
+from paradvisor.typed import check_instance
 
 # [user@]host[:port] where host is a DNS name / ssh-config alias, IPv4, or [IPv6].
 _HOST_RE = re.compile(
@@ -86,8 +89,6 @@ def _offline(target: str, reason: str) -> Node:
 
 def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = None) -> Node:
     """Probe one host. Never raises for an unreachable host: returns an offline Node with the reason."""
-    from paradvisor.safeio import run_capture
-
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)
     # bounded: a host that answers with a gigabyte is killed at MAX_REPLY bytes and marked offline
     code, out, err, stopped = run_capture(argv, input=_probe_source(), limit=MAX_REPLY, timeout=timeout + 15)
@@ -107,9 +108,6 @@ def probe_host(target: str, *, timeout: float = 10.0, ssh_config: str | None = N
 def _check_counts(data: dict) -> None:
     """A reply's lists are bounded before a Node is built from them: at most MAX_PROBED_DEVICES GPUs and
     MIG instances together, at most 100 notes (a host answering with 100,000 GPUs is refused, not believed)."""
-    from paradvisor.errors import InputError
-    from paradvisor.limits import MAX_PROBED_DEVICES
-
     nvidia = data.get("nvidia") or {}
     gpus = nvidia.get("gpus", []) if isinstance(nvidia, dict) else []
     count = len(gpus) if isinstance(gpus, list) else 0
@@ -129,10 +127,6 @@ def _check_counts(data: dict) -> None:
 def node_from_reply(target: str, stdout: str) -> Node:
     """The node a probe's reply describes; a reply that is not the probe's JSON object, or holds a value of the
     wrong type anywhere, makes only this host offline (with the reason), never the whole detection."""
-    from paradvisor.errors import InputError
-    from paradvisor.safeio import parse_json
-    from paradvisor.typed import check_instance
-
     lines = stdout.strip().splitlines()
     if not lines:
         return _offline(target, "the remote probe returned no JSON")
@@ -152,8 +146,6 @@ def node_from_reply(target: str, stdout: str) -> Node:
 
 def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | None = None) -> list[Node]:
     """Probe hosts in parallel; order of the result follows `targets`."""
-    from paradvisor.limits import MAX_HOSTS
-
     if len(targets) > MAX_HOSTS:
         raise InputError(f"{len(targets):,} hosts; at most {MAX_HOSTS:,} are probed at once")
     for t in targets:
@@ -166,8 +158,6 @@ def probe_hosts(targets: list[str], *, timeout: float = 10.0, ssh_config: str | 
 
 def check_reachable(target: str, *, timeout: float = 5.0, ssh_config: str | None = None) -> tuple[bool, str]:
     """Can we run a command there over ssh (BatchMode)? (ok, reason)."""
-    from paradvisor.safeio import run_capture
-
     argv = ssh_argv(target, timeout=timeout, ssh_config=ssh_config)[:-2] + ["true"]
     code, _out, err, stopped = run_capture(argv, limit=1 << 20, timeout=timeout + 10)
     if stopped:

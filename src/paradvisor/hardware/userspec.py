@@ -26,8 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.limits import MIN_BANDWIDTH, MIN_SIZE_BYTES, MIN_TFLOPS
+from paradvisor.hardware.links import links
 from paradvisor.hardware.types import DTYPES, GPUSpec
+from paradvisor.limits import MIN_BANDWIDTH, MIN_SIZE_BYTES, MIN_TFLOPS
 from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
 from paradvisor.units import GiB
 
@@ -66,8 +67,6 @@ def _strings(v, where, key: str) -> tuple[str, ...]:
 def parse_entry(name: str, e, *, origin: str, where, extra_keys: frozenset = frozenset()) -> GPUSpec:
     """One GPU table -> GPUSpec. `where(key)` gives the error location of a key (None: the table); it
     is only called for an error, so that checking the built-in catalogue costs no line lookups."""
-    from paradvisor.hardware.links import links
-
     if not isinstance(name, str) or not name.strip() or len(name) > 100:
         raise InputError("a GPU name is 1 to 100 characters", where=where(None))
     if not isinstance(e, dict):

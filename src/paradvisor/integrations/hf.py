@@ -17,8 +17,10 @@ records (paradvisor.runtime). Nothing here imports transformers until a Trainer 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from paradvisor import runtime
 from paradvisor.launch.frameworks import checked_plan, hf_training_args
 from paradvisor.runtime import resolve_plan
 
@@ -39,17 +41,11 @@ def model_kwargs(plan=None) -> dict[str, Any]:
     plan = checked_plan(RUNTIME, plan, cpu=cpu)
     if plan.tp == 1:
         return {}
-    from paradvisor import runtime
-
     return {"tp_plan": "auto", "device_mesh": runtime.device_mesh()["tp"]}
 
 
 def _callback_class():
-    import time
-
     from transformers import TrainerCallback
-
-    from paradvisor import runtime
 
     class ParadvisorCallback(TrainerCallback):
         """Step, eval and checkpoint records of the run contract from a Trainer, on every rank: each step's

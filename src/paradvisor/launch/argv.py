@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -50,8 +51,6 @@ _HOST = re.compile(
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT; the host is a host name (letters, digits, '-', '_', dots) or an IPv4 or
     [IPv6] address, the port 1 to 65535."""
-    import ipaddress
-
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError(f"rendezvous endpoint {endpoint[:80]!r}: expected HOST:PORT (port 1 to 65535)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import zlib
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -50,8 +51,6 @@ def bundle(script: str) -> bytes:
 
 def unpack(data: bytes, into: Path) -> None:
     """Unpack a bundle into `into` (tarfile's `data` filter: no absolute names, links or escapes)."""
-    import zlib
-
     into.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:

@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from paradvisor.launch.resume import checkpoint_bytes
 from paradvisor.rundir.checkpoints import (
     META,
     checkpoint_root,
@@ -38,6 +39,7 @@ from paradvisor.rundir.checkpoints import (
     temp_name,
     verify,
 )
+from paradvisor.spec.preset import engine_of
 
 CHUNK = 1 << 20
 KINDS = ("ckpt_begin", "ckpt", "ckpt_end")
@@ -47,8 +49,6 @@ _REL = re.compile(r"^(?!\.\.?(/|$))[A-Za-z0-9_.+-]{1,200}(/(?!\.\.?(/|$))[A-Za-z
 def copies(lau) -> bool:
     """Whether a run's checkpoints are written per node and copied to the launching machine: the ssh engine
     without a shared checkpoint_dir."""
-    from paradvisor.spec.preset import engine_of
-
     return engine_of(lau) == "ssh" and not lau.checkpoint_dir
 
 
@@ -204,8 +204,6 @@ class Receiver:
 
 def bound(preset) -> float:
     """The most bytes one checkpoint's copy may bring: 4 x the predicted checkpoint + 256 MiB."""
-    from paradvisor.launch.resume import checkpoint_bytes
-
     return 4 * checkpoint_bytes(preset)[0] + (256 << 20)
 
 

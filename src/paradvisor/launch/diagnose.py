@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, rank_process, read_tail, tail_lines
+from paradvisor.rundir.status import read_json_object
 
 PEER_ERRORS = (
     "connection reset by peer",
@@ -106,8 +107,6 @@ def diagnose(
 
 def _exit_codes(run_dir: Path, world: int) -> dict[int, dict]:
     """rank -> its rank-N.exit.json (exit code, error, time), for the ranks that wrote a readable one."""
-    from paradvisor.rundir.status import read_json_object
-
     codes = {}
     for r in range(world):
         f = RunDir(run_dir).rank_exit(r)

@@ -14,7 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from paradvisor.launch import runner
+from paradvisor.launch.argv import node_commands
 from paradvisor.launch.handle import RunHandle
+from paradvisor.launch.hang import hang_timeout
 from paradvisor.output import shell_join
 from paradvisor.spec.preset import Preset, engine_of
 
@@ -56,10 +59,6 @@ class LocalEngine:
     name = "local"
 
     def dry_run(self, preset: Preset, *, run_dir: str) -> DryRun:
-        from paradvisor.launch import runner
-        from paradvisor.launch.argv import node_commands
-        from paradvisor.launch.hang import hang_timeout
-
         runner.validate(preset, reach=False)
         endpoint, preset = runner.endpoint_for(preset)
         commands = node_commands(preset, run_dir, endpoint=endpoint)
@@ -74,8 +73,6 @@ class LocalEngine:
         )
 
     def start(self, preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, **kw) -> RunHandle:
-        from paradvisor.launch import runner
-
         return runner.start(preset, runs_dir=runs_dir, run_dir=run_dir, **kw)
 
 

@@ -9,15 +9,20 @@ import contextlib
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
-from paradvisor.launch.argv import comment, slug
+from paradvisor.launch import tool_exports as t
+from paradvisor.launch.argv import comment, deepspeed_argv, program_args, slug, torchrun_args
+from paradvisor.launch.bundle import bundle
+from paradvisor.launch.slurm_script import script
+from paradvisor.launch.tool_exports import prediction_line
 from paradvisor.rundir import PLAN
 from paradvisor.rundir.dsconfig import deepspeed_config
-from paradvisor.spec.preset import plan_toml
 from paradvisor.safeio import write_group
+from paradvisor.spec.preset import plan_toml
 
 RUN_DIR = "/workspace/run"
 
@@ -39,8 +44,6 @@ CODE_DIR = "/workspace/code"  # where the Dockerfile puts the user's script fold
 
 def in_image(preset):
     """The preset as the image runs it: a --script at its place under CODE_DIR."""
-    from dataclasses import replace
-
     if not preset.program.script:
         return preset
     return replace(
@@ -52,8 +55,6 @@ def _k8s_command(preset, nodes_var: str, rank_var: str, addr: str) -> str:
     """The container's command: the plan from the ConfigMap into the pod's run directory, then torchrun
     starting paradvisor's trainer or the user's script (every value a checked integer, a fixed string or,
     for the script's path and arguments, shell-quoted)."""
-    from paradvisor.launch.argv import program_args, torchrun_args
-
     per_node = int(preset.launch.nproc_per_node)
     torchrun = torchrun_args(nnodes=nodes_var, nproc_per_node=per_node, endpoint=addr, node_rank=rank_var)
     prog = program_args(RUN_DIR, in_image(preset).program, rank_var)
@@ -158,8 +159,6 @@ def trainjob(preset, image: str | None = None) -> str:
 
 
 def _with_prediction(preset, text: str) -> str:
-    from paradvisor.launch.tool_exports import prediction_line
-
     return f"# {prediction_line(preset)}\n{text}"
 
 
@@ -237,8 +236,6 @@ def dockerfile(preset) -> str:
 def slurm(preset) -> str:
     """The sbatch script (launch/slurm.py): srun starts one paradvisor node launcher per node; everything from the
     preset is quoted or a checked integer, the plan travels in a quoted here-document."""
-    from paradvisor.launch.slurm_script import script
-
     return script(preset)
 
 
@@ -248,8 +245,6 @@ def hostfile(preset) -> str:
 
 
 def _tool_exports() -> dict:
-    from paradvisor.launch import tool_exports as t
-
     return {
         "accelerate": ("accelerate_config.yaml", t.accelerate_config),
         "deepspeed": ("ds_config.json", t.deepspeed_json),
@@ -270,8 +265,6 @@ def write_exports(
     files: dict[Path, str] = {}
     for kind in kinds:
         if kind in ("kubeflow", "pytorchjob") and preset.program.script:
-            from paradvisor.launch.bundle import bundle
-
             files[out / "code.tar.gz"] = bundle(preset.program.script)
         if kind == "kubeflow":
             files[out / "trainjob.yaml"] = trainjob(preset, image)
@@ -296,8 +289,6 @@ def write_exports(
             )
             files[out / "ds_config.json"] = json.dumps(cfg, indent=2, allow_nan=False) + "\n"
             files[out / PLAN] = plan_toml(preset)
-            from paradvisor.launch.argv import deepspeed_argv
-
             argv = deepspeed_argv(
                 "run",
                 hostfile="hostfile",

@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from paradvisor.errors import InputError
+from paradvisor.rundir.dsconfig import deepspeed_config
+from paradvisor.spec.capability import runtime_why_not
+from paradvisor.spec.mesh import mesh_dims
 
 
 def checked_plan(runtime: str, plan, *, cpu: bool = False):
     """`plan`, refused with one line when `runtime` cannot realize it."""
-    from paradvisor.spec.capability import runtime_why_not
-
     why = runtime_why_not(plan, runtime, cpu=bool(cpu))
     if why:
         raise InputError(f"{why} (paradvisor recommend --runtime {runtime} ranks what it can run)")
@@ -24,8 +25,6 @@ def checked_plan(runtime: str, plan, *, cpu: bool = False):
 def parallel_sizes(plan, world: int | None = None) -> dict[str, int]:
     """accelerate's ParallelismConfig sizes for the plan: dp_replicate / dp_shard / tp, as train/mesh.py lays
     them out (a plain DDP plan has none: accelerate runs it without a ParallelismConfig)."""
-    from paradvisor.spec.mesh import mesh_dims
-
     dims = dict(mesh_dims(plan, world or plan.world_size))
     return {
         "dp_replicate_size": dims["dp_replicate"],
@@ -42,8 +41,6 @@ def needs_parallelism_config(plan) -> bool:
 def ds_config(plan, world: int | None = None, *, auto: bool = False) -> dict:
     """The DeepSpeed config of a ZeRO plan. `auto`: the values the Trainer fills from its own arguments
     (global batch, clipping) are left "auto", so a script's max_grad_norm never collides."""
-    from paradvisor.rundir.dsconfig import deepspeed_config
-
     cfg = deepspeed_config(
         plan, lr=0.0, weight_decay=0.0, grad_clip=1.0, world=world or plan.world_size, include_optimizer=False
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.status import read_json_object
 from paradvisor.spec.preset import Preset
 
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
@@ -49,8 +50,6 @@ def hang_timeout(preset: Preset, predicted_step_s: float | None = None) -> tuple
 
 def predicted_step(run_dir: Path) -> float | None:
     """The step time the run's prediction.json promises (what the monitor compares with), if any."""
-    from paradvisor.rundir.status import read_json_object
-
     path = RunDir(run_dir).prediction
     doc = read_json_object(path)[0] if path.exists() else None
     step = (doc or {}).get("step_time_s")

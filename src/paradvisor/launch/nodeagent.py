@@ -26,17 +26,25 @@ import base64
 import json
 import os
 import re
+import socket
 import stat
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from paradvisor import __version__
+from paradvisor.errors import InputError
+from paradvisor.launch import runner
 from paradvisor.launch.argv import FORWARD_PREFIXES
+from paradvisor.launch.bundle import unpack
 from paradvisor.launch.ckptcopy import Sender, copies, receive_pushed
 from paradvisor.rundir import LINE_FILES, node_file
 from paradvisor.rundir.checkpoints import PIECES_ENV, checkpoint_root
 from paradvisor.rundir.status import RunState
+from paradvisor.safeio import private_dir, write_private
+from paradvisor.spec.preset import load_preset
 
 HELLO_LIMIT = 16 << 20  # bytes of the hello line (the plan is a few KiB)
 CHUNK = 1 << 20  # bytes of one file sent at a time
@@ -208,18 +216,8 @@ def main() -> int:
 def _start_node(hello: dict, out: Emitter):
     """(this node's started launch, its run directory), or the exit code after telling the launching machine why
     the node could not start (exit 2: the plan or the run directory)."""
-    import socket
-    from dataclasses import replace
-
-    from paradvisor import __version__
-    from paradvisor.errors import InputError
-
     node = hello["node"]
     try:
-        from paradvisor.launch import runner
-        from paradvisor.spec.preset import load_preset
-        from paradvisor.safeio import private_dir, write_private
-
         base = Path(os.path.expanduser(hello["remote_dir"])) / hello["run_name"]
         run_dir = base / f"node{node}"
         out(
@@ -264,14 +262,8 @@ def _sent_here(hello: dict, preset, base: Path):
     """What the launcher sent besides the plan: (the preset, with the user's script folder unpacked here and
     resuming from the checkpoint pushed after the hello when there is one; the ranks' environment; whether
     this node's checkpoint parts go to the launcher: no shared checkpoint_dir)."""
-    from dataclasses import replace
-
-    from paradvisor.errors import InputError
-
     node = hello["node"]
     if hello.get("code") and preset.program.script:  # the user's script folder, copied over this ssh
-        from paradvisor.launch.bundle import unpack
-
         code = base / f".code-node{node}"
         try:
             data = base64.b64decode(hello["code"], validate=True)

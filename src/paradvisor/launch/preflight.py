@@ -7,12 +7,21 @@ Imports no torch: `paradvisor launch --dry-run` and every export run it.
 
 from __future__ import annotations
 
+import ast
 import os
-
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.spec.preset import Preset
+from paradvisor.hardware.cluster import load_cluster
+from paradvisor.launch.argv import split_endpoint
+from paradvisor.launch.trainer_check import trainer_check
+from paradvisor.model.families import resolve_attention
+from paradvisor.spec.capability import runtime_why_not, why_not
+from paradvisor.spec.corpus import corpus_spec, uses_files
+from paradvisor.spec.data import check_data_path
+from paradvisor.spec.faults import from_env
+from paradvisor.spec.model import profile_of, resolved_config
+from paradvisor.spec.preset import Preset, cluster_file, engine_of
 
 
 def check_diloco(plan, steps: int, where: str) -> None:
@@ -58,10 +67,6 @@ def check_data(preset: Preset, where: str, trainer_checks=None) -> None:
     of a shipped dataset (spec/data.py), the weights path, then what needs the trainer's code (the tokenizer
     against the vocabulary, the weights' tensors against the model: launch/trainer_check.py; `trainer_checks`:
     train/check.run_checks, passed in by an interface that imports the trainer, else they run in a child)."""
-    from paradvisor.launch.trainer_check import trainer_check
-    from paradvisor.spec.corpus import corpus_spec, uses_files
-    from paradvisor.spec.data import check_data_path
-
     if uses_files(preset) or preset.train.dataset == "files":
         corpus_spec(preset)  # the files and their first records; names what is missing (the tokenizer)
     else:
@@ -83,16 +88,12 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
     see check_data."""
     plan, lau, wl = preset.plan, preset.launch, preset.workload
     where = preset.path or "preset"
-    from paradvisor.spec.faults import from_env
-
     try:
         from_env()
     except ValueError as exc:
         raise InputError(str(exc)) from None
     world = lau.world
     if lau.rdzv_endpoint:  # a host name or an address, whatever the node count
-        from paradvisor.launch.argv import split_endpoint
-
         split_endpoint(lau.rdzv_endpoint)
     if plan.world_size != world:
         degrees = (
@@ -129,15 +130,11 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
             f"global_batch {wl.global_batch}",
             where=f"{where}: plan",
         )
-    from paradvisor.spec.model import profile_of, resolved_config
-
     family, _ = resolved_config(preset)
     prof = profile_of(preset)
     check_program(preset, reach=reach)
     check_plan_shape(preset, family, prof, reach=reach)
     check_data(preset, where, trainer_checks)
-    from paradvisor.spec.preset import engine_of
-
     # the ssh engine rendezvouses at node 0's address and Slurm at the batch host: only a hand-started
     # multi-node launch must be told where
     if lau.nnodes > 1 and not lau.rdzv_endpoint and engine_of(lau) == "local":
@@ -166,9 +163,6 @@ MAX_SCRIPT_BYTES = 4 << 20  # a training script bigger than this is not a script
 def check_cluster_file(preset: Preset, where: str) -> None:
     """The cluster file a preset names ([cluster].file: what it was planned on, what a restart re-plans with)
     is there, a regular file, and a cluster: checked like the preset itself, before anything starts."""
-    from paradvisor.hardware.cluster import load_cluster
-    from paradvisor.spec.preset import cluster_file
-
     path = cluster_file(preset)
     if path is None:
         return
@@ -200,8 +194,6 @@ def check_program(preset: Preset, *, reach: bool = True) -> None:
             ) from None
         if len(head) > MAX_SCRIPT_BYTES or b"\0" in head:
             raise InputError("not a Python script (binary, or over 4 MiB)", where=f"--script {prog.script}")
-        import ast
-
         try:
             ast.parse(head, str(path))  # a syntax check only: nothing of the script runs here
         except (SyntaxError, ValueError) as exc:
@@ -211,8 +203,6 @@ def check_program(preset: Preset, *, reach: bool = True) -> None:
                 where=f"--script {prog.script}",
             ) from None
     cpu = preset.train.device == "cpu" or (reach and preset.train.device == "auto" and not has_cuda())
-    from paradvisor.spec.capability import runtime_why_not
-
     why = runtime_why_not(preset.plan, prog.runtime, cpu=cpu)
     if why:
         best = best_plan_for(preset, prog.runtime, cpu=cpu)
@@ -238,9 +228,6 @@ def best_plan_for(preset: Preset, runtime: str, *, cpu: bool) -> str:
 def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -> None:
     """The plan against the capability table (spec/capability.py, the same table the search reads), the
     model's shape and the launch section: degrees divide heads/layers, TP groups stay inside a node."""
-    from paradvisor.model.families import resolve_attention
-    from paradvisor.spec.capability import why_not
-
     plan, lau = preset.plan, preset.launch
     where = preset.path or "preset"
     attention = resolve_attention(family, preset.workload.attention, where=f"{where}: workload.attention")

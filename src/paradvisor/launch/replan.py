@@ -12,7 +12,14 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor.hardware import catalog
+from paradvisor.plan.evaluate import memory_need
+from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.metrics import MetricsReader
+from paradvisor.spec.model import profile_of, workload_of
+from paradvisor.spec.preset import write_toml_atomic
+from paradvisor.units import parse_size
 
 # A CPU cap (RLIMIT_AS) also counts what the memory model does not: malloc arenas, gloo buffers and
 # autograd workspaces. Measured on the development machine: a 300 MiB cap held 50 MiB of predicted
@@ -47,12 +54,6 @@ def _variants(plan, transformer: bool):
 
 def next_plan(preset, run_dir: Path | None = None):
     """(reason, preset or None, predicted bytes, limit bytes)."""
-    from paradvisor.hardware import catalog
-    from paradvisor.plan.evaluate import memory_need
-    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.spec.model import profile_of, workload_of
-    from paradvisor.units import parse_size
-
     limit = parse_size(preset.launch.memory_limit) if preset.launch.memory_limit else None
     prof = profile_of(preset)
     mf = ModelFacts.of(prof)
@@ -67,8 +68,6 @@ def next_plan(preset, run_dir: Path | None = None):
     # Scale the model by what the failed run measured (its last logged model states), if anything.
     scale = 1.0
     if run_dir is not None and RunDir(run_dir).metrics.exists():
-        from paradvisor.rundir.metrics import MetricsReader
-
         reader = MetricsReader(RunDir(run_dir).metrics)  # tolerant and streamed: a crash may leave garbage
         reader.read(keep=0)
         states = [reader.tally.mem] if reader.tally.mem else []
@@ -97,8 +96,6 @@ def next_plan(preset, run_dir: Path | None = None):
 
 
 def write_replan(run_dir: Path, preset) -> dict | None:
-    from paradvisor.spec.preset import write_toml_atomic
-
     why, new, predicted, limit, current = next_plan(preset, run_dir)
     if new is None:
         return None

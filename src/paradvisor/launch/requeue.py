@@ -16,7 +16,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor.launch.resume import newest
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.status import read_status, write_json_atomic
+from paradvisor.spec.preset import write_toml_atomic
 
 
 def attempt_dir(run_dir: Path, count: int) -> Path:
@@ -38,9 +41,6 @@ def requeued(preset, run_dir: Path) -> tuple[object, Path, dict]:
     count = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     if not count:
         return preset, run_dir, {}
-    from paradvisor.launch.resume import newest
-    from paradvisor.spec.preset import write_toml_atomic
-
     parent, child = attempt_dir(run_dir, count - 1), attempt_dir(run_dir, count)
     child.mkdir(mode=0o700, exist_ok=True)  # every node of the job: the same folder
     lineage = {"parent": str(parent.resolve()), "requeued": count, "lineage_reason": "requeue"}
@@ -66,8 +66,6 @@ def requeued(preset, run_dir: Path) -> tuple[object, Path, dict]:
 def follow_latest(job) -> None:
     """Move a followed SlurmJob to its newest attempt's folder: each attempt it leaves is `cancelled` with the
     folder it continued in; each newer one carries the lineage its node 0 recorded."""
-    from paradvisor.rundir.status import read_status, write_json_atomic
-
     every = attempts(job.job_dir)
     for nxt in every[every.index(job.run_dir) + 1 :] if job.run_dir in every else []:
         node0 = RunDir(nxt).node_status(0)

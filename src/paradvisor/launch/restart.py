@@ -13,11 +13,16 @@ and says why.
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.hardware.cluster import single_node_cluster
+from paradvisor.hardware.remote import ssh_base
 from paradvisor.launch.resume import newest, resume_preset
+from paradvisor.plan.advice import Request, advise
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.spec.preset import engine_of
 
 PROBE_TIMEOUT_S = 5.0
@@ -25,8 +30,6 @@ PROBE_TIMEOUT_S = 5.0
 
 def unreachable_hosts(preset, ssh_config: str | None) -> list[str]:
     """The hosts of an ssh launch that do not answer `ssh HOST true` now."""
-    from paradvisor.hardware.remote import ssh_base
-
     gone = []
     for host in preset.launch.hosts:
         argv = ssh_base(host, timeout=PROBE_TIMEOUT_S, ssh_config=ssh_config) + ["true"]
@@ -54,10 +57,6 @@ def _shrunk(plan, world: int, global_batch: int):
 def planned(preset, world: int):
     """(the best plan the planner finds for `world` processes at the preset's global batch and sequence
     length, how it was chosen)."""
-    from paradvisor.hardware.cluster import single_node_cluster
-    from paradvisor.plan.advice import Request, advise
-    from paradvisor.spec.capability import family_of, why_not
-
     wl = preset.workload
     gpu_type = preset.cluster.get("gpu_type") or "H100 SXM"
     try:
@@ -117,8 +116,6 @@ def reads_in_place(preset) -> bool:
 
 def next_attempt(run_dir: Path, preset, doc: dict, *, ssh_config: str | None = None):
     """(preset, lineage, why) of the restart of a failed run, or None (no checkpoint; nothing to restart)."""
-    import sys
-
     found = newest(Path(run_dir))
     if found is None:
         where = "" if reads_in_place(preset) else " copied to this machine"

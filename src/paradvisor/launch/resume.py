@@ -12,6 +12,7 @@ missing shard) is an InputError before anything is created: one line, exit 2, no
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import time
@@ -226,8 +227,6 @@ def checkpoint_bytes(preset) -> tuple[float, float]:
 
 def default_interval(preset, folder: Path) -> dict:
     """The checkpoint interval that keeps saving under CHECKPOINT_OVERHEAD of the predicted step time."""
-    import math
-
     size, staged = checkpoint_bytes(preset)
     speed = write_speed(folder)
     write_s = size / speed

@@ -8,10 +8,12 @@ run is diagnosed by launch/diagnose.py; a launch over ssh is launch/sshrun.py.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -23,11 +25,20 @@ from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.handle import RunHandle
 from paradvisor.launch.hang import HangClock, hang_timeout, predicted_step
 from paradvisor.launch.preflight import has_cuda, validate
-from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
+from paradvisor.rundir import (
+    LAUNCHER_LOG,
+    RunDir,
+    launcher_log_name,
+    new_run_dir,
+    node_file,
+    rank_process,
+    read_tail,
+)
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
-from paradvisor.spec.preset import Preset, write_run_plan
 from paradvisor.rundir.status import RunState, main_exit_code, write_aborted, write_json_atomic
 from paradvisor.safeio import open_private, private_dir, write_private
+from paradvisor.spec.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
+from paradvisor.spec.preset import Preset, engine_of, write_run_plan
 
 __all__ = [
     "Launch",
@@ -63,10 +74,6 @@ def _ranks_all_ended(run_dir: Path, world: int) -> bool:
     """Whether every rank wrote its `end` record after its last step (training is over: what is left is
     torchrun's own exit). A rank that saved and ended on a stop signal wrote `stopped` first: its run did
     not finish. The end records are the metrics' last lines: the file's tail is enough."""
-    import json
-
-    from paradvisor.rundir import read_tail
-
     ended = set()
     for line in read_tail(RunDir(run_dir).metrics, 256 << 10).splitlines():
         try:
@@ -294,8 +301,6 @@ def _has_step_records(run_dir: Path) -> bool:
 def _port_lock(endpoint: str, preset: Preset):
     """A fixed port on this machine is held by one paradvisor launch at a time (two launches given the same
     master_port would otherwise join one rendezvous). None for a free port picked here."""
-    import tempfile
-
     host, port = split_endpoint(endpoint)
     if host not in ("127.0.0.1", "localhost", "0.0.0.0") or preset.launch.node_rank != 0:
         return None
@@ -327,8 +332,6 @@ def start(
     even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes); `run_name` is the
     whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
     launch.checkpoint_dir keeps the run's checkpoints under it."""
-    from paradvisor.spec.preset import engine_of
-
     if engine_of(preset.launch) == "ssh":
         from paradvisor.launch import sshrun
 
@@ -455,8 +458,6 @@ def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool
 def _torchrun_env(preset: Preset, rd: RunDir, env: dict | None) -> dict:
     """torchrun's environment: the launcher's identity (ranks stop when it dies), the error file, the device."""
     import psutil
-
-    from paradvisor.spec.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
 
     full_env = {
         **os.environ,

@@ -14,18 +14,30 @@ The script and the sbatch line are launch/slurm_script.py's (a dry run shows the
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.rundir import RunDir
+from paradvisor.launch import runner
+from paradvisor.launch.diagnose import is_peer_error
+from paradvisor.launch.requeue import follow_latest, requeued
 from paradvisor.launch.slurm_script import checked, sbatch_argv, script
-from paradvisor.spec.preset import Preset
+from paradvisor.monitor.follow import failure_text
+from paradvisor.output import shell_join
+from paradvisor.rundir import RunDir
+from paradvisor.rundir import tail_lines as _tail
+from paradvisor.rundir.lock import prepare_run_dir
+from paradvisor.rundir.status import read_status, write_aborted, write_json_atomic
+from paradvisor.safeio import run_capture, write_private
+from paradvisor.spec.preset import Preset, load_preset, write_run_plan
 
 TERMINAL_STATES = (
     "COMPLETED",
@@ -62,12 +74,6 @@ JOB_ID = re.compile(r"[0-9]{1,12}")  # a job id as sbatch --parsable prints it (
 # ------------------------------------------------------------------------------------------------ in the job
 def node_main(argv: list[str] | None = None) -> int:
     """One node of a Slurm job (started by srun): this node's torchrun, watched by the local runner."""
-    import argparse
-
-    from paradvisor.launch import runner
-    from paradvisor.launch.requeue import requeued
-    from paradvisor.spec.preset import load_preset
-
     ap = argparse.ArgumentParser(prog="python -m paradvisor.launch.slurm")
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--endpoint", required=True)
@@ -100,8 +106,6 @@ def node_main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"paradvisor: {exc}\n")
         return 2
     if lineage:
-        from paradvisor.rundir.status import write_json_atomic
-
         launch.lineage = lineage
         write_json_atomic(launch.status_path, launch.status())
     # srun's SIGTERM (scancel, requeue, pre-emption) stops gracefully: every rank saves a checkpoint and ends
@@ -112,8 +116,6 @@ def node_main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------------------------------- submitting
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     """A Slurm command, its output bounded (safeio.run_capture: SLURM_REPLY_BYTES, SLURM_TIMEOUT_S)."""
-    from paradvisor.safeio import run_capture
-
     code, out, err, stopped = run_capture(argv, limit=SLURM_REPLY_BYTES, timeout=SLURM_TIMEOUT_S)
     if stopped:
         return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} was stopped: it {stopped}")
@@ -147,8 +149,6 @@ class SlurmJob:
     """A submitted job followed from here (a launch/handle.py RunHandle)."""
 
     def __init__(self, preset: Preset, run_dir: Path, job_id: str, argv: list[str], locks: list):
-        import threading
-
         import psutil
 
         self.preset, self.run_dir, self.job_id, self.argv, self.locks = preset, run_dir, job_id, argv, locks
@@ -209,8 +209,6 @@ class SlurmJob:
         return doc
 
     def wait(self, poll: float = POLL_S) -> dict:
-        from paradvisor.rundir.status import write_json_atomic
-
         try:
             doc = self._wait(poll)
             write_json_atomic(self.status_path, doc)
@@ -225,9 +223,6 @@ class SlurmJob:
             self.done.set()
 
     def _node_statuses(self) -> dict[int, dict]:
-        from paradvisor.launch.requeue import follow_latest
-        from paradvisor.rundir.status import read_status
-
         follow_latest(self)  # a requeued job's nodes report in its newest attempt's folder
         out = {}
         for i in range(self.preset.launch.nnodes):
@@ -237,9 +232,6 @@ class SlurmJob:
         return out
 
     def _wait(self, poll: float) -> dict:
-        from paradvisor.rundir import tail_lines as _tail
-        from paradvisor.rundir.status import write_json_atomic
-
         cancelled_at = None
         gone = 0
         reason = None
@@ -309,8 +301,6 @@ class SlurmJob:
         if self.state == "COMPLETED" and len(nodes) == self.preset.launch.nnodes and not failed:
             return self.status(status="finished", returncode=0, **common)
         if failed:
-            from paradvisor.launch.diagnose import is_peer_error
-
             i, d = min(failed, key=lambda x: (is_peer_error(x[1].get("reason")), x[1].get("ended") or 0))
             return self.status(
                 status="failed",
@@ -340,10 +330,6 @@ class SlurmJob:
 
 def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> None:
     """The status of a submitted job whose follower failed or was interrupted: failed/interrupted, with why."""
-    import contextlib
-
-    from paradvisor.rundir.status import read_status, write_json_atomic
-
     interrupted = isinstance(exc, KeyboardInterrupt)
     old = read_status(path) if path.exists() else {}
     doc = {
@@ -363,11 +349,6 @@ def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> N
 
 def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
     """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
-    from paradvisor.rundir.lock import prepare_run_dir
-    from paradvisor.spec.preset import write_run_plan
-    from paradvisor.rundir.status import write_json_atomic
-    from paradvisor.safeio import write_private
-
     preset = checked(preset)
     run_dir, locks = prepare_run_dir(
         Path(run_dir).absolute() if run_dir else None,
@@ -420,8 +401,6 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
             raise
         return job
     except BaseException as exc:
-        from paradvisor.rundir.status import write_aborted
-
         write_aborted(RunDir(run_dir).status, preset, exc)
         for lock in locks:
             lock.close()
@@ -436,11 +415,6 @@ class SubmitFailed(Exception):
 
 def submit_and_follow(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> int:
     """`launch --submit slurm`: submit, follow to the end (Ctrl-C / SIGTERM cancel the job), exit 0 / 1."""
-    from paradvisor.launch import runner
-    from paradvisor.monitor.follow import failure_text
-
-    from paradvisor.output import shell_join
-
     try:
         job = submit(preset, runs_dir=runs_dir, run_dir=run_dir)
     except SubmitFailed as exc:

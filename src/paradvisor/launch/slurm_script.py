@@ -14,7 +14,10 @@ import shutil
 from dataclasses import replace
 
 from paradvisor.errors import InputError
-from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset
+from paradvisor.launch.argv import comment, slug
+from paradvisor.launch.preflight import validate
+from paradvisor.launch.tool_exports import prediction_line
+from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset, plan_toml
 
 PLAN_EOF = "PARADVISOR_PLAN"
 
@@ -22,9 +25,6 @@ PLAN_EOF = "PARADVISOR_PLAN"
 def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3") -> str:
     """The sbatch script. With `run_dir` (a submitted run) the job uses that folder and its plan.toml; without
     (an export) it makes runs/<job id>-<name>/ in the submit folder and writes the plan there first."""
-    from paradvisor.launch.argv import comment, slug
-    from paradvisor.spec.preset import plan_toml
-
     lau = preset.launch
     name = slug(preset.name)
     q = shlex.quote
@@ -42,8 +42,6 @@ def script(preset: Preset, *, run_dir: str | None = None, python: str = "python3
     else:
         where = f"run_dir={q(run_dir)}\n"
         output = ""  # given on sbatch's command line: <run_dir>/slurm-<job id>.out
-    from paradvisor.launch.tool_exports import prediction_line
-
     prog = preset.program
     runs = (
         f"# every rank runs: {comment(shlex.join([prog.script or '-m ' + prog.module, *prog.args]))}\n"
@@ -70,8 +68,6 @@ srun --kill-on-bad-exit=1 --ntasks-per-node=1 {q(python)} -m paradvisor.launch.s
 
 def checked(preset: Preset) -> Preset:
     """The preset as a job runs it, checked like a launch without reaching any host (sbatch must be here)."""
-    from paradvisor.launch.preflight import validate
-
     if shutil.which("sbatch") is None:
         raise InputError("sbatch is not installed here: --submit slurm runs on a Slurm login node")
     lau = preset.launch  # the rendezvous is the allocation's first node, known only inside the job

@@ -32,17 +32,26 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.hardware.remote import resolve_address, ssh_base
+from paradvisor.hardware.remote import check_reachable, parse_host, resolve_address, ssh_base
 from paradvisor.launch import ckptcopy
-from paradvisor.launch.argv import forwarded_env
+from paradvisor.launch.argv import forwarded_env, split_endpoint
+from paradvisor.launch.bundle import bundle, is_shared
+from paradvisor.launch.diagnose import is_peer_error
+from paradvisor.launch.fetch import fetch_outputs
+from paradvisor.launch.preflight import validate
+from paradvisor.monitor.follow import failure_text
+from paradvisor.monitor.predict import launch_prediction
 from paradvisor.output import one_line
 from paradvisor.rundir import LINE_FILES, RunDir
-from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset, write_run_plan
+from paradvisor.rundir import tail_lines as _tail
+from paradvisor.rundir.lock import prepare_run_dir
+from paradvisor.rundir.status import typed_status, write_aborted, write_json_atomic
 from paradvisor.safeio import append_private, open_private, write_private
+from paradvisor.spec.preset import DEFAULT_RDZV_PORT, Preset, plan_toml, write_run_plan
 
 DEFAULT_SSH_TIMEOUT_S = 10.0
 JOIN_GRACE_S = 15.0  # the agent's start (python, torch import) before its torchrun joins the rendezvous
@@ -111,8 +120,6 @@ class NodeSession:
 
 def _score(n: NodeSession) -> int:
     """How likely a failed node is the cause: its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
-    from paradvisor.launch.diagnose import is_peer_error
-
     if n.final is None:
         return 0  # unreachable, lost, or its agent refused the run: nothing else explains it
     reason = n.final.get("reason") or ""
@@ -204,8 +211,6 @@ class SshLaunch:
         return doc
 
     def wait(self, poll: float = 0.2) -> dict:
-        from paradvisor.rundir.status import write_json_atomic
-
         try:
             doc = self._wait(poll)
         except BaseException as exc:  # never leave nodes running, whatever went wrong here
@@ -243,8 +248,6 @@ class SshLaunch:
             append_private(RunDir(self.run_dir).launcher_log(), line)
 
     def _write_nodes(self) -> None:
-        from paradvisor.rundir.status import write_json_atomic
-
         write_json_atomic(
             RunDir(self.run_dir).nodes,
             {
@@ -256,8 +259,6 @@ class SshLaunch:
         )
 
     def _precheck(self) -> list[tuple[NodeSession, str]]:
-        from paradvisor.hardware.remote import check_reachable
-
         def one(n: NodeSession):
             return n, check_reachable(n.host, timeout=self.ssh_timeout, ssh_config=self.ssh_config)
 
@@ -266,8 +267,6 @@ class SshLaunch:
         return [(n, why) for n, (ok, why) in results if not ok]
 
     def _hello(self, n: NodeSession) -> bytes:
-        from paradvisor.spec.preset import plan_toml
-
         lau = self.preset.launch
         return (
             json.dumps(
@@ -397,8 +396,6 @@ class SshLaunch:
                         :1000
                     ]
                 elif t == "end" and isinstance(msg.get("status"), dict):
-                    from paradvisor.rundir.status import typed_status
-
                     n.final = typed_status(msg["status"], "the node's final status")
                     if isinstance(n.final.get("reason"), str):
                         n.final["reason"] = one_line(n.final["reason"])
@@ -415,12 +412,8 @@ class SshLaunch:
         if n.reader is not None:
             n.reader.join(timeout=5)
         n.ended = time.time()
-        from paradvisor.rundir import tail_lines as _tail
-
         if n.final is not None:
             n.state = {"finished": "finished", "cancelled": "cancelled"}.get(n.final.get("status"), "failed")
-            from paradvisor.monitor.follow import failure_text
-
             n.reason = failure_text(n.final)
         elif n.error:
             n.state, n.reason = "failed", f"the node refused the run: {n.error}"
@@ -481,8 +474,6 @@ class SshLaunch:
 
     def _fetch_outputs(self) -> str:
         """Node 0's model/ and tensorboard/ copied into this run directory (launch/fetch.py); what happened."""
-        from paradvisor.launch.fetch import fetch_outputs
-
         n = self.nodes[0]
         if not n.agent.get("run_dir"):
             return "node 0 never said where its run directory is"
@@ -521,8 +512,6 @@ class SshLaunch:
         return out
 
     def _wait(self, poll: float) -> dict:
-        from paradvisor.rundir.status import write_json_atomic
-
         self.log(f"checking {len(self.nodes)} host(s) over ssh (timeout {self.ssh_timeout:g} s)")
         bad = self._precheck()
         if bad:
@@ -603,9 +592,6 @@ def plan_nodes(
     preset: Preset, *, ssh_config: str | None, ssh_timeout: float
 ) -> tuple[list[NodeSession], str]:
     """The node sessions (ssh argv for each node) and the rendezvous endpoint (node 0's address)."""
-    from paradvisor.hardware.remote import parse_host
-    from paradvisor.launch.argv import split_endpoint
-
     lau = preset.launch
     for h in lau.hosts:
         try:
@@ -638,12 +624,6 @@ def start(
     ssh_config: str | None = None,
     ssh_timeout: float | None = None,
 ) -> SshLaunch:
-    from dataclasses import replace
-
-    from paradvisor.launch.preflight import validate
-    from paradvisor.rundir.lock import prepare_run_dir
-    from paradvisor.rundir.status import write_json_atomic
-
     ssh_config = ssh_config or os.environ.get("PARADVISOR_SSH_CONFIG") or None
     if ssh_config and not Path(ssh_config).is_file():
         raise InputError("the ssh config file does not exist", where=ssh_config)
@@ -658,16 +638,11 @@ def start(
     preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
     code = None  # the user's script folder, copied into each node's run folder unless on a shared path
-    if preset.program.script:
-        from paradvisor.launch.bundle import bundle, is_shared
-
-        if not is_shared(preset.program.script, lau.shared_paths):
-            code = bundle(preset.program.script)
+    if preset.program.script and not is_shared(preset.program.script, lau.shared_paths):
+        code = bundle(preset.program.script)
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
     try:
         write_run_plan(RunDir(run_dir).plan, preset)
-        from paradvisor.monitor.predict import launch_prediction
-
         # every run carries a prediction
         write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
         write_json_atomic(
@@ -698,8 +673,6 @@ def start(
         launch._write_nodes()
         return launch
     except BaseException as exc:  # Ctrl-C or a failure before the status: never a folder without one
-        from paradvisor.rundir.status import write_aborted
-
         write_aborted(RunDir(run_dir).status, preset, exc)
         for lock in locks:
             lock.close()

@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import asdict, replace
+from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import comment, program_args, slug, torchrun_args
+from paradvisor.launch.frameworks import checked_plan, needs_parallelism_config, parallel_sizes
+from paradvisor.launch.frameworks import hf_training_args as training_args
+from paradvisor.rundir.dsconfig import deepspeed_config
 from paradvisor.spec.preset import plan_toml
+from paradvisor.units import fmt_bytes, fmt_seconds
 
 CONFIG_ONLY = ("accelerate", "deepspeed", "hf")  # files a tool reads, no process started
 
 
 def prediction_line(preset) -> str:
     """'paradvisor plan DDPx2 (1 node(s) x 2 process(es)); predicted: step 21.8 ms, ...' for a comment."""
-    from paradvisor.units import fmt_bytes, fmt_seconds
-
     p = preset.prediction
     bits = []
     if p.get("step_time_s"):
@@ -53,8 +57,6 @@ def accelerate_config(preset) -> str:
     """An `accelerate launch` config file for the plan (the Accelerator itself takes
     paradvisor.integrations.accelerate's keywords)."""
     import yaml
-
-    from paradvisor.launch.frameworks import checked_plan, needs_parallelism_config, parallel_sizes
 
     plan = checked_plan("accelerate", preset.plan)
     lau = preset.launch
@@ -99,8 +101,6 @@ def accelerate_config(preset) -> str:
 
 def deepspeed_json(preset) -> str:
     """ds_config.json of a ZeRO plan, for the user's own DeepSpeed code (deepspeed.initialize(config=...))."""
-    from paradvisor.rundir.dsconfig import deepspeed_config
-
     if not preset.plan.sharding.startswith("zero"):
         raise InputError(
             f"--export deepspeed writes a ZeRO config: the plan {preset.plan.label()} uses no ZeRO stage "
@@ -116,10 +116,6 @@ def deepspeed_json(preset) -> str:
 def hf_json(preset) -> str:
     """The TrainingArguments keywords of the plan as JSON (parallelism_config as accelerate's
     ParallelismConfig fields: `ParallelismConfig(**kw["parallelism_config"])`)."""
-    from dataclasses import asdict
-
-    from paradvisor.launch.frameworks import hf_training_args as training_args
-
     kw = training_args(preset.plan, cpu=preset.train.device == "cpu", world=preset.launch.world)
     if "parallelism_config" in kw:
         pc = asdict(kw["parallelism_config"])
@@ -141,11 +137,7 @@ def skypilot_yaml(preset) -> str:
     run_dir = SKY_RUN_DIR
     script = None
     if prog.script:
-        from pathlib import Path
-
         script = Path(prog.script).name  # the workdir (the script's folder) is synced to the task's cwd
-    from dataclasses import replace
-
     program = replace(prog, script=script) if script else prog
     args = program_args(run_dir, program, "$SKYPILOT_NODE_RANK" if lau.nnodes > 1 else None)
     torchrun = torchrun_args(
@@ -179,8 +171,6 @@ def skypilot_yaml(preset) -> str:
     }
     task["envs"]["PARADVISOR_PLAN_TOML"] = plan_toml(replace(preset, program=program) if script else preset)
     if prog.script:
-        from pathlib import Path
-
         task["workdir"] = str(Path(prog.script).resolve().parent)
     return f"# {prediction_line(preset)}\n" + yaml.safe_dump(task, sort_keys=False)
 

@@ -9,13 +9,18 @@ compared with the same DiLoCo plan run with plain DDP inside each node.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from paradvisor.spec.plan import Plan
+from paradvisor.errors import InputError
+from paradvisor.launch import runner
 from paradvisor.rundir import RunDir
-from paradvisor.spec.preset import LaunchSettings, Preset
+from paradvisor.rundir.metrics import MetricsReader
 from paradvisor.rundir.status import RunState
+from paradvisor.spec.model import resolved_config
+from paradvisor.spec.plan import Plan
+from paradvisor.spec.preset import LaunchSettings, Preset
 
 DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reduction order differs)
 
@@ -23,8 +28,6 @@ DEFAULT_TOLERANCE = 1e-4  # max relative loss difference per step (fp32; reducti
 def numerics_preset(preset: Preset, *, steps: int) -> Preset:
     """The preset made deterministic: fp32, every dropout of the model's config at 0, a loss every step,
     `steps` steps, on this machine's CPU processes."""
-    from paradvisor.spec.model import resolved_config
-
     family, cfg = resolved_config(preset)
     over = dict(preset.train.model_overrides)
     if family not in ("mingpt", "vgg"):  # the config class's defaults count too (GPT-2's dropouts are 0.1)
@@ -61,8 +64,6 @@ def reference_preset(preset: Preset) -> Preset:
 
 def losses(run_dir: Path) -> dict[int, float]:
     """{step: loss} from rank 0's records (the loss over the whole global batch)."""
-    from paradvisor.rundir.metrics import MetricsReader
-
     out = {}
 
     def take(m: dict) -> None:  # records the tolerant reader accepted (well-formed, typed)
@@ -79,10 +80,6 @@ def run_one(
     """Launch and wait. `tokenizer`: a tokenizer.json to train on instead of training one (the tokenizers
     library breaks ties between equally frequent merges in hash order, so two trainings of the same text
     can number tokens differently — both runs must read the same token ids)."""
-    import shutil
-
-    from paradvisor.launch import runner
-
     run_dir = runner.new_run_dir(Path(runs_dir), preset.name)
     if tokenizer is not None and Path(tokenizer).is_file():
         shutil.copyfile(tokenizer, run_dir / "tokenizer.json")
@@ -112,8 +109,6 @@ def verify(
 ) -> dict:
     """Run `preset` (made deterministic) and its reference; `reference` (with the `reference_dir` it came
     from) reuses losses already measured."""
-    from paradvisor.errors import InputError
-
     if steps < 1 or steps > 1000:
         raise InputError(f"--steps must be 1..1000, got {steps}")
     if not 0 < tolerance < 1:

@@ -7,6 +7,8 @@ Standard library only: used by `model/load.py` (built-ins), `model/hf.py` (a con
 
 from __future__ import annotations
 
+import math
+
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_EXPERTS, MAX_LAYERS, MAX_VOCAB
 from paradvisor.limits import MAX_MODEL_SIZE as MAX_SIZE
@@ -93,8 +95,6 @@ def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape |
 def _check_extras(cfg: dict, where: str) -> None:
     """Config values outside the shape that the model's own code computes with: a sliding window is a
     positive integer (or null), a RoPE scaling factor a positive finite number."""
-    import math
-
     w = cfg.get("sliding_window")
     if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_SIZE):
         raise InputError(

@@ -4,6 +4,7 @@ paradvisor traces a model (model/trace.py) that log is held back, since the rais
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 
 
@@ -15,7 +16,6 @@ def quiet_fake_tensors():
     global _QUIET
     with _QUIET_LOCK:
         if _QUIET_FILTER[0] is None:  # once: a filter that drops the log while any tracing is under way
-            import logging
 
             class HeldBack(logging.Filter):
                 def filter(self, record) -> bool:

@@ -21,7 +21,10 @@ import os
 from functools import lru_cache
 from importlib import resources
 
+from paradvisor.model import trace_cache
+from paradvisor.model.activations import warn_if_stale  # one stamp mechanism for all traced data
 from paradvisor.model.profile import TransformerShape
+from paradvisor.model.trace import regimes_for
 
 SCHEMA = "paradvisor.formulas/1"
 # config keys that never change what is built or saved for backward
@@ -65,8 +68,6 @@ def table() -> dict:
     doc = json.loads(text)
     if doc.get("schema") != SCHEMA:
         return {}
-    from paradvisor.model.activations import warn_if_stale  # one stamp mechanism for all traced data
-
     warn_if_stale(doc, "the shipped per-family formulas (model/data/formulas.json)")
     return doc
 
@@ -205,9 +206,6 @@ def variant_for(cfg: dict, shape: TransformerShape | None) -> dict | None:
 def counted(cfg: dict, shape: TransformerShape, key: str) -> dict | None:
     """A trace-cache entry (`model/trace_cache.py`) for `cfg` from the shipped formulas, every activation key
     of every regime filled; None when the config's variant has no formula."""
-    from paradvisor.model import trace_cache
-    from paradvisor.model.trace import regimes_for
-
     v = variant_for(cfg, shape)
     if v is None:
         return None

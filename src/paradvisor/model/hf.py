@@ -5,9 +5,14 @@ Imports torch and transformers, so only the path-to-config route comes here.
 
 from __future__ import annotations
 
+import difflib
+import sys
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.model import formula, trace_cache
+from paradvisor.model import trace as T
+from paradvisor.model.activations import Traced
 from paradvisor.model.config import shape_from_config
 from paradvisor.model.profile import LayerEntry, ModelProfile
 from paradvisor.safeio import read_json
@@ -112,8 +117,6 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
     from transformers import CONFIG_MAPPING, AutoConfig, AutoModel
 
     if cfg["model_type"] not in CONFIG_MAPPING:
-        import difflib
-
         close = difflib.get_close_matches(cfg["model_type"], list(CONFIG_MAPPING.keys()), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise InputError(
@@ -159,20 +162,13 @@ def build_on_meta(cfg: dict, *, where: str = "config.json"):
 def profile_from_config_path(path: Path) -> ModelProfile:
     """The profile of a config: built on the meta device and counted once per config (then read from the
     trace cache, `model/trace_cache.py`, without importing torch)."""
-    from paradvisor.model import trace_cache
-    from paradvisor.model.profile import LayerEntry
-
     cfg_file, cfg = read_config(path)
     shape = shape_from_config(cfg, where=str(cfg_file))  # checked before transformers sees the values
     key = trace_cache.config_key(cfg)
     entry = trace_cache.lookup(key)
     if entry is None and shape is not None:
-        from paradvisor.model import formula
-
         entry = formula.counted(cfg, shape, key)  # a known family's code path: no torch, no trace
     if entry is None:
-        from paradvisor.model import trace as T
-
         arch, model = build_on_meta(
             cfg, where=str(cfg_file)
         )  # a config transformers refuses: no progress line
@@ -223,8 +219,6 @@ def profile_from_config_path(path: Path) -> ModelProfile:
 def _say_tracing(cfg: dict, cfg_file: Path) -> None:
     """One line on stderr before the slow path (torch, transformers, a meta build, traces): a config whose
     code path has no shipped formula is counted from its code once, then read from the trace cache."""
-    import sys
-
     if not sys.stderr.isatty():  # progress is for a person watching; a pipe or a log gets only results/errors
         return
     sys.stderr.write(
@@ -237,14 +231,8 @@ def traced_for_config(cfg: dict, entry: dict):
     """Activation coefficients traced from the config's own model class when the estimator first asks for
     a key (each key: one model built on fake tensors, three forward passes), kept in the trace cache
     `entry` (and its file) for the next time; parameter facts counted when the config was built."""
-    from paradvisor.model import trace_cache
-    from paradvisor.model.activations import Traced
 
     def tracer(keys, seq=None):
-        import sys
-
-        from paradvisor.model import trace as T
-
         if sys.stderr.isatty():
             sys.stderr.write(
                 f"paradvisor: tracing {', '.join(keys)} activations of this {cfg['model_type']} config...\n"

@@ -27,7 +27,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
+from paradvisor.model import families
 from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, MONOMIALS, TRACED_BLOCKS, key_of
+from paradvisor.model.config import shape_from_config
 from paradvisor.model.fakelog import quiet_fake_tensors
 
 TRACE_LAYERS = (
@@ -556,8 +558,6 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
             model = cls(config)
         if not encoder and not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
             raise TraceError(f"no {wanted} class for model_type {family!r}")
-        from paradvisor.model import families
-
         plan = families.get(family).tp_plan
         model._paradvisor_gathered = tuple(k for k, v in plan.items() if v == "colwise_gather_output")
         if checkpointing != "none":
@@ -674,8 +674,6 @@ def hf_window(cfg: dict) -> int | None:
 
 
 def trace_hf_config(cfg: dict, *, keys=None, check: bool = True, seq: int | None = None) -> list[dict]:
-    from paradvisor.model.config import shape_from_config
-
     shape = shape_from_config(cfg)
     return trace_model(
         lambda kernel: hf_recipe(cfg, attention=kernel),

@@ -21,8 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from importlib import metadata
 from pathlib import Path
+
+from paradvisor.errors import InputError
+from paradvisor.safeio import parse_json, private_dir, read_text, write_private
 
 SCHEMA = "paradvisor.trace-cache/1"
 _SOURCES = ("activations.py", "trace.py", "hf.py", "load.py", "trace_cache.py")  # the counting code
@@ -76,8 +80,6 @@ def _path(key: str) -> Path | None:
 
 def _private(folder: Path) -> bool:
     """Whether a cache folder is this user's real folder that nobody else can write into."""
-    import stat
-
     try:
         st = os.lstat(folder)
     except OSError:
@@ -189,9 +191,6 @@ def _read(key: str):
     p = _path(key)
     if p is None:
         return None
-    from paradvisor.errors import InputError
-    from paradvisor.safeio import parse_json, read_text
-
     try:
         if not _private(p.parent):  # a cache folder another user can write into may hold anything
             return None
@@ -262,8 +261,6 @@ def store(doc: dict) -> None:
     p = _path(doc["key"])
     if p is None:
         return
-    from paradvisor.safeio import private_dir, write_private
-
     try:  # a folder of this user's (0700), an unpredictable temporary name (mkstemp), then a rename
         private_dir(p.parent, what="the trace cache")
         write_private(p, json.dumps(doc, separators=(",", ":")))

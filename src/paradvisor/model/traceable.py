@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from paradvisor.model import trace as T
+from paradvisor.model.config import shape_from_config
+from paradvisor.model.load import builtin_config
 
 
 def mingpt_recipe(cfg: dict) -> tuple[Callable, Callable]:
@@ -60,8 +62,6 @@ def meta_model(family: str, cfg: dict):
 def regime_bounds(family: str, cfg: dict) -> list[tuple]:
     max_pos = cfg.get("n_positions") if family == "mingpt" else None
     if max_pos is None:
-        from paradvisor.model.config import shape_from_config
-
         shape = shape_from_config(cfg)
         max_pos = shape.max_positions if shape else None
     window = None if family == "mingpt" else T.hf_window(cfg)
@@ -72,8 +72,6 @@ def traced_facts(family: str, cfg: dict, *, keys=None, check: bool = True, seq: 
     """{"params": param facts, "activations": regimes} for a resolved config (vocabulary as configured)."""
     max_pos = cfg.get("n_positions") if family == "mingpt" else None
     if max_pos is None:
-        from paradvisor.model.config import shape_from_config
-
         shape = shape_from_config(cfg)
         max_pos = shape.max_positions if shape else None
     window = None if family == "mingpt" else T.hf_window(cfg)
@@ -91,8 +89,6 @@ def traced_facts(family: str, cfg: dict, *, keys=None, check: bool = True, seq: 
 
 
 def builtin_family_config(name: str) -> tuple[str, dict]:
-    from paradvisor.model.load import builtin_config
-
     cfg = builtin_config(name)
     if name == "gpt-mini":
         return "mingpt", cfg

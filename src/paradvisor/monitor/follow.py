@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from paradvisor.errors import InputError
+from paradvisor.hardware.nvml import GPUSample, HostSample
 from paradvisor.monitor.eta import eta
+from paradvisor.monitor.predict import allocator_prediction, read_prediction, rel_error
+from paradvisor.output import one_line
 from paradvisor.rundir import PLAN, RunDir
+from paradvisor.rundir import read_tail as _read_tail
 from paradvisor.rundir.metrics import MetricsReader, MetricsTally
-from paradvisor.rundir.status import TERMINAL, RunState, effective_status
+from paradvisor.rundir.status import TERMINAL, RunState, effective_status, read_json_object
+from paradvisor.spec.preset import load_preset
+from paradvisor.typed import from_table
+from paradvisor.units import fmt_bytes, fmt_seconds
 
 
 class MetricsFollower:
@@ -39,9 +48,6 @@ class MetricsFollower:
 
 def plan_doc(run_dir: Path) -> dict:
     """plan.toml as a preset document, or {} when it cannot be read or is not a valid preset."""
-    from paradvisor.errors import InputError
-    from paradvisor.spec.preset import load_preset
-
     try:
         return load_preset(RunDir(run_dir).plan).to_doc()
     except (InputError, RecursionError):
@@ -50,8 +56,6 @@ def plan_doc(run_dir: Path) -> dict:
 
 def failure_text(status: dict) -> str | None:
     """One line on why a run did not finish: which rank, exit code or signal, the reason."""
-    from paradvisor.output import one_line
-
     if status.get("status") not in (RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED):
         return None
     rank, code = status.get("failed_rank"), status.get("exit_code")
@@ -70,10 +74,6 @@ SAMPLES_TAIL = 1 << 20  # bytes of samples.jsonl read for the newest reading of 
 
 def latest_samples(run_dir: Path) -> dict[int, dict]:
     """The newest reading of each node from the end of samples.jsonl (bounded read; bad lines skipped)."""
-    import json
-
-    from paradvisor.rundir import read_tail as _read_tail
-
     out: dict[int, dict] = {}
     for line in reversed(_read_tail(RunDir(run_dir).samples, SAMPLES_TAIL).splitlines()):
         try:
@@ -92,11 +92,6 @@ def typed_sample(rec: dict) -> dict | None:
     """A samples.jsonl record checked whole against the one schema its writer uses (hardware.nvml's
     HostSample and GPUSample: types, finite numbers, bounds), or None: a record with a string where a number
     belongs is skipped, never shown or computed with."""
-    from paradvisor.errors import InputError
-    from paradvisor.hardware.nvml import GPUSample, HostSample
-    from paradvisor.output import one_line
-    from paradvisor.typed import from_table
-
     gpus = rec.get("gpus", [])
     if not isinstance(gpus, list) or len(gpus) > 1024 or not all(isinstance(g, dict) for g in gpus):
         return None
@@ -122,8 +117,6 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
     """(nodes, ranks) of a run: per node its host, state, ranks, their step range and its newest GPU/CPU
     reading (each node's own sampler); per rank its node and last step. nodes.json (ssh engine) names hosts
     and states; a local run's node is this machine."""
-    from paradvisor.rundir.status import read_json_object
-
     doc, _ = read_json_object(RunDir(run_dir).nodes) if RunDir(run_dir).nodes.exists() else (None, None)
     listed = [
         n for n in (doc or {}).get("nodes", []) if isinstance(n, dict) and isinstance(n.get("node"), int)
@@ -398,8 +391,6 @@ def _measured(tally: MetricsTally, batch: int) -> dict:
 
 
 def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -> tuple[Predicted, Errors]:
-    from paradvisor.monitor.predict import allocator_prediction, read_prediction, rel_error
-
     pred = read_prediction(run_dir, plan)
     pred["cuda_allocated_bytes"] = allocator_prediction(pred)
     predicted = Predicted(**{f.name: pred.get(f.name) for f in fields(Predicted)})
@@ -415,8 +406,6 @@ def compare_rows(s: RunSummary) -> list[dict]:
     """Predicted vs measured for a summary, one row per metric with a prediction or a measurement:
     {metric, predicted, measured, error} as text ("" where absent). The CLI launch summary, `monitor` and the
     TUI all show these rows."""
-    from paradvisor.units import fmt_bytes, fmt_seconds
-
     pred, err = s.predicted, s.errors
     rows = []
 
@@ -463,9 +452,6 @@ def prediction_note(s: RunSummary) -> str:
 def node_lines(s: RunSummary) -> list[str]:
     """One line per node: host, state, its ranks and their steps, and its newest CPU/RAM/GPU reading
     (`paradvisor monitor` and the TUI's Monitor)."""
-    from paradvisor.output import one_line
-    from paradvisor.units import fmt_bytes
-
     out = []
     for n in s.nodes:
         ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s.ranks if r["node"] == n["node"])

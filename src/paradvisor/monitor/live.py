@@ -5,8 +5,16 @@ at the end the predicted-vs-measured table."""
 from __future__ import annotations
 
 import sys
+import time
 
-from paradvisor.monitor.follow import RunSummary
+from paradvisor.monitor.follow import (
+    MetricsFollower,
+    RunSummary,
+    compare_rows,
+    prediction_note,
+    summarize_run,
+)
+from paradvisor.output import console, esc, table
 from paradvisor.units import fmt_seconds
 
 
@@ -18,8 +26,6 @@ class LiveProgress:
     LINE_EVERY_S = 5.0
 
     def __init__(self, launch):
-        from paradvisor.monitor.follow import MetricsFollower
-
         self.launch = launch
         self.follower = MetricsFollower(launch.run_dir)
         self.tty = sys.stderr.isatty()
@@ -29,20 +35,14 @@ class LiveProgress:
         self.s = None
 
     def current(self) -> RunSummary:
-        from paradvisor.monitor.follow import summarize_run
-
         self.follower.poll(keep=0)
         self.s = summarize_run(self.launch.run_dir, self.follower.records, skipped=self.follower.skipped)
         return self.s
 
     def __call__(self) -> None:
-        import time
-
         s = self.current()
         if self.tty:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            from paradvisor.output import console, esc
 
             if self.bar is None:
                 self.bar = Progress(
@@ -70,8 +70,6 @@ class LiveProgress:
             self.bar.stop()
 
     def summary(self) -> None:
-        from paradvisor.monitor.follow import compare_rows, prediction_note
-
         self.follower.reader.finish()
         s = self.current()
         rows = compare_rows(s)
@@ -82,8 +80,6 @@ class LiveProgress:
         if not rows:
             return
         if self.tty:
-            from paradvisor.output import console, table
-
             t = table(
                 f"predicted vs measured ({prediction_note(s)})", "metric", "predicted", "measured", "error"
             )

@@ -13,7 +13,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from paradvisor.hardware import calibration as cal_mod
+from paradvisor.hardware import catalog
+from paradvisor.hardware.nvml import first_gpu
+from paradvisor.plan.evaluate import evaluate, memory_need
+from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.status import read_json_object
+from paradvisor.spec.model import profile_of, workload_of
 
 SCHEMA = "paradvisor.prediction/1"
 
@@ -31,12 +38,6 @@ class RunEstimate:
 def estimate_for(
     preset, *, on_gpu: bool, gpu_name: str | None = None, calibration: dict | None = None
 ) -> RunEstimate:
-    from paradvisor.hardware import calibration as cal_mod
-    from paradvisor.hardware import catalog
-    from paradvisor.plan.evaluate import evaluate, memory_need
-    from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
-    from paradvisor.spec.model import profile_of, workload_of
-
     plan, wl = preset.plan, workload_of(preset)
     world = plan.world_size
     if on_gpu:
@@ -69,8 +70,6 @@ def _device_here(preset) -> tuple[bool, str | None]:
     """(runs on a GPU, its name) for a launch on this machine."""
     if preset.train.device == "cpu":
         return False, None
-    from paradvisor.hardware.nvml import first_gpu
-
     gpu = first_gpu()
     return (True, gpu[0]) if gpu else (False, None)
 
@@ -78,8 +77,6 @@ def _device_here(preset) -> tuple[bool, str | None]:
 def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
     """prediction.json for a run of `preset` started here (never raises: a failure is recorded as `error`).
     `calibration`: True reads this machine's (`paradvisor calibrate`), None means none."""
-    from paradvisor.hardware import calibration as cal_mod
-
     own = dict(preset.prediction or {})
     doc: dict = {"schema": SCHEMA}
     try:
@@ -116,8 +113,6 @@ def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
 
 def read_prediction(run_dir: Path, plan: dict) -> dict:
     """prediction.json of a run, else (a run directory from before it existed) the plan's [prediction]."""
-    from paradvisor.rundir.status import read_json_object
-
     path = RunDir(run_dir).prediction
     if path.exists():
         doc, _ = read_json_object(path)

@@ -21,8 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from paradvisor.errors import InputError
+from paradvisor.output import raw_stream
 from paradvisor.rundir import METRICS, NODES, PLAN, PREDICTION, SAMPLES, STATUS, RunDir
-from paradvisor.rundir.status import TERMINAL, RunState
+from paradvisor.rundir.status import TERMINAL, RunState, read_status
 
 FILE = "summary.json"
 SCHEMA = "paradvisor.run-summary/1"
@@ -103,7 +105,6 @@ def _cacheable(doc: dict, status: dict) -> bool:
 def make(run_dir: Path) -> tuple[Entry, bool]:
     """(the entry made from the run's files now, whether it may be kept)."""
     from paradvisor.monitor.follow import summarize
-    from paradvisor.rundir.status import read_status
     from paradvisor.safeio import finite
 
     raw = summarize(run_dir)
@@ -127,7 +128,6 @@ def make(run_dir: Path) -> tuple[Entry, bool]:
 
 def load(run_dir: Path, sigs: dict) -> Entry | None:
     """The kept entry when summary.json describes exactly these inputs with this code, else None."""
-    from paradvisor.errors import InputError
     from paradvisor.safeio import read_text
 
     try:
@@ -192,8 +192,6 @@ def unreadable_entry(d: Path, exc: Exception) -> Entry:
         "skipped_lines": 0,
         "unreadable": ["the run directory"],
     }
-    from paradvisor.rundir.status import read_status
-
     status = read_status(RunDir(d).status)
     lineage = {k: status[k] for k in LINEAGE_KEYS if k in status}
     return Entry(str(d), indented(doc, 2), [], lineage, {k: doc.get(k) for k in ROW_KEYS})
@@ -224,8 +222,6 @@ def entries(runs_dir: str | Path) -> list[Entry]:
 def write_runs_json(stream, runs_dir: str, runs: list[tuple[Entry, dict]]) -> int:
     """`runs --json`: the same text as `output.emit_json` of {schema, runs_dir, runs}, written entry by entry
     from the rendered entries (json's indenting encoder is pure Python: 10,000 runs took seconds). 0."""
-    from paradvisor.output import raw_stream
-
     stream = raw_stream(stream)
     stream.write('{\n  "schema": "paradvisor.runs/1",\n  "runs_dir": ' + indented(runs_dir, 1) + ",\n")
     if not runs:

@@ -6,12 +6,18 @@ the sampler carries on (it never raises). `SamplerThread` runs it at an interval
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from paradvisor.hardware.nvml import HostSample
+from paradvisor.hardware.nvml import NVML, HostSample, NVMLUnavailable
 from paradvisor.rundir import SAMPLES
+from paradvisor.rundir import rank_process as _rank_process
+from paradvisor.safeio import append_private
 
 
 class Sampler:
@@ -19,8 +25,6 @@ class Sampler:
 
     def __init__(self):
         import psutil
-
-        from paradvisor.hardware.nvml import NVML, NVMLUnavailable
 
         self._psutil = psutil
         psutil.cpu_percent(None)  # prime: the next call measures since now
@@ -99,9 +103,6 @@ class SampleLog:
     the launching machine like the metrics, so `monitor` and the TUI show every node's GPU/CPU load."""
 
     def __init__(self, run_dir, node: int, interval: float = SAMPLE_INTERVAL_S):
-        import os
-        import socket
-
         self.path = os.path.join(str(run_dir), SAMPLES_FILE)
         self.node, self.host, self.interval = node, socket.gethostname(), interval
         self.sampler: Sampler | None = None
@@ -109,8 +110,6 @@ class SampleLog:
 
     def tick(self) -> None:
         """Write a reading if one is due; never raises (a reading is information, not the run)."""
-        import json
-
         now = time.monotonic()
         if now < self.next:
             return
@@ -119,8 +118,6 @@ class SampleLog:
             if self.sampler is None:
                 self.sampler = Sampler()
             rec = {"kind": "sample", "node": self.node, "host": self.host, **self.sampler.sample()}
-            from paradvisor.safeio import append_private
-
             append_private(self.path, (json.dumps(rec) + "\n").encode())
         except Exception:  # noqa: BLE001 (a full disk or a lost GPU must not stop the run's watcher)
             pass
@@ -137,14 +134,10 @@ class RankSampler:
     other nodes, and ranks that are gone, have no reading. Never raises."""
 
     def __init__(self, run_dir):
-        from pathlib import Path
-
         self.run_dir = Path(run_dir)
         self.procs: dict[int, object] = {}
 
     def sample(self, world: int, gpus: list | None = None, nvml=None, handles=()) -> dict[int, dict]:
-        from paradvisor.rundir import rank_process as _rank_process
-
         out: dict[int, dict] = {}
         gpu_of: dict[int, tuple[int, int]] = {}
         for i in range(len(handles) if nvml is not None else 0):

@@ -11,7 +11,19 @@ import math
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.estimate.memory import (
+    act_bytes_for,
+    gathered_param_bytes,
+    stage_activation_bytes,
+    vision_activation_bytes,
+)
+from paradvisor.hardware import calibration as cal_mod
+from paradvisor.monitor.predict import estimate_for
+from paradvisor.plan.evaluate import _stage_layers, activation_terms, memory_need
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.metrics import MetricsReader
+from paradvisor.spec.model import profile_of, workload_of
+from paradvisor.spec.preset import load_preset
 
 
 def _rel(pred, meas):
@@ -36,9 +48,6 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
     """The estimator's breakdown for what one rank measures: model states of the larger pipeline stage,
     and what one micro-batch saves for backward (a pipeline stage: every micro-batch of the step, as the
     schedule keeps them), split into activations and weight copies as the meter splits them."""
-    from paradvisor.estimate.memory import gathered_param_bytes, stage_activation_bytes
-    from paradvisor.plan.evaluate import _stage_layers, activation_terms, memory_need
-
     out = {k: 0.0 for k in TERMS}
     for st in (0, plan.pp - 1) if plan.pp > 1 else (0,):
         t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)["terms"]
@@ -58,8 +67,6 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
         root=mf.first_params + mf.last_params if mf.shape else 0,
     )
     if mf.shape is None:
-        from paradvisor.estimate.memory import act_bytes_for, vision_activation_bytes
-
         out["activations"] = vision_activation_bytes(
             mf.profile.layers,
             micro_batch=(plan.rank_batches or [plan.micro_batch])[0],
@@ -86,11 +93,6 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
 
 def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     """A finished run's measurements against the plan's prediction, term by term (paradvisor.validation/2)."""
-    from paradvisor.hardware import calibration as cal_mod
-    from paradvisor.monitor.predict import estimate_for
-    from paradvisor.spec.preset import load_preset
-    from paradvisor.spec.model import profile_of, workload_of
-
     run_dir = Path(run_dir)
     if not RunDir(run_dir).plan.exists() or not RunDir(run_dir).metrics.exists():
         raise InputError("not a run directory with plan.toml and metrics.jsonl", where=str(run_dir))
@@ -153,8 +155,6 @@ def _read_steps(run_dir: Path):
     streamed tally (rundir.metrics.MetricsTally, resumed from metrics.index.json where it matches the log),
     tolerant: lines a crash or a disk problem left unreadable are skipped and counted; InputError when no step
     could be read."""
-    from paradvisor.rundir.metrics import MetricsReader
-
     reader = MetricsReader(RunDir(run_dir).metrics, index=True)
     reader.read(keep=0)
     reader.finish()

@@ -6,9 +6,17 @@ the same preset — everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from paradvisor.errors import InputError
+from paradvisor.hardware import calibration
+from paradvisor.model.families import resolve_attention
+from paradvisor.model.load import load_profile
+from paradvisor.plan.search import recommend
+from paradvisor.rules.loader import load_rule_sets
+from paradvisor.spec.capability import family_of
+from paradvisor.spec.plan import Workload
+from paradvisor.typed import from_table
 
 DEFAULT_SEQ_CAP = 2048
 DEFAULT_BATCH_PER_GPU = 8
@@ -43,10 +51,6 @@ def default_workload(
 ):
     """The workload in force: given values, else the model's context (capped at 2048) and 8 samples per GPU;
     the attention the family's code runs ("auto": its own pick; one it does not support: InputError)."""
-    from paradvisor.model.families import resolve_attention
-    from paradvisor.spec.capability import family_of
-    from paradvisor.spec.plan import Workload
-
     attention = resolve_attention(family_of(profile), attention)
     s = profile.transformer
     seq = seq_len if seq_len is not None else (min(s.max_positions, DEFAULT_SEQ_CAP) if s else 1)
@@ -58,10 +62,6 @@ def default_workload(
 
 def advise(req: Request, profile=None):
     """Rank the plans for `req`. `profile` may be given when the caller already loaded the model."""
-    from paradvisor.hardware import calibration
-    from paradvisor.model.load import load_profile
-    from paradvisor.plan.search import recommend
-
     if not 0 <= req.margin < 1:
         raise InputError(f"--margin must be in [0, 1), got {req.margin}")
     if req.top < 1:
@@ -77,16 +77,10 @@ def advise(req: Request, profile=None):
         attention=req.attention,
         model=req.model,
     )
-    from dataclasses import asdict
-
-    from paradvisor.typed import from_table
-
     # The same typed checks and bounds as a preset's [workload] (paradvisor.limits), whichever way the request came.
     from_table(type(wl), asdict(wl), lambda k: f"--{k.replace('_', '-')}")
     rule_sets = None
     if req.use_rules:
-        from paradvisor.rules.loader import load_rule_sets
-
         rule_sets = load_rule_sets(list(req.rules))
     rec = recommend(
         profile, cluster, wl, top=req.top, margin=req.margin, rule_sets=rule_sets, runtime=req.runtime

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 
 from paradvisor.estimate import comm, moe, steptime
 from paradvisor.estimate import context as cp_cost
@@ -38,6 +39,7 @@ from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model import families
+from paradvisor.model.activations import key_of
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.spec.plan import Plan, Workload
 
@@ -127,8 +129,6 @@ def activation_terms(
     gathered K and V; ring attention on CUDA runs the family's own kernel."""
     if plan.cp <= 1 or mf.shape is None:
         return _activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
-    from dataclasses import replace as _replace
-
     one_wl = wl if cuda else _replace(wl, attention="eager")
     a, source = _activation_terms(mf, one_wl, plan, precision, micro_batch, cuda=cuda)
     out = dict(a)
@@ -150,8 +150,6 @@ def activation_terms(
 def _activation_terms(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
 ) -> tuple[dict, str]:
-    from paradvisor.model.activations import key_of
-
     s = mf.shape
     traced = mf.profile.traced
     mode = activation_mode(plan, precision) if not mf.traits.weights16 else "bf16"
@@ -480,8 +478,6 @@ def block_op_ratio(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, spe
     """Aten ops of one block of this model (forward and backward, recomputation included) over those of a
     block of the model `calibrate` timed the engines on, in the same activation mode; None where either
     count is missing (a calibration without it, an untraced or MoE model)."""
-    from paradvisor.model.activations import key_of
-
     ref = ((spec.measured if spec is not None else None) or {}).get("engine_ops") or {}
     mode = activation_mode(plan, precision)
     traced = mf.profile.traced

@@ -7,7 +7,9 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from paradvisor.hardware.types import Cluster, GPUSpec, Link, Node
+from paradvisor.estimate.compute import layer_matmul_params
+from paradvisor.estimate.memory import PERSISTENCE_THRESHOLD
+from paradvisor.hardware.types import Cluster, Device, GPUSpec, Link, Node, SameDevices
 from paradvisor.model.profile import ModelProfile, TransformerShape
 
 
@@ -44,8 +46,6 @@ class MoEFacts:
         s = p.transformer
         if s is None or not s.is_moe:
             return None
-        from paradvisor.estimate.compute import layer_matmul_params
-
         per_layer = max((e.expert_params for e in p.layers), default=0)
         active = replace(s, ffn=s.active_ffn)
         routed = (3 if s.gated_mlp else 2) * s.hidden * s.experts_per_token * s.expert_ffn
@@ -128,8 +128,6 @@ class ModelFacts:
 
     @classmethod
     def _of(cls, p: ModelProfile) -> ModelFacts:
-        from paradvisor.estimate.memory import PERSISTENCE_THRESHOLD
-
         s = p.transformer
         blocks = [e for e in p.layers if e.kind == "block"]
         persistent = p.small_params(PERSISTENCE_THRESHOLD)
@@ -282,8 +280,6 @@ class Topology:
     @classmethod
     def uniform(cls, spec: GPUSpec, world: int, link: Link, name: str = "run") -> Topology:
         """One node of `world` identical devices (a run on this machine, or a capped stand-in)."""
-        from paradvisor.hardware.types import Device, SameDevices
-
         devices = SameDevices(
             Device(index=0, name=spec.name, spec=spec, memory_bytes=spec.memory_bytes), world
         )

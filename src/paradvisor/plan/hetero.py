@@ -8,6 +8,7 @@ batch from the base while it still fits in memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -17,6 +18,8 @@ from paradvisor.hardware.types import Cluster, Node
 from paradvisor.model.profile import ModelProfile
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.rules.evidence import request_outside
+from paradvisor.rules.loader import load_rule_sets
 from paradvisor.spec.plan import Plan, Workload
 
 
@@ -76,8 +79,6 @@ def split_by_type(total: int, speeds: list[float], kinds: list[str]) -> list[int
     more sample costs least ((b + 1) / speed, the fastest first). Among the per-type batches near the
     speed-proportional shares, the one whose slowest rank finishes first wins (then the smallest
     remainder). Each rank gets at least one sample."""
-    import itertools
-
     n = len(speeds)
     if total < n:
         raise ValueError(f"cannot give {n} ranks at least one sample each from {total}")
@@ -216,9 +217,6 @@ def decide(predicted: dict, profile, cluster) -> dict:
     (Table 3) where this model and these machines lie inside the evidence 003 measured (the scope of rule
     003-local-steps-by-speed). The two are always shown side by side; when they disagree, the answer says
     which wins and why."""
-    from paradvisor.rules.evidence import request_outside
-    from paradvisor.rules.loader import load_rule_sets
-
     totals = {k: sum(v) for k, v in predicted.items() if v is not None}
     model_best = min(totals, key=lambda k: (totals[k], k != "C"))
     measured = {k: sum(v) for k, v in PAPER_IDLE.items()}

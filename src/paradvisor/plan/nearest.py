@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from paradvisor.hardware.cluster import node_devices
 from paradvisor.hardware.types import Cluster
-from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.units import GiB
 
 
 def _scaled_cluster(cluster: Cluster, factor: int) -> Cluster:
     """The same cluster with every node's GPU count multiplied (for "how many GPUs would it take")."""
-    from paradvisor.hardware.cluster import node_devices
-
     scaled: dict[int, object] = {}  # alike nodes share their GPU tuple (id of the original one)
     nodes = []
     for n in cluster.online_nodes:

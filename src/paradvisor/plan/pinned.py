@@ -13,10 +13,12 @@ from dataclasses import dataclass, field, fields
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import split_problem
-from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.search import choose_precision, validate, without_gpuless_nodes
 from paradvisor.plan.space import schedule_ok
+from paradvisor.rules.engine import apply_rules
+from paradvisor.spec.capability import family_of, why_not
 from paradvisor.spec.plan import Plan, Workload
 
 PLAN_KEYS = tuple(f.name for f in fields(Plan))
@@ -143,8 +145,6 @@ def estimate_pinned(
     profile, cluster, wl: Workload, given: dict, *, margin: float, rule_sets=None
 ) -> PinnedEstimate:
     """Check and estimate one plan given as keys (the rest defaulted)."""
-    from paradvisor.plan.search import choose_precision, validate, without_gpuless_nodes
-
     cluster, warnings = without_gpuless_nodes(cluster)
     warnings += validate(profile, cluster, wl)
     precision = choose_precision(cluster, wl.precision)
@@ -169,8 +169,6 @@ def estimate_pinned(
         )
     fired: list[dict] = []
     if rule_sets:
-        from paradvisor.rules.engine import apply_rules
-
         fired = apply_rules(
             rule_sets, [e], profile=profile, cluster=cluster, workload=wl, topo=topo, precision=precision
         )

@@ -4,7 +4,7 @@ nothing fits. `recommend()` is the one entry point used by the CLI, the TUI and 
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import bubble_fraction
@@ -12,12 +12,13 @@ from paradvisor.hardware.speeds import wan_cluster
 from paradvisor.hardware.types import Cluster
 from paradvisor.model import families
 from paradvisor.model.profile import ModelProfile
-from paradvisor.spec.capability import family_of, why_not
 from paradvisor.plan.diloco import diloco_candidates
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.nearest import nearest_fix
 from paradvisor.plan.space import candidates, schedule_ok
+from paradvisor.rules.engine import apply_rules
+from paradvisor.spec.capability import family_of, runtime_why_not, why_not
 from paradvisor.spec.plan import Plan, Workload
 from paradvisor.units import GiB, fmt_bandwidth, fmt_seconds
 
@@ -66,8 +67,6 @@ def choose_precision(cluster: Cluster, requested: str) -> str:
 
 def without_gpuless_nodes(cluster: Cluster) -> tuple[Cluster, list[str]]:
     """A node with no GPU (a CPU-only machine in a cluster file) takes no part in a plan."""
-    from dataclasses import replace
-
     gpuless = [n.name for n in cluster.online_nodes if not n.gpus]
     if not gpuless or len(gpuless) == len(cluster.nodes):
         return cluster, []
@@ -273,7 +272,6 @@ def recommend(
     estimates, unlaunchable, n = _evaluate_all(mf, topo, cluster, wl, precision, margin, family, runtime)
     fired: list[dict] = []
     if rule_sets:
-        from paradvisor.rules.engine import apply_rules
 
         def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
             if why_not(p, family, runtime=runtime) or not schedule_ok(p):
@@ -393,8 +391,6 @@ def best_for_runtime(
 ):
     """The best-scored plan that fits and that `runtime` can realize on this topology (None when none does):
     what a refusal names as that framework's best plan."""
-    from paradvisor.spec.capability import runtime_why_not
-
     best = None
     for plan in candidates(mf, topo, wl, precision):
         if runtime_why_not(plan, runtime, cpu=cpu) or not schedule_ok(plan):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from paradvisor.estimate.context import CP_MIN_SEQ
 from paradvisor.estimate.stages import chunk_blocks, split_problem
+from paradvisor.hardware.speeds import effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import split_by_type
 from paradvisor.spec.plan import Plan, Workload
@@ -174,8 +176,6 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
 def cp_options(mf: ModelFacts, wl: Workload, rest: int) -> list[int]:
     """Context-parallel degrees for long sequences (estimate/context.py): each divides the ranks left
     after TP, and 2·cp divides the sequence (load-balanced causal chunks)."""
-    from paradvisor.estimate.context import CP_MIN_SEQ
-
     if mf.shape is None or not mf.shape.causal or wl.seq_len < CP_MIN_SEQ:
         return []
     return [c for c in divisors(rest) if c > 1 and wl.seq_len % (2 * c) == 0]
@@ -211,8 +211,6 @@ def cp_candidates(
 
 
 def rank_speeds(topo: Topology, precision: str) -> list[float]:
-    from paradvisor.hardware.speeds import effective_peak
-
     return [effective_peak(s.tflops, precision) for s in topo.rank_specs()]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paradvisor.plan.report import factors_text
 from paradvisor.plan.search import Recommendation
 from paradvisor.units import GiB, fmt_seconds
 
@@ -62,8 +63,6 @@ def plan_rows(rec: Recommendation, top: int | None = None) -> list[PlanRow]:
 
 def rule_moves(rec: Recommendation) -> list[str]:
     """'RULE moved LABEL 3 -> 1 (x0.85 ...)' for every move a rule made to the ranking."""
-    from paradvisor.plan.report import factors_text
-
     return [
         f"{r['id']} moved {m['label']} {m['from']} -> {m['to']} ({factors_text(m)})"
         for r in rec.fired_rules

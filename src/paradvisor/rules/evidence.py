@@ -20,6 +20,8 @@ tp, pp, zero1, zero2, zero3, fsdp, hsdp, diloco.
 
 from __future__ import annotations
 
+from paradvisor.errors import InputError
+
 EVIDENCE_KEYS = {"params", "gpu_arch", "intra_link", "inter_link", "strategies", "note"}
 LINK_CLASSES = ("pcie", "nvlink", "infiniband", "ethernet", "wan", "infinity-fabric", "local")
 STRATEGIES = ("single", "ddp", "tp", "pp", "zero1", "zero2", "zero3", "fsdp", "hsdp", "diloco")
@@ -59,8 +61,6 @@ def plan_strategies(plan) -> set[str]:
 
 def check(evidence, where: str) -> dict:
     """The evidence table of a rule file, checked (InputError naming the key otherwise)."""
-    from paradvisor.errors import InputError
-
     if not isinstance(evidence, dict):
         raise InputError("evidence must be a table ([rule.evidence])", where=where)
     extra = sorted(set(evidence) - EVIDENCE_KEYS)

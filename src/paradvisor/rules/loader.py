@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import re
 import tomllib
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_RULE_FILES, MAX_RULES
+from paradvisor.rules.evidence import check
 from paradvisor.rules.expr import Compiled, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import PLAN_FACTS, STRATEGY_VALUES, TYPES
+from paradvisor.shipped import rules_dir
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import printable
 
@@ -86,8 +88,6 @@ class CheckResult:
 
 def default_rules_dir() -> Path:
     """The shipped rules: package data (the checkout's `rules/` folder when run from the checkout)."""
-    from paradvisor.shipped import rules_dir
-
     return rules_dir()
 
 
@@ -204,8 +204,6 @@ def _check_rule(raw, where: str, path: str, line: int | None) -> Rule:
     src = _check_texts(raw, where)
     evidence = None
     if "evidence" in raw:
-        from paradvisor.rules.evidence import check
-
         evidence = check(raw["evidence"], where)
     return Rule(
         id=rid,

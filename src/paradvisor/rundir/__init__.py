@@ -40,7 +40,10 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import stat
 from pathlib import Path
+
+from paradvisor.errors import InputError
 
 STATUS = "status.json"
 PLAN = "plan.toml"
@@ -173,10 +176,6 @@ def safe_name(text: str, fallback: str = "run") -> str:
 
 def new_run_dir(runs_dir: Path, name: str) -> Path:
     """A new, private (0700) run directory `runs_dir/<timestamp>-<name>` (exclusive: two launches never share one)."""
-    import stat
-
-    from paradvisor.errors import InputError
-
     runs_dir.mkdir(parents=True, exist_ok=True)
     mode = runs_dir.stat().st_mode
     if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:  # anyone could rename a run folder away and plant one
@@ -197,8 +196,6 @@ def new_run_dir(runs_dir: Path, name: str) -> Path:
 
 def read_tail(path: Path, limit: int = 1 << 20) -> str:
     """The last `limit` bytes of a log (a log can be huge, or not a regular file: never read it all)."""
-    import stat
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -226,7 +223,6 @@ def rank_process(run_dir: Path, rank: int):
     import psutil
 
     try:
-        from paradvisor.errors import InputError
         from paradvisor.safeio import read_bytes
 
         p = psutil.Process(int(read_bytes(RunDir(run_dir).rank_pid(rank), limit=64)))

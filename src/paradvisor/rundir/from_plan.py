@@ -4,15 +4,17 @@ needs, whole DiLoCo rounds, and the prediction the run is compared with."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from paradvisor.model import families
 from paradvisor.rundir import safe_name
+from paradvisor.spec.capability import family_of
 from paradvisor.spec.preset import DEFAULT_RDZV_PORT, LaunchSettings, Preset, TrainSettings
 
 
 def train_for(family: str) -> TrainSettings:
     """Train settings a family needs to run on the shipped data (its module's default: classifiers on
     reviews, LMs on the corpus)."""
-    from paradvisor.model import families
-
     return TrainSettings(dataset=families.get(family).dataset)
 
 
@@ -51,8 +53,6 @@ def prediction_of(e) -> dict:
 
 def steps_for(train: TrainSettings, plan) -> TrainSettings:
     """A DiLoCo plan's run holds whole outer rounds: at least one, never a round cut short at the end."""
-    from dataclasses import replace
-
     base = plan.round_steps if plan.diloco else None
     if not base:
         return train  # the preflight names what is missing
@@ -67,10 +67,6 @@ def preset_from_estimate(
     """The one way a ranked plan becomes a preset (CLI --save, launch --model, the TUI): complete and
     launchable as written — per-node process counts, hosts and rendezvous from the cluster, the train
     settings the model family needs, and the prediction."""
-    from dataclasses import replace
-
-    from paradvisor.spec.capability import family_of
-
     family = family_of(rec.profile)
     ref = dict(cluster_ref if cluster_ref is not None else getattr(rec, "cluster_ref", {}) or {})
     name = name or safe_name(f"{rec.profile.name}-{e.plan.label().replace(' x ', '-')}", "plan")

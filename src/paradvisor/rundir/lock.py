@@ -3,20 +3,19 @@ directory that already holds this node's run is never reused (its metrics would 
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir, new_run_dir, node_file
-from paradvisor.spec.preset import Preset
 from paradvisor.safeio import claim_dir, open_private
+from paradvisor.spec.preset import Preset
 
 
 def lock_file(path: Path, what: str):
     """An exclusive lock on `path` (created 0600), held while the returned file stays open; InputError naming the
     launch that holds it otherwise."""
-    import fcntl
-
     try:
         f = open(open_private(path, append=True, readable=True), "r+")  # noqa: SIM115 (held)
     except OSError as exc:

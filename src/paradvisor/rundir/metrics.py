@@ -10,12 +10,16 @@ in `MetricsTally`, whose memory does not grow with the file (a 200 MB file is re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
+import stat
 import time
 from collections import deque
 from pathlib import Path
+
+from paradvisor.safeio import open_private
 
 CHUNK = 1 << 20  # bytes read from metrics.jsonl at a time
 MAX_LINE = 1 << 20  # a metrics line longer than this is garbage (a real one is a few hundred bytes)
@@ -74,8 +78,6 @@ class MetricsWriter:
     line or nothing): paradvisor's trainer and the user's code (paradvisor.runtime.report) both write here."""
 
     def __init__(self, path, rank: int, mirror=None):
-        from paradvisor.safeio import open_private
-
         self.fd = open_private(path, append=True)  # never through a link planted at metrics.jsonl
         self.rank = rank
         self.mirror = mirror  # also given every record (TensorBoard on rank 0: train/tracking.py)
@@ -383,8 +385,6 @@ class MetricsReader:
         return self.path.with_name(INDEX)
 
     def _fingerprint(self, fd: int, end: int) -> dict:
-        import hashlib
-
         head = os.pread(fd, min(_FP, end), 0)
         tail = os.pread(fd, min(_FP, end), max(0, end - _FP))
         return {
@@ -449,8 +449,6 @@ class MetricsReader:
         except OSError:
             return []
         try:
-            import stat
-
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return []

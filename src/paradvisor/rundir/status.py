@@ -11,10 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import time
 from enum import StrEnum
 from pathlib import Path
 
+from paradvisor.errors import InputError
 from paradvisor.limits import MAX_FILE_BYTES
+from paradvisor.output import one_line
+from paradvisor.rundir import RunDir
 
 _NUM = (int, float)
 
@@ -66,7 +70,6 @@ STATUS_TYPES = {
 
 def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
     """(the JSON object in `path`, None) or (None, why it cannot be read): never raises."""
-    from paradvisor.errors import InputError
     from paradvisor.safeio import parse_json, read_text
 
     try:
@@ -99,8 +102,6 @@ def typed_status(doc: dict, what: str = "status.json") -> dict:
             dropped.append(str(key)[:80])
             continue
         out[key] = value
-    from paradvisor.output import one_line
-
     for key in (
         "reason",
         "name",
@@ -145,8 +146,6 @@ def write_aborted(path: Path, preset, exc: BaseException) -> None:
         return
     interrupted = isinstance(exc, KeyboardInterrupt)
     why = "interrupted (Ctrl-C) while starting" if interrupted else f"failed while starting: {exc}"
-    import time
-
     now = time.time()
     doc = {
         "schema": "paradvisor.status/1",
@@ -183,8 +182,6 @@ def _alive(pid, started) -> bool:
 def effective_status(run_dir: Path) -> dict:
     """status.json (read tolerantly: read_status), but a run left `running` whose launcher and torchrun
     agent are gone (checked by pid and start time) reads as `interrupted`."""
-    from paradvisor.rundir import RunDir
-
     doc = read_status(RunDir(run_dir).status)
     if doc.get("status") == RunState.RUNNING:
         if "launcher_pid" in doc:

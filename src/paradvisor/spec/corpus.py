@@ -12,6 +12,7 @@ stored, so a relaunch does not re-read the corpus. Imports no torch.
 from __future__ import annotations
 
 import codecs
+import csv
 import glob
 import hashlib
 import json
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.safeio import private_dir
+from paradvisor.safeio import file_kind, private_dir
 
 
 def cache_folder(path: Path) -> Path:
@@ -83,8 +84,6 @@ def _check_file(p: Path, where: str) -> None:
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", where=str(p)) from None
     if not stat.S_ISREG(st.st_mode):
-        from paradvisor.safeio import file_kind
-
         raise InputError(f"is {file_kind(st.st_mode)}, expected a data file (a regular file)", where=str(p))
     if st.st_size == 0:
         raise InputError("is empty", where=str(p))
@@ -155,8 +154,6 @@ def _first_record(p: Path, fmt: str) -> tuple[set[str] | None, int]:
             except UnicodeDecodeError:
                 raise InputError("undecodable bytes (not UTF-8)", where=f"{p}: line {line_no}") from None
             if fmt == "csv":
-                import csv
-
                 return set(next(csv.reader([line]))), line_no
             if line.lstrip().startswith("["):  # a JSON array: datasets reads it whole; look at one record
                 return None, line_no

@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.safeio import read_bytes
 
 
 def shipped_reviews() -> list[tuple[str, int]]:
@@ -56,8 +57,6 @@ MAX_DATA_BYTES = 1 << 30  # one data file (the data is held in memory by every r
 
 def _read(path: Path) -> str:
     """A data file: a regular file of at most MAX_DATA_BYTES (never a FIFO or a device), decoded leniently."""
-    from paradvisor.safeio import read_bytes
-
     return read_bytes(path, what="text file", limit=MAX_DATA_BYTES).decode("utf-8", errors="replace")
 
 

@@ -16,6 +16,7 @@ the launcher sets them, the ranks' watchdog (train/faults.py) reads them.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -57,8 +58,6 @@ class Fault:
         `kill-launcher` drill kills the launcher there (the ranks then stop, as they do when it dies)."""
         if self.kind != "kill-launcher" or rank != self.rank or step != self.step:
             return
-        import signal
-
         print(
             f"paradvisor fault drill: kill-launcher in step {step}'s checkpoint", file=sys.stderr, flush=True
         )

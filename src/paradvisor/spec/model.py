@@ -8,19 +8,29 @@ imported then) and kept in the trace cache.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
+import math
 import tomllib
+from dataclasses import replace
+from dataclasses import replace as _replace
 from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.model import trace_cache
+from paradvisor.model.activations import Traced, for_builtin, warn_if_stale
+from paradvisor.model.config import shape_from_config
+from paradvisor.model.families import FAMILIES, resolve_attention
+from paradvisor.model.load import _builtins, builtin_config, is_model_path, load_profile, unknown_model
+from paradvisor.model.profile import ModelProfile
+from paradvisor.model.vision import vgg_profile
 
 
 def _check_override(key: str, value, base, where: str) -> None:
     """An override keeps the type of the value it replaces (a count stays a non-negative integer, a rate a
     finite number, a name a string); a new key takes a scalar."""
-    import math
 
     def fail(expected: str):
         raise InputError(f"expected {expected}, got {value!r}", where=f"{where}.{key}")
@@ -78,8 +88,6 @@ GENERIC_CONFIG_KEYS = frozenset(
 def family_config_keys() -> dict[str, frozenset]:
     """{model type: the keys its transformers configuration class has}, stored (model/data/config_keys.json,
     from scripts/config_keys.py) so that no transformers import is needed to check an override."""
-    from paradvisor.model.activations import warn_if_stale
-
     doc = json.loads(resources.files("paradvisor.model").joinpath("data", "config_keys.json").read_text())
     warn_if_stale(doc, "model/data/config_keys.json")
     return {k: frozenset(v) for k, v in doc["families"].items()}
@@ -92,8 +100,6 @@ def _check_known(key: str, base: dict, where: str) -> None:
     known = set(base) | family_config_keys().get(str(base.get("model_type")), frozenset())
     if key in known or key in GENERIC_CONFIG_KEYS or "dropout" in key or "pdrop" in key:
         return  # dropouts: a config class's defaults that config.json may leave out (launch/verify.py zeroes them)
-    import difflib
-
     close = difflib.get_close_matches(key, [k for k in known if isinstance(k, str)], n=3)
     hint = (
         f"; did you mean {', '.join(close)}?"
@@ -105,9 +111,6 @@ def _check_known(key: str, base: dict, where: str) -> None:
 
 def resolved_config(preset) -> tuple[str, dict]:
     """(family, config dict) of the preset's model with overrides applied (each override checked)."""
-    from paradvisor.model.config import shape_from_config
-    from paradvisor.model.load import _builtins, builtin_config, is_model_path, unknown_model
-
     name = preset.workload.model
     over = dict(preset.train.model_overrides)
     where = f"{preset.path or 'preset'}: train.model_overrides"
@@ -146,10 +149,6 @@ def resolved_config(preset) -> tuple[str, dict]:
 def workload_of(preset):
     """The preset's workload with its attention resolved for the family ("auto": the family's own pick;
     one the family's code does not run: InputError)."""
-    from dataclasses import replace
-
-    from paradvisor.model.families import resolve_attention
-
     family, _ = resolved_config(preset)
     where = f"{preset.path or 'preset'}: workload.attention"
     return replace(
@@ -160,10 +159,6 @@ def workload_of(preset):
 def profile_of(preset):
     """The ModelProfile of what will actually train (overrides applied), counted without torch; its
     activation coefficients are traced from the same code when the estimator first asks for them."""
-    from paradvisor.model.families import FAMILIES
-    from paradvisor.model.profile import ModelProfile
-    from paradvisor.model.vision import vgg_profile
-
     family, cfg = resolved_config(preset)
     if family == "vgg":
         return vgg_profile(cfg)
@@ -175,8 +170,6 @@ def profile_of(preset):
             cfg = {**cfg, "num_labels": preset.train.num_labels}
         layers, shape = FAMILIES[fam](cfg)
         if family == "mingpt":
-            from dataclasses import replace as _replace
-
             shape = _replace(shape, family="mingpt")  # no dropout layers, unlike HF GPT-2
         total = sum(e.params for e in layers)
         return ModelProfile(
@@ -189,21 +182,15 @@ def profile_of(preset):
             transformer=shape,
             traced=_traced(preset, family, cfg),
         )
-    from paradvisor.model.load import load_profile
-
     return load_profile(preset.workload.model)
 
 
 def _traced(preset, family: str, cfg: dict):
     """Stored coefficients when the preset trains a built-in unchanged, else traced on demand."""
-    from paradvisor.model.activations import Traced, for_builtin
-
     if not preset.train.model_overrides:
         stored = for_builtin(preset.workload.model)
         if stored is not None:
             return stored
-    from paradvisor.model import trace_cache
-
     cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings" or family != "mingpt"}
     # kept in the trace cache like a config path's counts: the next launch of this model imports no torch for it
     key = trace_cache.config_key({"preset_family": family, "config": cfg})

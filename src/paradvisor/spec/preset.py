@@ -9,13 +9,17 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+import tomli_w
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.hardware.machines import ClusterRef
 from paradvisor.limits import MAX_NAME
+from paradvisor.safeio import write_atomic
+from paradvisor.shipped import presets_dir
 from paradvisor.spec.plan import (
     CHECKPOINTING,
     OFFLOADS,
@@ -26,9 +30,9 @@ from paradvisor.spec.plan import (
     Plan,
     Workload,
 )
-from paradvisor.safeio import write_atomic
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import check_mapping, check_value, from_table
+from paradvisor.units import parse_size
 
 SCHEMA = "paradvisor.preset/1"
 
@@ -45,8 +49,6 @@ def _clean(value):
 def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = False, header: str = "") -> Path:
     """Write TOML atomically (safeio.write_atomic: never over an existing file unless forced, never over a
     device, a FIFO or a folder, whatever --force says)."""
-    import tomli_w
-
     return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
@@ -78,8 +80,6 @@ def write_run_plan(path: str | os.PathLike, preset) -> Path:
 
 def plan_toml(preset) -> str:
     """The preset as plan.toml text (what a run directory, a ConfigMap or an sbatch script carries)."""
-    import tomli_w
-
     return tomli_w.dumps(_clean(preset.to_doc()))
 
 
@@ -327,8 +327,6 @@ class Preset:
     program: ProgramSettings = ProgramSettings()
 
     def to_doc(self) -> dict:
-        from dataclasses import asdict
-
         launch = asdict(self.launch)
         launch["hosts"] = list(self.launch.hosts)
         launch["node_procs"] = list(self.launch.node_procs)
@@ -475,8 +473,6 @@ def _parse_train(t: dict, tw) -> TrainSettings:
     if kw.get("eval_path") and kw.get("eval_fraction"):
         raise InputError("give either eval_path or eval_fraction, not both", where=tw("eval_fraction"))
     if "export_shard_size" in kw:
-        from paradvisor.units import parse_size
-
         try:
             parse_size(kw["export_shard_size"])
         except (ValueError, InputError):
@@ -508,8 +504,6 @@ def _parse_launch(lsec: dict, lw) -> LaunchSettings:
             f"node_rank {launch.node_rank} must be below nnodes {launch.nnodes}", where=lw("node_rank")
         )
     if launch.memory_limit:
-        from paradvisor.units import parse_size
-
         try:
             parse_size(launch.memory_limit)
         except ValueError as exc:
@@ -571,8 +565,6 @@ def user_presets_dir() -> Path:
 
 def preset_dirs() -> list[Path]:
     """Where preset names are looked up: ./presets, the user's preset folder, then the shipped presets."""
-    from paradvisor.shipped import presets_dir
-
     out = []
     for d in (Path("presets"), user_presets_dir(), REPO_PRESETS, presets_dir()):
         if d.is_dir() and all(d.resolve() != o.resolve() for o in out):

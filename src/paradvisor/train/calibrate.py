@@ -8,12 +8,22 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
-from paradvisor.estimate.fits import ENGINE_BATCH, ENGINE_MODEL, ENGINE_PLANS, fit, significant
+from paradvisor.errors import RunFailed
+from paradvisor.estimate.fits import ENGINE_BATCH, ENGINE_MODEL, ENGINE_PLANS, fit, fit_engines, significant
+from paradvisor.hardware.probe import cpu_and_ram
+from paradvisor.model.activations import MODES
+from paradvisor.model.trace import count_ops
+from paradvisor.model.traceable import mingpt_recipe
+from paradvisor.rundir.metrics import WARMUP_STEPS
 from paradvisor.safeio import write_private
+from paradvisor.spec.plan import Plan
 
 
 def say(msg: str) -> None:
@@ -80,8 +90,6 @@ def measure_device(quick: bool) -> dict:
     else:
         import psutil
 
-        from paradvisor.hardware.probe import cpu_and_ram
-
         name, mem = f"CPU ({cpu_and_ram()['model'] or 'unknown'})", psutil.virtual_memory().total
     return {
         "kind": "cuda" if cuda else "cpu",
@@ -147,8 +155,6 @@ def _quiet(out_dir: str, rank: int) -> None:
     """A measuring process prints into its own log (`_worker_tail` shows its end if it fails), never onto
     the user's terminal: the libraries' warnings (DeepSpeed's deprecated collectives: hundreds of lines
     per calibration) are no part of the measurement. Python warnings are off in it."""
-    import warnings
-
     warnings.simplefilter("ignore")
     fd = os.open(Path(out_dir, f"worker-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
@@ -162,8 +168,6 @@ def _spawn(worker, args: tuple, nprocs: int, out_dir: str) -> None:
     """Run `worker` in `nprocs` spawned processes; a failure is one error with the end of their logs."""
     import torch.multiprocessing as mp
     from torch.multiprocessing.spawn import ProcessException
-
-    from paradvisor.errors import RunFailed
 
     try:
         mp.start_processes(worker, args=args, nprocs=nprocs, join=True, start_method="spawn")
@@ -207,8 +211,6 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_d
 
 def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -> None:
     """Every engine of the launcher, fp32 and bf16, at two depths: median step time per configuration."""
-    from types import SimpleNamespace
-
     _quiet(out_dir, rank)
 
     os.environ.update(
@@ -223,10 +225,8 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
     import torch
     import torch.distributed as dist
 
-    from paradvisor.spec.plan import Plan
-    from paradvisor.rundir.metrics import WARMUP_STEPS
-    from paradvisor.train.loop import memory_record
     from paradvisor.model.mingpt_net import from_config
+    from paradvisor.train.loop import memory_record
     from paradvisor.train.parallelize import build_engine
 
     torch.set_num_threads(1)
@@ -274,10 +274,6 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
 def engine_model_ops() -> dict:
     """{activation mode: aten ops per block and per step} of the model the engines are timed on, counted
     as `model.trace.count_ops` counts any model: the estimator scales the per-layer time by the ratio."""
-    from paradvisor.model.activations import MODES
-    from paradvisor.model.trace import count_ops
-    from paradvisor.model.traceable import mingpt_recipe
-
     build, run = mingpt_recipe(ENGINE_MODEL)
     return {
         mode: count_ops(build, run, mode=mode, checkpointing="none", seq=ENGINE_MODEL["n_positions"])
@@ -288,8 +284,6 @@ def engine_model_ops() -> dict:
 def engine_overheads(quick: bool, free_port: Callable[[], int], device: dict) -> dict:
     """Each engine's measured step times, their fit (fixed time per step and per layer) and the calibration
     model's op counts: the calibration's `engines` part."""
-    from paradvisor.estimate.fits import fit_engines
-
     engines = measure_engines(quick, free_port)
     engines["fit"] = fit_engines(engines["runs"], device)
     engines["ops"] = engine_model_ops()
@@ -306,8 +300,6 @@ def engine_overheads(quick: bool, free_port: Callable[[], int], device: dict) ->
 
 def measure_engines(quick: bool, free_port: Callable[[], int]) -> dict:
     """Each engine's step times (2 processes; `free_port` gives their rendezvous port)."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as d:
         _spawn(_engine_worker, (2, free_port(), 8 if quick else 12, d), 2, d)
         return {
@@ -319,8 +311,6 @@ def measure_engines(quick: bool, free_port: Callable[[], int]) -> dict:
 
 def measure_collectives(max_ranks: int, quick: bool, free_port: Callable[[], int]) -> dict:
     """gloo all-reduce and all-gather times over 2..max_ranks processes, fitted (estimate/fits.py)."""
-    import tempfile
-
     sizes = [2**k for k in ((12, 16, 20, 22) if quick else (12, 16, 20, 22, 24))]
     out = {"backend": "gloo", "ranks": {}}
     for n in range(2, max_ranks + 1):

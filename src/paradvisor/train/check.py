@@ -16,21 +16,19 @@ import tomllib
 from dataclasses import replace
 
 from paradvisor.errors import InputError
+from paradvisor.spec.corpus import uses_files
+from paradvisor.spec.preset import parse_preset
+from paradvisor.train.corpus import check_corpus
+from paradvisor.train.weights import check_weights
 
 
 def run_checks(preset) -> None:
-    from paradvisor.spec.corpus import uses_files
-    from paradvisor.train.corpus import check_corpus
-    from paradvisor.train.weights import check_weights
-
     if uses_files(preset):
         check_corpus(preset)
     check_weights(preset)
 
 
 def main() -> int:
-    from paradvisor.spec.preset import parse_preset
-
     doc = json.loads(sys.stdin.read())
     text = doc["preset"]
     preset = parse_preset(tomllib.loads(text), path=doc["path"] or "<preset>", text=text)

@@ -20,9 +20,11 @@ boundary: one small all-reduce per step).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -38,7 +40,11 @@ from paradvisor.rundir.checkpoints import (
     read_meta,
     temp_name,
 )
+from paradvisor.spec.faults import from_env
+from paradvisor.spec.model import resolved_config
+from paradvisor.train import dsresume
 from paradvisor.train.dsresume import DS_DIR, DS_TAG, zero_fp32
+from paradvisor.train.models import unwrap
 from paradvisor.train.rng import rng_state, set_rng_state
 
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
@@ -121,8 +127,6 @@ class Checkpointer:
         self.meta_extra: dict = {}
         self.optim_key = "optim"  # DiLoCo: one per node ("optim-node1"), each node's inner AdamW differs
         self.resumed_meta: dict | None = None
-        from paradvisor.spec.faults import from_env
-
         self.fault = from_env()
 
     @property
@@ -136,8 +140,6 @@ class Checkpointer:
 
     def _pp_names(self) -> dict[str, str]:
         """Stage parameter names -> the whole model's names (every alias of a tied weight maps to its first)."""
-        from paradvisor.train.models import unwrap
-
         first: dict[int, str] = {}
         for n, p in unwrap(self.model).named_parameters(remove_duplicate=False):
             first.setdefault(id(p), n)
@@ -158,8 +160,6 @@ class Checkpointer:
         back = {v: k for k, v in names.items()}
         sd = {"model": _rename(msd, names)}
         if self.kind == "pp":  # a tied weight's other alias, so a one-stage model finds both names
-            from paradvisor.train.models import unwrap
-
             aliases: dict[int, list[str]] = {}
             for n, p in unwrap(self.model).named_parameters(remove_duplicate=False):
                 aliases.setdefault(id(p), []).append(n)
@@ -189,8 +189,6 @@ class Checkpointer:
         return sd, apply
 
     def _meta(self, step: int, samples: int) -> dict:
-        from paradvisor.spec.model import resolved_config
-
         family, _cfg = resolved_config(self.preset)
         return {
             "format": "deepspeed" if self.kind == "deepspeed" else "dcp",
@@ -240,8 +238,6 @@ class Checkpointer:
         if self.leader:
             ensure_root(self.root)
             if tmp.exists():  # left by a run killed while writing this step
-                import shutil
-
                 shutil.rmtree(tmp)
             make_private_dir(tmp)
             for sub in (
@@ -362,8 +358,6 @@ class Checkpointer:
         if reset:  # the weights only (DeepSpeed's fp32 consolidation) with a fresh optimizer
             self._load_weights(zero_fp32(path))
             return "weights"
-        from paradvisor.train import dsresume
-
         return dsresume.load(
             self.engine.engine,
             path,
@@ -405,8 +399,6 @@ def _model_keys(module) -> list[str]:
 
 def dcp_full_model(path: Path) -> dict:
     """A DCP checkpoint's whole model state dict, read on this process alone (every shard put together)."""
-    import warnings
-
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is

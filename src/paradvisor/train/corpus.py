@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.safeio import private_subdir
 from paradvisor.spec.corpus import (
     TOKENIZER_FILES,
     Corpus,
@@ -35,6 +36,8 @@ from paradvisor.spec.corpus import (
     format_of,
     uses_files,
 )
+from paradvisor.spec.model import resolved_config
+from paradvisor.units import fmt_seconds
 
 BATCH_DOCS = 1000
 
@@ -235,8 +238,6 @@ def prepare(spec: CorpusSpec, *, progress: Callable | None = None, tok=None) -> 
             hit = cached(spec)
             if hit is not None:
                 return hit
-            from paradvisor.safeio import private_subdir
-
             tmp = spec.root / f".{key}.{os.getpid()}.tmp"
             if tmp.is_dir() and not tmp.is_symlink():
                 shutil.rmtree(tmp)  # left by a process of this pid that died
@@ -266,8 +267,6 @@ def check_corpus(preset, *, tokenize: bool = False, progress: Callable | None = 
     spec = corpus_spec(preset)
     tok = load_tokenizer(spec.tokenizer, f"{where}: train.tokenizer")
     eos_of(tok, spec.tokenizer)
-    from paradvisor.spec.model import resolved_config
-
     _, cfg = resolved_config(preset)
     vocab = cfg.get("vocab_size")
     if vocab is not None and len(tok) > int(vocab):
@@ -341,8 +340,6 @@ def epoch_facts(preset, step_time_s: float | None = None) -> dict | None:
 def epoch_line(facts: dict | None) -> str:
     if not facts:
         return ""
-    from paradvisor.units import fmt_seconds
-
     approx = "" if facts["exact"] else "~"
     line = (
         f"corpus: {approx}{facts['tokens_per_epoch']:,} tokens per epoch"

@@ -8,6 +8,8 @@ each global step (uneven slices when the plan splits the batch by GPU speed, as 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 from pathlib import Path
 
@@ -59,8 +61,6 @@ def _canonical_ids(tok, specials: list[str]):
     """The WordPiece trainer numbers its continuation alphabet ("##a", "##b", ...) in hash order, which
     changes from run to run: the same text and seed then give other token ids, other embedding rows and
     other losses. Renumber: special tokens first, then every other token in sorted order."""
-    import json
-
     from tokenizers import Tokenizer
 
     doc = json.loads(tok.to_str())
@@ -129,16 +129,12 @@ class Permutation:
     corpus larger than memory gets its own order without a list of its samples."""
 
     def __init__(self, n: int, seed: int, epoch: int):
-        import hashlib
-
         bits = max(2, (n - 1).bit_length())
         bits += bits % 2
         self.n, self.half, self.mask = n, bits // 2, (1 << (bits // 2)) - 1
         self.key = hashlib.sha256(f"{seed}:{epoch}".encode()).digest()
 
     def _round(self, k: int, x: int) -> int:
-        import hashlib
-
         h = hashlib.blake2b(x.to_bytes(8, "little"), digest_size=8, key=self.key, salt=bytes([k]) * 16)
         return int.from_bytes(h.digest(), "little") & self.mask
 

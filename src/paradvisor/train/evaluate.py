@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from paradvisor.train.models import logits_of
+from paradvisor.train.parallelize import Layout
 from paradvisor.train.tokens import IGNORE
 
 
@@ -72,8 +73,6 @@ def evaluate(
 ) -> dict | None:
     """{"eval_loss", "perplexity", "eval_tokens", "eval_samples"} of the model now; None without an eval part.
     `data`: (this rank's data-parallel index, the samples each data rank takes per micro-step)."""
-    from paradvisor.train.parallelize import Layout
-
     ds = task.eval_dataset
     if ds is None:
         return None

@@ -26,15 +26,17 @@ import re
 
 import torch.distributed as dist
 
+from paradvisor.model import families
+from paradvisor.spec.mesh import dp_dim
+from paradvisor.train.data_parallel import apply_fsdp, average_grads, fsdp_precision
+from paradvisor.train.mesh import build_mesh
+
 
 def ep_meshes(plan, device, world: int):
     """(edp mesh, ep mesh) of the plan's mesh (train/mesh.py: the data-parallel dimension, then ep, fastest),
     and a size-1 "tp" mesh: transformers' dispatch asks which ranks share a batch (none do here, each rank
     reads its own data shard)."""
     from torch.distributed.device_mesh import init_device_mesh
-
-    from paradvisor.spec.mesh import dp_dim
-    from paradvisor.train.mesh import build_mesh
 
     edp = dp_dim(plan)
     mesh = build_mesh(plan, device.type, world, keep=(edp, "ep"))
@@ -46,8 +48,6 @@ def expanded_plan(model, family: str | None = None) -> dict[str, str]:
     """The family module's EP plan (transformers' base_model_ep_plan as data, model/families/), or the
     model's own, with its `*` layer wildcards expanded to the modules and parameters that exist
     (DeepSeek-style models keep dense MLPs in their first layers)."""
-    from paradvisor.model import families
-
     fam_plan = families.get(family).ep_plan if family else {}
     plan = {
         k.replace("layers.*.", "model.layers.*.", 1) if not k.startswith("model.") else k: v
@@ -86,8 +86,6 @@ def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from paradvisor.train.data_parallel import apply_fsdp, fsdp_precision
-
     for mod in expert_modules:
         fully_shard(mod, mesh=edp_mesh, **fsdp_precision(precision))
         mod.set_gradient_divide_factor(float(world))
@@ -105,7 +103,5 @@ def is_expert(p) -> bool:
 def reduce_grads(params, world: int, edp_mesh) -> None:
     """Dense gradients: averaged over all ranks. Expert shards (DTensors on the EP mesh): summed over
     the expert-DP group, divided by the world size."""
-    from paradvisor.train.data_parallel import average_grads
-
     average_grads([p for p in params if not is_expert(p)], None, world)
     average_grads([p for p in params if is_expert(p)], edp_mesh.get_group(), world)

@@ -20,6 +20,14 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from paradvisor.rundir import RunDir
+from paradvisor.spec.model import resolved_config
+from paradvisor.spec.preset import load_preset
+from paradvisor.train.checkpoint import full_state_dict as checkpoint_state_dict
+from paradvisor.train.folders import folder_in_place
+from paradvisor.train.models import build_model, build_task
+from paradvisor.train.weights import named_tensors
+
 
 def _whole(t):
     return t.full_tensor() if hasattr(t, "full_tensor") else t
@@ -36,8 +44,6 @@ def full_state_dict(engine, kind: str, model, names: dict[int, str]) -> dict | N
             sd = ds.module.state_dict()
         return {k: v.detach().cpu().clone() for k, v in sd.items()} if rank == 0 and sd is not None else None
     if kind == "pp":
-        from paradvisor.train.weights import named_tensors
-
         local = {}
         for buffers in (False, True):
             for name, t, _, _ in sorted(
@@ -80,8 +86,6 @@ def write_hf_folder(
 ) -> Path:
     """`out/` as a Hugging Face folder of `model`'s class and config holding `state_dict`; written beside and
     renamed into place. Plain torch models (minGPT, VGG) get model.safetensors alone."""
-    from paradvisor.train.folders import folder_in_place
-
     with folder_in_place(Path(out)) as tmp:
         sd = {k: v.contiguous() for k, v in state_dict.items()}
         if hasattr(model, "save_pretrained"):
@@ -137,12 +141,6 @@ def export_checkpoint(run_dir: Path, checkpoint: Path, out: Path, *, max_shard_s
     tokenizer and vocabulary) with its parameters on the meta device; the checkpoint's whole state dict (DCP's
     shards put together, or DeepSpeed's zero_to_fp32) goes into save_pretrained."""
     import torch
-
-    from paradvisor.rundir import RunDir
-    from paradvisor.spec.preset import load_preset
-    from paradvisor.train.checkpoint import full_state_dict as checkpoint_state_dict
-    from paradvisor.train.models import build_model, build_task
-    from paradvisor.spec.model import resolved_config
 
     preset = load_preset(RunDir(run_dir).plan)
     family, cfg = resolved_config(preset)

@@ -7,7 +7,9 @@ drills (PARADVISOR_FAULT) are spec/faults.py.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import threading
 import time
 
@@ -16,9 +18,6 @@ from paradvisor.spec.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
 
 def enable_stack_dumps() -> None:
     """Python stacks of every thread to stderr on a crash (SIGSEGV, SIGABRT, ...) and on SIGUSR1."""
-    import faulthandler
-    import signal
-
     faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 

@@ -9,9 +9,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from paradvisor.train.data import RankStream
 from paradvisor.spec.faults import from_env as fault_drill
+from paradvisor.spec.plan import NodeAllocation
+from paradvisor.train.data import RankStream
+from paradvisor.train.evaluate import evaluate
 from paradvisor.train.metrics import ActivationMeter, count_bytes, cuda_peak
+from paradvisor.train.parallelize import Layout
 
 MEASURE_STEP = 2  # activation bytes are measured on this step (the first is a warm-up)
 
@@ -28,8 +31,6 @@ def data_layout(plan, rank: int, world: int) -> tuple[int, list[int]]:
     """(this rank's data-parallel index, samples each data rank takes per micro-step). Megatron order: tp
     fastest, then dp, then pp; TP ranks and pipeline stages of one replica read the same samples. A pipeline
     takes its whole per-replica batch at once (the schedule splits it into grad_accum micro-batches)."""
-    from paradvisor.train.parallelize import Layout
-
     lay = Layout.of(plan, rank, world)
     if plan.pp > 1:
         return lay.dp_rank, [plan.micro_batch * plan.grad_accum] * lay.dp
@@ -41,8 +42,6 @@ def global_loss(loss: float | None, plan, rank: int, world: int, batches: list[i
     """The step's loss over the whole global batch: every data rank's loss weighted by its samples, counted
     once per replica (TP ranks hold copies; in a pipeline only the last stage has it). One scalar
     all-reduce per logged step."""
-    from paradvisor.train.parallelize import Layout
-
     if world == 1 or not dist.is_initialized():
         return float(loss)
     lay = Layout.of(plan, rank, world)
@@ -156,8 +155,6 @@ def run_eval(
     engine, kind: str, task, preset, step: int, device, rank: int, world: int, writer
 ) -> dict | None:
     """One eval over the held-out part (train/evaluate.py), recorded as a kind = "eval" record."""
-    from paradvisor.train.evaluate import evaluate
-
     t0 = time.perf_counter()
     data = data_layout(preset.plan, rank, world)
     res = evaluate(engine, kind, task, preset.plan, rank, world, device, data, preset.train.eval_samples)
@@ -298,8 +295,6 @@ def _diloco_nodes(plan, world: int):
     """The plan's nodes, or (a DiLoCo plan without them) one node per rank with the plan's local steps."""
     if plan.nodes:
         return plan.nodes
-    from paradvisor.spec.plan import NodeAllocation
-
     return tuple(
         NodeAllocation(
             node=f"rank{r}",

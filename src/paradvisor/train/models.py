@@ -17,8 +17,13 @@ import torch.nn.functional as F
 
 from paradvisor.errors import InputError
 from paradvisor.model import families
+from paradvisor.model.mingpt_net import MinGPT, from_config
 from paradvisor.spec import data as S
+from paradvisor.spec.corpus import corpus_spec, uses_files
 from paradvisor.train import data as D
+from paradvisor.train.context import CP_ATTENTION, register
+from paradvisor.train.corpus import load_tokenizer, prepare
+from paradvisor.train.tokens import PackedTokens
 
 
 class VGG(nn.Module):
@@ -88,8 +93,6 @@ class Task:
 def logits_of(model, inputs: dict):
     if "x" in inputs:
         return model(inputs["x"])
-    from paradvisor.model.mingpt_net import MinGPT
-
     if isinstance(unwrap(model), MinGPT):
         return model(inputs["input_ids"])
     return model(**inputs).logits
@@ -130,8 +133,6 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
         task = Task("cls", D.ClassificationData(rows, tok, seq), seq, t.num_labels, tokenizer=tok_path)
         return task, tok.get_vocab_size()
     # causal language models
-    from paradvisor.spec.corpus import uses_files
-
     if uses_files(preset):
         return files_task(preset, run_dir, rank)
     if t.dataset == "corpus":
@@ -164,10 +165,6 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
 def files_task(preset, run_dir: Path, rank: int) -> tuple[Task, int]:
     """The user's corpus, tokenized once per node (or once in all on a shared cache folder): the first process to
     take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py)."""
-    from paradvisor.spec.corpus import corpus_spec
-    from paradvisor.train.corpus import load_tokenizer, prepare
-    from paradvisor.train.tokens import PackedTokens
-
     seq = preset.workload.seq_len
     spec = corpus_spec(preset)
     tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
@@ -187,8 +184,6 @@ def build_model(preset, family: str, cfg: dict, task: Task, *, empty: bool = Fal
     if family == "vgg":
         return VGG(cfg, task.classes)
     if family == "mingpt":
-        from paradvisor.model.mingpt_net import from_config
-
         return from_config(
             {**cfg, "n_positions": max(int(cfg.get("n_positions", 128)), preset.workload.seq_len)}
         )
@@ -208,8 +203,6 @@ def build_model(preset, family: str, cfg: dict, task: Task, *, empty: bool = Fal
     # the attention the plan was estimated with, passed explicitly (transformers would pick its own)
     config._attn_implementation = families.resolve_attention(family, preset.workload.attention)
     if preset.plan.cp > 1:
-        from paradvisor.train.context import CP_ATTENTION, register
-
         register()
         config._attn_implementation = CP_ATTENTION
     if cls_name is None:  # any other model type: transformers' own head class for the task

@@ -23,6 +23,7 @@ step, set_lr, memory_groups, and a Layout saying which data shard and which copy
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -31,11 +32,18 @@ import torch.nn as nn
 import torch.utils.checkpoint
 
 from paradvisor.errors import InputError
+from paradvisor.estimate.stages import rank_chunks
+from paradvisor.model import families
 from paradvisor.model.trace import enable_hf_checkpointing, supports_hf_checkpointing
+from paradvisor.rundir.dsconfig import deepspeed_config
+from paradvisor.train.context import ContextShard, ring_applies
 from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
+from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
 from paradvisor.train.mesh import build_mesh, sub_mesh
-from paradvisor.train.metrics import optimizer_state_tensors
-from paradvisor.train.models import unwrap, blocks_of, logits_of, loss_of
+from paradvisor.train.metrics import count_bytes, deepspeed_state_groups, optimizer_state_tensors
+from paradvisor.train.models import block_list, blocks_of, logits_of, loss_of, unwrap
+from paradvisor.train.stages import build_stages, stage_blocks
+from paradvisor.train.tp_plans import apply_tp
 
 
 def is_meta(module) -> bool:
@@ -92,8 +100,6 @@ def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
         enable_hf_checkpointing(hf)
         return
     owner = container if container is not None else hf
-    from paradvisor.train.models import block_list
-
     blocks = owner.blocks if isinstance(getattr(owner, "blocks", None), nn.ModuleList) else block_list(owner)
     if blocks is None:
         return
@@ -109,8 +115,6 @@ def selective_attention(hf) -> bool:
     transformers calls between the projections: QKᵀ, softmax, dropout, AV) runs under a non-reentrant
     checkpoint, registered as an attention implementation that wraps the model's own one (and its mask).
     False when the model does not route attention through transformers' attention interface."""
-    import sys
-
     cfg = getattr(hf, "config", None)
     base = getattr(cfg, "_attn_implementation", None)
     if base is None or not hasattr(hf, "set_attn_implementation"):
@@ -291,8 +295,6 @@ class DeepSpeedEngine:
             # compiler); gloo's collectives are enough for what runs on CPU here.
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
-        from paradvisor.rundir.dsconfig import deepspeed_config
-
         # The trainer's own torch AdamW on every device: DeepSpeed's FusedAdam would JIT-compile a CUDA op
         # first (nvcc, minutes; and DeepSpeed 0.19 cannot parse arch lists such as "9.0a"), on CPU a C++ one.
         cfg = deepspeed_config(
@@ -316,8 +318,6 @@ class DeepSpeedEngine:
 
     def _watch_step(self) -> None:
         """Measure the gradients alive inside the optimizer step (DeepSpeed's fp32 partition exists only then)."""
-        from paradvisor.train.metrics import count_bytes, deepspeed_state_groups
-
         inner = getattr(self.engine.optimizer, "optimizer", None)
         if inner is None or not hasattr(inner, "step"):
             return
@@ -357,8 +357,6 @@ class DeepSpeedEngine:
         self.last_groups = groups
 
     def memory_groups(self) -> dict:
-        from paradvisor.train.metrics import deepspeed_state_groups
-
         g = deepspeed_state_groups(self.engine)
         return {"params": g["params"], "grads": g["grads"], "optimizer": g["optimizer"]}
 
@@ -375,10 +373,6 @@ class PipelineEngine:
             ScheduleGPipe,
             ScheduleInterleaved1F1B,
         )
-
-        from paradvisor.estimate.stages import rank_chunks
-        from paradvisor.train.stages import build_stages, stage_blocks
-        from paradvisor.train.tp_plans import apply_tp
 
         self.plan, self.layout, self.device = plan, layout, device
         v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
@@ -494,8 +488,6 @@ class PipelineEngine:
 def build_engine(model, family: str, plan, train, device, rank: int, world: int, inner_group=None):
     """Wrap `model` as the Plan says; returns (engine, kind). Order: TP, checkpointing, FSDP/DDP.
     `inner_group` (DiLoCo): the node's group, inside which the model is DDP'd or FSDP'd."""
-    from paradvisor.train.tp_plans import apply_tp
-
     if not is_meta(model):
         model.to(device)
     if inner_group is not None:
@@ -507,8 +499,6 @@ def build_engine(model, family: str, plan, train, device, rank: int, world: int,
     if getattr(plan, "cp", 1) > 1:
         return _cp_engine(model, family, plan, train, device, rank, world, layout)
     if plan.ep > 1:
-        from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
-
         edp_mesh, expert_modules = apply_ep(unwrap(model), plan, device, world, family)
         apply_checkpointing(model, family, plan.checkpointing)
         if plan.sharding == "fsdp":
@@ -573,10 +563,6 @@ def _cp_engine(model, family: str, plan, train, device, rank: int, world: int, l
     (train/context.py), and the gradients averaged over the flattened dp x cp ranks — DDP or FSDP2 over them
     (every cp rank of a replica holds the whole model and the same samples, different tokens)."""
     from torch.distributed.device_mesh import init_device_mesh
-
-    from paradvisor.model import families
-    from paradvisor.train.context import ContextShard, ring_applies
-    from paradvisor.train.tp_plans import apply_tp
 
     mesh = init_device_mesh(
         device.type, (layout.pp * layout.dp, layout.cp, layout.tp), mesh_dim_names=("dp", "cp", "tp")

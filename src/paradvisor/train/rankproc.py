@@ -16,6 +16,7 @@ from pathlib import Path
 
 from paradvisor.rundir import RunDir
 from paradvisor.safeio import open_private, write_private
+from paradvisor.train.faults import enable_stack_dumps, watch_launcher
 
 
 def _redirect(run_dir: Path, rank: int) -> None:
@@ -38,8 +39,6 @@ def run_rank(run_dir: Path, node_index: int, body: Callable[[int], None]) -> int
     rank = int(os.environ.get("RANK", "0"))
     _redirect(run_dir, rank)
     write_private(RunDir(run_dir).rank_pid(rank), str(os.getpid()))
-    from paradvisor.train.faults import enable_stack_dumps, watch_launcher
-
     enable_stack_dumps()
 
     def launcher_gone(pid: int) -> None:  # no rank outlives the paradvisor process that launched it

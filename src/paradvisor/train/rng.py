@@ -4,12 +4,12 @@ one would have (dropout masks, data order helpers)."""
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 
 def rng_state() -> dict:
-    import random
-
     import numpy as np
 
     st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
@@ -19,8 +19,6 @@ def rng_state() -> dict:
 
 
 def set_rng_state(st: dict) -> None:
-    import random
-
     import numpy as np
 
     random.setstate(st["python"])

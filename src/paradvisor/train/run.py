@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -11,13 +12,24 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.rundir import RunDir
+from paradvisor.spec.model import resolved_config
 from paradvisor.spec.preset import load_preset
+from paradvisor.spec.weights import weights_folder
+from paradvisor.train.checkpoint import Checkpointer
+from paradvisor.train.export import export_run_model
 from paradvisor.train.loop import train_diloco, train_sync
 from paradvisor.train.metrics import MetricsWriter
 from paradvisor.train.models import build_model, build_task
-from paradvisor.spec.model import resolved_config
-from paradvisor.train.parallelize import build_engine
-from paradvisor.train.weights import materialize, module_names, tied_aliases
+from paradvisor.train.parallelize import build_engine, is_meta
+from paradvisor.train.tracking import Tensorboard
+from paradvisor.train.weights import (
+    load_shards,
+    load_zero3_partitions,
+    materialize,
+    module_names,
+    tied_aliases,
+)
+from paradvisor.units import parse_size
 
 
 def pick_device(preset, local_rank: int) -> torch.device:
@@ -40,11 +52,7 @@ def process_group_backend(want: str, device: torch.device) -> str:
 def cap_memory(limit: str) -> None:
     """A real per-process memory cap: the address space may grow by `limit` beyond what start-up used,
     so allocations past it fail in the allocator (RLIMIT_AS), as they would on a full device."""
-    import resource
-
     import psutil
-
-    from paradvisor.units import parse_size
 
     vms = psutil.Process().memory_info().vms
     cap = int(vms + parse_size(limit))
@@ -65,9 +73,6 @@ def sharded_load(plan) -> bool:
 def load_weights(root, names: dict, aliases: dict, folder: Path, device) -> int:
     """Materialize `root` (the model or this rank's pipeline stage) on `device` and read its weights; the bytes
     read."""
-    from paradvisor.train.parallelize import is_meta
-    from paradvisor.train.weights import load_shards
-
     if is_meta(root):
         materialize(root, device)
     return load_shards(root, names, aliases, folder)
@@ -91,8 +96,6 @@ def weights_after_engine(
     if sharded_load(plan):  # FSDP2, HSDP, TP, pipeline stages: each rank's shards
         return load_weights(engine.stage_mod if kind == "pp" else model, names, aliases, folder, device)
     if plan.zero_stage == 3:  # each rank's partitions
-        from paradvisor.train.weights import load_zero3_partitions
-
         ds = engine.engine
         return load_zero3_partitions(ds.module, names, aliases, folder, ds.optimizer)
     return 0
@@ -117,8 +120,6 @@ def run(run_dir: Path, rank: int) -> None:
             key = "vocab_size"
             if vocab > int(cfg[key]):
                 cfg[key] = vocab
-        from paradvisor.spec.weights import weights_folder
-
         folder = weights_folder(preset)
         plan = preset.plan
         model = build_model(preset, family, cfg, task, empty=folder is not None)
@@ -126,8 +127,6 @@ def run(run_dir: Path, rank: int) -> None:
         read = weights_before_engine(model, names, aliases, folder, plan, device) if folder else 0
         mirror = None
         if rank == 0 and preset.train.tensorboard:
-            from paradvisor.train.tracking import Tensorboard
-
             mirror = Tensorboard(run_dir, preset.prediction.get("step_time_s"))
         writer = MetricsWriter(RunDir(run_dir).metrics, rank, mirror=mirror)
         writer.write(
@@ -142,8 +141,6 @@ def run(run_dir: Path, rank: int) -> None:
         )
 
         def checkpointer(engine, kind):
-            from paradvisor.train.checkpoint import Checkpointer
-
             return Checkpointer(preset, run_dir, engine, kind, model, rank, world, writer)
 
         if plan.diloco:
@@ -169,8 +166,6 @@ def run(run_dir: Path, rank: int) -> None:
             ckpt = checkpointer(engine, kind)
             train_sync(preset, engine, kind, task, device, rank, world, writer, ckpt=ckpt)
             if preset.train.export_model:
-                from paradvisor.train.export import export_run_model
-
                 t0 = time.perf_counter()
                 out = export_run_model(
                     engine,
@@ -191,8 +186,6 @@ def run(run_dir: Path, rank: int) -> None:
                             "export_time_s": time.perf_counter() - t0,
                         }
                     )
-        import resource
-
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         writer.write({"kind": "end", "world_size": world, "peak_rss_bytes": peak})
         writer.close()

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.metrics import MetricsWriter
 from paradvisor.train.rankproc import run_rank
 
 
@@ -38,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PARADVISOR_PLAN"] = str(RunDir(run_dir).plan)
 
     def body(rank: int) -> None:
-        from paradvisor.rundir.metrics import MetricsWriter
-
         world = int(os.environ.get("WORLD_SIZE", "1"))
         writer = MetricsWriter(RunDir(run_dir).metrics, rank)
         writer.write({"kind": "start", "world_size": world, "program": args.script or f"-m {args.module}"})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from paradvisor.train.folders import run_subdir
+
 STEP_TAGS = {
     "loss": "train/loss",
     "lr": "train/lr",
@@ -23,8 +25,6 @@ EVAL_TAGS = {"eval_loss": "eval/loss", "perplexity": "eval/perplexity"}
 class Tensorboard:
     def __init__(self, run_dir: Path, predicted_step_s: float | None = None):
         from torch.utils.tensorboard import SummaryWriter
-
-        from paradvisor.train.folders import run_subdir
 
         self.writer = SummaryWriter(log_dir=str(run_subdir(Path(run_dir), "tensorboard")))
         self.predicted = predicted_step_s

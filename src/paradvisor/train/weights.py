@@ -15,15 +15,16 @@ runs at --dry-run and before any rank starts, in the launcher's child check (tra
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.spec.model import resolved_config
 from paradvisor.spec.weights import checkpoint_shapes, read_header, weight_files, weights_folder
 
 
 def expected_shapes(preset) -> tuple[dict[str, tuple], dict[str, str]]:
     """({name: shape}, tied aliases) of the model the preset builds (a meta-device model: no memory)."""
-    from paradvisor.spec.model import resolved_config
     from paradvisor.train.models import Task, build_model
 
     family, cfg = resolved_config(preset)
@@ -165,8 +166,6 @@ def load_shards(root, names: dict[int, str], aliases: dict[str, str], folder: Pa
 
 def _flat_range(sl, shape: tuple, start: int, end: int):
     """Elements [start, end) of a checkpoint tensor flattened, reading only the rows that hold them."""
-    import math
-
     if len(shape) <= 1:
         return sl[start:end].reshape(-1)
     row = math.prod(shape[1:])

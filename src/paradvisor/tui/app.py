@@ -22,9 +22,16 @@ from paradvisor.errors import InputError
 
 if TYPE_CHECKING:
     from paradvisor.monitor.follow import RunSummary
+from concurrent.futures import CancelledError
+
+from paradvisor.monitor.sampler import SamplerThread
+from paradvisor.plan.view import plan_rows
+from paradvisor.spec.preset import user_presets_dir
 from paradvisor.tui.messages import ClusterChanged, LaunchRequested, PlanSelected, StopRequested
 from paradvisor.tui.panes import HardwarePane, LaunchPane, MonitorPane, PlansPane
+from paradvisor.tui.panes.hardware import reading_text
 from paradvisor.tui.runs import RunControl
+from paradvisor.tui.screens import EditPlanScreen, HelpScreen
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
 
@@ -85,8 +92,6 @@ class ParadvisorApp(RunControl, App):
         open_run: str | None = None,
         confirm: bool = True,
     ):
-        from paradvisor.spec.preset import user_presets_dir
-
         super().__init__()
         self.confirm = (
             confirm  # ask before a run starts (the confirmation shows the command and the prediction)
@@ -179,8 +184,6 @@ class ParadvisorApp(RunControl, App):
 
     def moved_by_rules(self) -> dict[str, tuple[int, list[str]]]:
         """label -> (rank by the cost model alone, the rules that moved it) for plans the rules moved."""
-        from paradvisor.plan.view import plan_rows
-
         rows = plan_rows(self.plans.rec) if self.plans.rec else []
         return {r.label: (r.cost_rank, list(r.moved_by)) for r in rows if r.moved}
 
@@ -237,8 +240,6 @@ class ParadvisorApp(RunControl, App):
 
     # --------------------------------------------------------------------------------------- the sampler
     def start_sampler(self) -> None:
-        from paradvisor.monitor.sampler import SamplerThread
-
         monitor = self.monitor  # read from the sampler's thread: no query there
 
         def ranks_of():  # the run whose rank processes the sampler reads (its thread calls this)
@@ -246,8 +247,6 @@ class ParadvisorApp(RunControl, App):
             return (monitor.run_dir, max(1, int(s.world_size or 1))) if monitor.run_dir and s else None
 
         def deliver(s: dict) -> None:  # the sampler's thread
-            from concurrent.futures import CancelledError
-
             try:
                 self.call_from_thread(self.on_sample, s)
             except (CancelledError, RuntimeError):  # the session closed under the reading: stop quietly
@@ -257,8 +256,6 @@ class ParadvisorApp(RunControl, App):
         self.sampler.start()
 
     def on_sample(self, s: dict) -> None:
-        from paradvisor.tui.panes.hardware import reading_text
-
         if not self.is_running:
             # Shutting down: Textual closes the screens before the App's unmount stops the sampler, and a
             # widget updated in between schedules a refresh that finds no screen (ScreenStackError).
@@ -293,8 +290,6 @@ class ParadvisorApp(RunControl, App):
 
     def action_edit_plan(self) -> None:
         """Plans tab: the selected plan in an editor that estimates what is typed (EditPlanScreen)."""
-        from paradvisor.tui.screens import EditPlanScreen
-
         if self.plans.rec is not None and self.plans.selected is not None:
             self.push_screen(EditPlanScreen(self.plans.rec, self.plans.selected.plan))
 
@@ -345,8 +340,6 @@ class ParadvisorApp(RunControl, App):
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
 
     def action_help(self) -> None:
-        from paradvisor.tui.screens import HelpScreen
-
         self.push_screen(HelpScreen())
 
     def get_system_commands(self, screen):

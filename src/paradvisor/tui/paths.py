@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import paradvisor
+
 
 def checkout_root() -> Path | None:
     """The checkout this package runs from (the folder holding src/paradvisor and pyproject.toml), or None."""
-    import paradvisor
-
     root = Path(paradvisor.__file__).resolve().parent.parent.parent
     return root if (root / "pyproject.toml").is_file() and (root / "src" / "paradvisor").is_dir() else None
 

@@ -12,6 +12,12 @@ from textual.app import ScreenStackError
 from textual.css.query import NoMatches
 
 from paradvisor.errors import InputError
+from paradvisor.launch import runner
+from paradvisor.launch.resume import resume_preset, with_checkpoint_interval
+from paradvisor.rundir.status import write_json_atomic
+from paradvisor.spec.preset import load_preset
+from paradvisor.train.check import run_checks
+from paradvisor.tui.screens import ConfirmLaunchScreen, launch_header, launch_question
 from paradvisor.tui.text import escape
 
 
@@ -32,10 +38,6 @@ class RunControl:
 
     @work(thread=True, exclusive=True, group="preflight")
     def _preflight_worker(self, preset, lineage: dict | None = None) -> None:
-        from paradvisor.launch import runner
-        from paradvisor.launch.resume import with_checkpoint_interval
-        from paradvisor.train.check import run_checks
-
         try:
             # bad presets fail here, before the question (the trainer's checks of data and weights in this process)
             runner.validate(preset, reach=False, trainer_checks=run_checks)
@@ -49,7 +51,6 @@ class RunControl:
         if not self.confirm:
             self.call_from_thread(self.start_run, preset, lineage)
             return
-        from paradvisor.tui.screens import ConfirmLaunchScreen, launch_header, launch_question
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -78,9 +79,6 @@ class RunControl:
 
     @work(thread=True, exclusive=True, group="start")
     def _start_worker(self, preset, lineage: dict | None = None) -> None:
-        from paradvisor.launch import runner
-        from paradvisor.rundir.status import write_json_atomic
-
         try:
             launch = runner.start(preset, runs_dir=self.runs_dir)
             if lineage:  # the resumed run names its parent and step, as `paradvisor launch --resume` writes
@@ -120,8 +118,6 @@ class RunControl:
             pass
 
     def action_launch_replan(self) -> None:
-        from paradvisor.spec.preset import load_preset
-
         r = self.run_summary.replan if self.run_summary else None
         if not r:
             self.notify("no re-plan: the last run did not run out of memory", severity="warning")
@@ -134,8 +130,6 @@ class RunControl:
     def action_resume_run(self) -> None:
         """The run shown on the Monitor tab, continued from its newest complete checkpoint in a new run
         directory (what `paradvisor launch --resume RUN_DIR` does), after the usual confirmation."""
-        from paradvisor.launch.resume import resume_preset
-
         if self.run_dir is None:
             self.notify("no run on the Monitor tab to resume (v opens one)", severity="warning")
             return

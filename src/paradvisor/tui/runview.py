@@ -18,6 +18,7 @@ from paradvisor.output import clean
 
 if TYPE_CHECKING:
     from paradvisor.monitor.follow import RunSummary
+from paradvisor.monitor.follow import compare_rows, node_lines, prediction_note
 from paradvisor.tui.text import escape
 from paradvisor.units import MiB, fmt_bytes, fmt_seconds
 
@@ -143,8 +144,6 @@ class RunView(Vertical):
 
     # ------------------------------------------------------------------------------------- the rest
     def show(self, s: RunSummary, log_records: list[dict]) -> None:
-        from paradvisor.monitor.follow import compare_rows, prediction_note
-
         self.summary = s
         if s.total_rounds:
             total, done = s.total_rounds, s.round
@@ -164,8 +163,6 @@ class RunView(Vertical):
         nodes = s.nodes or []
         if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):
             # a run on several machines: each node's state, ranks and its own GPU/CPU reading
-            from paradvisor.monitor.follow import node_lines
-
             head.extend(escape(line) for line in node_lines(s))
         if s.failure:
             tone = "red" if s.status == "failed" else "yellow"

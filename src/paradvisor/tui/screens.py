@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import shlex
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Markdown, Static
 
+from paradvisor.errors import InputError
+from paradvisor.launch.argv import node_commands
+from paradvisor.output import clean
+from paradvisor.plan.pinned import estimate_pinned, parse_plan_text, plan_text
+from paradvisor.plan.search import explain
+from paradvisor.spec.preset import plan_keys
+from paradvisor.train.corpus import epoch_facts, epoch_line
 from paradvisor.tui.text import escape
-from paradvisor.units import GiB, fmt_seconds, half_up
+from paradvisor.units import GiB, fmt_bytes, fmt_seconds, half_up
 
 
 def plan_markdown(e, cluster) -> str:
-    from paradvisor.plan.search import explain
-
     p = e.plan
     lines = [
         f"# {p.label()}",
@@ -82,8 +89,6 @@ class ScrollingModal(ModalScreen):
     BOX_ID = "plan-detail"
 
     def __init__(self, markdown: str):
-        from paradvisor.output import clean
-
         super().__init__()
         self.markdown = clean(
             markdown
@@ -111,8 +116,6 @@ class EditPlanScreen(ModalScreen):
     BOX_ID = "plan-detail"
 
     def __init__(self, rec, plan):
-        from paradvisor.plan.pinned import plan_text
-
         super().__init__()
         self.rec = rec
         self.text = plan_text(plan)
@@ -135,11 +138,6 @@ class EditPlanScreen(ModalScreen):
         self.run_estimate(event.value)
 
     def run_estimate(self, text: str) -> None:
-        from paradvisor.errors import InputError
-        from paradvisor.output import clean
-        from paradvisor.plan.pinned import estimate_pinned, parse_plan_text
-        from paradvisor.spec.preset import plan_keys
-
         rec = self.rec
         try:
             given = plan_keys(parse_plan_text(text), lambda k: f"plan: {k}")
@@ -204,10 +202,6 @@ class HelpScreen(ScrollingModal):
 
 def launch_header(preset, runs_dir: str) -> str:
     """The confirmation's first part: the plan and the command (no prediction: shown at once)."""
-    import shlex
-
-    from paradvisor.launch.argv import node_commands
-
     lines = [
         f"[b]Start {escape(preset.name)}?[/b]  {escape(preset.plan.label())}, {escape(preset.launch.layout())}, "
         f"{preset.train.steps} steps",
@@ -225,7 +219,6 @@ def launch_question(preset, runs_dir: str) -> str:
     """What the confirmation shows: the plan, the command, and the predicted memory and time (the prediction
     may import torch for a model it must trace: the TUI calls this in a worker)."""
     from paradvisor.monitor.predict import launch_prediction
-    from paradvisor.units import fmt_bytes
 
     pred = launch_prediction(preset)
     lines = [launch_header(preset, runs_dir)]
@@ -255,9 +248,6 @@ def launch_question(preset, runs_dir: str) -> str:
             else "—"
         )
     )
-    from paradvisor.errors import InputError
-    from paradvisor.train.corpus import epoch_facts, epoch_line
-
     try:  # the user's corpus: tokens and predicted time per epoch
         corpus = epoch_line(epoch_facts(preset, step))
     except InputError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from paradvisor.estimate.memory import peak_bytes
+
 COLORS = {
     "params": "cyan",
     "grads": "magenta",
@@ -35,8 +37,6 @@ def memory_bar(
     limit = int(width * usable / capacity) if capacity else width
     for i in range(used, width):
         t.append("│" if i == limit else "░", style="grey35")
-    from paradvisor.estimate.memory import peak_bytes
-
     if total is None:  # the forward/backward and optimizer-step phases do not coexist
         total = peak_bytes(breakdown)
     t.append(f" {total / 2**30:.1f}/{capacity / 2**30:.0f} GiB\n")

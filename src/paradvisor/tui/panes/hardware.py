@@ -9,7 +9,8 @@ from textual.containers import Horizontal
 from textual.widgets import Button, DataTable, Input, Label, Sparkline, Static, TabPane
 
 from paradvisor.errors import InputError
-from paradvisor.hardware.machines import resolve_machines
+from paradvisor.hardware.machines import resolve_machines, with_host
+from paradvisor.hardware.remote import probe_hosts
 from paradvisor.tui.messages import ClusterChanged
 from paradvisor.tui.paths import cluster_file
 from paradvisor.tui.text import cell, escape
@@ -99,9 +100,6 @@ class HardwarePane(TabPane):
 
     @work(thread=True, exclusive=True, group="hardware")
     def add_host(self, host: str) -> None:
-        from paradvisor.hardware.machines import with_host
-        from paradvisor.hardware.remote import probe_hosts
-
         try:
             [node] = probe_hosts([host], timeout=8)
         except InputError as exc:

@@ -14,6 +14,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Select, Static, TabPane
 
 from paradvisor.errors import InputError
+from paradvisor.launch.argv import node_commands
+from paradvisor.rundir import safe_name
+from paradvisor.rundir.from_plan import preset_from_estimate
+from paradvisor.shipped import presets_dir as shipped
+from paradvisor.spec.preset import load_preset, save_preset
 from paradvisor.tui.messages import LaunchRequested, PlanSelected
 from paradvisor.tui.text import escape
 from paradvisor.units import GiB, fmt_seconds
@@ -59,8 +64,6 @@ class LaunchPane(TabPane):
 
     def preset_options(self) -> list[tuple[str, str]]:
         """The presets in the save folder, then the shipped ones not shadowed by a saved one of that name."""
-        from paradvisor.shipped import presets_dir as shipped
-
         seen: dict[str, str] = {}
         for folder in (self.presets_dir, shipped()):
             if folder.is_dir():
@@ -84,8 +87,6 @@ class LaunchPane(TabPane):
     # ------------------------------------------------------------------------------------ the plan shown
     def show_plan(self, plan: PlanSelected) -> None:
         """The selected plan, its layout and prediction, and the command each node runs."""
-        from paradvisor.launch.argv import node_commands
-
         self.plan = plan
         if plan.entry is None or plan.rec is None:
             self.query_one("#launch-plan", Static).update("No plan selected: rank plans in tab 2.")
@@ -106,9 +107,6 @@ class LaunchPane(TabPane):
 
     def plan_preset(self):
         """The selected plan as a launchable preset (single-node clusters run here; others export)."""
-        from paradvisor.rundir import safe_name
-        from paradvisor.rundir.from_plan import preset_from_estimate
-
         plan = self.plan
         typed = self.query_one("#preset-name", Input).value.strip()
         return preset_from_estimate(
@@ -129,8 +127,6 @@ class LaunchPane(TabPane):
     def save_preset(self) -> None:
         """The selected plan into the user's preset folder as `<name>.toml` (the name rule of run directories:
         rundir.safe_name), then chosen in the preset list so that L starts it."""
-        from paradvisor.spec.preset import save_preset
-
         if not self._has_plan():
             return
         pr = self.plan_preset()
@@ -160,8 +156,6 @@ class LaunchPane(TabPane):
     @work(thread=True, exclusive=True, group="read-preset")
     def _read_preset(self, path: str) -> None:
         """The preset file is read (and checked) in a worker, never on the UI thread."""
-        from paradvisor.spec.preset import load_preset
-
         try:
             preset = load_preset(path)
         except InputError as exc:

@@ -15,6 +15,7 @@ from paradvisor.tui.messages import StopRequested
 
 if TYPE_CHECKING:
     from paradvisor.monitor.follow import RunSummary
+from paradvisor.monitor.follow import MetricsFollower, summarize_run
 from paradvisor.tui.runview import RunView
 
 REFRESH_S = 0.5
@@ -52,8 +53,6 @@ class MonitorPane(TabPane):
     # -------------------------------------------------------------------------------------------- the run
     def follow(self, run_dir: Path) -> None:
         """Show `run_dir` from now on (its metrics read from the start)."""
-        from paradvisor.monitor.follow import MetricsFollower
-
         self.run_dir, self.follower = run_dir, MetricsFollower(run_dir)
 
     def start_following(self, run_dir: Path) -> None:
@@ -71,8 +70,6 @@ class MonitorPane(TabPane):
             pass
 
     def _refresh_run(self) -> None:
-        from paradvisor.monitor.follow import summarize_run
-
         if self.run_dir is None or self.follower is None:
             self.query_one("#run-status", Static).update("No run yet: launch a preset (tab 3, or L).")
             return

@@ -12,9 +12,14 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Select, Static, TabPane
 
 from paradvisor.errors import InputError
+from paradvisor.model.load import builtin_names
+from paradvisor.plan.advice import DEFAULT_BATCH_PER_GPU, DEFAULT_SEQ_CAP, Request
+from paradvisor.plan.search import explain
 from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
+from paradvisor.tui.screens import PlanDetailScreen, plan_markdown
 from paradvisor.tui.text import cell, escape
+from paradvisor.tui.widgets import memory_bar
 from paradvisor.units import GiB, fmt_seconds, half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
@@ -40,8 +45,6 @@ class PlansPane(TabPane):
         self._typing_timer = None  # the pending re-rank of a workload box being typed in
 
     def compose(self) -> ComposeResult:
-        from paradvisor.model.load import builtin_names
-
         names = builtin_names()
         with Horizontal(classes="row", id="workload-row"):
             yield Select(
@@ -115,8 +118,6 @@ class PlansPane(TabPane):
 
     @on(DataTable.RowSelected, "#plans-table")
     def _open(self, event: DataTable.RowSelected) -> None:
-        from paradvisor.tui.screens import PlanDetailScreen, plan_markdown
-
         self.select_plan(event.cursor_row)
         if self.selected is not None:
             self.app.push_screen(PlanDetailScreen(plan_markdown(self.selected, self.rec.cluster)))
@@ -168,7 +169,6 @@ class PlansPane(TabPane):
         """(profile, advice Request) from the workload boxes (or their `values`); empty boxes take the
         defaults. Loading the profile reads files (a config path may be counted): the worker calls this."""
         from paradvisor.model.load import load_profile
-        from paradvisor.plan.advice import Request
 
         v = values if values is not None else self.workload_values()
         profile = load_profile(v["model"])
@@ -238,8 +238,6 @@ class PlansPane(TabPane):
 
     def show_workload(self, rec) -> None:
         """The workload in force, as values, each with where it came from (typed, or the default's basis)."""
-        from paradvisor.plan.advice import DEFAULT_BATCH_PER_GPU, DEFAULT_SEQ_CAP
-
         wl, prof = rec.workload, rec.profile
         s = prof.transformer
         if self._typed("seq-len"):
@@ -337,9 +335,6 @@ class PlansPane(TabPane):
         self.post_message(PlanSelected(self.rec if entry is not None else None, entry, self.cluster_ref))
 
     def select_plan(self, index: int) -> None:
-        from paradvisor.plan.search import explain
-        from paradvisor.tui.widgets import memory_bar
-
         if not self.rec or not 0 <= index < len(self.rec.plans):
             return
         e = self.rec.plans[index]
@@ -413,8 +408,6 @@ class PlansPane(TabPane):
 
     def show_infeasible(self) -> None:
         """The plans that do not fit (and those that fit but cannot be launched), in a scrollable window."""
-        from paradvisor.tui.screens import PlanDetailScreen
-
         if self.rec is None:
             self.notify("no plans ranked yet", severity="warning")
             return
