@@ -168,7 +168,7 @@ def cleaned_output():
 
 
 def emit_json(doc: dict) -> None:
-    from paradvisor.safeio import finite
+    from paradvisor.safeio import finite  # noqa: PLC0415 - start-up: `paradvisor --help` does not load it
 
     raw_stream(sys.stdout).write(json.dumps(finite(doc), indent=2, default=str, allow_nan=False) + "\n")
 

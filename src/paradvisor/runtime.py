@@ -127,7 +127,7 @@ def _memory() -> dict:
         rec["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
         rec["cuda_max_reserved_bytes"] = torch.cuda.max_memory_reserved()
     try:
-        import resource
+        import resource  # noqa: PLC0415 - not on every platform (no `resource` on Windows)
 
         rec["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     except (ImportError, OSError):

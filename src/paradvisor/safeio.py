@@ -504,7 +504,7 @@ def run_capture(
     is killed (why says which; exit code None); a missing program is exit code 127. Never raises OSError
     for the command itself and never holds more than 2 x `limit` bytes, whatever the other side sends. Text
     is decoded as UTF-8 with replacement characters."""
-    import subprocess
+    import subprocess  # noqa: PLC0415 - start-up: `paradvisor recommend` does not load it
 
     try:
         proc = subprocess.Popen(

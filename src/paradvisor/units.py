@@ -142,6 +142,6 @@ def fmt_seconds(s: float) -> str:
 
 def half_up(x: float, places: int) -> str:
     """Decimal rounding half up of the number as written (117.85 -> '117.9', where '%.1f' gives 117.8)."""
-    from decimal import ROUND_HALF_UP, Decimal
+    from decimal import ROUND_HALF_UP, Decimal  # noqa: PLC0415 - start-up: `paradvisor --help` does not load it
 
     return str(Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))

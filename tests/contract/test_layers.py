@@ -102,3 +102,30 @@ def test_the_preflight_and_a_dry_run_import_no_torch():
         [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert res.stdout.strip() == "False", res.stdout + res.stderr[-2000:]
+
+
+def _ruff_imports(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "PLC0415,TID253", *args],
+        input=stdin,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        timeout=300,
+    )
+
+
+def test_own_modules_are_imported_at_the_top():
+    """pyproject.toml's [tool.ruff.lint]: paradvisor's own and standard-library modules are imported at the top
+    of a module (PLC0415); the heavy third-party packages (banned-module-level-imports) inside the function that
+    needs them (TID253). What stays lazy otherwise says why in its `# noqa: PLC0415 - ...`."""
+    r = _ruff_imports("src")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    probe = "import numpy\n\n\ndef f():\n    import torch\n    from paradvisor.units import parse_size\n\n    return numpy, torch, parse_size\n"
+    r = _ruff_imports(
+        "--output-format", "concise", "--stdin-filename", "src/paradvisor/plan/probe.py", "-", stdin=probe
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ":1:8: TID253" in r.stdout and ":6:5: PLC0415" in r.stdout, r.stdout
+    assert ":5:5:" not in r.stdout, r.stdout  # torch inside a function is the rule, not an exception

@@ -47,7 +47,7 @@ def use_gpu_specs(paths) -> None:
 
 
 def _builtin() -> dict[str, GPUSpec]:
-    from paradvisor.hardware.userspec import parse_entry
+    from paradvisor.hardware.userspec import parse_entry  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     data, text = _read("gpus.toml")
     loc = KeyLocator("gpus.toml", text)
@@ -85,7 +85,7 @@ def _builtin() -> dict[str, GPUSpec]:
 def gpus() -> dict[str, GPUSpec]:
     """All entries by canonical name: the built-in catalogue (MIG slices included, "A30 MIG 1g.6gb"), then
     the user catalogue file, then `--gpu-spec` files; a user entry of the same name replaces a built-in."""
-    from paradvisor.hardware.userspec import read_gpu_file, user_catalogue_path
+    from paradvisor.hardware.userspec import read_gpu_file, user_catalogue_path  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     out = _builtin()
     user = user_catalogue_path()

@@ -37,20 +37,16 @@ import os
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.types import Cluster, Device, Link, Network, Node, SameDevices
+from paradvisor.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_INT, MAX_NAME, MAX_NODES
+from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
+from paradvisor.typed import check_mapping, printable, shown
 from paradvisor.limits import (
     MAX_BANDWIDTH,
-    MAX_GPUS,
-    MAX_GPUS_PER_NODE,
-    MAX_INT,
     MAX_LATENCY_S,
-    MAX_NAME,
-    MAX_NODES,
     MAX_SIZE_BYTES,
     MIN_BANDWIDTH,
     MIN_SIZE_BYTES,
 )
-from paradvisor.tomlfile import KeyLocator, check_keys, read_toml
-from paradvisor.typed import check_mapping, printable, shown
 from paradvisor.units import fmt_bandwidth, fmt_bytes, parse_bandwidth, parse_latency, parse_size
 
 _TOP = {"name", "description", "source", "node", "network", "link", "gpu"}
@@ -159,7 +155,7 @@ def _node_devices(specs: list[tuple], *, same_from: int):
 
 
 def parse_cluster(data: dict, *, path: str = "<cluster>", text: str = "") -> Cluster:
-    from paradvisor.hardware.userspec import file_gpus
+    from paradvisor.hardware.userspec import file_gpus  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     loc = KeyLocator(path, text)
     check_keys(data, _TOP, loc.where(None, 0, None, "top level"))
@@ -361,7 +357,7 @@ def _parse_network(data: dict, loc: KeyLocator, names: set[str], groups: dict[st
 
 def _hosts(n: dict, count: int, loc: KeyLocator, i: int, here: str) -> list[str | None]:
     """One host (or None) per node of the table: `host` for a single node, `hosts` for a group."""
-    from paradvisor.hardware.remote import parse_host
+    from paradvisor.hardware.remote import parse_host  # noqa: PLC0415 - start-up: `paradvisor recommend` does not load it
 
     if "host" in n and count > 1:
         raise InputError(

@@ -26,7 +26,7 @@ def _device(
     spec = catalog.find_gpu(name)
     notes = []
     if spec is None and nvml is not None:  # a whole GPU (not a MIG slice): estimate from NVML's figures
-        from paradvisor.hardware.estimated import estimated_spec
+        from paradvisor.hardware.estimated import estimated_spec  # noqa: PLC0415 - start-up: `paradvisor recommend --cluster` does not load it
 
         g = nvml
         spec = estimated_spec(
@@ -115,6 +115,6 @@ def node_from_probe(
 
 def detect_local() -> Node:
     """Probe this machine (NVML + psutil). With no NVIDIA driver: a CPU node with a note."""
-    from paradvisor.hardware.probe import probe
+    from paradvisor.hardware.probe import probe  # noqa: PLC0415 - start-up: `paradvisor recommend --cluster` does not load it
 
     return node_from_probe(probe(), source="local")

@@ -82,11 +82,11 @@ def resolve_machines(
         )
     nodes = []
     if local or not hosts:
-        from paradvisor.hardware.inventory import detect_local
+        from paradvisor.hardware.inventory import detect_local  # noqa: PLC0415 - start-up: `paradvisor recommend` does not load it
 
         nodes.append(detect_local())
     if hosts:
-        from paradvisor.hardware.remote import probe_hosts
+        from paradvisor.hardware.remote import probe_hosts  # noqa: PLC0415 - start-up: `paradvisor recommend` does not load it
 
         nodes.extend(probe_hosts(hosts, timeout=ssh_timeout, ssh_config=ssh_config))
         return cluster_from_nodes(nodes, name="detected"), ClusterRef(

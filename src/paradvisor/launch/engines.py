@@ -86,7 +86,7 @@ class SshEngine:
         self.ssh_timeout = ssh_timeout
 
     def dry_run(self, preset: Preset, *, run_dir: str) -> DryRun:
-        from paradvisor.launch import runner, sshrun
+        from paradvisor.launch import runner, sshrun  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         nodes, endpoint = sshrun.plan_nodes(
             preset,
@@ -107,7 +107,7 @@ class SshEngine:
         )
 
     def start(self, preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, **kw) -> RunHandle:
-        from paradvisor.launch import sshrun
+        from paradvisor.launch import sshrun  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         return sshrun.start(
             preset,
@@ -125,7 +125,7 @@ class SlurmEngine:
     name = "slurm"
 
     def dry_run(self, preset: Preset, *, run_dir: str) -> DryRun:
-        from paradvisor.launch.slurm_script import checked, sbatch_argv, script
+        from paradvisor.launch.slurm_script import checked, sbatch_argv, script  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         preset = checked(preset)
         text = script(preset, run_dir=run_dir, python=sys.executable)
@@ -138,7 +138,7 @@ class SlurmEngine:
         )
 
     def start(self, preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, **kw) -> RunHandle:
-        from paradvisor.launch import slurm
+        from paradvisor.launch import slurm  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         return slurm.submit(preset, runs_dir=runs_dir, run_dir=run_dir)
 

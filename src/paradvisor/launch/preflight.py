@@ -144,7 +144,7 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
         )
     hosts = [h for h in lau.hosts if h not in ("localhost", "127.0.0.1")]
     if hosts:
-        from paradvisor.hardware.remote import check_reachable, parse_host
+        from paradvisor.hardware.remote import check_reachable, parse_host  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         for h in hosts:  # every host string is checked before any ssh runs
             try:
@@ -214,8 +214,8 @@ def check_program(preset: Preset, *, reach: bool = True) -> None:
 
 def best_plan_for(preset: Preset, runtime: str, *, cpu: bool) -> str:
     """The label of the best plan `runtime` can realize for the preset's model on its processes."""
-    from paradvisor.monitor.predict import estimate_for
-    from paradvisor.plan.search import best_for_runtime
+    from paradvisor.monitor.predict import estimate_for  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
+    from paradvisor.plan.search import best_for_runtime  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     try:
         re_ = estimate_for(preset, on_gpu=not cpu, calibration=None)
@@ -264,7 +264,7 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
                 f"{prof.name} has no stack of separate blocks to cut into pipeline stages",
                 where=f"{where}: plan.pp",
             )
-        from paradvisor.estimate.stages import split_problem
+        from paradvisor.estimate.stages import split_problem  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
         if plan.pp_virtual_stages > 1 and v == 1:
@@ -275,7 +275,7 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
         why = split_problem(s.num_layers, plan.pp, v, plan.pp_split)
         if why:
             raise InputError(f"{prof.name}: {why}", where=f"{where}: plan.pp")
-        from paradvisor.plan.space import schedule_ok
+        from paradvisor.plan.space import schedule_ok  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         if not schedule_ok(plan):
             if plan.pp_schedule == "interleaved1f1b":
@@ -344,6 +344,6 @@ def hsdp_shard_size(preset: Preset) -> int:
 
 
 def has_cuda() -> bool:
-    from paradvisor.hardware.nvml import gpu_count
+    from paradvisor.hardware.nvml import gpu_count  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     return gpu_count() > 0

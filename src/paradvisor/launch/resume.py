@@ -49,7 +49,7 @@ def root_of(run_dir: Path) -> Path:
     """Where a run directory's checkpoints are (its plan's launch.checkpoint_dir, else RUN_DIR/checkpoints)."""
     cdir = ""
     try:
-        from paradvisor.spec.preset import load_preset
+        from paradvisor.spec.preset import load_preset  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
         cdir = load_preset(RunDir(run_dir).plan).launch.checkpoint_dir
     except (InputError, OSError):
@@ -63,7 +63,7 @@ def newest(run_dir: Path) -> tuple[int, Path] | None:
     if found:
         return found
     try:
-        from paradvisor.spec.preset import load_preset
+        from paradvisor.spec.preset import load_preset  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
         src = load_preset(RunDir(run_dir).plan).train.resume_from
     except (InputError, OSError):
@@ -106,7 +106,7 @@ def split_target(path: Path) -> tuple[Path, Path | None]:
 def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, reason: str = "resume"):
     """(the preset that continues RUN_DIR's newest complete checkpoint, or the checkpoint folder given, the
     lineage for its status.json). `target`: another plan to continue under (default: the parent's own)."""
-    from paradvisor.spec.preset import load_preset
+    from paradvisor.spec.preset import load_preset  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
     run_dir, chosen = split_target(Path(run_dir))
     if not RunDir(run_dir).plan.is_file():
@@ -216,7 +216,7 @@ def write_speed(folder: Path, nbytes: int = PROBE_BYTES) -> float:
 def checkpoint_bytes(preset) -> tuple[float, float]:
     """(bytes of one checkpoint, host memory an async save stages) from the model's parameter count: fp32
     weights and AdamW's two moments (plus 16-bit copies' fp32 masters under DeepSpeed)."""
-    from paradvisor.spec.model import profile_of
+    from paradvisor.spec.model import profile_of  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
     params = float(profile_of(preset).total_params)
     per = 12.0 + (4.0 if preset.plan.engine == "deepspeed" and preset.plan.precision != "fp32" else 0.0)

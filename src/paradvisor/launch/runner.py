@@ -25,15 +25,8 @@ from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
 from paradvisor.launch.handle import RunHandle
 from paradvisor.launch.hang import HangClock, hang_timeout, predicted_step
 from paradvisor.launch.preflight import has_cuda, validate
-from paradvisor.rundir import (
-    LAUNCHER_LOG,
-    RunDir,
-    launcher_log_name,
-    new_run_dir,
-    node_file,
-    rank_process,
-    read_tail,
-)
+from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
+from paradvisor.rundir import read_tail
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.status import RunState, main_exit_code, write_aborted, write_json_atomic
 from paradvisor.safeio import open_private, private_dir, write_private
@@ -213,7 +206,7 @@ class Launch:
             self.done.set()
 
     def _wait(self, poll: float) -> dict:
-        from paradvisor.monitor.sampler import SampleLog
+        from paradvisor.monitor.sampler import SampleLog  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         clock = HangClock(
             self.hang_timeout_s, self.preset.train.hang_timeout_s is None, RunDir(self.run_dir).metrics
@@ -250,7 +243,7 @@ class Launch:
         elif self.cancel_requested and stopped:
             doc = self.status(status=RunState.CANCELLED, reason=self.cancel_reason, **common)
         elif self.stopping is not None:
-            from paradvisor.launch.resume import stopped_reason
+            from paradvisor.launch.resume import stopped_reason  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
             doc = self.status(
                 status=RunState.CANCELLED, reason=stopped_reason(self), stopped_gracefully=True, **common
@@ -272,7 +265,7 @@ class Launch:
                 ),
                 **common,
             )
-            from paradvisor.launch.replan import is_oom, write_replan
+            from paradvisor.launch.replan import is_oom, write_replan  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
             if is_oom(doc.get("reason", "")) or any(is_oom(x) for x in doc.get("last_log_lines", [])):
                 doc["oom"] = True
@@ -291,7 +284,7 @@ NO_STEPS = (
 
 
 def _has_step_records(run_dir: Path) -> bool:
-    from paradvisor.rundir.metrics import MetricsReader
+    from paradvisor.rundir.metrics import MetricsReader  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     reader = MetricsReader(RunDir(run_dir).metrics)
     reader.read(keep=0)
@@ -333,7 +326,7 @@ def start(
     whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
     launch.checkpoint_dir keeps the run's checkpoints under it."""
     if engine_of(preset.launch) == "ssh":
-        from paradvisor.launch import sshrun
+        from paradvisor.launch import sshrun  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         return sshrun.start(
             preset,
@@ -402,7 +395,7 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
             os.killpg(proc.pid, signal.SIGTERM)
         raise
     if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
-        from paradvisor.monitor.predict import launch_prediction
+        from paradvisor.monitor.predict import launch_prediction  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         # ... counted while the ranks start (they never read it): no rank waits for the advice. A Ctrl-C or
         # SIGTERM meanwhile is held and handed to wait()'s handler once it is installed.

@@ -53,7 +53,7 @@ def _profile_from_family(name: str, entry: dict) -> ModelProfile:
             f"one set of layer weights is applied {shape.num_layers} times (ALBERT parameter sharing): "
             "parameters count once, compute and activations count per application"
         )
-    from paradvisor.model.activations import for_builtin
+    from paradvisor.model.activations import for_builtin  # noqa: PLC0415 - start-up: `paradvisor --help` does not load it
 
     return ModelProfile(
         name=name,
@@ -82,7 +82,7 @@ def load_profile(model: str) -> ModelProfile:
     if model in _VISION:
         return _vision(model)
     if is_model_path(model):
-        from paradvisor.model.hf import profile_from_config_path
+        from paradvisor.model.hf import profile_from_config_path  # noqa: PLC0415 - the torch door (model/hf.py), for a config path only
 
         return profile_from_config_path(Path(model))
     raise unknown_model(model)

@@ -104,8 +104,8 @@ def _cacheable(doc: dict, status: dict) -> bool:
 
 def make(run_dir: Path) -> tuple[Entry, bool]:
     """(the entry made from the run's files now, whether it may be kept)."""
-    from paradvisor.monitor.follow import summarize
-    from paradvisor.safeio import finite
+    from paradvisor.monitor.follow import summarize  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
+    from paradvisor.safeio import finite  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
     raw = summarize(run_dir)
     doc = finite(raw)
@@ -128,7 +128,7 @@ def make(run_dir: Path) -> tuple[Entry, bool]:
 
 def load(run_dir: Path, sigs: dict) -> Entry | None:
     """The kept entry when summary.json describes exactly these inputs with this code, else None."""
-    from paradvisor.safeio import read_text
+    from paradvisor.safeio import read_text  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
     try:
         st = json.loads(read_text(os.path.join(run_dir, FILE), what="run summary", limit=64 << 20))
@@ -154,7 +154,7 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
 
 def save(run_dir: Path, entry: Entry, sigs: dict) -> None:
     """Keep `entry` as summary.json (best effort: a read-only run directory keeps none)."""
-    from paradvisor.safeio import write_private
+    from paradvisor.safeio import write_private  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
     # the path it was listed under: the entry names it (a runs folder renamed, or given another way, is new)
     doc = {"schema": SCHEMA, "code": _code(), "inputs": sigs, "path": str(run_dir), **vars(entry)}

@@ -223,7 +223,7 @@ def rank_process(run_dir: Path, rank: int):
     import psutil
 
     try:
-        from paradvisor.safeio import read_bytes
+        from paradvisor.safeio import read_bytes  # noqa: PLC0415 - start-up: `paradvisor --help` does not load it
 
         p = psutil.Process(int(read_bytes(RunDir(run_dir).rank_pid(rank), limit=64)))
         return p if str(run_dir) in " ".join(p.cmdline()) else None

@@ -36,7 +36,7 @@ def checkpoint_root(run_dir: str | os.PathLike, checkpoint_dir: str | None = Non
 def make_private_dir(path: Path, *, exist_ok: bool = False) -> Path:
     """Create a folder of our own, mode 0700, exclusively (an existing one, a link in its place, another user's
     or a world-writable one is refused: safeio.private_subdir): the one way checkpoint folders are made."""
-    from paradvisor.safeio import private_subdir
+    from paradvisor.safeio import private_subdir  # noqa: PLC0415 - start-up: `paradvisor runs` does not load it
 
     return private_subdir(path.parent, path.name, exist_ok=exist_ok)
 

@@ -70,7 +70,7 @@ STATUS_TYPES = {
 
 def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
     """(the JSON object in `path`, None) or (None, why it cannot be read): never raises."""
-    from paradvisor.safeio import parse_json, read_text
+    from paradvisor.safeio import parse_json, read_text  # noqa: PLC0415 - start-up: `paradvisor --help` does not load it
 
     try:
         doc = parse_json(read_text(path, what="JSON file", limit=limit), str(path))
@@ -133,7 +133,7 @@ def read_status(path: Path) -> dict:
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
-    from paradvisor.safeio import finite, write_private
+    from paradvisor.safeio import finite, write_private  # noqa: PLC0415 - start-up: `paradvisor --help` does not load it
 
     write_private(path, json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
 

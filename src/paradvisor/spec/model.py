@@ -125,7 +125,7 @@ def resolved_config(preset) -> tuple[str, dict]:
         base = builtin_config(name)
         family = "mingpt" if name == "gpt-mini" else base["model_type"]
     else:
-        from paradvisor.model.hf import read_config
+        from paradvisor.model.hf import read_config  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         if not is_model_path(name):
             raise unknown_model(name, where=f"{preset.path or 'preset'}: workload.model")
@@ -203,7 +203,7 @@ def _traced(preset, family: str, cfg: dict):
     }
 
     def tracer(keys, seq=None):
-        from paradvisor.model import traceable
+        from paradvisor.model import traceable  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         new = traceable.traced_facts(family, cfg, keys=keys, check=False, seq=seq)["activations"]
         for nr in new:
@@ -216,7 +216,7 @@ def _traced(preset, family: str, cfg: dict):
         return new
 
     def params_fn():
-        from paradvisor.model import traceable
+        from paradvisor.model import traceable  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
         doc["params"] = traceable.param_facts_of(family, cfg)
         trace_cache.store(doc)
@@ -224,7 +224,7 @@ def _traced(preset, family: str, cfg: dict):
 
     def bounds_fn():
         if doc["bounds"] is None:
-            from paradvisor.model import traceable
+            from paradvisor.model import traceable  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
             doc["bounds"] = [list(b) for b in traceable.regime_bounds(family, cfg)]
             trace_cache.store(doc)

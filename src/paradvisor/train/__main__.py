@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     run_dir = Path(args.run_dir)
 
     def body(rank: int) -> None:
-        from paradvisor.train.run import run
+        from paradvisor.train.run import run  # noqa: PLC0415 - torch loads after run_rank's set-up: an import error lands in the rank's log
 
         run(run_dir, rank)
 

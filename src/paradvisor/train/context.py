@@ -16,6 +16,7 @@ replica are then averaged over dp x cp ranks (DDP or FSDP over the flattened mes
 process's gradient of the mean loss (tests/run/test_families_run.py).
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import contextlib

@@ -3,6 +3,7 @@
 for models DDP cannot wrap. A module of its own so that neither of those imports the other.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import torch

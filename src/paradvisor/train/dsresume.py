@@ -20,6 +20,7 @@ A ZeRO-1/2 checkpoint has no `universal_checkpoint_info` unless the model adds o
 does): the converter's own `inject_missing_state` option adds the default.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import contextlib

@@ -7,6 +7,7 @@ short of samples pads its last batch with samples whose targets are all ignored.
 through its own schedule (`eval`: forward only) with a summing loss.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import math

@@ -20,6 +20,7 @@ world size: the gradient of the mean loss over all ranks, as one process would c
 `paradvisor verify`, tests/run/test_equivalence.py).
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import re

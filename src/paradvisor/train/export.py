@@ -13,6 +13,7 @@ renamed into place, so `model/` is complete or absent. The checkpoint issue's `e
 writer with the state dict of a checkpoint.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import os

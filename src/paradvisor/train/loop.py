@@ -1,5 +1,6 @@
 """The training loops: synchronous steps (every engine) and DiLoCo's inner/outer rounds."""
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import contextlib

@@ -20,6 +20,7 @@ search reads). Each engine offers the same few calls to the loop: forward_backwa
 step, set_lr, memory_groups, and a Layout saying which data shard and which copy of the loss a rank has.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import contextlib

@@ -2,6 +2,7 @@
 rank, and set again on a resume under the same world size, so a resumed run draws what the uninterrupted
 one would have (dropout masks, data order helpers)."""
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import random

@@ -1,5 +1,6 @@
 """One rank's whole run: process group, model, data, engine, loop."""
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import datetime

@@ -12,6 +12,7 @@ Every rank builds the whole model from the same seed and keeps its stage, so a p
 exactly the weights of a one-process run.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import copy

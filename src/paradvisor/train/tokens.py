@@ -4,6 +4,7 @@ once per epoch). Windows are read with `os.pread` on demand, so a rank's memory 
 nothing is held but the window being read (a memory map would count every page touched in the rank's RSS).
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import os

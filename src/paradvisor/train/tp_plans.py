@@ -12,6 +12,7 @@ output is reduce-scattered (Partial -> Shard(1)) instead of all-reduced. The emb
 replicated: the first block's input is split, the last block's output is gathered back.
 """
 
+# ruff: noqa: TID253 - the trainer (train/) is the torch side: its heavy imports are at module level
 from __future__ import annotations
 
 import torch

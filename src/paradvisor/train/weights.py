@@ -25,7 +25,7 @@ from paradvisor.spec.weights import checkpoint_shapes, read_header, weight_files
 
 def expected_shapes(preset) -> tuple[dict[str, tuple], dict[str, str]]:
     """({name: shape}, tied aliases) of the model the preset builds (a meta-device model: no memory)."""
-    from paradvisor.train.models import Task, build_model
+    from paradvisor.train.models import Task, build_model  # noqa: PLC0415 - pulls torch: train/check.py (the preflight) imports this module torch-free
 
     family, cfg = resolved_config(preset)
     model = build_model(preset, family, cfg, Task("lm", None, preset.workload.seq_len), empty=True)

@@ -7,6 +7,7 @@ workers; the advice layers are pure, so re-ranking on every change does not free
 paradvisor.tcss.
 """
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from pathlib import Path

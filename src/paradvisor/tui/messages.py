@@ -1,6 +1,7 @@
 """Messages between the panes and the app. A pane posts one; it bubbles up to the app, which passes it on
 to the pane that acts on it (panes are siblings: a message does not reach a sibling by itself)."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from dataclasses import dataclass

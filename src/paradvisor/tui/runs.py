@@ -3,6 +3,7 @@ prediction in workers), the start, the worker waiting for it, a stop (graceful f
 tab's run and a re-plan after an OOM. A mixin of ParadvisorApp (tui/app.py), which keeps the tabs and keys; every
 engine's run is a launch/handle.py RunHandle here."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from pathlib import Path

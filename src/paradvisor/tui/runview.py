@@ -5,6 +5,7 @@ the log at full height. Everything shown comes from `monitor.follow.summarize_ru
 `paradvisor monitor` and `launch` print) and from `monitor.sampler.RankSampler`.
 """
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

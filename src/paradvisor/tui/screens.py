@@ -1,5 +1,6 @@
 """Modal screens: a plan's full explanation, editing a plan (the estimate of a pinned plan), and help."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 import shlex
@@ -218,7 +219,7 @@ def launch_header(preset, runs_dir: str) -> str:
 def launch_question(preset, runs_dir: str) -> str:
     """What the confirmation shows: the plan, the command, and the predicted memory and time (the prediction
     may import torch for a model it must trace: the TUI calls this in a worker)."""
-    from paradvisor.monitor.predict import launch_prediction
+    from paradvisor.monitor.predict import launch_prediction  # noqa: PLC0415 - looked up when called: tests/tui/test_workers.py spies on it
 
     pred = launch_prediction(preset)
     lines = [launch_header(preset, runs_dir)]

@@ -1,5 +1,6 @@
 """Small renderables: the per-GPU memory bar (stacked by term)."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from rich.text import Text

@@ -1,6 +1,7 @@
 """Tab 1, Hardware: the cluster to plan for (this machine, a cluster file, or ssh hosts) and this machine's
 live CPU/GPU readings. A new cluster is posted as `ClusterChanged`; probing runs in workers."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from textual import on, work

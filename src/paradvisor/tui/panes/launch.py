@@ -3,6 +3,7 @@
 saving that plan as a preset into the user's folder. Starting a run is the app's (it asks first and owns the run):
 this pane posts `LaunchRequested`."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 import shlex

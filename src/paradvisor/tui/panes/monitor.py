@@ -2,6 +2,7 @@
 second and shows it in a `RunView` (status, predicted vs measured, plots, ranks, log). The Stop button
 posts `StopRequested`: the app owns the run."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from pathlib import Path

@@ -2,6 +2,7 @@
 cluster with their memory bar and explanation, and the plans that do not fit. Ranking runs in a worker on
 every change (the advice layers are pure); the selected plan is posted as `PlanSelected`."""
 
+# ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
 from rich.text import Text
@@ -168,7 +169,7 @@ class PlansPane(TabPane):
     def workload_inputs(self, values: dict | None = None):
         """(profile, advice Request) from the workload boxes (or their `values`); empty boxes take the
         defaults. Loading the profile reads files (a config path may be counted): the worker calls this."""
-        from paradvisor.model.load import load_profile
+        from paradvisor.model.load import load_profile  # noqa: PLC0415 - looked up when called: tests/tui/test_workers.py spies on it
 
         v = values if values is not None else self.workload_values()
         profile = load_profile(v["model"])
@@ -198,7 +199,7 @@ class PlansPane(TabPane):
             pass
 
     def _rank(self, generation: int) -> None:
-        from paradvisor.plan.advice import advise
+        from paradvisor.plan.advice import advise  # noqa: PLC0415 - looked up when called: tests/tui/test_workers.py spies on it
 
         if self.cluster is None:
             return
