@@ -75,8 +75,9 @@ def test_the_users_data_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = list((tmp_path / "runs").iterdir())
+    outputs = json.loads((run / "status.json").read_text())["outputs"]
+    assert "copied from node 0" in outputs, outputs
     check_run(run)  # node 0's model/ and tensorboard/ came home over ssh
-    assert "copied from node 0" in json.loads((run / "status.json").read_text())["outputs"]
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
     assert len(list((tmp_path / "cache").glob("*/meta.json"))) == 1  # one tokenized corpus for both nodes
 
