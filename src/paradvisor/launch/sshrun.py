@@ -480,14 +480,15 @@ class SshLaunch:
             self._settle(n)
 
     def _fetch_outputs(self) -> str:
-        """Node 0's model/ and tensorboard/ copied into this run directory (launch/fetch.py); what happened."""
+        """model/ and tensorboard/ of the node of global rank 0 (the rendezvous picks it) copied into this run
+        directory (launch/fetch.py); what happened."""
         from paradvisor.launch.fetch import fetch_outputs
 
-        n = self.nodes[0]
+        n = self.nodes[self.rank_owner.get(0, 0)]
         if not n.agent.get("run_dir"):
-            return "node 0 never said where its run directory is"
+            return f"node {n.index} never said where its run directory is"
         base = ssh_base(n.host, timeout=self.ssh_timeout, ssh_config=self.ssh_config)
-        line = fetch_outputs(base, n.agent["run_dir"], self.run_dir)
+        line = fetch_outputs(base, n.agent["run_dir"], self.run_dir, node=n.index)
         self.log(f"outputs: {line}")
         return line
 
