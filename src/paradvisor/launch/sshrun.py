@@ -576,8 +576,8 @@ class SshLaunch:
                         return self._never_joined(late, f"{root.label}: {root.reason}")
                     self._stop_all(f"{root.label} failed")
                     return self._final("failed", **self._failure(root))
-            elif time.monotonic() > join_deadline and not all(n.state == "joined" for n in self.nodes):
-                return self._never_joined([n for n in self.nodes if n.state != "joined"], None)
+            elif time.monotonic() > join_deadline and any(not n.pids for n in self.nodes):
+                return self._never_joined([n for n in self.nodes if not n.pids], None)
             time.sleep(poll)
 
     def _never_joined(self, missing: list[NodeSession], seen: str | None) -> dict:
