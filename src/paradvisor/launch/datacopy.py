@@ -233,7 +233,9 @@ def received(preset, info, stream, into: Path, node: int, limit: int):
             return replace(preset, train=replace(preset.train, tokenized=str(info["folder"])))
         files = {str(k): [int(v[0]), int(v[1])] for k, v in info["files"].items()}
         total = sum(s for s, _ in files.values())
-        if total > MAX_CORPUS_COPY or any(s < 0 for s, _ in files.values()):
+        if any(s < 0 for s, _ in files.values()):
+            raise ValueError("a file of a negative size")
+        if total > MAX_CORPUS_COPY:
             raise InputError(
                 f"{what} is {_mib(total)}, more than the bound of {_mib(MAX_CORPUS_COPY)} "
                 "(limits.MAX_CORPUS_COPY); nothing was written"
