@@ -97,8 +97,9 @@ def test_the_users_data_over_two_ssh_nodes_shared_or_copied(cluster, tmp_path): 
     proc = ssh_launch(cluster, shared, tmp_path / "runs-shared")
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = list((tmp_path / "runs-shared").iterdir())
-    check_run(run)  # node 0's model/ and tensorboard/ came home over ssh
-    assert "copied from node " in json.loads((run / "status.json").read_text())["outputs"]  # rank 0's node
+    outputs = json.loads((run / "status.json").read_text())["outputs"]
+    assert "copied from node " in outputs, outputs  # the node of global rank 0
+    check_run(run)  # its model/ and tensorboard/ came home over ssh
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
     assert len(list((tmp_path / "cache").glob("*/meta.json"))) == 1  # one tokenized corpus for both nodes
 

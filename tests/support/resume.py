@@ -32,6 +32,7 @@ ENGINES = {
 # other plans a checkpoint is resumed under: name -> (source engine, plan). Between ZeRO stages the
 # optimizer state carries over too (DeepSpeed's universal checkpoint, train/dsresume.py).
 CROSS = {
+    "ddp->fsdp": ("ddp", _p(dp=2, sharding="fsdp", micro_batch=4)),  # whole tensors loaded as FSDP2's shards
     "fsdp->tp2": ("fsdp", _p(tp=2, micro_batch=8)),  # sharded tensors resharded as DTensors of another mesh
     "zero3->zero1": ("zero3", _p(dp=2, sharding="zero1", micro_batch=4)),
     "2ranks->1": ("fsdp", _p(dp=1, micro_batch=4, grad_accum=2)),
