@@ -1,7 +1,8 @@
-"""A finished ssh run's outputs brought home: node 0's `model/` (the Hugging Face folder the run leaves) and
-`tensorboard/` are copied into the launching machine's run directory over the same ssh, as one tar stream.
+"""A finished ssh run's outputs brought home: `model/` (the Hugging Face folder the run leaves) and
+`tensorboard/` of the node of global rank 0 (the rendezvous picks which; often node 0) are copied into the
+launching machine's run directory over the same ssh, as one tar stream.
 
-Bounded and safe: at most `MAX_FETCH_BYTES` are read (a larger model stays on node 0, and the run's status
+Bounded and safe: at most `MAX_FETCH_BYTES` are read (a larger model stays on the node, and the run's status
 says where); the stream is unpacked with tarfile's `data` filter (no absolute paths, no `..`, no links out of
 the folder, no device files), into folders that do not exist yet.
 """
@@ -38,7 +39,7 @@ class _Bounded:
 
 
 def remote_command(run_dir: str) -> str:
-    """The shell line node 0 runs: a tar stream of the outputs that exist in its run directory."""
+    """The shell line the node runs: a tar stream of the outputs that exist in its run directory."""
     names = " ".join(OUTPUTS)
     return (
         f'cd {shlex.quote(run_dir)} && set -- && for f in {names}; do [ -e "$f" ] && set -- "$@" "$f"; done; '
@@ -47,23 +48,26 @@ def remote_command(run_dir: str) -> str:
 
 
 def fetch_outputs(
-    ssh: list[str], remote_run_dir: str, local_run_dir: Path, *, limit: int = MAX_FETCH_BYTES
+    ssh: list[str], remote_run_dir: str, local_run_dir: Path, *, limit: int = MAX_FETCH_BYTES, node: int = 0
 ) -> str:
-    """Copy node 0's outputs (`ssh` is the ssh argv up to the host) into `local_run_dir`. Returns one line:
-    what came home, or why it did not (the outputs then stay on node 0). A connection that ssh could not
-    make (its exit 255 before any byte came) is tried again, `SSH_TRIES` times in all: a loaded node may
-    refuse one connection while the run's own session is closing."""
+    """Copy the outputs of node `node` (the one whose ranks include global rank 0, which writes them; `ssh` is
+    the ssh argv up to its host) into `local_run_dir`. Returns one line: what came home, or why it did not (the
+    outputs then stay on that node). A connection that ssh could not make (its exit 255 before any byte came)
+    is tried again, `SSH_TRIES` times in all: a loaded node may refuse one connection while the run's own
+    session is closing."""
     if any((local_run_dir / name).exists() for name in OUTPUTS):
         return "outputs already in the run directory"
     for attempt in range(1, SSH_TRIES + 1):
-        line, retry = _fetch_once(ssh, remote_run_dir, local_run_dir, limit)
+        line, retry = _fetch_once(ssh, remote_run_dir, local_run_dir, limit, node)
         if not retry or attempt == SSH_TRIES:
             return line
         time.sleep(attempt)
     return line  # unreachable: the loop returns
 
 
-def _fetch_once(ssh: list[str], remote_run_dir: str, local_run_dir: Path, limit: int) -> tuple[str, bool]:
+def _fetch_once(
+    ssh: list[str], remote_run_dir: str, local_run_dir: Path, limit: int, node: int
+) -> tuple[str, bool]:
     """One try: (what happened, whether ssh failed to connect and a new try may succeed)."""
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
@@ -87,21 +91,21 @@ def _fetch_once(ssh: list[str], remote_run_dir: str, local_run_dir: Path, limit:
         except (OSError, tarfile.TarError, subprocess.TimeoutExpired) as exc:
             proc.kill()
             rc = proc.wait()
-            for name in OUTPUTS:  # never half a folder: what came is removed, the outputs stay on node 0
+            for name in OUTPUTS:  # never half a folder: what came is removed, the outputs stay on the node
                 shutil.rmtree(local_run_dir / name, ignore_errors=True)
             if stream.read_bytes == 0:
                 if rc == SSH_FAILED:
                     err.seek(0)
                     why = err.read(2000).decode(errors="replace").strip().splitlines()
                     return (
-                        f"outputs left on node 0 at {remote_run_dir}: {why[-1] if why else 'ssh failed'}",
+                        f"outputs left on node {node} at {remote_run_dir}: {why[-1] if why else 'ssh failed'}",
                         True,
                     )
-                return "no model or TensorBoard folder on node 0", False
-            return f"{' and '.join(OUTPUTS)} left on node 0 at {remote_run_dir}: {exc}", False
+                return f"no model or TensorBoard folder on node {node}", False
+            return f"{' and '.join(OUTPUTS)} left on node {node} at {remote_run_dir}: {exc}", False
         finally:
             if proc.stdout is not None:
                 proc.stdout.close()
     if not got:
-        return "no model or TensorBoard folder on node 0", False
-    return f"{' and '.join(got)} copied from node 0 ({stream.read_bytes >> 20} MiB)", False
+        return f"no model or TensorBoard folder on node {node}", False
+    return f"{' and '.join(got)} copied from node {node} ({stream.read_bytes >> 20} MiB)", False

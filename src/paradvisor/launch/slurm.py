@@ -27,16 +27,8 @@ from paradvisor.rundir import RunDir
 from paradvisor.launch.slurm_script import checked, sbatch_argv, script
 from paradvisor.spec.preset import Preset
 
-TERMINAL_STATES = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
+TERMINAL_STATES = tuple(
+    "COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE".split()
 )
 # Pending reasons that never clear by waiting: the job asks for more than its partition, account or QOS allows
 # per job, or for something that does not exist (Slurm's "JOB REASON CODES"). The launcher cancels such a job
@@ -56,6 +48,7 @@ POLL_S = 1.0
 CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default)
 SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
 SLURM_REPLY_BYTES = 1 << 20  # what one of them may print (a job id, one `scontrol show job -o` line)
+DATA_RULE = "a Slurm job's nodes read the data path themselves: every node of the allocation must read it"
 JOB_ID = re.compile(r"[0-9]{1,12}")  # a job id as sbatch --parsable prints it (before any ";cluster")
 
 
@@ -63,9 +56,12 @@ JOB_ID = re.compile(r"[0-9]{1,12}")  # a job id as sbatch --parsable prints it (
 def node_main(argv: list[str] | None = None) -> int:
     """One node of a Slurm job (started by srun): this node's torchrun, watched by the local runner."""
     import argparse
+    import socket
 
     from paradvisor.launch import runner
+    from paradvisor.launch.datacopy import readable_here
     from paradvisor.launch.requeue import requeued
+    from paradvisor.rundir.status import write_aborted
     from paradvisor.spec.preset import load_preset
 
     ap = argparse.ArgumentParser(prog="python -m paradvisor.launch.slurm")
@@ -80,13 +76,14 @@ def node_main(argv: list[str] | None = None) -> int:
             "paradvisor.launch.slurm: run it inside a Slurm job step (srun): SLURM_NODEID is not set\n"
         )
         return 2
-    run_dir = Path(args.run_dir)
+    run_dir, preset = Path(args.run_dir), None
     try:
         preset = load_preset(RunDir(run_dir).plan)
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
         preset, run_dir, lineage = requeued(preset, run_dir)  # a requeue: a new folder (launch/requeue.py)
+        readable_here(preset, f"node {node} ({socket.gethostname()})", DATA_RULE)
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=run_dir.parent,
@@ -98,6 +95,8 @@ def node_main(argv: list[str] | None = None) -> int:
         )
     except InputError as exc:
         sys.stderr.write(f"paradvisor: {exc}\n")
+        if preset is not None:  # the submitter reports it as this node's failure
+            write_aborted(RunDir(run_dir).node_status(node), preset, exc)
         return 2
     if lineage:
         from paradvisor.rundir.status import write_json_atomic

@@ -163,15 +163,20 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
 
 def files_task(preset, run_dir: Path, rank: int) -> tuple[Task, int]:
     """The user's corpus, tokenized once per node (or once in all on a shared cache folder): the first process to
-    take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py)."""
-    from paradvisor.spec.corpus import corpus_spec
+    take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py). On an ssh node
+    given the tokenized corpus (`train.tokenized`: launch/datacopy.py), that folder, never the data path."""
+    from paradvisor.spec.corpus import corpus_spec, tokenized_corpus, tokenizer_source
     from paradvisor.train.corpus import load_tokenizer, prepare
     from paradvisor.train.tokens import PackedTokens
 
     seq = preset.workload.seq_len
-    spec = corpus_spec(preset)
-    tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
-    corpus = prepare(spec, tok=tok)
+    corpus = tokenized_corpus(preset)  # on an ssh node: the copy the launcher pushed, never data_path
+    if corpus is None:
+        spec = corpus_spec(preset)
+        tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
+        corpus = prepare(spec, tok=tok)
+    else:
+        tok = load_tokenizer(tokenizer_source(preset) or "", "train.tokenizer")
     dtype = corpus.meta["dtype"]
     train = PackedTokens(corpus.train_file, dtype, seq)
     ev = PackedTokens(corpus.eval_file, dtype, seq) if corpus.eval_file is not None else None
