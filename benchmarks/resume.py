@@ -5,9 +5,10 @@ issue 29 (checkpoint size and write time, async vs blocking step-time overhead, 
     .venv/bin/python benchmarks/resume.py --figures [--model tiny|150m]      # the figures
     .venv/bin/python benchmarks/resume.py --zero                             # between ZeRO stages
 
---matrix: for each shape of tests/equivalence_cases.SHAPES that applies to minGPT (the suite covers one per
-engine, tests/run/test_resume.py), a 4-step reference run saving at step 2, then a resume from its step-2
-checkpoint under the same plan; the table gives the largest relative loss difference of steps 3-4.
+--matrix: for each shape of tests/support/equivalence_cases.SHAPES, on minGPT (Mixtral for EP, Llama for CP;
+the suite covers one per checkpoint code path, tests/run/test_resume.py), a 4-step reference run saving at step 2,
+then a resume from its step-2 checkpoint under the same plan; the table gives the largest relative loss difference
+of steps 3-4.
 --zero: a ZeRO checkpoint (minGPT, 2 ranks, step 2 of 4) resumed under another ZeRO stage or world size with
 the optimizer state (DeepSpeed's universal checkpoint, train/dsresume.py), and once with --reset-optimizer to
 show what the optimizer state is worth: the largest relative loss difference of steps 3-4 against the source
@@ -51,17 +52,21 @@ def _newest(runs: Path) -> Path:
     return max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
 
 
+MATRIX_FAMILIES = ("mingpt", "mixtral", "llama")
+
+
 def matrix(names: list[str]) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for name in names:
             plan, _ranks = SHAPES[name]
-            why = applies("mingpt", plan)
-            if why:
-                rows.append((name, "skipped", why))
+            # minGPT where the shape applies; a MoE family for EP, a rotary-position one for CP
+            family = next((f for f in MATRIX_FAMILIES if applies(f, plan) is None), None)
+            if family is None:
+                rows.append((name, "skipped", applies("mingpt", plan)))
                 continue
-            p = preset_for("mingpt", plan, name=f"m-{len(rows)}", steps=4)
+            p = preset_for(family, plan, name=f"m-{len(rows)}", steps=4)
             p = replace(p, train=replace(p.train, checkpoint_every=2, hang_timeout_s=300.0))
             runs = tmp / f"runs-{len(rows)}"
             rc, err = _launch(_write(tmp, f"m{len(rows)}", p), runs)
@@ -70,6 +75,7 @@ def matrix(names: list[str]) -> int:
                 continue
             ref = _newest(runs)
             rows.append((name, *_resumed_diff(ref, runs, (), 1e-5)))
+            print(f"{name} ({family}): {rows[-1][1]} {rows[-1][2]}", file=sys.stderr, flush=True)
     _table("shape", 28, rows)
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs paradvisor from this checkout into a virtual environment, every package at the version in
-# requirements/lock.txt. `--dev` adds what the test suite needs (Python packages and, through apt, a real
-# sshd, tmux, munge and Slurm).
+# requirements/lock.txt. `--dev` adds what the test suite needs (Python packages, SkyPilot in .venv/skypilot
+# and, through apt, a real sshd, tmux, munge and Slurm).
 #
 # Where it installs: the active virtual environment when one is active ($VIRTUAL_ENV; `.venv` in the checkout
 # then links to it), else `.venv` in the checkout (created here when missing). Everything that starts Python
@@ -50,16 +50,20 @@ if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
   exit 2
 fi
 
+make_venv() {  # python3.X-venv through apt first when this Python cannot make a virtual environment
+  if ! "$py" -m venv --help >/dev/null 2>&1 || ! "$py" -c 'import ensurepip' >/dev/null 2>&1; then
+    ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    apt_install "python${ver}-venv"
+  fi
+  "$py" -m venv "$1"
+}
+
 if [[ ! -e .venv ]]; then
   if [[ -n "${VIRTUAL_ENV:-}" && -x "$VIRTUAL_ENV/bin/python" ]]; then
     ln -s "$VIRTUAL_ENV" .venv
     echo "install.sh: installing into the active environment $VIRTUAL_ENV (.venv links to it)"
   else
-    if ! "$py" -m venv --help >/dev/null 2>&1 || ! "$py" -c 'import ensurepip' >/dev/null 2>&1; then
-      ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-      apt_install "python${ver}-venv"
-    fi
-    "$py" -m venv .venv
+    make_venv .venv
     echo "install.sh: created the virtual environment $(pwd)/.venv"
   fi
 fi
@@ -71,6 +75,12 @@ export PIP_ROOT_USER_ACTION=ignore
 "${pip[@]}" install -q -c requirements/lock.txt "torch==2.13.0"
 if [[ $dev == 1 ]]; then
   "${pip[@]}" install -q -c requirements/lock.txt -e ".[dev]"
+  # SkyPilot, which reads the skypilot export in the tests, in an environment of its own inside .venv: every
+  # skypilot release needs click<8.2, and transformers' huggingface_hub needs click>=8.4.2. Pinned, with
+  # everything it pulls in, by requirements/skypilot-lock.txt.
+  sky="$(pwd)/.venv/skypilot"
+  [[ -x "$sky/bin/python" ]] || make_venv "$sky"
+  "$sky/bin/python" -m pip --disable-pip-version-check --no-input install -q -r requirements/skypilot-lock.txt
 else
   "${pip[@]}" install -q -c requirements/lock.txt -e .
 fi

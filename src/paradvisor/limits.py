@@ -26,6 +26,8 @@ MAX_NODES = 16_384  # nodes in a cluster file: 131,072 GPUs as 8 per node (nodes
 MAX_PROCS_PER_NODE = 1_024  # processes one launch starts on one node
 MAX_PROBED_DEVICES = 1_024  # GPUs (with MIG instances) one probed host may report (a real node has 8-72)
 MAX_HOSTS = 2_048  # ssh hosts of one launch or probe, and the nodes one launch starts (--nnodes)
+MAX_CORPUS_COPY = 4 * 2**30  # bytes of a tokenized corpus the ssh engine copies to each node (beyond it:
+# put the data or train.cache_dir on launch.shared_paths; launch/datacopy.py)
 
 # The workload.
 MAX_STEPS = 10**9  # optimizer steps of a run (and warm-up, log interval, local steps)

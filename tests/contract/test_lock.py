@@ -9,22 +9,24 @@ import re
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
 from paradvisor.model import activations
-from tests.conftest import REPO
+from tests.conftest import REPO, SKYPILOT_PYTHON
 
 LOCK = REPO / "requirements" / "lock.txt"
+SKYPILOT_LOCK = REPO / "requirements" / "skypilot-lock.txt"
 
 
-def locked() -> dict[str, str]:
+def locked(lock: Path = LOCK) -> dict[str, str]:
     pins = {}
-    for line in LOCK.read_text().splitlines():
+    for line in lock.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^;\s]+)", line)
-            assert m, f"requirements/lock.txt: not an exact pin: {line!r}"
+            assert m, f"requirements/{lock.name}: not an exact pin: {line!r}"
             pins[m[1]] = m[2]
     return pins
 
@@ -44,6 +46,27 @@ def test_every_locked_package_is_installed_at_its_version():
         if have.split("+")[0] != want.split("+")[0]:
             wrong.append(f"{name}: {have} installed, {want} locked")
     assert not wrong, "the environment is not the locked one:\n" + "\n".join(wrong)
+
+
+def test_the_skypilot_environment_is_the_locked_one():
+    """.venv/skypilot (the skypilot export's reader, tests/contract/test_tool_exports.py) holds every package of
+    requirements/skypilot-lock.txt at its version."""
+    assert SKYPILOT_PYTHON.exists(), f"no {SKYPILOT_PYTHON}: scripts/install.sh --dev makes it"
+    code = (
+        "import json; from importlib import metadata as m; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    )
+    p = subprocess.run(
+        [str(SKYPILOT_PYTHON), "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    have = {norm(k): v for k, v in json.loads(p.stdout).items()}
+    sky = locked(SKYPILOT_LOCK)
+    wrong = [
+        f"{k}: {have.get(norm(k), 'not installed')}, locked {v}"
+        for k, v in sky.items()
+        if have.get(norm(k)) != v
+    ]
+    assert not wrong, f"{SKYPILOT_PYTHON.parent.parent} is not the locked one:\n" + "\n".join(wrong)
 
 
 def test_pyproject_pins_agree_with_the_lock():
@@ -76,6 +99,8 @@ def test_a_stale_stamp_warns_once(installed):
         "doc = {'transformers': '5.23.0', 'regenerate': 'scripts/trace_activations.py'}\n"
         "a.warn_if_stale(doc, 'X'); a.warn_if_stale(doc, 'X')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "transformers 5.23.0 (installed 5.99.0)" in lines[0], proc.stderr

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from paradvisor.spec.capability import runtime_why_not
-from paradvisor.spec.plan import Plan
 from paradvisor.rundir.metrics import valid_record
+from paradvisor.spec.capability import runtime_why_not
 from paradvisor.spec.mesh import mesh_dims
+from paradvisor.spec.plan import Plan
 from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.support.runs import SMOKE, variant
 
@@ -171,6 +171,28 @@ def test_launch_refuses_before_start(tmp_path):
         run_cli("launch", "--preset", str(SMOKE), "--script", str(tmp_path / "nope.py")), "cannot read it"
     )
     assert_one_line_error(run_cli("launch", "--preset", str(SMOKE), "--dry-run", "--", "x"), "after --script")
+
+
+@pytest.mark.parametrize(
+    ("plan", "why"),
+    [
+        ({"sharding": "fsdp"}, "on CPUs would not run FSDP"),
+        ({"dp": 1, "tp": 2, "micro_batch": 8}, "on CPUs would not run TP 2"),
+        ({"dp": 1, "cp": 2, "micro_batch": 8}, "realizes no context parallelism from a plan here (CP 2)"),
+    ],
+    ids=["fsdp", "tp", "cp"],
+)
+def test_an_fsdp_tp_or_cp_plan_under_hf_on_cpu_is_refused_before_start(tmp_path, plan, why):
+    """Issue 30's proof: on CPUs the Trainer would train such a plan as something else (fsdp as plain DDP) or not
+    at all, so a real launch (no --dry-run) stops before anything starts, in one line naming its best plan."""
+    runs = tmp_path / "runs"
+    preset = variant(tmp_path, "p", plan=plan)
+    script = SCRIPTS / "no_report.py"
+    p = run_cli(
+        "launch", "--preset", str(preset), "--runtime", "hf", "--runs-dir", str(runs), "--script", str(script)
+    )
+    assert_one_line_error(p, f"plan: the Hugging Face Trainer {why}", "its best plan here: DDPx2")
+    assert not runs.exists()  # no run directory: nothing started
 
 
 def test_dry_run_passes_arguments_as_argv(tmp_path):

@@ -1,17 +1,20 @@
 """`launch --export accelerate|deepspeed|hf|skypilot` (launch/tool_exports.py), each read back by its target's
 own loader: accelerate's load_config_from_file, DeepSpeed's config class, TrainingArguments(**kw), SkyPilot's
-Task.from_yaml; and the process-starting exports start the user's script."""
+Task.from_yaml (in SkyPilot's own environment, .venv/skypilot); and the process-starting exports start the
+user's script."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_one_line_error, run_cli
+from tests.conftest import REPO, SKYPILOT_PYTHON, assert_one_line_error, run_cli
 from tests.support.runs import variant
 
 SCRIPT = REPO / "tests" / "support" / "scripts" / "hf_trainer.py"
@@ -114,14 +117,56 @@ def test_an_hf_plan_the_trainer_would_not_run_on_cpu_is_refused(tmp_path):
     assert_one_line_error(p, "on CPUs would not run FSDP")
 
 
+def sky_task(tmp_path: Path, yaml: Path) -> dict:
+    """What SkyPilot's `sky.Task.from_yaml` reads in YAML, run in SkyPilot's own test environment
+    (SKYPILOT_PYTHON) with its state and config folders in tmp_path: importing sky writes ~/.sky (user_hash,
+    locks, serve/) and reads ~/.sky/config.yaml and ./.sky.yaml, so HOME, SKY_RUNTIME_DIR,
+    SKYPILOT_GLOBAL_CONFIG, SKYPILOT_PROJECT_CONFIG and the working folder all point into tmp_path. Fails when
+    the user's ~/.sky changed."""
+    assert SKYPILOT_PYTHON.exists(), f"no {SKYPILOT_PYTHON}: scripts/install.sh --dev makes it"
+    home, config = tmp_path / "sky-home", tmp_path / "sky-config.yaml"
+    home.mkdir()
+    config.write_text("{}\n")
+    users = Path.home() / ".sky"
+
+    def listing() -> list[str] | None:
+        return sorted(str(p) for p in users.rglob("*")) if users.exists() else None
+
+    before = listing()
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "SKY_RUNTIME_DIR": str(home),
+        "SKYPILOT_GLOBAL_CONFIG": str(config),
+        "SKYPILOT_PROJECT_CONFIG": str(config),
+    }
+    check = REPO / "tests" / "support" / "sky_task_check.py"
+    p = subprocess.run(
+        [str(SKYPILOT_PYTHON), str(check), str(yaml)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert p.returncode == 0, p.stderr
+    assert (home / ".sky" / "user_hash").exists()  # sky's state went to tmp_path...
+    assert listing() == before  # ... and nothing to the user's home
+    line = next(x for x in p.stdout.splitlines() if x.startswith("SKYTASK "))
+    return json.loads(line.split(" ", 1)[1])
+
+
 def test_skypilot_reads_the_task(tmp_path):
     out = export(tmp_path, "ddp", "skypilot", "--script", str(SCRIPT), "--", "--steps", "3")
     text = (out / "skypilot.yaml").read_text()
     assert text.startswith("# paradvisor plan DDPx2")
-    sky = pytest.importorskip("sky", reason="skypilot is a test extra (requirements/lock.txt)")
-    task = sky.Task.from_yaml(str(out / "skypilot.yaml"))
-    assert task.num_nodes == 1 and "paradvisor.train.script" in task.run and "hf_trainer.py" in task.run
-    assert "[program]" in task.envs["PARADVISOR_PLAN_TOML"]
+    task = sky_task(tmp_path, out / "skypilot.yaml")
+    assert task["num_nodes"] == 1 and task["cpus"] == ["2+"] and task["workdir"] == str(SCRIPT.parent)
+    assert "paradvisor.train.script" in task["run"] and "--script hf_trainer.py -- --steps 3" in task["run"]
+    assert "--nproc-per-node 2" in task["run"]
+    assert "[program]" in task["envs"]["PARADVISOR_PLAN_TOML"]
+    assert task["envs"]["PARADVISOR_PLAN"] == "paradvisor-run/plan.toml"
 
 
 def test_process_starting_exports_start_the_script(tmp_path):

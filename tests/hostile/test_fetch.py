@@ -54,3 +54,32 @@ def test_no_outputs_is_said_and_existing_ones_are_kept(tmp_path):
     assert fetch_outputs(SH, str(empty), tmp_path) == "no model or TensorBoard folder on node 0"
     assert fetch_outputs(SH, str(node_dir(tmp_path)), home) == "outputs already in the run directory"
     assert list((home / "model").iterdir()) == []
+
+
+def _flaky_ssh(tmp_path, failures: int) -> list[str]:
+    """An ssh stand-in whose first `failures` connections fail as ssh's do (exit 255, a line on stderr)."""
+    count, script = tmp_path / "tries", tmp_path / "flaky-ssh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat "{count}" 2>/dev/null || echo 0); echo $((n+1)) > "{count}"\n'
+        f'if [ "$n" -lt {failures} ]; then echo "ssh: connect to host h port 22: Connection timed out" >&2; exit 255; fi\n'
+        'exec sh -c "$1"\n'
+    )
+    script.chmod(0o755)
+    return [str(script)]
+
+
+def test_a_connection_ssh_could_not_make_is_tried_again(tmp_path):
+    d, home = node_dir(tmp_path), tmp_path / "home"
+    home.mkdir()
+    line = fetch_outputs(_flaky_ssh(tmp_path, 1), str(d), home)
+    assert "model and tensorboard copied from node 0" in line
+    assert (tmp_path / "tries").read_text().strip() == "2"
+
+
+def test_ssh_failing_every_time_says_so_not_that_there_is_nothing(tmp_path):
+    d, home = node_dir(tmp_path), tmp_path / "home"
+    home.mkdir()
+    line = fetch_outputs(_flaky_ssh(tmp_path, 99), str(d), home)
+    assert line == f"outputs left on node 0 at {d}: ssh: connect to host h port 22: Connection timed out"
+    assert list(home.iterdir()) == []

@@ -244,7 +244,7 @@ def any_mutation(texts):
 # ---- cluster files -----------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=n(500))
+@settings(max_examples=n(250))
 @given(any_mutation(CLUSTERS))
 def test_cluster_files_fuzzed(case):
     _, text = case
@@ -258,7 +258,7 @@ def test_cluster_files_fuzzed(case):
 # ---- presets ---------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=n(500))
+@settings(max_examples=n(250))
 @given(any_mutation(PRESETS))
 def test_presets_fuzzed(case):
     _, text = case
@@ -270,7 +270,7 @@ def test_presets_fuzzed(case):
 # ---- rule files ------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=n(300))
+@settings(max_examples=n(150))
 @given(any_mutation(RULE_FILES))
 def test_rule_files_fuzzed(case):
     name, text = case
@@ -508,7 +508,7 @@ def mutated_config(draw) -> str:
 
 
 @pytest.mark.timeout(600 * FUZZ_SCALE)
-@settings(max_examples=n(80))  # HYPOTHESIS_PROFILE=explore runs 10x
+@settings(max_examples=n(40))  # HYPOTHESIS_PROFILE=explore runs 10x
 @given(mutated_config())
 def test_hf_configs_fuzzed(text):
     d = SCRATCH / "hf"
@@ -769,7 +769,7 @@ def mutated_argv(draw) -> list[str]:
 
 
 @pytest.mark.timeout(600 * FUZZ_SCALE)
-@settings(max_examples=n(600))
+@settings(max_examples=n(300))
 @given(st.one_of(argv_lists(), mutated_argv(), mutated_argv(), mutated_argv()))
 def test_command_line_fuzzed(argv):
     cwd = os.getcwd()

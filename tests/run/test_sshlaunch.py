@@ -66,9 +66,17 @@ def launch_argv(cluster, preset: Path, tmp_path: Path, *extra: str) -> list[str]
     )
 
 
-def the_run(tmp_path: Path) -> Path:
-    [run] = list((tmp_path / "runs").iterdir())
-    return run
+def the_run(tmp_path: Path) -> Path | None:
+    """The test's one run directory; None while there is none yet (the runs folder is made just before it)."""
+    runs = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
+    assert len(runs) <= 1, runs
+    return runs[0] if runs else None
+
+
+def this_worker(p: psutil.Process, worker: str) -> bool:
+    """An agent (or its ssh client) of this xdist worker's sshd, whose config lies in the worker's temporary
+    folder, not of a run another worker's test has going at the same time."""
+    return any(worker in " ".join(q.cmdline()) for q in [p, *p.parents()])
 
 
 def leftovers(tmp_path: Path) -> list[str]:
@@ -80,7 +88,11 @@ def leftovers(tmp_path: Path) -> list[str]:
             cmd = " ".join(p.info["cmdline"] or [])
             if (
                 mark in cmd
-                or ("paradvisor.launch.nodeagent" in cmd and p.pid != os.getpid())
+                or (
+                    "paradvisor.launch.nodeagent" in cmd
+                    and p.pid != os.getpid()
+                    and this_worker(p, str(tmp_path.parent))
+                )
                 or ("paradvisor.train" in cmd and mark in " ".join(p.cmdline()))
             ):
                 out.append(f"{p.pid}: {cmd[:160]}")

@@ -1,11 +1,16 @@
 """The user's model folder and JSONL corpus on the engines that start processes elsewhere (issue 28): every node
-over ssh (a real sshd at loopback "hosts"; the nodes share the token cache folder, so the corpus is tokenized
-once in all; node 0's model/ and tensorboard/ are copied home over ssh) and a real Slurm job. Each run finishes,
-both ranks train on the user's tokens, and the model it leaves loads in transformers."""
+over ssh (a real sshd at loopback "hosts"), twice: once with the data on a path the preset declares shared (each
+node reads it; the nodes share the token cache folder, so it is tokenized once in all) and once with a data path
+the nodes cannot read (`~/data/...` with the launcher's HOME elsewhere: the launcher tokenizes and copies the cache
+entry to each node over its ssh session), with the same losses; node 0's model/ and tensorboard/ are copied home
+over ssh. And a real Slurm job. Each run finishes, both ranks train on the user's tokens, and the model it leaves
+loads in transformers."""
 
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import sys
 import tomllib
@@ -22,9 +27,9 @@ from tests.support.userdata import preset, write_corpus, write_model_folder
 pytestmark = pytest.mark.slow
 
 
-def user_preset(tmp: Path, **launch) -> Path:
+def user_preset(tmp: Path, data: Path | None = None, **launch) -> Path:
     model = write_model_folder(tmp / "model")
-    data = write_corpus(tmp / "data" / "corpus.jsonl", 200)
+    data = write_corpus(data or tmp / "data" / "corpus.jsonl", 200)
     p = preset(tmp / "user.toml", model, data, plan={"dp": 2}, nproc=2)
     doc = tomllib.loads(p.read_text())
     doc["launch"].update(launch)
@@ -43,42 +48,75 @@ def check_run(run: Path) -> None:
     assert AutoTokenizer.from_pretrained(str(run / "model")).eos_token == "<eos>"
 
 
+def ssh_launch(cluster, p: Path, runs: Path, *extra: str, env: dict | None = None):  # noqa: F811
+    argv = launch_argv(p, runs, "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=400, cwd=str(runs.parent), env=env, check=False
+    )
+
+
+def losses(run: Path) -> dict:
+    return {
+        (r["kind"], r["step"], r.get("rank")): r.get("loss", r.get("eval_loss"))
+        for r in records(run, "metrics.jsonl")
+        if r["kind"] in ("step", "eval")
+    }
+
+
 @pytest.mark.ssh
-def test_the_users_data_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
+def test_the_users_data_over_two_ssh_nodes_shared_or_copied(cluster, tmp_path):  # noqa: F811
     port = cluster["sshd"].port
-    p = user_preset(
-        tmp_path,
-        nproc_per_node=1,
-        nnodes=2,
-        hosts=[f"127.0.0.1:{port}", f"127.0.0.2:{port}"],
-        master_port=free_port(),
-        remote_python=sys.executable,
-        remote_dir=str(tmp_path / "nodes"),
-        join_timeout_s=60,
-    )
-    base = [
-        sys.executable,
-        "-m",
-        "paradvisor",
-        "launch",
-        "--preset",
-        str(p),
-        "--runs-dir",
-        str(tmp_path / "runs"),
-    ]
-    ssh = ["--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5"]
-    dry = subprocess.run([*base, *ssh, "--dry-run"], capture_output=True, text=True, timeout=120, check=False)
+    home = tmp_path / "home"  # the launcher's HOME: ~/data/corpus.jsonl exists here, not on the nodes
+    if (Path(pwd.getpwuid(os.getuid()).pw_dir) / "data" / "corpus.jsonl").exists():  # sshd's HOME
+        pytest.skip("~/data/corpus.jsonl exists on the nodes (this machine's HOME)")
+    nodes = {
+        "nproc_per_node": 1,
+        "nnodes": 2,
+        "hosts": [f"127.0.0.1:{port}", f"127.0.0.2:{port}"],
+        "master_port": free_port(),
+        "remote_python": sys.executable,
+        "remote_dir": str(tmp_path / "nodes"),
+        "join_timeout_s": 60,
+    }
+    shared = user_preset(tmp_path, data=home / "data" / "corpus.jsonl", shared_paths=[str(tmp_path)], **nodes)
+    copied = tmp_path / "copied.toml"
+    doc = tomllib.loads(shared.read_text())
+    doc["train"].update(data_path="~/data/corpus.jsonl", cache_dir=str(tmp_path / "cache-copied"))
+    del doc["launch"]["shared_paths"]
+    doc["launch"]["master_port"] = free_port()
+    copied.write_text(tomli_w.dumps(doc))
+    env = {**os.environ, "HOME": str(home)}
+
+    dry = ssh_launch(cluster, copied, tmp_path / "runs-copied", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
-    assert "must be readable at the same path on every node" in dry.stderr
-    proc = subprocess.run(
-        [*base, *ssh], capture_output=True, text=True, timeout=400, cwd=str(tmp_path), check=False
-    )
+    assert (
+        "data: tokenized here at launch (not in the cache yet), then copied to each of 2 nodes; the nodes never "
+        "read ~/data/corpus.jsonl (not on launch.shared_paths)"
+    ) in dry.stderr  # the shared run's line: tests/run/test_datacopy.py
+
+    proc = ssh_launch(cluster, shared, tmp_path / "runs-shared")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    [run] = list((tmp_path / "runs").iterdir())
-    check_run(run)  # node 0's model/ and tensorboard/ came home over ssh
-    assert "copied from node 0" in json.loads((run / "status.json").read_text())["outputs"]
+    [run] = list((tmp_path / "runs-shared").iterdir())
+    outputs = json.loads((run / "status.json").read_text())["outputs"]
+    assert "copied from node " in outputs, outputs  # the node of global rank 0
+    check_run(run)  # its model/ and tensorboard/ came home over ssh
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
     assert len(list((tmp_path / "cache").glob("*/meta.json"))) == 1  # one tokenized corpus for both nodes
+
+    proc = ssh_launch(cluster, copied, tmp_path / "runs-copied", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "copied to each of 2 nodes" in proc.stderr
+    [copy] = list((tmp_path / "runs-copied").iterdir())
+    check_run(copy)
+    assert losses(copy) == pytest.approx(losses(run), rel=1e-6) and len(losses(run)) >= 10
+    [entry] = [m.parent for m in (tmp_path / "cache-copied").glob("*/meta.json")]  # tokenized once, here
+    log = (copy / "launcher.log").read_text()
+    assert f"data: tokenized corpus {entry.name} copied to 2 node(s): " in log, log
+    for node in (0, 1):  # each node's ranks read their own checked copy, never the data path
+        plan = tomllib.loads((tmp_path / "nodes" / copy.name / f"node{node}" / "plan.toml").read_text())
+        got = Path(plan["train"]["tokenized"])
+        assert got == tmp_path / "nodes" / copy.name / f".corpus-node{node}" / entry.name
+        assert (got / "train.bin").read_bytes() == (entry / "train.bin").read_bytes()
 
 
 def test_the_users_data_in_a_slurm_job(tmp_path_factory, tmp_path):

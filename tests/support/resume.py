@@ -25,13 +25,19 @@ ENGINES = {
     "fsdp": ("mingpt", _p(dp=2, sharding="fsdp", micro_batch=4)),
     "zero3": ("mingpt", _p(dp=2, sharding="zero3", micro_batch=4)),
     "tp": ("mingpt", _p(tp=2, micro_batch=8)),
-    "pp": ("mingpt", _p(pp=2, micro_batch=4, grad_accum=2)),
+    # interleaved: two chunks per rank, one cut from a copy of the model (train/stages.WholeNames names both);
+    # one chunk per rank is the same code with one chunk
+    "pp": (
+        "mingpt",
+        _p(pp=2, pp_schedule="interleaved1f1b", pp_virtual_stages=2, micro_batch=2, grad_accum=4),
+    ),
     "ep": ("mixtral", _p(dp=2, ep=2, micro_batch=4)),
     "diloco": ("mingpt", _p(dp=2, micro_batch=4, diloco=True, local_steps=2)),
 }
 # other plans a checkpoint is resumed under: name -> (source engine, plan). Between ZeRO stages the
 # optimizer state carries over too (DeepSpeed's universal checkpoint, train/dsresume.py).
 CROSS = {
+    "ddp->fsdp": ("ddp", _p(dp=2, sharding="fsdp", micro_batch=4)),  # whole tensors loaded as FSDP2's shards
     "fsdp->tp2": ("fsdp", _p(tp=2, micro_batch=8)),  # sharded tensors resharded as DTensors of another mesh
     "zero3->zero1": ("zero3", _p(dp=2, sharding="zero1", micro_batch=4)),
     "2ranks->1": ("fsdp", _p(dp=1, micro_batch=4, grad_accum=2)),

@@ -345,19 +345,8 @@ def dry_run(preset, args) -> int:
     print(plan.text())
     sys.stderr.write(plan.summary + "\n")
     sys.stderr.write(epoch_text(preset))
-    data_note(preset)
+    sys.stderr.write(plan.data + "\n" if plan.data else "")  # how the nodes get the data: launch/datacopy.py
     return 0
-
-
-def data_note(preset) -> None:
-    """A several-node files run: where each node gets its tokenized corpus (said by --dry-run)."""
-    from paradvisor.spec.corpus import cache_root, uses_files
-
-    if uses_files(preset) and preset.launch.nnodes > 1:
-        sys.stderr.write(
-            f"data: {preset.train.data_path} must be readable at the same path on every node; each node "
-            f"tokenizes it once into {cache_root(preset.train.cache_dir)} (once in all when that folder is shared)\n"
-        )
 
 
 def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
@@ -421,16 +410,21 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
 
 def tokenize_first(preset, *, quiet: bool) -> None:
     """The user's corpus tokenized here, with progress, before any rank starts (the ranks then find it in the
-    cache; bad data fails here, exit 2); then its tokens and predicted time per epoch."""
+    cache, or the ssh engine copies it to nodes that do not read the data path; bad data fails here, exit 2);
+    then its tokens and predicted time per epoch, and how an ssh run's nodes get it."""
+    from paradvisor.launch.datacopy import SHARED, dry_line, mode
     from paradvisor.spec.corpus import corpus_spec, uses_files
     from paradvisor.spec.preset import engine_of
     from paradvisor.train.corpus import Progress, check_corpus
 
-    if not uses_files(preset) or engine_of(preset.launch) != "local":
+    ssh = engine_of(preset.launch) == "ssh"
+    if not uses_files(preset) or (ssh and mode(preset) == SHARED):
         return
     check_corpus(preset, tokenize=True, progress=None if quiet else Progress(corpus_spec(preset).bytes))
     if not quiet:
-        sys.stderr.write(epoch_text(preset))
+        sys.stderr.write(
+            epoch_text(preset) + (dry_line(preset, "ssh", preset.launch.nnodes) + "\n" if ssh else "")
+        )
 
 
 def epoch_text(preset) -> str:

@@ -196,6 +196,14 @@ class Node:
         """(name, spec, count) per run of like GPUs, in index order."""
         return gpu_kinds(self.gpus)
 
+    @cached_property
+    def gpu_memory_bytes(self) -> int:
+        """All its GPUs' memory together (one product for a node of like devices, not one sum per GPU)."""
+        g = self.gpus
+        if isinstance(g, SameDevices):
+            return g.template.memory_bytes * g.count
+        return sum(d.memory_bytes for d in g)
+
     def same_shape(self, other: Node) -> bool:
         """Whether the planner can treat the two nodes alike: same GPUs in the same order, same link, RAM
         and state (names, hosts and measured utilisation may differ)."""

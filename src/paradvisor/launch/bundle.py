@@ -19,9 +19,17 @@ SKIP_DIRS = {"__pycache__", "node_modules"}
 
 
 def is_shared(script: str, shared_paths: tuple[str, ...]) -> bool:
-    """Whether the script lies under one of the preset's shared paths (the same path on every node)."""
+    """Whether the script (or any path) lies under one of the preset's shared paths (the same path on every
+    node)."""
     p = Path(script).resolve()
     return any(p.is_relative_to(Path(os.path.expanduser(s)).resolve()) for s in shared_paths)
+
+
+def for_nodes(preset) -> bytes | None:
+    """What the ssh engine sends every node of the user's --script folder: its bundle, or None (no script, or
+    one on launch.shared_paths, started where it is)."""
+    script = preset.program.script
+    return bundle(script) if script and not is_shared(script, preset.launch.shared_paths) else None
 
 
 def bundle(script: str) -> bytes:

@@ -234,22 +234,36 @@ def receive_pushed(stream, info: dict, into: Path, limit: int) -> Path:
     if not re.fullmatch(r"step-\d{1,12}", name) or not isinstance(info.get("lines"), int):
         raise ValueError("the pushed checkpoint's name or size is not one")
     folder = into / name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, mode=0o700)
-    for _ in range(info["lines"]):
-        msg = json.loads(stream.readline(limit))
-        rel, data = msg["f"], base64.b64decode(msg["b"], validate=True)
-        if not _REL.match(rel):
-            raise ValueError(f"a pushed file name that may not be written: {rel[:80]!r}")
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.pwrite(fd, data, int(msg["o"]))
-        finally:
-            os.close(fd)
+    receive_files(stream, info["lines"], folder, limit)
     meta = read_meta(folder)
     why = "no meta.json" if meta is None else verify(folder, meta)
     if why:
         raise ValueError(f"the pushed checkpoint {name}: {why}")
     return folder
+
+
+def receive_files(stream, lines: int, folder: Path, limit: int, sizes: dict[str, int] | None = None) -> None:
+    """`lines` lines of `push_lines` into `folder`, made afresh: only names `_REL` allows and, given `sizes` (a
+    manifest's), only the files it names, each one's bytes in order and within its size (else ValueError)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.mkdir(mode=0o700)
+    got: dict[str, int] = {}
+    for _ in range(lines):
+        raw = stream.readline(limit)
+        if not raw:
+            raise ValueError(f"the copy ended after {len(got)} of its files began, before its last line")
+        msg = json.loads(raw)
+        rel, data, off = msg["f"], base64.b64decode(msg["b"], validate=True), int(msg["o"])
+        if not _REL.match(rel) or (sizes is not None and rel not in sizes):
+            raise ValueError(f"a pushed file name that may not be written: {rel[:80]!r}")
+        if sizes is not None and (off != got.get(rel, 0) or off + len(data) > sizes[rel]):
+            raise ValueError(f"{rel}: bytes out of order or beyond its {sizes[rel]} bytes")
+        got[rel] = off + len(data)
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.pwrite(fd, data, off)
+        finally:
+            os.close(fd)

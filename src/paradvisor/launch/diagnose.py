@@ -32,6 +32,16 @@ def is_peer_error(error: str | None) -> bool:
     return any(p in e for p in PEER_ERRORS)
 
 
+def node_blame(final: dict | None) -> int:
+    """How likely a failed node of a several-node run is the cause, from its final status (None: it has none):
+    its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
+    if final is None:
+        return 0  # unreachable, lost, or its agent refused the run: nothing else explains it
+    if is_peer_error(final.get("reason") or "") or final.get("status") == "cancelled":
+        return 2
+    return 1 if final.get("failed_process") == "torchrun agent" else 0
+
+
 AGENT_ERRORS = re.compile(
     r"Rendezvous\w*Error|DistNetworkError|DistStoreError|EADDRINUSE|address already in use", re.IGNORECASE
 )

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from paradvisor.launch import runner
 from paradvisor.launch.argv import node_commands
+from paradvisor.launch.datacopy import dry_line
 from paradvisor.launch.handle import RunHandle
 from paradvisor.launch.hang import hang_timeout
 from paradvisor.output import shell_join
@@ -25,11 +26,13 @@ from paradvisor.spec.preset import Preset, engine_of
 @dataclass(frozen=True)
 class DryRun:
     """What an engine would run: `commands` are (heading, text) pairs — a comment line naming the node (empty
-    for a single command) and the exact command or script, quoted for pasting; `summary` is one line."""
+    for a single command) and the exact command or script, quoted for pasting; `summary` is one line; `data`
+    one line on how a several-node run's nodes get the data (launch/datacopy.py; "" when there is none)."""
 
     engine: str
     commands: tuple[tuple[str, str], ...]
     summary: str
+    data: str = ""
 
     def text(self) -> str:
         return "\n".join((f"# {head}\n" if head else "") + body for head, body in self.commands)
@@ -70,6 +73,7 @@ class LocalEngine:
                 for host, argv in commands
             ),
             f"{_layout(preset)}; {hang_timeout(preset)[1]}; nothing started",
+            dry_line(preset, self.name, preset.launch.nnodes),
         )
 
     def start(self, preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, **kw) -> RunHandle:
@@ -104,6 +108,7 @@ class SshEngine:
                 for n in nodes
             ),
             f"{_layout(preset, ' over ssh')}, rendezvous at {endpoint}; nothing started",
+            dry_line(preset, self.name, len(nodes)),
         )
 
     def start(self, preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, **kw) -> RunHandle:
@@ -135,6 +140,7 @@ class SlurmEngine:
             (("the job script, written to the run directory as job.sbatch", text.rstrip("\n")),)
             + (("submitted with", shell_join(argv)),),
             f"{_layout(preset, ' as a Slurm job')}; nothing submitted",
+            dry_line(preset, self.name, preset.launch.nnodes),
         )
 
     def start(self, preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, **kw) -> RunHandle:

@@ -4,7 +4,9 @@
 Protocol (one JSON object per line; no text from the launching machine ever reaches a shell):
 - stdin, first line: the hello — {"plan": <plan.toml text>, "run_name", "node", "endpoint", "remote_dir",
   "env": {NAME: value}, "resume": {"name": "step-N", "lines": K} when the run resumes from a checkpoint the
-  launcher holds: K lines of its files follow (launch/ckptcopy.py)}. Later lines: {"cmd": "stop", "reason": ...}. End of input (the launching machine
+  launcher holds: K lines of its files follow (launch/ckptcopy.py), "corpus": {"key", "lines", "files"} when the
+  launcher copies the tokenized corpus (its lines follow next) or {"folder"} in a shared cache folder
+  (launch/datacopy.py)}. Later lines: {"cmd": "stop", "reason": ...}. End of input (the launching machine
   stopped or lost its connection) stops the node too.
 - stdout: {"t": "hello"} (agent pid, host, run directory), {"t": "ranks", "pids": {rank: pid}} once the
   node's ranks run (the rendezvous is complete), {"t": "append", "f": name, "b": base64} for what was
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from paradvisor import __version__
 from paradvisor.errors import InputError
-from paradvisor.launch import runner
+from paradvisor.launch import datacopy, runner
 from paradvisor.launch.argv import FORWARD_PREFIXES
 from paradvisor.launch.bundle import unpack
 from paradvisor.launch.ckptcopy import Sender, copies, receive_pushed
@@ -259,9 +261,10 @@ def _start_node(hello: dict, out: Emitter):
 
 
 def _sent_here(hello: dict, preset, base: Path):
-    """What the launcher sent besides the plan: (the preset, with the user's script folder unpacked here and
-    resuming from the checkpoint pushed after the hello when there is one; the ranks' environment; whether
-    this node's checkpoint parts go to the launcher: no shared checkpoint_dir)."""
+    """What the launcher sent besides the plan: (the preset, with the user's script folder unpacked here,
+    resuming from the checkpoint pushed after the hello when there is one, reading the tokenized corpus the
+    launcher named or copied when it did; the ranks' environment; whether this node's checkpoint parts go to
+    the launcher: no shared checkpoint_dir)."""
     node = hello["node"]
     if hello.get("code") and preset.program.script:  # the user's script folder, copied over this ssh
         code = base / f".code-node{node}"
@@ -280,6 +283,16 @@ def _sent_here(hello: dict, preset, base: Path):
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"cannot resume on node {node}: {exc}") from None
         preset = replace(preset, train=replace(preset.train, resume_from=str(got)))
+    if "corpus" in hello:  # the tokenized corpus: in a shared cache folder, or copied after the hello
+        preset = datacopy.received(
+            preset, hello["corpus"], sys.stdin.buffer, base / f".corpus-node{node}", node, HELLO_LIMIT
+        )
+    else:  # every node reads the data path itself (declared shared)
+        datacopy.readable_here(
+            preset,
+            socket.gethostname(),
+            "its path is declared shared (launch.shared_paths): every node reads it",
+        )
     return preset, env, copy
 
 

@@ -17,7 +17,7 @@ from paradvisor.launch.argv import split_endpoint
 from paradvisor.launch.trainer_check import trainer_check
 from paradvisor.model.families import resolve_attention
 from paradvisor.spec.capability import runtime_why_not, why_not
-from paradvisor.spec.corpus import corpus_spec, uses_files
+from paradvisor.spec.corpus import corpus_spec, tokenized_corpus, uses_files
 from paradvisor.spec.data import check_data_path
 from paradvisor.spec.faults import from_env
 from paradvisor.spec.model import profile_of, resolved_config
@@ -67,7 +67,9 @@ def check_data(preset: Preset, where: str, trainer_checks=None) -> None:
     of a shipped dataset (spec/data.py), the weights path, then what needs the trainer's code (the tokenizer
     against the vocabulary, the weights' tensors against the model: launch/trainer_check.py; `trainer_checks`:
     train/check.run_checks, passed in by an interface that imports the trainer, else they run in a child)."""
-    if uses_files(preset) or preset.train.dataset == "files":
+    if preset.train.tokenized:  # a node given the tokenized corpus (launch/datacopy.py): never data_path
+        tokenized_corpus(preset)
+    elif uses_files(preset) or preset.train.dataset == "files":
         corpus_spec(preset)  # the files and their first records; names what is missing (the tokenizer)
     else:
         check_data_path(preset.train.dataset, preset.train.data_path)

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.launch import runner
+from paradvisor.launch.datacopy import readable_here
 from paradvisor.launch.diagnose import is_peer_error
 from paradvisor.launch.requeue import follow_latest, requeued
 from paradvisor.launch.slurm_script import checked, sbatch_argv, script
@@ -39,16 +41,8 @@ from paradvisor.rundir.status import read_status, write_aborted, write_json_atom
 from paradvisor.safeio import run_capture, write_private
 from paradvisor.spec.preset import Preset, load_preset, write_run_plan
 
-TERMINAL_STATES = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
+TERMINAL_STATES = tuple(
+    "COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL PREEMPTED OUT_OF_MEMORY BOOT_FAIL DEADLINE".split()
 )
 # Pending reasons that never clear by waiting: the job asks for more than its partition, account or QOS allows
 # per job, or for something that does not exist (Slurm's "JOB REASON CODES"). The launcher cancels such a job
@@ -68,6 +62,7 @@ POLL_S = 1.0
 CANCEL_WAIT_S = 90.0  # scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (30 s by default)
 SLURM_TIMEOUT_S = 60.0  # one sbatch / scontrol / scancel call
 SLURM_REPLY_BYTES = 1 << 20  # what one of them may print (a job id, one `scontrol show job -o` line)
+DATA_RULE = "a Slurm job's nodes read the data path themselves: every node of the allocation must read it"
 JOB_ID = re.compile(r"[0-9]{1,12}")  # a job id as sbatch --parsable prints it (before any ";cluster")
 
 
@@ -86,13 +81,14 @@ def node_main(argv: list[str] | None = None) -> int:
             "paradvisor.launch.slurm: run it inside a Slurm job step (srun): SLURM_NODEID is not set\n"
         )
         return 2
-    run_dir = Path(args.run_dir)
+    run_dir, preset = Path(args.run_dir), None
     try:
         preset = load_preset(RunDir(run_dir).plan)
         if nnodes != preset.launch.nnodes:
             raise InputError(f"the job has {nnodes} node(s), the plan {preset.launch.nnodes}")
         lau = replace(preset.launch, engine="local", node_rank=node, rdzv_endpoint=args.endpoint)
         preset, run_dir, lineage = requeued(preset, run_dir)  # a requeue: a new folder (launch/requeue.py)
+        readable_here(preset, f"node {node} ({socket.gethostname()})", DATA_RULE)
         launch = runner.start(
             replace(preset, launch=lau),
             runs_dir=run_dir.parent,
@@ -104,6 +100,8 @@ def node_main(argv: list[str] | None = None) -> int:
         )
     except InputError as exc:
         sys.stderr.write(f"paradvisor: {exc}\n")
+        if preset is not None:  # the submitter reports it as this node's failure
+            write_aborted(RunDir(run_dir).node_status(node), preset, exc)
         return 2
     if lineage:
         launch.lineage = lineage

@@ -37,10 +37,9 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.remote import check_reachable, parse_host, resolve_address, ssh_base
-from paradvisor.launch import ckptcopy
+from paradvisor.launch import bundle, ckptcopy, datacopy
 from paradvisor.launch.argv import forwarded_env, split_endpoint
-from paradvisor.launch.bundle import bundle, is_shared
-from paradvisor.launch.diagnose import is_peer_error
+from paradvisor.launch.diagnose import node_blame
 from paradvisor.launch.fetch import fetch_outputs
 from paradvisor.launch.preflight import validate
 from paradvisor.monitor.follow import failure_text
@@ -118,18 +117,6 @@ class NodeSession:
         }
 
 
-def _score(n: NodeSession) -> int:
-    """How likely a failed node is the cause: its own error 0, a rendezvous/agent failure 1, a peer's error 2."""
-    if n.final is None:
-        return 0  # unreachable, lost, or its agent refused the run: nothing else explains it
-    reason = n.final.get("reason") or ""
-    if is_peer_error(reason) or n.final.get("status") == "cancelled":
-        return 2
-    if n.final.get("failed_process") == "torchrun agent":
-        return 1
-    return 0
-
-
 class SshLaunch:
     """A run over ssh: `wait()` runs it to the end and returns the final status (a launch/handle.py RunHandle)."""
 
@@ -145,13 +132,17 @@ class SshLaunch:
         ssh_timeout: float,
         env: dict,
         code: bytes | None = None,
+        data: datacopy.DataPush | None = None,
     ):
         import psutil
 
         self.code = code  # the user's script folder (launch/bundle.py), sent to every node in its hello
+        self.data = data  # the tokenized corpus the nodes read instead of the data path (launch/datacopy.py)
         self.preset, self.run_dir, self.nodes, self.endpoint = preset, run_dir, nodes, endpoint
         self.locks, self.ssh_config, self.ssh_timeout, self.env = locks, ssh_config, ssh_timeout, env
         self.copies = ckptcopy.for_run(preset, run_dir, len(nodes), self.log)  # checkpoints copied here
+        if data is not None:
+            data.log = self.log
         self.status_path = RunDir(run_dir).status
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.started = time.time()
@@ -279,6 +270,7 @@ class SshLaunch:
                     "env": self.env,
                     **({"code": base64.b64encode(self.code).decode()} if self.code else {}),
                     **(self.copies.hello() if self.copies else {}),
+                    **(self.data.hello() if self.data else {}),
                 }
             )
             + "\n"
@@ -309,6 +301,14 @@ class SshLaunch:
         )
         n.reader.start()
         self.log(f"{n.label}: started: {shlex.join(n.argv)}")
+
+    def _spawn_all(self) -> None:
+        """Every node's session, then the tokenized corpus to every node at once (before the join deadline)."""
+        for n in self.nodes:
+            self._spawn(n)
+        if self.data:  # a node that takes nothing for join_timeout_s is closed (it would never join either)
+            live = [(n.index, n.proc) for n in self.nodes if n.proc is not None]
+            self.data.push(live, stall_s=self.preset.launch.join_timeout_s)
 
     def _owns(self, n: NodeSession, rank: int) -> bool:
         """Whether global rank `rank` is node n's: the rendezvous decides which node gets which ranks, so a
@@ -473,12 +473,13 @@ class SshLaunch:
             self._settle(n)
 
     def _fetch_outputs(self) -> str:
-        """Node 0's model/ and tensorboard/ copied into this run directory (launch/fetch.py); what happened."""
-        n = self.nodes[0]
+        """model/ and tensorboard/ of the node of global rank 0 (the rendezvous picks it) copied into this run
+        directory (launch/fetch.py); what happened."""
+        n = self.nodes[self.rank_owner.get(0, 0)]
         if not n.agent.get("run_dir"):
-            return "node 0 never said where its run directory is"
+            return f"node {n.index} never said where its run directory is"
         base = ssh_base(n.host, timeout=self.ssh_timeout, ssh_config=self.ssh_config)
-        line = fetch_outputs(base, n.agent["run_dir"], self.run_dir)
+        line = fetch_outputs(base, n.agent["run_dir"], self.run_dir, node=n.index)
         self.log(f"outputs: {line}")
         return line
 
@@ -530,8 +531,7 @@ class SshLaunch:
             )
         if self.cancel_requested:
             return self._final("cancelled", reason=self.cancel_reason)
-        for n in self.nodes:
-            self._spawn(n)
+        self._spawn_all()
         self._write_nodes()
         write_json_atomic(self.status_path, self.status())
         join_deadline = time.monotonic() + self.join_bound_s
@@ -554,18 +554,19 @@ class SshLaunch:
             if failed:
                 now = time.monotonic()
                 first_failure = first_failure or now
-                root = min(failed, key=lambda n: (_score(n), n.ended or 0))
+                root = min(failed, key=lambda n: (node_blame(n.final), n.ended or 0))
                 settled = all(n.ended is not None for n in self.nodes)
                 late = [n for n in self.nodes if n.state in ("starting", "running") and not n.pids]
-                if _score(root) == 1 and late:  # the rendezvous failed: blame the node that never came
+                # the rendezvous failed: blame the node that never came
+                if node_blame(root.final) == 1 and late:
                     return self._never_joined(late, f"{root.label}: {root.reason}")
-                if _score(root) == 0 or settled or now - first_failure > PEER_GRACE_S:
-                    if _score(root) == 1 and late:
+                if node_blame(root.final) == 0 or settled or now - first_failure > PEER_GRACE_S:
+                    if node_blame(root.final) == 1 and late:
                         return self._never_joined(late, f"{root.label}: {root.reason}")
                     self._stop_all(f"{root.label} failed")
                     return self._final("failed", **self._failure(root))
-            elif time.monotonic() > join_deadline and not all(n.state == "joined" for n in self.nodes):
-                return self._never_joined([n for n in self.nodes if n.state != "joined"], None)
+            elif time.monotonic() > join_deadline and any(not n.pids for n in self.nodes):
+                return self._never_joined([n for n in self.nodes if not n.pids], None)
             time.sleep(poll)
 
     def _never_joined(self, missing: list[NodeSession], seen: str | None) -> dict:
@@ -637,9 +638,8 @@ def start(
     nodes, endpoint = plan_nodes(preset, ssh_config=ssh_config, ssh_timeout=timeout)
     preset = replace(preset, launch=replace(lau, rdzv_endpoint=endpoint, node_rank=0))
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
-    code = None  # the user's script folder, copied into each node's run folder unless on a shared path
-    if preset.program.script and not is_shared(preset.program.script, lau.shared_paths):
-        code = bundle(preset.program.script)
+    data = datacopy.for_run(preset)  # tokenized here first when the nodes do not read the data path
+    code = bundle.for_nodes(preset)  # the user's script folder, unless on a shared path
     run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
     try:
         write_run_plan(RunDir(run_dir).plan, preset)
@@ -668,6 +668,7 @@ def start(
             ssh_timeout=timeout,
             env=forwarded_env(env),
             code=code,
+            data=data,
         )
         write_json_atomic(launch.status_path, launch.status())
         launch._write_nodes()

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from paradvisor.errors import InputError
-from paradvisor.spec.corpus import TOKENIZER_FILES, corpus_spec, tokenizer_source, uses_files
+from paradvisor.spec.corpus import TOKEN_FILES, TOKENIZER_FILES, corpus_spec, tokenizer_source, uses_files
 from paradvisor.spec.preset import plan_toml
 from paradvisor.spec.weights import checkpoint_shapes, weight_files, weights_folder
 
@@ -42,9 +42,12 @@ def inputs_key(preset, folder: Path | None) -> str:
     corpus, tokenizer, model-folder and weights file."""
     doc = preset.to_doc()
     files: list = []
-    if uses_files(preset):
+    if preset.train.tokenized:
+        files += [Path(preset.train.tokenized).expanduser() / f for f in TOKEN_FILES]
+    elif uses_files(preset):
         spec = corpus_spec(preset)
         files += [*spec.files, *spec.eval_files]
+    if uses_files(preset):
         src = Path(tokenizer_source(preset) or "")
         files += [src / f for f in TOKENIZER_FILES] if src.is_dir() else [src]
     model = Path(preset.workload.model)
@@ -74,11 +77,22 @@ def trainer_check(preset, run_checks: Callable | None = None) -> None:
     _PASSED.add(key)
 
 
-def _in_child(preset) -> None:
-    doc = json.dumps({"path": preset.path, "preset": plan_toml(preset)})
-    try:
+def tokenize(preset) -> None:
+    """The corpus tokenized into its cache by the trainer's code in a child (the ssh engine copies the result to
+    nodes that cannot read the data path: launch/datacopy.py)."""
+    _in_child(preset, tokenize=True)
+
+
+def _in_child(preset, *, tokenize: bool = False) -> None:
+    doc = json.dumps({"path": preset.path, "preset": plan_toml(preset), "tokenize": tokenize})
+    try:  # tokenizing takes as long as the corpus needs (Ctrl-C stops it)
         res = subprocess.run(
-            [sys.executable, "-m", CHECK_MODULE], input=doc, capture_output=True, text=True, timeout=TIMEOUT_S
+            [sys.executable, "-m", CHECK_MODULE],
+            input=doc,
+            capture_output=True,
+            text=True,
+            timeout=None if tokenize else TIMEOUT_S,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         raise InputError(f"the trainer's checks of the data and weights took over {TIMEOUT_S} s") from None

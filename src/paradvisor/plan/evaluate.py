@@ -427,7 +427,7 @@ def node_ram(node) -> tuple[float, bool]:
     """(bytes of host RAM, whether it is known: from `detect` or the cluster file's `ram`)."""
     if node.ram_total_bytes:
         return float(node.ram_total_bytes), True
-    return max(HOST_RAM_MIN, HOST_RAM_PER_GPU_MEMORY * sum(g.memory_bytes for g in node.gpus)), False
+    return max(HOST_RAM_MIN, HOST_RAM_PER_GPU_MEMORY * node.gpu_memory_bytes), False
 
 
 def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:

@@ -84,7 +84,8 @@ def latest_checkpoint(root: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
-def _crc(path: Path) -> int:
+def crc_of(path: Path) -> int:
+    """The CRC-32 of a file's bytes (a manifest's checksum)."""
     crc = 0
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
@@ -97,7 +98,7 @@ def manifest(folder: Path) -> dict[str, list[int]]:
     out = {}
     for p in sorted(folder.rglob("*")):
         if p.is_file() and p.name != META:
-            out[str(p.relative_to(folder))] = [p.stat().st_size, _crc(p)]
+            out[str(p.relative_to(folder))] = [p.stat().st_size, crc_of(p)]
     return out
 
 
@@ -109,7 +110,7 @@ def verify(folder: Path, meta: dict) -> str | None:
             return f"{rel} is missing"
         if p.stat().st_size != size:
             return f"{rel} has {p.stat().st_size} bytes, the checkpoint wrote {size}"
-        if _crc(p) != crc:
+        if crc_of(p) != crc:
             return f"{rel} is corrupted (its checksum differs from the one written)"
     return None
 

@@ -334,3 +334,28 @@ def cached(spec: CorpusSpec) -> Corpus | None:
         return Corpus(folder, json.loads((folder / "meta.json").read_text()))
     except (OSError, ValueError):
         return None
+
+
+TOKEN_FILES = ("train.bin", "eval.bin", "meta.json")  # a cache entry, as train/corpus.py writes it
+ITEMSIZE = {"uint16": 2, "uint32": 4}
+
+
+def tokenized_corpus(preset) -> Corpus | None:
+    """The tokenized corpus a node's ranks read instead of the data path (`train.tokenized`: the ssh engine's copy
+    on the node, or the entry in a shared cache folder; launch/datacopy.py): its meta.json read and its token
+    files' sizes checked against it. None when the preset names none."""
+    given = preset.train.tokenized
+    if not given:
+        return None
+    folder = Path(given).expanduser()
+    where = f"{preset.path or 'preset'}: train.tokenized = {given!r}"
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        size = ITEMSIZE[meta["dtype"]]
+        for name, key in (("train.bin", "train_tokens"), ("eval.bin", "eval_tokens")):
+            want = int(meta[key]) * size
+            if want and (folder / name).stat().st_size != want:
+                raise ValueError(f"{name} does not hold the {want} bytes meta.json says")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a tokenized corpus: {exc}", where=where) from None
+    return Corpus(folder, meta)

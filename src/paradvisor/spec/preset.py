@@ -140,6 +140,7 @@ _TRAIN = {
     "tokenizer",
     "init",
     "cache_dir",
+    "tokenized",
     "tensorboard",
     "export_model",
     "export_shard_size",
@@ -197,9 +198,8 @@ class TrainSettings:
     outer_momentum: float = 0.9
     num_labels: int = 2
     image_size: int = 32
-    hang_timeout_s: float | None = (
-        None  # None: derived from the predicted step time (runner.hang_timeout); 0: off
-    )
+    # None: derived from the predicted step time (runner.hang_timeout); 0: off
+    hang_timeout_s: float | None = None
     # Checkpoints (docs/resume.md): every N steps and/or every M minutes (None: the launcher picks an interval
     # from the prediction; 0: none but the one on a graceful stop), the newest k kept, DCP's async save.
     checkpoint_every: int | None = None
@@ -217,9 +217,10 @@ class TrainSettings:
     eval_samples: int = 0  # samples per eval (0: the whole eval part)
     tokenizer: str | None = None  # a tokenizer folder or tokenizer.json (default: the model folder's own)
     init: str = "auto"  # pretrained | random | auto (pretrained when weights exist)
-    cache_dir: str | None = (
-        None  # tokenized corpora (default $PARADVISOR_CACHE_DIR or ~/.cache/paradvisor/tokens)
-    )
+    # tokenized corpora (default $PARADVISOR_CACHE_DIR or ~/.cache/paradvisor/tokens)
+    cache_dir: str | None = None
+    # Set by the ssh engine on a node: the tokenized corpus its ranks read (launch/datacopy.py), not data_path
+    tokenized: str | None = None
     tensorboard: bool = True  # event files in RUN_DIR/tensorboard/
     export_model: bool = True  # RUN_DIR/model/ (a Hugging Face folder) when the run finishes
     export_shard_size: str = "5GB"  # safetensors shards above this size, with an index
@@ -251,9 +252,8 @@ class LaunchSettings:
     # --submit slurm: cancel the job (a failed run) when it is still queued after this many seconds; 0 waits
     # as long as Slurm keeps it queued (a pending reason that can never clear fails at once either way)
     queue_timeout_s: float = 0.0
-    remote_dir: str = (
-        "~/paradvisor-runs"  # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
-    )
+    # ssh engine: run directories on the nodes (<remote_dir>/<run>/node<N>)
+    remote_dir: str = "~/paradvisor-runs"
     # ssh engine: the interpreter on the nodes that has paradvisor installed; by default the launcher's own
     # (scripts/install.sh puts it in the checkout's .venv: the same path on nodes that share the checkout's layout)
     remote_python: str = field(default_factory=lambda: sys.executable or "python3")

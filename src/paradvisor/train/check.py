@@ -4,8 +4,9 @@ trainer: the corpus's tokenizer against the model's vocabulary and the corpus ag
 (train/corpus.check_corpus), and the starting weights' tensors against the model the preset builds
 (train/weights.check_weights).
 
-Reads {"path": the preset's path or null, "preset": its plan.toml text} as JSON on stdin. Exit 0: the checks
-pass; exit 2 with {"message", "where"} as JSON on stdout: bad input, as the launcher raises it again.
+Reads {"path": the preset's path or null, "preset": its plan.toml text, "tokenize": true to tokenize the corpus
+into its cache as well} as JSON on stdin. Exit 0: the checks pass; exit 2 with {"message", "where"} as JSON on
+stdout: bad input, as the launcher raises it again.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from paradvisor.train.corpus import check_corpus
 from paradvisor.train.weights import check_weights
 
 
-def run_checks(preset) -> None:
+def run_checks(preset, *, tokenize: bool = False) -> None:
+    """The checks; `tokenize`: and the corpus tokenized into its cache (the ssh engine's launcher copies it to
+    the nodes: launch/datacopy.py)."""
     if uses_files(preset):
-        check_corpus(preset)
+        check_corpus(preset, tokenize=tokenize)
     check_weights(preset)
 
 
@@ -34,7 +37,7 @@ def main() -> int:
     preset = parse_preset(tomllib.loads(text), path=doc["path"] or "<preset>", text=text)
     preset = replace(preset, path=doc["path"])
     try:
-        run_checks(preset)
+        run_checks(preset, tokenize=bool(doc.get("tokenize")))
     except InputError as exc:
         print(json.dumps({"message": exc.message, "where": exc.where}))
         return 2

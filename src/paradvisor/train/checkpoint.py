@@ -45,7 +45,6 @@ from paradvisor.spec.faults import from_env
 from paradvisor.spec.model import resolved_config
 from paradvisor.train import dsresume
 from paradvisor.train.dsresume import DS_DIR, DS_TAG, zero_fp32
-from paradvisor.train.models import unwrap
 from paradvisor.train.rng import rng_state, set_rng_state
 
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
@@ -140,15 +139,9 @@ class Checkpointer:
     # ------------------------------------------------------------------ what is saved
 
     def _pp_names(self) -> dict[str, str]:
-        """Stage parameter names -> the whole model's names (every alias of a tied weight maps to its first)."""
-        first: dict[int, str] = {}
-        for n, p in unwrap(self.model).named_parameters(remove_duplicate=False):
-            first.setdefault(id(p), n)
-        out = {}
-        for n, p in self.engine.stage_mod.named_parameters(remove_duplicate=False):
-            if id(p) in first:
-                out[n] = first[id(p)]
-        return out
+        """Stage parameter names -> the whole model's names (every alias of a tied weight maps to its first;
+        train/stages.WholeNames, which also names chunks cut from copies of the model)."""
+        return self.engine.whole_names.of(self.engine.stage_mod)
 
     def _torch_states(self, with_optim: bool = True) -> tuple[dict, callable]:
         """(the DCP state dict, a function that applies a loaded one to the model and optimizer)."""
@@ -161,14 +154,10 @@ class Checkpointer:
         back = {v: k for k, v in names.items()}
         sd = {"model": _rename(msd, names)}
         if self.kind == "pp":  # a tied weight's other alias, so a one-stage model finds both names
-            aliases: dict[int, list[str]] = {}
-            for n, p in unwrap(self.model).named_parameters(remove_duplicate=False):
-                aliases.setdefault(id(p), []).append(n)
-            held = {id(p): n for n, p in module.named_parameters()}
-            for pid, ns in aliases.items():
-                if pid in held and len(ns) > 1:
-                    for alias in ns[1:]:
-                        sd["model"][alias] = sd["model"][names[held[pid]]]
+            for first, others in self.engine.whole_names.aliases.items():
+                if first in sd["model"]:
+                    for alias in others:
+                        sd["model"][alias] = sd["model"][first]
         if with_optim:
             sd[self.optim_key] = _optim_rename(osd, names)
         extra = self.extra_state() if self.extra_state else None

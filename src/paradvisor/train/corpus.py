@@ -34,6 +34,8 @@ from paradvisor.spec.corpus import (
     cached,
     corpus_spec,
     format_of,
+    tokenized_corpus,
+    tokenizer_source,
     uses_files,
 )
 from paradvisor.spec.model import resolved_config
@@ -264,17 +266,22 @@ def check_corpus(preset, *, tokenize: bool = False, progress: Callable | None = 
     (from the tokenizer's size, without tokenizing) and, when the corpus is tokenized (`tokenize` or already in
     the cache), the corpus against one global batch."""
     where = preset.path or "preset"
-    spec = corpus_spec(preset)
-    tok = load_tokenizer(spec.tokenizer, f"{where}: train.tokenizer")
-    eos_of(tok, spec.tokenizer)
+    given = tokenized_corpus(preset)  # a node given the tokenized corpus (launch/datacopy.py)
+    spec = None if given else corpus_spec(preset)
+    source = spec.tokenizer if spec else tokenizer_source(preset) or ""
+    tok = load_tokenizer(source, f"{where}: train.tokenizer")
+    eos_of(tok, source)
     _, cfg = resolved_config(preset)
     vocab = cfg.get("vocab_size")
     if vocab is not None and len(tok) > int(vocab):
         raise InputError(
             f"the tokenizer has {len(tok):,} tokens, more than the model's vocab_size {int(vocab):,}",
-            where=f"{where}: train.tokenizer ({spec.tokenizer})",
+            where=f"{where}: train.tokenizer ({source})",
         )
-    corpus = prepare(spec, progress=progress, tok=tok) if tokenize else cached(spec)
+    if given:
+        corpus = given
+    else:
+        corpus = prepare(spec, progress=progress, tok=tok) if tokenize else cached(spec)
     seq, gb = preset.workload.seq_len, preset.workload.global_batch
     # not tokenized yet: a token is at least a byte of the files (an upper bound on the samples)
     tokens = corpus.meta["train_tokens"] if corpus is not None else spec.bytes

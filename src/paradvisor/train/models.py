@@ -20,7 +20,7 @@ from paradvisor.errors import InputError
 from paradvisor.model import families
 from paradvisor.model.mingpt_net import MinGPT, from_config
 from paradvisor.spec import data as S
-from paradvisor.spec.corpus import corpus_spec, uses_files
+from paradvisor.spec.corpus import corpus_spec, tokenized_corpus, tokenizer_source, uses_files
 from paradvisor.train import data as D
 from paradvisor.train.context import CP_ATTENTION, register
 from paradvisor.train.corpus import load_tokenizer, prepare
@@ -165,11 +165,16 @@ def build_task(preset, family: str, cfg: dict, run_dir: Path, rank: int, barrier
 
 def files_task(preset, run_dir: Path, rank: int) -> tuple[Task, int]:
     """The user's corpus, tokenized once per node (or once in all on a shared cache folder): the first process to
-    take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py)."""
+    take the key's lock tokenizes, the others wait on it and read the cache (train/corpus.py). On an ssh node
+    given the tokenized corpus (`train.tokenized`: launch/datacopy.py), that folder, never the data path."""
     seq = preset.workload.seq_len
-    spec = corpus_spec(preset)
-    tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
-    corpus = prepare(spec, tok=tok)
+    corpus = tokenized_corpus(preset)  # on an ssh node: the copy the launcher pushed, never data_path
+    if corpus is None:
+        spec = corpus_spec(preset)
+        tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
+        corpus = prepare(spec, tok=tok)
+    else:
+        tok = load_tokenizer(tokenizer_source(preset) or "", "train.tokenizer")
     dtype = corpus.meta["dtype"]
     train = PackedTokens(corpus.train_file, dtype, seq)
     ev = PackedTokens(corpus.eval_file, dtype, seq) if corpus.eval_file is not None else None

@@ -379,7 +379,9 @@ class PipelineEngine:
         v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
         if checkpointing_is_flag(model):
             apply_checkpointing(model, family, plan.checkpointing)
-        mods, self.tied = build_stages(model, family, layout.pp_rank, layout.pp, v=v, split=plan.pp_split)
+        mods, self.tied, self.whole_names = build_stages(
+            model, family, layout.pp_rank, layout.pp, v=v, split=plan.pp_split
+        )
         self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
         tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
         self.dp_group = None

@@ -161,6 +161,8 @@ def run(run_dir: Path, rank: int) -> None:
             train_diloco(preset, inner, task, device, rank, world, writer, make_ckpt=checkpointer)
         else:
             engine, kind = build_engine(model, family, plan, preset.train, device, rank, world)
+            if kind == "pp":  # chunks cut from copies of the model (interleaved) have modules of their own
+                names.update(engine.whole_names.modules)
             if folder is not None:
                 read += weights_after_engine(engine, kind, model, names, aliases, folder, plan, device)
                 writer.write({"kind": "weights", "read_bytes": read, "folder": str(folder)})

@@ -181,17 +181,66 @@ def build_stage(
     return mod, shared
 
 
+class WholeNames:
+    """The whole model's names of a rank's stage parameters, for checkpoints and exports: stage k's
+    `blocks.0.attn.weight` is the model's `blocks.<lo>.attn.weight`. Taken from each module's place in the
+    model it was cut from, recorded before a stage takes that model apart, so it holds for chunks cut from a
+    copy of the model (interleaved schedules), for stages that rebuild the base model's layer list, and
+    after FSDP, TP or activation checkpointing wrap the stage (they keep the module objects). Every alias of
+    a tied weight is named by its first name; `aliases` lists a first name's other names."""
+
+    def __init__(self):
+        self.modules: dict[int, str] = {}  # id(module) -> its name in the whole model (modules in the stages)
+        self.first: dict[str, str] = {}  # a parameter's every name -> its first name
+        self.aliases: dict[str, list[str]] = {}  # first name -> the other names of the same tensor
+
+    def record(self, src: nn.Module) -> dict[int, str]:
+        """The names of `src`'s modules and tied parameters, before a stage is cut from it."""
+        by_id: dict[int, list[str]] = {}
+        for n, p in src.named_parameters(remove_duplicate=False):
+            by_id.setdefault(id(p), []).append(n)
+        for ns in by_id.values():
+            for n in ns:
+                self.first[n] = ns[0]
+            if len(ns) > 1:
+                self.aliases[ns[0]] = ns[1:]
+        out: dict[int, str] = {}
+        for n, m in src.named_modules(remove_duplicate=False):
+            out.setdefault(id(m), n)
+        return out
+
+    def keep(self, names: dict[int, str], stage: nn.Module) -> None:
+        """Keep the names of the modules the stage holds (live objects: their ids stay theirs)."""
+        for m in stage.modules():
+            if id(m) in names:
+                self.modules.setdefault(id(m), names[id(m)])
+
+    def of(self, stage: nn.Module) -> dict[str, str]:
+        """{stage parameter name: the whole model's (first) name} for every parameter of `stage`."""
+        out = {}
+        for n, _p in stage.named_parameters(remove_duplicate=False):
+            owner, _, leaf = n.rpartition(".")
+            base = self.modules.get(id(stage.get_submodule(owner) if owner else stage))
+            if base is not None:
+                whole = f"{base}.{leaf}" if base else leaf
+                out[n] = self.first.get(whole, whole)
+        return out
+
+
 def build_stages(model, family: str, stage: int, pp: int, *, v: int = 1, split: str = "even"):
-    """Every chunk rank `stage` holds ([modules], [tied copies]): one without interleaving; with v virtual
-    stages each chunk is cut from its own copy of the model (a stage module takes the base model apart)."""
+    """Every chunk rank `stage` holds ([modules], [tied copies], their WholeNames): one without
+    interleaving; with v virtual stages each chunk is cut from its own copy of the model (a stage module
+    takes the base model apart)."""
     chunks = rank_chunks(pp, v, stage)
-    mods, shared = [], []
+    mods, shared, whole = [], [], WholeNames()
     for i, c in enumerate(chunks):
         src = model if i == len(chunks) - 1 else copy.deepcopy(model)
+        names = whole.record(src)
         mod, tied = build_stage(src, family, stage, pp, v=v, split=split, chunk=c)
+        whole.keep(names, mod)
         mods.append(mod)
         shared += tied
-    return mods, shared
+    return mods, shared, whole
 
 
 def stage_blocks(stage_mod) -> list[nn.Module]:
