@@ -8,6 +8,8 @@ not fitted on and on the seed itself (a real size). A variant whose counts are n
 model cannot be traced) is left out: configs of it are traced when loaded, as before.
 
 Run:  python scripts/derive_formulas.py [--only SEED ...] [--jobs N]
+      python scripts/derive_formulas.py --check [--only SEED ...]   (formula vs trace at a new size, every key:
+      what tests/facts/test_formulas.py samples)
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ FEATURES = {
     "olmoe": DECODER + MOE,
     "qwen2_moe": DECODER + MOE,
     "qwen3_moe": DECODER + MOE,
+    "gpt_oss": DECODER + MOE,
     "deepseek_v2": ["1", "h", "n", "f", "V"] + MOE + MLA,
+    "deepseek_v3": ["1", "h", "n", "f", "V"] + MOE + MLA,
 }
+FREE_HEAD_DIM = ["q", "hq"]  # head_dim set apart from hidden / heads (Gemma, Qwen3-MoE, GPT-OSS)
 
 
 def seeds() -> dict[str, dict]:
@@ -56,7 +61,237 @@ def seeds() -> dict[str, dict]:
     out["qwen2.5-7b+bias"] = out["qwen2.5-7b"]
     out["mistral-7b+nowindow"] = {**out["mistral-7b"], "sliding_window": None}
     out["gpt2+untied"] = {**out["gpt2"], "tie_word_embeddings": False}
+    out["phi-3-medium"] = {  # grouped-query Phi-3 (the mini has one KV head per head)
+        **out["phi-3-mini"],
+        "hidden_size": 5120,
+        "intermediate_size": 17920,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 10,
+    }
+    out.update(PUBLIC)
     return out
+
+
+def layer_pattern(layers: int, every: int) -> list[str]:
+    """Gemma-3's layer types: every `every`-th layer global, the others local (sliding window)."""
+    return ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+
+
+# Public configs of the families that have a module but no built-in (their config.json shapes, written out:
+# nothing is downloaded). Each is one code path; the probes are small random sizes of it.
+_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "use_sliding_window": False,
+    "sliding_window": None,
+}
+_GEMMA3 = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "final_logit_softcapping": None,
+    "attn_logit_softcapping": None,
+    "tie_word_embeddings": True,
+}
+_OLMO2 = {
+    "architectures": ["Olmo2ForCausalLM"],
+    "model_type": "olmo2",
+    "vocab_size": 100352,
+    "max_position_embeddings": 4096,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 500000.0,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "tie_word_embeddings": False,
+    "pad_token_id": 100277,
+    "bos_token_id": None,
+    "eos_token_id": 100257,
+}
+PUBLIC = {
+    "qwen3-8b": {  # q/k norms; head_dim = hidden / heads
+        **_QWEN3,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_window_layers": 36,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-4b": {  # tied embeddings, head_dim apart from hidden / heads (Qwen3-0.6B, 1.7B, 4B)
+        **_QWEN3,
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_window_layers": 36,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-32b": {  # untied, head_dim apart from hidden / heads
+        **_QWEN3,
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_window_layers": 64,
+        "tie_word_embeddings": False,
+    },
+    "gemma-3-1b": {  # one KV head, 512-token local window on five layers of six
+        **_GEMMA3,
+        "vocab_size": 262144,
+        "hidden_size": 1152,
+        "intermediate_size": 6912,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 32768,
+        "sliding_window": 512,
+        "layer_types": layer_pattern(26, 6),
+    },
+    "gemma-3-4b": {  # the text model of Gemma-3-4B: grouped-query, linear rope scaling, 1024-token window
+        **_GEMMA3,
+        "vocab_size": 262208,
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 34,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 131072,
+        "sliding_window": 1024,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "layer_types": layer_pattern(34, 6),
+    },
+    "olmo-2-7b": {  # q/k norms over all heads, norms after attention and MLP
+        **_OLMO2,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+    },
+    "olmo-2-32b": {  # grouped-query
+        **_OLMO2,
+        "hidden_size": 5120,
+        "intermediate_size": 27648,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+    },
+    "qwen3-30b-a3b": {  # 128 experts, top-8, no shared expert, head_dim apart from hidden / heads
+        **_QWEN3,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "output_router_logits": False,
+        "router_aux_loss_coef": 0.001,
+        "max_window_layers": 48,
+        "tie_word_embeddings": False,
+    },
+    "deepseek-v3": {  # MLA with a q LoRA, 256 routed experts + 1 shared, the first 3 layers dense, yarn rope
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "vocab_size": 129280,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "n_shared_experts": 1,
+        "n_routed_experts": 256,
+        "routed_scaling_factor": 2.5,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "qk_nope_head_dim": 128,
+        "n_group": 8,
+        "topk_group": 4,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "norm_topk_prob": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 163840,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": False,
+    },
+    "gpt-oss-20b": {  # 32 experts, top-4, attention sinks, 128-token window on every other layer, yarn rope
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "vocab_size": 201088,
+        "hidden_size": 2880,
+        "intermediate_size": 2880,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "num_local_experts": 32,
+        "num_experts_per_tok": 4,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 12,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 150000.0,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 4096,
+        },
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "swiglu_limit": 7.0,
+        "router_aux_loss_coef": 0.9,
+        "output_router_logits": False,
+        "tie_word_embeddings": False,
+    },
+}
 
 
 def unique(all_seeds: dict[str, dict]) -> list[str]:
@@ -107,7 +342,8 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
     d = rng.choice([8, 12, 16, 24, 32])
     nkv = 1 if mqa else rng.choice([x for x in range(2, n) if n % x == 0]) if gqa else n
     free_d = s.head_dim != s.hidden // s.heads
-    h = rng.randrange(4, 24) * 8 if free_d else n * d
+    # transformers checks hidden % heads == 0 even where head_dim is its own key: hidden = heads x (not d)
+    h = n * rng.choice([m for m in range(8, 72, 8) if m != d]) if free_d else n * d
     keys = {
         "hidden": ("hidden_size", "n_embd"),
         "heads": ("num_attention_heads", "n_head"),
@@ -127,7 +363,8 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
     put("heads", n)
     if "num_key_value_heads" in c:
         c["num_key_value_heads"] = nkv
-    if free_d:
+    # Qwen3 writes head_dim out even where it is hidden / heads
+    if free_d or isinstance(c.get("head_dim"), int):
         c["head_dim"] = d
     put("ffn", rng.randrange(5, 40) * 8)
     put("vocab", rng.randrange(100, 1500))
@@ -164,10 +401,15 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
             c["hidden_size"] = n * rng.randrange(1, 4) * 8  # a multiple of the heads (transformers checks)
         if c.get("first_k_dense_replace"):
             c["first_k_dense_replace"] = 1
+        if "n_group" in c:  # expert groups: one (the experts are few)
+            c["n_group"] = c["topk_group"] = 1
         layers = 3
-    put("layers", layers)
-    if isinstance(c.get("layer_types"), list):
+    if isinstance(c.get("layer_types"), list):  # the trace builds TRACED_BLOCKS layers of the listed types
+        from paradvisor.model.activations import TRACED_BLOCKS
+
+        layers = max(layers, TRACED_BLOCKS)
         c["layer_types"] = (c["layer_types"] * layers)[:layers]
+    put("layers", layers)
     return c
 
 
@@ -226,12 +468,22 @@ def counts(cfg: dict, with_acts: bool, replay: list | None = None) -> dict:
             replay is not None
         ):  # op counts do not depend on the sizes: counted on two configs, checked by the test
             T.count_ops = lambda *a, **k: dict(next(calls))
-        try:
-            out["regimes"] = T.trace_hf_config(cfg, check=False)
+        try:  # the kernels the family runs (Gemma-2, GPT-OSS: eager only; transformers refuses SDPA)
+            out["regimes"] = T.trace_hf_config(cfg, keys=traced_keys(cfg["model_type"]), check=False)
         finally:
             T.count_ops = real
         out["ops"] = [e["ops"] for r in out["regimes"] for e in r["keys"].values()]
     return out
+
+
+def traced_keys(family: str) -> list[str]:
+    """The activation keys the estimator asks of a family (all twelve unless it runs one kernel only), in
+    `trace.trace_model`'s order."""
+    from paradvisor.model import families
+    from paradvisor.model.activations import CHECKPOINTING, KERNELS, MODES, key_of
+
+    kernels = [k for k in KERNELS if k in (families.get(family).attentions or KERNELS)]
+    return [key_of(m, k, c) for k in kernels for m in MODES for c in CHECKPOINTING]
 
 
 def _numel(dims) -> int:
@@ -289,13 +541,21 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
     defs = defaults(mt)
     shape = shape_from_config(seed)
     sig = signature(seed, shape, defs)
-    names = FEATURES.get(mt) or (
-        DECODER + (["q", "hq"] if shape.head_dim != shape.hidden // shape.heads else [])
-    )
+    names = list(FEATURES.get(mt, DECODER))
+    if "d" in names and shape.head_dim != shape.hidden // shape.heads:
+        names += FREE_HEAD_DIM
     moe = shape.is_moe
     rng = random.Random(name)
     cfgs = _spanning([probe(seed, rng, defs) for _ in range(60)], names) + [seed]
     fit_n = len(cfgs) - 2  # checked on one size it was not fitted on and on the seed (a real size)
+    from paradvisor.model.formula import window
+
+    for c in cfgs:  # before any trace (minutes)
+        sh = shape_from_config(c)
+        if signature(c, sh, defs) != sig:
+            return sig, "a probe changed the code path"
+        if regimes_for(sh.max_positions, window(c, defs)) != regimes_for(sh.max_positions, hf_window(c)):
+            return sig, f"sliding window read as {window(c, defs)}, transformers says {hf_window(c)}"
     try:
         got = [counts(cfgs[0], with_acts=not moe), counts(cfgs[-1], with_acts=not moe)]
         if not moe and got[0]["ops"] != got[1]["ops"]:
@@ -304,14 +564,6 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
         got[1:1] = [counts(c, with_acts=not moe, replay=replay) for c in cfgs[1:-1]]
     except Exception as exc:  # e.g. no SDPA for this class: configs of it are traced (and fall back)
         return sig, f"not derived: {str(exc).splitlines()[0][:200]}"
-    from paradvisor.model.formula import window
-
-    for c in cfgs:
-        sh = shape_from_config(c)
-        if signature(c, sh, defs) != sig:
-            return sig, "a probe changed the code path"
-        if regimes_for(sh.max_positions, window(c, defs)) != regimes_for(sh.max_positions, hf_window(c)):
-            return sig, f"sliding window read as {window(c, defs)}, transformers says {hf_window(c)}"
     rows = [features(c, shape_from_config(c)) for c in cfgs]
     structure = [json.dumps(_shape_free(g["entries"])) for g in got]
     if len(set(structure)) != 1:
@@ -422,6 +674,79 @@ def _rebuild(entries: dict, fit: dict) -> dict:
     }
 
 
+def new_size(name: str, salt: int = 1) -> dict:
+    """A size of seed `name`'s code path that the derivation did not fit (its own random stream)."""
+    seed = seeds()[name]
+    return probe(seed, random.Random(f"test-{salt}-{name}"), defaults(seed["model_type"]))
+
+
+def check(name: str, keys: list[str] | None = None, salt: int = 1, activations: bool = True) -> list[str]:
+    """The shipped formula of seed `name`'s code path against transformers at a new size: the per-layer
+    table, DeepSpeed's parameter facts and (dense variants, unless not `activations`) the traced
+    activation keys, `keys` or every key the family runs. What differs, [] when all is equal."""
+    from paradvisor.model import formula
+    from paradvisor.model import trace as T
+    from paradvisor.model.config import shape_from_config
+    from paradvisor.model.hf import build_on_meta, layer_entries_from_module
+
+    cfg = new_size(name, salt)
+    shape = shape_from_config(cfg)
+    entry = formula.counted(cfg, shape, "check")
+    if entry is None:
+        return [f"{name}: the new size's code path has no formula"]
+    arch, model = build_on_meta(cfg)
+    bad = []
+    if entry["profile"]["architecture"] != arch:
+        bad.append(f"{name}: architecture {entry['profile']['architecture']} != {arch}")
+    if entry["profile"]["layers"] != [e.to_dict() for e in layer_entries_from_module(model)]:
+        bad.append(f"{name}: the per-layer table differs")
+    if entry["params"] != T.param_facts(model):
+        bad.append(f"{name}: the parameter facts differ")
+    del model
+    if shape.is_moe and any(r["keys"] for r in entry["regimes"]):  # routing is data-dependent: the
+        bad.append(f"{name}: a mixture-of-experts formula carries activation keys")  # estimator's MoE formula
+    if shape.is_moe or not activations:
+        return bad
+    keys = list(keys or traced_keys(cfg["model_type"]))
+    traced = T.trace_hf_config(cfg, keys=keys, check=False)
+    if [(r["seq_max"], r["base_seq"]) for r in traced] != [
+        (r["seq_max"], r["base_seq"]) for r in entry["regimes"]
+    ]:
+        return [*bad, f"{name}: the sequence regimes differ"]
+    for got, want in zip(entry["regimes"], traced):
+        for key in keys:
+            if got["keys"].get(key) != want["keys"][key]:
+                bad.append(f"{name}: {key} (regime up to {want['seq_max']}) differs from the trace")
+    return bad
+
+
+def check_all(names: list[str], jobs: int) -> int:
+    """`--check`: every key of every named seed's code path at a new size (what the test samples)."""
+    failed = 0
+    t0 = time.time()
+    with ProcessPoolExecutor(jobs) as pool:
+        futs = {pool.submit(check, n): n for n in names}
+        for fut in as_completed(futs):
+            n = futs[fut]
+            try:
+                bad = fut.result()
+            except Exception as exc:  # noqa: BLE001 - transformers could not build or trace it: said
+                bad = [f"{n}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"]
+            failed += bool(bad)
+            sys.stderr.write(
+                f"{n}: {'; '.join(bad) if bad else 'formula equals trace'} ({time.time() - t0:.0f} s)\n"
+            )
+    print(f"{len(names) - failed} of {len(names)} variants equal their traces at a new size")
+    return 1 if failed else 0
+
+
+def derived_seeds() -> list[str]:
+    """The seeds of the shipped variants."""
+    from paradvisor.model import formula
+
+    return sorted(v["seed"] for v in formula.table().get("variants", {}).values())
+
+
 def main() -> int:
     import torch
     import transformers
@@ -431,7 +756,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", help="these seeds only (merged into the stored file)")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="derive nothing: compare the shipped formulas (of --only, or of every variant) with a trace "
+        "at a new size, every key",
+    )
     args = ap.parse_args()
+    if args.check:
+        return check_all(args.only or derived_seeds(), args.jobs)
     all_seeds = seeds()
     names = args.only or unique(all_seeds)
     doc = json.loads(OUT.read_text()) if OUT.exists() else {}
