@@ -91,6 +91,14 @@ _FOLDER_SECONDS: dict[str, float] = {}
 _FILE_SECONDS: dict[str, float] = {}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Real multi-process runs (`slow`) first, everything else after them, each in its collected order: with
+    `-n 2` the workers take the long tests while both are busy and finish on the many short ones, instead of
+    one worker running a minute-long launch alone at the end (xdist's loadgroup hands out its groups first,
+    then single tests in this order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_runtest_logreport(report):
     """Adds each test phase's duration to its folder and file (on the controller, for xdist workers too)."""
     path = report.nodeid.split("::", 1)[0]

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 # TP x FSDP run the same TP code, plus), GPipe (the other PP schedules run the same stage code), split-by-speed
 # without ZeRO, and the family cases whose code path a kept case already runs (a second PP or TP case of a
 # family, the 8-rank 3-D and EP meshes, checkpointing of other families; transformers' TP plan with SP runs in
-# tests/run/test_families_run.py on Gemma 2).
+# tests/run/test_families_run.py on Gemma 2), minGPT's interleaved 1F1B (GPT-2's below runs the same schedule
+# and stage code, with a tied embedding besides).
 MINGPT = [
     "DDP+accum",
     "FSDP",
@@ -29,7 +30,6 @@ MINGPT = [
     "ZeRO-3",
     "TP+SP",
     "TP x FSDP",
-    "PP (interleaved 1F1B)",  # issue 31: two chunks per rank, torch's ScheduleInterleaved1F1B
     "PP3 (balanced split)",  # issue 31: 1 + 2 + 1 blocks, embedding and head counted as a block each
     "PP x FSDP",
     "checkpointing (selective)",
@@ -39,7 +39,8 @@ OTHERS = [
     (
         "gpt2",
         "PP (interleaved 1F1B)",
-    ),  # fused qkv; tied embedding on chunk 0 of rank 0 and the last chunk of rank 1
+    ),  # issue 31: two chunks per rank, torch's ScheduleInterleaved1F1B; fused qkv; tied embedding on chunk 0
+    # of rank 0 and the last chunk of rank 1
     ("mixtral", "EP2 x FSDP4"),  # experts FSDP'd over their expert-DP group, the rest over all ranks
     ("vgg", "FSDP"),
 ]

@@ -214,9 +214,10 @@ def test_exports_parse(tmp_path, cli):
 STRATEGIES = {
     "ddp": {},
     "fsdp": {"sharding": "fsdp"},
-    "zero2": {"sharding": "zero2"},
     "zero3": {"sharding": "zero3"},
-    # TP and PP train for real in tests/run/test_equivalence.py (losses equal one process, every step)
+    # TP, PP and ZeRO-2 (split by speed) train for real in tests/run/test_equivalence.py (losses equal one
+    # process, every step); ZeRO-1 (the same DeepSpeed engine) has its model-state bytes checked against the
+    # estimate in test_validate.py
     "diloco": {
         "diloco": True,
         "local_steps": 3,
@@ -285,10 +286,10 @@ def test_model_state_bytes_fall_as_sharding_rises(runs):
     def state(name):
         return max(m["mem_model_state_bytes"] for m in steps_of(runs[name][1], 0))
 
-    # ZeRO-2 and ZeRO-3 hold less than DDP. On this tiny model ZeRO-3 is not below ZeRO-2: DeepSpeed keeps
-    # every tensor under stage3_param_persistence_threshold (1e5 elements) whole on each rank besides its
-    # partition, which the estimator counts too (estimate/memory.PERSISTENCE_THRESHOLD; test_validate).
-    assert state("ddp") > state("zero2") and state("ddp") > state("zero3")
+    # ZeRO-3 holds less than DDP (on this tiny model not half: DeepSpeed keeps every tensor under
+    # stage3_param_persistence_threshold (1e5 elements) whole on each rank besides its partition, which the
+    # estimator counts too: estimate/memory.PERSISTENCE_THRESHOLD; test_validate).
+    assert state("ddp") > state("zero3")
     assert state("ddp") > state("fsdp")
     assert state("fsdp") == pytest.approx(state("ddp") / 2, rel=0.02)  # 2 shards of params, grads, Adam
 

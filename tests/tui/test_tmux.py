@@ -39,6 +39,7 @@ def wait_for(session: str, text: str, timeout: float = 120) -> str:
     raise AssertionError(f"{text!r} never appeared; screen:\n{out}")
 
 
+@pytest.mark.slow  # a real run
 def test_recommend_and_launch_round_in_tmux(tmp_path):
     assert shutil.which("tmux"), ".ci/run installs tmux"
     session = f"pa-{uuid.uuid4().hex[:8]}"

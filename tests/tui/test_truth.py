@@ -293,6 +293,7 @@ def test_a_run_that_fails_at_once_is_not_called_launched(tmp_path, monkeypatch):
     asyncio.run(flow())
 
 
+@pytest.mark.slow  # a real run
 def test_u_resumes_the_failed_run_on_the_monitor_tab_from_its_checkpoint(tmp_path):
     """A run that failed after its step-2 checkpoint, opened on the Monitor tab: `u` starts its continuation
     from that checkpoint in a new run directory, whose status names the parent and the step (as

@@ -38,6 +38,7 @@ async def until(pilot, cond, timeout: float = 20) -> None:
         await pilot.pause(0.1)
 
 
+@pytest.mark.slow  # a real run
 def test_whole_flow(tmp_path):
     """Load 000's cluster, pick bert-base-uncased, see plans ranked, open an explanation, launch the tiny
     CPU preset and watch it finish, then stop a second run and see it cancelled."""
@@ -211,6 +212,7 @@ def test_a_reading_that_arrives_while_the_session_closes_is_dropped(tmp_path):
     assert seen == {"running": False, "added": 0, "stopped": True}
 
 
+@pytest.mark.slow  # a real run
 def test_launch_tab_shows_per_node_commands_and_a_ranked_plan_runs(tmp_path):
     """On 000's 2 + 4 GPUs the Launch tab shows one torchrun per node with that node's process count; the
     TUI ranks what `recommend` ranks (one advice path); and a ranked plan launched from the TUI runs here
@@ -377,6 +379,7 @@ def test_monitor_at_80x24_has_plots_rank_rows_and_a_full_height_log(tmp_path):
     asyncio.run(flow())
 
 
+@pytest.mark.slow  # a real run
 def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
     """A real run launched from the TUI (no confirmation: confirm=False): its ranks' rows carry CPU and
     resident memory read from their processes, and the prediction computed at launch is in the run dir."""
