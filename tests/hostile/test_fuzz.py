@@ -508,7 +508,9 @@ def mutated_config(draw) -> str:
 
 
 @pytest.mark.timeout(600 * FUZZ_SCALE)
-@settings(max_examples=n(20))  # HYPOTHESIS_PROFILE=explore runs 10x; each valid input may trace a model (~1 s)
+@settings(
+    max_examples=n(20)
+)  # HYPOTHESIS_PROFILE=explore runs 10x; each valid input may trace a model (~1 s)
 @given(mutated_config())
 def test_hf_configs_fuzzed(text):
     d = SCRATCH / "hf"
