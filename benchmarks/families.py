@@ -53,7 +53,9 @@ def _out_of_bounds(v: dict) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--families", default=",".join(NEW + ["llama", "qwen2", "mixtral"]))
+    ap.add_argument(
+        "--families", default=",".join(NEW + ["llama", "mistral", "qwen2", "mixtral", "qwen2_moe"])
+    )
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()

@@ -66,7 +66,8 @@ def test_dry_run_refuses_a_tp_degree_the_heads_cannot_take(cli, tmp_path):
 
 
 def test_dry_run_refuses_an_ep_degree_the_experts_cannot_take(cli, tmp_path):
-    preset = _preset(tmp_path, str(MODELS / "qwen3-moe-tiny"), "dp = 3\nep = 3", ranks=3, batch=6)  # 4 experts
+    plan = "dp = 3\nep = 3"  # Qwen3-MoE tiny has 4 experts
+    preset = _preset(tmp_path, str(MODELS / "qwen3-moe-tiny"), plan, ranks=3, batch=6)
     proc = cli("launch", "--preset", preset, "--dry-run", "--runs-dir", str(tmp_path / "runs"))
     assert_one_line_error(proc, "plan.ep", "EP degree 3 does not divide qwen3-moe-tiny's 4 experts")
 
@@ -76,6 +77,7 @@ def test_dry_run_refuses_an_ep_degree_the_experts_cannot_take(cli, tmp_path):
     [
         ("gpt_oss", Plan(tp=2), "no tensor-parallel plan for 'gpt_oss'"),  # transformers has none
         ("qwen3_moe", Plan(tp=2), "moe_tp_experts"),  # transformers' MoE TP styles: EP instead
+        ("deepseek_v3", Plan(pp=2), "MoE x PP is plan only"),  # transformers has a PP plan; not launched
         ("phi3", Plan(tp=2, sequence_parallel=True), "gathers the fused projections"),
         ("bert", Plan(cp=2), "no context parallelism for 'bert' models"),
         ("qwen3", Plan(cp=2, pp=2), "CP runs with FSDP / DDP and TP"),
