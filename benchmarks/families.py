@@ -7,6 +7,8 @@ activations of one micro-batch. A shape the table refuses is printed as "estimat
 
 Columns: family, shape, launched / estimate-only, loss difference to one process (max relative over the
 steps), states error, activations error (predicted vs measured, relative; activations: traced / formula).
+A launched cell fails (exit 1, named on the last line) when its loss differs from one process by more than
+DEFAULT_TOLERANCE, its states error exceeds 1% or its activations error 10% (the issue's bounds).
 """
 
 from __future__ import annotations
@@ -27,16 +29,33 @@ NEW = ["gemma2", "gemma3_text", "phi3", "olmo2", "qwen3", "qwen3_moe", "deepseek
 DEFAULT_SHAPES = ["DDP", "FSDP", "ZeRO-3", "TP", "TP+SP", "PP (1F1B)", "EP x DDP", "CP", "CP x FSDP"]
 
 
-def _rel(doc: dict, term: str) -> str:
+STATES_BOUND, ACTIVATIONS_BOUND = 0.01, 0.10
+
+
+def _err(doc: dict, term: str) -> float | None:
     row = next((r for r in doc["rows"] if r["term"] == term), None)
-    if row is None or row.get("rel_error") is None:
-        return "-"
-    return f"{row['rel_error']:+.1%}"
+    return None if row is None else row.get("rel_error")
+
+
+def _rel(doc: dict, term: str) -> str:
+    e = _err(doc, term)
+    return "-" if e is None else f"{e:+.1%}"
+
+
+def _out_of_bounds(v: dict) -> list[str]:
+    bad = []
+    for term, bound in (("states", STATES_BOUND), ("activations", ACTIVATIONS_BOUND)):
+        e = _err(v, term)
+        if e is None or abs(e) > bound:
+            bad.append(f"{term} {_rel(v, term)} (bound {bound:.0%})")
+    return bad
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--families", default=",".join(NEW + ["llama", "qwen2", "mixtral"]))
+    ap.add_argument(
+        "--families", default=",".join(NEW + ["llama", "mistral", "qwen2", "mixtral", "qwen2_moe"])
+    )
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
@@ -80,6 +99,7 @@ def main() -> int:
                 )
                 if w > DEFAULT_TOLERANCE:
                     bad.append(f"{fam} {shape}: loss differs {w:.1e}")
+                bad += [f"{fam} {shape}: {b}" for b in _out_of_bounds(v)]
     print(f"{time.time() - t0:.0f} s" + (f"; failed: {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0
 

@@ -20,14 +20,16 @@ def _dp(plan: str) -> int:
     return int(plan.split("dp = ")[1].split()[0]) if "dp = " in plan else 1
 
 
-def _preset(tmp_path, model: str, plan: str, attention: str | None = None, ranks: int = 2) -> str:
+def _preset(
+    tmp_path, model: str, plan: str, attention: str | None = None, ranks: int = 2, batch: int = 8
+) -> str:
     att = f'attention = "{attention}"\n' if attention else ""
     text = f"""schema = "paradvisor.preset/1"
 name = "fam"
 [workload]
 model = "{model}"
 seq_len = 32
-global_batch = 8
+global_batch = {batch}
 precision = "fp32"
 {att}
 [train]
@@ -38,7 +40,7 @@ device = "cpu"
 nproc_per_node = {ranks}
 [plan]
 {plan}
-micro_batch = {8 // _dp(plan)}
+micro_batch = {batch // _dp(plan)}
 precision = "fp32"
 """
     p = tmp_path / "p.toml"
@@ -63,11 +65,19 @@ def test_dry_run_refuses_a_tp_degree_the_heads_cannot_take(cli, tmp_path):
     assert_one_line_error(proc, "TP degree 3 does not divide")
 
 
+def test_dry_run_refuses_an_ep_degree_the_experts_cannot_take(cli, tmp_path):
+    plan = "dp = 3\nep = 3"  # Qwen3-MoE tiny has 4 experts
+    preset = _preset(tmp_path, str(MODELS / "qwen3-moe-tiny"), plan, ranks=3, batch=6)
+    proc = cli("launch", "--preset", preset, "--dry-run", "--runs-dir", str(tmp_path / "runs"))
+    assert_one_line_error(proc, "plan.ep", "EP degree 3 does not divide qwen3-moe-tiny's 4 experts")
+
+
 @pytest.mark.parametrize(
     "family,plan,fragment",
     [
         ("gpt_oss", Plan(tp=2), "no tensor-parallel plan for 'gpt_oss'"),  # transformers has none
         ("qwen3_moe", Plan(tp=2), "moe_tp_experts"),  # transformers' MoE TP styles: EP instead
+        ("deepseek_v3", Plan(pp=2), "MoE x PP is plan only"),  # transformers has a PP plan; not launched
         ("phi3", Plan(tp=2, sequence_parallel=True), "gathers the fused projections"),
         ("bert", Plan(cp=2), "no context parallelism for 'bert' models"),
         ("qwen3", Plan(cp=2, pp=2), "CP runs with FSDP / DDP and TP"),

@@ -131,18 +131,9 @@ def why_not(
         return "split-by-speed batches run with DDP, FSDP or ZeRO over all ranks only"
     if plan.sharding == "hsdp" and (plan.tp > 1 or plan.pp > 1):
         return "HSDP runs without TP/PP (use FSDP on the data-parallel mesh dimension)"
-    if plan.tp > 1 and family not in TP_FAMILIES:
-        if fam.tp_why_not:
-            return f"no tensor parallelism for {family!r} models: {fam.tp_why_not}"
-        return f"no tensor-parallel plan for {family!r} models (have: {', '.join(sorted(TP_FAMILIES))})"
-    if plan.sequence_parallel and plan.tp == 1:
-        return "sequence parallelism needs tp > 1"
-    if plan.sequence_parallel and family not in SP_FAMILIES:
-        return f"sequence parallelism is not launched for {family!r} models" + (
-            f": {fam.sp_why_not}" if fam.sp_why_not else ""
-        )
-    if plan.pp > 1 and family not in PP_FAMILIES:
-        return f"no pipeline split for {family!r} models (have: {', '.join(sorted(PP_FAMILIES))})"
+    why = _why_not_split(plan, family, fam)
+    if why:
+        return why
     if plan.offload != "none" and not (
         plan.sharding.startswith("zero") or (plan.sharding == "fsdp" and plan.offload == "optimizer+params")
     ):
@@ -154,6 +145,28 @@ def why_not(
         return "parameter offload needs ZeRO-3"
     if plan.offload != "none" and (plan.tp > 1 or plan.pp > 1):
         return "CPU offload runs with ZeRO or FSDP over data parallelism only (no TP/PP)"
+    return None
+
+
+def _why_not_split(plan, family: str, fam) -> str | None:
+    """TP, SP and PP: what the family's module lets the launcher split."""
+    if plan.tp > 1 and family not in TP_FAMILIES:
+        if fam.tp_why_not:
+            return f"no tensor parallelism for {family!r} models: {fam.tp_why_not}"
+        return f"no tensor-parallel plan for {family!r} models (have: {', '.join(sorted(TP_FAMILIES))})"
+    if plan.sequence_parallel and plan.tp == 1:
+        return "sequence parallelism needs tp > 1"
+    if plan.sequence_parallel and family not in SP_FAMILIES:
+        return f"sequence parallelism is not launched for {family!r} models" + (
+            f": {fam.sp_why_not}" if fam.sp_why_not else ""
+        )
+    if plan.pp > 1 and family not in PP_FAMILIES:
+        if fam.has_pp and fam.has_ep:
+            return (
+                f"no pipeline split launched for {family!r} models: MoE x PP is plan only here "
+                "(EP with DDP or FSDP runs the experts)"
+            )
+        return f"no pipeline split for {family!r} models (have: {', '.join(sorted(PP_FAMILIES))})"
     return None
 
 
