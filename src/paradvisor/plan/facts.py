@@ -81,12 +81,15 @@ class EngineTraits:
 # (gradient all-reduce after the backward pass, no FSDP). "torchtitan": its TP plan shards the embedding
 # and the output (colwise, loss parallel); FSDP keeps parameters gathered across a pipeline's micro-batches
 # (reshard_after_forward off with PP). "llama3": Meta's Llama 3 stack (Dubey et al. 2024 §3.3.2: FSDP
-# without resharding after forward, vocabulary split over TP).
+# without resharding after forward, vocabulary split over TP). "mcore": Megatron-Core as Megatron-Bridge runs it
+# (2025): 16-bit weights with fp32 main gradients, vocabulary-parallel, the gradient reduce-scatter of its
+# distributed optimizer overlapped with the backward pass (overlap_grad_reduce).
 ENGINES = {
     "torch": EngineTraits(False, False, True, True),
     "megatron": EngineTraits(True, True, False, False),
     "torchtitan": EngineTraits(False, True, True, True),
     "llama3": EngineTraits(False, True, True, False),
+    "mcore": EngineTraits(True, True, True, False),
 }
 
 
