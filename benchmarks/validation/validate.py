@@ -7,7 +7,9 @@ Each row of rows.toml is a published measurement (source, model, parallel degree
 predicted by `paradvisor estimate`'s code path (plan.pinned.estimate_pinned: the same `evaluate()` the search
 ranks with) with the engine the source ran modelled where it differs from paradvisor's launcher (Megatron-LM:
 16-bit weights + fp32 main gradients and master copy, vocabulary-parallel embedding and head, gradient
-all-reduce after the backward pass). Nothing in src/ is fitted to these rows: the step-time model's parameters
+all-reduce after the backward pass; Megatron-Core 2025 for Megatron-Bridge; torchtitan eager or compiled).
+Rows with `config` take the model's public config.json from configs/; a cluster's `gpu_spec` describes a GPU
+the catalogue lacks (torchtitan's 96 GB HBM2e H100). Nothing in src/ is fitted to these rows: the step-time model's parameters
 come from public device measurements (src/paradvisor/estimate/steptime.py names them).
 
 Two tables:
@@ -57,6 +59,8 @@ def cluster_for(spec: dict, gpus: int):
         "name": "validation",
         "node": [{"name": "n", "count": nodes, "gpus": [{"type": spec["gpu"], "count": min(per, gpus)}]}],
     }
+    if "gpu_spec" in spec:  # a GPU the source describes and the catalogue lacks
+        data["gpu"] = {spec["gpu"]: spec["gpu_spec"]}
     if nodes > 1:
         data["network"] = {"kind": spec["network_kind"], "bandwidth": f"{spec['network_gbit']} Gbit/s"}
     return parse_cluster(data)
