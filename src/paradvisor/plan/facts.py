@@ -82,13 +82,13 @@ class EngineTraits:
 # "torch": paradvisor's launcher. "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022
 # (gradient all-reduce after the backward pass). "torchtitan" (as benchmarked, no torch.compile): TP shards the
 # embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
-# elementwise ops; per-op selective checkpointing. "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding
+# elementwise ops (fused in -compile); per-op SAC. "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding
 # after forward, vocabulary over TP). "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True),
     "megatron": EngineTraits(True, True, False, False),
     "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm"),
-    "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm"),  # fused by torch.compile
+    "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm"),
     "llama3": EngineTraits(False, True, True, False),
     "mcore": EngineTraits(True, True, True, False),
 }
