@@ -7,7 +7,9 @@ Each row of rows.toml is a published measurement (source, model, parallel degree
 predicted by `paradvisor estimate`'s code path (plan.pinned.estimate_pinned: the same `evaluate()` the search
 ranks with) with the engine the source ran modelled where it differs from paradvisor's launcher (Megatron-LM:
 16-bit weights + fp32 main gradients and master copy, vocabulary-parallel embedding and head, gradient
-all-reduce after the backward pass). Nothing in src/ is fitted to these rows: the step-time model's parameters
+all-reduce after the backward pass; Megatron-Core 2025 for Megatron-Bridge; torchtitan eager or compiled).
+Rows with `config` take the model's public config.json from configs/; a cluster's `gpu_spec` describes a GPU
+the catalogue lacks (torchtitan's 96 GB HBM2e H100). Nothing in src/ is fitted to these rows: the step-time model's parameters
 come from public device measurements (src/paradvisor/estimate/steptime.py names them).
 
 Two tables:
@@ -57,6 +59,8 @@ def cluster_for(spec: dict, gpus: int):
         "name": "validation",
         "node": [{"name": "n", "count": nodes, "gpus": [{"type": spec["gpu"], "count": min(per, gpus)}]}],
     }
+    if "gpu_spec" in spec:  # a GPU the source describes and the catalogue lacks
+        data["gpu"] = {spec["gpu"]: spec["gpu_spec"]}
     if nodes > 1:
         data["network"] = {"kind": spec["network_kind"], "bandwidth": f"{spec['network_gbit']} Gbit/s"}
     return parse_cluster(data)
@@ -64,6 +68,8 @@ def cluster_for(spec: dict, gpus: int):
 
 def profile_for(row: dict, models: dict) -> tuple[ModelProfile, str]:
     """(profile, engine): Megatron GPT shapes built from the row, built-in models by name."""
+    if "config" in row:  # a model's public config.json
+        return load_profile(str(HERE / row["config"])), row.get("engine", "torch")
     m = models.get(row["model"])
     if m is None:
         return load_profile(row["model"]), row.get("engine", "torch")
@@ -97,6 +103,8 @@ def plan_for(row: dict, dp: int) -> Plan:
         pp_schedule="interleaved1f1b" if v > 1 else "1f1b",
         pp_virtual_stages=v,
         pp_split=row.get("pp_split", "even"),
+        ep=row.get("ep", 1),
+        cp=row.get("cp", 1),
     )
 
 
@@ -122,12 +130,12 @@ def measured_step(row: dict, profile: ModelProfile, seq: int) -> float:
 
 def predict(row: dict, data: dict):
     profile, engine = profile_for(row, data["models"])
-    m = data["models"].get(row["model"], {})
+    m = data["models"].get(row.get("model", ""), {})
     seq = row.get("seq", m.get("seq", 2048))
     cluster = cluster_for(data["clusters"][row["cluster"]], row["gpus"])
     mf = replace(ModelFacts.of(profile), engine=engine)
     topo = Topology.of(cluster)
-    dp = row["gpus"] // (row["tp"] * row["pp"])
+    dp = row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
     plan = plan_for(row, dp)
     # Megatron-LM of 2021-2022 had no flash attention: the attention core is unfused softmax + dropout
     wl = Workload(profile.name, seq_len=seq, global_batch=row["global_batch"], precision="bf16",
@@ -215,7 +223,7 @@ def run() -> tuple[str, dict]:
     per_pp: dict[int, list[float]] = {}
     act_errs: list[float] = []
     for row, profile, seq, states, first, total in mem_rows:
-        if data["models"].get(row["model"]) is None:
+        if data["models"].get(row.get("model", "")) is None:
             continue
         ref = megatron_states_ref(row, profile)
         err = pct(states, ref)

@@ -4,7 +4,6 @@ parameters with experts under EP and FSDP/ZeRO, all-to-all and load imbalance, E
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -178,7 +177,9 @@ def test_ep_candidates_divide_dp_and_the_experts():
 def test_ep_plans_follow_the_capability_table_in_the_recommendation():
     """Over 100 Gbit/s Ethernet, EP8 (all-to-all inside each node) beats gathering all experts across
     nodes. The launcher runs EP x DDP and EP x FSDP; EP x ZeRO-2 needs DeepSpeed-MoE, and the capability
-    table keeps it out of the ranking as plan only, with why."""
+    table keeps it out of the ranking as plan only, with why. (Expert gradients sync over their own
+    expert data-parallel group, one GPU per node sharing the node's link: plan/expert_dp.py. That puts
+    the pipeline plans, not EP x ZeRO, first among the plan-only ones here.)"""
     from paradvisor.spec.capability import why_not
 
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
@@ -186,18 +187,21 @@ def test_ep_plans_follow_the_capability_table_in_the_recommendation():
         load_profile("mixtral-8x7b"), c, Workload(model="mixtral-8x7b", seq_len=4096, global_batch=512)
     )
     assert rec.plans and all(why_not(e.plan, "mixtral") is None for e in rec.plans)
-    best = rec.plan_only[0]
-    assert re.fullmatch(r"EP8 x ZeRO-[12]x64", best["label"]) and "EP x ZeRO is plan only" in best["why"]
-    assert any(e.plan.ep > 1 and e.plan.sharding == "fsdp" for e in rec.plans)  # EP x FSDP is ranked
-    assert best["step_time_s"] < rec.plans[0].step_time
+    top, no_ep = rec.plans[0], min(e.step_time for e in rec.plans if e.plan.ep == 1)
+    assert top.plan.ep == 8 and top.plan.sharding == "fsdp" and top.step_time < no_ep  # EP x FSDP is ranked
+    assert "EP x ZeRO is plan only" in why_not(Plan(dp=64, ep=8, sharding="zero2"), "mixtral")
+    assert rec.plan_only[0]["step_time_s"] < rec.plans[0].step_time
     assert why_not(Plan(dp=64, ep=8), "mixtral") is None and why_not(Plan(dp=64), "mixtral") is None
     assert "no expert-parallel plan" in why_not(Plan(dp=64, ep=8), "llama")
     assert "EP x TP/PP" in why_not(Plan(dp=32, tp=2, ep=8), "mixtral")
 
 
 def test_a_small_moe_ranks_a_runnable_ep_plan():
-    """A MoE model small enough for replicated dense weights: EP x DDP and EP x FSDP plans are ranked
-    (runnable), with their all-to-all time in the breakdown."""
+    """A MoE model small enough for replicated dense weights: EP plans are ranked (runnable), with their
+    all-to-all time in the breakdown; EP x DDP is runnable too (over this Ethernet it ranks below the
+    five shown: its expert gradients all-reduce at 1/8 of a node's link)."""
+    from paradvisor.spec.capability import why_not
+
     c = load_cluster(EXAMPLES / "a100-8x8-ethernet.toml")
     rec = recommend(
         load_profile("olmoe-1b-7b"), c, Workload(model="olmoe-1b-7b", seq_len=2048, global_batch=512)
@@ -205,7 +209,7 @@ def test_a_small_moe_ranks_a_runnable_ep_plan():
     ep = [e for e in rec.plans if e.plan.ep > 1]
     assert ep, [e.plan.label() for e in rec.plans[:10]]
     assert all(e.plan.sharding in ("none", "fsdp") and e.plan.tp == 1 and e.plan.pp == 1 for e in ep)
-    assert {e.plan.sharding for e in ep} == {"none", "fsdp"}
+    assert "fsdp" in {e.plan.sharding for e in ep} and why_not(Plan(dp=64, ep=8), "olmoe") is None
     assert all(e.time.get("ep_all_to_all", 0) > 0 for e in ep)
 
 

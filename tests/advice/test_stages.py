@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from paradvisor.estimate import steptime
 from paradvisor.estimate.stages import bubble_fraction, chunk_blocks, inflight, layout, split_problem
 from paradvisor.hardware.cluster import single_node_cluster
 from paradvisor.model.load import load_profile
@@ -100,3 +101,51 @@ def test_validation_table_meets_the_goal_on_megatron_sources():
     for src in ("Narayanan 2021 Table 1", "Korthikanti 2022 Table 4"):
         mean, mx, n = summary[src]
         assert n >= 8 and mean <= 10 and mx <= 20, (src, mean, mx)
+
+
+def test_engine_selective_recompute_eager_ops_and_flash_backward():
+    """torchtitan's per-op SAC recomputes the block's 2nd, 4th and 6th matmul (wk, wo, w3) and every
+    memory-bound op; eager elementwise ops move more bytes than fused ones; a flash core's backward is 2.5x."""
+    sh = steptime.LayerShape(4096, 32, 8, 128, 14336, True, True, False)
+    dev = steptime.Device(989e12, 3.35e12, "hopper")
+    kw = {"layers": 4, "tokens": 8192, "seq": 8192, "tp": 1, "sp": False, "attention": "sdpa"}
+    kw |= {"act_bytes": 2, "dev": dev}
+    t = steptime.micro_batch_time(
+        sh, checkpointing="selective", fused=False, selective="every-other-mm", **kw
+    )
+    f = steptime.layer_forward(sh, tokens=8192, seq=8192, tp=1, sp=False, attention="sdpa", act_bytes=2,
+                               dev=dev, fused=False)  # fmt: skip
+    g = steptime.gemm_time
+    odd = g(8192, 1024, 4096, dev) + g(8192, 4096, 4096, dev) + g(8192, 14336, 4096, dev)  # wk, wo, w3
+    assert t["recompute"] == pytest.approx(4 * (odd + f["rest"]))
+    assert steptime.micro_batch_time(sh, checkpointing="selective", **kw)["recompute"] == 0.0  # Megatron's
+    fused = steptime.layer_forward(sh, tokens=8192, seq=8192, tp=1, sp=False, attention="sdpa", act_bytes=2,
+                                   dev=dev)  # fmt: skip
+    assert f["rest"] > 2 * fused["rest"] and f["gemm"] > fused["gemm"]  # split q/k/v, w1/w3: smaller GEMMs
+    assert t["backward"] == pytest.approx(4 * (2 * (f["gemm"] + f["rest"]) + 2.5 * f["core"]))
+
+
+def test_expert_gradients_sync_over_the_expert_data_parallel_group():
+    """With EP the routed experts' gradients reduce over dp/ep ranks, one per node when tp·ep fills a node,
+    every GPU of the node through its share of the network; inside the overlap window it is hidden."""
+    from paradvisor.estimate import comm
+    from paradvisor.hardware.cluster import load_cluster
+    from paradvisor.plan import expert_dp
+    from tests.conftest import EXAMPLES
+
+    mf = ModelFacts.of(load_profile("olmoe-1b-7b"))
+    c = load_cluster(EXAMPLES / "h100-4x8-infiniband.toml")
+    topo = Topology.of(c)
+    plan = Plan(dp=32, ep=8, sharding="zero1", micro_batch=1, grad_accum=1, precision="bf16")
+    e = expert_dp.local_experts(mf, plan)
+    assert e == pytest.approx(mf.moe.expert_params / 8)
+    bw, lat = c.slowest_inter_link().bandwidth / 8, c.slowest_inter_link().latency
+    by_hand = comm.reduce_scatter(e * 2, 4, bw, lat) + comm.all_gather(e * 2, 4, bw, lat)
+    total, exposed = expert_dp.add_expert_sync(mf, topo, plan, (1.0, 0.5), e, (2, 2), 0.0, 1.0)
+    assert total == pytest.approx(1.0 + by_hand) and exposed == pytest.approx(0.5 + by_hand)
+    hidden = expert_dp.add_expert_sync(mf, topo, plan, (1.0, 0.0), e, (2, 2), 10 * (1.0 + by_hand), 1.0)
+    assert hidden[1] == 0.0
+    assert expert_dp.add_expert_sync(mf, topo, plan.with_(ep=32), (1.0, 0.5), e, (2, 2), 0.0, 1.0) == (
+        1.0,
+        0.5,
+    )

@@ -10,9 +10,17 @@ each timed by what bounds it:
   launches     every operation takes at least KERNEL_LAUNCH_S.
   TP           2 all-reduces forward and 2 backward per layer (reduce-scatter + all-gather of the same bytes
                with sequence parallelism), 2 more in a fully recomputed forward; at NVLINK_EFF of the link.
-Backward costs 2x the forward's GEMM FLOPs and memory traffic. Full recompute re-runs the forward (GEMMs,
-memory-bound ops and its TP collectives); selective recompute (Megatron-LM's, Korthikanti et al. 2022 §5)
-re-runs only the attention core: QKᵀ, softmax, dropout, attention over V.
+Backward costs 2x the forward's GEMM FLOPs and memory traffic; a flash-attention core 2.5x (its backward
+recomputes QKᵀ: 5 matmuls of the forward's 2, Dao 2023 "FlashAttention-2" §3.1.2). Full recompute re-runs
+the forward (GEMMs, memory-bound ops and its TP collectives); selective recompute is the engine's:
+  attention-core   Megatron-LM (Korthikanti et al. 2022 §5): QKᵀ, softmax, dropout, attention over V
+  every-other-mm   torchtitan's per-op SAC (torchtitan/distributed/activation_checkpoint.py): it saves
+                   matmul and attention outputs but every second matmul of a block (2nd, 4th, 6th: wk, wo,
+                   w3 of a Llama block), so those matmuls and every memory-bound op run again
+Memory-bound ops are counted as fused kernels (Megatron-Core / Transformer Engine, or torch.compile) or, for
+an eager engine, as PyTorch runs them op by op: RMSNorm upcast to fp32 (cast, pow, mean, rsqrt-mul, cast
+back, weight: ~34 bytes moved per element against 4 fused), rotary embedding in fp32 complex arithmetic
+(cast, complex mul, cast back: ~20 per q/k element against 4), SwiGLU as silu then mul (10 against 6).
 
 Parameter sources (public measurements, none fitted to benchmarks/validation):
   GEMM_EFF     cuBLAS bf16/fp16 dense GEMM at large sizes: ~80% of peak on A100 (NVIDIA "Matrix
@@ -41,6 +49,11 @@ NVLINK_EFF = 0.75
 NET_EFF = 0.90
 KERNEL_LAUNCH_S = 4e-6
 FLASH_EFF = 0.75  # a flash-attention kernel's rate relative to a large GEMM's (FlashAttention-2 paper, A100)
+FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
+EAGER_NORM_BYTES = (
+    34  # eager RMSNorm bytes per element (bf16 in: cast 2+4, pow 4+4, mean 4, mul 4+4, cast 4+2, weight 2+2)
+)
+EAGER_ROPE_BYTES = 20  # eager complex rotary bytes per q/k element (cast 2+4, complex mul 4+4, cast back 4+2)
 
 
 @dataclass(frozen=True)
@@ -91,19 +104,14 @@ def layer_forward(
     attention: str,
     act_bytes: int,
     dev: Device,
+    fused: bool = True,
 ) -> dict[str, float]:
     """Forward seconds of one layer on one TP rank, split into GEMMs, the attention core and the
-    memory-bound rest."""
+    memory-bound rest (+ the block's 2nd, 4th, ... GEMMs: what per-op SAC recomputes)."""
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
-    # projections (tokens x in) @ (in x out/t)
-    if sh.attn_params:
-        gemm = gemm_time(tokens, sh.attn_params / h / t, h, dev)
-    else:
-        gemm = gemm_time(tokens, (d_attn + 2 * kv) / t, h, dev) + gemm_time(tokens, h, d_attn / t, dev)
-    up = (2 if sh.gated else 1) * sh.ffn
-    gemm += gemm_time(tokens, up / t, h, dev) + gemm_time(tokens, h, sh.ffn / t, dev)
+    mms = block_gemms(sh, tokens=tokens, tp=t, dev=dev, split=not fused)
     # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
     heads_local = sh.heads / t
     b = tokens / seq
@@ -116,14 +124,37 @@ def layer_forward(
         core = max(KERNEL_LAUNCH_S, fl / (dev.gemm_rate * FLASH_EFF))
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
-    ew = 2 * (2 * ab * rep)  # two layer norms: read, write
+    norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
+    ew = 2 * norm * rep  # two layer norms
     ew += 2 * (3 * ab * rep)  # two residual adds: read 2, write 1
     if sh.dropout:
         ew += 2 * ((2 * ab + 1) * rep)  # two dropouts: read, write, 1-byte mask
-    ew += (3 if sh.gated else 2) * ab * tokens * sh.ffn / t  # activation function (and gate product)
-    ew += 2 * ab * tokens * (d_attn + 2 * kv) / t  # bias / rotary on q, k, v
-    rest = mem_time(ew, dev) + 8 * KERNEL_LAUNCH_S
-    return {"gemm": gemm, "core": core, "rest": rest}
+    ew += (act if sh.gated else 2 * ab) * tokens * sh.ffn / t  # activation function (and gate product)
+    ew += rope * tokens * (d_attn + 2 * kv) / t  # bias / rotary on q, k, v
+    rest = mem_time(ew, dev) + (8 if fused else 24) * KERNEL_LAUNCH_S
+    return {"gemm": sum(mms), "core": core, "rest": rest, "odd_gemms": sum(mms[1::2])}
+
+
+def block_gemms(sh: LayerShape, *, tokens: int, tp: int, dev: Device, split: bool) -> list[float]:
+    """Forward seconds of a block's projections in their order, (tokens x in) @ (in x out/t). Megatron-Core
+    fuses q, k, v into one GEMM and the gate and up projections into one; eager models (`split`) run
+    q, k, v, o, then w1, w3, w2 apart."""
+    h, t = sh.hidden, tp
+    d_attn, kv = sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim
+    if sh.attn_params:  # MLA and other attention blocks: one projection of their weight count
+        attn = [gemm_time(tokens, sh.attn_params / h / t, h, dev)]
+    elif split:
+        attn = [gemm_time(tokens, n / t, h, dev) for n in (d_attn, kv, kv)]
+        attn.append(gemm_time(tokens, h, d_attn / t, dev))
+    else:
+        attn = [gemm_time(tokens, (d_attn + 2 * kv) / t, h, dev), gemm_time(tokens, h, d_attn / t, dev)]
+    n_up = 2 if sh.gated else 1
+    up = (
+        [gemm_time(tokens, sh.ffn / t, h, dev)] * n_up
+        if split
+        else [gemm_time(tokens, n_up * sh.ffn / t, h, dev)]
+    )
+    return attn + up + [gemm_time(tokens, h, sh.ffn / t, dev)]
 
 
 def tp_layer_comm(tokens: int, hidden: int, tp: int, act_bytes: int, bw: float, lat: float) -> float:
@@ -150,15 +181,25 @@ def micro_batch_time(
     vocab_tp: int = 1,
     tp_bw: float = 0.0,
     tp_lat: float = 0.0,
+    fused: bool = True,
+    selective: str = "attention-core",
 ) -> dict[str, float]:
     """Seconds of one micro-batch through `layers` layers (+ the LM head and loss when `head_vocab`):
     forward, backward, recompute and TP communication (forward + backward + recomputed forward)."""
     f = layer_forward(
-        sh, tokens=tokens, seq=seq, tp=tp, sp=sp, attention=attention, act_bytes=act_bytes, dev=dev
+        sh,
+        tokens=tokens,
+        seq=seq,
+        tp=tp,
+        sp=sp,
+        attention=attention,
+        act_bytes=act_bytes,
+        dev=dev,
+        fused=fused,
     )
     fwd_layer = f["gemm"] + f["core"] + f["rest"]
     fwd = layers * fwd_layer
-    bwd = 2 * fwd
+    bwd = layers * (2 * (f["gemm"] + f["rest"]) + (2 if attention == "eager" else FLASH_BWD) * f["core"])
     if head_vocab:
         v_local = head_vocab / vocab_tp
         head = gemm_time(tokens, v_local, sh.hidden, dev)
@@ -168,6 +209,8 @@ def micro_batch_time(
     rec = 0.0
     if checkpointing == "full":
         rec = layers * fwd_layer
+    elif checkpointing == "selective" and selective == "every-other-mm":
+        rec = layers * (f["odd_gemms"] + f["rest"])
     elif checkpointing == "selective":
         rec = layers * f["core"] if attention == "eager" else 0.0
     tp_fwd = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat)

@@ -40,10 +40,11 @@ from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model import families
 from paradvisor.model.activations import key_of
+from paradvisor.plan import expert_dp
+from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.spec.plan import Plan, Workload
 
-OVERLAP = 0.8
 DEEPSPEED_STEP_OVERHEAD = (
     5e-3  # s per optimizer step of engine bookkeeping (measured on CPU runs, accuracy.py)
 )
@@ -602,6 +603,8 @@ def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int,
         vocab_tp=plan.tp if mf.traits.vocab_parallel else 1,
         tp_bw=node0.bandwidth * steptime.NVLINK_EFF,
         tp_lat=node0.latency,
+        fused=mf.traits.fused,
+        selective=mf.traits.selective,
     )
 
 
@@ -790,19 +793,10 @@ def evaluate(
         psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
-    dp_total, dp_exposed = _dp_comm(
-        mf,
-        topo,
-        plan,
-        psi,
-        need["shard"],
-        gb,
-        pb,
-        ct["backward"] + ct["recompute"],
-        t_micro,
-        lat_k,
-        net_eff=steptime.NET_EFF if gpu_model else 1.0,
-    )
+    e_psi, net_eff = expert_dp.local_experts(mf, plan), steptime.NET_EFF if gpu_model else 1.0
+    t_bwd = ct["backward"] + ct["recompute"]
+    dp = _dp_comm(mf, topo, plan, psi - e_psi, need["shard"], gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
+    dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
     mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
     t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, mem_bw)
 

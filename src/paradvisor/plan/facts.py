@@ -75,18 +75,22 @@ class EngineTraits:
     vocab_parallel: bool  # embedding and LM head split over TP (logits and loss too)
     dp_overlap: bool  # the gradient all-reduce overlaps the backward pass
     reshard_each_micro: bool  # FSDP gathers the parameters again for every micro-batch
+    fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes
+    selective: str = "attention-core"
 
 
-# "torch": paradvisor's launcher. "megatron": Megatron-LM as of Narayanan et al. 2021 / Korthikanti et al. 2022
-# (gradient all-reduce after the backward pass, no FSDP). "torchtitan": its TP plan shards the embedding
-# and the output (colwise, loss parallel); FSDP keeps parameters gathered across a pipeline's micro-batches
-# (reshard_after_forward off with PP). "llama3": Meta's Llama 3 stack (Dubey et al. 2024 §3.3.2: FSDP
-# without resharding after forward, vocabulary split over TP).
+# "torch": paradvisor's launcher. "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022
+# (gradient all-reduce after the backward pass). "torchtitan" (as benchmarked, no torch.compile): TP shards the
+# embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
+# elementwise ops (fused in -compile); per-op SAC. "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding
+# after forward, vocabulary over TP). "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True),
     "megatron": EngineTraits(True, True, False, False),
-    "torchtitan": EngineTraits(False, True, True, True),
+    "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm"),
+    "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm"),
     "llama3": EngineTraits(False, True, True, False),
+    "mcore": EngineTraits(True, True, True, False),
 }
 
 
