@@ -122,6 +122,8 @@ STEP_LINES = [  # records in the shapes the trainer's loops and runtime.report w
 
 def _stable(doc):
     """The document with what moves with the clock or the machine replaced (a time, a path, a pid)."""
+    if hasattr(doc, "to_doc"):  # a seam type: its document
+        doc = doc.to_doc()
     if isinstance(doc, dict):
         out = {}
         for k, v in doc.items():

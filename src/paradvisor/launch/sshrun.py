@@ -644,7 +644,7 @@ def start(
     try:
         write_run_plan(RunDir(run_dir).plan, preset)
         # every run carries a prediction
-        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset).to_doc())
         write_json_atomic(
             RunDir(run_dir).node_file("command", 0),
             {

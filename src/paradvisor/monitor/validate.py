@@ -50,7 +50,7 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
     schedule keeps them), split into activations and weight copies as the meter splits them."""
     out = {k: 0.0 for k in TERMS}
     for st in (0, plan.pp - 1) if plan.pp > 1 else (0,):
-        t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)["terms"]
+        t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st).terms
         if t["params"] + t["grads"] + t["optimizer"] > out["params"] + out["grads"] + out["optimizer"]:
             for k in ("params", "grads", "optimizer", "step_grads"):
                 out[k] = t[k]

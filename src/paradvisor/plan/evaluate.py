@@ -35,6 +35,7 @@ from paradvisor.estimate.memory import (
     vision_activation_bytes,
     zero_grad_elements,
 )
+from paradvisor.estimate.need import MemoryNeed
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
@@ -337,7 +338,7 @@ def memory_need(
     stage: int | None = None,
     *,
     every_stage: bool = False,
-) -> dict:
+) -> MemoryNeed:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
     shard = _shard_degree(topo, plan)
@@ -390,17 +391,9 @@ def memory_need(
     cpu = offload_cpu_bytes(
         best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
     )
-    out = {
-        "terms": best[0],
-        "total": best[1],
-        "psi": best[2],
-        "phase": best[3],
-        "shard": shard,
-        "cpu": cpu,
-        "activation_source": source,
-    }
+    stages = None
     if every_stage:
-        out["stages"] = [
+        stages = tuple(
             {
                 "stage": w.rank,
                 "layers": w.layers,
@@ -414,8 +407,9 @@ def memory_need(
                 "breakdown": {k: round(v) for k, v in terms.items()},
             }
             for w, terms, total, psi, phase in listed
-        ]
-    return out
+        )
+    terms, total, psi, phase = best
+    return MemoryNeed(terms, total, psi, phase, shard, cpu, source, stages)
 
 
 HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
@@ -627,7 +621,7 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
     for spec, mb in _gpu_classes(topo, plan):
         need = memory_need(mf, topo, wl, plan, precision, mb)
         usable = spec.memory_bytes * (1 - margin)
-        ratio = need["total"] / usable
+        ratio = need.total / usable
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
         if uses_gpu_model(spec, mf):
@@ -785,7 +779,7 @@ def evaluate(
         ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
         t_tp = 4 * _stage_layers(mf, plan.pp) * ar
 
-    psi = need["psi"]
+    psi = need.psi
     if mf.moe is not None:  # what one rank holds and synchronises under EP
         psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
@@ -795,7 +789,7 @@ def evaluate(
         topo,
         plan,
         psi,
-        need["shard"],
+        need.shard,
         gb,
         pb,
         ct["backward"] + ct["recompute"],
@@ -804,7 +798,7 @@ def evaluate(
         net_eff=steptime.NET_EFF if gpu_model else 1.0,
     )
     mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
-    t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, mem_bw)
+    t_opt, t_off = _optimizer_time(plan, psi, need.shard, pb, mem_bw)
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer; the
     # GPU model counts kernel launches per operation instead.
@@ -846,12 +840,12 @@ def evaluate(
     step = sum(time.values())
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
-    host_fits = host_memory_fits(topo, need["cpu"], notes) if plan.offload != "none" else True
-    fits = need["total"] <= usable and host_fits
+    host_fits = host_memory_fits(topo, need.cpu, notes) if plan.offload != "none" else True
+    fits = need.total <= usable and host_fits
     return Estimate(
         plan=plan,
-        memory=need["terms"],
-        memory_total=need["total"],
+        memory=need.terms,
+        memory_total=need.total,
         capacity=capacity,
         usable=usable,
         fits=fits,
@@ -860,11 +854,11 @@ def evaluate(
         step_time=step,
         samples_per_s=wl.global_batch / step,
         tokens_per_s=wl.global_batch * wl.seq_len / step,
-        cpu_bytes_per_rank=need["cpu"],
+        cpu_bytes_per_rank=need.cpu,
         score=step,
         notes=notes,
         host_fits=host_fits,
-        peak_phase=need["phase"],
+        peak_phase=need.phase,
         stage_memory=lambda: _stage_list(mf, topo, wl, plan, precision, margin),
     )
 
@@ -897,9 +891,9 @@ def _stage_list(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     best = None
     for spec, mb in _gpu_classes(topo, plan):
         need = memory_need(mf, topo, wl, plan, precision, mb, every_stage=True)
-        ratio = need["total"] / (spec.memory_bytes * (1 - margin))
+        ratio = need.total / (spec.memory_bytes * (1 - margin))
         if best is None or ratio > best[0]:
-            best = (ratio, need["stages"])
+            best = (ratio, list(need.stages))
     return best[1]
 
 
