@@ -236,6 +236,11 @@ def check_mapping(table, types_: dict[str, object], where: Where, *, at: str = "
     return dict(table)
 
 
+def document(obj) -> dict:
+    """A record's fields as a document, in their order, None left out."""
+    return {f.name: v for f in dataclasses.fields(obj) if (v := getattr(obj, f.name)) is not None}
+
+
 NULL = {"null": True}  # field metadata: the document may hold null here (else null is a wrong type)
 WHOLE = {"whole": True}  # field metadata: the rest of the document, not one of its fields
 _DOC_TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,), dict: (dict,), list: (list,)}

@@ -42,6 +42,7 @@ from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model import families
 from paradvisor.model.activations import key_of
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.rules.engine import FiredRule
 from paradvisor.spec.plan import Plan, Workload
 
 OVERLAP = 0.8
@@ -69,7 +70,7 @@ class Estimate:
     cpu_bytes_per_rank: float = 0.0
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
-    rules: list[dict] = field(default_factory=list)
+    rules: list[FiredRule] = field(default_factory=list)  # rules/engine.py
     cost_rank: int = 0  # rank by the cost model's score alone, among the plans shown (0: not ranked)
     rule_factor: float = 1.0  # the product of the applied prefer/avoid rules' factors: score = cost x this
 

@@ -72,7 +72,7 @@ def plan_markdown(e, cluster) -> str:
     if e.rules:
         lines += ["## Rules that fired", ""]
         for r in e.rules:
-            lines.append(f"- **{r['id']}** ({r['effect']}): {r['message']}  \n  *{r['source']}*")
+            lines.append(f"- **{r.id}** ({r.effect}): {r.message}  \n  *{r.source}*")
     for n in e.notes:
         lines.append(f"- note: {n}")
     return "\n".join(lines)
