@@ -93,7 +93,7 @@ class Estimate:
         return self.memory_total / self.usable if self.usable else float("inf")
 
 
-def _stage_layers(mf: ModelFacts, pp: int) -> int:
+def stage_layers(mf: ModelFacts, pp: int) -> int:
     """Blocks of the busiest pipeline stage under the even split (the monitor's per-stage view)."""
     return -(-mf.shape.num_layers // pp) if mf.shape else 0
 
@@ -778,7 +778,7 @@ def evaluate(
     if plan.tp > 1 and mf.shape is not None and not gpu_model:
         node0 = topo.intra[0]
         ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
-        t_tp = 4 * _stage_layers(mf, plan.pp) * ar
+        t_tp = 4 * stage_layers(mf, plan.pp) * ar
 
     psi = need.psi
     if mf.moe is not None:  # what one rank holds and synchronises under EP
@@ -869,7 +869,7 @@ def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, 
     the CP group's link (cp ranks at stride tp), overlapped with the compute on a GPU (ring attention),
     not on a CPU (the all-gather form)."""
     bw, lat, _ = topo.ep_link(plan.tp, plan.cp)
-    layers = _stage_layers(mf, plan.pp)
+    layers = stage_layers(mf, plan.pp)
     total = cp_cost.comm_time(
         mf.shape,
         micro_batch=plan.micro_batch,
