@@ -5,7 +5,8 @@ Its fields are what the readers use, with their types; the tolerant reader's key
 `REQUIRED`, `OPTIONAL`) are derived from them, so a field added here is checked the moment it exists. What
 only people and TensorBoard read (the learning rate, the strategy, tokens per second, the gradient norm, ...)
 rides along in `extra`, written as given (null included). `to_doc()` is the line the writer appends (the
-writer adds the rank, node and time); `from_doc()` reads a line the tolerant reader accepted."""
+writer adds the rank, node and time), its keys in the order the writer gave them; `from_doc()` reads a line
+the tolerant reader accepted."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class StepRecord:
     act_working_bytes: float | None = None
     act_gathered_bytes: float | None = None
     extra: dict = field(default_factory=dict, metadata=WHOLE)
+    order: tuple[str, ...] = field(
+        default=(), compare=False, repr=False, metadata=WHOLE
+    )  # as the writer gave them
 
     @classmethod
     def of(cls, **given) -> StepRecord:
@@ -48,6 +52,7 @@ class StepRecord:
         return cls(
             **{k: v for k, v in given.items() if k in FIELDS},
             extra={k: v for k, v in given.items() if k not in FIELDS and k != "kind"},
+            order=tuple(given),
         )
 
     @classmethod
@@ -56,8 +61,9 @@ class StepRecord:
         return cls.of(**doc)
 
     def to_doc(self) -> dict:
-        named = {k: getattr(self, k) for k in FIELDS}
-        return {"kind": "step", **{k: v for k, v in named.items() if v is not None}, **self.extra}
+        named = {k: v for k in FIELDS if (v := getattr(self, k)) is not None}
+        doc = {"kind": "step", **named, **self.extra}
+        return {k: doc[k] for k in (*self.order, *doc) if k in doc} if self.order else doc
 
 
 FIELDS = document_types(StepRecord)  # every named field and the types its value may have
