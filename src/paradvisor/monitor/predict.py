@@ -2,9 +2,10 @@
 
 `estimate_for(preset, ...)` is the estimator's view of a preset's plan on one device (a GPU from the
 catalogue, or this CPU as measured by `paradvisor calibrate`); `validate` and the launcher share it.
-`launch_prediction(preset)` is what the launcher writes to the run directory as prediction.json, so every
-run carries a prediction: the preset's own (from a ranked plan) when it has one, else one computed at
-launch for this machine; model-state bytes (what a CPU run measures from its tensors) are always computed.
+`launch_prediction(preset)` is what the launcher writes to the run directory as prediction.json (a
+`Prediction`, rundir/prediction.py; `read_prediction` reads it back), so every run carries a prediction:
+the preset's own (from a ranked plan) when it has one, else one computed at launch for this machine;
+model-state bytes (what a CPU run measures from its tensors) are always computed.
 """
 
 from __future__ import annotations
