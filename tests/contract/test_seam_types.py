@@ -28,7 +28,9 @@ def test_document_types_come_from_the_annotations():
 def test_the_readers_key_sets_are_the_fields_of_their_types():
     assert set(STATUS_TYPES) == {f for f in Status.__dataclass_fields__ if f != "doc"}
     assert set(metrics.REQUIRED["step"]) == {"rank", "step", "step_time_s"}
-    assert set(metrics.OPTIONAL) == {f for f in StepRecord.__dataclass_fields__ if f not in ("extra", "order")}
+    assert set(metrics.OPTIONAL) == {
+        f for f in StepRecord.__dataclass_fields__ if f not in ("extra", "order")
+    }
     assert set(metrics.MAXIMA) == {f for f in metrics.OPTIONAL if f.endswith("_bytes")}
 
 
