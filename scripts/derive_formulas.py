@@ -43,10 +43,10 @@ FREE_HEAD_DIM = ["q", "hq"]  # head_dim set apart from hidden / heads (Gemma, Qw
 
 def seeds() -> dict[str, dict]:
     """Seed configs: one per code path worth shipping (built-ins, plus the usual real-world switches)."""
-    from paradvisor.model.load import _builtins
+    from paradvisor.model.load import builtin_models
 
     out = {}
-    for name, e in _builtins().items():
+    for name, e in builtin_models().items():
         cfg = dict(e["config"])
         if cfg["model_type"] == "albert":  # shared layers: traced (one set of weights, many applications)
             continue

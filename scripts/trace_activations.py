@@ -47,14 +47,14 @@ def main() -> int:
     import torch
     import transformers
 
-    from paradvisor.model.load import _VISION, builtin_names
+    from paradvisor.model.load import VISION_MODELS, builtin_names
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", help="these built-ins only (merged into the stored file)")
     ap.add_argument("--check", action="store_true", help="compare with the stored file, write nothing")
     ap.add_argument("--params-only", action="store_true", help="recount the parameter facts, keep the traces")
     args = ap.parse_args()
-    names = args.only or [n for n in builtin_names() if n not in _VISION]
+    names = args.only or [n for n in builtin_names() if n not in VISION_MODELS]
     stored = json.loads(OUT.read_text()) if OUT.exists() else {"models": {}}
     models = dict(stored.get("models", {}))
     drift = []

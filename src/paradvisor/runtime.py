@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from paradvisor.spec.preset import Preset
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.metrics import MetricsWriter
+from paradvisor.rundir.records import StepRecord
 from paradvisor.spec.preset import load_preset
 from paradvisor.train.mesh import build_mesh
 
@@ -169,7 +170,7 @@ def report(step: int, loss=None, tokens: int | None = None, **extra) -> dict | N
     for k, v in extra.items():
         rec[k] = _number(v) if hasattr(v, "item") else v
     rec.update(_memory())
-    w.write(rec)
+    w.write(StepRecord.of(**rec))
     return rec
 
 

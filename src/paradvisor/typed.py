@@ -234,3 +234,32 @@ def check_mapping(table, types_: dict[str, object], where: Where, *, at: str = "
         if key in types_:
             check_value(value, types_[key], where(key), name=key)
     return dict(table)
+
+
+def document(obj) -> dict:
+    """A record's fields as a document, in their order, None left out."""
+    return {f.name: v for f in dataclasses.fields(obj) if (v := getattr(obj, f.name)) is not None}
+
+
+NULL = {"null": True}  # field metadata: the document may hold null here (else null is a wrong type)
+WHOLE = {"whole": True}  # field metadata: the rest of the document, not one of its fields
+_DOC_TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,), dict: (dict,), list: (list,)}
+
+
+@cache
+def document_types(cls) -> dict[str, tuple[type, ...]]:
+    """The isinstance types a document's field must have, from the annotations of the dataclass it becomes:
+    `float` takes any number, `X | None` is X (None is the field's absence), and a field whose metadata is
+    NULL also takes null. Fields of another annotation (the type's own bookkeeping) are not listed."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("whole"):
+            continue
+        typ = hints(cls)[f.name]
+        args = typing.get_args(typ) if isinstance(typ, types.UnionType) else (typ,)
+        allowed = tuple(
+            t for a in args if a is not None for t in _DOC_TYPES.get(typing.get_origin(a) or a, ())
+        )
+        if allowed:
+            out[f.name] = allowed + ((type(None),) if f.metadata.get("null") else ())
+    return out

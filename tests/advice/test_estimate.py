@@ -337,16 +337,16 @@ def test_the_loss_heads_backward_gradients_are_a_term_of_the_peak_on_the_heads_s
     wl = Workload(model="llama-2-7b", seq_len=2048, global_batch=16)
     plan = Plan(dp=8, micro_batch=2, grad_accum=1)
     m = memory_need(llama, topo, wl, plan, "bf16", 2)
-    assert m["terms"]["transient"] == 2 * 2 * 2048 * llama.shape.vocab * 4
-    assert m["phase"] == "forward/backward"
-    without = sum(v for k, v in m["terms"].items() if k not in ("step_grads", "transient"))
-    assert m["total"] == pytest.approx(without + m["terms"]["transient"])
+    assert m.terms["transient"] == 2 * 2 * 2048 * llama.shape.vocab * 4
+    assert m.phase == "forward/backward"
+    without = sum(v for k, v in m.terms.items() if k not in ("step_grads", "transient"))
+    assert m.total == pytest.approx(without + m.terms["transient"])
     pp = Plan(dp=2, pp=4, micro_batch=1, grad_accum=8)
-    assert memory_need(llama, topo, wl, pp, "bf16", 1, stage=0)["terms"]["transient"] == 0
+    assert memory_need(llama, topo, wl, pp, "bf16", 1, stage=0).terms["transient"] == 0
     assert (
-        memory_need(llama, topo, wl, pp, "bf16", 1, stage=3)["terms"]["transient"]
+        memory_need(llama, topo, wl, pp, "bf16", 1, stage=3).terms["transient"]
         == 2 * 2048 * llama.shape.vocab * 4
     )
     bert = ModelFacts.of(load_profile("bert-base-uncased"))
     wb = Workload(model="bert-base-uncased", seq_len=512, global_batch=64)
-    assert memory_need(bert, topo, wb, Plan(dp=8, micro_batch=8), "bf16", 8)["terms"]["transient"] == 0
+    assert memory_need(bert, topo, wb, Plan(dp=8, micro_batch=8), "bf16", 8).terms["transient"] == 0

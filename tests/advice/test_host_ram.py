@@ -23,10 +23,8 @@ def test_the_cluster_files_ram_is_the_nodes_ram():
 def test_an_offload_that_needs_more_ram_than_the_node_has_is_not_ranked():
     rec = advise(Request(model="llama-2-7b", cluster=cluster("2 GiB"), top=20))
     assert all(e.plan.offload == "none" for e in rec.plans)
-    offload = [
-        i for i in rec.infeasible if i["plan"]["offload"] != "none" and i["needs_bytes"] <= i["usable_bytes"]
-    ]
-    assert offload and all("host RAM" in i["why"] and "only 2 GiB" in i["why"] for i in offload)
+    offload = [i for i in rec.infeasible if i.plan["offload"] != "none" and i.needs_bytes <= i.usable_bytes]
+    assert offload and all("host RAM" in i.why and "only 2 GiB" in i.why for i in offload)
 
 
 def test_with_the_ram_for_it_the_offload_plans_fit():

@@ -87,7 +87,7 @@ def test_llama70b_on_8_h100_needs_sharding():
     r = rec("llama-2-70b", "h100-8x-nvlink", seq_len=4096, global_batch=64)
     assert r.feasible
     assert all(e.plan.sharding != "none" or e.plan.tp * e.plan.pp > 1 for e in r.plans)
-    assert any(i["label"] == "DDPx8" and "needs" in i["why"] for i in r.infeasible)
+    assert any(i.label == "DDPx8" and "needs" in i.why for i in r.infeasible)
 
 
 def test_nothing_fits_gives_nearest_fix(cli):
@@ -320,16 +320,14 @@ def test_offload_plans_must_fit_host_ram():
     wl = Workload("llama-2-70b", seq_len=512, global_batch=1)
     r = recommend(prof, c, wl)
     assert not any(e.plan.offload != "none" for e in r.plans)
-    offloaded = [i for i in r.infeasible if i["plan"]["offload"] != "none"]
+    offloaded = [i for i in r.infeasible if i.plan["offload"] != "none"]
     assert offloaded
     # the nearest fix names the host RAM, not the GPU memory the plan already fits in
-    assert r.nearest_fix["closest"]["host_fits"] is False
-    assert "host RAM" in r.nearest_fix["closest"]["text"]
-    ram = [f for f in r.nearest_fix["fixes"] if f["change"] == "more host RAM"]
-    assert ram and 1.1e12 < ram[0]["host_ram_bytes"] < 1.4e12
-    assert not any(
-        f["change"] == "shorter sequence" for f in r.nearest_fix["fixes"]
-    )  # the GPU was never short
+    assert r.nearest_fix.closest.host_fits is False
+    assert "host RAM" in r.nearest_fix.closest.text
+    ram = [f for f in r.nearest_fix.fixes if f.change == "more host RAM"]
+    assert ram and 1.1e12 < ram[0].host_ram_bytes < 1.4e12
+    assert not any(f.change == "shorter sequence" for f in r.nearest_fix.fixes)  # the GPU was never short
     roomy = replace(c, nodes=(replace(c.nodes[0], ram_total_bytes=2 * 2**40),))  # 2 TiB
     r2 = recommend(prof, roomy, wl)
     assert r2.plans and all(e.plan.offload != "none" for e in r2.plans)

@@ -165,11 +165,11 @@ def test_000_numbers_give_the_stated_speedups():
 
 
 def _ids(est):
-    return {r["id"] for r in est.rules}
+    return {r.id for r in est.rules}
 
 
 def _applied(est, rule_id):
-    return any(r["id"] == rule_id and r.get("applied", True) for r in est.rules)
+    return any(r.id == rule_id and r.applied for r in est.rules)
 
 
 def test_000_moves_plans_only_inside_its_evidence():
@@ -205,9 +205,9 @@ def test_000_moves_plans_only_inside_its_evidence():
     assert all(
         e.score == e.step_time
         for e in tp
-        if not any(r.get("applied", True) and r["effect"].startswith(("prefer", "avoid")) for r in e.rules)
+        if not any(r.applied and r.effect.startswith(("prefer", "avoid")) for r in e.rules)
     )
-    why = next(r["outside_evidence"] for r in tp[0].rules if r["id"] == "000-tp-beats-dp-on-fast-links")
+    why = next(r.outside_evidence for r in tp[0].rules if r.id == "000-tp-beats-dp-on-fast-links")
     assert "parameters" in why and "110M" in why
     fired = {f["id"]: f for f in nv.fired_rules}["000-tp-beats-dp-on-fast-links"]
     assert fired["applied_on"] == 0 and fired["moved"] == [] and fired["outside_evidence"]
@@ -371,7 +371,7 @@ def test_002_tips_and_1f1b_setting():
     assert any("002-interleaved-schedule" in _ids(e) for e in r.plans)
     tp = [e for e in r.plans if e.plan.tp > 1]
     assert tp and all("002-column-row-splits" in _ids(e) for e in tp)
-    msg = next(x["message"] for x in tp[0].rules if x["id"] == "002-column-row-splits")
+    msg = next(x.message for x in tp[0].rules if x.id == "002-column-row-splits")
     assert "column-wise" in msg and "row-wise" in msg and f"TP{tp[0].plan.tp}" in msg
 
 

@@ -69,8 +69,8 @@ def test_interleaving_trades_bubble_for_first_stage_activations():
     inter = replace(base, pp_schedule="interleaved1f1b", pp_virtual_stages=2)
     e1, e2 = (evaluate(mf, topo, wl, p, "bf16", 0.1) for p in (base, inter))
     assert e2.time["pp_bubble"] == pytest.approx(e1.time["pp_bubble"] / 2, rel=0.05)
-    a1 = memory_need(mf, topo, wl, base, "bf16", 1, stage=0)["terms"]["activations"]
-    a2 = memory_need(mf, topo, wl, inter, "bf16", 1, stage=0)["terms"]["activations"]
+    a1 = memory_need(mf, topo, wl, base, "bf16", 1, stage=0).terms["activations"]
+    a2 = memory_need(mf, topo, wl, inter, "bf16", 1, stage=0).terms["activations"]
     assert a2 / a1 == pytest.approx(1 + 3 / 8, rel=1e-6)
 
 

@@ -22,5 +22,5 @@ def test_a_status_file_that_cannot_be_read_is_unknown(tmp_path):
     p = tmp_path / "status.json"
     p.write_text("[1, 2]")
     doc = read_status(p)
-    assert doc["status"] == RunState.UNKNOWN and RunState(doc["status"]) is RunState.UNKNOWN
-    assert effective_status(tmp_path)["status"] is RunState.UNKNOWN
+    assert doc.status == RunState.UNKNOWN and doc.state is RunState.UNKNOWN
+    assert effective_status(tmp_path).status is RunState.UNKNOWN

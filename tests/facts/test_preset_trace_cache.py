@@ -17,7 +17,7 @@ CODE = """
 import json, sys
 from paradvisor.spec.preset import load_preset
 from paradvisor.monitor.predict import launch_prediction
-doc = launch_prediction(load_preset(sys.argv[1]), calibration=None)
+doc = launch_prediction(load_preset(sys.argv[1]), calibration=None).to_doc()
 print(json.dumps({"doc": doc, "heavy": sorted(m for m in ("torch", "transformers") if m in sys.modules)}))
 """
 

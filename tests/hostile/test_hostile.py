@@ -651,7 +651,7 @@ def test_a_run_whose_pid_was_reused_is_not_running(tmp_path):
             "pid_started": me.create_time() - 1000,
         },
     )
-    assert effective_status(d)["status"] == "interrupted"  # the pid lives, but it is another process now
+    assert effective_status(d).status == "interrupted"  # the pid lives, but it is another process now
     d2 = broken_run(
         tmp_path / "2",
         {
@@ -662,11 +662,11 @@ def test_a_run_whose_pid_was_reused_is_not_running(tmp_path):
             "launcher_started": me.create_time(),
         },
     )
-    assert effective_status(d2)["status"] == "running"
+    assert effective_status(d2).status == "running"
     legacy = broken_run(
         tmp_path / "3", {"status": "running", "pid": os.getpid(), "started": me.create_time() - 3600}
     )
-    assert effective_status(legacy)["status"] == "interrupted"  # the pid's process started after the run
+    assert effective_status(legacy).status == "interrupted"  # the pid's process started after the run
 
 
 # ---- runs that collide or hang ----------------------------------------------------------------------------------------

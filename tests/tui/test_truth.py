@@ -253,8 +253,8 @@ def test_a_sequence_beyond_the_trained_context_is_warned_and_no_fix_goes_beyond_
             await settle(app, pilot)
             work = str(app.query_one("#workload").render())
             assert "beyond llama-150m's trained context (1024)" in work, work
-            fixes = [f for f in app.rec.nearest_fix["fixes"] if f["change"] == "shorter sequence"]
-            assert fixes and all(f["seq_len"] <= 1024 for f in fixes), fixes
+            fixes = [f for f in app.rec.nearest_fix.fixes if f.change == "shorter sequence"]
+            assert fixes and all(f.seq_len <= 1024 for f in fixes), fixes
             shown = str(app.query_one("#plan-reason").render())
             assert "--seq-len 32768" not in shown and "--seq-len 1024" in shown, shown
 

@@ -240,7 +240,7 @@ def apply_overrides(preset, args):
 
 def program_of(preset, args):
     """The preset's [program], or the one --script / --module / --runtime / -- ARGS give."""
-    from paradvisor.spec.preset import ProgramSettings, _parse_program
+    from paradvisor.spec.preset import ProgramSettings, parse_program
 
     script, module = getattr(args, "script", None), getattr(args, "module", None)
     extra, runtime = list(getattr(args, "program_args", None) or []), getattr(args, "runtime", None)
@@ -263,7 +263,7 @@ def program_of(preset, args):
         from paradvisor.typed import printable
 
         printable(a, "an argument after --", limit=4096)
-    return _parse_program(table, lambda k: f"--{k}") if table else ProgramSettings()
+    return parse_program(table, lambda k: f"--{k}") if table else ProgramSettings()
 
 
 def run(args) -> int:

@@ -94,7 +94,7 @@ def predicted_max(preset, limit_bytes: int, cap: int) -> int:
             preset.plan, dp=1, tp=1, pp=1, sharding="none", offload="none", micro_batch=b, grad_accum=1
         )
         n = memory_need(mf, topo, replace(preset.workload, global_batch=b), plan, plan.precision, b)
-        if n["total"] - n["terms"]["overhead"] > budget:
+        if n.allocated > budget:
             break
         best = b
         b += 1 if b < 8 else max(1, b // 8)

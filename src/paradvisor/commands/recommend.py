@@ -226,7 +226,7 @@ def show(rec, doc, args) -> None:
         _show_nothing_fits(con, rec)
     if args.show_infeasible or not rec.plans:
         for item in rec.infeasible[: 10 if not args.show_infeasible else None]:
-            con.print(f"  [dim]does not fit:[/dim] {esc(item['label'])} — {esc(item['why'])}")
+            con.print(f"  [dim]does not fit:[/dim] {esc(item.label)} — {esc(item.why)}")
     elif rec.infeasible:
         con.print(f"[dim]{len(rec.infeasible)} layouts do not fit (--show-infeasible lists them)[/dim]")
     for item in rec.plan_only[:5]:
@@ -331,8 +331,8 @@ def _show_nothing_fits(con, rec) -> None:
 
     con.print("[bold red]nothing fits[/bold red]")
     fix = rec.nearest_fix
-    con.print(esc(fix["closest"]["text"]))
-    for f in fix["fixes"]:
-        con.print(f"  fix: {esc(f['text'])}")
-    if not fix["fixes"]:
+    con.print(esc(fix.closest.text))
+    for f in fix.fixes:
+        con.print(f"  fix: {esc(f.text)}")
+    if not fix.fixes:
         con.print("  no fix found within 64x the GPUs or down to seq-len 64")

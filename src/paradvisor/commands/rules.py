@@ -193,5 +193,5 @@ def run_explain(args) -> int:
         )
     if args.show_infeasible:
         for item in rec.infeasible:
-            con.print(f"  [dim]does not fit:[/dim] {esc(item['label'])} — {esc(item['why'])}")
+            con.print(f"  [dim]does not fit:[/dim] {esc(item.label)} — {esc(item.why)}")
     return 0

@@ -23,8 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-SPLITS = ("even", "balanced")
-
 
 @dataclass(frozen=True)
 class Stage:

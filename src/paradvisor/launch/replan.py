@@ -63,7 +63,7 @@ def next_plan(preset, run_dir: Path | None = None):
 
     def need(plan) -> float:
         n = memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch)
-        return n["total"] - n["terms"]["overhead"]
+        return n.allocated
 
     # Scale the model by what the failed run measured (its last logged model states), if anything.
     scale = 1.0
@@ -72,8 +72,9 @@ def next_plan(preset, run_dir: Path | None = None):
         reader.read(keep=0)
         states = [reader.tally.mem] if reader.tally.mem else []
         if states:
-            n = memory_need(mf, topo, wl, preset.plan, preset.plan.precision, preset.plan.micro_batch)
-            pred = n["terms"]["params"] + n["terms"]["grads"] + n["terms"]["optimizer"]
+            pred = memory_need(
+                mf, topo, wl, preset.plan, preset.plan.precision, preset.plan.micro_batch
+            ).model_states
             scale = max(1.0, max(states) / pred) if pred else 1.0
     current = need(preset.plan) * scale
     budget = (limit or current) * 0.9 - (CPU_SLACK if limit else 0)

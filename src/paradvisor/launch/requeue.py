@@ -69,7 +69,7 @@ def follow_latest(job) -> None:
     every = attempts(job.job_dir)
     for nxt in every[every.index(job.run_dir) + 1 :] if job.run_dir in every else []:
         node0 = RunDir(nxt).node_status(0)
-        mine = read_status(node0) if node0.exists() else {}
+        mine = read_status(node0).to_doc() if node0.exists() else {}
         keys = ("parent", "requeued", "resumed_from", "resume_step", "lineage_reason")
         lineage = {k: mine[k] for k in keys if k in mine} or {"parent": str(job.run_dir.resolve())}
         reason = f"requeued by Slurm (job {job.job_id}): continued in {nxt}"

@@ -23,10 +23,8 @@ from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.checkpoints import (
     checkpoint_root,
-    complete_checkpoints,
     latest_checkpoint,
     read_meta,
-    size_of,
     verify,
 )
 
@@ -277,12 +275,3 @@ def with_checkpoint_interval(preset, run_root: Path) -> tuple[object, str]:
         f"{cost}; disk {keep * d['bytes'] / 2**20:.0f} MiB for the newest {keep}, host memory "
         f"{d['host_bytes'] / 2**20:.0f} MiB per process for async saves; train.checkpoint_every sets it)"
     )
-
-
-def checkpoint_table(run_dir: Path) -> list[dict]:
-    """The complete checkpoints of a run: step, path, bytes, the plan they were written under."""
-    out = []
-    for step, path in complete_checkpoints(root_of(Path(run_dir))):
-        meta = read_meta(path) or {}
-        out.append({"step": step, "path": str(path), "bytes": size_of(meta), "label": meta.get("label")})
-    return out

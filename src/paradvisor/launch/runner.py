@@ -409,7 +409,7 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
             if main
         }
         try:
-            write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+            write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset).to_doc())
             # the hang timeout derives from the run's own predicted step time, now that there is one
             launch.hang_timeout_s, launch.hang_detection = hang_timeout(preset, predicted_step(run_dir))
         finally:

@@ -226,7 +226,7 @@ class SlurmJob:
         for i in range(self.preset.launch.nnodes):
             p = RunDir(self.run_dir).node_status(i)
             if p.exists():
-                out[i] = read_status(p)
+                out[i] = read_status(p).to_doc()
         return out
 
     def _wait(self, poll: float) -> dict:
@@ -329,7 +329,7 @@ class SlurmJob:
 def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> None:
     """The status of a submitted job whose follower failed or was interrupted: failed/interrupted, with why."""
     interrupted = isinstance(exc, KeyboardInterrupt)
-    old = read_status(path) if path.exists() else {}
+    old = read_status(path).to_doc() if path.exists() else {}
     doc = {
         **{k: v for k, v in old.items() if k != "unreadable_fields"},
         "schema": "paradvisor.status/1",

@@ -147,7 +147,6 @@ class SshLaunch:
         self.cancel_requested, self.cancel_reason = False, "stopped by the user"
         self.started = time.time()
         self.done = threading.Event()
-        self.final_status: str | None = None
         self.argv = nodes[0].argv
         self.merge_lock = threading.Lock()
         self.rank_owner: dict[int, int] = {}  # global rank -> the node whose agent named it first (`_owns`)
@@ -224,7 +223,6 @@ class SshLaunch:
             raise
         finally:
             if "doc" in locals():
-                self.final_status = doc["status"]
                 write_json_atomic(self.status_path, doc)
                 self._write_nodes()
             for lock in self.locks:
@@ -644,7 +642,7 @@ def start(
     try:
         write_run_plan(RunDir(run_dir).plan, preset)
         # every run carries a prediction
-        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset))
+        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset).to_doc())
         write_json_atomic(
             RunDir(run_dir).node_file("command", 0),
             {

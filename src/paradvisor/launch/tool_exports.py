@@ -25,8 +25,6 @@ from paradvisor.rundir.dsconfig import deepspeed_config
 from paradvisor.spec.preset import plan_toml
 from paradvisor.units import fmt_bytes, fmt_seconds
 
-CONFIG_ONLY = ("accelerate", "deepspeed", "hf")  # files a tool reads, no process started
-
 
 def prediction_line(preset) -> str:
     """'paradvisor plan DDPx2 (1 node(s) x 2 process(es)); predicted: step 21.8 ms, ...' for a comment."""

@@ -17,6 +17,7 @@ from paradvisor.errors import InputError
 from paradvisor.launch import runner
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.metrics import MetricsReader
+from paradvisor.rundir.records import StepRecord
 from paradvisor.rundir.status import RunState
 from paradvisor.spec.model import resolved_config
 from paradvisor.spec.plan import Plan
@@ -67,8 +68,10 @@ def losses(run_dir: Path) -> dict[int, float]:
     out = {}
 
     def take(m: dict) -> None:  # records the tolerant reader accepted (well-formed, typed)
-        if m["kind"] == "step" and m.get("rank") == 0 and m.get("loss") is not None:
-            out[m["step"]] = float(m["loss"])
+        if m["kind"] == "step":
+            rec = StepRecord.from_doc(m)
+            if rec.rank == 0 and rec.loss is not None:
+                out[rec.step] = float(rec.loss)
 
     MetricsReader(RunDir(run_dir).metrics).read(keep=0, on_record=take)
     return out

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import json
 import sys
-from importlib import metadata
 from collections.abc import Mapping
 from functools import lru_cache
-from importlib import resources
+from importlib import metadata, resources
 
 MODES = ("fp32", "amp", "bf16")
 KERNELS = ("sdpa", "eager")
@@ -41,22 +40,10 @@ def key_of(mode: str, kernel: str, checkpointing: str) -> str:
     return f"{mode}/{kernel}/{checkpointing}"
 
 
-def mode_for(precision: str, engine_weights_16bit: bool) -> str:
-    """The activation mode of a run: fp32, or mixed precision with fp32 weights (autocast) or 16-bit ones."""
-    if precision == "fp32":
-        return "fp32"
-    return "bf16" if engine_weights_16bit else "amp"
-
-
 def poly(p: Mapping | None, b: float, s: float) -> float:
     if not p:
         return 0.0
     return float(sum(v * (b if "b" in m else 1) * s ** m.count("s") for m, v in p.items()))
-
-
-def without_quadratic(p: Mapping | None) -> dict:
-    """The part of a per-block polynomial that does not grow with s² (what selective recomputation keeps)."""
-    return {m: v for m, v in (p or {}).items() if m.count("s") < 2}
 
 
 @lru_cache(maxsize=1)

@@ -19,28 +19,29 @@ from paradvisor.model.families import FAMILIES
 from paradvisor.model.profile import ModelProfile
 from paradvisor.model.vision import vgg_profile
 
-_VISION = ("vgg16",)
+VISION_MODELS = ("vgg16",)  # built-in models that are not transformers (profiles from model/vision.py)
 
 
 @lru_cache(maxsize=1)
-def _builtins() -> dict:
+def builtin_models() -> dict:
+    """{name: entry} of the built-in models (model/data/builtins.json)."""
     return json.loads(resources.files("paradvisor.model").joinpath("data", "builtins.json").read_text())
 
 
 def builtin_names() -> list[str]:
-    return list(_builtins()) + list(_VISION)
+    return list(builtin_models()) + list(VISION_MODELS)
 
 
 def builtin_config(name: str) -> dict:
     """The Hugging Face config dict of a built-in transformer (used by train/ to build it)."""
-    entry = _builtins().get(name)
+    entry = builtin_models().get(name)
     if entry is None:
         raise InputError(f"{name!r} is not a built-in transformer model")
     return dict(entry["config"])
 
 
 def builtin_architecture(name: str) -> str:
-    return _builtins()[name]["architecture"]
+    return builtin_models()[name]["architecture"]
 
 
 def _profile_from_family(name: str, entry: dict) -> ModelProfile:
@@ -77,9 +78,9 @@ def _vision(name: str) -> ModelProfile:
 
 def load_profile(model: str) -> ModelProfile:
     """A built-in name or a path to a HF config folder/file. InputError (exit 2) otherwise."""
-    if model in _builtins():
-        return _profile_from_family(model, _builtins()[model])
-    if model in _VISION:
+    if model in builtin_models():
+        return _profile_from_family(model, builtin_models()[model])
+    if model in VISION_MODELS:
         return _vision(model)
     if is_model_path(model):
         from paradvisor.model.hf import profile_from_config_path  # noqa: PLC0415 - the torch door (model/hf.py), for a config path only

@@ -11,12 +11,12 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.hardware.nvml import GPUSample, HostSample
 from paradvisor.monitor.eta import eta
-from paradvisor.monitor.predict import allocator_prediction, read_prediction, rel_error
+from paradvisor.monitor.predict import read_prediction, rel_error
 from paradvisor.output import one_line
 from paradvisor.rundir import PLAN, RunDir
 from paradvisor.rundir import read_tail as _read_tail
 from paradvisor.rundir.metrics import MetricsReader, MetricsTally
-from paradvisor.rundir.status import TERMINAL, RunState, effective_status, read_json_object
+from paradvisor.rundir.status import TERMINAL, RunState, Status, effective_status, read_json_object
 from paradvisor.spec.preset import load_preset
 from paradvisor.typed import from_table
 from paradvisor.units import fmt_bytes, fmt_seconds
@@ -113,7 +113,7 @@ def typed_sample(rec: dict) -> dict | None:
     return doc
 
 
-def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[dict], list[dict]]:
+def node_view(run_dir: Path, tally: MetricsTally, status: Status) -> tuple[list[dict], list[dict]]:
     """(nodes, ranks) of a run: per node its host, state, ranks, their step range and its newest GPU/CPU
     reading (each node's own sampler); per rank its node and last step. nodes.json (ssh engine) names hosts
     and states; a local run's node is this machine."""
@@ -140,7 +140,7 @@ def node_view(run_dir: Path, tally: MetricsTally, status: dict) -> tuple[list[di
             {
                 "node": i,
                 "host": n.get("host") or (sample or {}).get("host"),
-                "state": n.get("state") or status.get("status"),
+                "state": n.get("state") or status.status,
                 "reason": n.get("reason"),
                 "ranks": ranks,
                 "step_min": min(steps) if steps else None,
@@ -292,7 +292,7 @@ def summarize_run(
         **_status_fields(status),
         nodes=nodes,
         run_dir=str(run_dir),
-        name=plan.get("name", status.get("name", run_dir.name)),
+        name=plan.get("name", status.name or run_dir.name),
         **_progress(tally, status, plan, total, step_time, predicted.step_time_s),
         **_measured(tally, batch),
         step_time_s=step_time,
@@ -302,36 +302,32 @@ def summarize_run(
         errors=errors,
         skipped_lines=skipped,
         unreadable=([f"{skipped} line(s) of metrics.jsonl"] if skipped else [])
-        + (
-            [f"status.json fields {', '.join(status['unreadable_fields'])}"]
-            if status.get("unreadable_fields")
-            else []
-        )
+        + ([f"status.json fields {', '.join(status.unreadable_fields)}"] if status.unreadable_fields else [])
         + ([PLAN] if not plan and RunDir(run_dir).plan.exists() else []),
     )
 
 
-def _status_fields(status: dict) -> dict:
+def _status_fields(status: Status) -> dict:
     """What status.json says: the run's state, and why it failed."""
     return {
         "engine": status.get("engine", "local"),
         "failed_node": status.get("failed_node"),
-        "label": status.get("label"),
-        "status": status.get("status"),
-        "reason": status.get("reason"),
-        "failed_rank": status.get("failed_rank"),
-        "exit_code": status.get("exit_code"),
-        "last_log_lines": status.get("last_log_lines", []),
-        "hung": bool(status.get("hung")),
-        "failure": failure_text(status),
-        "oom": bool(status.get("oom")),
-        "replan": status.get("replan"),
+        "label": status.label,
+        "status": status.status,
+        "reason": status.reason,
+        "failed_rank": status.failed_rank,
+        "exit_code": status.exit_code,
+        "last_log_lines": status.last_log_lines or [],
+        "hung": bool(status.hung),
+        "failure": failure_text(status.to_doc()),
+        "oom": bool(status.oom),
+        "replan": status.replan,
     }
 
 
 def _progress(
     tally: MetricsTally,
-    status: dict,
+    status: Status,
     plan: dict,
     total: int | None,
     step_time: float | None,
@@ -340,12 +336,10 @@ def _progress(
     """Steps (or DiLoCo's outer rounds: nodes run different numbers of local steps), elapsed time and ETA."""
     last_step = tally.last_step
     now = time.time()
-    ended = status.get("ended", now) if status.get("status") in TERMINAL else now
+    ended = status.ended if status.status in TERMINAL and status.ended is not None else now
     # From the launch (status.json's `started`), the one start: the clock never jumps back when the first
     # rank's record arrives, and a finished run's elapsed is status.json's duration_s.
-    started = status.get("started")
-    if not isinstance(started, (int, float)) or isinstance(started, bool):
-        started = tally.start_time or now
+    started = status.started if status.started is not None else tally.start_time or now
     elapsed = ended - started
     # ETA: the predicted step time corrected by the measured one (the same median as the throughput)
     progress, eta_s = eta(
@@ -354,7 +348,7 @@ def _progress(
         predicted_s=predicted_step,
         measured_s=step_time,
         measured_steps=len(tally.slowest),
-        running=status.get("status") == RunState.RUNNING,
+        running=status.status == RunState.RUNNING,
     )
     p = plan.get("plan", {})
     rounds = total_rounds = None
@@ -392,12 +386,14 @@ def _measured(tally: MetricsTally, batch: int) -> dict:
 
 def _compared(run_dir: Path, plan: dict, tally: MetricsTally, step_time, gsps) -> tuple[Predicted, Errors]:
     pred = read_prediction(run_dir, plan)
-    pred["cuda_allocated_bytes"] = allocator_prediction(pred)
-    predicted = Predicted(**{f.name: pred.get(f.name) for f in fields(Predicted)})
+    predicted = Predicted(
+        **{f.name: getattr(pred, f.name) for f in fields(Predicted) if f.name != "cuda_allocated_bytes"},
+        cuda_allocated_bytes=pred.allocator_bytes(),
+    )
     return predicted, Errors(
-        step_time_s=rel_error(pred.get("step_time_s"), step_time),
-        samples_per_s=rel_error(pred.get("samples_per_s"), gsps),
-        model_state_bytes=rel_error(pred.get("model_state_bytes"), tally.mem or None),
+        step_time_s=rel_error(pred.step_time_s, step_time),
+        samples_per_s=rel_error(pred.samples_per_s, gsps),
+        model_state_bytes=rel_error(pred.model_state_bytes, tally.mem or None),
         cuda_peak_bytes=rel_error(predicted.cuda_allocated_bytes, tally.peak or None),
     )
 

@@ -2,9 +2,10 @@
 
 `estimate_for(preset, ...)` is the estimator's view of a preset's plan on one device (a GPU from the
 catalogue, or this CPU as measured by `paradvisor calibrate`); `validate` and the launcher share it.
-`launch_prediction(preset)` is what the launcher writes to the run directory as prediction.json, so every
-run carries a prediction: the preset's own (from a ranked plan) when it has one, else one computed at
-launch for this machine; model-state bytes (what a CPU run measures from its tensors) are always computed.
+`launch_prediction(preset)` is what the launcher writes to the run directory as prediction.json (a
+`Prediction`, rundir/prediction.py; `read_prediction` reads it back), so every run carries a prediction:
+the preset's own (from a ranked plan) when it has one, else one computed at launch for this machine;
+model-state bytes (what a CPU run measures from its tensors) are always computed.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from paradvisor.hardware.nvml import first_gpu
 from paradvisor.plan.evaluate import evaluate, memory_need
 from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.prediction import MEMORY_FIGURES, SCHEMA, Prediction
 from paradvisor.rundir.status import read_json_object
 from paradvisor.spec.model import profile_of, workload_of
-
-SCHEMA = "paradvisor.prediction/1"
 
 
 @dataclass
@@ -61,8 +61,9 @@ def estimate_for(
     # ("gathered") is transient, not a held tensor, so it is not part of the model states
     states = 0
     for st in (0, plan.pp - 1) if plan.pp > 1 else (0,):
-        need = memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch, stage=st)
-        states = max(states, need["terms"]["params"] + need["terms"]["grads"] + need["terms"]["optimizer"])
+        states = max(
+            states, memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch, stage=st).model_states
+        )
     return RunEstimate(e, mf, topo, device, has_speed, round(states))
 
 
@@ -74,11 +75,11 @@ def _device_here(preset) -> tuple[bool, str | None]:
     return (True, gpu[0]) if gpu else (False, None)
 
 
-def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
+def launch_prediction(preset, calibration: dict | None | bool = True) -> Prediction:
     """prediction.json for a run of `preset` started here (never raises: a failure is recorded as `error`).
     `calibration`: True reads this machine's (`paradvisor calibrate`), None means none."""
     own = dict(preset.prediction or {})
-    doc: dict = {"schema": SCHEMA}
+    where: dict = {}
     try:
         on_gpu, name = _device_here(preset)
         cal = cal_mod.load() if calibration is True else calibration
@@ -86,44 +87,36 @@ def launch_prediction(preset, calibration: dict | None | bool = True) -> dict:
         e = r.estimate
         computed = {
             "memory_per_gpu_bytes": round(e.memory_total),
-            "model_state_bytes": r.model_state_bytes,
             "step_time_s": e.step_time if r.has_speed else None,
             "samples_per_s": e.samples_per_s if r.has_speed else None,
             "memory_breakdown": {k: round(v) for k, v in e.memory.items()},
         }
-        doc["device"] = (
+        states = r.model_state_bytes
+        where["device"] = (
             r.device if r.has_speed else "this CPU: memory only (`paradvisor calibrate` once for times)"
         )
-        doc["runs_on"] = "cuda" if on_gpu else "cpu"
+        where["runs_on"] = "cuda" if on_gpu else "cpu"
     except Exception as exc:  # a prediction is advice: it never stops a launch
-        computed = {}
-        doc["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        computed, states = {}, None
+        where["error"] = f"{type(exc).__name__}: {exc}"[:300]
     if own.get("step_time_s"):
-        doc["source"] = "preset"
-        doc["note"] = "the preset's prediction, for the GPUs it was planned on"
-        for k in ("memory_per_gpu_bytes", "step_time_s", "samples_per_s", "memory_breakdown"):
-            doc[k] = own.get(k, computed.get(k))
+        figures = {k: own.get(k, computed.get(k)) for k in MEMORY_FIGURES}
+        source, note = "preset", "the preset's prediction, for the GPUs it was planned on"
     else:
-        doc["source"] = "launch"
-        doc["note"] = f"computed at launch for {doc.get('device', 'this machine')}"
-        doc.update({k: v for k, v in computed.items() if k != "model_state_bytes"})
-    doc["model_state_bytes"] = computed.get("model_state_bytes")
-    return {k: v for k, v in doc.items() if v is not None}
+        figures = computed
+        source, note = "launch", f"computed at launch for {where.get('device', 'this machine')}"
+    return Prediction(schema=SCHEMA, **where, source=source, note=note, **figures, model_state_bytes=states)
 
 
-def read_prediction(run_dir: Path, plan: dict) -> dict:
+def read_prediction(run_dir: Path, plan: dict) -> Prediction:
     """prediction.json of a run, else (a run directory from before it existed) the plan's [prediction]."""
     path = RunDir(run_dir).prediction
     if path.exists():
         doc, _ = read_json_object(path)
         if doc is not None:
-            return {
-                k: v
-                for k, v in doc.items()
-                if not isinstance(v, (int, float)) or isinstance(v, bool) or v == v and abs(v) != float("inf")
-            }
+            return Prediction.from_doc(doc)
     own = plan.get("prediction", {}) if isinstance(plan, dict) else {}
-    return {**own, "source": "preset"} if own else {}
+    return Prediction.from_doc({**own, "source": "preset"} if own else {})
 
 
 def _is_number(x) -> bool:
@@ -134,17 +127,6 @@ def rel_error(predicted, measured) -> float | None:
     """(predicted - measured) / measured, or None when either is missing."""
     ok = _is_number(predicted) and _is_number(measured)
     return (predicted - measured) / measured if ok and measured else None
-
-
-def allocator_prediction(pred: dict) -> float | None:
-    """The predicted peak of torch's allocator: the whole predicted peak less its `overhead` term; None when
-    the prediction has no breakdown to take it from (a bare [prediction] of a hand-written preset)."""
-    total = pred.get("memory_per_gpu_bytes")
-    breakdown = pred.get("memory_breakdown")
-    overhead = breakdown.get("overhead") if isinstance(breakdown, dict) else None
-    if not (_is_number(total) and _is_number(overhead)) or not 0 <= overhead < total:
-        return None
-    return total - overhead
 
 
 def dumps(doc: dict) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.output import raw_stream
 from paradvisor.rundir import METRICS, NODES, PLAN, PREDICTION, SAMPLES, STATUS, RunDir
-from paradvisor.rundir.status import TERMINAL, RunState, read_status
+from paradvisor.rundir.status import TERMINAL, RunState, Status, read_status
 
 FILE = "summary.json"
 SCHEMA = "paradvisor.run-summary/1"
@@ -91,13 +91,17 @@ class Entry:
         return json.loads(self.text(now))
 
 
-def _cacheable(doc: dict, status: dict) -> bool:
-    num = (int, float)
+def _lineage(status: Status) -> dict:
+    doc = status.to_doc()
+    return {k: doc[k] for k in LINEAGE_KEYS if k in doc}
+
+
+def _cacheable(doc: dict, status: Status) -> bool:
     return (
         doc.get("status") in TERMINAL
-        and status.get("status") == doc.get("status")  # not a `running` left behind (read by pid)
-        and isinstance(status.get("ended"), num)
-        and isinstance(status.get("started"), num)
+        and status.status == doc.get("status")  # not a `running` left behind (read by pid)
+        and status.ended is not None
+        and status.started is not None
         and doc.get("eta_s") is None
     )
 
@@ -120,7 +124,7 @@ def make(run_dir: Path) -> tuple[Entry, bool]:
         run_dir=str(run_dir),
         rendered=indented(doc, 2),
         sample_times=times,
-        lineage={k: status[k] for k in LINEAGE_KEYS if k in status},
+        lineage=_lineage(status),
         row={k: raw.get(k) for k in ROW_KEYS},  # as the table prints them (a diverged loss is nan)
     )
     return entry, _cacheable(doc, status)
@@ -193,7 +197,7 @@ def unreadable_entry(d: Path, exc: Exception) -> Entry:
         "unreadable": ["the run directory"],
     }
     status = read_status(RunDir(d).status)
-    lineage = {k: status[k] for k in LINEAGE_KEYS if k in status}
+    lineage = _lineage(status)
     return Entry(str(d), indented(doc, 2), [], lineage, {k: doc.get(k) for k in ROW_KEYS})
 
 

@@ -19,7 +19,7 @@ from paradvisor.estimate.memory import (
 )
 from paradvisor.hardware import calibration as cal_mod
 from paradvisor.monitor.predict import estimate_for
-from paradvisor.plan.evaluate import _stage_layers, activation_terms, memory_need
+from paradvisor.plan.evaluate import activation_terms, memory_need, stage_layers
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.metrics import MetricsReader
 from paradvisor.spec.model import profile_of, workload_of
@@ -50,7 +50,7 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
     schedule keeps them), split into activations and weight copies as the meter splits them."""
     out = {k: 0.0 for k in TERMS}
     for st in (0, plan.pp - 1) if plan.pp > 1 else (0,):
-        t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st)["terms"]
+        t = memory_need(mf, topo, wl, plan, precision, plan.micro_batch, stage=st).terms
         if t["params"] + t["grads"] + t["optimizer"] > out["params"] + out["grads"] + out["optimizer"]:
             for k in ("params", "grads", "optimizer", "step_grads"):
                 out[k] = t[k]
@@ -76,7 +76,7 @@ def predicted_terms(mf, topo, wl, plan, precision: str) -> dict[str, float]:
         return out
     mb = max(plan.rank_batches) if plan.rank_batches else plan.micro_batch
     a, source = activation_terms(mf, wl, plan, precision, mb, cuda=topo.rank_spec[0].vendor != "cpu")
-    layers = _stage_layers(mf, plan.pp)
+    layers = stage_layers(mf, plan.pp)
     if plan.pp > 1:  # measured on the stage whose ranks logged the most: take the larger of both ends
         m = plan.grad_accum
         ends = [

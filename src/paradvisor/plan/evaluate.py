@@ -35,6 +35,7 @@ from paradvisor.estimate.memory import (
     vision_activation_bytes,
     zero_grad_elements,
 )
+from paradvisor.estimate.need import MemoryNeed
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
@@ -43,6 +44,7 @@ from paradvisor.model.activations import key_of
 from paradvisor.plan import expert_dp
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.rules.engine import FiredRule
 from paradvisor.spec.plan import Plan, Workload
 
 DEEPSPEED_STEP_OVERHEAD = (
@@ -69,7 +71,7 @@ class Estimate:
     cpu_bytes_per_rank: float = 0.0
     score: float = 0.0
     notes: list[str] = field(default_factory=list)
-    rules: list[dict] = field(default_factory=list)
+    rules: list[FiredRule] = field(default_factory=list)  # rules/engine.py
     cost_rank: int = 0  # rank by the cost model's score alone, among the plans shown (0: not ranked)
     rule_factor: float = 1.0  # the product of the applied prefer/avoid rules' factors: score = cost x this
 
@@ -92,7 +94,7 @@ class Estimate:
         return self.memory_total / self.usable if self.usable else float("inf")
 
 
-def _stage_layers(mf: ModelFacts, pp: int) -> int:
+def stage_layers(mf: ModelFacts, pp: int) -> int:
     """Blocks of the busiest pipeline stage under the even split (the monitor's per-stage view)."""
     return -(-mf.shape.num_layers // pp) if mf.shape else 0
 
@@ -338,7 +340,7 @@ def memory_need(
     stage: int | None = None,
     *,
     every_stage: bool = False,
-) -> dict:
+) -> MemoryNeed:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
     shard = _shard_degree(topo, plan)
@@ -391,17 +393,9 @@ def memory_need(
     cpu = offload_cpu_bytes(
         best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
     )
-    out = {
-        "terms": best[0],
-        "total": best[1],
-        "psi": best[2],
-        "phase": best[3],
-        "shard": shard,
-        "cpu": cpu,
-        "activation_source": source,
-    }
+    stages = None
     if every_stage:
-        out["stages"] = [
+        stages = tuple(
             {
                 "stage": w.rank,
                 "layers": w.layers,
@@ -415,8 +409,9 @@ def memory_need(
                 "breakdown": {k: round(v) for k, v in terms.items()},
             }
             for w, terms, total, psi, phase in listed
-        ]
-    return out
+        )
+    terms, total, psi, phase = best
+    return MemoryNeed(terms, total, psi, phase, shard, cpu, source, stages)
 
 
 HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
@@ -630,7 +625,7 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
     for spec, mb in _gpu_classes(topo, plan):
         need = memory_need(mf, topo, wl, plan, precision, mb)
         usable = spec.memory_bytes * (1 - margin)
-        ratio = need["total"] / usable
+        ratio = need.total / usable
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
         if uses_gpu_model(spec, mf):
@@ -786,19 +781,19 @@ def evaluate(
     if plan.tp > 1 and mf.shape is not None and not gpu_model:
         node0 = topo.intra[0]
         ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
-        t_tp = 4 * _stage_layers(mf, plan.pp) * ar
+        t_tp = 4 * stage_layers(mf, plan.pp) * ar
 
-    psi = need["psi"]
+    psi = need.psi
     if mf.moe is not None:  # what one rank holds and synchronises under EP
         psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
     gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
     pb = 2 if precision != "fp32" else 4
     e_psi, net_eff = expert_dp.local_experts(mf, plan), steptime.NET_EFF if gpu_model else 1.0
     t_bwd = ct["backward"] + ct["recompute"]
-    dp = _dp_comm(mf, topo, plan, psi - e_psi, need["shard"], gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
+    dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
     dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
     mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
-    t_opt, t_off = _optimizer_time(plan, psi, need["shard"], pb, mem_bw)
+    t_opt, t_off = _optimizer_time(plan, psi, need.shard, pb, mem_bw)
 
     # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer; the
     # GPU model counts kernel launches per operation instead.
@@ -840,12 +835,12 @@ def evaluate(
     step = sum(time.values())
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
-    host_fits = host_memory_fits(topo, need["cpu"], notes) if plan.offload != "none" else True
-    fits = need["total"] <= usable and host_fits
+    host_fits = host_memory_fits(topo, need.cpu, notes) if plan.offload != "none" else True
+    fits = need.total <= usable and host_fits
     return Estimate(
         plan=plan,
-        memory=need["terms"],
-        memory_total=need["total"],
+        memory=need.terms,
+        memory_total=need.total,
         capacity=capacity,
         usable=usable,
         fits=fits,
@@ -854,11 +849,11 @@ def evaluate(
         step_time=step,
         samples_per_s=wl.global_batch / step,
         tokens_per_s=wl.global_batch * wl.seq_len / step,
-        cpu_bytes_per_rank=need["cpu"],
+        cpu_bytes_per_rank=need.cpu,
         score=step,
         notes=notes,
         host_fits=host_fits,
-        peak_phase=need["phase"],
+        peak_phase=need.phase,
         stage_memory=lambda: _stage_list(mf, topo, wl, plan, precision, margin),
     )
 
@@ -868,7 +863,7 @@ def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, 
     the CP group's link (cp ranks at stride tp), overlapped with the compute on a GPU (ring attention),
     not on a CPU (the all-gather form)."""
     bw, lat, _ = topo.ep_link(plan.tp, plan.cp)
-    layers = _stage_layers(mf, plan.pp)
+    layers = stage_layers(mf, plan.pp)
     total = cp_cost.comm_time(
         mf.shape,
         micro_batch=plan.micro_batch,
@@ -891,9 +886,9 @@ def _stage_list(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
     best = None
     for spec, mb in _gpu_classes(topo, plan):
         need = memory_need(mf, topo, wl, plan, precision, mb, every_stage=True)
-        ratio = need["total"] / (spec.memory_bytes * (1 - margin))
+        ratio = need.total / (spec.memory_bytes * (1 - margin))
         if best is None or ratio > best[0]:
-            best = (ratio, need["stages"])
+            best = (ratio, list(need.stages))
     return best[1]
 
 

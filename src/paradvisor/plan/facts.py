@@ -262,8 +262,8 @@ class _PerIndex(Sequence):
 @dataclass
 class Topology:
     """Ranks laid out node by node in cluster order, stored as segments of alike nodes: its cost grows
-    with what is distinct in the cluster, not with its GPU count. `rank_node`, `rank_spec`,
-    `node_sizes` and `intra` read like the per-rank / per-node lists they replace."""
+    with what is distinct in the cluster, not with its GPU count. `rank_node`, `rank_spec`
+    and `intra` read like the per-rank / per-node lists they replace."""
 
     cluster: Cluster
     segments: list[Segment]
@@ -371,11 +371,6 @@ class Topology:
             self._rank_starts,
             lambda k, r: segs[k].spec_at((r - segs[k].first_rank) % segs[k].size),
         )
-
-    @property
-    def node_sizes(self) -> Sequence[int]:
-        segs = self.segments
-        return _PerIndex(self.node_count, self._node_starts, lambda k, n: segs[k].size)
 
     @property
     def intra(self) -> Sequence[Link]:

@@ -10,6 +10,7 @@ from paradvisor.hardware.cluster import node_devices
 from paradvisor.hardware.types import Cluster
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.records import Closest, Fix, NearestFix
 from paradvisor.plan.space import candidates
 from paradvisor.spec.capability import family_of, why_not
 from paradvisor.units import GiB
@@ -67,7 +68,7 @@ def _host_text(e: Estimate, cluster) -> str:
     )
 
 
-def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimate]) -> dict:
+def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimate]) -> NearestFix:
     """How far the closest plan is from fitting, and the smallest changes that make one fit: more GPUs,
     a shorter sequence, more host RAM (for an offload plan that fits the GPUs, short only of the RAM its
     offload needs: then only a change that fits entirely is worth naming besides the RAM). A fix whose plan
@@ -94,14 +95,14 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
         )
         if acceptable(e):
             fixes.append(
-                {
-                    "change": "more GPUs",
-                    "gpus": bigger.gpu_count,
-                    "host_fits": e.host_fits,
-                    "text": f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
+                Fix(
+                    "more GPUs",
+                    gpus=bigger.gpu_count,
+                    host_fits=e.host_fits,
+                    text=f"{bigger.gpu_count} GPUs ({factor}x the current ones) with {e.plan.label()}: "
                     f"{e.memory_total / GiB:.1f} GiB per GPU"
                     + ("" if e.host_fits else _host_text(e, bigger)),
-                }
+                )
             )
             break
     # (b) shorter sequences, never one beyond the model's trained context.
@@ -118,14 +119,14 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
             )
             if acceptable(e):
                 fixes.append(
-                    {
-                        "change": "shorter sequence",
-                        "seq_len": seq,
-                        "host_fits": e.host_fits,
-                        "text": f"--seq-len {seq} with {e.plan.label()} "
+                    Fix(
+                        "shorter sequence",
+                        seq_len=seq,
+                        host_fits=e.host_fits,
+                        text=f"--seq-len {seq} with {e.plan.label()} "
                         f"(checkpointing {e.plan.checkpointing}): {e.memory_total / GiB:.1f} GiB per GPU"
                         + ("" if e.host_fits else _host_text(e, cluster)),
-                    }
+                    )
                 )
                 break
             seq //= 2
@@ -133,13 +134,13 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
     if gpu_side_fits:
         need = _host_need(closest, cluster)
         fixes.append(
-            {
-                "change": "more host RAM",
-                "host_ram_bytes": round(need),
-                "host_fits": False,
-                "text": f"{need / GiB:.0f} GiB of host RAM per node with {closest.plan.label()} "
+            Fix(
+                "more host RAM",
+                host_ram_bytes=round(need),
+                host_fits=False,
+                text=f"{need / GiB:.0f} GiB of host RAM per node with {closest.plan.label()} "
                 f"(set ram in the cluster file if the nodes have it)",
-            }
+            )
         )
     if gpu_side_fits:
         text = (
@@ -154,15 +155,15 @@ def nearest_fix(profile, cluster, wl, precision, margin, estimates: list[Estimat
             f"micro-batch {closest.plan.micro_batch}) needs {closest.memory_total / GiB:.1f} GiB "
             f"per GPU, {closest.usable / GiB:.1f} usable on {closest.tight_gpu}"
         )
-    return {
-        "closest": {
-            "label": closest.plan.label(),
-            "needs_bytes": closest.memory_total,
-            "has_bytes": closest.capacity,
-            "host_bytes_per_node": round(_host_need(closest, cluster)),
-            "host_fits": closest.host_fits,
-            "plan": closest.plan.to_dict(),
-            "text": text,
-        },
-        "fixes": fixes,
-    }
+    return NearestFix(
+        Closest(
+            label=closest.plan.label(),
+            needs_bytes=closest.memory_total,
+            has_bytes=closest.capacity,
+            host_bytes_per_node=round(_host_need(closest, cluster)),
+            host_fits=closest.host_fits,
+            plan=closest.plan.to_dict(),
+            text=text,
+        ),
+        tuple(fixes),
+    )

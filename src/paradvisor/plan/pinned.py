@@ -9,7 +9,7 @@ is still estimated and marked "estimate only" with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import split_problem
@@ -20,8 +20,6 @@ from paradvisor.plan.space import schedule_ok
 from paradvisor.rules.engine import apply_rules
 from paradvisor.spec.capability import family_of, why_not
 from paradvisor.spec.plan import Plan, Workload
-
-PLAN_KEYS = tuple(f.name for f in fields(Plan))
 
 
 @dataclass

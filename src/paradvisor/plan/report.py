@@ -36,7 +36,7 @@ def estimate_doc(e: Estimate, rank: int, rec: Recommendation) -> dict:
         "fits": e.fits,
         "fit_reason": fit_reason(e),
         "notes": list(e.notes),
-        "rules": list(e.rules),
+        "rules": [r.to_doc() for r in e.rules],
     }
 
 
@@ -127,9 +127,9 @@ def to_doc(rec: Recommendation) -> dict:
         "candidates_evaluated": rec.evaluated,
         "feasible": rec.feasible,
         "plans": [estimate_doc(e, i + 1, rec) for i, e in enumerate(rec.plans)],
-        "infeasible": rec.infeasible,
+        "infeasible": [i.to_doc() for i in rec.infeasible],
         "plan_only": rec.plan_only,
-        "nearest_fix": rec.nearest_fix,
+        "nearest_fix": rec.nearest_fix.to_doc() if rec.nearest_fix else None,
         "allocation": allocation,
         "rules_fired": rec.fired_rules,
         "warnings": rec.warnings,

@@ -16,6 +16,7 @@ from paradvisor.plan.diloco import diloco_candidates
 from paradvisor.plan.evaluate import Estimate, evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.nearest import nearest_fix
+from paradvisor.plan.records import Infeasible, NearestFix
 from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.rules.engine import apply_rules
 from paradvisor.spec.capability import family_of, runtime_why_not, why_not
@@ -32,8 +33,8 @@ class Recommendation:
     margin: float
     evaluated: int
     plans: list[Estimate]  # feasible, ranked, one per distinct layout
-    infeasible: list[dict]  # the best attempt of each layout that does not fit, with why
-    nearest_fix: dict | None
+    infeasible: list[Infeasible]  # the best attempt of each layout that does not fit, with why
+    nearest_fix: NearestFix | None
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     fired_rules: list[dict] = field(default_factory=list)
@@ -219,15 +220,11 @@ def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
         entry["moved"] = []
         if entry["scope"] != "plan":
             continue
-        mine = [(i, e) for i, e in enumerate(plans) if any(r["id"] == entry["id"] for r in e.rules)]
+        mine = [(i, e) for i, e in enumerate(plans) if any(r.id == entry["id"] for r in e.rules)]
         if mine:  # the message as it reads on the best-ranked plan the rule fired on
-            entry["message"] = next(r["message"] for r in mine[0][1].rules if r["id"] == entry["id"])
+            entry["message"] = next(r.message for r in mine[0][1].rules if r.id == entry["id"])
         if entry["effect"] in ("prefer", "avoid", "set"):
-            applied = [
-                (i, e)
-                for i, e in mine
-                if any(r["id"] == entry["id"] and r.get("applied", True) for r in e.rules)
-            ]
+            applied = [(i, e) for i, e in mine if any(r.id == entry["id"] and r.applied for r in e.rules)]
             entry["moved"] = [
                 {
                     "label": e.plan.label(),
@@ -236,9 +233,9 @@ def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
                     "score_factor": round(e.rule_factor, 4),
                     # the applied rules whose factors multiply into score_factor
                     "factors": [
-                        {"id": r["id"], "factor": r["factor"]}
+                        {"id": r.id, "factor": r.factor}
                         for r in e.rules
-                        if r.get("applied", True) and "factor" in r
+                        if r.applied and r.factor is not None
                     ],
                 }
                 for i, e in applied
@@ -346,7 +343,7 @@ def summarize_plan_only(unlaunchable: list[tuple[Estimate, str]], ranked: list[E
     return out[:10]
 
 
-def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> list[dict]:
+def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> list[Infeasible]:
     best: dict[tuple, Estimate] = {}
     for e in estimates:
         if e.fits:
@@ -356,20 +353,18 @@ def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> li
             continue
         if k not in best or e.memory_total < best[k].memory_total:
             best[k] = e
-    out = []
-    for e in sorted(best.values(), key=lambda e: e.ratio):
-        out.append(
-            {
-                "label": e.plan.label(),
-                "needs_bytes": e.memory_total,
-                "has_bytes": e.capacity,
-                "usable_bytes": e.usable,
-                "gpu": e.tight_gpu,
-                "why": _why_not_fitting(e),
-                "plan": e.plan.to_dict(),
-            }
+    return [
+        Infeasible(
+            label=e.plan.label(),
+            needs_bytes=e.memory_total,
+            has_bytes=e.capacity,
+            usable_bytes=e.usable,
+            gpu=e.tight_gpu,
+            why=_why_not_fitting(e),
+            plan=e.plan.to_dict(),
         )
-    return out
+        for e in sorted(best.values(), key=lambda e: e.ratio)
+    ]
 
 
 def _why_not_fitting(e) -> str:

@@ -10,11 +10,29 @@ fired but not applied, with why. Every firing is recorded on the plan with the r
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
 from paradvisor.rules.vocabulary import base_facts, plan_facts
+from paradvisor.typed import document
+
+
+@dataclass(frozen=True)
+class FiredRule:
+    """A rule that fired on one plan (the plan's `rules`): applied with its factor, or recorded with why not."""
+
+    id: str
+    effect: str  # as shown: "prefer x0.90", "set", "avoid (not applied: outside its evidence)"
+    title: str
+    source: str  # the citation
+    message: str
+    applied: bool
+    outside_evidence: str | None = None  # why it was not applied
+    factor: float | None = None  # what it multiplied the plan's score by (prefer, avoid)
+
+    def to_doc(self) -> dict:
+        return document(self)
 
 
 def _fires(rule: Rule, facts: dict) -> bool:
@@ -75,15 +93,15 @@ def apply_rules(
             outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
             if outside is not None:
                 e.rules.append(
-                    {
-                        "id": rule.id,
-                        "effect": f"{rule.effect} (not applied: outside its evidence)",
-                        "title": rule.title,
-                        "source": rule.cite(),
-                        "message": rule.message(facts),
-                        "applied": False,
-                        "outside_evidence": outside,
-                    }
+                    FiredRule(
+                        rule.id,
+                        f"{rule.effect} (not applied: outside its evidence)",
+                        rule.title,
+                        rule.cite(),
+                        rule.message(facts),
+                        applied=False,
+                        outside_evidence=outside,
+                    )
                 )
                 record(rule, facts, "plan", outside)
                 continue
@@ -101,15 +119,15 @@ def apply_rules(
             e.score *= factor
             e.rule_factor *= factor
             e.rules.append(
-                {
-                    "id": rule.id,
-                    "effect": rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}",
-                    "title": rule.title,
-                    "source": rule.cite(),
-                    "message": rule.message(facts),
-                    "applied": True,
-                    **({"factor": factor} if rule.effect in ("prefer", "avoid") else {}),
-                }
+                FiredRule(
+                    rule.id,
+                    rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}",
+                    rule.title,
+                    rule.cite(),
+                    rule.message(facts),
+                    applied=True,
+                    factor=factor if rule.effect in ("prefer", "avoid") else None,
+                )
             )
             record(rule, facts, "plan")
     return list(summary.values())

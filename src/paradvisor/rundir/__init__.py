@@ -3,8 +3,11 @@
 The launcher (launch/), the trainer (train/), the monitor (monitor/) and the interfaces meet only here:
 
   rundir/__init__.py  `RunDir(path)`: the run directory's file names, creating a new one, reading a log's tail
-  rundir/status.py    status.json: tolerant read (`read_status`, `effective_status`), private atomic writes
+  rundir/status.py    status.json: tolerant read (`read_status`, `effective_status`: a `Status`), private
+                      atomic writes
   rundir/metrics.py   metrics.jsonl: the tolerant streamed reader and the tally the monitor shows
+  rundir/records.py   `StepRecord`: a metrics.jsonl step line, shared by the writers and the readers
+  rundir/prediction.py  `Prediction`: prediction.json
   rundir/dsconfig.py  the DeepSpeed config of a Plan (written by `--export hostfile`, used by the trainer)
 What the run is (the Preset that plan.toml holds, its Plan and model) is spec/, below the advice.
 

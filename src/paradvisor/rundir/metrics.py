@@ -19,6 +19,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from paradvisor.rundir.records import FIELDS, REQUIRED_FIELDS, StepRecord
 from paradvisor.safeio import open_private
 
 CHUNK = 1 << 20  # bytes read from metrics.jsonl at a time
@@ -31,46 +32,19 @@ MAX_RANK_ROWS = 1024  # ranks whose own row (progress, sync wait, node) is kept
 
 _NUM = (int, float)
 # step-record fields whose largest value the tally keeps (validate's memory rows: the max over ranks and steps)
-MAXIMA = (
-    "mem_model_state_bytes",
-    "cuda_max_allocated_bytes",
-    "cuda_max_reserved_bytes",
-    "mem_params_bytes",
-    "mem_grads_bytes",
-    "mem_optimizer_bytes",
-    "mem_step_grads_bytes",
-    "act_gathered_bytes",
-    "act_working_bytes",
-    "activation_bytes",
-)
+MAXIMA = tuple(k for k in FIELDS if k.endswith("_bytes"))
 INDEX = "metrics.index.json"  # the tally so far, beside metrics.jsonl (see MetricsReader)
 INDEX_SCHEMA = "paradvisor.metrics-index/1"
 INDEX_EVERY = 4 << 20  # bytes of new log after which a reader writes the index again
 _FP = 4096  # bytes of the log hashed at its start and before the index's offset
 # What each record kind must carry (a record missing one, or holding the wrong type, is skipped) ...
-_REQUIRED = {
-    "step": {"rank": int, "step": int, "step_time_s": _NUM},
+REQUIRED = {
+    "step": {k: FIELDS[k] for k in REQUIRED_FIELDS},
     "outer": {"rank": int, "round": int},
     "eval": {"step": int, "eval_loss": _NUM},
 }
-# ... and the type of every optional field the readers use (a wrong type also skips the record).
-_OPTIONAL = {
-    "loss": _NUM,
-    "samples_per_s": _NUM,
-    "mem_model_state_bytes": _NUM,
-    "cuda_max_allocated_bytes": _NUM,
-    "cuda_max_reserved_bytes": _NUM,
-    "sync_wait_s": _NUM,
-    "world_size": int,
-    "time": _NUM,
-    "activation_bytes": _NUM,
-    "round": int,
-    "local_steps": int,
-    "rank": int,
-    "step": int,
-    "node": int,
-    "total_steps": int,
-}
+# ... and the type of every optional field the readers use, in any record (a wrong type also skips it).
+OPTIONAL = FIELDS
 
 
 class MetricsWriter:
@@ -85,7 +59,10 @@ class MetricsWriter:
         node = os.environ.get("PARADVISOR_NODE_INDEX", "0")
         self.node = int(node) if node.isdigit() else 0
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict | StepRecord) -> None:
+        """Append one record: a StepRecord, or another kind's record as a dict (`kind` first)."""
+        if isinstance(record, StepRecord):
+            record = record.to_doc()
         record = {"rank": self.rank, "node": self.node, "time": time.time(), **record}
         os.write(
             self.fd, (json.dumps(record, default=float) + "\n").encode()
@@ -107,10 +84,10 @@ def valid_record(rec) -> bool:
     """Whether a parsed metrics line is a record the readers can use."""
     if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
         return False
-    for key, typ in _REQUIRED.get(rec["kind"], {}).items():
+    for key, typ in REQUIRED.get(rec["kind"], {}).items():
         if not _is(rec.get(key), typ):
             return False
-    for key, typ in _OPTIONAL.items():
+    for key, typ in OPTIONAL.items():
         v = rec.get(key)
         if v is not None and not _is(v, typ):
             return False

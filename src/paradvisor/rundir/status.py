@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -19,8 +20,7 @@ from paradvisor.errors import InputError
 from paradvisor.limits import MAX_FILE_BYTES
 from paradvisor.output import one_line
 from paradvisor.rundir import RunDir
-
-_NUM = (int, float)
+from paradvisor.typed import NULL, WHOLE, document_types
 
 
 class RunState(StrEnum):
@@ -41,31 +41,67 @@ class RunState(StrEnum):
 
 TERMINAL = (RunState.FINISHED, RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED)  # a run has ended
 STATUSES = (RunState.RUNNING, *TERMINAL)  # what an engine writes
-# The type of every status field a reader uses; a field of another type is dropped (and counted).
-STATUS_TYPES = {
-    "status": str,
-    "reason": (str, type(None)),
-    "label": str,
-    "name": str,
-    "run_dir": str,
-    "started": _NUM,
-    "ended": _NUM,
-    "duration_s": _NUM,
-    "pid": int,
-    "pid_started": _NUM,
-    "launcher_pid": int,
-    "launcher_started": _NUM,
-    "failed_rank": (int, type(None)),
-    "exit_code": (int, type(None)),
-    "hung": bool,
-    "oom": bool,
-    "replan": (dict, type(None)),
-    "world_size": int,
-    "node_rank": int,
-    "returncode": (int, type(None)),
-    "last_log_lines": list,
-    "hang_timeout_s": (_NUM, type(None)),
-}
+
+
+@dataclass(frozen=True)
+class Status:
+    """status.json as the readers see it (`Status.from_doc`: every field below of its declared type, others
+    dropped and listed in `unreadable_fields`). The fields are what the readers use; `doc` is the whole
+    document (the engines' own fields, a run's lineage, ...), and `to_doc()` gives it back unchanged."""
+
+    status: str = RunState.UNKNOWN  # a RunState
+    reason: str | None = field(default=None, metadata=NULL)
+    label: str | None = None
+    name: str | None = None
+    run_dir: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    duration_s: float | None = None
+    pid: int | None = None
+    pid_started: float | None = None
+    launcher_pid: int | None = None
+    launcher_started: float | None = None
+    failed_rank: int | None = field(default=None, metadata=NULL)
+    exit_code: int | None = field(default=None, metadata=NULL)
+    hung: bool | None = None
+    oom: bool | None = None
+    replan: dict | None = field(default=None, metadata=NULL)
+    world_size: int | None = None
+    node_rank: int | None = None
+    returncode: int | None = field(default=None, metadata=NULL)
+    last_log_lines: list | None = None
+    hang_timeout_s: float | None = field(default=None, metadata=NULL)
+    doc: dict = field(default_factory=dict, repr=False, compare=False, metadata=WHOLE)
+
+    @property
+    def state(self) -> RunState:
+        return RunState(self.status)
+
+    @property
+    def unreadable_fields(self) -> list[str]:
+        return self.doc.get("unreadable_fields") or []
+
+    def to_doc(self) -> dict:
+        return dict(self.doc)
+
+    def get(self, key: str, default=None):
+        """A field of the document by name, the engines' own included (`engine`, `failed_node`, lineage)."""
+        return self.doc.get(key, default)
+
+    def with_fields(self, **changed) -> Status:
+        return Status.from_typed({**self.doc, **changed})
+
+    @classmethod
+    def from_typed(cls, typed: dict) -> Status:
+        return cls(**{k: typed[k] for k in STATUS_TYPES if k in typed}, doc=typed)
+
+    @classmethod
+    def from_doc(cls, doc: dict, what: str = "status.json") -> Status:
+        return cls.from_typed(typed_status(doc, what))
+
+
+# The type of every status field a reader uses, from Status; a field of another type is dropped (and counted).
+STATUS_TYPES = document_types(Status)
 
 
 def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict | None, str | None]:
@@ -83,7 +119,7 @@ def read_json_object(path: Path, *, limit: int = MAX_FILE_BYTES) -> tuple[dict |
 
 def _fits(value, typ) -> bool:
     if isinstance(value, bool):  # True is an int to isinstance, not to a status reader
-        return typ is bool
+        return bool in typ
     return isinstance(value, typ)
 
 
@@ -119,17 +155,18 @@ def typed_status(doc: dict, what: str = "status.json") -> dict:
     return out
 
 
-def read_status(path: Path) -> dict:
-    """status.json as a dict whose fields have the types in STATUS_TYPES (`typed_status`); unreadable:
-    status `unknown`."""
+def read_status(path: Path) -> Status:
+    """status.json, its fields of the types in STATUS_TYPES (`Status.from_doc`); unreadable: status `unknown`."""
     doc, why = read_json_object(path)
     if doc is None:
-        return {
-            "status": RunState.UNKNOWN,
-            "run_dir": str(path.parent),
-            "reason": f"no readable status.json ({why})",
-        }
-    return typed_status(doc)
+        return Status.from_typed(
+            {
+                "status": RunState.UNKNOWN,
+                "run_dir": str(path.parent),
+                "reason": f"no readable status.json ({why})",
+            }
+        )
+    return Status.from_doc(doc)
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
@@ -179,27 +216,22 @@ def _alive(pid, started) -> bool:
         return False
 
 
-def effective_status(run_dir: Path) -> dict:
+def effective_status(run_dir: Path) -> Status:
     """status.json (read tolerantly: read_status), but a run left `running` whose launcher and torchrun
     agent are gone (checked by pid and start time) reads as `interrupted`."""
-    doc = read_status(RunDir(run_dir).status)
-    if doc.get("status") == RunState.RUNNING:
-        if "launcher_pid" in doc:
-            alive = _alive(doc["launcher_pid"], doc.get("launcher_started")) or _alive(
-                doc.get("pid"), doc.get("pid_started")
-            )
+    st = read_status(RunDir(run_dir).status)
+    if st.status == RunState.RUNNING:
+        if st.launcher_pid is not None:
+            alive = _alive(st.launcher_pid, st.launcher_started) or _alive(st.pid, st.pid_started)
         else:  # a status written before start times were recorded: the pid and its start after the run's
-            started = doc.get("started")
-            alive = _alive(doc.get("pid"), None) and not (
-                started is not None and _created(doc["pid"]) > started + 5
+            alive = _alive(st.pid, None) and not (
+                st.started is not None and _created(st.pid) > st.started + 5
             )
         if not alive:
-            doc = {
-                **doc,
-                "status": RunState.INTERRUPTED,
-                "reason": "the launcher stopped without writing a final status",
-            }
-    return doc
+            st = st.with_fields(
+                status=RunState.INTERRUPTED, reason="the launcher stopped without writing a final status"
+            )
+    return st
 
 
 def _created(pid: int) -> float:

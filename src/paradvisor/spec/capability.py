@@ -199,13 +199,6 @@ def _why_not_ep(plan, family: str) -> str | None:
     return None
 
 
-def runtime_table() -> list[dict]:
-    """Which plans each runtime realizes (docs/own-code.md prints it)."""
-    return [{"runtime": "paradvisor", "realizes": "every row of table()"}] + [
-        {"runtime": r, "realizes": RUNTIME_CAN[r]} for r in ("torch", "hf", "accelerate")
-    ]
-
-
 def table() -> list[dict]:
     """The capability table as rows, for the README and `paradvisor capabilities`-style listings."""
     dp = "every family"

@@ -23,7 +23,7 @@ from paradvisor.model import trace_cache
 from paradvisor.model.activations import Traced, for_builtin, warn_if_stale
 from paradvisor.model.config import shape_from_config
 from paradvisor.model.families import FAMILIES, resolve_attention
-from paradvisor.model.load import _builtins, builtin_config, is_model_path, load_profile, unknown_model
+from paradvisor.model.load import builtin_config, builtin_models, is_model_path, load_profile, unknown_model
 from paradvisor.model.profile import ModelProfile
 from paradvisor.model.vision import vgg_profile
 
@@ -121,7 +121,7 @@ def resolved_config(preset) -> tuple[str, dict]:
             _check_override(k, v, spec.get(k), where)
         spec.update(over)
         return "vgg", spec
-    if name in _builtins():
+    if name in builtin_models():
         base = builtin_config(name)
         family = "mingpt" if name == "gpt-mini" else base["model_type"]
     else:

@@ -10,6 +10,7 @@ import datetime as _dt
 import os
 import sys
 from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
 
 import tomli_w
@@ -94,77 +95,6 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 
 DATASETS = ("corpus", "reviews", "imdb", "text", "files", "images")
 INITS = ("auto", "pretrained", "random")
-_TOP = {
-    "schema",
-    "name",
-    "description",
-    "workload",
-    "train",
-    "cluster",
-    "launch",
-    "plan",
-    "prediction",
-    "program",
-}
-_PROGRAM = {"script", "module", "args", "runtime"}
-_WORKLOAD = {"model", "seq_len", "global_batch", "precision", "optimizer", "attention"}
-_TRAIN = {
-    "steps",
-    "lr",
-    "dataset",
-    "data_path",
-    "weights",
-    "model_overrides",
-    "seed",
-    "log_every",
-    "warmup_steps",
-    "weight_decay",
-    "grad_clip",
-    "device",
-    "outer_lr",
-    "outer_momentum",
-    "num_labels",
-    "image_size",
-    "hang_timeout_s",
-    "checkpoint_every",
-    "checkpoint_minutes",
-    "keep_checkpoints",
-    "checkpoint_async",
-    "resume_from",
-    "reset_optimizer",
-    "text_field",
-    "eval_path",
-    "eval_fraction",
-    "eval_every",
-    "eval_samples",
-    "tokenizer",
-    "init",
-    "cache_dir",
-    "tokenized",
-    "tensorboard",
-    "export_model",
-    "export_shard_size",
-}
-_LAUNCH = {
-    "nproc_per_node",
-    "node_procs",
-    "nnodes",
-    "node_rank",
-    "rdzv_endpoint",
-    "hosts",
-    "master_port",
-    "backend",
-    "image",
-    "memory_limit",
-    "engine",
-    "join_timeout_s",
-    "queue_timeout_s",
-    "remote_dir",
-    "remote_python",
-    "shared_paths",
-    "max_restarts",
-    "checkpoint_dir",
-}
 _CLUSTER = {
     f.name for f in fields(ClusterRef)
 }  # where the cluster came from: hardware/machines.py ClusterRef
@@ -351,7 +281,18 @@ class Preset:
         return doc
 
 
-def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict, callable]:
+@cache
+def _keys(cls) -> frozenset[str]:
+    """The keys of a preset table: the fields of the dataclass it becomes."""
+    return frozenset(f.name for f in fields(cls))
+
+
+def top_keys() -> frozenset[str]:
+    """The top-level keys of a preset file: its tables and fields, and its schema (`path` is where it was read)."""
+    return _keys(Preset) - {"path"} | {"schema"}
+
+
+def _section(data: dict, name: str, allowed: frozenset, loc: KeyLocator) -> tuple[dict, callable]:
     sec = data.get(name, {})
     if not isinstance(sec, dict):
         raise InputError("expected a table", where=loc.where(None, 0, name, name))
@@ -371,9 +312,9 @@ def _section(data: dict, name: str, allowed: set, loc: KeyLocator) -> tuple[dict
 def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Preset:
     loc = KeyLocator(path, text)
     for k in data:
-        if k not in _TOP:
+        if k not in top_keys():
             raise InputError(
-                f"unknown key {k!r}; expected one of {', '.join(sorted(_TOP))}",
+                f"unknown key {k!r}; expected one of {', '.join(sorted(top_keys()))}",
                 where=loc.where(None, 0, k, k),
             )
     if data.get("schema", SCHEMA) != SCHEMA:
@@ -381,11 +322,11 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
             f"unsupported schema {data.get('schema')!r}; expected {SCHEMA!r}", where=f"{path}: schema"
         )
     # Every field of every section is checked against its dataclass annotation and bound (paradvisor.typed).
-    workload = _parse_workload(*_section(data, "workload", _WORKLOAD, loc))
-    train = _parse_train(*_section(data, "train", _TRAIN, loc))
-    launch = _parse_launch(*_section(data, "launch", _LAUNCH, loc))
+    workload = _parse_workload(*_section(data, "workload", _keys(Workload), loc))
+    train = _parse_train(*_section(data, "train", _keys(TrainSettings), loc))
+    launch = _parse_launch(*_section(data, "launch", _keys(LaunchSettings), loc))
     plan = _parse_plan(*_section(data, "plan", _PLAN, loc), workload.precision)
-    program = _parse_program(*_section(data, "program", _PROGRAM, loc))
+    program = parse_program(*_section(data, "program", _keys(ProgramSettings), loc))
     c, cw = _section(data, "cluster", _CLUSTER, loc)
     cluster = ClusterRef(**from_table(ClusterRef, c, cw)).to_doc()
     prediction = check_mapping(
@@ -417,7 +358,7 @@ def parse_preset(data: dict, *, path: str = "<preset>", text: str = "") -> Prese
     )
 
 
-def _parse_program(p: dict, pw) -> ProgramSettings:
+def parse_program(p: dict, pw) -> ProgramSettings:
     prog = ProgramSettings(**from_table(ProgramSettings, p, pw))
     if prog.script and prog.module:
         raise InputError("give script or module, not both", where=pw("module"))

@@ -126,7 +126,6 @@ class Checkpointer:
         self.extra_state = None  # DiLoCo: callable -> (tensors to save, restore function)
         self.meta_extra: dict = {}
         self.optim_key = "optim"  # DiLoCo: one per node ("optim-node1"), each node's inner AdamW differs
-        self.resumed_meta: dict | None = None
         self.fault = from_env()
 
     @property
@@ -340,7 +339,6 @@ class Checkpointer:
                     "loaded_as": how,
                 }
             )
-        self.resumed_meta = meta
         return int(meta["step"])
 
     def _load_deepspeed(self, path: Path, meta: dict, reset: bool) -> str:

@@ -10,6 +10,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from paradvisor.rundir.records import StepRecord
 from paradvisor.spec.faults import from_env as fault_drill
 from paradvisor.spec.plan import NodeAllocation
 from paradvisor.train.data import RankStream
@@ -138,7 +139,7 @@ def train_sync(
                 rec["activation_bytes"] = meter.bytes
                 rec["act_working_bytes"] = meter.working_bytes
                 rec["act_gathered_bytes"] = meter.gathered_bytes
-            writer.write(rec)
+            writer.write(StepRecord.of(**rec))
         if t.eval_every and step % t.eval_every == 0 and step != t.steps:
             run_eval(engine, kind, task, preset, step, device, rank, world, writer)
         if progress:
@@ -252,7 +253,7 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
                     "node_name": nodes[my_node].node,
                 }
                 rec.update(memory_record(engine))
-                writer.write(rec)
+                writer.write(StepRecord.of(**rec))
         wait, comm = _outer_step(params, outer_params, outer_opt, world)
         writer.write(
             {

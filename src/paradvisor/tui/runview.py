@@ -20,6 +20,7 @@ from paradvisor.output import clean
 if TYPE_CHECKING:
     from paradvisor.monitor.follow import RunSummary
 from paradvisor.monitor.follow import compare_rows, node_lines, prediction_note
+from paradvisor.rundir.records import StepRecord
 from paradvisor.tui.text import escape
 from paradvisor.units import MiB, fmt_bytes, fmt_seconds
 
@@ -272,8 +273,9 @@ def step_ticks(lo: float, hi: float, n: int = 5) -> list[int]:
 
 def log_line(rec: dict) -> str:
     if rec.get("kind") == "step":
-        loss = "" if rec.get("loss") is None else f" loss {rec['loss']:.4f}"
-        return f"step {rec['step']}{loss} {rec.get('samples_per_s', 0):.1f} samples/s {rec['step_time_s'] * 1e3:.0f} ms"
+        st = StepRecord.from_doc(rec)
+        loss = "" if st.loss is None else f" loss {st.loss:.4f}"
+        return f"step {st.step}{loss} {st.samples_per_s or 0:.1f} samples/s {st.step_time_s * 1e3:.0f} ms"
     if rec.get("kind") == "outer":
         return (
             f"outer sync round {rec['round']} rank {rec['rank']}: waited {rec.get('sync_wait_s') or 0:.3f} s"

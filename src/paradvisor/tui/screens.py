@@ -72,7 +72,7 @@ def plan_markdown(e, cluster) -> str:
     if e.rules:
         lines += ["## Rules that fired", ""]
         for r in e.rules:
-            lines.append(f"- **{r['id']}** ({r['effect']}): {r['message']}  \n  *{r['source']}*")
+            lines.append(f"- **{r.id}** ({r.effect}): {r.message}  \n  *{r.source}*")
     for n in e.notes:
         lines.append(f"- note: {n}")
     return "\n".join(lines)
@@ -223,10 +223,10 @@ def launch_question(preset, runs_dir: str) -> str:
 
     pred = launch_prediction(preset)
     lines = [launch_header(preset, runs_dir)]
-    mem = pred.get("memory_per_gpu_bytes")
-    states = pred.get("model_state_bytes")
-    acts = (pred.get("memory_breakdown") or {}).get("activations")
-    if pred.get("runs_on") == "cpu" and pred.get("source") == "launch":  # no CUDA context or allocator on CPU
+    mem = pred.memory_per_gpu_bytes
+    states = pred.model_state_bytes
+    acts = (pred.memory_breakdown or {}).get("activations")
+    if pred.runs_on == "cpu" and pred.source == "launch":  # no CUDA context or allocator on CPU
         lines.append(
             "predicted memory: "
             + (f"model states {fmt_bytes(states)}" if states else "—")
@@ -239,7 +239,7 @@ def launch_question(preset, runs_dir: str) -> str:
             + (f"{fmt_bytes(mem)} per GPU" if mem else "—")
             + (f" (model states {fmt_bytes(states)} per rank)" if states else "")
         )
-    step = pred.get("step_time_s")
+    step = pred.step_time_s
     lines.append(
         "predicted time: "
         + (
@@ -255,7 +255,7 @@ def launch_question(preset, runs_dir: str) -> str:
         corpus = f"corpus: {exc}"
     if corpus:
         lines.append(escape(corpus))
-    lines.append(f"[dim]{escape(pred.get('note', ''))}[/dim]")
+    lines.append(f"[dim]{escape(pred.note or '')}[/dim]")
     return "\n".join(lines)
 
 

@@ -24,13 +24,7 @@ from paradvisor.model.profile import LayerEntry, TransformerShape
 #   rowwise_split_input               row split of a whole input (pairs with colwise_gather_output)
 #   replicated_with_grad_allreduce    a replicated weight that sees only local heads (q_norm, k_norm):
 #                                     its gradient is summed over the TP group
-TP_STYLES = (
-    "colwise",
-    "rowwise",
-    "colwise_gather_output",
-    "rowwise_split_input",
-    "replicated_with_grad_allreduce",
-)
+
 ATTENTIONS = ("sdpa", "eager")  # sdpa: SDPA / flash kernels, no s x s kept; eager: softmax(QK^T) kept
 
 

@@ -318,9 +318,9 @@ class PlansPane(TabPane):
         if rec.plans:
             self.select_plan(0)
         else:
-            fix = rec.nearest_fix or {}
-            text = ["[b red]nothing fits[/b red]", escape(fix.get("closest", {}).get("text", ""))]
-            text += [f"fix: {escape(f['text'])}" for f in fix.get("fixes", [])]
+            fix = rec.nearest_fix
+            text = ["[b red]nothing fits[/b red]", escape(fix.closest.text if fix else "")]
+            text += [f"fix: {escape(f.text)}" for f in (fix.fixes if fix else ())]
             info.update("\n".join(text))
             self._static("memory-bar").update("")
             self._select(None)
@@ -348,10 +348,9 @@ class PlansPane(TabPane):
                 f"{row.cost_rank}; moved by {escape(', '.join(row.moved_by))}[/yellow]"
             )
         for r in e.rules:
-            why = f" [yellow]{escape(r['outside_evidence'])}[/yellow]" if r.get("outside_evidence") else ""
+            why = f" [yellow]{escape(r.outside_evidence)}[/yellow]" if r.outside_evidence else ""
             lines.append(
-                f"  • {escape(r['id'])} ({escape(r['effect'])}){why}: {escape(r['title'])} "
-                f"[dim]— {escape(r['source'])}[/dim]"
+                f"  • {escape(r.id)} ({escape(r.effect)}){why}: {escape(r.title)} [dim]— {escape(r.source)}[/dim]"
             )
         self._static("plan-reason").update("\n".join(lines))
         alloc = self.alloc_table
@@ -399,8 +398,8 @@ class PlansPane(TabPane):
         if rec.infeasible:
             lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
             lines += [
-                f"| {i['label']} | {i['needs_bytes'] / GiB:.1f} GiB | {i['has_bytes'] / GiB:.0f} GiB "
-                f"({i['usable_bytes'] / GiB:.1f} usable) | {i['gpu']} |"
+                f"| {i.label} | {i.needs_bytes / GiB:.1f} GiB | {i.has_bytes / GiB:.0f} GiB "
+                f"({i.usable_bytes / GiB:.1f} usable) | {i.gpu} |"
                 for i in rec.infeasible
             ]
         else:
