@@ -14,7 +14,7 @@ Backward costs 2x the forward's GEMM FLOPs and memory traffic. Full recompute re
 memory-bound ops and its TP collectives); selective recompute (Megatron-LM's, Korthikanti et al. 2022 §5)
 re-runs only the attention core: QKᵀ, softmax, dropout, attention over V.
 
-Parameter sources (public measurements, none fitted to benchmarks/validation):
+Parameter sources (public measurements, none fitted to experiments/validation):
   GEMM_EFF     cuBLAS bf16/fp16 dense GEMM at large sizes: ~80% of peak on A100 (NVIDIA "Matrix
                Multiplication Background" user's guide, A100 GEMM plots), ~70% on H100 SXM (public cuBLAS
                GEMM sweeps: ~660-720 of 989 TFLOPS)
