@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.metrics import MetricsWriter
 from paradvisor.rundir.records import StepRecord
+from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.preset import load_preset
 from paradvisor.train.mesh import build_mesh
 
@@ -102,7 +103,7 @@ def device_mesh():
         import torch
 
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    return build_mesh(p, device_type(), world, keep=True)
+    return build_mesh(ParallelDims.of(p, world), device_type(), keep=True)
 
 
 def _writer():

@@ -327,7 +327,7 @@ def test_every_memory_term_is_a_byte_count_and_the_peak_is_their_sum(
 
 def test_the_loss_heads_backward_gradients_are_a_term_of_the_peak_on_the_heads_stage_only():
     """A causal LM's fp32 cross-entropy allocates two (tokens x vocab) fp32 gradients at the start of
-    backward (measured on an H100 by benchmarks/gpu_check.py): the `transient` term, alive in the
+    backward (measured on an H100 by experiments/gpu_check.py): the `transient` term, alive in the
     forward/backward phase, on the pipeline stage that holds the head; a classifier has none."""
     from paradvisor.plan.evaluate import memory_need
     from paradvisor.spec.plan import Plan

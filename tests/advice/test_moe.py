@@ -258,7 +258,7 @@ def test_model_json_carries_the_moe_facts():
 
 def test_dense_vs_moe_benchmark_prints_the_comparison():
     proc = subprocess.run(
-        [sys.executable, "benchmarks/moe_compare.py"],
+        [sys.executable, "experiments/moe_compare.py"],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -1,5 +1,5 @@
 """The tree is formatted by the project's formatter (ruff, pinned in the dev extra so that its style
-does not move under CI): `ruff format` over src/, tests/, benchmarks/ and scripts/ changes nothing."""
+does not move under CI): `ruff format` over src/, tests/, benchmarks/, experiments/ and scripts/ changes nothing."""
 
 import shutil
 import subprocess
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FORMATTED = ["src", "tests", "benchmarks", "scripts"]
+FORMATTED = ["src", "tests", "benchmarks", "experiments", "scripts"]
 
 
 def ruff(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ import pytest
 
 from paradvisor.rundir.metrics import valid_record
 from paradvisor.spec.capability import runtime_why_not
-from paradvisor.spec.mesh import mesh_dims
+from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.plan import Plan
 from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.support.runs import SMOKE, variant
@@ -90,7 +90,7 @@ def test_report_outside_a_launch_does_nothing(monkeypatch):
 )
 def test_the_mesh_names_the_plans_dimensions(plan, world, dims, monkeypatch):
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    got = dict(mesh_dims(plan, world))
+    got = dict(ParallelDims.of(plan, world).dims())
     assert got == dims
     assert list(got) == [d for d in ("pp", "dp_replicate", "dp_shard", "ep", "tp") if d in got]
 

@@ -33,14 +33,14 @@ for n in names:
     importlib.import_module(n)
 from paradvisor.spec.capability import why_not
 from paradvisor.spec.corpus import uses_files
-from paradvisor.spec.mesh import mesh_dims
+from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.model import profile_of, resolved_config
 from paradvisor.spec.preset import load_preset
 from paradvisor.spec.weights import weights_folder
 p = load_preset("presets/tiny-cpu-smoke.toml")
 family, cfg = resolved_config(p)
 prof = profile_of(p)
-dims = dict(mesh_dims(p.plan, p.plan.world_size))
+dims = dict(ParallelDims.of(p.plan).dims())
 assert prof.total_params > 0 and cfg and not uses_files(p) and weights_folder(p) is None
 assert why_not(p.plan, family) is None, why_not(p.plan, family)
 print(len(names), family, dims["tp"] * dims["pp"] * dims["dp_shard"] * dims["dp_replicate"])

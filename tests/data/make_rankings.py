@@ -11,7 +11,7 @@ Re-recorded once since, with node groups in place, when issue 13 deliberately ch
 code's record up to that merge (main 523b7f4, the last commit before it), and the grouped links are still
 checked against the per-pair and per-rank algorithms by tests/advice/test_scale.py's property tests.
 Re-recorded again when the loss head's backward gradients became a memory term (`transient`, measured
-on an H100 by benchmarks/gpu_check.py): a deliberate change of the memory model.
+on an H100 by experiments/gpu_check.py): a deliberate change of the memory model.
 Re-recorded for issue 31: the operation-level GPU step-time model (estimate/steptime.py), pipeline stages as
 Megatron/torchtitan lay them out (tied embedding copy on the last stage, interleaved 1F1B and the balanced
 split in the search space), and a pipeline link shared by at most a node's GPUs.

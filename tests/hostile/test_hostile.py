@@ -18,7 +18,6 @@ import shlex
 import signal
 import stat
 import subprocess
-import sys
 import time
 import tomllib
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import tomli_w
 
 from paradvisor.errors import InputError
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.support.runs import SMOKE, start_long_run, variant, wait_gone
+from tests.support.runs import SMOKE, launch_argv, start_long_run, variant, wait_gone
 
 ESC = "\x1b"
 
@@ -324,14 +323,7 @@ def test_files_in_an_existing_run_dir_are_private_under_a_permissive_umask(tmp_p
             "-c",
             'umask 000 && exec "$@"',
             "sh",
-            sys.executable,
-            "-m",
-            "paradvisor",
-            "launch",
-            "--preset",
-            str(p),
-            "--run-dir",
-            str(run_dir),
+            *launch_argv(p, None, run_dir=run_dir),
         ],
         check=False,
         capture_output=True,

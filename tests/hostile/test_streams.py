@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, REPO, assert_one_line_error, run_cli
-from tests.support.runs import variant
+from tests.support.runs import launch_argv, variant
 
 CLUSTER = str(EXAMPLES / "h100-8x-nvlink.toml")
 SMOKE = str(REPO / "presets" / "tiny-cpu-smoke.toml")
@@ -145,7 +145,7 @@ def test_ctrl_c_during_a_launch_start_leaves_no_folder_without_a_status(tmp_path
         runs = tmp_path / f"runs-{i}"
         p = variant(tmp_path, f"int{i}", train={"steps": 100000})
         proc = subprocess.Popen(
-            [sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir", str(runs)],
+            launch_argv(p, runs),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

@@ -1,7 +1,7 @@
 """A parallel run of a tiny model gives the same per-step losses as a one-process run of the same model and
 global batch (fp32, dropout off, same seed and data): the proof that each plan shape the launcher runs is
 split right. Real torchrun runs with gloo on CPU. The full matrix (every shape x every family) is
-`python benchmarks/equivalence.py`; CI runs every shape on minGPT and each family's own code paths."""
+`python experiments/equivalence.py`; CI runs every shape on minGPT and each family's own code paths."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.support.equivalence_cases import DILOCO, SHAPES, applies, preset_for
 pytestmark = pytest.mark.slow
 
 # One case per code path the launcher runs (issue 34: the suite keeps one case per code path; the full matrix,
-# every shape x every family, is `python benchmarks/equivalence.py`). Left to the benchmark: ZeRO-1/-2 and
+# every shape x every family, is `python experiments/equivalence.py`). Left to the benchmark: ZeRO-1/-2 and
 # ZeRO-3 offload (the same DeepSpeed engine as ZeRO-3 with another config), plain TP and TP x DDP (TP+SP and
 # TP x FSDP run the same TP code, plus), GPipe (the other PP schedules run the same stage code), split-by-speed
 # without ZeRO, and the family cases whose code path a kept case already runs (a second PP or TP case of a

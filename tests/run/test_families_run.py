@@ -4,7 +4,7 @@ Gemma 2: eager softcapped attention (SDPA refused by transformers) under transfo
 sequence parallelism over its four norms. Qwen3-MoE: transformers' EP plan with the MoE layers' activations
 traced from the code (router, top-k dispatch, expert inputs). Qwen3 CP x TP: the sequence split over two
 ranks composed with TP, the replicated per-head q/k norms' gradients summed over the TP group. The whole
-matrix is benchmarks/families.py."""
+matrix is experiments/families.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.support.runs import SMOKE, launch, leftover, metrics, start_long_run, steps_of, variant, wait_gone
+from tests.support.runs import (
+    SMOKE,
+    launch,
+    launch_argv,
+    leftover,
+    metrics,
+    start_long_run,
+    steps_of,
+    variant,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -254,18 +264,7 @@ def test_closing_the_interactive_session_stops_its_run(tmp_path):
 
 def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
     runs = tmp_path / "runs"
-    argv = [
-        sys.executable,
-        "-m",
-        "paradvisor",
-        "launch",
-        "--preset",
-        str(SMOKE),
-        "--runs-dir",
-        str(runs),
-        "--steps",
-        "6",
-    ]
+    argv = launch_argv(SMOKE, runs, "--steps", "6")
     a = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     b = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)

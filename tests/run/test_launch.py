@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 import tomllib
 
@@ -18,7 +17,7 @@ from paradvisor.errors import InputError
 from paradvisor.launch.runner import validate
 from paradvisor.spec.preset import load_preset
 from tests.conftest import REPO, assert_one_line_error
-from tests.support.runs import SMOKE, launch, leftover, metrics, steps_of, variant
+from tests.support.runs import SMOKE, launch, launch_argv, leftover, metrics, steps_of, variant
 
 PRESETS = sorted((REPO / "presets").glob("*.toml"))
 REQUIRED = {
@@ -325,24 +324,12 @@ def test_two_torchrun_nodes_train_together(tmp_path):
     p_num = port.getsockname()[1]
     port.close()
     run_dir = tmp_path / "shared-run"
-    common = [
-        sys.executable,
-        "-m",
-        "paradvisor",
-        "launch",
-        "--preset",
-        str(SMOKE),
-        "--nnodes",
-        "2",
-        "--nproc-per-node",
-        "1",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{p_num}",
-        "--run-dir",
-        str(run_dir),
-        "--steps",
-        "6",
-    ]
+    common = launch_argv(
+        SMOKE,
+        None,
+        *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{p_num}", "--steps", "6"),
+        run_dir=run_dir,
+    )
     n0 = subprocess.Popen(
         common + ["--node-rank", "0"],
         stdout=subprocess.PIPE,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.run.test_sshlaunch import cluster, launch_argv, records, the_run, write_preset  # noqa: F401 - fixture
+from tests.run.test_sshlaunch import cluster, records, the_run, write_preset  # noqa: F401 - fixture
+from tests.support.runs import launch_argv
 
 SCRIPT = """
 import os, sys
@@ -44,7 +45,16 @@ def test_a_script_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
         preset = tmp_path / f"{name}.toml"
         preset.write_text(base.read_text().replace("[launch]\n", f"[launch]\n{extra}"))
         runs = tmp_path / f"runs-{name}"
-        argv = launch_argv(cluster, preset, tmp_path, "--script", str(script), "--", "--tag", "a b")
+        argv = launch_argv(
+            preset,
+            tmp_path / "runs",
+            "--script",
+            str(script),
+            "--",
+            "--tag",
+            "a b",
+            ssh_config=cluster["sshd"].config,
+        )
         argv[argv.index("--runs-dir") + 1] = str(runs)
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=300, cwd=str(tmp_path), check=False
@@ -65,13 +75,15 @@ def test_a_script_over_two_ssh_nodes(cluster, tmp_path):  # noqa: F811
 
 @pytest.mark.slow
 def test_a_script_submitted_to_slurm(tmp_path_factory, tmp_path):
-    from tests.run.test_slurm import preset, submit_argv
+    from tests.run.test_slurm import preset
     from tests.support.slurm_cluster import Slurm
 
     slurm = Slurm(tmp_path_factory.mktemp("slurm-own"))
     try:
         script = user_code(tmp_path / "code")  # Slurm's nodes share the submit folder: no copy
-        argv = [*submit_argv(preset(tmp_path), tmp_path), "--script", str(script), "--", "--tag", "a b"]
+        argv = launch_argv(
+            preset(tmp_path), tmp_path / "runs", "--script", str(script), "--", "--tag", "a b", submit="slurm"
+        )
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=400, env=slurm.env, cwd=str(tmp_path), check=False
         )

@@ -6,7 +6,7 @@ steps; a second run loses rank 1 at step 3 (the fault drill) with `max_restarts 
 it from step 2 in a new run directory: steps 3-4 equal the reference's within 1e-5. Five resumes under another
 plan start from a reference's step-2 checkpoint (within 1e-3; ZeRO-3 -> ZeRO-1 with Adam's state through
 DeepSpeed's universal checkpoint). Every shape's resume is
-`python benchmarks/resume.py --matrix`. A launcher killed
+`python experiments/resume.py --matrix`. A launcher killed
 in the middle of a checkpoint write leaves an incomplete folder that a resume never loads. What cannot be
 resumed is one line and exit 2.
 """
@@ -102,7 +102,7 @@ def test_a_checkpoint_resumes_under_another_plan(name, refs, tmp_path):
     want, got = losses(ref), losses(child)
     assert sorted(got) == [3, 4], got
     if name == "zero3->zero1":  # Adam's state too (DeepSpeed's universal checkpoint): step 4 as the
-        # uninterrupted run's within 1e-5, which a fresh AdamW misses (7e-4: benchmarks/resume.py --zero)
+        # uninterrupted run's within 1e-5, which a fresh AdamW misses (7e-4: experiments/resume.py --zero)
         assert [r["loaded_as"] for r in records(child, "resumed")] == ["universal"] * 2
         assert not (child / ".universal").exists()  # the conversion is removed once loaded
         assert rel(got[4], want[4]) <= 1e-5, (got, want)

@@ -40,10 +40,6 @@ def preset(tmp_path, *, steps=10, extra=""):
     return p
 
 
-def submit_argv(p, tmp_path):
-    return launch_argv(p, tmp_path / "runs", "--submit", "slurm")
-
-
 def the_run(tmp_path):
     [run] = list((tmp_path / "runs").iterdir())
     return run
@@ -61,7 +57,7 @@ def no_ranks_left(run) -> bool:
 
 def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
     proc = subprocess.run(
-        submit_argv(preset(tmp_path), tmp_path),
+        launch_argv(preset(tmp_path), tmp_path / "runs", submit="slurm"),
         capture_output=True,
         text=True,
         timeout=400,
@@ -89,7 +85,7 @@ def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
 
 def test_ctrl_c_cancels_the_job_with_scancel(slurm, tmp_path):
     proc = subprocess.Popen(
-        submit_argv(preset(tmp_path, steps=100000), tmp_path),
+        launch_argv(preset(tmp_path, steps=100000), tmp_path / "runs", submit="slurm"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -124,7 +120,7 @@ def test_a_job_sbatch_refuses_is_a_failed_run_with_the_reason(slurm, tmp_path):
     p = preset(tmp_path)  # on GPUs: the script asks for --gpus-per-node=2, which this GPU-less Slurm refuses
     p.write_text(p.read_text().replace('device = "cpu"', 'device = "cuda"'))
     proc = subprocess.run(
-        submit_argv(p, tmp_path),
+        launch_argv(p, tmp_path / "runs", submit="slurm"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -143,7 +139,7 @@ def run_queued(slurm, tmp_path, *extra, partition: str, restore: str, timeout=12
     assert slurm.run("scontrol", "update", "PartitionName=debug", partition).returncode == 0
     try:
         return subprocess.run(
-            [*submit_argv(preset(tmp_path), tmp_path), *extra],
+            [*launch_argv(preset(tmp_path), tmp_path / "runs", submit="slurm"), *extra],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.support.runs import wait_for
+from tests.support.runs import launch_argv, wait_for
 from tests.support.sshd import Sshd, free_port
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
@@ -55,15 +55,6 @@ def write_preset(cluster, tmp_path, *, hosts=None, steps=10, join_timeout=60, py
     p = tmp_path / "two-nodes.toml"
     p.write_text(text)
     return p
-
-
-def launch_argv(cluster, preset: Path, tmp_path: Path, *extra: str) -> list[str]:
-    """The suite's launch command line (tests/support/runs.py) with this sshd's config and a short ssh timeout."""
-    from tests.support.runs import launch_argv as argv
-
-    return argv(
-        preset, tmp_path / "runs", "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra
-    )
 
 
 def the_run(tmp_path: Path) -> Path | None:
@@ -124,7 +115,7 @@ def running(cluster, tmp_path):
     """A long two-node run, started in the background, once both nodes log steps: (launch process, run dir)."""
     preset = write_preset(cluster, tmp_path, steps=100000)
     proc = subprocess.Popen(
-        launch_argv(cluster, preset, tmp_path),
+        launch_argv(preset, tmp_path / "runs", ssh_config=cluster["sshd"].config),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -142,7 +133,11 @@ def running(cluster, tmp_path):
 def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster, tmp_path, cli):
     preset = write_preset(cluster, tmp_path)
     proc = subprocess.run(
-        launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=300, cwd=str(tmp_path)
+        launch_argv(preset, tmp_path / "runs", ssh_config=cluster["sshd"].config),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     run = the_run(tmp_path)
@@ -210,7 +205,11 @@ def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_p
         cluster, tmp_path, hosts=[f"127.0.0.1:{port}", f"127.0.0.2:{free_port('127.0.0.2')}"]
     )
     proc = subprocess.run(
-        launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=120, cwd=str(tmp_path)
+        launch_argv(preset, tmp_path / "runs", ssh_config=cluster["sshd"].config),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
     )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -232,7 +231,11 @@ def test_a_node_that_never_joins_fails_the_run_within_the_join_timeout(cluster, 
     stuck.chmod(0o755)
     preset = write_preset(cluster, tmp_path, join_timeout=5, python=str(stuck))
     proc = subprocess.run(
-        launch_argv(cluster, preset, tmp_path), capture_output=True, text=True, timeout=200, cwd=str(tmp_path)
+        launch_argv(preset, tmp_path / "runs", ssh_config=cluster["sshd"].config),
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=str(tmp_path),
     )
     assert proc.returncode == 1, proc.stderr
     status = json.loads((the_run(tmp_path) / "status.json").read_text())

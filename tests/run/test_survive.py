@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.support.resume import children, losses, status
-from tests.support.runs import wait_for
+from tests.support.runs import launch_argv, wait_for
 from tests.support.sshd import Sshd, free_port
 
 pytestmark = [pytest.mark.slow]
@@ -105,21 +105,7 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(whe
         text = text.replace("steps = 10", "steps = 300\ncheckpoint_every = 20\ncheckpoint_async = false")
         preset = tmp_path / "two-nodes.toml"
         preset.write_text(text)
-        argv = [
-            sys.executable,
-            "-m",
-            "paradvisor",
-            "launch",
-            "--preset",
-            str(preset),
-            "--runs-dir",
-            str(tmp_path / "runs"),
-            "--ssh-config",
-            str(server.config),
-            "--ssh-timeout",
-            "5",
-            "--quiet",
-        ]
+        argv = launch_argv(preset, tmp_path / "runs", "--quiet", ssh_config=server.config)
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)
         )
@@ -186,19 +172,7 @@ def test_a_requeued_slurm_job_resumes_from_its_checkpoint(tmp_path_factory, tmp_
         preset.write_text(text)
         runs = tmp_path / "runs"
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "paradvisor",
-                "launch",
-                "--preset",
-                str(preset),
-                "--runs-dir",
-                str(runs),
-                "--submit",
-                "slurm",
-                "--quiet",
-            ],
+            launch_argv(preset, runs, "--quiet", submit="slurm"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -51,7 +51,7 @@ def check_run(run: Path) -> None:
 
 
 def ssh_launch(cluster, p: Path, runs: Path, *extra: str, env: dict | None = None):  # noqa: F811
-    argv = launch_argv(p, runs, "--ssh-config", str(cluster["sshd"].config), "--ssh-timeout", "5", *extra)
+    argv = launch_argv(p, runs, *extra, ssh_config=cluster["sshd"].config)
     return subprocess.run(
         argv, capture_output=True, text=True, timeout=400, cwd=str(runs.parent), env=env, check=False
     )
@@ -119,7 +119,7 @@ def test_the_users_data_in_a_slurm_job(tmp_path_factory, tmp_path):
     slurm = Slurm(tmp_path_factory.mktemp("slurm-data"))
     try:
         p = user_preset(tmp_path, master_port=free_port())
-        argv = launch_argv(p, tmp_path / "runs", "--submit", "slurm")
+        argv = launch_argv(p, tmp_path / "runs", submit="slurm")
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=400, env=slurm.env, cwd=str(tmp_path), check=False
         )

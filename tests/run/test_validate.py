@@ -69,7 +69,7 @@ def test_calibrate_prints_only_its_own_lines(calibration):
 @pytest.mark.xdist_group("calibration")
 @pytest.mark.parametrize(
     "name,plan",
-    [  # one per way the terms are measured (the strategy matrix is benchmarks/accuracy.py)
+    [  # one per way the terms are measured (the strategy matrix is experiments/accuracy.py)
         ("tp", {"dp": 1, "tp": 2, "micro_batch": 8}),
         ("zero1-bf16", {"sharding": "zero1", "precision": "bf16"}),
         ("ddp-bf16-ckpt", {"precision": "bf16", "checkpointing": "full"}),

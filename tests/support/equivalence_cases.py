@@ -1,5 +1,5 @@
 """Tiny models of every family and the plan shapes the launcher runs, for the numerical-equivalence
-tests (tests/run/test_equivalence.py) and the full matrix (benchmarks/equivalence.py).
+tests (tests/run/test_equivalence.py) and the full matrix (experiments/equivalence.py).
 
 Each family is a shipped model shrunk by `model_overrides` (or a tiny HF config.json in tests/data) so a
 5-step run takes seconds on CPU. Each shape is a plan for 2-8 ranks over a global batch of 8.

@@ -1,4 +1,4 @@
-"""Helpers for the checkpoint / resume tests (tests/run/test_resume.py) and benchmarks/resume.py: one tiny
+"""Helpers for the checkpoint / resume tests (tests/run/test_resume.py) and experiments/resume.py: one tiny
 preset per engine shape, launching with a fault drill, reading a run's losses and lineage."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ CROSS = {
 }
 # the engines whose restart the suite runs: one per checkpoint code path (DCP of sharded torch states, the
 # pipeline's stage names, DeepSpeed's own checkpoint, DiLoCo's outer state). DDP, TP and EP restart through
-# the DCP path FSDP takes: `python benchmarks/resume.py --matrix` resumes every shape.
+# the DCP path FSDP takes: `python experiments/resume.py --matrix` resumes every shape.
 RESTARTED = ("fsdp", "zero3", "pp", "diloco")
 
 

@@ -37,20 +37,24 @@ def variant(
     return p
 
 
-def launch_argv(preset: Path, runs: Path, *extra: str) -> list[str]:
+def launch_argv(
+    preset: Path,
+    runs: Path | None,
+    *extra: str,
+    run_dir: Path | None = None,
+    ssh_config: Path | None = None,
+    submit: str | None = None,
+) -> list[str]:
     """`paradvisor launch --preset PRESET --runs-dir RUNS ...` as this interpreter runs it: the one launch command
-    line of the suite (ssh, Slurm and the other drills add their options to it)."""
-    return [
-        sys.executable,
-        "-m",
-        "paradvisor",
-        "launch",
-        "--preset",
-        str(preset),
-        "--runs-dir",
-        str(runs),
-        *extra,
-    ]
+    line of the suite. `run_dir`: --run-dir (the exact folder) instead of --runs-dir; `ssh_config`: a test sshd's
+    config, with a short ssh timeout; `submit`: a batch system (--submit slurm)."""
+    argv = [sys.executable, "-m", "paradvisor", "launch", "--preset", str(preset)]
+    argv += ["--run-dir", str(run_dir)] if run_dir is not None else ["--runs-dir", str(runs)]
+    if ssh_config is not None:
+        argv += ["--ssh-config", str(ssh_config), "--ssh-timeout", "5"]
+    if submit is not None:
+        argv += ["--submit", submit]
+    return [*argv, *extra]
 
 
 def launch(
@@ -100,7 +104,7 @@ def start_long_run(
     p = variant(tmp_path, name, train={"steps": 100000, "log_every": 1, **train})
     runs = tmp_path / f"runs-{name}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "paradvisor", "launch", "--preset", str(p), "--runs-dir", str(runs), *extra],
+        launch_argv(p, runs, *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

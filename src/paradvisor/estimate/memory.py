@@ -11,7 +11,7 @@ One breakdown, the same names in the prediction and in what `validate` measures:
   transient    gradients the loss head allocates at the start of backward (not saved, so no meter sees
                them): a causal LM's fp32 cross-entropy makes two (tokens x vocab) fp32 tensors at once
                (nll_loss backward, then log_softmax backward) next to everything saved: 2·b·s·V·4 bytes.
-               Measured on an H100 (`benchmarks/gpu_check.py`): CUDA peak less the saved terms was
+               Measured on an H100 (`experiments/gpu_check.py`): CUDA peak less the saved terms was
                2.07-2.11x b·s·V·4 for LLaMA, Mistral and GPT-2 configs, bf16 and fp32, with and without
                checkpointing.
   buffers      communication buckets;  overhead: CUDA context, cuBLAS workspace (outside torch's allocator)
@@ -20,7 +20,7 @@ step_grads + grads kept through the step): the optimizer step runs after the act
 DeepSpeed ZeRO-1/2 free the 16-bit gradient partition once the fp32 one exists, ZeRO-3 keeps its flat one.
 
 Model states per rank for Ψ parameters on this rank (after TP/PP), N = shard degree, as the engines hold
-them (DeepSpeed 0.19, measured tensor by tensor on CPU runs, `benchmarks/accuracy.py`):
+them (DeepSpeed 0.19, measured tensor by tensor on CPU runs, `experiments/accuracy.py`):
   DeepSpeed ZeRO-1/2, bf16/fp16   params 2Ψ, grads 2Ψ/N (16-bit partition, accumulated in 16 bit; whole
                                   tensors: a tensor across a partition boundary counts on both ranks),
                                   optimizer 12Ψ/N (fp32 master + m, v), step_grads 4Ψ/N (fp32, step only).

@@ -22,7 +22,7 @@ an eager engine, as PyTorch runs them op by op: RMSNorm upcast to fp32 (cast, po
 back, weight: ~34 bytes moved per element against 4 fused), rotary embedding in fp32 complex arithmetic
 (cast, complex mul, cast back: ~20 per q/k element against 4), SwiGLU as silu then mul (10 against 6).
 
-Parameter sources (public measurements, none fitted to benchmarks/validation):
+Parameter sources (public measurements, none fitted to experiments/validation):
   GEMM_EFF     cuBLAS bf16/fp16 dense GEMM at large sizes: ~80% of peak on A100 (NVIDIA "Matrix
                Multiplication Background" user's guide, A100 GEMM plots), ~70% on H100 SXM (public cuBLAS
                GEMM sweeps: ~660-720 of 989 TFLOPS)

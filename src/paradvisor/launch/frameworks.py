@@ -11,7 +11,7 @@ from typing import Any
 from paradvisor.errors import InputError
 from paradvisor.rundir.dsconfig import deepspeed_config
 from paradvisor.spec.capability import runtime_why_not
-from paradvisor.spec.mesh import mesh_dims
+from paradvisor.spec.mesh import ParallelDims
 
 
 def checked_plan(runtime: str, plan, *, cpu: bool = False):
@@ -25,7 +25,7 @@ def checked_plan(runtime: str, plan, *, cpu: bool = False):
 def parallel_sizes(plan, world: int | None = None) -> dict[str, int]:
     """accelerate's ParallelismConfig sizes for the plan: dp_replicate / dp_shard / tp, as train/mesh.py lays
     them out (a plain DDP plan has none: accelerate runs it without a ParallelismConfig)."""
-    dims = dict(mesh_dims(plan, world or plan.world_size))
+    dims = dict(ParallelDims.of(plan, world or plan.world_size).dims())
     return {
         "dp_replicate_size": dims["dp_replicate"],
         "dp_shard_size": dims["dp_shard"],

@@ -20,6 +20,7 @@ from paradvisor.spec.capability import runtime_why_not, why_not
 from paradvisor.spec.corpus import corpus_spec, tokenized_corpus, uses_files
 from paradvisor.spec.data import check_data_path
 from paradvisor.spec.faults import from_env
+from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.model import profile_of, resolved_config
 from paradvisor.spec.preset import Preset, cluster_file, engine_of
 
@@ -97,16 +98,10 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
     world = lau.world
     if lau.rdzv_endpoint:  # a host name or an address, whatever the node count
         split_endpoint(lau.rdzv_endpoint)
-    if plan.world_size != world:
-        degrees = (
-            f"dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp}"
-            if plan.cp == 1
-            else f"dp x cp x tp x pp = {plan.dp} x {plan.cp} x {plan.tp} x {plan.pp}"
-        )
-        raise InputError(
-            f"plan {degrees} = {plan.world_size}, but the launch starts {lau.layout()} = {world} processes",
-            where=f"{where}: plan",
-        )
+    node_procs = tuple(lau.procs(r) for r in range(lau.nnodes))
+    ParallelDims.of(plan, world, node_procs=node_procs).validate(
+        where, launch=lau.layout(), seq_len=wl.seq_len
+    )
     if plan.diloco:
         if plan.nodes and sum(n.gpus for n in plan.nodes) != world:
             raise InputError(
@@ -237,12 +232,6 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
     if why:
         raise InputError(why, where=f"{where}: plan")
     s = prof.transformer
-    if plan.cp > 1 and preset.workload.seq_len % (2 * plan.cp):
-        raise InputError(
-            f"context parallelism cuts each sequence into 2 x cp = {2 * plan.cp} chunks: seq_len "
-            f"{preset.workload.seq_len} is not a multiple of it",
-            where=f"{where}: workload.seq_len",
-        )
     if plan.tp > 1 and s is None:
         raise InputError(
             f"{prof.name} is not a transformer: no tensor-parallel plan", where=f"{where}: plan.tp"
@@ -252,13 +241,6 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
             if n % plan.tp:
                 raise InputError(
                     f"TP degree {plan.tp} does not divide {prof.name}'s {n} {what}", where=f"{where}: plan.tp"
-                )
-        for r in range(lau.nnodes):
-            if lau.procs(r) % plan.tp:
-                raise InputError(
-                    f"TP degree {plan.tp} does not divide node {r}'s {lau.procs(r)} processes: a TP "
-                    "group must stay inside one node",
-                    where=f"{where}: plan.tp",
                 )
     if plan.pp > 1:
         if s is None or s.shared_layers:
@@ -300,12 +282,6 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
                 f"EP degree {plan.ep} does not divide {prof.name}'s {experts} experts",
                 where=f"{where}: plan.ep",
             )
-    if plan.sequence_parallel and s is not None and preset.workload.seq_len % plan.tp:
-        raise InputError(
-            f"sequence parallelism splits the sequence over TP {plan.tp}: seq_len {preset.workload.seq_len} "
-            f"is not a multiple of it",
-            where=f"{where}: workload.seq_len",
-        )
     if (
         reach
         and plan.sharding == "fsdp"
@@ -317,13 +293,6 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
             "compute (on CPU-only machines use ZeRO-3 offload)",
             where=f"{where}: plan.offload",
         )
-    if plan.sharding == "hsdp":
-        shard = hsdp_shard_size(preset)
-        if shard < 1 or plan.dp % shard:
-            raise InputError(
-                f"HSDP shards over each node's {shard} processes, which must divide dp = {plan.dp}",
-                where=f"{where}: plan.sharding",
-            )
     if plan.diloco and plan.nodes and lau.nnodes > 1:
         counts = [n.gpus for n in plan.nodes]
         if counts != [lau.procs(r) for r in range(lau.nnodes)]:
@@ -332,17 +301,6 @@ def check_plan_shape(preset: Preset, family: str, prof, *, reach: bool = True) -
                 f"{[lau.procs(r) for r in range(lau.nnodes)]} processes per node",
                 where=f"{where}: plan.nodes",
             )
-
-
-def hsdp_shard_size(preset: Preset) -> int:
-    """HSDP shards inside a node and replicates across nodes: the shard group is a node's process count
-    (from plan.nodes, else the launch's per-node count; a single-node run shards over half its ranks)."""
-    plan, lau = preset.plan, preset.launch
-    if plan.nodes:
-        return int(plan.nodes[0].gpus)
-    if lau.nnodes > 1:
-        return lau.procs(0)
-    return max(1, plan.world_size // 2)
 
 
 def has_cuda() -> bool:

@@ -112,7 +112,7 @@ class ModelFacts:
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
     # Which engine's way of holding the model the estimate counts (ENGINES): "torch" is paradvisor's launcher
     # (fp32 weights under autocast, embedding and head replicated over TP); the others are used to check the
-    # estimate on published runs (benchmarks/validation).
+    # estimate on published runs (experiments/validation).
     engine: str = "torch"
 
     @property

@@ -27,14 +27,15 @@ def fsdp_precision(precision: str) -> dict:
 
 
 def apply_fsdp(
-    model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True
+    model, mesh=None, precision: str = "fp32", offload: bool = False, reshard: bool = True, blocks=blocks_of
 ) -> None:
+    """FSDP2's fully_shard on each of `blocks(model)`, then on the model."""
     from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
     kw = {"mesh": mesh, "reshard_after_forward": reshard, **fsdp_precision(precision)}
     if offload:
         kw["offload_policy"] = CPUOffloadPolicy()
-    for blk in blocks_of(model):
+    for blk in blocks(model):
         fully_shard(blk, **kw)
     fully_shard(model, **kw)
 

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from paradvisor.spec.mesh import ParallelDims
 from paradvisor.train.models import logits_of
-from paradvisor.train.parallelize import Layout
 from paradvisor.train.tokens import IGNORE
 
 
@@ -81,7 +81,7 @@ def evaluate(
     data_rank, batches = data
     dp = len(batches)
     batch = plan.micro_batch * plan.grad_accum if kind == "pp" else max(batches)
-    lay = Layout.of(plan, rank, world) if world > 1 else None
+    lay = ParallelDims.of(plan, world).coords(rank) if world > 1 else None
     module = engine.stage_mod if kind == "pp" else (engine.engine if kind == "deepspeed" else engine.model)
     was_training = module.training
     module.eval()

@@ -28,21 +28,7 @@ import re
 import torch.distributed as dist
 
 from paradvisor.model import families
-from paradvisor.spec.mesh import dp_dim
 from paradvisor.train.data_parallel import apply_fsdp, average_grads, fsdp_precision
-from paradvisor.train.mesh import build_mesh
-
-
-def ep_meshes(plan, device, world: int):
-    """(edp mesh, ep mesh) of the plan's mesh (train/mesh.py: the data-parallel dimension, then ep, fastest),
-    and a size-1 "tp" mesh: transformers' dispatch asks which ranks share a batch (none do here, each rank
-    reads its own data shard)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    edp = dp_dim(plan)
-    mesh = build_mesh(plan, device.type, world, keep=(edp, "ep"))
-    tp = init_device_mesh(device.type, (world, 1), mesh_dim_names=("rank", "tp"))["tp"]
-    return mesh[edp], mesh["ep"], tp
 
 
 def expanded_plan(model, family: str | None = None) -> dict[str, str]:
@@ -67,24 +53,24 @@ def expanded_plan(model, family: str | None = None) -> dict[str, str]:
     return out
 
 
-def apply_ep(model, plan, device, world: int, family: str | None = None):
-    """Shard the experts of `model` over EP groups of `plan.ep` ranks. Returns (the expert-DP mesh, the
-    expert modules)."""
+def apply_ep(model, edp_mesh, ep_mesh, tp_mesh, family: str | None = None):
+    """Shard the experts of `model` over the `ep_mesh` groups (the plan's mesh, train/mesh.py: the
+    data-parallel dimension, then ep, fastest). `tp_mesh`: the size-1 tp dimension — transformers' dispatch
+    asks which ranks share a batch (none do here, each rank reads its own data shard). Returns (the
+    expert-DP mesh, the expert modules)."""
     from transformers.distributed.expert_parallel import apply_expert_parallelism
 
-    edp_mesh, ep_mesh, tp_mesh = ep_meshes(plan, device, world)
     ep_plan = expanded_plan(model, family)
     apply_expert_parallelism(model, ep_mesh, tp_mesh, ep_plan)
     modules = dict(model.named_modules())
     return edp_mesh, [modules[n] for n, style in ep_plan.items() if style == "ep_dispatch_experts"]
 
 
-def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -> None:
+def apply_ep_fsdp(model, expert_modules, edp_mesh, all_mesh, world: int, precision: str) -> None:
     """EP x FSDP, as torchtitan does it: each experts module fully sharded over its expert-DP ranks (the
     ranks holding the same experts), the blocks and the root over all ranks. An expert gradient arrives
     summed over its EP group's tokens; the reduce-scatter sums it over the expert-DP group, and dividing by
-    the world size gives the mean-loss gradient."""
-    from torch.distributed.device_mesh import init_device_mesh
+    the world size gives the mean-loss gradient. `all_mesh`: every rank, expert-DP x EP flattened."""
     from torch.distributed.fsdp import fully_shard
 
     for mod in expert_modules:
@@ -92,7 +78,7 @@ def apply_ep_fsdp(model, expert_modules, edp_mesh, world: int, precision: str) -
         mod.set_gradient_divide_factor(float(world))
         if dist.get_backend(edp_mesh.get_group()) == "gloo":
             mod.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM: sum, then scale
-    apply_fsdp(model, init_device_mesh(edp_mesh.device_type, (world,), mesh_dim_names=("dp",)), precision)
+    apply_fsdp(model, all_mesh, precision)
 
 
 def is_expert(p) -> bool:

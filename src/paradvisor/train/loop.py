@@ -12,11 +12,12 @@ import torch.distributed as dist
 
 from paradvisor.rundir.records import StepRecord
 from paradvisor.spec.faults import from_env as fault_drill
+from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.plan import NodeAllocation
 from paradvisor.train.data import RankStream
 from paradvisor.train.evaluate import evaluate
+from paradvisor.train.mesh import node_mesh
 from paradvisor.train.metrics import ActivationMeter, count_bytes, cuda_peak
-from paradvisor.train.parallelize import Layout
 
 MEASURE_STEP = 2  # activation bytes are measured on this step (the first is a warm-up)
 
@@ -33,7 +34,7 @@ def data_layout(plan, rank: int, world: int) -> tuple[int, list[int]]:
     """(this rank's data-parallel index, samples each data rank takes per micro-step). Megatron order: tp
     fastest, then dp, then pp; TP ranks and pipeline stages of one replica read the same samples. A pipeline
     takes its whole per-replica batch at once (the schedule splits it into grad_accum micro-batches)."""
-    lay = Layout.of(plan, rank, world)
+    lay = ParallelDims.of(plan, world).coords(rank)
     if plan.pp > 1:
         return lay.dp_rank, [plan.micro_batch * plan.grad_accum] * lay.dp
     batches = list(plan.rank_batches) if plan.rank_batches else [plan.micro_batch] * lay.dp
@@ -46,7 +47,7 @@ def global_loss(loss: float | None, plan, rank: int, world: int, batches: list[i
     all-reduce per logged step."""
     if world == 1 or not dist.is_initialized():
         return float(loss)
-    lay = Layout.of(plan, rank, world)
+    lay = ParallelDims.of(plan, world).coords(rank)
     mine = 0.0
     if loss is not None and lay.holds_loss:
         mine = loss * batches[data_rank] / (lay.tp * lay.cp)  # TP copies; CP: the mean of the ranks' halves
@@ -199,13 +200,9 @@ def train_diloco(preset, build_inner, task, device, rank: int, world: int, write
     (003 technique C). The time a rank waits for the others at each outer sync is recorded."""
     plan, t = preset.plan, preset.train
     nodes = _diloco_nodes(plan, world)
-    groups, start = [], 0
-    for n in nodes:  # every rank creates every group, in the same order
-        groups.append(dist.new_group(list(range(start, start + n.gpus))))
-        start += n.gpus
     my_node = node_of_rank(plan.with_(nodes=nodes), rank)
     h = nodes[my_node].local_steps or plan.local_steps or 10
-    engine, kind = build_inner(groups[my_node])
+    engine, kind = build_inner(node_mesh([n.gpus for n in nodes], rank, device.type))
     params = [p for p in engine.model.parameters()]
     outer_params = [_full(p).detach().clone().cpu().float() for p in params]
     outer_opt = torch.optim.SGD(outer_params, lr=t.outer_lr, momentum=t.outer_momentum, nesterov=True)

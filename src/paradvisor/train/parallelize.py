@@ -24,139 +24,35 @@ step, set_lr, memory_groups, and a Layout saying which data shard and which copy
 from __future__ import annotations
 
 import contextlib
-import sys
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.utils.checkpoint
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import rank_chunks
-from paradvisor.model import families
-from paradvisor.model.trace import enable_hf_checkpointing, supports_hf_checkpointing
-from paradvisor.rundir.dsconfig import deepspeed_config
-from paradvisor.train.context import ContextShard, ring_applies
-from paradvisor.train.data_parallel import apply_fsdp, average_grads, local_shard
-from paradvisor.train.experts import apply_ep, apply_ep_fsdp, reduce_grads
+from paradvisor.spec.mesh import Coords, ParallelDims
+from paradvisor.train.data_parallel import average_grads, local_shard
+from paradvisor.train.engines import (
+    FullyShard,
+    Recompute,
+    TensorParallel,
+    Zero,
+    apply_engines,
+    engines_for,
+    inner_engines,
+    mesh_keep,
+)
 from paradvisor.train.mesh import build_mesh, sub_mesh
 from paradvisor.train.metrics import count_bytes, deepspeed_state_groups, optimizer_state_tensors
-from paradvisor.train.models import block_list, blocks_of, logits_of, loss_of, unwrap
+from paradvisor.train.models import logits_of, loss_of
+from paradvisor.train.recompute import apply_checkpointing, checkpointing_is_flag
 from paradvisor.train.stages import build_stages, stage_blocks
-from paradvisor.train.tp_plans import apply_tp
 
 
 def is_meta(module) -> bool:
     """Whether the module's parameters have no memory yet (weights read after the plan is applied)."""
     return any(p.is_meta for p in module.parameters())
-
-
-@dataclass
-class Layout:
-    """Where a rank sits in the plan's (pp, dp, cp, tp) grid."""
-
-    pp: int
-    dp: int
-    tp: int
-    pp_rank: int
-    dp_rank: int
-    tp_rank: int
-    cp: int = 1
-    cp_rank: int = 0
-
-    @classmethod
-    def of(cls, plan, rank: int, world: int) -> Layout:
-        tp, pp, cp = plan.tp, plan.pp, getattr(plan, "cp", 1)
-        dp = world // (tp * pp * cp)
-        return cls(
-            pp, dp, tp, rank // (dp * cp * tp), (rank // (tp * cp)) % dp, rank % tp, cp, (rank // tp) % cp
-        )
-
-    @property
-    def holds_loss(self) -> bool:
-        """Only the last pipeline stage computes the loss."""
-        return self.pp_rank == self.pp - 1
-
-
-def device_mesh(plan, device, world: int):
-    """The plan's mesh (train/mesh.py, the builder paradvisor.runtime shares), dimensions of size 1 left out
-    (None for one rank): pp, dp_replicate or dp_shard (the data-parallel ranks: `sub_mesh(mesh, "dp")`), tp."""
-    return build_mesh(plan, device.type, world)
-
-
-def apply_checkpointing(model, family: str, mode: str, container=None) -> None:
-    """Activation checkpointing per block. Hugging Face models that support it get transformers' own
-    (non-reentrant) checkpointing, a per-layer flag that survives TP and pipeline cuts; minGPT, ALBERT and
-    others get torch's checkpoint_wrapper around each block of `container` (the module holding the blocks:
-    the model, or a pipeline stage), after TP so that TP plans still find their submodules."""
-    if mode == "none":
-        return
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-    hf = unwrap(model)
-    if mode == "selective" and selective_attention(hf):
-        return
-    if supports_hf_checkpointing(hf):
-        enable_hf_checkpointing(hf)
-        return
-    owner = container if container is not None else hf
-    blocks = owner.blocks if isinstance(getattr(owner, "blocks", None), nn.ModuleList) else block_list(owner)
-    if blocks is None:
-        return
-    for i in range(len(blocks)):
-        if family == "mingpt" and mode == "selective":  # recompute the attention only
-            blocks[i].attn = checkpoint_wrapper(blocks[i].attn)
-        else:
-            blocks[i] = checkpoint_wrapper(blocks[i])
-
-
-def selective_attention(hf) -> bool:
-    """Megatron-LM's selective recompute on a Hugging Face model: its attention core (the attention function
-    transformers calls between the projections: QKᵀ, softmax, dropout, AV) runs under a non-reentrant
-    checkpoint, registered as an attention implementation that wraps the model's own one (and its mask).
-    False when the model does not route attention through transformers' attention interface."""
-    cfg = getattr(hf, "config", None)
-    base = getattr(cfg, "_attn_implementation", None)
-    if base is None or not hasattr(hf, "set_attn_implementation"):
-        return False
-    if base.startswith("paradvisor_selective_"):
-        return True
-    try:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    except ImportError:
-        return False
-    if base != "eager" and base not in ALL_ATTENTION_FUNCTIONS.valid_keys():
-        return False
-    name = f"paradvisor_selective_{base}"
-
-    def core(module, *args, **kwargs):
-        fn = (
-            sys.modules[type(module).__module__].eager_attention_forward
-            if base == "eager"
-            else ALL_ATTENTION_FUNCTIONS[base]
-        )
-
-        def run(*a):
-            return fn(module, *a, **kwargs)[0]
-
-        return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False), None
-
-    AttentionInterface.register(name, core)
-    if base in ALL_MASK_ATTENTION_FUNCTIONS.valid_keys():
-        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
-    try:
-        hf.set_attn_implementation(name)
-    except (ValueError, AttributeError, KeyError):
-        return False
-    return hf.config._attn_implementation == name
-
-
-def checkpointing_is_flag(model) -> bool:
-    hf = unwrap(model)
-    return supports_hf_checkpointing(hf)
 
 
 def _autocast(device: torch.device, precision: str):
@@ -220,7 +116,7 @@ class TorchEngine:
         *,
         kind: str,
         autocast: bool,
-        layout: Layout,
+        layout: Coords,
         grad_reduce=None,
         context=None,
     ):
@@ -287,31 +183,11 @@ class TorchEngine:
 
 
 class DeepSpeedEngine:
-    def __init__(self, model, plan, train, device, world: int, layout: Layout):
-        import deepspeed
-        import deepspeed.ops
+    """The runner of a model under DeepSpeed ZeRO (train/engines.Zero made `engine`)."""
 
-        if device.type == "cpu":
-            # DeepSpeed would JIT-compile a shared-memory all-reduce op for CPU runs (a minute, and a
-            # compiler); gloo's collectives are enough for what runs on CPU here.
-            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-
-        # The trainer's own torch AdamW on every device: DeepSpeed's FusedAdam would JIT-compile a CUDA op
-        # first (nvcc, minutes; and DeepSpeed 0.19 cannot parse arch lists such as "9.0a"), on CPU a C++ one.
-        cfg = deepspeed_config(
-            plan,
-            lr=train.lr,
-            weight_decay=train.weight_decay,
-            grad_clip=train.grad_clip,
-            world=world,
-            include_optimizer=False,
-        )
-        self.config = cfg
-        client_opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+    def __init__(self, engine, zero: Zero, plan, layout: Coords):
+        self.engine, self.opt, self.config = engine, zero.opt, zero.config
         self.plan, self.layout = plan, layout
-        self.engine, self.opt, _, _ = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), config=cfg, optimizer=client_opt
-        )
         self.model = self.engine
         self.last_groups = None
         self.step_grads_bytes = None
@@ -367,7 +243,7 @@ class PipelineEngine:
     (GPipe or 1F1B over grad_accum micro-batches). Each stage may be TP'd over its tp group and wrapped in
     DDP or FSDP over its dp group; the pipeline runs over the pp group."""
 
-    def __init__(self, model, family: str, plan, train, device, layout: Layout, mesh):
+    def __init__(self, model, family: str, plan, train, device, dims: ParallelDims, layout: Coords, mesh):
         from torch.distributed.pipelining import (
             PipelineStage,
             Schedule1F1B,
@@ -383,25 +259,19 @@ class PipelineEngine:
             model, family, layout.pp_rank, layout.pp, v=v, split=plan.pp_split
         )
         self.tied_group = self._tied_group(layout) if _any_rank_tied(self.tied) else None
-        tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
+        dp_mesh = sub_mesh(mesh, "dp")
         self.dp_group = None
-        for stage_mod in mods:
+        for stage_mod in mods:  # each stage: TP, recompute, FSDP (train/engines.py, in that order)
             if not is_meta(
                 stage_mod
             ):  # a meta model is materialized from the weights after the plan is applied
                 stage_mod.to(device)
-            if tp_mesh is not None:
-                apply_tp(
-                    model, family, stage_blocks(stage_mod), tp_mesh, sequence_parallel=plan.sequence_parallel
-                )
+            engines = [TensorParallel(family, root=model, blocks=stage_blocks)]
             if not checkpointing_is_flag(model):
-                apply_checkpointing(stage_mod, family, plan.checkpointing, container=stage_mod)
+                engines.append(Recompute(family, container=stage_mod))
             if dp_mesh is not None and plan.sharding == "fsdp":
-                from torch.distributed.fsdp import fully_shard
-
-                for blk in stage_blocks(stage_mod):
-                    fully_shard(blk, mesh=dp_mesh, reshard_after_forward=True)
-                fully_shard(stage_mod, mesh=dp_mesh, reshard_after_forward=True)
+                engines.append(FullyShard(dp_mesh, stage=True))
+            apply_engines(stage_mod, dims, mesh, plan, engines)
         if dp_mesh is not None and plan.sharding != "fsdp":
             # DDP replicas of a stage: gradients averaged over the dp group once the schedule has run every
             # micro-batch (DDP's reducer expects one forward per backward, which a pipeline schedule breaks).
@@ -432,7 +302,7 @@ class PipelineEngine:
         self.grad_norm = None
 
     @staticmethod
-    def _tied_group(layout: Layout):
+    def _tied_group(layout: Coords):
         """The group of the first and the last stage of this rank's (dp, tp) position (every rank creates
         every group, in the same order)."""
         mine = None
@@ -488,144 +358,39 @@ class PipelineEngine:
         }
 
 
-def build_engine(model, family: str, plan, train, device, rank: int, world: int, inner_group=None):
-    """Wrap `model` as the Plan says; returns (engine, kind). Order: TP, checkpointing, FSDP/DDP.
-    `inner_group` (DiLoCo): the node's group, inside which the model is DDP'd or FSDP'd."""
+def build_engine(model, family: str, plan, train, device, rank: int, world: int, inner_mesh=None):
+    """Wrap `model` as the Plan says; returns (runner, kind). The degrees are spec/mesh.ParallelDims, the
+    mesh train/mesh.build_mesh, and the engines (train/engines.py) apply in one fixed order: TP / EP,
+    recompute, then FSDP / DDP / DeepSpeed. `inner_mesh` (DiLoCo): the node's mesh
+    (train/mesh.node_mesh), inside which the model is DDP'd or FSDP'd."""
     if not is_meta(model):
         model.to(device)
-    if inner_group is not None:
-        return _inner_engine(model, family, plan, train, device, inner_group)
-    layout = Layout.of(plan, rank, world)
-    if plan.pp > 1:
-        mesh = device_mesh(plan, device, world)
-        return PipelineEngine(model, family, plan, train, device, layout, mesh), "pp"
-    if getattr(plan, "cp", 1) > 1:
-        return _cp_engine(model, family, plan, train, device, rank, world, layout)
-    if plan.ep > 1:
-        edp_mesh, expert_modules = apply_ep(unwrap(model), plan, device, world, family)
-        apply_checkpointing(model, family, plan.checkpointing)
-        if plan.sharding == "fsdp":
-            apply_ep_fsdp(model, expert_modules, edp_mesh, world, plan.precision)
-            return TorchEngine(
-                model, plan, train, device, kind="ep+fsdp", autocast=False, layout=layout
-            ), "ep+fsdp"
-        return TorchEngine(
-            model,
-            plan,
-            train,
-            device,
-            kind="ep",
-            autocast=True,
-            layout=layout,
-            grad_reduce=lambda params: reduce_grads(params, world, edp_mesh),
-        ), "ep"
-    if plan.sharding.startswith("zero"):
-        apply_checkpointing(model, family, plan.checkpointing)
-        return DeepSpeedEngine(model, plan, train, device, world, layout), "deepspeed"
-    if plan.tp > 1:
-        mesh = device_mesh(plan, device, world)
-        tp_mesh, dp_mesh = sub_mesh(mesh, "tp"), sub_mesh(mesh, "dp")
-        apply_tp(model, family, blocks_of(model), tp_mesh, sequence_parallel=plan.sequence_parallel)
-        apply_checkpointing(model, family, plan.checkpointing)
-        if dp_mesh is None:
-            return TorchEngine(model, plan, train, device, kind="tp", autocast=True, layout=layout), "tp"
-        if plan.sharding == "fsdp":
-            apply_fsdp(model, dp_mesh, plan.precision)
-            return TorchEngine(
-                model, plan, train, device, kind="tp+fsdp", autocast=False, layout=layout
-            ), "tp+fsdp"
-        return TorchEngine(
-            model,
-            plan,
-            train,
-            device,
-            kind="tp+ddp",
-            autocast=True,
-            layout=layout,
-            grad_reduce=lambda params: average_grads(params, dp_mesh.get_group(), layout.dp),
-        ), "tp+ddp"
-    apply_checkpointing(model, family, plan.checkpointing)
-    if plan.sharding in ("fsdp", "hsdp"):  # one rank too: the plan runs as ranked (16-bit FSDP parameters)
-        mesh = None
-        if plan.sharding == "hsdp":  # a 2-D (replicate, shard) mesh, even where one of them is 1
-            mesh = build_mesh(plan, device.type, world, keep=("dp_replicate", "dp_shard"))
-        apply_fsdp(model, mesh, plan.precision, offload=plan.offload != "none")
-        return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False, layout=layout), "fsdp"
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ddp = DDP(
-            model, gradient_as_bucket_view=True, device_ids=[device.index] if device.type == "cuda" else None
-        )
-        return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
-    return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"
-
-
-def _cp_engine(model, family: str, plan, train, device, rank: int, world: int, layout: Layout):
-    """CP (x TP) x DDP/FSDP, torchtitan's layout: a (dp, cp, tp) mesh; TP on tp, the sequence split over cp
-    (train/context.py), and the gradients averaged over the flattened dp x cp ranks — DDP or FSDP2 over them
-    (every cp rank of a replica holds the whole model and the same samples, different tokens)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(
-        device.type, (layout.pp * layout.dp, layout.cp, layout.tp), mesh_dim_names=("dp", "cp", "tp")
-    )
-    ring = ring_applies(families.get(family), device.type)
-    shard = ContextShard(mesh["cp"].get_group(), layout.cp, layout.cp_rank, mesh["cp"] if ring else None)
-    if plan.tp > 1:
-        apply_tp(model, family, blocks_of(model), mesh["tp"], sequence_parallel=False)
-    apply_checkpointing(model, family, plan.checkpointing)
-    dp_cp = mesh["dp", "cp"]._flatten("dp_cp")
-    if plan.sharding == "fsdp":
-        apply_fsdp(model, dp_cp, plan.precision)
-        kind = "cp+fsdp"
-        return TorchEngine(
-            model, plan, train, device, kind=kind, autocast=False, layout=layout, context=shard
-        ), kind
-    if plan.tp == 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ddp = DDP(
-            model,
-            process_group=dp_cp.get_group(),
-            gradient_as_bucket_view=True,
-            device_ids=[device.index] if device.type == "cuda" else None,
-        )
-        return TorchEngine(
-            ddp, plan, train, device, kind="ddp", autocast=True, layout=layout, context=shard
-        ), "cp+ddp"
-    n = layout.dp * layout.cp
-    return TorchEngine(
+    if inner_mesh is not None:
+        size = inner_mesh.size()
+        dims = ParallelDims.of(plan.with_(dp=size), size)
+        layout = Coords(pp=1, dp=size, tp=1, pp_rank=0, dp_rank=inner_mesh.get_local_rank(), tp_rank=0)
+        mesh, choice = inner_mesh, inner_engines(family, plan, device, inner_mesh)
+    else:
+        dims = ParallelDims.of(plan, world)
+        layout = dims.coords(rank)
+        if dims.pp_enabled:
+            mesh = build_mesh(dims, device.type)
+            return PipelineEngine(model, family, plan, train, device, dims, layout, mesh), "pp"
+        keep = mesh_keep(dims)
+        mesh = build_mesh(dims, device.type, keep=keep) if keep is not None else None
+        choice = engines_for(family, plan, train, device, dims, mesh, layout)
+    model = apply_engines(model, dims, mesh, plan, choice.engines)
+    if choice.kind == "deepspeed":
+        return DeepSpeedEngine(model, choice.engines[-1], plan, layout), "deepspeed"
+    runner = TorchEngine(
         model,
         plan,
         train,
         device,
-        kind="tp+ddp",
-        autocast=True,
+        kind=choice.runner or choice.kind,
+        autocast=choice.autocast,
         layout=layout,
-        grad_reduce=lambda params: average_grads(params, dp_cp.get_group(), n),
-        context=shard,
-    ), "cp+tp"
-
-
-def _inner_engine(model, family: str, plan, train, device, group):
-    """DiLoCo's inner data parallelism over one node's ranks: DDP, or FSDP on a mesh of that group."""
-    size = dist.get_world_size(group)
-    layout = Layout(pp=1, dp=size, tp=1, pp_rank=0, dp_rank=dist.get_rank(group), tp_rank=0)
-    apply_checkpointing(model, family, plan.checkpointing)
-    if size > 1 and plan.sharding == "fsdp":
-        from torch.distributed.device_mesh import DeviceMesh
-
-        apply_fsdp(model, DeviceMesh.from_group(group, device.type), plan.precision)
-        return TorchEngine(model, plan, train, device, kind="fsdp", autocast=False, layout=layout), "fsdp"
-    if size > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ddp = DDP(
-            model,
-            process_group=group,
-            gradient_as_bucket_view=True,
-            device_ids=[device.index] if device.type == "cuda" else None,
-        )
-        return TorchEngine(ddp, plan, train, device, kind="ddp", autocast=True, layout=layout), "ddp"
-    return TorchEngine(model, plan, train, device, kind="single", autocast=True, layout=layout), "single"
+        grad_reduce=choice.grad_reduce,
+        context=choice.context,
+    )
+    return runner, choice.kind

@@ -146,16 +146,16 @@ def run(run_dir: Path, rank: int) -> None:
 
         if plan.diloco:
 
-            def inner(group):
+            def inner(mesh):
                 return build_engine(
                     model,
                     family,
-                    plan.with_(dp=dist.get_world_size(group)),
+                    plan.with_(dp=mesh.size()),
                     preset.train,
                     device,
                     rank,
                     world,
-                    inner_group=group,
+                    inner_mesh=mesh,
                 )
 
             train_diloco(preset, inner, task, device, rank, world, writer, make_ckpt=checkpointer)

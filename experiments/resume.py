@@ -1,9 +1,9 @@
 """Checkpoint and resume, measured: every launchable shape resumed on its own plan, and the figures of
 issue 29 (checkpoint size and write time, async vs blocking step-time overhead, resume-to-first-step time).
 
-    .venv/bin/python benchmarks/resume.py --matrix [--shapes DDP,FSDP,...]   # resume == uninterrupted, per shape
-    .venv/bin/python benchmarks/resume.py --figures [--model tiny|150m]      # the figures
-    .venv/bin/python benchmarks/resume.py --zero                             # between ZeRO stages
+    .venv/bin/python experiments/resume.py --matrix [--shapes DDP,FSDP,...]   # resume == uninterrupted, per shape
+    .venv/bin/python experiments/resume.py --figures [--model tiny|150m]      # the figures
+    .venv/bin/python experiments/resume.py --zero                             # between ZeRO stages
 
 --matrix: for each shape of tests/support/equivalence_cases.SHAPES, on minGPT (Mixtral for EP, Llama for CP;
 the suite covers one per checkpoint code path, tests/run/test_resume.py), a 4-step reference run saving at step 2,

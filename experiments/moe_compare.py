@@ -1,6 +1,6 @@
 """Mixtral-8x7B: the estimate that reads it as dense vs the mixture-of-experts estimate (issue 15).
 
-Run: python benchmarks/moe_compare.py [--model mixtral-8x7b] [--seq-len 4096]
+Run: python experiments/moe_compare.py [--model mixtral-8x7b] [--seq-len 4096]
 
 For each cluster it ranks the same strategy space three ways and prints the best plan's step time,
 memory per GPU and throughput:

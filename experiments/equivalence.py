@@ -2,7 +2,7 @@
 run (gloo, fp32, dropout off) compared step by step with a one-process run of the same model and global
 batch (`paradvisor verify`). Prints the max relative loss difference per cell.
 
-    python benchmarks/equivalence.py [--families mingpt,llama] [--shapes "TP+SP,PP (1F1B)"] [--steps 5]
+    python experiments/equivalence.py [--families mingpt,llama] [--shapes "TP+SP,PP (1F1B)"] [--steps 5]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ launched for real (2-4 CPU ranks, gloo, fp32, dropout off), compared step by ste
 (`paradvisor verify`) and held against the estimate (`paradvisor validate`): model states per rank and
 activations of one micro-batch. A shape the table refuses is printed as "estimate only" with its reason.
 
-    python benchmarks/families.py [--families gemma2,qwen3_moe] [--shapes "DDP,TP,CP"] [--steps 3]
+    python experiments/families.py [--families gemma2,qwen3_moe] [--shapes "DDP,TP,CP"] [--steps 3]
 
 Columns: family, shape, launched / estimate-only, loss difference to one process (max relative over the
 steps), states error, activations error (predicted vs measured, relative; activations: traced / formula).

@@ -1,6 +1,6 @@
 """Predicted vs measured over a matrix of real tiny CPU runs (2 processes, gloo), on shapes no test uses.
 
-Run: python benchmarks/accuracy.py [--quick] [--steps 10] [--json OUT]
+Run: python experiments/accuracy.py [--quick] [--steps 10] [--json OUT]
 Models (Hugging Face configs through `train.model_overrides`, and the minGPT-style model for pipelines):
   llama-gqa3      LLaMA, width 96, 6 heads over 2 KV heads (GQA 3:1), SwiGLU 256, tied head
   mistral-window  Mistral, width 64, 8 heads over 2 KV heads (GQA 4:1), sliding window 16 < sequence 32, untied head

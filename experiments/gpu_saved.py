@@ -3,7 +3,7 @@ the model's own code: the attention kernels it dispatches, the tensors autograd 
 and dtype), and the transient bytes above them at the backward peak (loss-head gradients, kernel
 workspaces). The diagnostic behind `gpu_check.py`'s misses.
 
-Run (on a CUDA machine): python benchmarks/gpu_saved.py [--layers 2] [--only NAME,...]
+Run (on a CUDA machine): python experiments/gpu_saved.py [--layers 2] [--only NAME,...]
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 runs whose CUDA peak (allocated and reserved), model states, activations and step time are held against
 the prediction by `paradvisor validate`.
 
-Run (on a CUDA machine): python benchmarks/gpu_check.py [--steps 12] [--json OUT] [--only NAME,...]
+Run (on a CUDA machine): python experiments/gpu_check.py [--steps 12] [--json OUT] [--only NAME,...]
 Each run is a real `paradvisor launch` of one process on cuda:0 (torchrun; NCCL for GPU tensors, gloo
 for the trainer's few CPU tensors), so every strategy is the one-rank case of its engine: DDP, FSDP2
 (torch), ZeRO-2 / ZeRO-3 (DeepSpeed), with Hugging Face configs of other widths, GQA ratios, activation
