@@ -1,7 +1,7 @@
 """The first answer on a never-seen Hugging Face config, against accelerate's meta-device estimate (issue 32,
 goals 1 and 2), whole processes, side by side in the same run.
 
-Run: python benchmarks/first_answer.py [--repeat 3] [--families qwen2 llama ...]
+Run: python benchmarks/first_answer.py [--repeat 3] [--families qwen2 llama ...] [--traced mistral ...]
 
 Anchor: what `accelerate estimate-memory` does, without the hub: accelerate's own `init_empty_weights` over a
 transformers build of the same local config.json, then `accelerate.utils.calculate_maximum_sizes`.
@@ -79,6 +79,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--families", nargs="*", default=list(CONFIGS))
+    ap.add_argument(
+        "--traced",
+        nargs="*",
+        default=None,
+        help="the families whose answer is compared with the traced one (default: all; the trace is the slow part)",
+    )
     args = ap.parse_args()
     base = paradvisor_argv()
     env = {
@@ -104,20 +110,28 @@ def main() -> None:
                 w, c, out = timed(rec, {**env, "PARADVISOR_CACHE": str(Path(tmp) / f"cache-{fam}-{i}")})
                 p_runs.append((w, c))
                 doc = json.loads(out)
-            traced = json.loads(
-                timed(
-                    rec,
-                    {**env, "PARADVISOR_CACHE": str(Path(tmp) / f"t-{fam}"), "PARADVISOR_FORMULAS": "none"},
-                )[2]
-            )
+            traced = None
+            if args.traced is None or fam in args.traced:
+                traced = json.loads(
+                    timed(
+                        rec,
+                        {
+                            **env,
+                            "PARADVISOR_CACHE": str(Path(tmp) / f"t-{fam}"),
+                            "PARADVISOR_FORMULAS": "none",
+                        },
+                    )[2]
+                )
             aw, ac = (statistics.median(x[k] for x in a_runs) for k in (0, 1))
             pw, pc = (statistics.median(x[k] for x in p_runs) for k in (0, 1))
             if fam == "qwen2":
                 anchor_q = (aw, ac)
-            diff = max_rel(numbers(doc), numbers(traced))
+            diff = f"{max_rel(numbers(doc), numbers(traced)):8.2%}" if traced else f"{'-':>8s}"
+            m = doc["model"]
+            moe = f"  total {m['total_params']:,} / active {m['active_params']:,}" if m.get("moe") else ""
             print(
                 f"{fam:26s} {aw:9.2f} s {ac:5.2f} s {pw:13.2f} s {pc:5.2f} s {aw / pw:9.1f}x {ac / pc:8.1f}x "
-                f"{diff:8.2%}",
+                f"{diff}{moe}",
                 flush=True,
             )
         if anchor_q is not None:
