@@ -1,5 +1,5 @@
 """The TUI never ranks, reads files, checks a plan or predicts on its UI thread (issue 32): each of those runs
-in a worker (the cluster file, the profile, a preset file: the files read), typing is debounced (one ranking when the digits pause, not one per keystroke), and the launch
+in a worker (the profile, a preset file: the files read), typing is debounced (one ranking when the digits pause, not one per keystroke), and the launch
 question appears before its prediction is done (it fills in behind)."""
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
     import paradvisor.model.load as load
     import paradvisor.monitor.predict as predict
     import paradvisor.plan.advice as advice
-    import paradvisor.tui.panes.hardware as hardware
     import paradvisor.tui.panes.launch as launch_pane
 
     calls: list[tuple[str, bool]] = []  # (what, on the UI thread?)
@@ -45,7 +44,6 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
         (load, "load_profile"),
         (runner, "validate"),
         (predict, "launch_prediction"),
-        (hardware, "resolve_machines"),  # the cluster file
         (launch_pane, "load_preset"),  # a preset file (L on the Launch tab)
     ):
         spy(module, name)
@@ -95,7 +93,6 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
         "load_profile",
         "validate",
         "launch_prediction",
-        "resolve_machines",
         "load_preset",
     } <= names, names
     on_ui = sorted({n for n, ui in calls if ui})
