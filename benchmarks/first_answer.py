@@ -1,7 +1,7 @@
 """The first answer on a never-seen Hugging Face config, against accelerate's meta-device estimate (issue 32,
 goals 1 and 2), whole processes, side by side in the same run.
 
-Run: python benchmarks/first_answer.py [--repeat 3] [--families qwen2 llama ...]
+Run: python benchmarks/first_answer.py [--repeat 3] [--families qwen2 llama ...] [--traced mistral ...]
 
 Anchor: what `accelerate estimate-memory` does, without the hub: accelerate's own `init_empty_weights` over a
 transformers build of the same local config.json, then `accelerate.utils.calculate_maximum_sizes`.
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _never_seen import CONFIGS  # one never-seen size per family with a formula
 from _timing import paradvisor_argv
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,108 +43,6 @@ with init_empty_weights():
 total, largest = calculate_maximum_sizes(model)
 print(json.dumps({"fp32_bytes": total, "largest_layer_bytes": largest[0]}))
 """
-# never-seen sizes of each family (none of them a built-in): {family: (config, architecture)}
-CONFIGS = {
-    "qwen2": (
-        {
-            "model_type": "qwen2",
-            "hidden_size": 3584,
-            "intermediate_size": 18944,
-            "num_hidden_layers": 27,
-            "num_attention_heads": 28,
-            "num_key_value_heads": 4,
-            "vocab_size": 152064,
-            "max_position_embeddings": 32768,
-            "tie_word_embeddings": False,
-            "use_sliding_window": False,
-            "hidden_act": "silu",
-            "rms_norm_eps": 1e-6,
-            "rope_theta": 1000000.0,
-            "torch_dtype": "bfloat16",
-        },
-        "Qwen2ForCausalLM",
-    ),
-    "llama": (
-        {
-            "model_type": "llama",
-            "hidden_size": 5120,
-            "intermediate_size": 14336,
-            "num_hidden_layers": 36,
-            "num_attention_heads": 40,
-            "num_key_value_heads": 8,
-            "vocab_size": 128256,
-            "max_position_embeddings": 8192,
-            "tie_word_embeddings": False,
-            "hidden_act": "silu",
-            "attention_bias": False,
-            "mlp_bias": False,
-        },
-        "LlamaForCausalLM",
-    ),
-    "mistral": (
-        {
-            "model_type": "mistral",
-            "hidden_size": 3072,
-            "intermediate_size": 10240,
-            "num_hidden_layers": 30,
-            "num_attention_heads": 24,
-            "num_key_value_heads": 8,
-            "vocab_size": 32768,
-            "max_position_embeddings": 32768,
-            "sliding_window": 4096,
-            "tie_word_embeddings": False,
-            "hidden_act": "silu",
-            "attention_bias": False,
-            "mlp_bias": False,
-        },
-        "MistralForCausalLM",
-    ),
-    "gpt2": (
-        {
-            "model_type": "gpt2",
-            "n_embd": 1280,
-            "n_layer": 30,
-            "n_head": 20,
-            "n_positions": 2048,
-            "vocab_size": 50257,
-            "n_inner": None,
-            "activation_function": "gelu_new",
-        },
-        "GPT2LMHeadModel",
-    ),
-    "bert": (
-        {
-            "model_type": "bert",
-            "hidden_size": 896,
-            "intermediate_size": 3584,
-            "num_hidden_layers": 18,
-            "num_attention_heads": 14,
-            "vocab_size": 30522,
-            "max_position_embeddings": 512,
-            "type_vocab_size": 2,
-            "hidden_act": "gelu",
-        },
-        "BertForMaskedLM",
-    ),
-    "mixtral": (
-        {
-            "model_type": "mixtral",
-            "hidden_size": 4096,
-            "intermediate_size": 8192,
-            "num_hidden_layers": 24,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
-            "num_local_experts": 16,
-            "num_experts_per_tok": 2,
-            "vocab_size": 32000,
-            "max_position_embeddings": 32768,
-            "sliding_window": None,
-            "tie_word_embeddings": False,
-            "hidden_act": "silu",
-        },
-        "MixtralForCausalLM",
-    ),
-}
 
 
 def timed(argv: list[str], env: dict) -> tuple[float, float, str]:
@@ -180,6 +79,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--families", nargs="*", default=list(CONFIGS))
+    ap.add_argument(
+        "--traced",
+        nargs="*",
+        default=None,
+        help="the families whose answer is compared with the traced one (default: all; the trace is the slow part)",
+    )
     args = ap.parse_args()
     base = paradvisor_argv()
     env = {
@@ -205,20 +110,28 @@ def main() -> None:
                 w, c, out = timed(rec, {**env, "PARADVISOR_CACHE": str(Path(tmp) / f"cache-{fam}-{i}")})
                 p_runs.append((w, c))
                 doc = json.loads(out)
-            traced = json.loads(
-                timed(
-                    rec,
-                    {**env, "PARADVISOR_CACHE": str(Path(tmp) / f"t-{fam}"), "PARADVISOR_FORMULAS": "none"},
-                )[2]
-            )
+            traced = None
+            if args.traced is None or fam in args.traced:
+                traced = json.loads(
+                    timed(
+                        rec,
+                        {
+                            **env,
+                            "PARADVISOR_CACHE": str(Path(tmp) / f"t-{fam}"),
+                            "PARADVISOR_FORMULAS": "none",
+                        },
+                    )[2]
+                )
             aw, ac = (statistics.median(x[k] for x in a_runs) for k in (0, 1))
             pw, pc = (statistics.median(x[k] for x in p_runs) for k in (0, 1))
             if fam == "qwen2":
                 anchor_q = (aw, ac)
-            diff = max_rel(numbers(doc), numbers(traced))
+            diff = f"{max_rel(numbers(doc), numbers(traced)):8.2%}" if traced else f"{'-':>8s}"
+            m = doc["model"]
+            moe = f"  total {m['total_params']:,} / active {m['active_params']:,}" if m.get("moe") else ""
             print(
                 f"{fam:26s} {aw:9.2f} s {ac:5.2f} s {pw:13.2f} s {pc:5.2f} s {aw / pw:9.1f}x {ac / pc:8.1f}x "
-                f"{diff:8.2%}",
+                f"{diff}{moe}",
                 flush=True,
             )
         if anchor_q is not None:

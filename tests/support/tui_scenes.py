@@ -174,5 +174,8 @@ async def settle(app, pilot) -> None:
     await pilot.pause(0.3)
     await app.workers.wait_for_complete()
     await pilot.pause(0.3)
+    while any(w.is_running for w in app.workers):  # a worker's result started another (cluster file, ranking)
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.1)
     app.refresh_monitor()
     await pilot.pause(0.2)

@@ -16,9 +16,13 @@ C000 = str(EXAMPLES / "paper000-two-servers.toml")
 
 
 async def settle(app, pilot, seconds: float = 0.3):
+    """Until no worker runs: one worker's result can start the next (the cluster file read, then a ranking)."""
     await pilot.pause(seconds)
     await app.workers.wait_for_complete()
     await pilot.pause(0.1)
+    while any(w.is_running for w in app.workers):
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.1)
 
 
 async def wait_status(app, pilot, want: set[str], timeout: float = 180):

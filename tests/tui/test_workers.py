@@ -1,5 +1,5 @@
 """The TUI never ranks, reads files, checks a plan or predicts on its UI thread (issue 32): each of those runs
-in a worker, typing is debounced (one ranking when the digits pause, not one per keystroke), and the launch
+in a worker (the profile, a preset file: the files read), typing is debounced (one ranking when the digits pause, not one per keystroke), and the launch
 question appears before its prediction is done (it fills in behind)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
     import paradvisor.model.load as load
     import paradvisor.monitor.predict as predict
     import paradvisor.plan.advice as advice
+    import paradvisor.tui.panes.launch as launch_pane
 
     calls: list[tuple[str, bool]] = []  # (what, on the UI thread?)
 
@@ -43,12 +44,20 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
         (load, "load_profile"),
         (runner, "validate"),
         (predict, "launch_prediction"),
+        (launch_pane, "load_preset"),  # a preset file (L on the Launch tab)
     ):
         spy(module, name)
 
     async def flow():
+        presets = tmp_path / "presets"
+        presets.mkdir()
+        (presets / "broken.toml").write_text("[launch\n")  # read, found broken: an error line, no question
         app = ParadvisorApp(
-            cluster=C000, runs_dir=str(tmp_path / "runs"), model="bert-base-uncased", live=False
+            cluster=C000,
+            runs_dir=str(tmp_path / "runs"),
+            model="bert-base-uncased",
+            live=False,
+            presets_dir=str(presets),
         )
         async with app.run_test(size=(130, 42)) as pilot:
             await until(pilot, lambda: app.rec is not None)
@@ -71,9 +80,20 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
             await until(pilot, lambda: "predicted memory" in str(app.screen.text))
             await pilot.press("escape")
             assert app.run_dir is None
+            app.launcher.preset_select.value = str(presets / "broken.toml")
+            app.action_launch_preset()
+            line = lambda: str(app.launcher.message_line.render())
+            await until(pilot, lambda: "broken.toml:1" in line())  # the error, naming the file and line
+            assert not isinstance(app.screen, ConfirmLaunchScreen)
 
     asyncio.run(flow())
     names = {n for n, _ in calls}
-    assert {"advise", "load_profile", "validate", "launch_prediction"} <= names, names
+    assert {
+        "advise",
+        "load_profile",
+        "validate",
+        "launch_prediction",
+        "load_preset",
+    } <= names, names
     on_ui = sorted({n for n, ui in calls if ui})
     assert not on_ui, f"ran on the UI thread: {on_ui}"

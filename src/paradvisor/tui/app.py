@@ -10,6 +10,7 @@ paradvisor.tcss.
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,15 @@ from paradvisor.tui.runs import RunControl
 from paradvisor.tui.screens import EditPlanScreen, HelpScreen
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
+
+
+def freeze_startup_objects() -> None:
+    """Move what exists once the first screen is up (modules, classes, the widgets, the shipped data: about 100,000
+    objects that live as long as the session) out of the garbage collector's reach. A full collection walks every
+    tracked object while it holds the GIL, so on whichever thread it starts it stalled the UI thread 25-60 ms
+    each time a worker's ranking had allocated enough (benchmarks/tui_stall.py); frozen objects are not walked.
+    Garbage made later is still collected."""
+    gc.freeze()
 
 
 class ParadvisorApp(RunControl, App):
@@ -127,6 +137,7 @@ class ParadvisorApp(RunControl, App):
             self.start_sampler()
         if self.open_run:  # --open RUN_DIR: the session opens on that run (focus too: see action_tab)
             self.call_after_refresh(self.action_tab, "monitor")
+        self.call_after_refresh(freeze_startup_objects)
 
     # --------------------------------------------------------------------------------------------- panes
     def _w(self, selector, expect_type=None):
@@ -197,11 +208,17 @@ class ParadvisorApp(RunControl, App):
     # ------------------------------------------------------------------------------------------ messages
     @on(ClusterChanged)
     def _cluster_changed(self, message: ClusterChanged) -> None:
-        self.plans.set_cluster(message.cluster, message.ref)
+        try:
+            self.plans.set_cluster(message.cluster, message.ref)
+        except (NoMatches, ScreenStackError):  # a cluster file read in a worker as the session closed
+            pass
 
     @on(PlanSelected)
     def _plan_selected(self, message: PlanSelected) -> None:
-        self.launcher.show_plan(message)
+        try:
+            self.launcher.show_plan(message)
+        except (NoMatches, ScreenStackError):  # a ranking that ended as the session closed
+            pass
 
     @on(LaunchRequested)
     def _launch_requested(self, message: LaunchRequested) -> None:

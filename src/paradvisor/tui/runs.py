@@ -123,10 +123,8 @@ class RunControl:
         if not r:
             self.notify("no re-plan: the last run did not run out of memory", severity="warning")
             return
-        try:
-            self.ask_to_start(load_preset(r["path"]))
-        except InputError as exc:
-            self.notify(escape(exc), severity="error")
+        self.launcher.show_working(f"reading {r['path']}…")
+        self._read_then_ask(lambda: (load_preset(r["path"]), None))
 
     def action_resume_run(self) -> None:
         """The run shown on the Monitor tab, continued from its newest complete checkpoint in a new run
@@ -134,11 +132,28 @@ class RunControl:
         if self.run_dir is None:
             self.notify("no run on the Monitor tab to resume (v opens one)", severity="warning")
             return
+        run_dir = self.run_dir
+        self.launcher.show_working(f"reading {run_dir}…")
+        self._read_then_ask(lambda: resume_preset(run_dir, reason="resumed from the interactive session"))
+
+    @work(thread=True, exclusive=True, group="read-preset")
+    def _read_then_ask(self, read) -> None:
+        """`read()` -> (preset, lineage or None) in a worker (it reads files), then the usual confirmation."""
         try:
-            preset, lineage = resume_preset(self.run_dir, reason="resumed from the interactive session")
-            self.ask_to_start(preset, lineage)
+            preset, lineage = read()
         except InputError as exc:
-            self.notify(escape(exc), severity="error", timeout=8)
+            self.call_from_thread(self.launcher.show_working, None)
+            self.call_from_thread(self.notify, escape(exc), severity="error", timeout=8)
+            return
+
+        def ask() -> None:
+            try:
+                self.ask_to_start(preset, lineage)
+            except InputError as exc:
+                self.launcher.show_working(None)
+                self.notify(escape(exc), severity="error", timeout=8)
+
+        self.call_from_thread(ask)
 
     def action_stop_run(self) -> None:
         if self._run_going():
