@@ -94,7 +94,7 @@ def test_selective_recompute_is_the_attention_core_only():
 
 
 def test_validation_table_meets_the_goal_on_megatron_sources():
-    sys.path.insert(0, str(REPO / "benchmarks" / "validation"))
+    sys.path.insert(0, str(REPO / "experiments" / "validation"))
     import validate
 
     _table, summary = validate.run()
