@@ -48,11 +48,14 @@ def past_checkpoint(runs: Path, found) -> bool:
     return bool(logged) and max(logged) > max(steps)
 
 
-def kill_matching(mark: str) -> int:
+def kill_matching(*marks: str) -> int:
+    """Kills this machine's processes whose command line holds every mark (this test's own folder or ssh config
+    among them: the other parametrization may be running the same aliases on the other worker)."""
     n = 0
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if p.pid != os.getpid() and mark in " ".join(p.info["cmdline"] or []):
+            line = " ".join(p.info["cmdline"] or [])
+            if p.pid != os.getpid() and all(m in line for m in marks):
                 p.kill()
                 n += 1
         except psutil.Error:
@@ -115,7 +118,7 @@ def test_a_lost_ssh_node_restarts_the_run_replanned_on_the_node_that_remains(whe
             wait_for(lambda: past_checkpoint(tmp_path / "runs", found), 120, "a step after it", proc)
             write_config(server.dead_port)  # node-b no longer answers ssh ...
             assert kill_matching(str(tmp_path / "nodes") + "/") > 0  # ... and its processes are gone
-            kill_matching("node-b")
+            kill_matching("node-b", str(server.config))  # node-b's ssh sessions of this test
             _out, err = proc.communicate(timeout=400)
         finally:
             if proc.poll() is None:

@@ -40,9 +40,10 @@ CROSS = {
     "ddp->fsdp": ("ddp", _p(dp=2, sharding="fsdp", micro_batch=4)),  # whole tensors loaded as FSDP2's shards
     "fsdp->tp2": ("fsdp", _p(tp=2, micro_batch=8)),  # sharded tensors resharded as DTensors of another mesh
     "zero3->zero1": ("zero3", _p(dp=2, sharding="zero1", micro_batch=4)),
-    "2ranks->1": ("fsdp", _p(dp=1, micro_batch=4, grad_accum=2)),
     "pp2->ddp": ("pp", _p(dp=2, micro_batch=4)),  # stage names back to the whole model's
 }
+# A resume on fewer ranks (FSDP's 2 shards read by 1 rank) runs in tests/run/test_survive.py: the lost ssh node's
+# run re-planned onto the node that remains resumes 2 ranks' checkpoint on 1; every shape: experiments/resume.py.
 # the engines whose restart the suite runs: one per checkpoint code path (DCP of sharded torch states, the
 # pipeline's stage names, DeepSpeed's own checkpoint, DiLoCo's outer state). DDP, TP and EP restart through
 # the DCP path FSDP takes: `python experiments/resume.py --matrix` resumes every shape.
