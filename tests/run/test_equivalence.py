@@ -13,7 +13,9 @@ import pytest
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
 from tests.support.equivalence_cases import DILOCO, SHAPES, applies, preset_for
 
-pytestmark = pytest.mark.slow
+# xdist_group: the one-process reference runs (`_refs`, one per family) are made once, on one worker, not once per
+# worker: the minGPT cases and the different-seed check share one
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("equivalence")]
 
 # One case per code path the launcher runs (issue 34: the suite keeps one case per code path; the full matrix,
 # every shape x every family, is `python experiments/equivalence.py`). Left to the benchmark: ZeRO-1/-2 and
