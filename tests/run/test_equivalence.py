@@ -12,6 +12,7 @@ import pytest
 
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
 from tests.support.equivalence_cases import DILOCO, SHAPES, applies, preset_for
+from tests.support.runs import STEP_FIELDS, metrics
 
 # xdist_group: the one-process reference runs (`_refs`, one per family) are made once, on one worker, not once per
 # worker: the minGPT cases and the different-seed check share one
@@ -47,6 +48,28 @@ OTHERS = [
     ("vgg", "FSDP"),
 ]
 CASES = [("mingpt", s) for s in MINGPT] + OTHERS
+
+
+def state_bytes(run_dir: Path) -> float:
+    """Rank 0's model-state bytes (parameters, gradients, optimizer) as its engine measured them; every step
+    record carries the fields a launched run's step lines carry (tests/support/runs.STEP_FIELDS)."""
+    steps = [m for m in metrics(run_dir) if m["kind"] == "step" and m["rank"] == 0]
+    assert steps and all(STEP_FIELDS <= set(m) for m in steps), STEP_FIELDS - set(steps[0])
+    return max(m["mem_model_state_bytes"] for m in steps)
+
+
+def _fsdp_halves(got: float, one_process: float) -> None:
+    assert got == pytest.approx(one_process / 2, rel=0.02)  # 2 shards of params, grads, Adam
+
+
+def _zero3_below(got: float, one_process: float) -> None:
+    # not half on this tiny model: DeepSpeed keeps every tensor under stage3_param_persistence_threshold (1e5
+    # elements) whole on each rank besides its partition, which the estimator counts too
+    # (estimate/memory.PERSISTENCE_THRESHOLD; test_validate)
+    assert got < one_process
+
+
+SHARDED = {"FSDP": _fsdp_halves, "ZeRO-3": _zero3_below}
 _refs: dict[str, tuple[dict, Path]] = {}
 
 
@@ -64,6 +87,8 @@ def test_parallel_losses_equal_one_process(tmp_path_factory, family, shape):
     assert len(doc["steps"]) == 5
     assert doc["max_relative_difference"] <= DEFAULT_TOLERANCE, doc["steps"]
     assert doc["equal"]
+    if family == "mingpt" and shape in SHARDED:  # the engine really shards: model-state bytes per rank fall
+        SHARDED[shape](state_bytes(Path(doc["run_dir"])), state_bytes(_refs["mingpt"][1]))
     if plan.ep > 1:  # the experts really were split: each rank ran the EP engine
         strategies = {
             json.loads(line).get("strategy")

@@ -19,6 +19,23 @@ from tests.conftest import REPO
 SMOKE = REPO / "presets" / "tiny-cpu-smoke.toml"
 
 
+# The fields every launched run's step lines carry, whatever the engine (tests/run: test_launch, test_equivalence).
+STEP_FIELDS = {
+    "step",
+    "rank",
+    "loss",
+    "lr",
+    "samples_per_s",
+    "tokens_per_s",
+    "step_time_s",
+    "sync_wait_s",
+    "mem_params_bytes",
+    "mem_grads_bytes",
+    "mem_optimizer_bytes",
+    "mem_model_state_bytes",
+}
+
+
 def variant(
     tmp_path: Path,
     name: str,
