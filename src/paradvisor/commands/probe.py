@@ -1,12 +1,11 @@
 """`paradvisor probe-batch --preset FILE`: the largest micro-batch that fits, found by real trial steps
 (003's technique B, for real). The first trial is at the memory model's prediction for the same cap; the
 search gallops from there (up by 1, 2, 4, ... while a step fits; down by 1, 2, 4, ... while it runs out of
-memory), then bisects the bracket: two trials when the prediction is right (a GPU's memory, which the model
-follows closely), about twice log2 of its error otherwise (on a CPU address-space cap, where the model's
-allowance for the allocator's chunks is coarse: 7 predicted, 16-17 found on the suite's preset), where
-doubling and bisecting from the plan's micro-batch took seven or more whatever the prediction. Each trial is one real training step in a fresh
-process (one rank, the preset's model, precision and checkpointing) under the memory cap; out-of-memory
-is caught from the run's status, not simulated. The result is compared with the prediction."""
+memory), then bisects the bracket: two trials when the prediction is right, about twice log2 of its error
+otherwise (doubling and bisecting from the plan's micro-batch took seven or more whatever the prediction).
+Each trial is one real training step in a fresh process (one rank, the preset's model, precision and
+checkpointing) under the memory cap; out-of-memory is caught from the run's status, not simulated. The
+result is compared with the prediction."""
 
 from __future__ import annotations
 
