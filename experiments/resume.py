@@ -10,7 +10,7 @@ the suite covers one per checkpoint code path, tests/run/test_resume.py), a 4-st
 then a resume from its step-2 checkpoint under the same plan; the table gives the largest relative loss difference
 of steps 3-4.
 --zero: a ZeRO checkpoint (minGPT, 2 ranks, step 2 of 4) resumed under another ZeRO stage or world size with
-the optimizer state (DeepSpeed's universal checkpoint, train/dsresume.py), and once with --reset-optimizer to
+the optimizer state (and DDP <-> FSDP2 through DCP) (DeepSpeed's universal checkpoint, train/dsresume.py), and once with --reset-optimizer to
 show what the optimizer state is worth: the largest relative loss difference of steps 3-4 against the source
 plan's uninterrupted run.
 --figures: one run without checkpoints, one saving blocking, one saving async (same steps), then a resume;
@@ -105,6 +105,9 @@ ZERO_CASES = {  # name: (source plan, target plan, extra launch arguments)
     "ZeRO-1 -> ZeRO-3": ("zero1", "zero3", ()),
     "ZeRO-2 -> ZeRO-1": ("zero2", "zero1", ()),
     "ZeRO-3 x2 -> ZeRO-3 x1": ("zero3", "zero3x1", ()),
+    # not ZeRO: DDP's whole tensors loaded as FSDP2's shards (DCP), and back
+    "DDP -> FSDP": ("none", "fsdp", ()),
+    "FSDP -> DDP": ("fsdp", "none", ()),
 }
 
 

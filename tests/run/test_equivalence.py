@@ -12,6 +12,7 @@ import pytest
 
 from paradvisor.launch.verify import DEFAULT_TOLERANCE, verify
 from tests.support.equivalence_cases import DILOCO, SHAPES, applies, preset_for
+from tests.support.matrix import cases
 from tests.support.runs import STEP_FIELDS, metrics
 
 # xdist_group: the one-process reference runs (`_refs`, one per family) are made once, on one worker, not once per
@@ -19,25 +20,27 @@ from tests.support.runs import STEP_FIELDS, metrics
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("equivalence")]
 
 # One case per code path the launcher runs (issue 34: the suite keeps one case per code path; the full matrix,
-# every shape x every family, is `python experiments/equivalence.py`). Left to the benchmark: ZeRO-1/-2 and
-# ZeRO-3 offload (the same DeepSpeed engine as ZeRO-3 with another config), plain TP and TP x DDP (TP+SP and
-# TP x FSDP run the same TP code, plus), GPipe (the other PP schedules run the same stage code), split-by-speed
-# without ZeRO, and the family cases whose code path a kept case already runs (a second PP or TP case of a
-# family, the 8-rank 3-D and EP meshes, checkpointing of other families; transformers' TP plan with SP runs in
-# tests/run/test_families_run.py on Gemma 2), minGPT's interleaved 1F1B (GPT-2's below runs the same schedule
-# and stage code, with a tied embedding besides).
-MINGPT = [
-    "DDP+accum",
-    "FSDP",
-    "HSDP",
-    "ZeRO-3",
-    "TP+SP",
-    "TP x FSDP",
-    "PP3 (balanced split)",  # issue 31: 1 + 2 + 1 blocks, embedding and head counted as a block each
-    "PP x FSDP",
-    "checkpointing (selective)",
-    "split-by-speed ZeRO-2",
-]
+# every shape x every family, is `python experiments/equivalence.py`). Code paths that compose run together in one
+# case (DDP's accumulation with selective recompute; TP with SP under FSDP; split-by-speed batches under ZeRO-3);
+# the cases they replace, each path alone, run with the full matrix (tests/support/matrix.py). Left to the
+# benchmark: ZeRO-1/-2 and ZeRO-3 offload (the same DeepSpeed engine as ZeRO-3 with another config), plain TP and
+# TP x DDP, GPipe (the other PP schedules run the same stage code), split-by-speed without ZeRO, and the family
+# cases whose code path a kept case already runs (a second PP or TP case of a family, the 8-rank 3-D and EP
+# meshes, checkpointing of other families; transformers' TP plan with SP runs in tests/run/test_families_run.py
+# on Gemma 2), minGPT's interleaved 1F1B (GPT-2's below runs the same schedule and stage code, with a tied
+# embedding besides).
+MINGPT = cases(
+    [
+        "DDP+accum, checkpointing (selective)",
+        "FSDP",
+        "HSDP",
+        "split-by-speed ZeRO-3",  # uneven per-rank batches (3 and 5 samples), the loss weighted by them
+        "TP+SP x FSDP",
+        "PP3 (balanced split)",  # issue 31: 1 + 2 + 1 blocks, embedding and head counted as a block each
+        "PP x FSDP",
+    ],
+    ["DDP+accum", "ZeRO-3", "TP+SP", "TP x FSDP", "checkpointing (selective)", "split-by-speed ZeRO-2"],
+)
 OTHERS = [
     (
         "gpt2",
@@ -76,7 +79,7 @@ def test_parallel_losses_equal_one_process(tmp_path_factory, family, shape):
     assert doc["max_relative_difference"] <= DEFAULT_TOLERANCE, doc["steps"]
     assert doc["equal"]
     # the sharding engines really shard: model-state bytes per rank below the one-process run's
-    if family == "mingpt" and shape in ("FSDP", "ZeRO-3"):
+    if family == "mingpt" and shape in ("FSDP", "ZeRO-3", "split-by-speed ZeRO-3"):
         got, whole = state_bytes(Path(doc["run_dir"])), state_bytes(_refs["mingpt"][1])
         if shape == "FSDP":
             assert got == pytest.approx(whole / 2, rel=0.02)  # 2 shards of params, grads, Adam
@@ -84,6 +87,9 @@ def test_parallel_losses_equal_one_process(tmp_path_factory, family, shape):
             # stage3_param_persistence_threshold (1e5 elements) whole on each rank besides its partition, which
             # the estimator counts too (estimate/memory.PERSISTENCE_THRESHOLD; test_validate)
             assert got < whole
+    if plan.split_by_speed:  # each rank took its own share of the global batch
+        shares = {m["rank"]: m["samples"] for m in metrics(Path(doc["run_dir"])) if m["kind"] == "step"}
+        assert shares == dict(enumerate(plan.rank_batches)), shares
     if plan.ep > 1:  # the experts really were split: each rank ran the EP engine
         strategies = {
             json.loads(line).get("strategy")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, assert_one_line_error, run_cli
+from tests.support.matrix import full_matrix
 from tests.support.runs import (
     SMOKE,
     launch,
@@ -127,8 +128,10 @@ def test_a_malformed_fault_drill_is_bad_input(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.skipif(not full_matrix(), reason="full matrix only (tests/support/matrix.py)")
 def test_a_crashing_rank_reports_its_error(tmp_path):
-    """A real error, not a drill: minGPT's character vocabulary cannot hold the reviews."""
+    """A real error, not a drill: minGPT's character vocabulary cannot hold the reviews. The same code path as
+    the drill's exception above (the rank's error file read into status.json), so with the full matrix only."""
     import tomllib
 
     import tomli_w
@@ -151,12 +154,32 @@ def test_a_crashing_rank_reports_its_error(tmp_path):
 
 
 # SIGINT takes the same handler (runner.run_blocking); Ctrl-C at every moment is tests/hostile/test_streams.py
-@pytest.mark.parametrize("sig", [signal.SIGTERM])
-def test_signalling_the_launcher_cancels_every_rank(tmp_path, sig):
-    """The first Ctrl-C / SIGTERM stops gracefully: every rank saves a checkpoint at the next step boundary,
-    then ends (issue 29); the status says how to resume."""
-    proc, run_dir = start_long_run(tmp_path, f"cancel-{sig.name}")
+def test_a_closed_monitor_leaves_the_run_alone_and_signalling_the_launcher_cancels_every_rank(tmp_path):
+    """A monitor following the run is closed (Ctrl-C): the run goes on without it. Then the launcher gets
+    SIGTERM: the first Ctrl-C / SIGTERM stops gracefully, every rank saves a checkpoint at the next step
+    boundary, then ends (issue 29); the status says how to resume."""
+    proc, run_dir = start_long_run(tmp_path, "watched")
+    mon = subprocess.Popen(
+        [sys.executable, "-m", "paradvisor", "monitor", str(run_dir), "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+    )
+    time.sleep(3)
+    assert mon.poll() is None  # following
+    mon.send_signal(signal.SIGINT)
+    out, err = mon.communicate(timeout=30)
+    assert mon.returncode == 130
+    assert err.strip().splitlines()[-1] == "paradvisor: interrupted" and "Traceback" not in err
+    # the run goes on without its watcher
+    seen = len(steps_of(run_dir))
+    deadline = time.time() + 60
+    while len(steps_of(run_dir)) <= seen + 4 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(steps_of(run_dir)) > seen + 4 and proc.poll() is None
     before = snapshot(run_dir)
+    sig = signal.SIGTERM
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
@@ -170,6 +193,8 @@ def test_signalling_the_launcher_cancels_every_rank(tmp_path, sig):
     assert f"cancelled: {run_dir}" in err
     assert_intact(run_dir, before)
     assert not wait_gone(run_dir)
+    again = run_cli("monitor", str(run_dir), "--once", "--json")
+    assert json.loads(again.stdout)["status"] == "cancelled" and again.returncode == 1
 
 
 def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_path):
@@ -195,34 +220,6 @@ def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_pat
 
 
 # ---- the watchers are closed --------------------------------------------------------------------------------
-
-
-def test_closing_the_monitor_mid_run_leaves_the_run_alone(tmp_path):
-    proc, run_dir = start_long_run(tmp_path, "watched")
-    mon = subprocess.Popen(
-        [sys.executable, "-m", "paradvisor", "monitor", str(run_dir), "--interval", "0.2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(REPO),
-    )
-    time.sleep(3)
-    assert mon.poll() is None  # following
-    mon.send_signal(signal.SIGINT)
-    out, err = mon.communicate(timeout=30)
-    assert mon.returncode == 130
-    assert err.strip().splitlines()[-1] == "paradvisor: interrupted" and "Traceback" not in err
-    # the run goes on without its watcher
-    seen = len(steps_of(run_dir))
-    deadline = time.time() + 60
-    while len(steps_of(run_dir)) <= seen + 4 and time.time() < deadline:
-        time.sleep(0.2)
-    assert len(steps_of(run_dir)) > seen + 4 and proc.poll() is None
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=120)
-    assert not wait_gone(run_dir)
-    again = run_cli("monitor", str(run_dir), "--once", "--json")
-    assert json.loads(again.stdout)["status"] == "cancelled" and again.returncode == 1
 
 
 def test_closing_the_interactive_session_stops_its_run(tmp_path):

@@ -1,10 +1,11 @@
 """A run that survives (issue 29), with real multi-process CPU runs (fp32, dropout off).
 
-Per checkpoint code path (FSDP2's sharded DCP states, ZeRO-3's DeepSpeed checkpoint, pipeline stages, DiLoCo;
-tests/support/resume.py RESTARTED): an uninterrupted reference run saves (async where DCP can) every 2 of 4
-steps; a second run loses rank 1 at step 3 (the fault drill) with `max_restarts = 1`, so the launcher restarts
-it from step 2 in a new run directory: steps 3-4 equal the reference's within 1e-5. Four resumes under another
-plan start from a reference's step-2 checkpoint (within 1e-3; ZeRO-3 -> ZeRO-1 with Adam's state through
+Per checkpoint code path (ZeRO-3's DeepSpeed checkpoint, pipeline stages, DiLoCo; tests/support/resume.py
+RESTARTED): an uninterrupted reference run saves (async where DCP can) every 2 of 4 steps; a second run loses
+rank 1 at step 3 (the fault drill) with `max_restarts = 1`, so the launcher restarts it from step 2 in a new run
+directory: steps 3-4 equal the reference's within 1e-5 (FSDP2's sharded DCP states: the launcher killed mid-
+checkpoint below, resumed with `launch --resume`). Three resumes under another plan start from a reference's
+step-2 checkpoint (within 1e-3; ZeRO-3 -> ZeRO-1 with Adam's state through
 DeepSpeed's universal checkpoint). Every shape's resume is
 `python experiments/resume.py --matrix`. A launcher killed
 in the middle of a checkpoint write leaves an incomplete folder that a resume never loads. What cannot be

@@ -1,7 +1,8 @@
 """The ssh engine against a real sshd on loopback "hosts" (127.0.0.1, 127.0.0.2): each host a torchrun node with
 its own node rank, started by one `paradvisor launch` over the system ssh client. No fake ssh, no fake torchrun.
 
-Covered: a run that finishes (logs, metrics, per-node samples back in one run directory), an unreachable node,
+Covered: a run of the user's model and data that finishes (the tokenized corpus copied to each node; logs,
+metrics, per-node samples, model/ and tensorboard/ back in one run directory), an unreachable node,
 a node that never joins, a rank killed on the second node, and a cancel — each ending with one status for the
 whole run and no process left on any "host"."""
 
@@ -9,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import psutil
 import pytest
+import tomli_w
 
 from tests.conftest import REPO
 from tests.support.runs import launch_argv, wait_for
@@ -130,19 +134,67 @@ def running(cluster, tmp_path):
     return proc, run
 
 
-def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster, tmp_path, cli):
-    preset = write_preset(cluster, tmp_path)
-    proc = subprocess.run(
-        launch_argv(preset, tmp_path / "runs", ssh_config=cluster["sshd"].config),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=str(tmp_path),
-    )
-    assert proc.returncode == 0, proc.stderr
+def test_two_ssh_nodes_train_the_users_data_with_everything_back_in_one_run_directory(cluster, tmp_path, cli):
+    """The user's model folder and JSONL corpus (issue 28) on two ssh nodes, at a data path the nodes cannot read
+    (`~/data/...` with the launcher's HOME elsewhere): the launcher tokenizes and copies the cache entry to each
+    node over its ssh session; each node's ranks read their checked copy, byte for byte the launcher's. Every
+    rank's logs, metrics and samples, node 0's model/ and tensorboard/ come back into one run directory; monitor
+    and the TUI show each node. (The data on a path declared shared: its dry-run line and cache naming are
+    checked in tests/run/test_datacopy.py, without a second ssh run.)"""
+    from tests.run.test_user_data_nodes import check_run, losses, user_preset
+
+    port = cluster["sshd"].port
+    home = tmp_path / "home"  # the launcher's HOME: ~/data/corpus.jsonl exists here, not on the nodes
+    if (Path(pwd.getpwuid(os.getuid()).pw_dir) / "data" / "corpus.jsonl").exists():  # sshd's HOME
+        pytest.skip("~/data/corpus.jsonl exists on the nodes (this machine's HOME)")
+    nodes = {
+        "nproc_per_node": 1,
+        "nnodes": 2,
+        "hosts": [f"127.0.0.1:{port}", f"127.0.0.2:{port}"],
+        "master_port": free_port(),
+        "remote_python": sys.executable,
+        "remote_dir": str(tmp_path / "nodes"),
+        "join_timeout_s": 60,
+    }
+    preset = user_preset(tmp_path, data=home / "data" / "corpus.jsonl", **nodes)
+    doc = tomllib.loads(preset.read_text())
+    doc["train"].update(data_path="~/data/corpus.jsonl", cache_dir=str(tmp_path / "cache-copied"))
+    preset.write_text(tomli_w.dumps(doc))
+    env = {**os.environ, "HOME": str(home)}
+
+    def ssh_launch(*extra: str):
+        argv = launch_argv(preset, tmp_path / "runs", *extra, ssh_config=cluster["sshd"].config)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=400, cwd=str(tmp_path), env=env, check=False
+        )
+
+    dry = ssh_launch("--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        "data: tokenized here at launch (not in the cache yet), then copied to each of 2 nodes; the nodes never "
+        "read ~/data/corpus.jsonl (not on launch.shared_paths)"
+    ) in dry.stderr  # the shared run's line: tests/run/test_datacopy.py
+
+    proc = ssh_launch()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "copied to each of 2 nodes" in proc.stderr
     run = the_run(tmp_path)
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "finished" and status["engine"] == "ssh"
+    assert "copied from node " in status["outputs"], status["outputs"]  # the node of global rank 0
+    check_run(run)  # its model/ came home over ssh and loads in transformers
+    assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
+    assert len(losses(run)) >= 10
+    [entry] = [m.parent for m in (tmp_path / "cache-copied").glob("*/meta.json")]  # tokenized once, here
+    log = (run / "launcher.log").read_text()
+    assert f"data: tokenized corpus {entry.name} copied to 2 node(s): " in log, log
+    for node in (0, 1):  # each node's ranks read their own checked copy, never the data path
+        plan = tomllib.loads((tmp_path / "nodes" / run.name / f"node{node}" / "plan.toml").read_text())
+        got = Path(plan["train"]["tokenized"])
+        assert got == tmp_path / "nodes" / run.name / f".corpus-node{node}" / entry.name
+        for f in ("train.bin", "eval.bin", "meta.json"):
+            assert (got / f).read_bytes() == (entry / f).read_bytes()
+
     nodes = json.loads((run / "nodes.json").read_text())["nodes"]
     assert [n["state"] for n in nodes] == ["finished", "finished"]
     assert sorted(r for n in nodes for r in n["ranks"]) == [0, 1]
@@ -151,7 +203,8 @@ def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster,
     rank_node = {r: n["node"] for n in nodes for r in n["ranks"]}
     steps = [r for r in records(run, "metrics.jsonl") if r["kind"] == "step"]
     assert {(r["rank"], r["node"]) for r in steps} == set(rank_node.items())
-    assert max(r["step"] for r in steps) == 10
+    last = max(r["step"] for r in steps)
+    assert last == 4
     for r in (0, 1):
         assert json.loads((run / f"rank-{r}.exit.json").read_text())["exit_code"] == 0
         assert (run / f"rank-{r}.stderr.log").exists()
@@ -166,7 +219,7 @@ def test_two_ssh_nodes_finish_with_everything_back_in_one_run_directory(cluster,
     assert [n["node"] for n in doc["nodes"]] == [0, 1]
     assert all(n["sample"] is not None and n["state"] == "finished" for n in doc["nodes"])
     assert {(r["rank"], r["node"], r["step"]) for r in doc["ranks"]} == {
-        (r, n, 10) for r, n in rank_node.items()
+        (r, n, last) for r, n in rank_node.items()
     }
     text = cli("monitor", str(run), "--once")
     assert "node 1 (127.0.0.2:" in text.stdout and "rank 1" in text.stdout, text.stdout

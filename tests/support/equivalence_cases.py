@@ -140,6 +140,16 @@ SHAPES = {
         _p(dp=2, sharding="zero2", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)),
         2,
     ),
+    # code paths together in one run (the suite's cases, tests/run/test_equivalence.py)
+    "DDP+accum, checkpointing (selective)": (
+        _p(dp=2, checkpointing="selective", micro_batch=2, grad_accum=2),
+        2,
+    ),
+    "TP+SP x FSDP": (_p(dp=2, tp=2, sequence_parallel=True, sharding="fsdp", micro_batch=2, grad_accum=2), 4),
+    "split-by-speed ZeRO-3": (
+        _p(dp=2, sharding="zero3", micro_batch=5, split_by_speed=True, rank_batches=(3, 5)),
+        2,
+    ),
 }
 # DiLoCo is checked against itself with DDP inside each node (launch/verify.py)
 DILOCO = _p(
