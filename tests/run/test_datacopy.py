@@ -1,8 +1,9 @@
 """How a several-node run's nodes get the user's corpus (launch/datacopy.py; issue 28): the one line a dry run
 prints for each case (read on every node from a shared path; tokenized here and copied, before and after it is in
 the cache; tokenized into a shared cache folder; a Slurm allocation's nodes), and a Slurm node that cannot read the
-data path failing with one line that the submitter reports. The real copy over ssh, with the same losses as the
-shared run, is tests/run/test_user_data_nodes.py; a copy over the bound or that lies, tests/hostile/test_datacopy.py.
+data path failing with one line that the submitter reports. The real copy over ssh (each node's copy byte for
+byte the launcher's) is the two-node run of tests/run/test_sshlaunch.py; a copy over the bound or that lies,
+tests/hostile/test_datacopy.py.
 """
 
 from __future__ import annotations

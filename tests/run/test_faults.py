@@ -5,7 +5,6 @@ names the run directory), status.json says what happened, and what was logged be
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -20,33 +19,20 @@ from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.support.matrix import full_matrix
 from tests.support.runs import (
     SMOKE,
+    assert_intact,
     launch,
     launch_argv,
     leftover,
     metrics,
+    snapshot,
     start_long_run,
+    status_of,
     steps_of,
     variant,
     wait_gone,
 )
 
 pytestmark = pytest.mark.slow
-
-
-def status_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "status.json").read_text())
-
-
-def snapshot(run_dir: Path) -> str:
-    return (run_dir / "metrics.jsonl").read_text()
-
-
-def assert_intact(run_dir: Path, before: str) -> None:
-    """metrics.jsonl only grew: what was there before the fault is still there, byte for byte, and every
-    line is whole JSON."""
-    now = snapshot(run_dir)
-    assert now.startswith(before[: before.rfind("\n") + 1])
-    assert all(json.loads(line) for line in now.splitlines())
 
 
 def drill(kind: str, rank: int = 1, step: int = 3) -> dict:
@@ -220,40 +206,9 @@ def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_pat
 
 
 # ---- the watchers are closed --------------------------------------------------------------------------------
-
-
-def test_closing_the_interactive_session_stops_its_run(tmp_path):
-    from paradvisor.tui.app import ParadvisorApp
-
-    presets = tmp_path / "presets"
-    presets.mkdir()
-    long = variant(presets, "long-run", train={"steps": 100000, "log_every": 1})
-    state = {}
-
-    async def flow():
-        app = ParadvisorApp(runs_dir=str(tmp_path / "runs"), presets_dir=str(presets), live=False)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(0.3)
-            app.query_one("#preset-select").value = str(long)
-            app.action_launch_preset()
-            await pilot.pause(0.3)
-            await pilot.press("y")  # the confirmation the TUI asks before any run starts
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not (
-                app.run_dir and (app.run_dir / "metrics.jsonl").exists() and len(steps_of(app.run_dir)) >= 3
-            ):
-                await pilot.pause(0.2)
-            state["run_dir"] = app.run_dir
-            state["before"] = snapshot(app.run_dir)
-            assert app.launch.running()
-        # the app has exited here
-
-    asyncio.run(flow())
-    run_dir = state["run_dir"]
-    s = status_of(run_dir)
-    assert s["status"] in ("cancelled", "interrupted") and s["reason"] == "the interactive session was closed"
-    assert_intact(run_dir, state["before"])
-    assert not wait_gone(run_dir)
+# The monitor: test_a_closed_monitor_leaves_the_run_alone_and_signalling_the_launcher_cancels_every_rank above; the
+# interactive session: tests/tui/test_tui.py::test_rank_rows_show_the_processes_readings_and_closing_the_session_
+# stops_its_run.
 
 
 # ---- two at once ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """`launch --submit slurm` against a real one-node Slurm (munged + slurmctld + slurmd started by the fixture):
-a job that finishes with metrics, a job cancelled with Ctrl-C (scancel), a job sbatch refuses, and the
+a job of the user's model and data that finishes with metrics, a job cancelled with Ctrl-C (scancel), a job sbatch refuses, and the
 script's quoting."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tests.conftest import REPO
 from tests.support.runs import launch_argv
 from tests.support.slurm_cluster import Slurm
 from tests.support.sshd import free_port
+from tests.support.userdata import check_user_run, user_preset
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
@@ -55,9 +56,11 @@ def no_ranks_left(run) -> bool:
     return False
 
 
-def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
+def test_a_submitted_job_of_the_users_data_finishes_with_metrics(slurm, tmp_path, cli):
+    """The user's model folder and JSONL corpus (issue 28) in a Slurm job: it finishes, both ranks train on the
+    user's tokens, and the model it leaves loads in transformers."""
     proc = subprocess.run(
-        launch_argv(preset(tmp_path), tmp_path / "runs", submit="slurm"),
+        launch_argv(user_preset(tmp_path, master_port=free_port()), tmp_path / "runs", submit="slurm"),
         capture_output=True,
         text=True,
         timeout=400,
@@ -73,7 +76,8 @@ def test_a_submitted_job_finishes_with_metrics(slurm, tmp_path, cli):
     assert status["slurm_state"] == "COMPLETED" and slurm.state(job) == "COMPLETED"
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if r["kind"] == "step"]
-    assert {r["rank"] for r in steps} == {0, 1} and max(r["step"] for r in steps) == 10
+    assert {r["rank"] for r in steps} == {0, 1} and max(r["step"] for r in steps) == 4
+    check_user_run(run)
     assert json.loads((run / "status-node0.json").read_text())["status"] == "finished"
     assert (run / f"slurm-{job}.out").exists() and (run / "job.sbatch").exists()
     assert f"Slurm job {job}" in proc.stderr

@@ -25,6 +25,7 @@ import tomli_w
 from tests.conftest import REPO
 from tests.support.runs import launch_argv, wait_for
 from tests.support.sshd import Sshd, free_port
+from tests.support.userdata import check_user_run, user_losses, user_preset
 
 # xdist_group: the module fixture (a cluster, shared reference runs) is made once, on one worker
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.xdist_group("sshlaunch")]
@@ -141,8 +142,6 @@ def test_two_ssh_nodes_train_the_users_data_with_everything_back_in_one_run_dire
     rank's logs, metrics and samples, node 0's model/ and tensorboard/ come back into one run directory; monitor
     and the TUI show each node. (The data on a path declared shared: its dry-run line and cache naming are
     checked in tests/run/test_datacopy.py, without a second ssh run.)"""
-    from tests.run.test_user_data_nodes import check_run, losses, user_preset
-
     port = cluster["sshd"].port
     home = tmp_path / "home"  # the launcher's HOME: ~/data/corpus.jsonl exists here, not on the nodes
     if (Path(pwd.getpwuid(os.getuid()).pw_dir) / "data" / "corpus.jsonl").exists():  # sshd's HOME
@@ -182,9 +181,9 @@ def test_two_ssh_nodes_train_the_users_data_with_everything_back_in_one_run_dire
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "finished" and status["engine"] == "ssh"
     assert "copied from node " in status["outputs"], status["outputs"]  # the node of global rank 0
-    check_run(run)  # its model/ came home over ssh and loads in transformers
+    check_user_run(run)  # its model/ came home over ssh and loads in transformers
     assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
-    assert len(losses(run)) >= 10
+    assert len(user_losses(run)) >= 10
     [entry] = [m.parent for m in (tmp_path / "cache-copied").glob("*/meta.json")]  # tokenized once, here
     log = (run / "launcher.log").read_text()
     assert f"data: tokenized corpus {entry.name} copied to 2 node(s): " in log, log

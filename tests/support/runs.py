@@ -167,3 +167,19 @@ def wait_for(cond, timeout: float, what: str, proc=None):
             pytest.fail(f"launch ended before {what}: {proc.returncode}\n{err[-3000:]}")
         time.sleep(0.2)
     pytest.fail(f"no {what} within {timeout} s")
+
+
+def status_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def snapshot(run_dir: Path) -> str:
+    return (run_dir / "metrics.jsonl").read_text()
+
+
+def assert_intact(run_dir: Path, before: str) -> None:
+    """metrics.jsonl only grew: what was there before the fault is still there, byte for byte, and every
+    line is whole JSON."""
+    now = snapshot(run_dir)
+    assert now.startswith(before[: before.rfind("\n") + 1])
+    assert all(json.loads(line) for line in now.splitlines())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import tomllib
 from pathlib import Path
 
 import tomli_w
@@ -181,3 +182,40 @@ def first_batch_loss(model_dir: Path, preset_path: Path) -> float:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         return float(F.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()))
+
+
+def user_preset(tmp: Path, data: Path | None = None, **launch) -> Path:
+    """DDP x2 of a tiny user's model folder (no weights) on a JSONL corpus; `launch`: [launch] keys (the engines
+    that start processes elsewhere: tests/run/test_sshlaunch.py, tests/run/test_slurm.py)."""
+    model = write_model_folder(tmp / "model")
+    data = write_corpus(data or tmp / "data" / "corpus.jsonl", 200)
+    p = preset(tmp / "user.toml", model, data, plan={"dp": 2}, nproc=2)
+    doc = tomllib.loads(p.read_text())
+    doc["launch"].update(launch)
+    p.write_text(tomli_w.dumps(doc))
+    return p
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def check_user_run(run: Path) -> None:
+    """A user_preset run finished: both ranks trained 4 steps, evaluated, and left a model/ that transformers loads."""
+    assert json.loads((run / "status.json").read_text())["status"] == "finished"
+    recs = _records(run)
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert {r["rank"] for r in steps} == {0, 1} and max(r["step"] for r in steps) == 4
+    assert any(r["kind"] == "eval" for r in recs)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM.from_pretrained(str(run / "model"))
+    assert AutoTokenizer.from_pretrained(str(run / "model")).eos_token == "<eos>"
+
+
+def user_losses(run: Path) -> dict:
+    return {
+        (r["kind"], r["step"], r.get("rank")): r.get("loss", r.get("eval_loss"))
+        for r in _records(run)
+        if r["kind"] in ("step", "eval")
+    }

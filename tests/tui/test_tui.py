@@ -384,13 +384,18 @@ def test_monitor_at_80x24_has_plots_rank_rows_and_a_full_height_log(tmp_path):
 
 
 @pytest.mark.slow  # a real run
-def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
-    """A real run launched from the TUI (no confirmation: confirm=False): its ranks' rows carry CPU and
-    resident memory read from their processes, and the prediction computed at launch is in the run dir."""
+def test_rank_rows_show_the_processes_readings_and_closing_the_session_stops_its_run(tmp_path):
+    """A real run launched from the TUI: its ranks' rows carry CPU and resident memory read from their
+    processes, and the prediction computed at launch is in the run dir. Then the session is closed with the run
+    going: the run is stopped (cancelled or interrupted, with that reason), what it logged stays intact, and no
+    process is left."""
+    from tests.support.runs import assert_intact, snapshot, status_of, steps_of, wait_gone
+
     presets = tmp_path / "presets"
     presets.mkdir()
     long = (REPO / "presets" / "tiny-cpu-smoke.toml").read_text().replace("steps = 10", "steps = 100000")
     (presets / "long.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long"'))
+    state = {}
 
     async def flow():
         app = ParadvisorApp(
@@ -399,12 +404,13 @@ def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
             presets_dir=str(presets),
             live=True,
             sample_interval=0.3,
-            confirm=False,
         )
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(app, pilot)
             app.query_one("#preset-select").value = str(presets / "long.toml")
             app.action_launch_preset()
+            await pilot.pause(0.3)
+            await pilot.press("y")  # the confirmation the TUI asks before any run starts
             await until(pilot, lambda: app.run_summary is not None and app.run_summary.step >= 3, timeout=120)
             pane = app.query_one("#monitor-pane")
             await until(
@@ -423,8 +429,15 @@ def test_rank_rows_show_the_processes_readings_while_a_run_goes(tmp_path):
             pred = json.loads((app.run_dir / "prediction.json").read_text())
             assert pred["source"] == "launch" and pred["model_state_bytes"] > 0
             assert app.run_summary.eta_s is not None and app.run_summary.eta_s > 0
-            await pilot.press("s")
-            s = await wait_status(app, pilot, {"cancelled", "failed", "finished"})
-            assert s.status == "cancelled"
+            assert len(steps_of(app.run_dir)) >= 3
+            state["run_dir"] = app.run_dir
+            state["before"] = snapshot(app.run_dir)
+            assert app.launch.running()
+        # the app has exited here, its run going
 
     asyncio.run(flow())
+    run_dir = state["run_dir"]
+    s = status_of(run_dir)
+    assert s["status"] in ("cancelled", "interrupted") and s["reason"] == "the interactive session was closed"
+    assert_intact(run_dir, state["before"])
+    assert not wait_gone(run_dir)
