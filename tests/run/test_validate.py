@@ -38,10 +38,14 @@ def pa(*args, timeout=300):
     )
 
 
+CALIBRATED = ("ddp", "tp", "zero1")
+
+
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
     out = tmp_path_factory.mktemp("cal") / "cal.json"
-    proc = pa("calibrate", "--quick", "--out", str(out), "--json")
+    # the engines of the validate cases below (every engine: `paradvisor calibrate --quick`, a minute more)
+    proc = pa("calibrate", "--quick", "--engines", ",".join(CALIBRATED), "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == "paradvisor.calibration/1"
@@ -49,6 +53,7 @@ def calibration(tmp_path_factory):
     assert doc["device"]["layer_overhead_s"] >= 0
     ar = doc["collectives"]["ranks"]["2"]["all_reduce"]
     assert ar["bandwidth"] > 0 and ar["latency"] >= 0
+    assert set(doc["engines"]["fit"]) == set(CALIBRATED)  # nothing stored there before: no other engine kept
     ops = doc["engines"]["ops"]  # the timed model's aten ops per block, per activation mode
     assert ops["amp"]["block"] > ops["fp32"]["block"] > 0  # autocast adds its casts
     assert json.loads(out.read_text()) == doc
@@ -100,6 +105,10 @@ def test_validate_model_states_and_activations(tmp_path, calibration, name, plan
     assert step["predicted"] > 0 and step["measured"] > 0
     human = pa("validate", run_dir, "--calibration", str(calibration))
     assert "model-state bytes" in human.stdout and "%" in human.stdout
+
+
+def test_calibrate_refuses_an_unknown_engine_before_measuring():
+    assert_one_line_error(pa("calibrate", "--engines", "ddp,nccl"), "--engines: unknown engine 'nccl'")
 
 
 def test_validate_bad_dir(tmp_path):

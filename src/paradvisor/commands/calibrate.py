@@ -37,6 +37,12 @@ def add_parser(sub) -> None:
         help="skip the engine overheads (2-process runs of each engine; about a minute)",
     )
     p.add_argument(
+        "--engines",
+        metavar="NAMES",
+        help="measure only these engines, comma-separated (ddp, fsdp, tp, pp, zero1, zero2, zero3; default: "
+        "all); the others' fits are kept from the calibration already stored at the same place",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="store the calibration even when a fit is clearly noise (a zero rate, an engine with no fixed "
@@ -54,23 +60,59 @@ def _previous(path: Path | None) -> dict | None:
     return read_json_object(path)[0]
 
 
+def _engine_names(text: str | None) -> tuple[str, ...] | None:
+    """--engines: the engine names it lists (None: every engine), each one the launcher has."""
+    if text is None:
+        return None
+    from paradvisor.estimate.fits import ENGINE_PLANS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ENGINE_PLANS]
+    if unknown or not names:
+        raise InputError(
+            (f"unknown engine {unknown[0]!r}" if unknown else "no engine named")
+            + " (one or more of "
+            + ", ".join(ENGINE_PLANS)
+            + ")",
+            where="--engines",
+        )
+    return names
+
+
+def _kept_fits(previous: dict | None, measured: tuple[str, ...]) -> dict:
+    """The stored calibration's engine fits of the engines not measured now (an engine measured now replaces
+    its stored fit)."""
+    fits = ((previous or {}).get("engines") or {}).get("fit") or {}
+    return {eng: per for eng, per in fits.items() if eng not in measured}
+
+
 def run(args) -> int:
+    if args.ranks < 1:
+        raise InputError("--ranks must be at least 1")
+    names = _engine_names(args.engines)  # bad input is refused before anything is measured
+
     from paradvisor.errors import RunFailed
     from paradvisor.estimate.fits import implausible
     from paradvisor.hardware.calibration import SCHEMA, default_path
     from paradvisor.launch.argv import free_port
     from paradvisor.train.calibrate import engine_overheads, measure_collectives, measure_device, say
 
-    if args.ranks < 1:
-        raise InputError("--ranks must be at least 1")
     t0 = time.time()
     say("measuring the device ...")
     device = measure_device(args.quick)
     collectives = measure_collectives(args.ranks, args.quick, free_port) if args.ranks >= 2 else {}
     engines = None
+    path = Path(args.out) if args.out else default_path()
+    previous = _previous(path)
     if not args.no_engines and device["kind"] == "cpu":
-        say("measuring each engine's fixed time per step and per layer (2 processes) ...")
-        engines = engine_overheads(args.quick, free_port, device)
+        which = "each engine" if names is None else ", ".join(names)
+        say(f"measuring {which}'s fixed time per step and per layer (2 processes) ...")
+        engines = engine_overheads(args.quick, free_port, device, *(() if names is None else (names,)))
+        if names is not None:
+            kept = _kept_fits(previous, names)
+            if kept:
+                engines["fit"] = {**kept, **engines["fit"]}
+                say(f"kept the stored fits of {', '.join(sorted(kept))} ({path})")
     doc = {
         "schema": SCHEMA,
         "host": socket.gethostname(),
@@ -83,8 +125,7 @@ def run(args) -> int:
         doc["engines"] = (
             engines  # per engine and precision: {"per_step", "per_layer"} seconds (see fit_engines)
         )
-    path = Path(args.out) if args.out else default_path()
-    warned, refused = implausible(doc, _previous(path))
+    warned, refused = implausible(doc, previous)
     for w in warned:
         say(f"warning: {w} (a busy machine? run it again when it is idle)")
     if refused and not args.force:

@@ -209,8 +209,10 @@ def _collective_worker(rank: int, world: int, port: int, sizes: list[int], out_d
     dist.destroy_process_group()
 
 
-def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -> None:
-    """Every engine of the launcher, fp32 and bf16, at two depths: median step time per configuration."""
+def _engine_worker(
+    rank: int, world: int, port: int, steps: int, out_dir: str, names: tuple[str, ...]
+) -> None:
+    """The launcher's engines `names`, fp32 and bf16, at two depths: median step time per configuration."""
     _quiet(out_dir, rank)
 
     os.environ.update(
@@ -234,6 +236,8 @@ def _engine_worker(rank: int, world: int, port: int, steps: int, out_dir: str) -
     train = SimpleNamespace(lr=1e-3, weight_decay=0.0, grad_clip=1.0)
     res = []
     for engine, fields in ENGINE_PLANS.items():
+        if engine not in names:
+            continue
         for precision in ("fp32", "bf16"):
             for layers in (2, 4) if engine == "pp" else (1, 3):
                 torch.manual_seed(0)
@@ -281,10 +285,12 @@ def engine_model_ops() -> dict:
     }
 
 
-def engine_overheads(quick: bool, free_port: Callable[[], int], device: dict) -> dict:
-    """Each engine's measured step times, their fit (fixed time per step and per layer) and the calibration
-    model's op counts: the calibration's `engines` part."""
-    engines = measure_engines(quick, free_port)
+def engine_overheads(
+    quick: bool, free_port: Callable[[], int], device: dict, names: tuple[str, ...] = tuple(ENGINE_PLANS)
+) -> dict:
+    """The engines' (`names`) measured step times, their fit (fixed time per step and per layer) and the
+    calibration model's op counts: the calibration's `engines` part."""
+    engines = measure_engines(quick, free_port, names)
     engines["fit"] = fit_engines(engines["runs"], device)
     engines["ops"] = engine_model_ops()
     for eng, per in engines["fit"].items():
@@ -298,10 +304,12 @@ def engine_overheads(quick: bool, free_port: Callable[[], int], device: dict) ->
     return engines
 
 
-def measure_engines(quick: bool, free_port: Callable[[], int]) -> dict:
-    """Each engine's step times (2 processes; `free_port` gives their rendezvous port)."""
+def measure_engines(
+    quick: bool, free_port: Callable[[], int], names: tuple[str, ...] = tuple(ENGINE_PLANS)
+) -> dict:
+    """The engines' (`names`) step times (2 processes; `free_port` gives their rendezvous port)."""
     with tempfile.TemporaryDirectory() as d:
-        _spawn(_engine_worker, (2, free_port(), 8 if quick else 12, d), 2, d)
+        _spawn(_engine_worker, (2, free_port(), 8 if quick else 12, d, tuple(names)), 2, d)
         return {
             "runs": json.loads(Path(d, "engines.json").read_text()),
             "model": ENGINE_MODEL,
