@@ -168,6 +168,10 @@ SCENES = (
     "help",
 )
 SIZES = ((80, 24), (120, 40))  # the smallest terminal the TUI is made for, and a common one
+# The tabs themselves at both sizes; the screens over them (a plan's detail, the confirmation, help, the other
+# plans and monitor views) at the smallest, where they are cramped (issue 34: one snapshot per layout question)
+BOTH_SIZES = ("hardware", "plans", "launch", "monitor")
+SNAPSHOTS = [(scene, size) for scene in SCENES for size in (SIZES if scene in BOTH_SIZES else SIZES[:1])]
 
 
 async def settle(app, pilot) -> None:

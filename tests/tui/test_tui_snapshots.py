@@ -1,14 +1,13 @@
-"""SVG snapshots of every screen at 80x24 and 120x40 (pytest-textual-snapshot), from the deterministic
-scenes in tests/support/tui_scenes.py. Regenerate after a deliberate UI change with
+"""SVG snapshots of every screen at 80x24, and of the four tabs at 120x40 too (pytest-textual-snapshot), from
+the deterministic scenes in tests/support/tui_scenes.py (SNAPSHOTS). Regenerate after a deliberate UI change with
 `pytest tests/tui/test_tui_snapshots.py --snapshot-update`, and look at the SVGs."""
 
 import pytest
 
-from tests.support.tui_scenes import SCENES, SIZES, scene_app, settle
+from tests.support.tui_scenes import SNAPSHOTS, scene_app, settle
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("scene", SCENES)
+@pytest.mark.parametrize("scene,size", SNAPSHOTS, ids=[f"{sc}-{w}x{h}" for sc, (w, h) in SNAPSHOTS])
 def test_screen_snapshot(scene, size, snap_compare, tmp_path):
     app, keys = scene_app(scene, tmp_path)
 
