@@ -1,15 +1,15 @@
 """A run that survives (issue 29), with real multi-process CPU runs (fp32, dropout off).
 
-Per checkpoint code path (ZeRO-3's DeepSpeed checkpoint, pipeline stages, DiLoCo; tests/support/resume.py
-RESTARTED): an uninterrupted reference run saves (async where DCP can) every 2 of 4 steps; a second run loses
-rank 1 at step 3 (the fault drill) with `max_restarts = 1`, so the launcher restarts it from step 2 in a new run
-directory: steps 3-4 equal the reference's within 1e-5 (FSDP2's sharded DCP states: the launcher killed mid-
-checkpoint below, resumed with `launch --resume`). Three resumes under another plan start from a reference's
-step-2 checkpoint (within 1e-3; ZeRO-3 -> ZeRO-1 with Adam's state through
-DeepSpeed's universal checkpoint). Every shape's resume is
-`python experiments/resume.py --matrix`. A launcher killed
-in the middle of a checkpoint write leaves an incomplete folder that a resume never loads. What cannot be
-resumed is one line and exit 2.
+An uninterrupted reference run per engine saves (async where DCP can) every 2 of 4 steps. Every checkpoint code
+path resumes under its own plan with steps 3-4 equal to the reference's within 1e-5: DeepSpeed's own checkpoint
+(ZeRO-3) and the pipeline's stage names with `launch --resume` of a reference's step-2 checkpoint; FSDP2's sharded
+DCP states after the launcher was killed in the middle of a checkpoint write (the incomplete folder is never
+loaded); DiLoCo's outer state through the launcher's restart (tests/support/resume.py RESTARTED): a second run
+loses rank 1 at step 3 (the fault drill) with `max_restarts = 1`, so the launcher restarts it from step 2 in a new
+run directory. Three resumes under another plan start from a reference's step-2 checkpoint (within 1e-3; ZeRO-3
+-> ZeRO-1 with Adam's state through DeepSpeed's universal checkpoint). Every shape's resume is
+`python experiments/resume.py --matrix`; every engine's restart drill, PARADVISOR_FULL_MATRIX=1
+(experiments/full_matrix.py). What cannot be resumed is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from tests.support.resume import (
     EVERY,
     FAULT_STEP,
     RESTARTED,
+    SAME_PLAN,
     STEPS,
     children,
     fault_env,
@@ -79,6 +80,31 @@ def test_a_failed_rank_restarts_from_its_checkpoint_with_the_same_losses(engine,
     for step in got:
         assert rel(got[step], want[step]) <= 1e-5, (engine, step, got[step], want[step])
     assert (ref / "checkpoints" / f"step-{STEPS}").is_dir()  # the reference's async saves completed
+
+
+@pytest.mark.parametrize("engine", SAME_PLAN)
+def test_a_checkpoint_resumes_under_its_own_plan_with_the_same_losses(engine, refs, tmp_path):
+    """`launch --resume` of a reference's step-2 checkpoint folder (not the newest: the last step's) under the
+    reference's own plan: steps 3-4 equal the uninterrupted run's within 1e-5 (the restart after a failed rank
+    loads it the same way: test_a_failed_rank_restarts_from_its_checkpoint_with_the_same_losses)."""
+    ref = refs(engine)
+    proc = run_cli(
+        "launch",
+        "--resume",
+        str(ref / "checkpoints" / f"step-{EVERY}"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--quiet",
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (child,) = children(tmp_path / "runs", ref)
+    st = status(child)
+    assert st["status"] == "finished" and st["resume_step"] == EVERY
+    want, got = losses(ref), losses(child)
+    assert sorted(got) == list(range(EVERY + 1, STEPS + 1)), got
+    for step in got:
+        assert rel(got[step], want[step]) <= 1e-5, (engine, step, got[step], want[step])
 
 
 @pytest.mark.parametrize("name", list(CROSS))

@@ -47,12 +47,14 @@ CROSS = {
 # run re-planned onto the node that remains resumes 2 ranks' checkpoint on 1; every shape: experiments/resume.py.
 # ddp->fsdp (whole tensors loaded as FSDP2's shards) is the DCP load fsdp->tp2 takes with another source layout:
 # with the full matrix (tests/support/matrix.py) and experiments/resume.py --zero.
-# The engines whose restart the suite runs: one per checkpoint code path besides FSDP2's DCP of sharded torch
-# states, which test_a_launcher_killed_mid_checkpoint_resumes_from_the_previous_one resumes under its own plan
-# (within 1e-5) and fsdp->tp2 under another: the pipeline's stage names, DeepSpeed's own checkpoint, DiLoCo's
-# outer state. DDP, TP and EP restart through the DCP path FSDP takes: `python experiments/resume.py --matrix`
-# resumes every shape.
-RESTARTED = cases(("zero3", "pp", "diloco"), ("fsdp",))
+# Every checkpoint code path resumes under its own plan within 1e-5 in the suite: FSDP2's DCP of sharded torch
+# states (the launcher killed mid-checkpoint, then `launch --resume`), and SAME_PLAN (`launch --resume` of a
+# reference's step-2 checkpoint: DeepSpeed's own checkpoint, the pipeline's stage names). The launcher's restart
+# after a failed rank (max_restarts) is one mechanism whatever the engine: RESTARTED drills it on DiLoCo (its outer
+# state besides the model's); with the full matrix on every engine. DDP, TP and EP restart through the DCP path
+# FSDP takes: `python experiments/resume.py --matrix` resumes every shape.
+RESTARTED = cases(("diloco",), ("fsdp", "zero3", "pp"))
+SAME_PLAN = ("zero3", "pp")
 
 
 def preset_file(
