@@ -86,6 +86,23 @@ def _kept_fits(previous: dict | None, measured: tuple[str, ...]) -> dict:
     return {eng: per for eng, per in fits.items() if eng not in measured}
 
 
+def _engines(quick: bool, device: dict, names, previous: dict | None, path) -> dict:
+    """The calibration's `engines` part: the engines `names` (None: every one) measured, the others' fits kept
+    from the `previous` calibration stored at `path`."""
+    from paradvisor.launch.argv import free_port
+    from paradvisor.train.calibrate import engine_overheads, say
+
+    which = "each engine" if names is None else ", ".join(names)
+    say(f"measuring {which}'s fixed time per step and per layer (2 processes) ...")
+    engines = engine_overheads(quick, free_port, device, *(() if names is None else (names,)))
+    if names is not None:
+        kept = _kept_fits(previous, names)
+        if kept:
+            engines["fit"] = {**kept, **engines["fit"]}
+            say(f"kept the stored fits of {', '.join(sorted(kept))} ({path})")
+    return engines
+
+
 def run(args) -> int:
     if args.ranks < 1:
         raise InputError("--ranks must be at least 1")
@@ -95,24 +112,17 @@ def run(args) -> int:
     from paradvisor.estimate.fits import implausible
     from paradvisor.hardware.calibration import SCHEMA, default_path
     from paradvisor.launch.argv import free_port
-    from paradvisor.train.calibrate import engine_overheads, measure_collectives, measure_device, say
+    from paradvisor.train.calibrate import measure_collectives, measure_device, say
 
     t0 = time.time()
     say("measuring the device ...")
     device = measure_device(args.quick)
     collectives = measure_collectives(args.ranks, args.quick, free_port) if args.ranks >= 2 else {}
-    engines = None
     path = Path(args.out) if args.out else default_path()
     previous = _previous(path)
+    engines = None
     if not args.no_engines and device["kind"] == "cpu":
-        which = "each engine" if names is None else ", ".join(names)
-        say(f"measuring {which}'s fixed time per step and per layer (2 processes) ...")
-        engines = engine_overheads(args.quick, free_port, device, *(() if names is None else (names,)))
-        if names is not None:
-            kept = _kept_fits(previous, names)
-            if kept:
-                engines["fit"] = {**kept, **engines["fit"]}
-                say(f"kept the stored fits of {', '.join(sorted(kept))} ({path})")
+        engines = _engines(args.quick, device, names, previous, path)
     doc = {
         "schema": SCHEMA,
         "host": socket.gethostname(),
