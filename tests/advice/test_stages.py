@@ -40,7 +40,7 @@ def test_in_flight_micro_batches_per_schedule():
     assert bubble_fraction("interleaved1f1b", p, 4, m) < bubble_fraction("1f1b", p, 1, m)
     assert bubble_fraction("1f1b", p, 1, m) == pytest.approx((p - 1) / (m + p - 1))
     stages = layout(24, 4, 2, "even", "interleaved1f1b", 8)
-    assert stages[0].first and stages[-1].last and [s.blocks for s in stages][0] == (3, 3)
+    assert stages[0].first and stages[-1].last and stages[0].blocks == (3, 3)
 
 
 def _setup(model="llama-2-7b", gpus=8, gpu="A100 80GB", seq=2048, batch=64, attention="sdpa"):
@@ -123,6 +123,23 @@ def test_engine_selective_recompute_eager_ops_and_flash_backward():
                                    dev=dev)  # fmt: skip
     assert f["rest"] > 2 * fused["rest"] and f["gemm"] > fused["gemm"]  # split q/k/v, w1/w3: smaller GEMMs
     assert t["backward"] == pytest.approx(4 * (2 * (f["gemm"] + f["rest"]) + 2.5 * f["core"]))
+
+
+def test_flash_attention_rate_by_kernel():
+    """FlashAttention-2 on Hopper (torchtitan's SDPA of 2024-12) runs at 35% of peak, the generic flash
+    kernel at FLASH_EFF of the GEMM rate; an A100 has no separate FA2 figure and keeps the generic one."""
+    sh = steptime.LayerShape(4096, 32, 8, 128, 14336, True, True, False)
+    kw = {"tokens": 16384, "seq": 8192, "tp": 1, "sp": False, "attention": "sdpa", "act_bytes": 2}
+    h100, a100 = steptime.Device(989e12, 3.35e12, "hopper"), steptime.Device(312e12, 2.0e12, "ampere")
+    flops = 4.0 * 2 * 32 * 8192 * 8192 * 128 * 0.5  # b=2, causal half
+    fa2 = steptime.layer_forward(sh, dev=h100, kernel="fa2", **kw)["core"]
+    assert fa2 == pytest.approx(flops / (0.35 * 989e12))
+    generic = steptime.layer_forward(sh, dev=h100, **kw)["core"]
+    assert generic == pytest.approx(flops / (989e12 * steptime.GEMM_EFF["hopper"] * steptime.FLASH_EFF))
+    assert steptime.layer_forward(sh, dev=a100, kernel="fa2", **kw) == steptime.layer_forward(
+        sh, dev=a100, **kw
+    )
+    assert ModelFacts.of(load_profile("llama-3.1-8b")).traits.attention == "flash"  # paradvisor's launcher
 
 
 def test_expert_gradients_sync_over_the_expert_data_parallel_group():

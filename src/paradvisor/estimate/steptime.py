@@ -33,6 +33,13 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                H100 (~340-370 of 450 GB/s without NVLS)
   NET_EFF      0.9: nccl-tests bus bandwidth over InfiniBand HDR/NDR, ~90% of line rate
   KERNEL_LAUNCH_S  4 µs: CUDA kernel launch latency
+  FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel and
+               architecture, where it is measured apart from the generic FLASH_EFF x GEMM rate:
+               FlashAttention-2 on Hopper 0.35 (Shah et al. 2024 "FlashAttention-3", arXiv:2407.08608,
+               abstract: FA2 reaches 35% of H100 peak; independently: pytorch/pytorch#142132, torch
+               nightly 2024-12-04 SDPA's default flash backend 329 TFLOPS at head dim 128 on H100 against cuDNN's
+               631, and Azure's ND H100 v5 benchmark guide, FA2 327.9 TFLOPS at head dim 128, seq 8192).
+               Which kernel an engine runs comes from the engine's own code (plan.facts.ENGINES).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ NVLINK_EFF = 0.75
 NET_EFF = 0.90
 KERNEL_LAUNCH_S = 4e-6
 FLASH_EFF = 0.75  # a flash-attention kernel's rate relative to a large GEMM's (FlashAttention-2 paper, A100)
+FLASH_PEAK = {("fa2", "hopper"): 0.35}  # (kernel, arch) -> fraction of peak, fwd+bwd (sources above)
 FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
 EAGER_NORM_BYTES = (
     34  # eager RMSNorm bytes per element (bf16 in: cast 2+4, pow 4+4, mean 4, mul 4+4, cast 4+2, weight 2+2)
@@ -65,6 +73,12 @@ class Device:
     @property
     def gemm_rate(self) -> float:
         return self.peak * GEMM_EFF.get(self.arch, GEMM_EFF_DEFAULT)
+
+    def flash_rate(self, kernel: str = "flash") -> float:
+        """FLOP/s of a fused flash-attention kernel: measured per kernel where FLASH_PEAK has it (FA2 on
+        Hopper runs at about half of FA3 / cuDNN), else FLASH_EFF of the GEMM rate."""
+        frac = FLASH_PEAK.get((kernel, self.arch))
+        return self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF
 
 
 def gemm_time(m: float, n: float, k: float, dev: Device, batch: float = 1.0) -> float:
@@ -105,9 +119,11 @@ def layer_forward(
     act_bytes: int,
     dev: Device,
     fused: bool = True,
+    kernel: str = "flash",
 ) -> dict[str, float]:
     """Forward seconds of one layer on one TP rank, split into GEMMs, the attention core and the
-    memory-bound rest (+ the block's 2nd, 4th, ... GEMMs: what per-op SAC recomputes)."""
+    memory-bound rest (+ the block's 2nd, 4th, ... GEMMs: what per-op SAC recomputes). `kernel` names the
+    flash kernel an SDPA core runs (FLASH_PEAK)."""
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
@@ -121,7 +137,7 @@ def layer_forward(
         core += mem_time(probs * ab * 2, dev) + (mem_time(probs * (2 * ab + 1), dev) if sh.dropout else 0.0)
     else:  # a fused flash kernel: no s x s traffic; causal masks skip half the blocks
         fl = 4.0 * b * heads_local * seq * seq * sh.head_dim * (0.5 if sh.causal else 1.0)
-        core = max(KERNEL_LAUNCH_S, fl / (dev.gemm_rate * FLASH_EFF))
+        core = max(KERNEL_LAUNCH_S, fl / dev.flash_rate(kernel))
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
@@ -183,6 +199,7 @@ def micro_batch_time(
     tp_lat: float = 0.0,
     fused: bool = True,
     selective: str = "attention-core",
+    kernel: str = "flash",
 ) -> dict[str, float]:
     """Seconds of one micro-batch through `layers` layers (+ the LM head and loss when `head_vocab`):
     forward, backward, recompute and TP communication (forward + backward + recomputed forward)."""
@@ -196,6 +213,7 @@ def micro_batch_time(
         act_bytes=act_bytes,
         dev=dev,
         fused=fused,
+        kernel=kernel,
     )
     fwd_layer = f["gemm"] + f["core"] + f["rest"]
     fwd = layers * fwd_layer

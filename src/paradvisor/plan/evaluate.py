@@ -600,6 +600,7 @@ def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int,
         tp_lat=node0.latency,
         fused=mf.traits.fused,
         selective=mf.traits.selective,
+        kernel=mf.traits.attention,
     )
 
 
@@ -774,8 +775,7 @@ def evaluate(
     cal = calibrated_overhead(slow_spec, plan, precision)
     lat_k = 0.0 if cal else 1.0
 
-    gpu_model = uses_gpu_model(slow_spec, mf)
-    ct = dict(ct)
+    gpu_model, ct = uses_gpu_model(slow_spec, mf), dict(ct)
     t_tp = ct.pop("tp_comm", 0.0)
     # Tensor parallel: 2 all-reduces forward + 2 backward per layer, on the critical path.
     if plan.tp > 1 and mf.shape is not None and not gpu_model:

@@ -75,20 +75,23 @@ class EngineTraits:
     vocab_parallel: bool  # embedding and LM head split over TP (logits and loss too)
     dp_overlap: bool  # the gradient all-reduce overlaps the backward pass
     reshard_each_micro: bool  # FSDP gathers the parameters again for every micro-batch
-    fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes
-    selective: str = "attention-core"
+    fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes;
+    selective: str = "attention-core"  # attention: the flash kernel SDPA runs (estimate/steptime.FLASH_PEAK)
+    attention: str = "flash"
 
 
 # "torch": paradvisor's launcher. "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022
 # (gradient all-reduce after the backward pass). "torchtitan" (as benchmarked, no torch.compile): TP shards the
 # embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
-# elementwise ops (fused in -compile); per-op SAC. "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding
-# after forward, vocabulary over TP). "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
+# elementwise ops (fused in -compile); per-op SAC; F.scaled_dot_product_attention on the torch of 2024-12 runs its
+# FlashAttention-2 kernel on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; torchtitan enabled it in #1000,
+# 2025-03). "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding after forward, vocabulary over TP).
+# "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True),
     "megatron": EngineTraits(True, True, False, False),
-    "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm"),
-    "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm"),
+    "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm", "fa2"),
+    "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
     "llama3": EngineTraits(False, True, True, False),
     "mcore": EngineTraits(True, True, True, False),
 }
@@ -150,20 +153,8 @@ class ModelFacts:
         if unit is None:  # not traced: the largest projection of a block, or a module outside the blocks
             d_attn = s.heads * s.head_dim
             unit = max(nonblock, s.hidden * s.ffn + s.ffn, s.hidden * d_attn + d_attn)
-        return cls(
-            p,
-            p.total_params,
-            p.largest_layer.params,
-            block,
-            len(blocks),
-            first,
-            last,
-            replicated,
-            lm_head,
-            nonblock,
-            unit,
-            persistent,
-        )
+        args = (p.total_params, p.largest_layer.params, block, len(blocks), first, last, replicated, lm_head)
+        return cls(p, *args, nonblock, unit, persistent)
 
     @property
     def shape(self):
