@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("equivalence")]
 
 # One case per code path the launcher runs (issue 34: the suite keeps one case per code path; the full matrix,
 # every shape x every family, is `python experiments/equivalence.py`). Code paths that compose run together in one
-# case (DDP's accumulation with selective recompute; TP with SP under FSDP; split-by-speed batches under ZeRO-3);
+# case (DDP's accumulation with selective recompute; TP with SP under FSDP; split-by-speed batches under ZeRO-3;
+# FSDP2's sharding checked on HSDP's 2 x 2 mesh);
 # the cases they replace, each path alone, run with the full matrix (tests/support/matrix.py). Left to the
 # benchmark: ZeRO-1/-2 and ZeRO-3 offload (the same DeepSpeed engine as ZeRO-3 with another config), plain TP and
 # TP x DDP, GPipe (the other PP schedules run the same stage code), split-by-speed without ZeRO, and the family
@@ -32,14 +33,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("equivalence")]
 MINGPT = cases(
     [
         "DDP+accum, checkpointing (selective)",
-        "FSDP",
-        "HSDP",
+        "HSDP",  # FSDP2 over a 2-D (replicate 2, shard 2) mesh; the 1-D mesh runs in vgg's FSDP case below
         "split-by-speed ZeRO-3",  # uneven per-rank batches (3 and 5 samples), the loss weighted by them
         "TP+SP x FSDP",
         "PP3 (balanced split)",  # issue 31: 1 + 2 + 1 blocks, embedding and head counted as a block each
         "PP x FSDP",
     ],
-    ["DDP+accum", "ZeRO-3", "TP+SP", "TP x FSDP", "checkpointing (selective)", "split-by-speed ZeRO-2"],
+    [
+        "DDP+accum",
+        "FSDP",
+        "ZeRO-3",
+        "TP+SP",
+        "TP x FSDP",
+        "checkpointing (selective)",
+        "split-by-speed ZeRO-2",
+    ],
 )
 OTHERS = [
     (
@@ -79,9 +87,9 @@ def test_parallel_losses_equal_one_process(tmp_path_factory, family, shape):
     assert doc["max_relative_difference"] <= DEFAULT_TOLERANCE, doc["steps"]
     assert doc["equal"]
     # the sharding engines really shard: model-state bytes per rank below the one-process run's
-    if family == "mingpt" and shape in ("FSDP", "ZeRO-3", "split-by-speed ZeRO-3"):
+    if family == "mingpt" and shape in ("FSDP", "HSDP", "ZeRO-3", "split-by-speed ZeRO-3"):
         got, whole = state_bytes(Path(doc["run_dir"])), state_bytes(_refs["mingpt"][1])
-        if shape == "FSDP":
+        if shape in ("FSDP", "HSDP"):  # HSDP on one machine: 2 replicas of 2 shards (spec/mesh.node_size)
             assert got == pytest.approx(whole / 2, rel=0.02)  # 2 shards of params, grads, Adam
         else:  # not half on this tiny model: DeepSpeed keeps every tensor under
             # stage3_param_persistence_threshold (1e5 elements) whole on each rank besides its partition, which
