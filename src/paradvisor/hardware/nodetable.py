@@ -280,8 +280,6 @@ def _ram(n: dict, where: Where) -> int | None:
 
 def _hosts(n: dict, count: int, loc: KeyLocator, i: int, here: str) -> list[str | None]:
     """One host (or None) per node of the table: `host` for a single node, `hosts` for a group."""
-    from paradvisor.hardware.remote import parse_host  # noqa: PLC0415 - start-up: `paradvisor recommend` does not load it
-
     if "host" in n and count > 1:
         raise InputError(
             f"a group of {count} nodes takes hosts = [...] (one per node), not host",
@@ -295,6 +293,8 @@ def _hosts(n: dict, count: int, loc: KeyLocator, i: int, here: str) -> list[str 
     )
     if not isinstance(raw, list) or len(raw) != count:
         raise InputError(f"expected a list of {count} host names (one per node)", where=hw)
+    from paradvisor.hardware.remote import parse_host  # noqa: PLC0415 - start-up: a file without hosts does not load it
+
     for h in raw:
         try:
             parse_host(h)
