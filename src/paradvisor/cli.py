@@ -84,7 +84,9 @@ def _bound_numbers(parser: argparse.ArgumentParser) -> None:
                 _bound_numbers(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only` (a command's name) just that subcommand's parser: what a command
+    line that names its command is parsed with (its --help, its errors and its prog are the same)."""
     import importlib
 
     parser = _Parser(
@@ -94,8 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"paradvisor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    names = (only,) if only in COMMANDS else COMMANDS
+    for name in names:
         importlib.import_module(f"paradvisor.commands.{name}").add_parser(sub)
+    if only not in sub.choices and names != COMMANDS:  # a module whose command has another name (probe)
+        return build_parser()
     from paradvisor.commands.helptext import complete
 
     complete(parser)  # every subcommand a paragraph, every option a line
@@ -202,11 +207,11 @@ def _main(argv: list[str] | None) -> int:
         warnings.filterwarnings("ignore")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    parser = build_parser()
     if not raw or raw[0].startswith("--") and raw[0] not in ("--help", "--version"):
         # No command: the interactive session (its options may follow).
 
         raw = ["tui", *raw]
+    parser = build_parser(raw[0] if raw else None)  # a named command: only its own parser is built
     args, unknown = parser.parse_known_args(raw)
     if unknown:  # told by the subcommand, which names its own --help
         _subparser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")

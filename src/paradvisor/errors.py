@@ -13,7 +13,8 @@ class InputError(Exception):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, where: str | None = None):
+    def __init__(self, message: str, *, where: str | object | None = None):
+        where = None if where is None else str(where)  # a lazy location (tomlfile.Where) is located now
         self.where = where
         self.message = message
         super().__init__(f"{where}: {message}" if where else message)

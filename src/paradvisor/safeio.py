@@ -132,7 +132,8 @@ def check_tree(doc, where: str, *, max_depth: int = MAX_DEPTH, locate=None) -> N
             if len(parts) >= max_depth:
                 raise InputError(f"nested deeper than {max_depth} levels", where=at(parts))
             items = node.items() if isinstance(node, dict) else enumerate(node)
-            stack.extend((v, (*parts, k)) for k, v in items)
+            # only what can fail is looked at: containers and floats (a string or an integer never does)
+            stack.extend((v, (*parts, k)) for k, v in items if isinstance(v, (dict, list, float)))
 
 
 def _no_constant(name: str):

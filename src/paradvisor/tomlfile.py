@@ -53,27 +53,40 @@ def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
 
 class KeyLocator:
     """Finds the 1-based line of `key` in the n-th occurrence of a table header. The lines of every header
-    are indexed once, so locating each of n tables costs O(lines of that table), not O(file)."""
+    are indexed once, on the first question (a file read without an error is never indexed), so locating
+    each of n tables costs O(lines of that table), not O(file)."""
 
     _HEADER = re.compile(r"^\s*\[{1,2}\s*([^\[\]]*?)\s*\]{1,2}\s*(#.*)?$")
 
     def __init__(self, path: str | os.PathLike, text: str):
         self.path = str(path)
-        self.lines = text.splitlines()
-        self.headers: dict[str, list[int]] = {}
-        self.table_starts: list[int] = []
+        self.text = text
+        self._index: tuple[list[str], dict[str, list[int]], list[int]] | None = None
         self._keys: dict[int, dict[str, int]] = {}  # table's first line -> {key: line}
-        for i, ln in enumerate(self.lines):
-            if re.match(r"^\s*\[", ln):
-                self.table_starts.append(i)
-                m = self._HEADER.match(ln)
-                if m:
-                    self.headers.setdefault(m.group(1), []).append(i)
+
+    def _indexed(self) -> tuple[list[str], dict[str, list[int]], list[int]]:
+        if self._index is None:
+            lines = self.text.splitlines()
+            headers: dict[str, list[int]] = {}
+            table_starts: list[int] = []
+            for i, ln in enumerate(lines):
+                if re.match(r"^\s*\[", ln):
+                    table_starts.append(i)
+                    m = self._HEADER.match(ln)
+                    if m:
+                        headers.setdefault(m.group(1), []).append(i)
+            self._index = (lines, headers, table_starts)
+        return self._index
+
+    @property
+    def headers(self) -> dict[str, list[int]]:
+        return self._indexed()[1]
 
     def line(self, header: str | None, index: int, key: str | None) -> int | None:
+        lines, headers, table_starts = self._indexed()
         start = 0
         if header:
-            starts = self.headers.get(header, [])
+            starts = headers.get(header, [])
             if index >= len(starts):
                 return None
             start = starts[index]
@@ -82,14 +95,12 @@ class KeyLocator:
         keys = self._keys.get(start if header else -1)
         if keys is None:  # the table's `key = ...` lines, indexed once (a table is asked about key after key)
             after = (
-                bisect.bisect_right(self.table_starts, start)
-                if header
-                else bisect.bisect_left(self.table_starts, 0)
+                bisect.bisect_right(table_starts, start) if header else bisect.bisect_left(table_starts, 0)
             )
-            end = self.table_starts[after] if after < len(self.table_starts) else len(self.lines)
+            end = table_starts[after] if after < len(table_starts) else len(lines)
             keys = {}
             for i in range(start + (1 if header else 0), end):
-                k, eq, _ = self.lines[i].partition("=")
+                k, eq, _ = lines[i].partition("=")
                 if eq:
                     keys.setdefault(k.strip(), i + 1)
             self._keys[start if header else -1] = keys
@@ -103,8 +114,32 @@ class KeyLocator:
         loc = f"{self.path}:{line}" if line else self.path
         return f"{loc}: {keypath}"
 
+    def at(self, header: str | None, index: int, key: str | None, keypath: str) -> Where:
+        """`where(...)`, worked out only when an error is reported (`str()` of it; InputError does that)."""
+        return Where(self, header, index, key, keypath)
 
-def check_keys(table: dict, allowed: set[str], where: str) -> None:
+
+class Where:
+    """A "file:line: key" location not yet located: a file of 16,384 [[node]] tables is checked with about
+    seven locations per table, and only an error's is ever read. `then(".count")` is the location of a part
+    of it (the same line, a longer key path)."""
+
+    __slots__ = ("header", "index", "key", "keypath", "loc", "suffix")
+
+    def __init__(
+        self, loc: KeyLocator, header: str | None, index: int, key: str | None, keypath: str, suffix=""
+    ):
+        self.loc, self.header, self.index, self.key, self.keypath = loc, header, index, key, keypath
+        self.suffix = suffix
+
+    def then(self, suffix: str) -> Where:
+        return Where(self.loc, self.header, self.index, self.key, self.keypath, self.suffix + suffix)
+
+    def __str__(self) -> str:
+        return self.loc.where(self.header, self.index, self.key, self.keypath) + self.suffix
+
+
+def check_keys(table: dict, allowed: set[str], where: str | Where) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise InputError(

@@ -510,3 +510,21 @@ def test_expression_parser_only_raises_its_own_error(text):
 
 def test_default_rules_dir_is_the_repo_rules_folder():
     assert default_rules_dir() == REPO / "rules"
+
+
+def test_a_condition_is_evaluated_once_per_distinct_values_of_what_it_reads():
+    """rules/engine._fires reuses a condition's answer for the same values of the facts it reads (a plan's
+    other facts may differ); a fact that cannot be a key (a list) is evaluated every time."""
+    from dataclasses import replace as with_
+
+    from paradvisor.rules.engine import _fires
+    from paradvisor.rules.expr import Compiled
+
+    seen = []
+    when = Compiled("plan.tp > 1", lambda f: seen.append(f["plan.tp"]) or f["plan.tp"] > 1, {"plan.tp"}, [])
+    rule = with_(BY_ID[next(iter(BY_ID))], when=when)
+    assert _fires(rule, {"plan.tp": 2, "plan.dp": 1}) and _fires(rule, {"plan.tp": 2, "plan.dp": 8})
+    assert not _fires(rule, {"plan.tp": 1, "plan.dp": 8})
+    assert seen == [2, 1]
+    assert not _fires(rule, {"plan.tp": [2]}) and not _fires(rule, {"plan.tp": [2]})  # TypeError: not fired
+    assert seen == [2, 1, [2], [2]]

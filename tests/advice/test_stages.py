@@ -166,3 +166,19 @@ def test_expert_gradients_sync_over_the_expert_data_parallel_group():
         1.0,
         0.5,
     )
+
+
+def test_plans_that_differ_only_in_sharding_share_their_gpu_stage_times():
+    """plan/evaluate.gpu_stage_times keeps one answer per stage layout and TP setting in the topology's cache:
+    a plan that differs only in sharding (or dp, offload) gets that answer, the one a fresh search computes."""
+    from paradvisor.plan.evaluate import gpu_stage_times
+
+    mf, topo, wl = _setup()
+    a = Plan(dp=2, tp=2, pp=2, micro_batch=1, grad_accum=32, precision="bf16")
+    b = replace(a, sharding="zero3")
+    spec = topo.specs[0]
+    first = gpu_stage_times(mf, topo, wl, a, "bf16", spec, 1)
+    assert gpu_stage_times(mf, topo, wl, b, "bf16", spec, 1) is first
+    fresh = Topology.of(single_node_cluster("A100 80GB", 8))
+    assert gpu_stage_times(mf, fresh, wl, b, "bf16", fresh.specs[0], 1) == first
+    assert gpu_stage_times(mf, topo, wl, replace(a, checkpointing="full"), "bf16", spec, 1) != first

@@ -104,3 +104,14 @@ def test_a_stale_stamp_warns_once(installed):
     )
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "transformers 5.23.0 (installed 5.99.0)" in lines[0], proc.stderr
+
+
+def test_installed_version_reads_what_importlib_metadata_reads():
+    """model/activations.installed_version reads a distribution's METADATA itself (importlib.metadata costs
+    every command about 50 ms to import): the same answer, for names written every way, and None when absent."""
+    for pkg in (*activations.STAMPED, "PyYAML", "typing-extensions", "Jinja2", "no-such-package-here"):
+        try:
+            want = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            want = None
+        assert activations.installed_version(pkg) == want, pkg

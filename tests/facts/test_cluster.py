@@ -114,3 +114,29 @@ def test_bad_cluster_files(tmp_path, cli, label, text, fragments):
 
 def test_missing_cluster_file(cli, tmp_path):
     assert_one_line_error(cli("detect", "--cluster", str(tmp_path / "nope.toml")), "file not found")
+
+
+def test_tables_alike_share_their_checks_but_not_their_own_keys(tmp_path):
+    """Tables that differ only in name/host share one check of their GPUs, link and RAM (hardware/nodetable.py)
+    and their Nodes share those values; a later table's own keys are still checked, named with its own line."""
+    table = '[[node]]\nname = "n{i}"\nhost = "{host}"\ngpus = [{{ type = "H100 SXM", count = 8 }}]\nram = "1 TiB"\n'
+    good = tmp_path / "alike.toml"
+    good.write_text(
+        "".join(table.format(i=i, host=f"10.0.0.{i}") for i in range(3)) + '[network]\nkind = "ib-ndr"\n'
+    )
+    c = load_cluster(good)
+    assert [n.host for n in c.nodes] == ["10.0.0.0", "10.0.0.1", "10.0.0.2"]
+    assert c.nodes[0].gpus is c.nodes[2].gpus and c.nodes[2].ram_total_bytes == 1 << 40
+    bad = tmp_path / "alike-bad.toml"
+    bad.write_text("".join(table.format(i=i, host="bad host!" if i == 2 else "h") for i in range(3)))
+    with pytest.raises(InputError, match=r"alike-bad.toml:13: node\[2\].host"):
+        load_cluster(bad)
+
+
+def test_an_error_location_is_found_only_when_reported():
+    from paradvisor.tomlfile import KeyLocator
+
+    loc = KeyLocator("c.toml", '[[node]]\nname = "a"\n[[node]]\nname = "b"\ncount = 0\n')
+    where = loc.at("node", 1, "count", "node[1]").then(".count")
+    assert loc._index is None  # nothing indexed yet: a file without errors is never indexed
+    assert str(InputError("bad", where=where)) == "c.toml:5: node[1].count: bad"

@@ -10,7 +10,6 @@ figures. One JSON file per machine: $PARADVISOR_CALIBRATION, else ~/.cache/parad
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +28,8 @@ def default_path() -> Path | None:
     env = os.environ.get("PARADVISOR_CALIBRATION")
     if env:
         return None if env.lower() == "none" else Path(env)
+    import socket  # noqa: PLC0415 - start-up: PARADVISOR_CALIBRATION=none does not load it
+
     return Path.home() / ".cache" / "paradvisor" / f"calibration-{socket.gethostname()}.json"
 
 

@@ -47,9 +47,7 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.rules.engine import FiredRule
 from paradvisor.spec.plan import Plan, Workload
 
-DEEPSPEED_STEP_OVERHEAD = (
-    5e-3  # s per optimizer step of engine bookkeeping (measured on CPU runs, accuracy.py)
-)
+DEEPSPEED_STEP_OVERHEAD = 5e-3  # s per optimizer step of engine bookkeeping (CPU runs, accuracy.py)
 PP_MICRO_OVERHEAD = 3e-4  # s per micro-batch per stage: kernel launches, schedule sync
 CPU_ADAM_BW = 10e9  # bytes/s of host memory traffic a CPU Adam step sustains
 HOST_LINK_BW = 12e9  # PCIe host<->GPU, bytes/s
@@ -518,11 +516,8 @@ def compute_time(
         return {"forward": fwd / rate, "backward": 2 * fwd / rate, "recompute": 0.0}
     s = mf.shape
     tokens = micro_batch * wl.seq_len
-    rate = (
-        curve_rate(curve, s.hidden / plan.tp) * 1e12
-        if curve
-        else peak * efficiency(s.hidden / plan.tp, tokens)
-    )
+    width = s.hidden / plan.tp
+    rate = curve_rate(curve, width) * 1e12 if curve else peak * efficiency(width, tokens)
     scale = tokens / plan.tp / rate
     worst = None
     for layers, head in {(st.layers, st.last) for st in pipeline_stages(mf, plan)}:
@@ -550,7 +545,13 @@ def gpu_stage_times(
     mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, spec, micro_batch: int
 ) -> dict[str, float]:
     """The slowest pipeline stage's per-micro-batch seconds from the operation-level model: forward,
-    backward, recompute and TP communication."""
+    backward, recompute and TP communication (one answer per stage layout and TP setting: plans that differ
+    in dp, sharding or offload share it)."""
+    done = ("gpu-stages", spec.name, micro_batch, precision, wl.attention, wl.seq_len, id(mf), plan.tp,
+            plan.sequence_parallel, plan.checkpointing, plan.pp, plan.pp_schedule, plan.pp_virtual_stages,
+            plan.pp_split, plan.grad_accum)  # fmt: skip
+    if done in topo._cache:
+        return topo._cache[done]
     s = mf.shape
     dev = steptime.Device(effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch)
     sh = steptime.LayerShape(
@@ -578,6 +579,7 @@ def gpu_stage_times(
             )
         if worst is None or sum(t.values()) > sum(worst.values()):
             worst = t
+    topo._cache[done] = worst
     return worst
 
 
@@ -610,10 +612,8 @@ def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
     if plan.rank_batches:
         for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
             classes.setdefault((spec.name, mb), (spec, mb))
-    else:
-        for (
-            spec
-        ) in topo.specs:  # distinct GPU types in rank order: the cost does not grow with the rank count
+    else:  # distinct GPU types in rank order: the cost does not grow with the rank count
+        for spec in topo.specs:
             classes.setdefault((spec.name, plan.micro_batch), (spec, plan.micro_batch))
     return list(classes.values())
 

@@ -18,6 +18,7 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.nearest import nearest_fix
 from paradvisor.plan.records import Infeasible, NearestFix
 from paradvisor.plan.space import candidates, schedule_ok
+from paradvisor.plan.unranked import layout_key, summarize_infeasible, summarize_plan_only
 from paradvisor.rules.engine import apply_rules
 from paradvisor.spec.capability import family_of, runtime_why_not, why_not
 from paradvisor.spec.plan import Plan, Workload
@@ -108,10 +109,6 @@ def validate(profile: ModelProfile, cluster: Cluster, wl: Workload) -> list[str]
     return warnings
 
 
-def layout_key(p: Plan) -> tuple:
-    return (p.dp, p.tp, p.pp, p.sharding, p.offload, p.diloco, p.split_by_speed, p.ep)
-
-
 def explain(e: Estimate, cluster: Cluster) -> str:
     p = e.plan
     t = {k: v for k, v in e.time.items() if k != "dp_comm_total"}
@@ -150,9 +147,10 @@ def _evaluate_all(
     margin: float,
     family,
     runtime: str = "paradvisor",
+    evaluated: dict | None = None,
 ) -> tuple[list[Estimate], list[tuple[Estimate, str]], int]:
     """Every candidate layout (and DiLoCo's on a WAN cluster) evaluated: the launchable ones, the
-    unlaunchable ones with why, and how many were evaluated."""
+    unlaunchable ones with why, and how many were evaluated (each candidate's estimate kept in `evaluated`)."""
     estimates: list[Estimate] = []
     unlaunchable: list[tuple[Estimate, str]] = []
     n = 0
@@ -165,7 +163,10 @@ def _evaluate_all(
             unlaunchable.append((e, why))
 
     for plan in candidates(mf, topo, wl, precision):
-        keep(evaluate(mf, topo, wl, plan, precision, margin))
+        e = evaluate(mf, topo, wl, plan, precision, margin)
+        if evaluated is not None:
+            evaluated[plan] = e
+        keep(e)
         n += 1
     if wan_cluster(cluster):
         for e in diloco_candidates(mf, topo, wl, precision, margin):
@@ -243,6 +244,20 @@ def _record_moves(plans: list[Estimate], fired: list[dict]) -> None:
             ]
 
 
+def _reevaluator(mf, topo, wl, precision: str, margin: float, family, runtime: str, evaluated: dict):
+    """What a rule's `set` changes a plan into, estimated (None: outside the launchable space)."""
+
+    def reevaluate(p: Plan) -> Estimate | None:
+        if why_not(p, family, runtime=runtime) or not schedule_ok(p):
+            return None
+        done = evaluated.get(p)  # a candidate's plan (most are): its estimate as evaluate() made it, copied
+        if done is not None:  # (the rules change score, rule_factor and rules on it; evaluate set score=step)
+            return replace(done, score=done.step_time, rules=[], notes=list(done.notes), rule_factor=1.0)
+        return evaluate(mf, topo, wl, p, precision, margin)
+
+    return reevaluate
+
+
 def recommend(
     profile: ModelProfile,
     cluster: Cluster,
@@ -266,15 +281,13 @@ def recommend(
     mf = ModelFacts.of(profile)
     topo = Topology.of(cluster)
     family = family_of(profile)
-    estimates, unlaunchable, n = _evaluate_all(mf, topo, cluster, wl, precision, margin, family, runtime)
+    evaluated: dict[Plan, Estimate] = {}
+    estimates, unlaunchable, n = _evaluate_all(
+        mf, topo, cluster, wl, precision, margin, family, runtime, evaluated
+    )
     fired: list[dict] = []
     if rule_sets:
-
-        def reevaluate(p: Plan) -> Estimate | None:  # a rule's change stays inside the launchable space
-            if why_not(p, family, runtime=runtime) or not schedule_ok(p):
-                return None
-            return evaluate(mf, topo, wl, p, precision, margin)
-
+        reevaluate = _reevaluator(mf, topo, wl, precision, margin, family, runtime, evaluated)
         fired = apply_rules(
             rule_sets,
             estimates,
@@ -314,71 +327,6 @@ def recommend(
         fired_rules=fired,
         plan_only=summarize_plan_only(unlaunchable, plans),
     )
-
-
-def summarize_plan_only(unlaunchable: list[tuple[Estimate, str]], ranked: list[Estimate]) -> list[dict]:
-    """The best fitting plan of each unlaunchable layout that would beat the top-ranked plan's step time
-    (or all of them when nothing launchable fits), fastest first, with why it cannot be launched."""
-    best: dict[tuple, tuple[Estimate, str]] = {}
-    for e, why in unlaunchable:
-        if not e.fits:
-            continue
-        k = layout_key(e.plan) + (e.plan.sequence_parallel, e.plan.precision)
-        if k not in best or e.score < best[k][0].score:
-            best[k] = (e, why)
-    bar = ranked[0].step_time if ranked else float("inf")
-    out = []
-    for e, why in sorted(best.values(), key=lambda t: (t[0].score, t[0].memory_total)):
-        if e.step_time > bar:
-            continue
-        out.append(
-            {
-                "label": e.plan.label(),
-                "why": why,
-                "step_time_s": e.step_time,
-                "memory_per_gpu_bytes": round(e.memory_total),
-                "plan": e.plan.to_dict(),
-            }
-        )
-    return out[:10]
-
-
-def summarize_infeasible(estimates: list[Estimate], feasible_layouts: set) -> list[Infeasible]:
-    best: dict[tuple, Estimate] = {}
-    for e in estimates:
-        if e.fits:
-            continue
-        k = layout_key(e.plan)
-        if k in feasible_layouts:
-            continue
-        if k not in best or e.memory_total < best[k].memory_total:
-            best[k] = e
-    return [
-        Infeasible(
-            label=e.plan.label(),
-            needs_bytes=e.memory_total,
-            has_bytes=e.capacity,
-            usable_bytes=e.usable,
-            gpu=e.tight_gpu,
-            why=_why_not_fitting(e),
-            plan=e.plan.to_dict(),
-        )
-        for e in sorted(best.values(), key=lambda e: e.ratio)
-    ]
-
-
-def _why_not_fitting(e) -> str:
-    """What does not fit: the GPUs, or (a plan whose GPU side fits) the host RAM its offload needs."""
-    gpu = (
-        f"needs {e.memory_total / GiB:.1f} GiB per GPU, has {e.capacity / GiB:.0f} "
-        f"({e.usable / GiB:.1f} usable) on {e.tight_gpu}"
-    )
-    if e.memory_total <= e.usable and not e.host_fits:
-        ram = "; ".join(n for n in e.notes if "RAM" in n)
-        return (
-            f"fits the GPUs ({e.memory_total / GiB:.1f} of {e.usable / GiB:.1f} GiB) but not host RAM: {ram}"
-        )
-    return gpu
 
 
 def best_for_runtime(
