@@ -197,7 +197,8 @@ def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_pat
     mon = run_cli("monitor", str(run_dir), "--json")
     assert mon.returncode == 1
     doc = json.loads(mon.stdout)
-    assert doc["status"] == "interrupted" and doc["step"] >= 4
+    # start_long_run waited for 4 step records of the 2 ranks, which step together: step 2 at least
+    assert doc["status"] == "interrupted" and doc["step"] >= 2
     assert "without writing a final status" in doc["reason"]
     listed = run_cli("runs", "--runs-dir", str(run_dir.parent), "--json")
     assert [r["status"] for r in json.loads(listed.stdout)["runs"]] == ["interrupted"]

@@ -56,10 +56,13 @@ def test_recommend_and_launch_round_in_tmux(tmp_path):
         wait_for(session, "paper000-two-servers")
         tmux("send-keys", "-t", session, "2")
         wait_for(session, "samples/s")
-        deadline = time.monotonic() + 120  # the rows arrive from the ranking worker after the header
+        # the rows arrive from the ranking worker after the header, and the columns take their widths once the
+        # rows are in (a busy machine can show one frame in between): wait (bounded) for the settled table
+        deadline = time.monotonic() + 120
         out = screen(session)
         while (
-            not any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")) and time.monotonic() < deadline
+            not (any(k in out for k in ("DDPx6", "FSDPx6", "ZeRO", "PP", "TP")) and " ms " in out)
+            and time.monotonic() < deadline
         ):
             time.sleep(0.5)
             out = screen(session)
