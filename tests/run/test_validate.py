@@ -115,11 +115,12 @@ def test_validate_bad_dir(tmp_path):
     assert_one_line_error(pa("validate", str(tmp_path)), "not a run directory")
 
 
+# one process: what runs out of memory and what the re-plan changes are per rank (issue 34: a rank fewer)
 OOM = dict(
-    workload={"seq_len": 256, "global_batch": 128},
+    workload={"seq_len": 256, "global_batch": 64},
     train={"steps": 2, "model_overrides": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256}},
-    plan={"micro_batch": 64, "grad_accum": 1},
-    launch={"memory_limit": "300 MiB"},
+    plan={"dp": 1, "micro_batch": 64, "grad_accum": 1},
+    launch={"memory_limit": "300 MiB", "nproc_per_node": 1},
 )
 
 
