@@ -409,9 +409,12 @@ def test_rank_rows_show_the_processes_readings_and_closing_the_session_stops_its
             await settle(app, pilot)
             app.query_one("#preset-select").value = str(presets / "long.toml")
             app.action_launch_preset()
-            await pilot.pause(0.3)
+            from paradvisor.tui.screens import ConfirmLaunchScreen
+
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
             await pilot.press("y")  # the confirmation the TUI asks before any run starts
             await until(pilot, lambda: app.run_summary is not None and app.run_summary.step >= 3, timeout=120)
+            assert app.run_summary is not None and app.run_summary.step >= 3, app.run_summary
             pane = app.query_one("#monitor-pane")
             await until(
                 pilot,
