@@ -10,6 +10,9 @@ gap there also counts the time the thread waited for a core or for the GIL). Mea
 ranking runs, while "102496" is typed into the sequence box one digit at a time, and from `L` (launch the
 selected plan) until the question is on screen and until its prediction is filled in (the run is not started).
 Goal: no stall over 50 ms, the question under 1 s after `L`.
+
+--profile: a thread samples the UI thread's stack every millisecond (benchmarks/_stall_stacks.py) and the
+functions on it during the longest stalls are printed after the figures.
 """
 
 from __future__ import annotations
@@ -25,11 +28,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-async def session(model: str, cluster: str) -> None:
+async def session(model: str, cluster: str, profile: int = 0) -> None:
+    import threading
+
+    from _stall_stacks import StackSampler
+
     from paradvisor.tui.app import ParadvisorApp
     from paradvisor.tui.screens import ConfirmLaunchScreen
 
-    stall = {"max": 0.0, "phase": {}, "cpu_max": 0.0, "cpu": {}}
+    stall = {"max": 0.0, "phase": {}, "cpu_max": 0.0, "cpu": {}, "windows": []}
+    sampler = StackSampler(threading.get_ident()) if profile else None
     phase = ["start"]
 
     async def ticker():
@@ -45,6 +53,8 @@ async def session(model: str, cluster: str) -> None:
             stall["phase"][phase[0]] = max(stall["phase"].get(phase[0], 0.0), gap)
             stall["cpu_max"] = max(stall["cpu_max"], busy)
             stall["cpu"][phase[0]] = max(stall["cpu"].get(phase[0], 0.0), busy)
+            if gap > 0.02:
+                stall["windows"].append((gap, busy, now - gap - 0.005, now, phase[0]))
 
     def ranked(generation: int) -> bool:
         """A ranking newer than `generation` was asked for and has been shown (no typing pause pending)."""
@@ -64,10 +74,13 @@ async def session(model: str, cluster: str) -> None:
         app = ParadvisorApp(cluster=cluster, model=model, runs_dir=os.path.join(tmp, "runs"), live=False)
         async with app.run_test(size=(130, 42)) as pilot:
             tick = asyncio.create_task(ticker())
+            if sampler:
+                sampler.start()
             phase[0] = "first ranking"
             t0 = time.perf_counter()
             await until(pilot, lambda: app.rec is not None)
             first = time.perf_counter() - t0
+            widgets = len(list(app.screen.walk_children()))  # what each restyle of the whole screen walks
             await pilot.press("2")
             phase[0] = "typing 102496"
             box = app.query_one("#seq-len")
@@ -94,6 +107,8 @@ async def session(model: str, cluster: str) -> None:
             predicted = time.perf_counter() - t0
             await pilot.press("escape")
             tick.cancel()
+            if sampler:
+                sampler.stop()
     print(f"{'step':36s} {'seconds':>8s} {'longest UI-thread stall: wall':>30s} {'its CPU':>8s}")
     rows = [
         ("first ranking", first),
@@ -110,15 +125,27 @@ async def session(model: str, cluster: str) -> None:
         f"{'longest UI-thread stall overall':36s} {'':8s} {stall['max'] * 1e3:27.0f} ms "
         f"{stall['cpu_max'] * 1e3:5.0f} ms  (goal: under 50 ms)"
     )
+    print(f"widgets on the screen after the first ranking (each whole-screen restyle walks them): {widgets}")
+    for gap, busy, start, end, name in sorted(stall["windows"], reverse=True)[:profile]:
+        print(f"\nstall of {gap * 1e3:.0f} ms (UI-thread CPU {busy * 1e3:.0f} ms) in {name}:")
+        print(sampler.report(start, end))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="bert-base-uncased")
     ap.add_argument("--cluster", default=str(REPO / "examples" / "clusters" / "paper000-two-servers.toml"))
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print what the UI thread ran in the N longest stalls",
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    asyncio.run(session(args.model, args.cluster))
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    asyncio.run(session(args.model, args.cluster, args.profile))
 
 
 if __name__ == "__main__":

@@ -289,11 +289,21 @@ class ParadvisorApp(RunControl, App):
             pass
 
     # ------------------------------------------------------------------------------------------- actions
-    def action_tab(self, tab: str) -> None:
-        # Move focus into the new pane too: a focused widget left in a hidden pane pulls its pane back.
+    async def action_tab(self, tab: str) -> None:
+        # A pane built on first show (the Monitor's) is built before the tab switches, so its widget can take
+        # focus. Move focus into the new pane too: a focused widget left in a hidden pane pulls its pane back.
+        pane = self.pane(tab)
+        if isinstance(pane, MonitorPane):
+            await pane.build()
         self.tabs.active = tab
-        self.pane(tab).main_widget.focus()
+        pane.main_widget.focus()
         self.refresh_bindings()
+
+    @on(TabbedContent.TabActivated, "#tabs")
+    async def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
+        """A tab chosen with the mouse: the Monitor's view is built the first time it shows."""
+        if isinstance(event.pane, MonitorPane):
+            await event.pane.build()
 
     def action_leave_box(self) -> None:
         """Esc in a text box: focus goes back to the tab's main widget (digits switch tabs again)."""

@@ -97,7 +97,7 @@ class RunControl:
         self.monitor.start_following(launch.run_dir)
         self.launcher.show_started(preset.name, launch.run_dir)
         self.wait_for_run(launch)
-        self.action_tab("monitor")
+        self.call_next(self.action_tab, "monitor")  # a coroutine: the Monitor's view may be built first
 
     @work(thread=True, group="wait")
     def wait_for_run(self, launch) -> None:

@@ -1,6 +1,11 @@
 """Tab 4, Monitor: follows one run directory (the run started here, or one opened with --open) twice a
 second and shows it in a `RunView` (status, predicted vs measured, plots, ranks, log). The Stop button
-posts `StopRequested`: the app owns the run."""
+posts `StopRequested`: the app owns the run.
+
+The RunView (30 widgets: four plots, the rank table, the log) is built the first time the tab is shown
+(`build`), not at start: every restyle of the whole screen (the first one, a resize across a breakpoint, a
+modal screen closing) walks every widget mounted, shown or not (benchmarks/tui_stall.py). Until then there is
+nothing to show, so the run is not read either."""
 
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
@@ -29,13 +34,33 @@ class MonitorPane(TabPane):
         self.follower = None  # monitor.follow.MetricsFollower of run_dir
         self.run_summary: RunSummary | None = None  # monitor.follow.summarize_run of run_dir, as last shown
         self._failure_logged: Path | None = None  # the run whose last log lines are already in the log
+        self._readings: tuple[str, dict[int, dict]] | None = None  # the latest, for a view built later
+        self._eager = bool(open_run)  # --open: the session opens on this tab, so the view is composed
+        self._view_mount = None  # the view's mount once started (whoever shows the tab awaits it)
+        self.built = False  # the view is mounted, its own on_mount done: it may be shown in
         if open_run:
             self.follow(Path(open_run))
 
     def compose(self) -> ComposeResult:
-        yield RunView(id="monitor-pane")
+        if self._eager:
+            yield RunView(id="monitor-pane")
+
+    async def build(self) -> None:
+        """The view, mounted the first time the tab is shown, then the run shown in it at once. Until the
+        mount is done nothing reads the run: a record read into a view not yet there would be lost."""
+        if self.built:
+            return
+        if self._view_mount is None:
+            self._view_mount = self.mount(RunView(id="monitor-pane"))
+        await self._view_mount
+        if not self.built:
+            self.built = True
+            if self._readings is not None:
+                self.view.show_readings(*self._readings)
+            self.refresh_run()
 
     def on_mount(self) -> None:
+        self.built = self._eager  # a composed view is mounted before its pane
         self.set_interval(REFRESH_S, self.refresh_run)
 
     # ------------------------------------------------------------------------------------------ widgets
@@ -59,7 +84,8 @@ class MonitorPane(TabPane):
     def start_following(self, run_dir: Path) -> None:
         """A run started here: follow it, with the log of the previous run cleared."""
         self.follow(run_dir)
-        self.view.clear_log()
+        if self.built:  # a view built later starts with an empty log
+            self.view.clear_log()
 
     def refresh_run(self) -> None:
         from textual.app import ScreenStackError
@@ -71,6 +97,8 @@ class MonitorPane(TabPane):
             pass
 
     def _refresh_run(self) -> None:
+        if not self.built:
+            return
         if self.run_dir is None or self.follower is None:
             self.query_one("#run-status", Static).update("No run yet: launch a preset (tab 3, or L).")
             return
@@ -85,7 +113,9 @@ class MonitorPane(TabPane):
             view.write_log_lines([f"| {ln}" for ln in s.last_log_lines])
 
     def show_readings(self, text: str, ranks: dict[int, dict]) -> None:
-        self.view.show_readings(text, ranks)
+        self._readings = (text, ranks)
+        if self.built:
+            self.view.show_readings(text, ranks)
 
     def cycle_view(self) -> str:
         return self.view.cycle_view()
