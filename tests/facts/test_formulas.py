@@ -2,7 +2,9 @@
 
 For every derived code path, a new size (not one the derivation fitted) is built on the meta device: the
 per-layer table and DeepSpeed's parameter facts must equal what the formula gives, and so must two traced
-activation keys, for the issue's first families on every run and for two of the others each day
+activation keys with their op counts, for the issue's first families and every mixture-of-experts code path
+(router, dispatch and expert inputs of b·s·k rows; DeepSeek's expert groups) on every run and for two of the
+others each day
 (`python scripts/derive_formulas.py --check`: every variant, every key). A transformers or torch upgrade
 that changes a model's code fails here, not in advice.
 Also: a known family's config is answered without importing torch or transformers, an unknown code path
@@ -28,17 +30,10 @@ sys.path.insert(0, str(REPO / "scripts"))
 import derive_formulas as D  # the derivation's own probes and comparison
 
 SEEDS = sorted(v["seed"] for v in formula.table().get("variants", {}).values() if v.get("family") != "albert")
+# every mixture-of-experts code path (the trace's blocks dense or with experts are code paths of their own)
+MOE = {s for s in SEEDS if shape_from_config(D.seeds()[s]).is_moe}
 # one case each (several seconds: a trace at a new size); every other variant: the sampled test below
-FIRST = {
-    "bert-base-uncased",
-    "deepseek-v2-lite",
-    "gpt2",
-    "llama-2-70b",
-    "mixtral-8x7b",
-    "olmoe-1b-7b",
-    "qwen1.5-moe-a2.7b",
-    "qwen2.5-7b",
-}
+FIRST = {"bert-base-uncased", "gpt2", "llama-2-70b", "qwen2.5-7b"} | MOE
 OTHERS = [s for s in SEEDS if s not in FIRST]
 SAMPLED = 2  # dense variants of OTHERS traced per run (a different pair each day); the rest: parameters only
 
@@ -99,25 +94,41 @@ def test_a_sample_of_the_other_variants_equals_trace_at_a_new_size():
     assert bad == [], f"traced today: {sorted(traced)}"
 
 
-def test_known_family_config_never_imports_torch_or_transformers(tmp_path):
-    """A Qwen2-7B-shaped config nobody has counted: the answer without the heavy libraries (importing them
-    fails)."""
-    cfg = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 27,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "vocab_size": 152064,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-        "use_sliding_window": False,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "torch_dtype": "bfloat16",
-    }
+QWEN2_7B = {  # a Qwen2-7B-shaped config nobody has counted
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 27,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
+# a smaller DeepSeek-V3 (latent attention, 64 experts in 4 groups, one dense layer first): activations too
+DEEPSEEK = {
+    **D.PUBLIC["deepseek-v3"],
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 48,
+    "moe_intermediate_size": 1024,
+    "n_routed_experts": 64,
+    "n_group": 4,
+    "topk_group": 2,
+    "first_k_dense_replace": 1,
+}
+
+
+@pytest.mark.parametrize("cfg", [QWEN2_7B, DEEPSEEK], ids=["qwen2", "deepseek_v3"])
+def test_known_family_config_never_imports_torch_or_transformers(tmp_path, cfg):
+    """The answer without the heavy libraries (importing them fails), mixture-of-experts included."""
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     code = (
         "import sys\n"
@@ -134,7 +145,7 @@ def test_known_family_config_never_imports_torch_or_transformers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["model"]["total_params"] > 7e9
-    assert "imported" not in proc.stderr
+    assert "imported" not in proc.stderr + proc.stdout  # no trace tried (its failure would be a warning)
     assert not (tmp_path / "empty-cache").exists() or not list((tmp_path / "empty-cache").iterdir())
 
 
