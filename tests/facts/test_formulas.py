@@ -23,6 +23,7 @@ import pytest
 
 from paradvisor.model import formula
 from paradvisor.model.config import shape_from_config
+from paradvisor.model.load import builtin_config
 
 KEYS = ("bf16/sdpa/none", "amp/eager/full")  # two of the twelve per size (suite time); all: the script
 REPO = Path(__file__).resolve().parents[2]
@@ -110,23 +111,20 @@ QWEN2_7B = {  # a Qwen2-7B-shaped config nobody has counted
     "rms_norm_eps": 1e-6,
     "torch_dtype": "bfloat16",
 }
-# a smaller DeepSeek-V3 (latent attention, 64 experts in 4 groups, one dense layer first): activations too
-DEEPSEEK = {
-    **D.PUBLIC["deepseek-v3"],
+# a larger Qwen1.5-MoE (60 -> 96 experts, top-6, a shared expert): its activations come from the formula too
+QWEN2_MOE = {
+    **builtin_config("qwen1.5-moe-a2.7b"),
+    "architectures": ["Qwen2MoeForCausalLM"],
     "hidden_size": 3072,
-    "intermediate_size": 8192,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 48,
-    "num_key_value_heads": 48,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 24,
     "moe_intermediate_size": 1024,
-    "n_routed_experts": 64,
-    "n_group": 4,
-    "topk_group": 2,
-    "first_k_dense_replace": 1,
+    "num_experts": 96,
+    "num_experts_per_tok": 6,
 }
 
 
-@pytest.mark.parametrize("cfg", [QWEN2_7B, DEEPSEEK], ids=["qwen2", "deepseek_v3"])
+@pytest.mark.parametrize("cfg", [QWEN2_7B, QWEN2_MOE], ids=["qwen2", "qwen2_moe"])
 def test_known_family_config_never_imports_torch_or_transformers(tmp_path, cfg):
     """The answer without the heavy libraries (importing them fails), mixture-of-experts included."""
     (tmp_path / "config.json").write_text(json.dumps(cfg))
