@@ -37,7 +37,7 @@ _DEEPSEEK = {  # MLA ranks and experts of a smaller DeepSeek-V3
     "kv_lora_rank": 384,
     "q_lora_rank": 1024,
     "num_experts_per_tok": 6,
-    "first_k_dense_replace": 2,
+    "first_k_dense_replace": 1,  # Kimi-K2's layout (a shipped code path: a trace's blocks dense, MoE, MoE)
 }
 # family: (built-in or seed, new sizes, architecture when it is not the built-in's)
 _NEW = {

@@ -18,6 +18,7 @@ import argparse
 import json
 import random
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -25,8 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "src" / "paradvisor" / "model" / "data" / "formulas.json"
 DECODER = ["1", "h", "n", "nkv", "d", "kv", "f", "V", "Vh", "hh", "hkv", "hf"]
-MOE = ["E", "k", "fe", "fs"]
-MLA = ["kvr", "qr", "nope", "rope", "vd", "n_nope", "n_rope", "n_vd"]
+# experts: sizes, then what routing saves (b·s·k dispatched rows of h and fe) and autocast's copies of the
+# router and the shared expert
+MOE = ["E", "k", "fe", "fs", "kh", "kfe", "Eh", "hfs"]
+# DeepSeek: expert groups (b·s·n_group, b·s·topk_group), latent-attention sizes and their projections' copies
+MLA = ["ng", "tg", "kvr", "qr", "nope", "rope", "vd", "n_nope", "n_rope", "n_vd"]
+MLA += ["hqr", "hkvr", "hrope", "h_nqk", "h_nvd", "qr_nqk", "kvr_nope_vd"]
 FEATURES = {
     "bert": ["1", "h", "n", "f", "V", "P", "T", "Vh", "hh", "hf", "Ph", "Th"],
     "gpt2": ["1", "h", "n", "V", "P", "Vh", "hh", "Ph"],
@@ -35,8 +40,8 @@ FEATURES = {
     "qwen2_moe": DECODER + MOE,
     "qwen3_moe": DECODER + MOE,
     "gpt_oss": DECODER + MOE,
-    "deepseek_v2": ["1", "h", "n", "f", "V"] + MOE + MLA,
-    "deepseek_v3": ["1", "h", "n", "f", "V"] + MOE + MLA,
+    "deepseek_v2": ["1", "h", "n", "f", "V", "Vh", "hf"] + MOE + MLA,
+    "deepseek_v3": ["1", "h", "n", "f", "V", "Vh", "hf"] + MOE + MLA,
 }
 FREE_HEAD_DIM = ["q", "hq"]  # head_dim set apart from hidden / heads (Gemma, Qwen3-MoE, GPT-OSS)
 
@@ -70,6 +75,8 @@ def seeds() -> dict[str, dict]:
         "num_key_value_heads": 10,
     }
     out.update(PUBLIC)
+    # Kimi-K2's layout (one dense layer first, then experts): a trace's blocks are dense, MoE, MoE
+    out["deepseek-v3+1dense"] = {**PUBLIC["deepseek-v3"], "first_k_dense_replace": 1}
     return out
 
 
@@ -324,13 +331,16 @@ def defaults(family: str) -> dict:
 
     d = transformers.AutoConfig.for_model(family).to_dict()
     out = {k: v for k, v in d.items() if v is None or isinstance(v, (bool, str))}
-    out.update({k: v for k, v in d.items() if isinstance(v, (int, float)) and "dropout" in k})
+    rates = {k: v for k, v in d.items() if isinstance(v, (int, float)) and ("dropout" in k or "jitter" in k)}
+    out.update(rates)
+    out.update({k: d[k] for k in ("n_group", "topk_group") if isinstance(d.get(k), int)})  # size features
     out.update(window_default(family))
     return out
 
 
 def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
     """A small config of the seed's code path with random sizes."""
+    from paradvisor.model.activations import TRACED_BLOCKS
     from paradvisor.model.config import shape_from_config
     from paradvisor.model.formula import windowed
 
@@ -363,8 +373,8 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
     put("heads", n)
     if "num_key_value_heads" in c:
         c["num_key_value_heads"] = nkv
-    # Qwen3 writes head_dim out even where it is hidden / heads
-    if free_d or isinstance(c.get("head_dim"), int):
+    # Qwen3 writes head_dim out even where it is hidden / heads; latent attention's is its rope part
+    if (free_d or isinstance(c.get("head_dim"), int)) and "kv_lora_rank" not in c:
         c["head_dim"] = d
     put("ffn", rng.randrange(5, 40) * 8)
     put("vocab", rng.randrange(100, 1500))
@@ -379,12 +389,12 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
         c["sliding_window"] = rng.randrange(40, 120)
     moe = any(k in c for k in ("num_local_experts", "num_experts", "n_routed_experts"))
     layers = 2
-    if moe:
-        E = rng.randrange(2, 7)
+    if moe:  # a count of one stays one (signature's "ones": its own ops), more stays more
+        E = rng.randrange(3, 7)
         for k in ("num_local_experts", "num_experts", "n_routed_experts"):
             if k in c:
                 c[k] = E
-        c["num_experts_per_tok"] = rng.randrange(1, min(E, 3) + 1)
+        c["num_experts_per_tok"] = 1 if s.experts_per_token == 1 else rng.randrange(2, min(E, 3) + 1)
         if "moe_intermediate_size" in c:
             c["moe_intermediate_size"] = rng.randrange(3, 20) * 8
         if c.get("shared_expert_intermediate_size"):
@@ -399,14 +409,19 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
             c["qk_rope_head_dim"] = rng.choice([4, 8])
             c["v_head_dim"] = rng.choice([8, 12, 16])
             c["hidden_size"] = n * rng.randrange(1, 4) * 8  # a multiple of the heads (transformers checks)
-        if c.get("first_k_dense_replace"):
-            c["first_k_dense_replace"] = 1
-        if "n_group" in c:  # expert groups: one (the experts are few)
-            c["n_group"] = c["topk_group"] = 1
+        if isinstance(c.get("n_group"), int):  # expert groups of m experts, topk_group of them picked
+            g = 1 if seed["n_group"] == 1 else rng.randrange(2, 4)
+            tg = 1 if seed.get("topk_group") == 1 else rng.randrange(2, g + 1)
+            m = rng.randrange(2, 4)
+            c[next(k for k in ("n_routed_experts", "num_experts") if k in c)] = g * m
+            c["n_group"], c["topk_group"] = g, tg
+            if c["num_experts_per_tok"] > 1:
+                c["num_experts_per_tok"] = rng.randrange(2, min(tg * m, 3) + 1)
         layers = 3
+        if c.get("first_k_dense_replace"):  # the traced blocks' dense ones kept, and one with experts
+            c["first_k_dense_replace"] = min(c["first_k_dense_replace"], TRACED_BLOCKS)
+            layers = max(layers, c["first_k_dense_replace"] + 1)
     if isinstance(c.get("layer_types"), list):  # the trace builds TRACED_BLOCKS layers of the listed types
-        from paradvisor.model.activations import TRACED_BLOCKS
-
         layers = max(layers, TRACED_BLOCKS)
         c["layer_types"] = (c["layer_types"] * layers)[:layers]
     put("layers", layers)
@@ -414,7 +429,7 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
 
 
 def counts(cfg: dict, with_acts: bool, replay: list | None = None) -> dict:
-    """Tensor template, per-layer table and (dense) traced keys of one config, from transformers."""
+    """Tensor template, per-layer table and traced keys of one config, from transformers."""
     from paradvisor.model import trace as T
     from paradvisor.model.config import shape_from_config
     from paradvisor.model.formula import moe_layer_flags
@@ -544,9 +559,8 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
     names = list(FEATURES.get(mt, DECODER))
     if "d" in names and shape.head_dim != shape.hidden // shape.heads:
         names += FREE_HEAD_DIM
-    moe = shape.is_moe
     rng = random.Random(name)
-    cfgs = _spanning([probe(seed, rng, defs) for _ in range(60)], names) + [seed]
+    cfgs = _spanning([probe(seed, rng, defs) for _ in range(60)], names, defs) + [seed]
     fit_n = len(cfgs) - 2  # checked on one size it was not fitted on and on the seed (a real size)
     from paradvisor.model.formula import window
 
@@ -557,14 +571,14 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
         if regimes_for(sh.max_positions, window(c, defs)) != regimes_for(sh.max_positions, hf_window(c)):
             return sig, f"sliding window read as {window(c, defs)}, transformers says {hf_window(c)}"
     try:
-        got = [counts(cfgs[0], with_acts=not moe), counts(cfgs[-1], with_acts=not moe)]
-        if not moe and got[0]["ops"] != got[1]["ops"]:
+        got = [counts(cfgs[0], with_acts=True), counts(cfgs[-1], with_acts=True)]
+        if got[0]["ops"] != got[1]["ops"]:
             return sig, "not derived: the aten op counts depend on the sizes"
         replay = got[0].get("ops")
-        got[1:1] = [counts(c, with_acts=not moe, replay=replay) for c in cfgs[1:-1]]
+        got[1:1] = [counts(c, with_acts=True, replay=replay) for c in cfgs[1:-1]]
     except Exception as exc:  # e.g. no SDPA for this class: configs of it are traced (and fall back)
         return sig, f"not derived: {str(exc).splitlines()[0][:200]}"
-    rows = [features(c, shape_from_config(c)) for c in cfgs]
+    rows = [features({**defs, **c}, shape_from_config(c)) for c in cfgs]
     structure = [json.dumps(_shape_free(g["entries"])) for g in got]
     if len(set(structure)) != 1:
         return sig, "the probes built different modules"
@@ -582,37 +596,40 @@ def derive(name: str, seed: dict, n_random: int | None = None) -> tuple[str, dic
         "features": names,
         "entries": entries,
     }
-    if not moe:
-        kinds = {}
-        per = []
-        for g, c in zip(got, cfgs):
-            regs = g["regimes"]
-            tagged = {"short": regs[0]["keys"]}
-            if len(regs) > 1:
-                tagged["long"] = regs[1]["keys"]
-            flat = {}
-            for kind, keys in tagged.items():
-                for key, e in keys.items():
-                    groups = e["groups"]
-                    for part, poly in (("groups", groups), ("b1", e.get("b1", groups))):
-                        for grp, monos in poly.items():
-                            for m, v in monos.items():
-                                flat[(kind, key, part, grp, m)] = float(v)
-                    for k, v in e["ops"].items():
-                        flat[(kind, key, "ops", k)] = float(v)
-            per.append(flat)
-            kinds[tuple(sorted(tagged))] = True
-        if len(kinds) != 1:
-            return sig, "the probes traced different regimes"
-        try:
-            act_fit = _fit(rows, per, names, fit_n)
-        except ValueError as exc:
-            return sig, f"not derived: {exc}"
-        variant["regimes"] = _nest(act_fit)
+    try:
+        variant["regimes"] = _fit_activations(got, rows, names, fit_n)
+    except ValueError as exc:
+        return sig, f"not derived: {exc}"
     return sig, variant
 
 
-def _spanning(pool: list[dict], names: list[str]) -> list[dict]:
+def _fit_activations(got: list[dict], rows: list[dict], names: list[str], fit_n: int) -> dict:
+    """Every traced coefficient and op count of every key and regime as a sum over `names`."""
+    kinds = set()
+    per = []
+    for g in got:
+        regs = g["regimes"]
+        tagged = {"short": regs[0]["keys"]}
+        if len(regs) > 1:
+            tagged["long"] = regs[1]["keys"]
+        flat = {}
+        for kind, keys in tagged.items():
+            for key, e in keys.items():
+                groups = e["groups"]
+                for part, poly in (("groups", groups), ("b1", e.get("b1", groups))):
+                    for grp, monos in poly.items():
+                        for m, v in monos.items():
+                            flat[(kind, key, part, grp, m)] = float(v)
+                for k, v in e["ops"].items():
+                    flat[(kind, key, "ops", k)] = float(v)
+        per.append(flat)
+        kinds.add(tuple(sorted(tagged)))
+    if len(kinds) != 1:
+        raise ValueError("the probes traced different regimes")
+    return _nest(_fit(rows, per, names, fit_n))
+
+
+def _spanning(pool: list[dict], names: list[str], defs: dict) -> list[dict]:
     """Sizes whose features span what the pool spans (a fit on fewer would confuse two features that happen
     to move together, e.g. kv = h/2 when every probe has half as many KV heads), then one more to check on."""
     import numpy as np
@@ -620,7 +637,7 @@ def _spanning(pool: list[dict], names: list[str]) -> list[dict]:
     from paradvisor.model.config import shape_from_config
     from paradvisor.model.formula import features
 
-    rows = [[features(c, shape_from_config(c))[n] for n in names] for c in pool]
+    rows = [[features({**defs, **c}, shape_from_config(c))[n] for n in names] for c in pool]
     full = np.linalg.matrix_rank(np.array(rows, dtype=float))
     picked: list[int] = []
     for i in range(len(pool)):
@@ -682,8 +699,8 @@ def new_size(name: str, salt: int = 1) -> dict:
 
 def check(name: str, keys: list[str] | None = None, salt: int = 1, activations: bool = True) -> list[str]:
     """The shipped formula of seed `name`'s code path against transformers at a new size: the per-layer
-    table, DeepSpeed's parameter facts and (dense variants, unless not `activations`) the traced
-    activation keys, `keys` or every key the family runs. What differs, [] when all is equal."""
+    table, DeepSpeed's parameter facts and (unless not `activations`) the traced activation keys and op
+    counts, `keys` or every key the family runs. What differs, [] when all is equal."""
     from paradvisor.model import formula
     from paradvisor.model import trace as T
     from paradvisor.model.config import shape_from_config
@@ -703,9 +720,7 @@ def check(name: str, keys: list[str] | None = None, salt: int = 1, activations: 
     if entry["params"] != T.param_facts(model):
         bad.append(f"{name}: the parameter facts differ")
     del model
-    if shape.is_moe and any(r["keys"] for r in entry["regimes"]):  # routing is data-dependent: the
-        bad.append(f"{name}: a mixture-of-experts formula carries activation keys")  # estimator's MoE formula
-    if shape.is_moe or not activations:
+    if not activations or not any(r["keys"] for r in entry["regimes"]):  # no activation formula: traced
         return bad
     keys = list(keys or traced_keys(cfg["model_type"]))
     traced = T.trace_hf_config(cfg, keys=keys, check=False)
@@ -767,13 +782,20 @@ def main() -> int:
         return check_all(args.only or derived_seeds(), args.jobs)
     all_seeds = seeds()
     names = args.only or unique(all_seeds)
-    doc = json.loads(OUT.read_text()) if OUT.exists() else {}
-    variants = dict(doc.get("variants", {})) if doc.get("schema") == SCHEMA else {}
-    skipped = dict(doc.get("not_derived", {})) if doc.get("schema") == SCHEMA else {}
+    derived: dict[str, tuple[str, dict]] = {}  # seed -> (signature, variant) of this run
+    failed: dict[str, str] = {}
     t0 = time.time()
     fams = sorted({s["model_type"] for s in all_seeds.values()})
 
-    def write() -> None:  # after every seed: an interrupted run keeps what it derived
+    def write() -> tuple[dict, dict]:
+        """After every seed (an interrupted run keeps what it derived), merged into the file as it is now
+        (another run of other seeds may have written since): a re-derived seed's old entry goes."""
+        doc = json.loads(OUT.read_text()) if OUT.exists() else {}
+        ours = doc.get("schema") == SCHEMA
+        variants = {s: v for s, v in (doc["variants"] if ours else {}).items() if v["seed"] not in derived}
+        variants.update(dict(derived.values()))
+        skipped = {n: r for n, r in (doc["not_derived"] if ours else {}).items() if n not in derived}
+        skipped.update(failed)
         out = {
             "schema": SCHEMA,
             "transformers": transformers.__version__,
@@ -784,20 +806,23 @@ def main() -> int:
             "not_derived": dict(sorted(skipped.items())),
         }
         OUT.write_text(json.dumps(out, indent=1) + "\n")
+        return variants, skipped
 
+    variants, skipped = {}, {}
     with ProcessPoolExecutor(args.jobs) as pool:
         futs = {pool.submit(derive, n, all_seeds[n]): n for n in names}
         for fut in as_completed(futs):
             n = futs[fut]
             sig, v = fut.result()
             if isinstance(v, str):
-                skipped[n] = v
+                failed[n] = v
                 sys.stderr.write(f"{n}: {v} ({time.time() - t0:.0f} s)\n")
             else:
-                variants[sig] = v
-                skipped.pop(n, None)
+                derived[n] = (sig, v)
+                failed.pop(n, None)
+                (Path(tempfile.gettempdir()) / f"derived-{n}.json").write_text(json.dumps([sig, v]))  # a copy
                 sys.stderr.write(f"{n}: derived ({time.time() - t0:.0f} s)\n")
-            write()
+            variants, skipped = write()
     print(f"{len(variants)} variants written to {OUT}; not derived: {', '.join(sorted(skipped)) or 'none'}")
     return 0
 

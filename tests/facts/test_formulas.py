@@ -2,7 +2,9 @@
 
 For every derived code path, a new size (not one the derivation fitted) is built on the meta device: the
 per-layer table and DeepSpeed's parameter facts must equal what the formula gives, and so must two traced
-activation keys, for the issue's first families on every run and for two of the others each day
+activation keys with their op counts, for the issue's first families and every mixture-of-experts code path
+(router, dispatch and expert inputs of b·s·k rows; DeepSeek's expert groups) on every run and for two of the
+others each day
 (`python scripts/derive_formulas.py --check`: every variant, every key). A transformers or torch upgrade
 that changes a model's code fails here, not in advice.
 Also: a known family's config is answered without importing torch or transformers, an unknown code path
@@ -21,6 +23,7 @@ import pytest
 
 from paradvisor.model import formula
 from paradvisor.model.config import shape_from_config
+from paradvisor.model.load import builtin_config
 
 KEYS = ("bf16/sdpa/none", "amp/eager/full")  # two of the twelve per size (suite time); all: the script
 REPO = Path(__file__).resolve().parents[2]
@@ -28,17 +31,10 @@ sys.path.insert(0, str(REPO / "scripts"))
 import derive_formulas as D  # the derivation's own probes and comparison
 
 SEEDS = sorted(v["seed"] for v in formula.table().get("variants", {}).values() if v.get("family") != "albert")
+# every mixture-of-experts code path (the trace's blocks dense or with experts are code paths of their own)
+MOE = {s for s in SEEDS if shape_from_config(D.seeds()[s]).is_moe}
 # one case each (several seconds: a trace at a new size); every other variant: the sampled test below
-FIRST = {
-    "bert-base-uncased",
-    "deepseek-v2-lite",
-    "gpt2",
-    "llama-2-70b",
-    "mixtral-8x7b",
-    "olmoe-1b-7b",
-    "qwen1.5-moe-a2.7b",
-    "qwen2.5-7b",
-}
+FIRST = {"bert-base-uncased", "gpt2", "llama-2-70b", "qwen2.5-7b"} | MOE
 OTHERS = [s for s in SEEDS if s not in FIRST]
 SAMPLED = 2  # dense variants of OTHERS traced per run (a different pair each day); the rest: parameters only
 
@@ -99,25 +95,38 @@ def test_a_sample_of_the_other_variants_equals_trace_at_a_new_size():
     assert bad == [], f"traced today: {sorted(traced)}"
 
 
-def test_known_family_config_never_imports_torch_or_transformers(tmp_path):
-    """A Qwen2-7B-shaped config nobody has counted: the answer without the heavy libraries (importing them
-    fails)."""
-    cfg = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": 3584,
-        "intermediate_size": 18944,
-        "num_hidden_layers": 27,
-        "num_attention_heads": 28,
-        "num_key_value_heads": 4,
-        "vocab_size": 152064,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-        "use_sliding_window": False,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "torch_dtype": "bfloat16",
-    }
+QWEN2_7B = {  # a Qwen2-7B-shaped config nobody has counted
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 27,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
+# a larger Qwen1.5-MoE (60 -> 96 experts, top-6, a shared expert): its activations come from the formula too
+QWEN2_MOE = {
+    **builtin_config("qwen1.5-moe-a2.7b"),
+    "architectures": ["Qwen2MoeForCausalLM"],
+    "hidden_size": 3072,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 24,
+    "moe_intermediate_size": 1024,
+    "num_experts": 96,
+    "num_experts_per_tok": 6,
+}
+
+
+@pytest.mark.parametrize("cfg", [QWEN2_7B, QWEN2_MOE], ids=["qwen2", "qwen2_moe"])
+def test_known_family_config_never_imports_torch_or_transformers(tmp_path, cfg):
+    """The answer without the heavy libraries (importing them fails), mixture-of-experts included."""
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     code = (
         "import sys\n"
@@ -134,7 +143,7 @@ def test_known_family_config_never_imports_torch_or_transformers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["model"]["total_params"] > 7e9
-    assert "imported" not in proc.stderr
+    assert "imported" not in proc.stderr + proc.stdout  # no trace tried (its failure would be a warning)
     assert not (tmp_path / "empty-cache").exists() or not list((tmp_path / "empty-cache").iterdir())
 
 

@@ -22,7 +22,7 @@ from functools import lru_cache
 from importlib import resources
 
 from paradvisor.model import trace_cache
-from paradvisor.model.activations import warn_if_stale  # one stamp mechanism for all traced data
+from paradvisor.model.activations import TRACED_BLOCKS, warn_if_stale  # one stamp mechanism for traced data
 from paradvisor.model.profile import TransformerShape
 from paradvisor.model.trace import regimes_for
 
@@ -96,7 +96,7 @@ def signature(cfg: dict, shape: TransformerShape, defaults: dict) -> str:
             continue
         if v is None or isinstance(v, (bool, str)):
             parts.append(f"{k}={v}")
-        elif isinstance(v, (int, float)) and ("dropout" in k or k.endswith("_pdrop")):
+        elif isinstance(v, (int, float)) and is_rate(k):
             parts.append(f"{k}>0={v > 0}")
         elif isinstance(v, dict) and k in ("rope_scaling", "rope_parameters"):
             parts.append(f"{k}={v.get('rope_type') or v.get('type')}")
@@ -106,7 +106,17 @@ def signature(cfg: dict, shape: TransformerShape, defaults: dict) -> str:
         parts.append(f"hd={shape.head_dim == shape.hidden // shape.heads}")
     parts.append(f"window={windowed(cfg, shape, defaults)}")
     parts.append(f"mlp_only={bool(full.get('mlp_only_layers'))}")
+    if shape.is_moe:  # which traced blocks hold experts (DeepSeek's first dense layers): what a trace saves
+        parts.append("moe_trace=" + "".join("M" if m else "D" for m in moe_layer_flags(full, TRACED_BLOCKS)))
+        # a dimension of one (one expert per token, one expert group, one group picked) takes its own ops
+        ones = {"k": shape.experts_per_token, "groups": full.get("n_group"), "picked": full.get("topk_group")}
+        parts.append("ones=" + ",".join(k for k, v in ones.items() if v == 1))
     return "|".join(parts)
+
+
+def is_rate(key: str) -> bool:
+    """A probability that switches a code path on when above 0 (dropout, Mixtral's router jitter)."""
+    return "dropout" in key or key.endswith("_pdrop") or "jitter" in key
 
 
 def features(cfg: dict, shape: TransformerShape) -> dict[str, float]:
@@ -121,7 +131,7 @@ def features(cfg: dict, shape: TransformerShape) -> dict[str, float]:
 
     n, d = shape.heads, shape.head_dim
     nope, rope, vd = num("qk_nope_head_dim"), num("qk_rope_head_dim"), num("v_head_dim")
-    return {
+    out = {
         "1": 1,
         "h": shape.hidden,
         "n": n,
@@ -153,6 +163,29 @@ def features(cfg: dict, shape: TransformerShape) -> dict[str, float]:
         "hf": shape.hidden * shape.ffn,
         "Ph": shape.max_positions * shape.hidden,
         "Th": num("type_vocab_size", default=2) * shape.hidden,
+        "ng": num("n_group"),
+        "tg": num("topk_group"),
+    }
+    return {**out, **_moe_features(out)}
+
+
+def _moe_features(m: dict) -> dict[str, float]:
+    """Routed tokens (b·s·k dispatched rows of h and fe; DeepSeek's expert groups: b·s·n_group scores,
+    b·s·topk_group picks) and the 16-bit weight copies autocast keeps of the router, the shared expert and
+    the latent-attention projections."""
+    h, n, k, qk = m["h"], m["n"], m["k"], m["nope"] + m["rope"]
+    return {
+        "kh": k * h,
+        "kfe": k * m["fe"],
+        "Eh": m["E"] * h,
+        "hfs": h * m["fs"],
+        "hqr": h * m["qr"],
+        "hkvr": h * m["kvr"],
+        "hrope": h * m["rope"],
+        "h_nqk": h * n * qk,
+        "h_nvd": h * n * m["vd"],
+        "qr_nqk": m["qr"] * n * qk,
+        "kvr_nope_vd": m["kvr"] * n * (m["nope"] + m["vd"]),
     }
 
 
@@ -209,7 +242,8 @@ def counted(cfg: dict, shape: TransformerShape, key: str) -> dict | None:
     v = variant_for(cfg, shape)
     if v is None:
         return None
-    f = features(cfg, shape)
+    defaults = table().get("defaults", {}).get(cfg.get("model_type"), {})
+    f = features({**defaults, **cfg}, shape)  # expert groups the config leaves out: its class's
     flags = moe_layer_flags(cfg, shape.num_layers)
     layers: list[dict] = []
     order: list[int] = []
@@ -255,7 +289,6 @@ def counted(cfg: dict, shape: TransformerShape, key: str) -> dict | None:
         "tensor_sizes": sorted([n, c] for n, c in sizes.items()),
         "tensor_order": order,
     }
-    defaults = table().get("defaults", {}).get(cfg.get("model_type"), {})
     bounds = regimes_for(shape.max_positions, window(cfg, defaults))
     total = sum(e["params"] for e in layers)
     entry = trace_cache.new_entry(
@@ -268,7 +301,7 @@ def counted(cfg: dict, shape: TransformerShape, key: str) -> dict | None:
         bounds=bounds,
     )
     acts = v.get("regimes")
-    if acts:  # dense families: every key; MoE: the estimator's formula (routing is data-dependent)
+    if acts:  # every key (a variant derived before MoE activations were: none, traced when asked)
         for r, kind in zip(entry["regimes"], ("short", "long")):
             r["keys"] = {k: _key_entry(fitted, f) for k, fitted in acts[kind].items()}
     entry["formula"] = v.get("seed", "")
