@@ -143,9 +143,20 @@ def test_out_of_memory_is_reported_and_the_replan_fits(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
 
 
+# sequences of 1,024: each sample's activations are tens of MiB, so the memory model's first trial lands on the
+# answer (9 under 600 MiB here: two trials, the first fitting and the next not); the gallop from a wrong start is
+# tests/cli/test_probe_search.py (issue 34: each trial is a real run)
+PROBE = dict(
+    workload={"seq_len": 1024, "global_batch": 16},
+    train={"steps": 2, "model_overrides": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 1024}},
+    plan={"dp": 1, "micro_batch": 16, "grad_accum": 1},
+    launch={"memory_limit": "600 MiB", "nproc_per_node": 1},
+)
+
+
 @pytest.mark.slow
 def test_probe_batch_finds_the_largest_micro_batch(tmp_path):
-    p = preset_file(tmp_path, "probe", **OOM)
+    p = preset_file(tmp_path, "probe", **PROBE)
     proc = pa("probe-batch", "--preset", str(p), "--max", "64", "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
