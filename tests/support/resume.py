@@ -3,7 +3,6 @@ preset per engine shape, launching with a fault drill, reading a run's losses an
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from paradvisor.spec.plan import Plan
 from paradvisor.spec.preset import save_preset
 from tests.support.equivalence_cases import preset_for
 from tests.support.matrix import cases, full_matrix
-from tests.support.runs import launch, metrics, steps_of
+from tests.support.runs import launch, metrics, status_of, steps_of
 
 STEPS, EVERY, FAULT_STEP = 4, 2, 3
 
@@ -95,8 +94,7 @@ def records(run_dir: Path, kind: str) -> list[dict]:
     return [m for m in metrics(run_dir) if m.get("kind") == kind]
 
 
-def status(run_dir: Path) -> dict:
-    return json.loads((run_dir / "status.json").read_text())
+status = status_of  # a run's status.json (tests/support/runs.py)
 
 
 def children(runs: Path, parent: Path) -> list[Path]:

@@ -60,12 +60,12 @@ def _previous(path: Path | None) -> dict | None:
     return read_json_object(path)[0]
 
 
-def _engine_names(text: str | None) -> tuple[str, ...] | None:
-    """--engines: the engine names it lists (None: every engine), each one the launcher has."""
-    if text is None:
-        return None
+def _engine_names(text: str | None) -> tuple[str, ...]:
+    """--engines: the engine names it lists (every engine without it), each one the launcher has."""
     from paradvisor.estimate.fits import ENGINE_PLANS
 
+    if text is None:
+        return tuple(ENGINE_PLANS)
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in ENGINE_PLANS]
     if unknown or not names:
@@ -86,20 +86,20 @@ def _kept_fits(previous: dict | None, measured: tuple[str, ...]) -> dict:
     return {eng: per for eng, per in fits.items() if eng not in measured}
 
 
-def _engines(quick: bool, device: dict, names, previous: dict | None, path) -> dict:
-    """The calibration's `engines` part: the engines `names` (None: every one) measured, the others' fits kept
-    from the `previous` calibration stored at `path`."""
+def _engines(quick: bool, device: dict, names: tuple[str, ...], previous: dict | None, path) -> dict:
+    """The calibration's `engines` part: the engines `names` measured, the others' fits kept from the
+    `previous` calibration stored at `path` (none when every engine is measured)."""
+    from paradvisor.estimate.fits import ENGINE_PLANS
     from paradvisor.launch.argv import free_port
     from paradvisor.train.calibrate import engine_overheads, say
 
-    which = "each engine" if names is None else ", ".join(names)
+    which = "each engine" if set(names) == set(ENGINE_PLANS) else ", ".join(names)
     say(f"measuring {which}'s fixed time per step and per layer (2 processes) ...")
-    engines = engine_overheads(quick, free_port, device, *(() if names is None else (names,)))
-    if names is not None:
-        kept = _kept_fits(previous, names)
-        if kept:
-            engines["fit"] = {**kept, **engines["fit"]}
-            say(f"kept the stored fits of {', '.join(sorted(kept))} ({path})")
+    engines = engine_overheads(quick, free_port, device, names)
+    kept = _kept_fits(previous, names)
+    if kept:
+        engines["fit"] = {**kept, **engines["fit"]}
+        say(f"kept the stored fits of {', '.join(sorted(kept))} ({path})")
     return engines
 
 
