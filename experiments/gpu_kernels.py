@@ -90,34 +90,44 @@ def gemms(dev: st.Device) -> list[dict]:
 
 
 def attention(dev: st.Device) -> list[dict]:
-    """Causal SDPA forward+backward, bf16, head dim 128, per backend; FLOPs as FlashAttention counts them
-    (forward 4·b·h·s²·d / 2 causal, backward 2.5x: the model's FLASH_BWD)."""
+    """SDPA forward+backward, bf16, head dim 128, per backend, causal and not; FLOPs as FlashAttention counts
+    them (forward 4·b·h·s²·d, half of it causal; backward 2.5x: the model's FLASH_BWD). Then which kernel
+    SDPA runs by default here (the profiler's kernel names)."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
-    for backend, kernel in ((SDPBackend.FLASH_ATTENTION, "fa2"), (SDPBackend.CUDNN_ATTENTION, "cudnn")):
+    runs = [(SDPBackend.FLASH_ATTENTION, "fa2", True), (SDPBackend.CUDNN_ATTENTION, "cudnn", True),
+            (SDPBackend.FLASH_ATTENTION, "fa2", False), (None, "default", True)]  # fmt: skip
+    for backend, kernel, causal in runs:
         for b, heads, s in ((2, 32, 4096), (1, 32, 8192), (8, 16, 1024)):
             q, k, v = (torch.randn(b, heads, s, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                        for _ in range(3))  # fmt: skip
             g = torch.randn_like(q)
 
-            def step(q=q, k=k, v=v, g=g, backend=backend):
+            def step(q=q, k=k, v=v, g=g, backend=backend, causal=causal):
+                if backend is None:
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
                 with sdpa_kernel([backend]):
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
 
             try:
                 t = timed(step, reps=10)
             except RuntimeError as exc:  # a backend this torch/device does not offer
                 print(f"attn   {kernel} b{b} h{heads} s{s}: not run ({str(exc).splitlines()[0][:120]})")
                 continue
-            fwd = 4 * b * heads * s * s * 128 / 2
-            flops = fwd * (1 + st.FLASH_BWD)
-            pred = flops / dev.flash_rate(kernel)
-            rows.append(
-                row("attn", f"{kernel} b{b} h{heads} s{s}", pred, t, f"{flops / t / 1e12:6.0f} TFLOP/s")
-            )
+            flops = 4 * b * heads * s * s * 128 * (0.5 if causal else 1.0) * (1 + st.FLASH_BWD)
+            pred = flops / dev.flash_rate("fa2" if kernel == "default" else kernel)
+            label = f"{kernel}{'' if causal else ' full'} b{b} h{heads} s{s}"
+            rows.append(row("attn", label, pred, t, f"{flops / t / 1e12:6.0f} TFLOP/s"))
+            if backend is None and s == 8192:
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    step()
+                    torch.cuda.synchronize()
+                names = sorted({e.key for e in prof.key_averages() if "attn" in e.key.lower() or "fmha" in e.key.lower()
+                                or "flash" in e.key.lower() or "cudnn" in e.key.lower()})  # fmt: skip
+                print(f"attn   SDPA's default kernels here: {[n[:90] for n in names][:6]}")
     return rows
 
 
@@ -146,6 +156,36 @@ def memory_bound(dev: st.Device) -> list[dict]:
     return rows
 
 
+def bare_step() -> dict:
+    """One training step of gpu_check.py's llama-1024 run (8 x 1024 tokens, fp32 weights under bf16
+    autocast, AdamW) without the launcher: forward+backward, then with the optimizer step. Set beside
+    gpu_check's measured step, it splits the model's time from the trainer's per-step time."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_check import MODELS
+
+    model = LlamaForCausalLM(LlamaConfig(**MODELS["llama-1024"][2])).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 32000, (8, 1024), device="cuda")
+
+    def fwd_bwd():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+
+    def full():
+        fwd_bwd()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    out = {"fwd_bwd_s": timed(fwd_bwd, reps=10), "step_s": timed(full, reps=10)}
+    print(f"bare   llama-1024 8x1024 amp: forward+backward {out['fwd_bwd_s'] * 1e3:.1f} ms, with AdamW "
+          f"{out['step_s'] * 1e3:.1f} ms", flush=True)  # fmt: skip
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", metavar="OUT")
@@ -163,12 +203,15 @@ def main() -> None:
     print(f"{name} -> catalogue {spec.name}: peak {dev.peak / 1e12:.0f} TFLOP/s, HBM {spec.mem_bw / 1e12:.2f} TB/s; "
           f"torch {torch.__version__}")  # fmt: skip
     rows = gemms(dev) + attention(dev) + memory_bound(dev)
+    bare = bare_step()
     for kind in ("gemm", "attn", "hbm", "norm"):
         errs = [abs(r["rel_error"]) for r in rows if r["kind"] == kind and r["rel_error"] is not None]
         if errs:
             print(f"{kind}: {len(errs)} rows, mean |error| {statistics.mean(errs):.1%}, max {max(errs):.1%}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"gpu": name, "catalogue": spec.name, "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"gpu": name, "catalogue": spec.name, "rows": rows, "bare_step": bare}, indent=1)
+        )
 
 
 if __name__ == "__main__":
