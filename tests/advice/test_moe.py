@@ -165,7 +165,9 @@ def test_all_to_all_across_nodes_shares_the_node_link():
     wl = Workload(model="olmoe-1b-7b", seq_len=4096, global_batch=32)
     t8 = _est(mf, topo, Plan(dp=32, ep=8, sharding="fsdp"), wl).time["ep_all_to_all"]
     t16 = _est(mf, topo, Plan(dp=32, ep=16, sharding="fsdp"), wl).time["ep_all_to_all"]
-    assert t16 > 5 * t8
+    # across the two nodes the 8 of 16 shares for the other node take the network at 1/8 of it each (45 against
+    # ~340 GB/s of NVLink): over 4x the one-node all-to-all of 7 shares (moe.all_to_all)
+    assert t16 > 4 * t8
 
 
 def test_ep_candidates_divide_dp_and_the_experts():

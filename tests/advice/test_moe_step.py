@@ -138,3 +138,14 @@ def test_dense_validation_rows_are_unchanged():
         e, mf, *_ = validate.predict(rows[name], data)
         assert mf.moe is None
         assert e.step_time == pytest.approx(before, rel=1e-9), name
+
+
+def test_all_to_all_across_nodes_sends_only_the_other_nodes_bytes_over_the_network():
+    """16 EP ranks, 8 per node: 8 of every rank's 16 shares cross the network, 7 stay on the node's links,
+    at the same time; inside one node the plain form holds."""
+    size, net, nvl = 1e9, 50e9, 300e9
+    assert moe.all_to_all(size, 16, net, 0.0, local=8, intra_bw=nvl) == pytest.approx(8 / 16 * size / net)
+    assert moe.all_to_all(size, 16, net, 0.0) == pytest.approx(15 / 16 * size / net)
+    slow_node = moe.all_to_all(size, 16, 1e12, 0.0, local=8, intra_bw=nvl)  # a network faster than the node
+    assert slow_node == pytest.approx(7 / 16 * size / nvl)
+    assert moe.all_to_all(size, 8, nvl, 1e-5, local=8, intra_bw=nvl) == moe.all_to_all(size, 8, nvl, 1e-5)

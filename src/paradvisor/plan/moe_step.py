@@ -37,10 +37,13 @@ def imbalance(mf: ModelFacts, plan: Plan, ct: dict) -> tuple[dict, float]:
 def a2a(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, gpu_model: bool = False) -> float:
     """All-to-all seconds per micro-batch on the EP group's link, for the MoE layers of one stage; the GPU
     model runs it at the achievable share of the link (steptime.NVLINK_EFF inside a node or NVLink
-    domain, NET_EFF across nodes), as its other collectives."""
+    domain, NET_EFF across nodes), as its other collectives. Across nodes only the bytes for other nodes
+    take the network; the EP ranks of the same node (tp apart) exchange theirs over its links."""
     bw, lat, crosses = topo.ep_link(plan.tp, plan.ep)
+    intra = topo.intra[0].bandwidth * (steptime.NVLINK_EFF if gpu_model else 1.0)
     if gpu_model:
         bw *= steptime.NET_EFF if crosses else steptime.NVLINK_EFF
+    local = max(1, min(plan.ep, topo.min_gpus_per_node // max(1, plan.tp))) if crosses else 1
     tokens = plan.micro_batch * wl.seq_len / (plan.tp if plan.sequence_parallel else 1)
     return moe.a2a_time(
         tokens=tokens,
@@ -53,4 +56,6 @@ def a2a(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, gpu_m
         moe_layers=mf.moe.moe_layers // plan.pp,
         recompute=plan.checkpointing == "full",
         capacity=capacity(mf),
+        local=local,
+        intra_bw=intra,
     )
