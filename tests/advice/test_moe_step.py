@@ -149,3 +149,22 @@ def test_all_to_all_across_nodes_sends_only_the_other_nodes_bytes_over_the_netwo
     slow_node = moe.all_to_all(size, 16, 1e12, 0.0, local=8, intra_bw=nvl)  # a network faster than the node
     assert slow_node == pytest.approx(7 / 16 * size / nvl)
     assert moe.all_to_all(size, 8, nvl, 1e-5, local=8, intra_bw=nvl) == moe.all_to_all(size, 8, nvl, 1e-5)
+
+
+def test_megatron_core_adds_the_expert_output_bias_per_expert_in_eager_pytorch():
+    """GPT-OSS's experts have biases (the profile counts them); Megatron-Core's TEGroupedMLP adds fc2's outside
+    the GEMM (`_apply_bias`: 28 bytes per routed row element, two launches per local expert); experts without
+    biases (Qwen3) and paradvisor's own launcher have no such pass."""
+    cfgs = REPO / "experiments" / "validation" / "configs"
+    oss = ModelFacts.of(load_profile(str(cfgs / "gpt-oss-120b.json")))
+    qwen = ModelFacts.of(load_profile(str(cfgs / "qwen3-235b-a22b.json")))
+    plan = Plan(dp=64, ep=64, sharding="zero1")
+    assert moe_step.stage_layer(replace(oss, engine="mcore"), plan, 36).eager_bias
+    assert not moe_step.stage_layer(oss, plan, 36).eager_bias  # the torch engine
+    assert not moe_step.stage_layer(replace(qwen, engine="mcore"), plan, 94).eager_bias
+    m = _layer(ep=4)
+    plain = steptime.routed_forward(m, SH, **KW)
+    biased = steptime.routed_forward(replace(m, eager_bias=True), SH, **KW)
+    extra = steptime.mem_time(28 * 8192 * 2 * 4096, H100) + (2 * 2 + 2) * steptime.KERNEL_LAUNCH_S
+    assert biased["move"] == pytest.approx(plain["move"] + extra)
+    assert biased["gemm"] == plain["gemm"] and biased["act"] == plain["act"]

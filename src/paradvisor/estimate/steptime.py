@@ -30,6 +30,10 @@ GroupedMLP), on R = T·k routed rows of the rank's T tokens:
   experts      one GEMM per local expert (E/ep of them) on its T·k·ep/E rows (force-balanced routing),
                each at the size factor of its own shape: few rows per expert make them slow
   activation   the expert activation over R x f_e (as the dense one)
+  output bias  experts with biases (GPT-OSS) under Megatron-Core: TEGroupedMLP skips fc2's bias in the GEMM
+               and adds it per expert in eager PyTorch (`_apply_bias`, core_v0.15/0.16 experts.py:
+               cat(t + b·p) then a cast): b·p written in fp32 (4 bytes per element of R x h), the add
+               (read 2 + 4, write 4), the cat (4 + 4), the cast (4 + 2): 28 bytes, two launches per expert
 The shared experts run as a dense MLP of width shared_ffn. EP's all-to-all is estimate/moe.py's.
 Memory-bound ops are counted as fused kernels (Megatron-Core / Transformer Engine, or torch.compile) or, for
 an eager engine, as PyTorch runs them op by op: RMSNorm upcast to fp32 (cast, pow, mean, rsqrt-mul, cast
@@ -179,6 +183,7 @@ class MoELayer:
     shared_ffn: int
     ep: int
     layers: int
+    eager_bias: bool = False  # the experts' output bias added per expert in eager PyTorch (docstring)
 
 
 def routed_forward(
@@ -204,6 +209,8 @@ def routed_forward(
     if m.ep > 1 and local > 1:
         move += 2 * mem_time(2 * rows * h * ab, dev)  # sort the received rows by expert, and back
     act = mem_time((3 * ab if sh.gated else 2 * ab) * rows * m.expert_ffn, dev)
+    if m.eager_bias:
+        move += mem_time(28 * rows * h, dev) + (2 * local + 2) * KERNEL_LAUNCH_S
     return {"gemm": experts + router, "move": scores + move, "act": act}
 
 

@@ -9,12 +9,18 @@ from paradvisor.spec.plan import Plan, Workload
 
 
 def stage_layer(mf: ModelFacts, plan: Plan, layers: int) -> steptime.MoELayer | None:
-    """The routed part of a stage of `layers` layers (MoE layers spread evenly over the model)."""
+    """The routed part of a stage of `layers` layers (MoE layers spread evenly over the model); Megatron-Core
+    adds an expert output bias apart (estimate/steptime.py), where the model has one."""
     info = mf.moe
     if info is None:
         return None
     n_moe = round(layers * info.moe_layers / info.num_layers)
-    return steptime.MoELayer(info.num_experts, info.top_k, info.expert_ffn, info.shared_ffn, plan.ep, n_moe)
+    s = mf.shape
+    weights = info.num_experts * (3 if s.gated_mlp else 2) * s.hidden * info.expert_ffn
+    bias = mf.engine == "mcore" and info.expert_params_per_layer > weights  # the profile counts expert biases
+    return steptime.MoELayer(
+        info.num_experts, info.top_k, info.expert_ffn, info.shared_ffn, plan.ep, n_moe, bias
+    )
 
 
 def capacity(mf: ModelFacts) -> float:
