@@ -3,6 +3,7 @@ runs whose CUDA peak (allocated and reserved), model states, activations and ste
 the prediction by `paradvisor validate`.
 
 Run (on a CUDA machine): python experiments/gpu_check.py [--steps 12] [--json OUT] [--only NAME,...]
+[--strategies DDP,ZeRO-3,...]
 Each run is a real `paradvisor launch` of one process on cuda:0 (torchrun; NCCL for GPU tensors, gloo
 for the trainer's few CPU tensors), so every strategy is the one-rank case of its engine: DDP, FSDP2
 (torch), ZeRO-2 / ZeRO-3 (DeepSpeed), with Hugging Face configs of other widths, GQA ratios, activation
@@ -132,14 +133,23 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--json", metavar="OUT")
     ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--strategies", help="comma-separated strategies (DDP, FSDP2, ZeRO-2, ZeRO-3)")
     ap.add_argument("--runs-dir", help="keep the run directories here")
+    ap.add_argument("--engines", help="calibrate only these engines' overheads (calibrate --engines)")
     args = ap.parse_args()
     report = {"detect": detection()}
     tmp = Path(tempfile.mkdtemp(prefix="paradvisor-gpu-"))
     runs = Path(args.runs_dir) if args.runs_dir else tmp / "runs"
     cal = tmp / "cal.json"
     t0 = time.time()
-    c = pa("calibrate", "--quick", "--out", str(cal), timeout=600)
+    c = pa(
+        "calibrate",
+        "--quick",
+        "--out",
+        str(cal),
+        *(["--engines", args.engines] if args.engines else []),
+        timeout=600,
+    )
     print(
         f"calibrate --quick (rc {c.returncode}, {time.time() - t0:.0f} s): {c.stdout.strip()[-1500:]} "
         f"{c.stderr.strip()[-500:]}"
@@ -147,7 +157,13 @@ def main() -> None:
     report["calibration"] = json.loads(cal.read_text()) if cal.exists() else None
     base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
     rows = []
-    todo = [(g, s) for g in GROUPS for s in g[5] if not args.only or g[0] in args.only.split(",")]
+    todo = [
+        (g, s)
+        for g in GROUPS
+        for s in g[5]
+        if (not args.only or g[0] in args.only.split(","))
+        and (not args.strategies or s in args.strategies.split(","))
+    ]
     for (mname, seq, mb, precision, ckpt, _), sname in todo:
         model, dataset, over = MODELS[mname]
         name = f"gpu-{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower()

@@ -259,6 +259,11 @@ def run() -> tuple[str, dict]:
             out(
                 f"| {r['name']} | {r['memory_gib']:.1f} | {t / GiB:.1f} | {pct(t / GiB, r['memory_gib']):+.1f}% |"
             )
+        errs = [abs(pct(t / GiB, r["memory_gib"])) for r, t in measured_mem]
+        summary["measured peak memory"] = (sum(errs) / len(errs), max(errs), len(errs))
+        out("")
+        out(f"Measured peak memory: mean abs error {summary['measured peak memory'][0]:.1f}%, max {max(errs):.1f}% "
+            f"over {len(errs)} rows.")  # fmt: skip
     return "\n".join(lines), summary
 
 

@@ -20,6 +20,7 @@ from dataclasses import replace as _replace
 from paradvisor.estimate import comm, moe, steptime
 from paradvisor.estimate import context as cp_cost
 from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
+from paradvisor.estimate.engine_memory import apply_per_op_sac, megatron_states
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
     act_bytes_for,
@@ -108,19 +109,6 @@ def activation_mode(plan: Plan, precision: str) -> str:
 _ACT_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Traced -> {shape of the question: terms}
 
 
-def _megatron_states(psi: float, precision: str) -> dict[str, float]:
-    """Megatron-LM without the distributed optimizer: 16-bit weights (2), fp32 main gradients (4), fp32
-    master weights and Adam m, v (12): 18 bytes per parameter (`theoretical_memory_usage.py`)."""
-    pb = 2 if precision != "fp32" else 4
-    return {
-        "params": pb * psi,
-        "grads": 4 * psi,
-        "optimizer": (12 if precision != "fp32" else 8) * psi,
-        "step_grads": 0.0,
-        "gathered": 0.0,
-    }
-
-
 def activation_terms(
     mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
 ) -> tuple[dict, str]:
@@ -128,6 +116,17 @@ def activation_terms(
     came from ("traced" from the model's code, or "formula"). With CP (estimate/context.py) a rank keeps
     1/cp of the sequence's activations plus, on the CPU path (K/V all-gathered, eager-style scores), the
     gathered K and V; ring attention on CUDA runs the family's own kernel."""
+    a, source, act = *_cp_terms(mf, wl, plan, precision, micro_batch, cuda=cuda), act_bytes_for(precision)
+    s = mf.shape  # torchtitan's per-op SAC of a dense block (estimate/engine_memory.py)
+    if plan.checkpointing == "selective" and mf.traits.selective == "every-other-mm" and s and not s.is_moe:
+        kw = {"seq": wl.seq_len // plan.cp, "micro_batch": micro_batch, "tp": plan.tp, "act_bytes": act}
+        a = apply_per_op_sac(a, s, sequence_parallel=plan.sequence_parallel, **kw) if not s.attn_params else a
+    return a, source
+
+
+def _cp_terms(
+    mf: ModelFacts, wl: Workload, plan: Plan, precision: str, micro_batch: int, *, cuda: bool
+) -> tuple[dict, str]:
     if plan.cp <= 1 or mf.shape is None:
         return _activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
     one_wl = wl if cuda else _replace(wl, attention="eager")
@@ -247,7 +246,7 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
 
     def states(psi, first: bool, last: bool):
         if mf.traits.weights16 and plan.sharding == "none":
-            return _megatron_states(psi, precision)
+            return megatron_states(psi, precision)
         if plan.sharding == "zero3":
             unit = mf.fetch_unit
         elif mf.shape is not None:

@@ -1,0 +1,175 @@
+"""The step-time model's device parameters held against the GPU it runs on: dense GEMMs of transformer-layer
+shapes (tokens x width, split by tensor parallelism) and small ones, the fused attention kernels SDPA
+dispatches (FlashAttention-2, cuDNN), an HBM copy and PyTorch's eager RMSNorm, each measured with CUDA
+events and printed beside what `estimate/steptime.py` predicts for the catalogue's entry of the detected
+GPU (its datasheet peak and bandwidth with GEMM_EFF, G_HALF, FLASH_PEAK / FLASH_EFF, HBM_EFF,
+EAGER_NORM_BYTES). Nothing is fitted here: it says how far each public parameter is from this device.
+
+Run (on a CUDA machine): python experiments/gpu_kernels.py [--json OUT] [--gpu NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from paradvisor.estimate import steptime as st
+from paradvisor.hardware import catalog
+from paradvisor.hardware.speeds import effective_peak
+
+# (label, tokens, in width, out width): Llama-3-8B and -70B layers (h 4096 / 8192, FFN 14336 / 28672, GQA
+# 8 KV heads of 128) at TP 1/2/4/8, and the small widths the one-GPU runs of gpu_check.py train
+LAYERS = {
+    "8b": (4096, 14336, 1024),
+    "70b": (8192, 28672, 1024),
+    "1024w": (1024, 2816, 256),
+}
+
+
+def gemm_shapes() -> list[tuple[str, int, int, int]]:
+    out = []
+    for name, (h, f, kv) in LAYERS.items():
+        tps = (1,) if name == "1024w" else (1, 2, 4, 8)
+        for tokens in (8192,) if name == "1024w" else (4096, 16384):
+            for tp in tps:
+                out += [
+                    (f"{name} qkv tp{tp} t{tokens}", tokens, h, (h + 2 * kv) // tp),
+                    (f"{name} out tp{tp} t{tokens}", tokens, h // tp, h),
+                    (f"{name} up+gate tp{tp} t{tokens}", tokens, h, 2 * f // tp),
+                    (f"{name} down tp{tp} t{tokens}", tokens, f // tp, h),
+                ]
+    out += [
+        ("square 8192", 8192, 8192, 8192),
+        ("square 2048", 2048, 2048, 2048),
+        ("skinny 256", 256, 4096, 4096),
+    ]
+    return out
+
+
+def timed(fn, reps: int = 20) -> float:
+    """Median seconds of `fn` over `reps` CUDA-event timings after 3 warm-ups."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
+def row(kind: str, label: str, predicted: float, measured: float, rate: str) -> dict:
+    err = predicted / measured - 1 if measured > 0 else None
+    print(f"{kind:6s} {label:28s} predicted {predicted * 1e3:9.3f} ms  measured {measured * 1e3:9.3f} ms  "
+          f"{'' if err is None else f'{err:+7.1%}'}  {rate}", flush=True)  # fmt: skip
+    return {"kind": kind, "label": label, "predicted_s": predicted, "measured_s": measured, "rel_error": err}
+
+
+def gemms(dev: st.Device) -> list[dict]:
+    import torch
+
+    rows = []
+    for label, m, k, n in gemm_shapes():
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        t = timed(lambda a=a, b=b: a @ b)
+        rows.append(
+            row("gemm", label, st.gemm_time(m, n, k, dev), t, f"{2 * m * n * k / t / 1e12:6.0f} TFLOP/s")
+        )
+    return rows
+
+
+def attention(dev: st.Device) -> list[dict]:
+    """Causal SDPA forward+backward, bf16, head dim 128, per backend; FLOPs as FlashAttention counts them
+    (forward 4·b·h·s²·d / 2 causal, backward 2.5x: the model's FLASH_BWD)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rows = []
+    for backend, kernel in ((SDPBackend.FLASH_ATTENTION, "fa2"), (SDPBackend.CUDNN_ATTENTION, "cudnn")):
+        for b, heads, s in ((2, 32, 4096), (1, 32, 8192), (8, 16, 1024)):
+            q, k, v = (torch.randn(b, heads, s, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))  # fmt: skip
+            g = torch.randn_like(q)
+
+            def step(q=q, k=k, v=v, g=g, backend=backend):
+                with sdpa_kernel([backend]):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+
+            try:
+                t = timed(step, reps=10)
+            except RuntimeError as exc:  # a backend this torch/device does not offer
+                print(f"attn   {kernel} b{b} h{heads} s{s}: not run ({str(exc).splitlines()[0][:120]})")
+                continue
+            fwd = 4 * b * heads * s * s * 128 / 2
+            flops = fwd * (1 + st.FLASH_BWD)
+            pred = flops / dev.flash_rate(kernel)
+            rows.append(
+                row("attn", f"{kernel} b{b} h{heads} s{s}", pred, t, f"{flops / t / 1e12:6.0f} TFLOP/s")
+            )
+    return rows
+
+
+def memory_bound(dev: st.Device) -> list[dict]:
+    import torch
+
+    rows = []
+    x = torch.empty(2**30, device="cuda", dtype=torch.uint8)
+    y = torch.empty_like(x)
+    t = timed(lambda x=x, y=y: y.copy_(x))
+    rows.append(
+        row("hbm", "copy 1 GiB", st.mem_time(2 * x.numel(), dev), t, f"{2 * x.numel() / t / 1e12:.2f} TB/s")
+    )
+    del x, y
+    h = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
+
+    def rmsnorm():  # transformers' LlamaRMSNorm.forward, as eager PyTorch runs it
+        v = h.to(torch.float32)
+        var = v.pow(2).mean(-1, keepdim=True)
+        return w * (v * torch.rsqrt(var + 1e-6)).to(h.dtype)
+
+    t = timed(rmsnorm)
+    pred = st.mem_time(st.EAGER_NORM_BYTES * h.numel(), dev)
+    rows.append(row("norm", "eager RMSNorm 16384x4096", pred, t, ""))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", metavar="OUT")
+    ap.add_argument("--gpu", help="catalogue name (default: the detected GPU's)")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("gpu_kernels: no CUDA device")
+    name = args.gpu or torch.cuda.get_device_name(0)
+    spec = catalog.find_gpu(name)
+    if spec is None:
+        sys.exit(f"gpu_kernels: {name!r} is not in the GPU catalogue")
+    dev = st.Device(effective_peak(spec.tflops, "bf16"), spec.mem_bw, spec.arch)
+    print(f"{name} -> catalogue {spec.name}: peak {dev.peak / 1e12:.0f} TFLOP/s, HBM {spec.mem_bw / 1e12:.2f} TB/s; "
+          f"torch {torch.__version__}")  # fmt: skip
+    rows = gemms(dev) + attention(dev) + memory_bound(dev)
+    for kind in ("gemm", "attn", "hbm", "norm"):
+        errs = [abs(r["rel_error"]) for r in rows if r["kind"] == kind and r["rel_error"] is not None]
+        if errs:
+            print(f"{kind}: {len(errs)} rows, mean |error| {statistics.mean(errs):.1%}, max {max(errs):.1%}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": name, "catalogue": spec.name, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
