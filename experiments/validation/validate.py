@@ -133,7 +133,8 @@ def predict(row: dict, data: dict):
     m = data["models"].get(row.get("model", ""), {})
     seq = row.get("seq", m.get("seq", 2048))
     cluster = cluster_for(data["clusters"][row["cluster"]], row["gpus"])
-    mf = replace(ModelFacts.of(profile), engine=engine)
+    mf = replace(ModelFacts.of(profile), engine=engine, recompute_modules=tuple(row.get("recompute_modules", ())),
+                 balanced_routing=row.get("balanced_routing", False))  # fmt: skip
     topo = Topology.of(cluster)
     dp = row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
     plan = plan_for(row, dp)
@@ -189,7 +190,9 @@ def run() -> tuple[str, dict]:
         meas = measured_step(row, profile, seq)
         err = pct(e.step_time, meas)
         by_source.setdefault(row["source"], []).append(err)
-        ck = row.get("checkpointing", "none") + ("+SP" if row.get("sequence_parallel") else "")
+        mods = row.get("recompute_modules")
+        ck = row.get("checkpointing", "none") + (f" ({', '.join(mods)})" if mods else "")
+        ck += "+SP" if row.get("sequence_parallel") else ""
         out(
             f"| {row['source']} | {row['name']} | {row['gpus']} | {row['tp']} | {row['pp']} | "
             f"{row.get('virtual_stages', 1)} | {ck} | {meas:.3f} | {e.step_time:.3f} | {err:+.1f}% |"

@@ -28,11 +28,15 @@ ASSUMPTION = (
 )
 
 
-def all_to_all(size: float, n: int, bw: float, lat: float) -> float:
-    """Pairwise all-to-all: each rank sends size·(n-1)/n bytes to the others (alpha-beta)."""
+def all_to_all(size: float, n: int, bw: float, lat: float, local: int = 1, intra_bw: float = 0.0) -> float:
+    """Pairwise all-to-all: each rank sends size·(n-1)/n bytes to the others (alpha-beta). When the group
+    spans nodes with `local` of its ranks in each, only (n-local)/n of the bytes cross the node's network
+    (at `bw`); the (local-1)/n for the ranks of the same node go over its own links (`intra_bw`) meanwhile."""
     if n <= 1 or size <= 0:
         return 0.0
-    return (n - 1) / n * size / bw + (n - 1) * lat
+    if local <= 1 or intra_bw <= 0:
+        return (n - 1) / n * size / bw + (n - 1) * lat
+    return max((n - local) / n * size / bw, (local - 1) / n * size / intra_bw) + (n - 1) * lat
 
 
 def split_states(psi: float, *, expert_psi: float, ep: int, shard: int, state_fn, largest_layer: int) -> dict:
@@ -86,12 +90,15 @@ def a2a_time(
     moe_layers: int,
     recompute: bool,
     capacity: float = CAPACITY_FACTOR,
+    local: int = 1,
+    intra_bw: float = 0.0,
 ) -> float:
-    """All-to-all seconds per micro-batch for `moe_layers` MoE layers on one rank."""
+    """All-to-all seconds per micro-batch for `moe_layers` MoE layers on one rank (`local` EP ranks per
+    node, linked at `intra_bw`, when the group spans nodes: all_to_all)."""
     if ep <= 1 or moe_layers <= 0:
         return 0.0
     size = tokens * top_k * hidden * act_bytes * capacity
-    per_layer = (6 if recompute else 4) * all_to_all(size, ep, bw, lat)
+    per_layer = (6 if recompute else 4) * all_to_all(size, ep, bw, lat, local, intra_bw)
     return moe_layers * per_layer
 
 

@@ -14,9 +14,27 @@ Backward costs 2x the forward's GEMM FLOPs and memory traffic; a flash-attention
 recomputes QKᵀ: 5 matmuls of the forward's 2, Dao 2023 "FlashAttention-2" §3.1.2). Full recompute re-runs
 the forward (GEMMs, memory-bound ops and its TP collectives); selective recompute is the engine's:
   attention-core   Megatron-LM (Korthikanti et al. 2022 §5): QKᵀ, softmax, dropout, attention over V
+  modules          Megatron-Core's `recompute_modules` (transformer_config.py): "core_attn" (the above),
+                   "layernorm" (the two norms), "moe_act" (the expert activation), each re-run forward
   every-other-mm   torchtitan's per-op SAC (torchtitan/distributed/activation_checkpoint.py): it saves
                    matmul and attention outputs but every second matmul of a block (2nd, 4th, 6th: wk, wo,
                    w3 of a Llama block), so those matmuls and every memory-bound op run again
+A MoE layer (MoELayer) replaces the FFN's GEMMs by the routed path Megatron-Core runs
+(megatron/core/transformer/moe: router.py, token_dispatcher.py MoEAlltoAllTokenDispatcher, experts.py
+GroupedMLP), on R = T·k routed rows of the rank's T tokens:
+  router       the gate GEMM (T x h) @ (h x E), then the score function and top-k over T x E fp32 logits
+  permute      gather of the R rows (read + write R·h) before the dispatch, the weighted scatter-add back
+               (read R·h, write T·h) after the combine; with EP and more than one local expert the
+               received rows are sorted by expert and back (sort_chunks_by_idxs: 2 more R·h moves).
+               The backward moves the same bytes (a gather's gradient is a scatter).
+  experts      one GEMM per local expert (E/ep of them) on its T·k·ep/E rows (force-balanced routing),
+               each at the size factor of its own shape: few rows per expert make them slow
+  activation   the expert activation over R x f_e (as the dense one)
+  output bias  experts with biases (GPT-OSS) under Megatron-Core: TEGroupedMLP skips fc2's bias in the GEMM
+               and adds it per expert in eager PyTorch (`_apply_bias`, core_v0.15/0.16 experts.py:
+               cat(t + b·p) then a cast): b·p written in fp32 (4 bytes per element of R x h), the add
+               (read 2 + 4, write 4), the cat (4 + 4), the cast (4 + 2): 28 bytes, two launches per expert
+The shared experts run as a dense MLP of width shared_ffn. EP's all-to-all is estimate/moe.py's.
 Memory-bound ops are counted as fused kernels (Megatron-Core / Transformer Engine, or torch.compile) or, for
 an eager engine, as PyTorch runs them op by op: RMSNorm upcast to fp32 (cast, pow, mean, rsqrt-mul, cast
 back, weight: ~34 bytes moved per element against 4 fused), rotary embedding in fp32 complex arithmetic
@@ -44,7 +62,7 @@ Parameter sources (public measurements, none fitted to experiments/validation):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paradvisor.estimate import comm
 
@@ -141,14 +159,59 @@ def layer_forward(
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
-    ew = 2 * norm * rep  # two layer norms
+    norms = (
+        mem_time(2 * norm * rep, dev) + 2 * KERNEL_LAUNCH_S
+    )  # two layer norms: what "layernorm" recomputes
+    ew = 2 * norm * rep
     ew += 2 * (3 * ab * rep)  # two residual adds: read 2, write 1
     if sh.dropout:
         ew += 2 * ((2 * ab + 1) * rep)  # two dropouts: read, write, 1-byte mask
     ew += (act if sh.gated else 2 * ab) * tokens * sh.ffn / t  # activation function (and gate product)
     ew += rope * tokens * (d_attn + 2 * kv) / t  # bias / rotary on q, k, v
     rest = mem_time(ew, dev) + (8 if fused else 24) * KERNEL_LAUNCH_S
-    return {"gemm": sum(mms), "core": core, "rest": rest, "odd_gemms": sum(mms[1::2])}
+    return {"gemm": sum(mms), "core": core, "rest": rest, "odd_gemms": sum(mms[1::2]), "norms": norms}
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """The routed part of a MoE layer (module docstring): E experts, top-k, expert FFN width, shared-expert
+    width, EP degree, and how many of the stage's layers are MoE layers."""
+
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_ffn: int
+    ep: int
+    layers: int
+    eager_bias: bool = False  # the experts' output bias added per expert in eager PyTorch (docstring)
+
+
+def routed_forward(
+    m: MoELayer, sh: LayerShape, *, tokens: int, tp: int, sp: bool, ab: int, dev: Device
+) -> dict:
+    """Forward seconds of one MoE layer's routed path on one rank: {"gemm": router + expert GEMMs,
+    "move": router scores and token permutations (same bytes backward), "act": expert activation}."""
+    h, t = sh.hidden, max(1, tp)
+    rows_t = tokens / (t if sp else 1)  # the router sees the rank's sequence shard
+    rows = rows_t * m.top_k / (1 if sp else t)  # routed rows; experts split over the TP ranks' tokens
+    local = m.experts / m.ep
+    per_expert = rows * m.ep / m.experts
+    n_up = 2 if sh.gated else 1
+    experts = gemm_time(per_expert, n_up * m.expert_ffn, h, dev, batch=local)
+    experts += gemm_time(per_expert, h, m.expert_ffn, dev, batch=local)
+    router = gemm_time(rows_t, m.experts, h, dev)
+    scores = mem_time(3 * 4 * rows_t * m.experts, dev) + mem_time(
+        rows_t * m.top_k * 12, dev
+    )  # softmax, top-k
+    move = mem_time(2 * rows * h * ab, dev) + mem_time(
+        (2 * rows + rows_t) * h * ab, dev
+    )  # permute, unpermute
+    if m.ep > 1 and local > 1:
+        move += 2 * mem_time(2 * rows * h * ab, dev)  # sort the received rows by expert, and back
+    act = mem_time((3 * ab if sh.gated else 2 * ab) * rows * m.expert_ffn, dev)
+    if m.eager_bias:
+        move += mem_time(28 * rows * h, dev) + (2 * local + 2) * KERNEL_LAUNCH_S
+    return {"gemm": experts + router, "move": scores + move, "act": act}
 
 
 def block_gemms(sh: LayerShape, *, tokens: int, tp: int, dev: Device, split: bool) -> list[float]:
@@ -200,37 +263,59 @@ def micro_batch_time(
     fused: bool = True,
     selective: str = "attention-core",
     kernel: str = "flash",
+    moe: MoELayer | None = None,
+    recompute_modules: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """Seconds of one micro-batch through `layers` layers (+ the LM head and loss when `head_vocab`):
-    forward, backward, recompute and TP communication (forward + backward + recomputed forward)."""
-    f = layer_forward(
-        sh,
-        tokens=tokens,
-        seq=seq,
-        tp=tp,
-        sp=sp,
-        attention=attention,
-        act_bytes=act_bytes,
-        dev=dev,
-        fused=fused,
-        kernel=kernel,
-    )
-    fwd_layer = f["gemm"] + f["core"] + f["rest"]
-    fwd = layers * fwd_layer
-    bwd = layers * (2 * (f["gemm"] + f["rest"]) + (2 if attention == "eager" else FLASH_BWD) * f["core"])
+    forward, backward, recompute and TP communication (forward + backward + recomputed forward). With
+    `moe`, moe.layers of them are MoE layers (MoELayer) and the rest dense of FFN width sh.ffn."""
+    kw = {"tokens": tokens, "seq": seq, "tp": tp, "sp": sp, "attention": attention, "act_bytes": act_bytes}
+    kw |= {"dev": dev, "fused": fused, "kernel": kernel}
+    how = (2 if attention == "eager" else FLASH_BWD, checkpointing, selective, attention, recompute_modules)
+    parts = []  # (layer count, forward, backward, recompute) per kind of layer
+    n_moe = min(layers, moe.layers) if moe is not None else 0
+    if layers - n_moe > 0:
+        parts.append((layers - n_moe, *_layer_times(layer_forward(sh, **kw), None, how)))
+    if n_moe:
+        r = routed_forward(moe, sh, tokens=tokens, tp=tp, sp=sp, ab=act_bytes, dev=dev)
+        parts.append((n_moe, *_layer_times(layer_forward(replace(sh, ffn=moe.shared_ffn), **kw), r, how)))
+    fwd = sum(n * a for n, a, _b, _r in parts)
+    bwd = sum(n * b for n, _a, b, _r in parts)
+    rec = sum(n * c for n, _a, _b, c in parts)
     if head_vocab:
         v_local = head_vocab / vocab_tp
         head = gemm_time(tokens, v_local, sh.hidden, dev)
         loss = mem_time(tokens * v_local * 4 * 3, dev)  # fp32 softmax + cross-entropy: read, write, read
         fwd += head + loss
         bwd += 2 * head + loss
-    rec = 0.0
-    if checkpointing == "full":
-        rec = layers * fwd_layer
-    elif checkpointing == "selective" and selective == "every-other-mm":
-        rec = layers * (f["odd_gemms"] + f["rest"])
-    elif checkpointing == "selective":
-        rec = layers * f["core"] if attention == "eager" else 0.0
     tp_fwd = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat)
     tp_total = tp_fwd * (2 + (1 if checkpointing == "full" else 0))
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_comm": tp_total}
+
+
+def _layer_times(f: dict, r: dict | None, how: tuple) -> tuple[float, float, float]:
+    """(forward, backward, recompute) seconds of one layer from layer_forward's `f` and, for a MoE layer,
+    routed_forward's `r`; `how`: (flash backward factor, checkpointing, selective, attention, modules)."""
+    core_bwd, checkpointing, selective, attention, modules = how
+    r = r or {"gemm": 0.0, "move": 0.0, "act": 0.0}
+    fwd = f["gemm"] + f["core"] + f["rest"] + r["gemm"] + r["move"] + r["act"]
+    bwd = 2 * (f["gemm"] + f["rest"] + r["gemm"] + r["act"]) + r["move"] + core_bwd * f["core"]
+    rec = _recompute(f, fwd, checkpointing, selective, attention, modules)
+    return fwd, bwd, rec + (checkpointing == "selective" and "moe_act" in modules) * r["act"]
+
+
+def _recompute(
+    f: dict, fwd: float, checkpointing: str, selective: str, attention: str, modules: tuple
+) -> float:
+    """One layer's recompute seconds (module docstring): all of its forward, or what the engine's selective
+    recompute re-runs (Megatron-Core's `recompute_modules` where named; "moe_act" is the caller's)."""
+    if checkpointing == "full":
+        return fwd
+    if checkpointing != "selective":
+        return 0.0
+    if modules:
+        core = f["core"] if attention == "eager" and "core_attn" in modules else 0.0
+        return core + ("layernorm" in modules) * f["norms"]
+    if selective == "every-other-mm":
+        return f["odd_gemms"] + f["rest"]
+    return f["core"] if attention == "eager" else 0.0

@@ -42,7 +42,7 @@ from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model import families
 from paradvisor.model.activations import key_of
-from paradvisor.plan import expert_dp
+from paradvisor.plan import expert_dp, moe_step
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.rules.engine import FiredRule
@@ -548,7 +548,7 @@ def gpu_stage_times(
     in dp, sharding or offload share it)."""
     done = ("gpu-stages", spec.name, micro_batch, precision, wl.attention, wl.seq_len, id(mf), plan.tp,
             plan.sequence_parallel, plan.checkpointing, plan.pp, plan.pp_schedule, plan.pp_virtual_stages,
-            plan.pp_split, plan.grad_accum)  # fmt: skip
+            plan.pp_split, plan.grad_accum, plan.ep)  # fmt: skip
     if done in topo._cache:
         return topo._cache[done]
     s = mf.shape
@@ -558,7 +558,7 @@ def gpu_stage_times(
         s.heads,
         s.kv_heads,
         s.head_dim,
-        s.ffn,
+        mf.profile.transformer.ffn if mf.moe else s.ffn,  # a MoE model's dense layers (moe_step.stage_layer)
         s.gated_mlp,
         s.causal,
         families.get(s.family).dropout,
@@ -569,7 +569,7 @@ def gpu_stage_times(
     for layers, head in {(st.layers, st.last) for st in pipeline_stages(mf, plan)}:
         key = (
             "gpu-time", spec.name, layers, head, micro_batch, plan.tp, plan.sequence_parallel,
-            plan.checkpointing, precision, wl.attention, wl.seq_len, id(mf),
+            plan.checkpointing, precision, wl.attention, wl.seq_len, id(mf), plan.ep,
         )  # fmt: skip
         t = topo._cache.get(key)
         if t is None:
@@ -602,6 +602,8 @@ def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int,
         fused=mf.traits.fused,
         selective=mf.traits.selective,
         kernel=mf.traits.attention,
+        moe=moe_step.stage_layer(mf, plan, layers),
+        recompute_modules=mf.recompute_modules,
     )
 
 
@@ -766,7 +768,7 @@ def evaluate(
         mf, topo, wl, plan, precision, margin
     )
     if mf.moe is not None and plan.ep > 1:  # the busiest EP rank's expert work sets the pace
-        ct, t_micro = _moe_imbalance(mf, plan, ct)
+        ct, t_micro = moe_step.imbalance(mf, plan, ct)
     ab = act_bytes_for(precision)
     tokens = plan.micro_batch * wl.seq_len
     # A calibrated CPU knows each engine's fixed cost per step and per layer, collective latencies
@@ -820,7 +822,7 @@ def evaluate(
         net_eff=steptime.NET_EFF if gpu_model else 1.0,
     )
     if mf.moe is not None and plan.ep > 1:
-        time["ep_all_to_all"] = plan.grad_accum * _moe_a2a(mf, topo, wl, plan, ab)
+        time["ep_all_to_all"] = plan.grad_accum * moe_step.a2a(mf, topo, wl, plan, ab, gpu_model)
     if plan.cp > 1 and mf.shape is not None:
         time["cp_comm"] = plan.grad_accum * _cp_comm(mf, topo, wl, plan, ab, ct, slow_spec)
     time["dp_comm_exposed"] = dp_exposed
@@ -929,31 +931,7 @@ def _moe_block(mf: ModelFacts, blk: dict, wl: Workload, plan: Plan, micro_batch:
         tp=plan.tp,
         sequence_parallel=plan.sequence_parallel,
         checkpointing=plan.checkpointing,
+        capacity=moe_step.capacity(mf),
     )
     share = info.moe_layers / info.num_layers
     return {"stored": blk["stored"] + share * extra["stored"], "working": blk["working"] + extra["working"]}
-
-
-def _moe_imbalance(mf: ModelFacts, plan: Plan, ct: dict) -> tuple[dict, float]:
-    f = moe.imbalance_factor(
-        routed_share=mf.moe.routed_share * mf.moe.moe_layers / mf.moe.num_layers, ep=plan.ep
-    )
-    ct = {k: v * f for k, v in ct.items()}
-    return ct, sum(ct.values())
-
-
-def _moe_a2a(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int) -> float:
-    """All-to-all seconds per micro-batch on the EP group's link, for the MoE layers of one stage."""
-    bw, lat, _ = topo.ep_link(plan.tp, plan.ep)
-    tokens = plan.micro_batch * wl.seq_len / (plan.tp if plan.sequence_parallel else 1)
-    return moe.a2a_time(
-        tokens=tokens,
-        hidden=mf.shape.hidden,
-        top_k=mf.moe.top_k,
-        act_bytes=ab,
-        ep=plan.ep,
-        bw=bw,
-        lat=lat,
-        moe_layers=mf.moe.moe_layers // plan.pp,
-        recompute=plan.checkpointing == "full",
-    )

@@ -115,8 +115,10 @@ class ModelFacts:
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
     # Which engine's way of holding the model the estimate counts (ENGINES): "torch" is paradvisor's launcher
     # (fp32 weights under autocast, embedding and head replicated over TP); the others are used to check the
-    # estimate on published runs (experiments/validation).
+    # estimate on published runs (experiments/validation), as are the two after it.
     engine: str = "torch"
+    recompute_modules: tuple[str, ...] = ()  # what "selective" re-runs where named (estimate/steptime.py)
+    balanced_routing: bool = False  # tokens force-balanced over the experts (benchmarks): no capacity slack
 
     @property
     def traits(self) -> EngineTraits:
@@ -371,9 +373,7 @@ class Topology:
     def rank_specs(self) -> Iterator[GPUSpec]:
         """Every rank's spec in rank order (for per-rank batches: split by speed)."""
         for s in self.segments:
-            local = [spec for spec, c in s.kinds for _ in range(c)]
-            for _ in range(s.count):
-                yield from local
+            yield from [spec for spec, c in s.kinds for _ in range(c)] * s.count
 
     # -- links ---------------------------------------------------------------------------------------
     def _intra_range(self, lo: int, hi: int) -> tuple[float, float]:
