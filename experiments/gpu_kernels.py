@@ -118,7 +118,7 @@ def attention(dev: st.Device) -> list[dict]:
                 print(f"attn   {kernel} b{b} h{heads} s{s}: not run ({str(exc).splitlines()[0][:120]})")
                 continue
             flops = 4 * b * heads * s * s * 128 * (0.5 if causal else 1.0) * (1 + st.FLASH_BWD)
-            pred = flops / dev.flash_rate("fa2" if kernel == "default" else kernel)
+            pred = flops / dev.flash_rate("fa2" if kernel == "default" else kernel, causal)
             label = f"{kernel}{'' if causal else ' full'} b{b} h{heads} s{s}"
             rows.append(row("attn", label, pred, t, f"{flops / t / 1e12:6.0f} TFLOP/s"))
             if backend is None and s == 8192:

@@ -126,14 +126,17 @@ def test_engine_selective_recompute_eager_ops_and_flash_backward():
 
 
 def test_flash_attention_rate_by_kernel():
-    """FlashAttention-2 on Hopper (torchtitan's SDPA of 2024-12) runs at 35% of peak, the generic flash
+    """FlashAttention-2 on Hopper (torchtitan's SDPA of 2024-12) runs at 28% of peak causal (31% without a
+    mask: measured, estimate/steptime.FLASH_PEAK), the generic flash
     kernel at FLASH_EFF of the GEMM rate; an A100 has no separate FA2 figure and keeps the generic one."""
     sh = steptime.LayerShape(4096, 32, 8, 128, 14336, True, True, False)
     kw = {"tokens": 16384, "seq": 8192, "tp": 1, "sp": False, "attention": "sdpa", "act_bytes": 2}
     h100, a100 = steptime.Device(989e12, 3.35e12, "hopper"), steptime.Device(312e12, 2.0e12, "ampere")
     flops = 4.0 * 2 * 32 * 8192 * 8192 * 128 * 0.5  # b=2, causal half
     fa2 = steptime.layer_forward(sh, dev=h100, kernel="fa2", **kw)["core"]
-    assert fa2 == pytest.approx(flops / (0.35 * 989e12))
+    assert fa2 == pytest.approx(flops / (0.28 * 989e12))
+    full = steptime.layer_forward(replace(sh, causal=False), dev=h100, kernel="fa2", **kw)["core"]
+    assert full == pytest.approx(2 * flops / (0.31 * 989e12))
     generic = steptime.layer_forward(sh, dev=h100, **kw)["core"]
     assert generic == pytest.approx(flops / (989e12 * steptime.GEMM_EFF["hopper"] * steptime.FLASH_EFF))
     assert steptime.layer_forward(sh, dev=a100, kernel="fa2", **kw) == steptime.layer_forward(

@@ -51,12 +51,15 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                H100 (~340-370 of 450 GB/s without NVLS)
   NET_EFF      0.9: nccl-tests bus bandwidth over InfiniBand HDR/NDR, ~90% of line rate
   KERNEL_LAUNCH_S  4 µs: CUDA kernel launch latency
-  FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel and
-               architecture, where it is measured apart from the generic FLASH_EFF x GEMM rate:
-               FlashAttention-2 on Hopper 0.35 (Shah et al. 2024 "FlashAttention-3", arXiv:2407.08608,
-               abstract: FA2 reaches 35% of H100 peak; independently: pytorch/pytorch#142132, torch
-               nightly 2024-12-04 SDPA's default flash backend 329 TFLOPS at head dim 128 on H100 against cuDNN's
-               631, and Azure's ND H100 v5 benchmark guide, FA2 327.9 TFLOPS at head dim 128, seq 8192).
+  FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel,
+               architecture and mask, where it is measured apart from the generic FLASH_EFF x GEMM rate:
+               FlashAttention-2 on Hopper, head dim 128, forward+backward: 0.28 causal, 0.31 without a mask —
+               measured on an H100 SXM (torch 2.11 SDPA's FLASH_ATTENTION backend, `experiments/gpu_kernels.py`,
+               docs/accuracy.md: 281 / 304 TFLOPS at sequence 8192). The published figures agree where they
+               overlap: FA2 "reaches 35% of H100 peak" (Shah et al. 2024 "FlashAttention-3", arXiv:2407.08608,
+               abstract; its Fig. 5: 333 TFLOPS forward, causal, head dim 128, sequence 8k), torch nightly
+               2024-12-04 SDPA's flash backend 329 TFLOPS at head dim 128 (pytorch/pytorch#142132), Azure's ND
+               H100 v5 guide 327.9 (forward figures; the backward runs slower, hence the lower fwd+bwd rate).
                Which kernel an engine runs comes from the engine's own code (plan.facts.ENGINES).
 """
 
@@ -74,7 +77,10 @@ NVLINK_EFF = 0.75
 NET_EFF = 0.90
 KERNEL_LAUNCH_S = 4e-6
 FLASH_EFF = 0.75  # a flash-attention kernel's rate relative to a large GEMM's (FlashAttention-2 paper, A100)
-FLASH_PEAK = {("fa2", "hopper"): 0.35}  # (kernel, arch) -> fraction of peak, fwd+bwd (sources above)
+FLASH_PEAK = {
+    ("fa2", "hopper", True): 0.28,
+    ("fa2", "hopper", False): 0.31,
+}  # (kernel, arch, causal): fwd+bwd
 FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
 EAGER_NORM_BYTES = (
     34  # eager RMSNorm bytes per element (bf16 in: cast 2+4, pow 4+4, mean 4, mul 4+4, cast 4+2, weight 2+2)
@@ -92,10 +98,10 @@ class Device:
     def gemm_rate(self) -> float:
         return self.peak * GEMM_EFF.get(self.arch, GEMM_EFF_DEFAULT)
 
-    def flash_rate(self, kernel: str = "flash") -> float:
+    def flash_rate(self, kernel: str = "flash", causal: bool = True) -> float:
         """FLOP/s of a fused flash-attention kernel: measured per kernel where FLASH_PEAK has it (FA2 on
         Hopper runs at about half of FA3 / cuDNN), else FLASH_EFF of the GEMM rate."""
-        frac = FLASH_PEAK.get((kernel, self.arch))
+        frac = FLASH_PEAK.get((kernel, self.arch, causal))
         return self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF
 
 
@@ -155,7 +161,7 @@ def layer_forward(
         core += mem_time(probs * ab * 2, dev) + (mem_time(probs * (2 * ab + 1), dev) if sh.dropout else 0.0)
     else:  # a fused flash kernel: no s x s traffic; causal masks skip half the blocks
         fl = 4.0 * b * heads_local * seq * seq * sh.head_dim * (0.5 if sh.causal else 1.0)
-        core = max(KERNEL_LAUNCH_S, fl / dev.flash_rate(kernel))
+        core = max(KERNEL_LAUNCH_S, fl / dev.flash_rate(kernel, sh.causal))
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
