@@ -92,7 +92,8 @@ def test_compute_follows_active_parameters():
     topo = Topology.of(single_node_cluster("H100", 8))
     plan = Plan(dp=8, sharding="fsdp", micro_batch=1, grad_accum=8)
     t_moe, t_dense = _est(mf, topo, plan).time["compute"], _est(dense_read, topo, plan).time["compute"]
-    assert 1.6 < t_moe / t_dense < 2.0  # 6·12.9B vs 6·7.2B per token, plus attention
+    # 6·12.9B vs 6·7.2B FLOPs per token (1.79), diluted by what both run alike: attention, eager norms, rotary
+    assert 1.5 < t_moe / t_dense < 2.0
 
 
 def test_expert_parallel_memory_splits_the_experts():

@@ -202,3 +202,24 @@ def test_torchtitan_per_op_sac_keeps_every_other_matmul_output():
 
     mean, mx, n = validate.run()[1]["measured peak memory"]
     assert n >= 4 and mean <= 10 and mx <= 20, (mean, mx)
+
+
+def test_the_launchers_engine_runs_hugging_face_models_eagerly():
+    """paradvisor's launcher trains Hugging Face models without torch.compile: a LLaMA-style block's RMSNorm,
+    rotary and SwiGLU run op by op and q/k/v as separate GEMMs (measured on an H100: docs/accuracy.md); a
+    GPT-2-style block (learned positions) keeps nn.LayerNorm's one kernel and its fused projections."""
+    from paradvisor.plan.facts import ENGINES
+
+    assert (
+        not ENGINES["torch"].fused and ModelFacts.of(load_profile("llama-3.1-8b")).traits == ENGINES["torch"]
+    )
+    dev = steptime.Device(989e12, 3.35e12, "hopper")
+    kw = {"tokens": 8192, "seq": 8192, "tp": 1, "sp": False, "attention": "sdpa", "act_bytes": 2, "dev": dev}
+    llama = steptime.LayerShape(4096, 32, 8, 128, 14336, True, True, False)
+    gpt2 = replace(llama, kv_heads=32, gated=False, rms_rope=False)
+    eager, fused = (steptime.layer_forward(llama, fused=f, **kw) for f in (False, True))
+    assert eager["rest"] > 3 * fused["rest"] and eager["gemm"] > fused["gemm"]
+    g_eager, g_fused = (steptime.layer_forward(gpt2, fused=f, **kw) for f in (False, True))
+    assert g_eager["gemm"] == g_fused["gemm"]  # one qkv projection either way
+    extra_launches = 16 * steptime.KERNEL_LAUNCH_S  # the eager block's other elementwise kernels only
+    assert g_eager["rest"] == pytest.approx(g_fused["rest"] + extra_launches)

@@ -130,6 +130,10 @@ class LayerShape:
     causal: bool
     dropout: bool
     attn_params: int = 0
+    # RMSNorm and rotary embedding written as Python ops, q/k/v and gate/up as separate projections (Hugging
+    # Face's LLaMA-style code); False: nn.LayerNorm's one kernel, learned positions, fused projections (GPT-2,
+    # BERT). Counted only for an eager engine (fused=False).
+    rms_rope: bool = True
 
 
 def layer_forward(
@@ -151,7 +155,7 @@ def layer_forward(
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
-    mms = block_gemms(sh, tokens=tokens, tp=t, dev=dev, split=not fused)
+    mms = block_gemms(sh, tokens=tokens, tp=t, dev=dev, split=not fused and sh.rms_rope)
     # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
     heads_local = sh.heads / t
     b = tokens / seq
@@ -165,6 +169,8 @@ def layer_forward(
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
+    if not sh.rms_rope:  # nn.LayerNorm is one kernel; a bias, not a rotation, on q, k, v
+        norm, rope = 2 * ab, 2 * ab
     norms = (
         mem_time(2 * norm * rep, dev) + 2 * KERNEL_LAUNCH_S
     )  # two layer norms: what "layernorm" recomputes

@@ -563,6 +563,7 @@ def gpu_stage_times(
         s.causal,
         families.get(s.family).dropout,
         s.attn_params,
+        not families.get(s.family).learned_positions,  # GPT-2, BERT: LayerNorm kernels, no rotary
     )
     node0 = topo.intra[0]
     worst = None

@@ -80,15 +80,15 @@ class EngineTraits:
     attention: str = "flash"
 
 
-# "torch": paradvisor's launcher. "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022
-# (gradient all-reduce after the backward pass). "torchtitan" (as benchmarked, no torch.compile): TP shards the
+# "torch": paradvisor's launcher (Hugging Face models run eagerly: elementwise ops one by one, docs/accuracy.md).
+# "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022 (gradient all-reduce after backward). "torchtitan" (as benchmarked, no torch.compile): TP shards the
 # embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
 # elementwise ops (fused in -compile); per-op SAC; F.scaled_dot_product_attention on the torch of 2024-12 runs its
 # FlashAttention-2 kernel on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; torchtitan enabled it in #1000,
 # 2025-03). "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding after forward, vocabulary over TP).
 # "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
 ENGINES = {
-    "torch": EngineTraits(False, False, True, True),
+    "torch": EngineTraits(False, False, True, True, False),
     "megatron": EngineTraits(True, True, False, False),
     "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm", "fa2"),
     "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
