@@ -407,7 +407,10 @@ def probe(seed: dict, rng: random.Random, defs: dict) -> dict:
                 c["q_lora_rank"] = rng.randrange(2, 12) * 8
             c["qk_nope_head_dim"] = rng.choice([8, 12, 16])
             c["qk_rope_head_dim"] = rng.choice([4, 8])
-            c["v_head_dim"] = rng.choice([8, 12, 16])
+            qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+            same = seed.get("qk_nope_head_dim", 0) + seed.get("qk_rope_head_dim", 0) == seed.get("v_head_dim")
+            # q·k and v head sizes equal or not, as in the seed: SDPA's kernel (flash or math) follows it
+            c["v_head_dim"] = qk if same else rng.choice([v for v in (8, 12, 16, 20, 24) if v != qk])
             c["hidden_size"] = n * rng.randrange(1, 4) * 8  # a multiple of the heads (transformers checks)
         if isinstance(c.get("n_group"), int):  # expert groups of m experts, topk_group of them picked
             g = 1 if seed["n_group"] == 1 else rng.randrange(2, 4)

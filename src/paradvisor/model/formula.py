@@ -104,6 +104,9 @@ def signature(cfg: dict, shape: TransformerShape, defaults: dict) -> str:
     parts.append(f"mqa={shape.kv_heads == 1 < shape.heads}")  # one KV head: micro-batch 1 takes its own path
     if not cfg.get("kv_lora_rank"):  # multi-head latent attention has its own head sizes (features)
         parts.append(f"hd={shape.head_dim == shape.hidden // shape.heads}")
+    else:  # SDPA's flash kernels need one head size for q, k and v: latent attention's differ or not
+        qk = (full.get("qk_nope_head_dim") or 0) + (full.get("qk_rope_head_dim") or 0)
+        parts.append(f"qk_is_v={qk == full.get('v_head_dim')}")
     parts.append(f"window={windowed(cfg, shape, defaults)}")
     parts.append(f"mlp_only={bool(full.get('mlp_only_layers'))}")
     if shape.is_moe:  # which traced blocks hold experts (DeepSeek's first dense layers): what a trace saves
