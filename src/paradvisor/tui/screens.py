@@ -8,6 +8,7 @@ import shlex
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Markdown, Static
 
@@ -286,7 +287,10 @@ class ConfirmLaunchScreen(ModalScreen[bool]):
         """The full question once the prediction is done (it is counted in a worker behind the question)."""
         self.text = text
         if self.is_attached:
-            self.query_one("#confirm-text", Static).update(text)
+            try:
+                self.query_one("#confirm-text", Static).update(text)
+            except NoMatches:  # answered before the prediction came: the window is closing, its widgets gone
+                pass
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
