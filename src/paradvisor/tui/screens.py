@@ -79,6 +79,31 @@ def plan_markdown(e, cluster) -> str:
     return "\n".join(lines)
 
 
+def infeasible_markdown(rec) -> str:
+    """The plans that do not fit (and those that fit but cannot be launched) of a ranking, for its window."""
+    lines = [f"# What does not fit: {rec.profile.name}", ""]
+    if rec.plan_only:
+        lines += [
+            "## Fits, but paradvisor cannot launch it",
+            "",
+            "| plan | step | why |",
+            "|---|---:|---|",
+        ]
+        lines += [f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only]
+        lines.append("")
+    lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
+    if rec.infeasible:
+        lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
+        lines += [
+            f"| {i.label} | {i.needs_bytes / GiB:.1f} GiB | {i.has_bytes / GiB:.0f} GiB "
+            f"({i.usable_bytes / GiB:.1f} usable) | {i.gpu} |"
+            for i in rec.infeasible
+        ]
+    else:
+        lines.append("Every layout fits.")
+    return "\n".join(lines)
+
+
 class ScrollingModal(ModalScreen):
     """A window of Markdown that scrolls (arrows, PgUp/PgDn, Home/End, the mouse wheel), with a footer that
     says how to scroll and that Esc closes it."""

@@ -1,6 +1,7 @@
 """Tab 2, Plans: the workload (model, sequence length, global batch, precision), the plans ranked for the
 cluster with their memory bar and explanation, and the plans that do not fit. Ranking runs in a worker on
-every change (the advice layers are pure); the selected plan is posted as `PlanSelected`."""
+every change (the advice layers are pure); the selected plan is posted as `PlanSelected`. Its widgets are
+mounted after the session's first paint (panes/later.py): a ranking asked for before then runs once they are."""
 
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
@@ -10,7 +11,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, DataTable, Input, Select, Static, TabPane
+from textual.widgets import Button, DataTable, Input, Select, Static
 
 from paradvisor.errors import InputError
 from paradvisor.model.load import builtin_names
@@ -18,10 +19,11 @@ from paradvisor.plan.advice import DEFAULT_BATCH_PER_GPU, DEFAULT_SEQ_CAP, Reque
 from paradvisor.plan.search import explain
 from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
-from paradvisor.tui.screens import PlanDetailScreen, plan_markdown
+from paradvisor.tui.panes.later import LaterPane
+from paradvisor.tui.screens import PlanDetailScreen, infeasible_markdown, plan_markdown
 from paradvisor.tui.text import cell, escape
 from paradvisor.tui.widgets import memory_bar
-from paradvisor.units import GiB, fmt_seconds, half_up
+from paradvisor.units import fmt_seconds, half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
 TYPING_PAUSE_S = 0.3  # the plans are ranked again once typing in a workload box pauses this long
@@ -33,7 +35,7 @@ class PlansTable(DataTable):
     BINDINGS = [Binding("enter", "select_cursor", "Explain", key_display="⏎")]
 
 
-class PlansPane(TabPane):
+class PlansPane(LaterPane):
     def __init__(self, *, model: str) -> None:
         super().__init__("2 Plans", id="plans")
         self.model_arg = model
@@ -45,7 +47,7 @@ class PlansPane(TabPane):
         self._generation = 0  # the newest ranking asked for; older results are dropped
         self._typing_timer = None  # the pending re-rank of a workload box being typed in
 
-    def compose(self) -> ComposeResult:
+    def content(self) -> ComposeResult:
         names = builtin_names()
         with Horizontal(classes="row", id="workload-row"):
             yield Select(
@@ -86,9 +88,11 @@ class PlansPane(TabPane):
             yield Button("Plans that do not fit (i)", id="show-infeasible", compact=True)
             yield Static(id="infeasible")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.alloc_table.add_columns("node", "GPUs", "TFLOPS", "speed", "batch/GPU", "share", "local steps")
         self.alloc_table.display = False
+        if self._generation:  # a ranking asked for before the widgets were there (the first cluster)
+            self._rank_worker(self._generation)
 
     # ------------------------------------------------------------------------------------------ widgets
     @property
@@ -184,9 +188,10 @@ class PlansPane(TabPane):
         )
 
     def rerank(self) -> None:
-        """Re-rank in a worker; only the newest request's result is shown."""
+        """Re-rank in a worker; only the newest request's result is shown (once the widgets are built)."""
         self._generation += 1
-        self._rank_worker(self._generation)
+        if self.built:
+            self._rank_worker(self._generation)
 
     @work(thread=True, group="rank")
     def _rank_worker(self, generation: int) -> None:
@@ -380,35 +385,9 @@ class PlansPane(TabPane):
         n = len(self.rec.infeasible) if self.rec else 0
         return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
 
-    def infeasible_markdown(self) -> str:
-        rec = self.rec
-        lines = [f"# What does not fit: {rec.profile.name}", ""]
-        if rec.plan_only:
-            lines += [
-                "## Fits, but paradvisor cannot launch it",
-                "",
-                "| plan | step | why |",
-                "|---|---:|---|",
-            ]
-            lines += [
-                f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only
-            ]
-            lines.append("")
-        lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
-        if rec.infeasible:
-            lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
-            lines += [
-                f"| {i.label} | {i.needs_bytes / GiB:.1f} GiB | {i.has_bytes / GiB:.0f} GiB "
-                f"({i.usable_bytes / GiB:.1f} usable) | {i.gpu} |"
-                for i in rec.infeasible
-            ]
-        else:
-            lines.append("Every layout fits.")
-        return "\n".join(lines)
-
     def show_infeasible(self) -> None:
         """The plans that do not fit (and those that fit but cannot be launched), in a scrollable window."""
         if self.rec is None:
             self.notify("no plans ranked yet", severity="warning")
             return
-        self.app.push_screen(PlanDetailScreen(self.infeasible_markdown()))
+        self.app.push_screen(PlanDetailScreen(infeasible_markdown(self.rec)))

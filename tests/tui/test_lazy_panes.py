@@ -1,6 +1,7 @@
 """The Monitor tab's view is built the first time the tab shows (issue 32, goal 5: every restyle of the whole
 screen walks every mounted widget, shown or not), whichever way the tab is opened, and then shows what arrived
-before it existed: the state of the run, this machine's latest reading."""
+before it existed: the state of the run, this machine's latest reading. The Plans and Launch tabs' widgets are
+mounted after the first paint (panes/later.py) and show the ranking and the plan asked for before."""
 
 from __future__ import annotations
 
@@ -43,5 +44,39 @@ def test_monitor_view_is_built_when_its_tab_is_clicked(tmp_path):
             await until(pilot, lambda: bool(app.query("#run-status")))
             assert app.tabs.active == "monitor"
             await until(pilot, lambda: "No run yet" in str(app.query_one("#run-status").render()))
+
+    asyncio.run(flow())
+
+
+def test_plans_and_launch_widgets_come_after_the_first_paint(tmp_path, monkeypatch):
+    """The screen's first restyle (in the same loop turn as its first layout and paint) walks the first tab's
+    widgets, not the Plans and Launch tabs'; the ranking the cluster asked for at start, and the plan it selects,
+    are shown once those are mounted."""
+    from textual.css.stylesheet import Stylesheet
+
+    walked: list[set] = []
+    real = Stylesheet.update_nodes
+
+    def spy(self, nodes, animate=False):
+        nodes = list(nodes)
+        walked.append({n.id for n in nodes})
+        return real(self, nodes, animate=animate)
+
+    monkeypatch.setattr(Stylesheet, "update_nodes", spy)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            first = next(
+                ids for ids in walked if {"_default", "hw-table"} <= ids
+            )  # the first whole-screen restyle
+            assert not {"seq-len", "plans-table", "preset-select", "launch-plan"} & first
+            # and only one: the breakpoint classes (-wide -tall) are on the screen before it, so the first Resize
+            # does not restyle every widget again
+            assert sum(1 for ids in walked if {"_default", "hw-table"} <= ids) == 1
+            assert app.plans.table.row_count == len(app.rec.plans) > 0
+            await until(pilot, lambda: "selected plan:" in str(app.query_one("#launch-plan").render()))
+            assert app.rec.plans[0].plan.label() in str(app.query_one("#launch-plan").render())
 
     asyncio.run(flow())
