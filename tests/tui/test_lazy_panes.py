@@ -80,3 +80,30 @@ def test_plans_and_launch_widgets_come_after_the_first_paint(tmp_path, monkeypat
             assert app.rec.plans[0].plan.label() in str(app.query_one("#launch-plan").render())
 
     asyncio.run(flow())
+
+
+def test_a_ranking_done_before_the_plans_widgets_is_shown_once_they_are(tmp_path, monkeypatch):
+    """The first ranking starts at once, from the values the boxes will hold (the model asked for); when it ends
+    before the Plans tab's widgets are mounted, what it shows is kept and shown when they are, and the Launch
+    tab shows the plan it selected."""
+    real_build = ParadvisorApp.build_panes
+
+    async def late_build(self):
+        # the first ranking has been asked for and has ended: nothing to show it in yet
+        while not (self.plans._generation and all(w.is_finished for w in self.workers)):
+            await asyncio.sleep(0.05)
+        assert self.rec is None and not self.plans.built
+        await real_build(self)
+
+    monkeypatch.setattr(ParadvisorApp, "build_panes", late_build)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, model="gpt2", runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None)
+            assert app.rec.profile.name == "gpt2" and str(app.query_one("#model").value) == "gpt2"
+            assert app.plans.table.row_count == len(app.rec.plans) > 0 and not app.plans.table.loading
+            assert "gpt2" in str(app.query_one("#profile").render())
+            await until(pilot, lambda: "selected plan:" in str(app.query_one("#launch-plan").render()))
+
+    asyncio.run(flow())

@@ -79,6 +79,18 @@ def plan_markdown(e, cluster) -> str:
     return "\n".join(lines)
 
 
+def infeasible_text(rec) -> str:
+    """Under the plans: those that fit but paradvisor cannot launch ("plan only", never ranked), then how many
+    do not fit (the whole list opens with i: infeasible_markdown)."""
+    only = [
+        f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
+        f"— {escape(i['why'])}"
+        for i in rec.plan_only[:5]
+    ]
+    n = len(rec.infeasible)
+    return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
+
+
 def infeasible_markdown(rec) -> str:
     """The plans that do not fit (and those that fit but cannot be launched) of a ranking, for its window."""
     lines = [f"# What does not fit: {rec.profile.name}", ""]
