@@ -107,3 +107,35 @@ def test_a_ranking_done_before_the_plans_widgets_is_shown_once_they_are(tmp_path
             await until(pilot, lambda: "selected plan:" in str(app.query_one("#launch-plan").render()))
 
     asyncio.run(flow())
+
+
+def test_a_tables_cells_are_rendered_once_when_it_first_shows(tmp_path, monkeypatch):
+    """The Hardware table at start and the plans table when its tab first shows: each visible cell goes through
+    rich once (Textual's DataTable rendered them all again on the Resize just after its first paint)."""
+    from textual.widgets import DataTable
+
+    rendered: dict[str, list] = {}
+    real = DataTable._render_cell
+
+    def spy(self, row, column, *a, **k):
+        if self.id in ("hw-table", "plans-table") and (row, column, self._update_count) not in self._seen:
+            self._seen.add((row, column, self._update_count))
+            rendered.setdefault(self.id, []).append((row, column))
+        return real(self, row, column, *a, **k)
+
+    monkeypatch.setattr(DataTable, "_seen", set(), raising=False)
+    monkeypatch.setattr(DataTable, "_render_cell", spy)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            await pilot.pause(0.3)
+            await pilot.press("2")
+            await until(pilot, lambda: "plans-table" in rendered)
+            await pilot.pause(0.3)
+            for table in ("hw-table", "plans-table"):
+                cells = rendered[table]
+                assert cells and len(cells) == len(set(cells)), f"{table}: cells rendered twice"
+
+    asyncio.run(flow())

@@ -23,14 +23,14 @@ from paradvisor.tui.messages import PlanSelected
 from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.screens import PlanDetailScreen, infeasible_markdown, infeasible_text, plan_markdown
 from paradvisor.tui.text import cell, escape
-from paradvisor.tui.widgets import memory_bar
+from paradvisor.tui.widgets import SteadyTable, memory_bar
 from paradvisor.units import half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
 TYPING_PAUSE_S = 0.3  # the plans are ranked again once typing in a workload box pauses this long
 
 
-class PlansTable(DataTable):
+class PlansTable(SteadyTable):
     """The ranked plans; Enter (shown in the footer) opens the highlighted plan's explanation."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Explain", key_display="⏎")]
@@ -86,7 +86,7 @@ class PlansPane(LaterPane):
         yield Static(id="memory-bar", classes="panel")
         with VerticalScroll(id="plan-info"):
             yield Static(id="plan-reason")
-            yield DataTable(id="alloc-table", cursor_type="none")
+            yield SteadyTable(id="alloc-table", cursor_type="none")
             yield Button("Plans that do not fit (i)", id="show-infeasible", compact=True)
             yield Static(id="infeasible")
 
