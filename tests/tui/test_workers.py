@@ -97,3 +97,28 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
     } <= names, names
     on_ui = sorted({n for n, ui in calls if ui})
     assert not on_ui, f"ran on the UI thread: {on_ui}"
+
+
+def test_a_prediction_that_comes_after_the_answer_is_dropped():
+    """The prediction fills the question in from its worker; when the user answered first (y at once), the window
+    is closing and its widgets go a few loop turns before the window itself: the late text is kept on the
+    screen object, never an error (it ended the session with WorkerFailed)."""
+    from textual.app import App
+
+    from paradvisor.tui.screens import ConfirmLaunchScreen
+
+    async def flow():
+        app = App()
+        async with app.run_test() as pilot:
+            screen = ConfirmLaunchScreen("Start tiny-cpu-smoke?")
+            await app.push_screen(screen)
+            await pilot.pause(0.05)
+            screen.action_answer(True)
+            turns = 0
+            while screen.is_attached:  # every turn of the closing, as a worker's call may land on any
+                screen.set_text("Start tiny-cpu-smoke? predicted memory: 1 GiB")
+                turns += 1
+                await asyncio.sleep(0)
+            assert turns > 1 and screen.text.endswith("predicted memory: 1 GiB")
+
+    asyncio.run(flow())

@@ -10,7 +10,6 @@ paradvisor.tcss.
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ from textual import on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, TabbedContent
 
 from paradvisor.errors import InputError
@@ -32,19 +32,12 @@ from paradvisor.spec.preset import user_presets_dir
 from paradvisor.tui.messages import ClusterChanged, LaunchRequested, PlanSelected, StopRequested
 from paradvisor.tui.panes import HardwarePane, LaunchPane, MonitorPane, PlansPane
 from paradvisor.tui.panes.hardware import reading_text
+from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.runs import RunControl
 from paradvisor.tui.screens import EditPlanScreen, HelpScreen
+from paradvisor.tui.startup import breakpoint_classes, freeze_startup_objects
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
-
-
-def freeze_startup_objects() -> None:
-    """Move what exists once the first screen is up (modules, classes, the widgets, the shipped data: about 100,000
-    objects that live as long as the session) out of the garbage collector's reach. A full collection walks every
-    tracked object while it holds the GIL, so on whichever thread it starts it stalled the UI thread 25-60 ms
-    each time a worker's ranking had allocated enough (benchmarks/tui_stall.py); frozen objects are not walked.
-    Garbage made later is still collected."""
-    gc.freeze()
 
 
 class ParadvisorApp(RunControl, App):
@@ -117,6 +110,14 @@ class ParadvisorApp(RunControl, App):
         self.samples: list[dict] = []  # this machine's latest readings (monitor.sampler), newest last
         self.sampler = None  # monitor.sampler.SamplerThread when live
 
+    def get_default_screen(self) -> Screen:
+        """The main screen, with the breakpoint classes of the terminal's size on it before its first restyle
+        (tui/startup.breakpoint_classes)."""
+        screen = super().get_default_screen()
+        classes = breakpoint_classes(*self.size, self.HORIZONTAL_BREAKPOINTS, self.VERTICAL_BREAKPOINTS)
+        screen.add_class(*classes, update=False)
+        return screen
+
     def compose(self) -> ComposeResult:
         yield Header()
         with TabbedContent(initial="monitor" if self.open_run else "hardware", id="tabs"):
@@ -137,7 +138,17 @@ class ParadvisorApp(RunControl, App):
             self.start_sampler()
         if self.open_run:  # --open RUN_DIR: the session opens on that run (focus too: see action_tab)
             self.call_after_refresh(self.action_tab, "monitor")
-        self.call_after_refresh(freeze_startup_objects)
+        self.call_after_refresh(self.build_panes)
+
+    async def build_panes(self) -> None:
+        """The Plans and Launch tabs' widgets, mounted once the first tab is on screen (panes/later.py), each in
+        its own turn of the event loop; then what exists is frozen (freeze_startup_objects)."""
+        try:
+            await self.plans.build()
+            await self.launcher.build()
+        except (NoMatches, ScreenStackError):  # the session closed at once
+            return
+        freeze_startup_objects()
 
     # --------------------------------------------------------------------------------------------- panes
     def _w(self, selector, expect_type=None):
@@ -293,7 +304,7 @@ class ParadvisorApp(RunControl, App):
         # A pane built on first show (the Monitor's) is built before the tab switches, so its widget can take
         # focus. Move focus into the new pane too: a focused widget left in a hidden pane pulls its pane back.
         pane = self.pane(tab)
-        if isinstance(pane, MonitorPane):
+        if isinstance(pane, LaterPane):
             await pane.build()
         self.tabs.active = tab
         pane.main_widget.focus()
@@ -301,8 +312,9 @@ class ParadvisorApp(RunControl, App):
 
     @on(TabbedContent.TabActivated, "#tabs")
     async def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
-        """A tab chosen with the mouse: the Monitor's view is built the first time it shows."""
-        if isinstance(event.pane, MonitorPane):
+        """A tab chosen with the mouse: its widgets are built if they are not yet (the Monitor's: the first time
+        it shows)."""
+        if isinstance(event.pane, LaterPane):
             await event.pane.build()
 
     def action_leave_box(self) -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from paradvisor.monitor.follow import compare_rows, node_lines, prediction_note
 from paradvisor.rundir.records import StepRecord
 from paradvisor.tui.text import escape
+from paradvisor.tui.widgets import SteadyTable
 from paradvisor.units import MiB, fmt_bytes, fmt_seconds
 
 VIEWS = ("plots", "ranks", "log")
@@ -48,7 +49,7 @@ class RunView(Vertical):
                 for pid in ("loss-plot", "tput-plot", "step-plot", "mem-plot"):
                     yield PlotextPlot(id=pid, classes="plot")
             with TabPane("Ranks", id="ranks"):
-                yield DataTable(id="rank-table", cursor_type="row", zebra_stripes=True)
+                yield SteadyTable(id="rank-table", cursor_type="row", zebra_stripes=True)
                 yield Static(id="run-live", classes="muted")
             with TabPane("Log", id="log"):
                 yield Log(id="run-log", max_lines=2000)

@@ -8,6 +8,7 @@ import shlex
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Markdown, Static
 
@@ -75,6 +76,43 @@ def plan_markdown(e, cluster) -> str:
             lines.append(f"- **{r.id}** ({r.effect}): {r.message}  \n  *{r.source}*")
     for n in e.notes:
         lines.append(f"- note: {n}")
+    return "\n".join(lines)
+
+
+def infeasible_text(rec) -> str:
+    """Under the plans: those that fit but paradvisor cannot launch ("plan only", never ranked), then how many
+    do not fit (the whole list opens with i: infeasible_markdown)."""
+    only = [
+        f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
+        f"— {escape(i['why'])}"
+        for i in rec.plan_only[:5]
+    ]
+    n = len(rec.infeasible)
+    return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
+
+
+def infeasible_markdown(rec) -> str:
+    """The plans that do not fit (and those that fit but cannot be launched) of a ranking, for its window."""
+    lines = [f"# What does not fit: {rec.profile.name}", ""]
+    if rec.plan_only:
+        lines += [
+            "## Fits, but paradvisor cannot launch it",
+            "",
+            "| plan | step | why |",
+            "|---|---:|---|",
+        ]
+        lines += [f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only]
+        lines.append("")
+    lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
+    if rec.infeasible:
+        lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
+        lines += [
+            f"| {i.label} | {i.needs_bytes / GiB:.1f} GiB | {i.has_bytes / GiB:.0f} GiB "
+            f"({i.usable_bytes / GiB:.1f} usable) | {i.gpu} |"
+            for i in rec.infeasible
+        ]
+    else:
+        lines.append("Every layout fits.")
     return "\n".join(lines)
 
 
@@ -286,7 +324,10 @@ class ConfirmLaunchScreen(ModalScreen[bool]):
         """The full question once the prediction is done (it is counted in a worker behind the question)."""
         self.text = text
         if self.is_attached:
-            self.query_one("#confirm-text", Static).update(text)
+            try:
+                self.query_one("#confirm-text", Static).update(text)
+            except NoMatches:  # answered before the prediction came: the window is closing, its widgets gone
+                pass
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

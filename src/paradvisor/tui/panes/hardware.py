@@ -15,6 +15,7 @@ from paradvisor.hardware.remote import probe_hosts
 from paradvisor.tui.messages import ClusterChanged
 from paradvisor.tui.paths import cluster_file
 from paradvisor.tui.text import cell, escape
+from paradvisor.tui.widgets import SteadyTable
 from paradvisor.units import GiB, fmt_bandwidth, fmt_bytes
 
 
@@ -37,7 +38,7 @@ class HardwarePane(TabPane):
             yield Button("Add host", id="add-host")
             yield Button("This machine", id="use-local")
         yield Static(id="hw-summary", classes="panel")
-        yield DataTable(id="hw-table", cursor_type="row", zebra_stripes=True)
+        yield SteadyTable(id="hw-table", cursor_type="row", zebra_stripes=True)
         yield Static(id="hw-live", classes="muted")
         with Horizontal(classes="spark-row"):
             yield Label("CPU %", classes="spark-label")

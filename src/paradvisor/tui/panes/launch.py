@@ -1,7 +1,8 @@
 """Tab 3, Launch: the user's presets (the folder presets are saved to: ~/.config/paradvisor/presets, or
 --presets-dir) and the shipped ones, the plan selected in tab 2 with the command each node would run,
 saving that plan as a preset into the user's folder. Starting a run is the app's (it asks first and owns the run):
-this pane posts `LaunchRequested`."""
+this pane posts `LaunchRequested`. Its widgets are mounted after the session's first paint (panes/later.py):
+a plan selected before then is shown once they are."""
 
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Input, Select, Static, TabPane
+from textual.widgets import Button, Input, Select, Static
 
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import node_commands
@@ -21,19 +22,20 @@ from paradvisor.rundir.from_plan import preset_from_estimate
 from paradvisor.shipped import presets_dir as shipped
 from paradvisor.spec.preset import load_preset, save_preset
 from paradvisor.tui.messages import LaunchRequested, PlanSelected
+from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.text import escape
 from paradvisor.units import GiB, fmt_seconds
 
 DEFAULT_PRESET = "tiny-cpu-smoke"  # chosen at start when the presets folder has it
 
 
-class LaunchPane(TabPane):
+class LaunchPane(LaterPane):
     def __init__(self, *, presets_dir: Path, runs_dir: Path) -> None:
         super().__init__("3 Launch", id="launch")
         self.presets_dir, self.runs_dir = presets_dir, runs_dir
         self.plan: PlanSelected | None = None  # the Plans pane's selection, as last posted
 
-    def compose(self) -> ComposeResult:
+    def content(self) -> ComposeResult:
         opts = self.preset_options()
         smoke = next((v for k, v in opts if k == DEFAULT_PRESET), Select.NULL)
         with VerticalScroll():
@@ -86,9 +88,15 @@ class LaunchPane(TabPane):
         self.save_preset()
 
     # ------------------------------------------------------------------------------------ the plan shown
+    def on_built(self) -> None:
+        if self.plan is not None:  # selected before the widgets were there
+            self.show_plan(self.plan)
+
     def show_plan(self, plan: PlanSelected) -> None:
         """The selected plan, its layout and prediction, and the command each node runs."""
         self.plan = plan
+        if not self.built:  # kept: shown once built
+            return
         if plan.entry is None or plan.rec is None:
             self.query_one("#launch-plan", Static).update("No plan selected: rank plans in tab 2.")
             return

@@ -3,7 +3,7 @@ second and shows it in a `RunView` (status, predicted vs measured, plots, ranks,
 posts `StopRequested`: the app owns the run.
 
 The RunView (30 widgets: four plots, the rank table, the log) is built the first time the tab is shown
-(`build`), not at start: every restyle of the whole screen (the first one, a resize across a breakpoint, a
+(`build`, panes/later.py), not at start: every restyle of the whole screen (the first one, a resize across a breakpoint, a
 modal screen closing) walks every widget mounted, shown or not (benchmarks/tui_stall.py). Until then there is
 nothing to show, so the run is not read either."""
 
@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
-from textual.widgets import Button, Static, TabPane, Tabs
+from textual.widgets import Button, Static, Tabs
 
 from paradvisor.tui.messages import StopRequested
+from paradvisor.tui.panes.later import LaterPane
 
 if TYPE_CHECKING:
     from paradvisor.monitor.follow import RunSummary
@@ -27,7 +28,7 @@ from paradvisor.tui.runview import RunView
 REFRESH_S = 0.5
 
 
-class MonitorPane(TabPane):
+class MonitorPane(LaterPane):
     def __init__(self, *, open_run: str | None = None) -> None:
         super().__init__("4 Monitor", id="monitor")
         self.run_dir: Path | None = None
@@ -36,28 +37,22 @@ class MonitorPane(TabPane):
         self._failure_logged: Path | None = None  # the run whose last log lines are already in the log
         self._readings: tuple[str, dict[int, dict]] | None = None  # the latest, for a view built later
         self._eager = bool(open_run)  # --open: the session opens on this tab, so the view is composed
-        self._view_mount = None  # the view's mount once started (whoever shows the tab awaits it)
-        self.built = False  # the view is mounted, its own on_mount done: it may be shown in
         if open_run:
             self.follow(Path(open_run))
 
     def compose(self) -> ComposeResult:
         if self._eager:
-            yield RunView(id="monitor-pane")
+            yield from self.content()
 
-    async def build(self) -> None:
-        """The view, mounted the first time the tab is shown, then the run shown in it at once. Until the
-        mount is done nothing reads the run: a record read into a view not yet there would be lost."""
-        if self.built:
-            return
-        if self._view_mount is None:
-            self._view_mount = self.mount(RunView(id="monitor-pane"))
-        await self._view_mount
-        if not self.built:
-            self.built = True
-            if self._readings is not None:
-                self.view.show_readings(*self._readings)
-            self.refresh_run()
+    def content(self) -> ComposeResult:
+        yield RunView(id="monitor-pane")
+
+    def on_built(self) -> None:
+        """The view is there: the latest reading and the run shown in it at once (until then nothing reads the
+        run: a record read into a view not yet there would be lost)."""
+        if self._readings is not None:
+            self.view.show_readings(*self._readings)
+        self.refresh_run()
 
     def on_mount(self) -> None:
         self.built = self._eager  # a composed view is mounted before its pane

@@ -1,6 +1,8 @@
 """Tab 2, Plans: the workload (model, sequence length, global batch, precision), the plans ranked for the
 cluster with their memory bar and explanation, and the plans that do not fit. Ranking runs in a worker on
-every change (the advice layers are pure); the selected plan is posted as `PlanSelected`."""
+every change (the advice layers are pure); the selected plan is posted as `PlanSelected`. Its widgets are
+mounted after the session's first paint (panes/later.py): the first ranking starts before then, from the boxes'
+initial values, and what it shows is kept until they are there."""
 
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
@@ -10,7 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, DataTable, Input, Select, Static, TabPane
+from textual.widgets import Button, DataTable, Input, Select, Static
 
 from paradvisor.errors import InputError
 from paradvisor.model.load import builtin_names
@@ -18,22 +20,23 @@ from paradvisor.plan.advice import DEFAULT_BATCH_PER_GPU, DEFAULT_SEQ_CAP, Reque
 from paradvisor.plan.search import explain
 from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
-from paradvisor.tui.screens import PlanDetailScreen, plan_markdown
+from paradvisor.tui.panes.later import LaterPane
+from paradvisor.tui.screens import PlanDetailScreen, infeasible_markdown, infeasible_text, plan_markdown
 from paradvisor.tui.text import cell, escape
-from paradvisor.tui.widgets import memory_bar
-from paradvisor.units import GiB, fmt_seconds, half_up
+from paradvisor.tui.widgets import SteadyTable, memory_bar
+from paradvisor.units import half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
 TYPING_PAUSE_S = 0.3  # the plans are ranked again once typing in a workload box pauses this long
 
 
-class PlansTable(DataTable):
+class PlansTable(SteadyTable):
     """The ranked plans; Enter (shown in the footer) opens the highlighted plan's explanation."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Explain", key_display="⏎")]
 
 
-class PlansPane(TabPane):
+class PlansPane(LaterPane):
     def __init__(self, *, model: str) -> None:
         super().__init__("2 Plans", id="plans")
         self.model_arg = model
@@ -44,13 +47,14 @@ class PlansPane(TabPane):
         self.compact_plans: bool | None = None  # the table's columns: compact below 100 terminal columns
         self._generation = 0  # the newest ranking asked for; older results are dropped
         self._typing_timer = None  # the pending re-rank of a workload box being typed in
+        self._kept: list[tuple] = []  # a worker's (show, arguments) until the widgets are built
+        self._asked: dict | None = None  # the workload values of the newest ranking asked for
 
-    def compose(self) -> ComposeResult:
-        names = builtin_names()
+    def content(self) -> ComposeResult:
         with Horizontal(classes="row", id="workload-row"):
             yield Select(
-                [(n, n) for n in names],
-                value=self.model_arg if self.model_arg in names else "bert-base-uncased",
+                [(n, n) for n in builtin_names()],
+                value=self.initial_values()["model"],
                 allow_blank=False,
                 id="model",
                 compact=True,
@@ -82,13 +86,23 @@ class PlansPane(TabPane):
         yield Static(id="memory-bar", classes="panel")
         with VerticalScroll(id="plan-info"):
             yield Static(id="plan-reason")
-            yield DataTable(id="alloc-table", cursor_type="none")
+            yield SteadyTable(id="alloc-table", cursor_type="none")
             yield Button("Plans that do not fit (i)", id="show-infeasible", compact=True)
             yield Static(id="infeasible")
 
-    def on_mount(self) -> None:
+    def on_built(self) -> None:
         self.alloc_table.add_columns("node", "GPUs", "TFLOPS", "speed", "batch/GPU", "share", "local steps")
         self.alloc_table.display = False
+        for show, args in self._kept:  # what a ranking showed before the widgets were there
+            show(*args)
+        self._kept.clear()
+
+    def _show(self, show, *args) -> None:
+        """A worker's `show(*args)` on the UI thread: now, or once the widgets are built."""
+        if self.built:
+            show(*args)
+        else:
+            self._kept.append((show, args))
 
     # ------------------------------------------------------------------------------------------ widgets
     @property
@@ -130,7 +144,8 @@ class PlansPane(TabPane):
     @on(Select.Changed, "#model")
     @on(Select.Changed, "#precision")
     def _workload_changed(self) -> None:
-        if self.cluster is not None:
+        """A choice made; not the Selects' own Changed as they are mounted with the values already ranked for."""
+        if self.cluster is not None and self.workload_values() != self._asked:
             self.rerank()
 
     @on(Input.Submitted, "#model-path")
@@ -157,8 +172,15 @@ class PlansPane(TabPane):
         self.cluster, self.cluster_ref = cluster, ref
         self.rerank()
 
+    def initial_values(self) -> dict:
+        """What the workload boxes hold when they are composed (the model asked for, if built in)."""
+        model = self.model_arg if self.model_arg in builtin_names() else "bert-base-uncased"
+        return {"model": model, "seq": "", "gb": "", "precision": "auto"}
+
     def workload_values(self) -> dict:
-        """What the workload boxes hold (read on the UI thread: widgets only)."""
+        """What the workload boxes hold (read on the UI thread: widgets only), or will hold once built."""
+        if not self.built:
+            return self.initial_values()
         return {
             "model": self._typed("model-path") or self._chosen("model"),
             "seq": self._typed("seq-len"),
@@ -186,6 +208,7 @@ class PlansPane(TabPane):
     def rerank(self) -> None:
         """Re-rank in a worker; only the newest request's result is shown."""
         self._generation += 1
+        self._asked = self.workload_values()
         self._rank_worker(self._generation)
 
     @work(thread=True, group="rank")
@@ -204,20 +227,20 @@ class PlansPane(TabPane):
         if self.cluster is None:
             return
         call = self.app.call_from_thread
-        call(self.show_ranking, True)
+        call(self._show, self.show_ranking, True)
         try:
             profile, req = self.workload_inputs(call(self.workload_values))  # files read here, in the worker
-            call(self.show_profile, profile)
+            call(self._show, self.show_profile, profile)
             if self.cluster.gpu_count == 0:
-                call(self.show_plans, None, "no GPU to plan for: load a cluster file (tab 1)")
+                call(self._show, self.show_plans, None, "no GPU to plan for: load a cluster file (tab 1)")
                 return
             rec = advise(req, profile)  # the same advice path as `paradvisor recommend` (calibration, rules)
         except (InputError, ValueError) as exc:
             if generation == self._generation:
-                call(self.show_plans, None, str(exc))
+                call(self._show, self.show_plans, None, str(exc))
             return
         if generation == self._generation:
-            call(self.show_plans, rec, None)
+            call(self._show, self.show_plans, rec, None)
 
     # ---------------------------------------------------------------------------------------- showing
     def show_profile(self, p) -> None:
@@ -329,7 +352,7 @@ class PlansPane(TabPane):
             for r in rec.fired_rules
             if r.get("scope") == "advice"
         ]
-        self._static("infeasible").update(self._infeasible_text() + ("\n" + "\n".join(adv) if adv else ""))
+        self._static("infeasible").update(infeasible_text(rec) + ("\n" + "\n".join(adv) if adv else ""))
 
     def _select(self, entry) -> None:
         self.selected = entry
@@ -369,46 +392,9 @@ class PlansPane(TabPane):
         self._select(e)
 
     # ------------------------------------------------------------------------------ what does not fit
-    def _infeasible_text(self) -> str:
-        """Plans that fit but paradvisor cannot launch ("plan only", never ranked), then how many do not fit
-        (the whole list opens with i)."""
-        only = [
-            f"[dim]plan only (not launchable):[/dim] {escape(i['label'])}, step {fmt_seconds(i['step_time_s'])} "
-            f"— {escape(i['why'])}"
-            for i in (self.rec.plan_only if self.rec else [])[:5]
-        ]
-        n = len(self.rec.infeasible) if self.rec else 0
-        return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
-
-    def infeasible_markdown(self) -> str:
-        rec = self.rec
-        lines = [f"# What does not fit: {rec.profile.name}", ""]
-        if rec.plan_only:
-            lines += [
-                "## Fits, but paradvisor cannot launch it",
-                "",
-                "| plan | step | why |",
-                "|---|---:|---|",
-            ]
-            lines += [
-                f"| {i['label']} | {fmt_seconds(i['step_time_s'])} | {i['why']} |" for i in rec.plan_only
-            ]
-            lines.append("")
-        lines += [f"## Does not fit ({len(rec.infeasible)} layouts)", ""]
-        if rec.infeasible:
-            lines += ["| plan | needs/GPU | has | GPU |", "|---|---:|---:|---|"]
-            lines += [
-                f"| {i.label} | {i.needs_bytes / GiB:.1f} GiB | {i.has_bytes / GiB:.0f} GiB "
-                f"({i.usable_bytes / GiB:.1f} usable) | {i.gpu} |"
-                for i in rec.infeasible
-            ]
-        else:
-            lines.append("Every layout fits.")
-        return "\n".join(lines)
-
     def show_infeasible(self) -> None:
         """The plans that do not fit (and those that fit but cannot be launched), in a scrollable window."""
         if self.rec is None:
             self.notify("no plans ranked yet", severity="warning")
             return
-        self.app.push_screen(PlanDetailScreen(self.infeasible_markdown()))
+        self.app.push_screen(PlanDetailScreen(infeasible_markdown(self.rec)))

@@ -1,0 +1,31 @@
+"""What keeps the session's start off the UI thread's longest stall (benchmarks/tui_stall.py, issue 32 goal 5):
+the main screen's breakpoint classes set before its first restyle, and the objects of the start frozen out of
+the garbage collector's walks. (The Plans and Launch tabs' widgets come a turn after the first paint:
+panes/later.py.)"""
+
+from __future__ import annotations
+
+import gc
+
+
+def breakpoint_classes(width: int, height: int, horizontal, vertical) -> set[str]:
+    """The classes Textual's first Resize puts on a screen of this size (Screen._on_resize: on each axis, the
+    class of the largest breakpoint not above the size). Set on the main screen before its first restyle, they
+    are no change at that Resize; a change of classes on the screen restyles every widget on it, a second
+    whole-screen restyle at start (26-28 ms of the UI thread's CPU at 75 widgets)."""
+    classes = set()
+    for size, points in ((width, horizontal), (height, vertical)):
+        for at, name in sorted(points or (), reverse=True):
+            if size >= at:
+                classes.add(name)
+                break
+    return classes
+
+
+def freeze_startup_objects() -> None:
+    """Move what exists once the first screen is up (modules, classes, the widgets, the shipped data: about 100,000
+    objects that live as long as the session) out of the garbage collector's reach. A full collection walks every
+    tracked object while it holds the GIL, so on whichever thread it starts it stalled the UI thread 25-60 ms
+    each time a worker's ranking had allocated enough (benchmarks/tui_stall.py); frozen objects are not walked.
+    Garbage made later is still collected."""
+    gc.freeze()
