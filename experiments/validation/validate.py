@@ -13,7 +13,8 @@ the catalogue lacks (torchtitan's 96 GB HBM2e H100). Nothing in src/ is fitted t
 come from public device measurements (src/paradvisor/estimate/steptime.py names them).
 
 Two tables:
-  step time     predicted vs measured per row, mean / max |error| per source
+  step time     predicted vs measured per row, mean / max |error| per source, and whether the estimate
+                says the plan fits its GPU (every row ran, so every row should)
   memory        per pipeline size: parameters + gradients + optimizer per GPU (the most loaded stage) against
                 Megatron-LM's own accounting (`megatron/training/theoretical_memory_usage.py`:
                 18 bytes per parameter of (layers/pp + embedding)/tp), and activations per GPU (first stage)
@@ -173,6 +174,11 @@ def megatron_acts_ref(row: dict, profile: ModelProfile, seq: int) -> float | Non
     return mem / t
 
 
+def fits_cell(e) -> str:
+    """Whether the estimate says the plan fits its GPU: the tightest stage's bytes against the usable memory."""
+    return f"{'yes' if e.fits else 'NO'} {e.memory_total / GiB:.0f} of {e.usable / GiB:.0f}"
+
+
 def pct(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
@@ -183,8 +189,10 @@ def run() -> tuple[str, dict]:
     out = lines.append
     by_source: dict[str, list[float]] = {}
     mem_rows: list[tuple] = []
-    out("| source | row | GPUs | TP | PP | v | recompute | measured step (s) | predicted (s) | error |")
-    out("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+    out(
+        "| source | row | GPUs | TP | PP | v | recompute | measured step (s) | predicted (s) | error | fits (GiB) |"
+    )
+    out("|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for row in data["row"]:
         e, mf, topo, wl, plan, profile, seq = predict(row, data)
         meas = measured_step(row, profile, seq)
@@ -195,7 +203,7 @@ def run() -> tuple[str, dict]:
         ck += "+SP" if row.get("sequence_parallel") else ""
         out(
             f"| {row['source']} | {row['name']} | {row['gpus']} | {row['tp']} | {row['pp']} | "
-            f"{row.get('virtual_stages', 1)} | {ck} | {meas:.3f} | {e.step_time:.3f} | {err:+.1f}% |"
+            f"{row.get('virtual_stages', 1)} | {ck} | {meas:.3f} | {e.step_time:.3f} | {err:+.1f}% | {fits_cell(e)} |"
         )
         states = e.memory["params"] + e.memory["grads"] + e.memory["optimizer"]
         states = max(

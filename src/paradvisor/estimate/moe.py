@@ -54,6 +54,12 @@ def rank_params(psi: float, *, expert_psi: float, ep: int) -> float:
     return psi - expert_psi + expert_psi / ep
 
 
+def router_bytes_per_token(experts: int, top_k: int) -> int:
+    """What the router keeps per token for backward: fp32 logits and probabilities over the experts, an
+    int64 index and an fp32 weight per chosen expert."""
+    return 2 * 4 * experts + top_k * (8 + 4)
+
+
 def layer_activation_bytes(
     *,
     hidden: int,
@@ -70,7 +76,7 @@ def layer_activation_bytes(
     """Router and dispatch activations of one MoE layer per micro-batch (on top of the FFN's own):
     {"stored": kept for backward, "working": extra while one layer recomputes}."""
     tokens = seq * micro_batch / (tp if sequence_parallel else 1)
-    router = tokens * (2 * 4 * experts + top_k * (8 + 4))  # fp32 logits + probs; int64 index + fp32 weight
+    router = tokens * router_bytes_per_token(experts, top_k)
     dispatch = tokens * top_k * 2 * hidden * act_bytes * capacity  # permuted inputs + expert outputs
     layer = router + dispatch
     if checkpointing == "full":

@@ -15,7 +15,8 @@ recomputes QKᵀ: 5 matmuls of the forward's 2, Dao 2023 "FlashAttention-2" §3.
 the forward (GEMMs, memory-bound ops and its TP collectives); selective recompute is the engine's:
   attention-core   Megatron-LM (Korthikanti et al. 2022 §5): QKᵀ, softmax, dropout, attention over V
   modules          Megatron-Core's `recompute_modules` (transformer_config.py): "core_attn" (the above),
-                   "layernorm" (the two norms), "moe_act" (the expert activation), each re-run forward
+                   "layernorm" (the two norms), "moe_act" (the expert activation), "mla_up_proj" (MLA's
+                   query and key/value up projections and their RoPE), each re-run forward
   every-other-mm   torchtitan's per-op SAC (torchtitan/distributed/activation_checkpoint.py): it saves
                    matmul and attention outputs but every second matmul of a block (2nd, 4th, 6th: wk, wo,
                    w3 of a Llama block), so those matmuls and every memory-bound op run again
@@ -134,6 +135,7 @@ class LayerShape:
     # Face's LLaMA-style code); False: nn.LayerNorm's one kernel, learned positions, fused projections (GPT-2,
     # BERT). Counted only for an eager engine (fused=False).
     rms_rope: bool = True
+    up_projections: tuple[tuple[int, int], ...] = ()  # MLA's (in, out) up projections, inside attn_params
 
 
 def layer_forward(
@@ -181,7 +183,16 @@ def layer_forward(
     ew += (act if sh.gated else 2 * ab) * tokens * sh.ffn / t  # activation function (and gate product)
     ew += rope * tokens * (d_attn + 2 * kv) / t  # bias / rotary on q, k, v
     rest = mem_time(ew, dev) + (8 if fused else 24) * KERNEL_LAUNCH_S
-    return {"gemm": sum(mms), "core": core, "rest": rest, "odd_gemms": sum(mms[1::2]), "norms": norms}
+    up = sum(gemm_time(tokens, n / t, k, dev) for k, n in sh.up_projections)  # what "mla_up_proj" re-runs
+    up += mem_time(rope * tokens * 2 * d_attn / t, dev) if sh.up_projections else 0.0  # and its RoPE on q, k
+    return {
+        "gemm": sum(mms),
+        "core": core,
+        "rest": rest,
+        "odd_gemms": sum(mms[1::2]),
+        "norms": norms,
+        "up": up,
+    }
 
 
 @dataclass(frozen=True)
@@ -327,7 +338,7 @@ def _recompute(
         return 0.0
     if modules:
         core = f["core"] if attention == "eager" and "core_attn" in modules else 0.0
-        return core + ("layernorm" in modules) * f["norms"]
+        return core + ("layernorm" in modules) * f["norms"] + ("mla_up_proj" in modules) * f["up"]
     if selective == "every-other-mm":
         return f["odd_gemms"] + f["rest"]
     return f["core"] if attention == "eager" else 0.0

@@ -178,4 +178,5 @@ def _moe_fields(cfg: dict, get, layers: int, ffn: int, where: str = "config") ->
         q = h * heads * (nope + rope) if not q_rank else h * q_rank + q_rank * heads * (nope + rope)
         out["attn_params"] = q + h * (kv_rank + rope) + kv_rank * heads * (nope + vd) + heads * vd * h
         out["head_dim"] = nope + rope
+        out |= {"q_lora_rank": q_rank, "kv_lora_rank": kv_rank, "rope_head_dim": rope, "v_head_dim": vd}
     return out

@@ -54,6 +54,12 @@ class TransformerShape:
     shared_ffn: int = 0
     moe_layers: int = 0  # how many of the layers are MoE layers
     attn_params: int = 0  # attention weights per layer when not q/k/v/o of heads x head_dim (DeepSeek MLA)
+    # DeepSeek multi-head latent attention (0: not MLA): the query and key/value latent widths, the rotary part
+    # of a query/key head (head_dim = the rest + this) and the value head width
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -63,6 +69,16 @@ class TransformerShape:
     def active_ffn(self) -> int:
         """FFN width a token passes through in a MoE layer (top-k routed + shared); `ffn` when dense."""
         return self.experts_per_token * self.expert_ffn + self.shared_ffn if self.is_moe else self.ffn
+
+    @property
+    def mla_up_projections(self) -> tuple[tuple[int, int], ...]:
+        """(in, out) widths of multi-head latent attention's up projections (DeepSeek-V2/V3: the query latent
+        to heads x (nope + rope), the key/value latent to heads x (nope + v)); () when not MLA."""
+        if not self.kv_lora_rank:
+            return ()
+        nope = self.head_dim - self.rope_head_dim
+        kv = (self.kv_lora_rank, self.heads * (nope + self.v_head_dim))
+        return ((self.q_lora_rank, self.heads * self.head_dim), kv) if self.q_lora_rank else (kv,)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

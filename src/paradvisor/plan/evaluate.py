@@ -42,7 +42,7 @@ from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model import families
 from paradvisor.model.activations import key_of
-from paradvisor.plan import expert_dp, moe_step
+from paradvisor.plan import expert_dp, mcore_terms, moe_step
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.rules.engine import FiredRule
@@ -121,6 +121,8 @@ def activation_terms(
     if plan.checkpointing == "selective" and mf.traits.selective == "every-other-mm" and s and not s.is_moe:
         kw = {"seq": wl.seq_len // plan.cp, "micro_batch": micro_batch, "tp": plan.tp, "act_bytes": act}
         a = apply_per_op_sac(a, s, sequence_parallel=plan.sequence_parallel, **kw) if not s.attn_params else a
+    if mcore_terms.applies(mf, plan):  # Megatron-Core's own accounting (plan/mcore_terms.py)
+        a = mcore_terms.activation_terms(a, mf, wl, plan, micro_batch, act)
     return a, source
 
 
@@ -242,9 +244,14 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
         # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
         # gathers a block with all its experts — the dense accounting below, exact)
         moe_states = _moe_states(mf, plan, precision, shard)
-        return lambda psi, first, last: moe_states(psi)
+        if mf.engine == "mcore" and plan.sharding == "zero1":  # the distributed optimizer's whole buffer
+            return lambda psi, first, last, layers=None: {
+                **moe_states(psi, layers),
+                "grads": mcore_terms.grads(mf, plan, psi, layers),
+            }
+        return lambda psi, first, last, layers=None: moe_states(psi, layers)
 
-    def states(psi, first: bool, last: bool):
+    def states(psi, first: bool, last: bool, layers: int | None = None):
         if mf.traits.weights16 and plan.sharding == "none":
             return megatron_states(psi, precision)
         if plan.sharding == "zero3":
@@ -322,9 +329,26 @@ def _stage_terms(
         psi = mf.rank_params(plan.tp, st.layers, st.first, st.last, plan.pp)
         acts, copies = stage_activation_bytes(a, st.layers, first=st.first, last=st.last)
         out.append(
-            (states(psi, st.first, st.last), st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st)
+            (
+                states(psi, st.first, st.last, st.layers),
+                st.inflight * acts,
+                st.inflight * copies + a["rebuilt"],
+                psi,
+                st,
+            )
         )
     return out, source
+
+
+def _loss_transient(mf: ModelFacts, wl: Workload, plan: Plan, micro_batch: int) -> float:
+    """estimate/memory.loss_transient_bytes on this rank's share of the vocabulary (vocabulary-parallel
+    cross-entropy); none under Megatron-Core's fused cross-entropy (plan/mcore_terms.py)."""
+    if mf.shape is None or mcore_terms.applies(mf, plan):
+        return 0.0
+    t = loss_transient_bytes(
+        micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab, lm_head=mf.lm_head
+    )
+    return t / plan.tp if mf.traits.vocab_parallel else t
 
 
 def memory_need(
@@ -342,15 +366,7 @@ def memory_need(
     and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
     shard = _shard_degree(topo, plan)
     states = _state_fn(mf, plan, precision, shard)
-    transient = (
-        loss_transient_bytes(
-            micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab, lm_head=mf.lm_head
-        )
-        if mf.shape is not None
-        else 0.0
-    )
-    if mf.traits.vocab_parallel:  # vocabulary-parallel cross-entropy: each rank its share of the logits
-        transient /= plan.tp
+    transient = _loss_transient(mf, wl, plan, micro_batch)
     all_stages = pipeline_stages(mf, plan)
     if stage is not None and len(all_stages) > 1:
         chosen = [all_stages[0 if stage == 0 else -1]]
@@ -564,6 +580,7 @@ def gpu_stage_times(
         families.get(s.family).dropout,
         s.attn_params,
         not families.get(s.family).learned_positions,  # GPT-2, BERT: LayerNorm kernels, no rotary
+        s.mla_up_projections,
     )
     node0 = topo.intra[0]
     worst = None
@@ -901,7 +918,6 @@ def _moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     """Model-state function of a MoE model: dense part sharded over `shard`, routed experts split
     over EP and sharded over shard/ep; FSDP/ZeRO-3 gather a block with only its local experts."""
     info = mf.moe
-    exp = info.stage_experts(plan.tp, plan.pp)
     block_dense = (mf.block_params - info.expert_params_per_layer) / plan.tp
     largest = int(max(block_dense + info.expert_params_per_layer / plan.tp / plan.ep, mf.largest_nonblock))
 
@@ -915,8 +931,13 @@ def _moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
             largest_layer=largest_layer,
         )
 
-    return lambda psi: moe.split_states(
-        psi, expert_psi=exp, ep=plan.ep, shard=shard, state_fn=state_fn, largest_layer=largest
+    return lambda psi, layers=None: moe.split_states(
+        psi,
+        expert_psi=moe_step.stage_experts(mf, plan, layers),
+        ep=plan.ep,
+        shard=shard,
+        state_fn=state_fn,
+        largest_layer=largest,
     )
 
 

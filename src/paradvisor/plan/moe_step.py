@@ -23,6 +23,15 @@ def stage_layer(mf: ModelFacts, plan: Plan, layers: int) -> steptime.MoELayer | 
     )
 
 
+def stage_experts(mf: ModelFacts, plan: Plan, layers: int | None = None) -> float:
+    """Routed-expert parameters of a pipeline stage of `layers` layers on one TP rank, before EP (MoE layers
+    spread evenly, as stage_layer); the even share of the model's (MoEFacts.stage_experts) without `layers`."""
+    info = mf.moe
+    if layers is None:
+        return info.stage_experts(plan.tp, plan.pp)
+    return round(layers * info.moe_layers / info.num_layers) * info.expert_params_per_layer / plan.tp
+
+
 def capacity(mf: ModelFacts) -> float:
     """The routing's capacity factor: the stated assumption (estimate/moe.CAPACITY_FACTOR), or 1 where the
     tokens are force-balanced over the experts (benchmarks: Megatron-Core's moe_router_force_load_balancing)."""

@@ -1,0 +1,50 @@
+"""Megatron-Core's way of holding a model, for the "mcore" engine (plan.facts.ENGINES): its activations
+with per-module recompute and Transformer Engine's fused cross-entropy (estimate/mcore_memory.py), and
+the distributed optimizer's gradient buffer. Used by plan.evaluate where the engine is "mcore"."""
+
+from __future__ import annotations
+
+from paradvisor.estimate import mcore_memory, moe
+from paradvisor.plan import moe_step
+from paradvisor.plan.facts import ModelFacts
+from paradvisor.spec.plan import Plan, Workload
+
+# Megatron-Bridge's performance scripts reduce gradients in bf16 (`cfg.ddp.grad_reduce_in_fp32 = False` in
+# scripts/performance/configs/{gpt_oss,deepseek,qwen3}/*_llm_pretrain.py, v0.2.x): a 2-byte gradient buffer
+GRAD_BUFFER_BYTES = 2
+
+
+def applies(mf: ModelFacts, plan: Plan) -> bool:
+    return mf.engine == "mcore" and mf.shape is not None and plan.checkpointing != "full"
+
+
+def activation_terms(
+    a: dict, mf: ModelFacts, wl: Workload, plan: Plan, micro_batch: int, act_bytes: int
+) -> dict:
+    """plan.evaluate's activation terms with the blocks and the head as Megatron-Core keeps them."""
+    s = mf.shape
+    tokens = micro_batch * wl.seq_len // plan.cp
+    kw = {
+        "tokens": tokens,
+        "tp": plan.tp,
+        "sequence_parallel": plan.sequence_parallel,
+        "act_bytes": act_bytes,
+    }
+    modules = mf.recompute_modules if plan.checkpointing == "selective" else ()
+    blk = mcore_memory.block_bytes(
+        s, modules=modules, capacity=moe_step.capacity(mf) if mf.moe else 1.0, **kw
+    )
+    out = dict(a)
+    out["block"] = out["lastblock"] = blk["stored"]
+    out["rebuilt"] = blk["working"]
+    out["last"] = mcore_memory.loss_bytes(s, **kw) if mf.lm_head else 0.0
+    return out
+
+
+def grads(mf: ModelFacts, plan: Plan, psi: float, layers: int | None = None) -> float:
+    """Megatron-Core's distributed optimizer keeps a whole gradient buffer for the parameters the rank
+    holds (it reduce-scatters into it and steps on its shard: distributed_data_parallel.py, param_and_grad_buffer.py);
+    only the fp32 main parameters and Adam moments are sharded (estimate/memory.model_state_bytes, "zero1")."""
+    if mf.moe is not None and plan.ep > 1:
+        psi = moe.rank_params(psi, expert_psi=moe_step.stage_experts(mf, plan, layers), ep=plan.ep)
+    return GRAD_BUFFER_BYTES * psi
