@@ -223,3 +223,18 @@ def test_the_launchers_engine_runs_hugging_face_models_eagerly():
     assert g_eager["gemm"] == g_fused["gemm"]  # one qkv projection either way
     extra_launches = 16 * steptime.KERNEL_LAUNCH_S  # the eager block's other elementwise kernels only
     assert g_eager["rest"] == pytest.approx(g_fused["rest"] + extra_launches)
+
+
+def test_llama3_interleaved_layout_embedding_and_head_chunks_alone():
+    """Dubey et al. 2024 §3.3.2: one layer off the first and the last stage of 126 over pp 16, "the first model
+    chunk on the first stage has only the embedding, and the last model chunk on the last stage has only output
+    projection and loss calculation": 8 one-block chunks per rank, the two edge chunks empty of blocks."""
+
+    assert split_problem(126, 16, 8, "balanced") is None
+    sizes = chunk_blocks(126, 128, "balanced")
+    assert sizes[0] == sizes[-1] == 0 and set(sizes[1:-1]) == {1} and sum(sizes) == 126
+    stages = layout(126, 16, 8, "balanced", "interleaved1f1b", 32)
+    assert [s.layers for s in stages] == [7] + [8] * 14 + [7]
+    assert stages[0].first and stages[-1].last
+    # without interleaving a stage holds one chunk: it must keep a block
+    assert split_problem(12, 8, 1, "balanced") is not None

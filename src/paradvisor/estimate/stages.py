@@ -10,7 +10,8 @@ the launcher's stage split (train/stages.py).
   `balanced` split: torchtitan's `generate_llm_fqn_per_model_part` with input_weight = output_weight = 1:
   the embedding and the head each count as one block, the L + 2 "effective layers" are spread as evenly as
   possible and the first and last chunks give one block each back (torchtitan#2093; Llama 3's
-  405B run took one layer off its first and last stage, Dubey et al. 2024 §3.3.2).
+  405B run took one layer off its first and last stage, Dubey et al. 2024 §3.3.2); when the chunks hold
+  one block each, the first holds the embedding alone and the last the head and loss alone.
 - In-flight micro-batches whose activations a rank holds at its peak (Narayanan et al. 2021 §2.2;
   Megatron-LM `theoretical_memory_usage.py`): GPipe m; 1F1B min(pp - r, m); interleaved 1F1B
   min(m·v, 2·(pp - r - 1) + (v - 1)·pp + 1) chunks (Megatron's warm-up count + 1), which on rank 0 is
@@ -69,11 +70,20 @@ def split_problem(num_layers: int, pp: int, v: int, split: str) -> str | None:
                 f"({num_layers} layers over pp {pp})"
             )
         return f'pp {pp} does not divide the model\'s {num_layers} layers (pp_split = "balanced" allows it)'
-    if split == "balanced" and min(chunk_blocks(num_layers, chunks, split)) < 1:
+    if split == "balanced" and not _balanced_ok(chunk_blocks(num_layers, chunks, split), v):
         return f"{num_layers} layers leave a chunk without a block when cut into {chunks} balanced chunks"
-    if chunks > num_layers:
+    if chunks > num_layers + (2 if split == "balanced" and v > 1 else 0):
         return f"pp x pp_virtual_stages = {chunks} chunks is more than the model's {num_layers} layers"
     return None
+
+
+def _balanced_ok(sizes: list[int], v: int) -> bool:
+    """Every chunk holds a block, but under interleaving the first and the last may hold only the embedding
+    / only the head and loss (Llama 3's layout, Dubey et al. 2024 §3.3.2; torchtitan's
+    generate_llm_fqn_per_model_part gives such a chunk ["tok_embeddings"] or ["norm", "output"] alone):
+    their rank still runs its other chunks' blocks."""
+    edges = 0 if v > 1 else 1
+    return min(sizes[1:-1], default=1) >= 1 and min(sizes[0], sizes[-1]) >= edges
 
 
 def bounds(num_layers: int, pp: int, v: int = 1, split: str = "even") -> list[tuple[int, int]]:
