@@ -238,3 +238,16 @@ def test_llama3_interleaved_layout_embedding_and_head_chunks_alone():
     assert stages[0].first and stages[-1].last
     # without interleaving a stage holds one chunk: it must keep a block
     assert split_problem(12, 8, 1, "balanced") is not None
+
+
+def test_a_vocabulary_parallel_head_keeps_its_share_of_the_traced_logits():
+    """The traced profile holds the head whole (paradvisor's launcher replicates it over TP); an engine that
+    splits the vocabulary over TP (Llama 3, torchtitan, Megatron) keeps 1/tp of it."""
+    from paradvisor.plan.evaluate import activation_terms
+
+    mf = ModelFacts.of(load_profile("llama-3.1-8b"))
+    wl = Workload(model="llama-3.1-8b", seq_len=4096, global_batch=8)
+    plan = Plan(dp=1, tp=8, micro_batch=1, grad_accum=8, sequence_parallel=True)
+    whole, src = activation_terms(mf, wl, plan, "bf16", 1, cuda=True)
+    split, _ = activation_terms(replace(mf, engine="llama3"), wl, plan, "bf16", 1, cuda=True)
+    assert src == "traced" and split["last"] == pytest.approx(whole["last"] / 8)

@@ -121,6 +121,8 @@ def activation_terms(
     if plan.checkpointing == "selective" and mf.traits.selective == "every-other-mm" and s and not s.is_moe:
         kw = {"seq": wl.seq_len // plan.cp, "micro_batch": micro_batch, "tp": plan.tp, "act_bytes": act}
         a = apply_per_op_sac(a, s, sequence_parallel=plan.sequence_parallel, **kw) if not s.attn_params else a
+    if source == "traced" and mf.traits.vocab_parallel and a.get("last"):  # traced with the head whole:
+        a = {**a, "last": a["last"] / plan.tp}  # a vocabulary-parallel head keeps 1/tp of the logits
     if mcore_terms.applies(mf, plan):  # Megatron-Core's own accounting (plan/mcore_terms.py)
         a = mcore_terms.activation_terms(a, mf, wl, plan, micro_batch, act)
     return a, source
