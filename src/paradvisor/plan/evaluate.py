@@ -245,12 +245,7 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
     if mf.moe is not None and plan.ep > 1:  # experts split over EP, sharded over dp/ep (estimate/moe.py)
         # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
         # gathers a block with all its experts — the dense accounting below, exact)
-        moe_states = _moe_states(mf, plan, precision, shard)
-        if mf.engine == "mcore" and plan.sharding == "zero1":  # the distributed optimizer's whole buffer
-            return lambda psi, first, last, layers=None: {
-                **moe_states(psi, layers),
-                "grads": mcore_terms.grads(mf, plan, psi, layers),
-            }
+        moe_states = mcore_terms.grad_buffer(_moe_states(mf, plan, precision, shard), mf, plan)
         return lambda psi, first, last, layers=None: moe_states(psi, layers)
 
     def states(psi, first: bool, last: bool, layers: int | None = None):

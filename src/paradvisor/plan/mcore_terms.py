@@ -48,3 +48,11 @@ def grads(mf: ModelFacts, plan: Plan, psi: float, layers: int | None = None) -> 
     if mf.moe is not None and plan.ep > 1:
         psi = moe.rank_params(psi, expert_psi=moe_step.stage_experts(mf, plan, layers), ep=plan.ep)
     return GRAD_BUFFER_BYTES * psi
+
+
+def grad_buffer(states, mf: ModelFacts, plan: Plan):
+    """A MoE model's `states(psi, layers)` with the distributed optimizer's whole gradient buffer (`grads`)
+    where Megatron-Core runs it (the "mcore" engine with "zero1"); `states` itself elsewhere."""
+    if mf.engine != "mcore" or plan.sharding != "zero1":
+        return states
+    return lambda psi, layers=None: {**states(psi, layers), "grads": grads(mf, plan, psi, layers)}
