@@ -80,7 +80,7 @@ def test_mla_up_proj_recompute_reruns_the_up_projections():
     dev = steptime.Device(989e12, 3.35e12, "hopper")
     s = _shape("deepseek-v3.json")
     sh = steptime.LayerShape(s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn, True, True, False, s.attn_params,
-                             s.mla_up_projections)  # fmt: skip
+                             up_projections=s.mla_up_projections)  # fmt: skip
     kw = {"tokens": 4096, "seq": 4096, "tp": 1, "sp": False, "attention": "sdpa", "act_bytes": 2, "dev": dev}
     f = steptime.layer_forward(sh, **kw)
     t = steptime.micro_batch_time(
