@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
-from paradvisor.rules.vocabulary import base_facts, plan_facts
+from paradvisor.rules.vocabulary import Facts, base_facts
 from paradvisor.typed import document
 
 
@@ -65,6 +65,62 @@ def rule_factor(effect: str, weight: float) -> float:
     return 1 - weight if effect == "prefer" else 1 + weight if effect == "avoid" else 1.0
 
 
+class _PlanRules:
+    """The plan-scope rules judged over many estimates, with what repeats worked out once: which rules fire
+    for the values of the facts any condition reads (the search's plans repeat them), each message for the
+    values of the facts it names, each rule's citation, each `FiredRule` record (immutable, shared)."""
+
+    def __init__(self, rules: list[Rule]):
+        self.rules = rules
+        self.names = tuple(sorted({n for r in rules for n in r.when.names}))
+        self.cites = [r.cite() for r in rules]
+        self._firing: dict[tuple, tuple[int, ...]] = {}
+        self._messages: dict[tuple, str] = {}
+        self._records: dict[tuple, FiredRule] = {}
+
+    def firing(self, facts: dict, after: int = -1) -> tuple[int, ...]:
+        """The indices of the rules whose condition holds on these facts, past `after`."""
+        try:
+            key = tuple([facts[n] for n in self.names])
+            hit = self._firing.get(key)
+        except TypeError:  # a value that is not hashable: judged rule by rule
+            key = hit = None
+        if hit is None:
+            hit = tuple(i for i, rule in enumerate(self.rules) if _fires(rule, facts))
+            if key is not None:
+                self._firing[key] = hit
+        return hit if after < 0 else tuple(i for i in hit if i > after)
+
+    def message(self, i: int, facts: dict) -> str:
+        rule = self.rules[i]
+        values = [facts.get(n, _ABSENT) for n in rule.placeholders]
+        try:  # by type and value (1 and True and 1.0 print differently), floats by repr (-0.0 and 0.0 too)
+            key = (i, *[(type(v), repr(v) if isinstance(v, float) else v) for v in values])
+            text = self._messages.get(key)
+        except TypeError:
+            key = text = None
+        if text is None:
+            text = rule.message(facts)
+            if key is not None:
+                self._messages[key] = text
+        return text
+
+    def record(
+        self, i: int, effect: str, message: str, applied: bool, outside=None, factor=None
+    ) -> FiredRule:
+        key = (i, effect, message, applied, outside, factor)
+        hit = self._records.get(key)
+        if hit is None:
+            rule = self.rules[i]
+            hit = self._records[key] = FiredRule(
+                rule.id, effect, rule.title, self.cites[i], message, applied, outside, factor
+            )
+        return hit
+
+
+_ABSENT = object()
+
+
 def apply_rules(
     rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str, reevaluate=None
 ) -> list[dict]:
@@ -101,51 +157,44 @@ def apply_rules(
         if rule.scope == "advice" and _fires(rule, base):
             record(rule, base, "advice")
 
-    plan_rules = [r for r in rules if r.scope == "plan"]
+    judge = _PlanRules([r for r in rules if r.scope == "plan"])
     for i, e in enumerate(estimates):
-        facts = {**base, **plan_facts(e)}
-        for rule in plan_rules:
-            if not _fires(rule, facts):
-                continue
-            moves = rule.effect in ("prefer", "avoid", "set")
-            outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
-            if outside is not None:
-                e.rules.append(
-                    FiredRule(
-                        rule.id,
-                        f"{rule.effect} (not applied: outside its evidence)",
-                        rule.title,
-                        rule.cite(),
-                        rule.message(facts),
-                        applied=False,
-                        outside_evidence=outside,
-                    )
-                )
-                record(rule, facts, "plan", outside)
-                continue
-            if rule.effect == "set" and reevaluate is not None:
-                changed = replace(e.plan, **rule.settings)
-                new = reevaluate(changed) if changed != e.plan else None
-                if new is not None:  # None: the changed plan is outside the space the launcher runs
-                    new.rules = list(e.rules)
-                    new.notes = list(e.notes)
-                    new.rule_factor = e.rule_factor  # the rules applied before keep their factors
-                    new.score *= e.rule_factor
-                    estimates[i] = e = new
-                    facts = {**base, **plan_facts(e)}
-            factor = rule_factor(rule.effect, rule.weight)
-            e.score *= factor
-            e.rule_factor *= factor
-            e.rules.append(
-                FiredRule(
-                    rule.id,
-                    rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}",
-                    rule.title,
-                    rule.cite(),
-                    rule.message(facts),
-                    applied=True,
-                    factor=factor if rule.effect in ("prefer", "avoid") else None,
-                )
-            )
-            record(rule, facts, "plan")
+        estimates[i] = _judge_plan(judge, e, base, outside_request, record, reevaluate)
     return list(summary.values())
+
+
+def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record, reevaluate):
+    """The plan-scope rules that fire on one estimate, in rule order, applied or recorded on it; a `set`
+    that changes the plan gives the estimate of the changed plan, judged by the rules after it."""
+    facts = Facts(base, e)
+    fired, k = judge.firing(facts), 0
+    while k < len(fired):
+        idx = fired[k]
+        k += 1
+        rule = judge.rules[idx]
+        moves = rule.effect in ("prefer", "avoid", "set")
+        outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
+        if outside is not None:
+            effect = f"{rule.effect} (not applied: outside its evidence)"
+            e.rules.append(judge.record(idx, effect, judge.message(idx, facts), False, outside))
+            record(rule, facts, "plan", outside)
+            continue
+        if rule.effect == "set" and reevaluate is not None:
+            changed = replace(e.plan, **rule.settings)
+            new = reevaluate(changed) if changed != e.plan else None
+            if new is not None:  # None: the changed plan is outside the space the launcher runs
+                new.rules = list(e.rules)
+                new.notes = list(e.notes)
+                new.rule_factor = e.rule_factor  # the rules applied before keep their factors
+                new.score *= e.rule_factor
+                e = new
+                facts = Facts(base, e)
+                fired, k = judge.firing(facts, after=idx), 0
+        factor = rule_factor(rule.effect, rule.weight)
+        e.score *= factor
+        e.rule_factor *= factor
+        effect = rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}"
+        shown = factor if rule.effect in ("prefer", "avoid") else None
+        e.rules.append(judge.record(idx, effect, judge.message(idx, facts), True, None, shown))
+        record(rule, facts, "plan")
+    return e
