@@ -186,12 +186,16 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
                 new.rules = list(e.rules)
                 new.notes = list(e.notes)
                 new.rule_factor = e.rule_factor  # the rules applied before keep their factors
-                new.score *= e.rule_factor
+                if (
+                    e.rule_factor != 1.0
+                ):  # (x1 changes nothing, and would work out an untimed estimate's time)
+                    new.score *= e.rule_factor
                 e = new
                 facts = Facts(base, e)
                 fired, k = judge.firing(facts, after=idx), 0
         factor = rule_factor(rule.effect, rule.weight)
-        e.score *= factor
+        if factor != 1.0:
+            e.score *= factor
         e.rule_factor *= factor
         effect = rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}"
         shown = factor if rule.effect in ("prefer", "avoid") else None

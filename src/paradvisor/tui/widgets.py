@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from paradvisor.estimate.memory import peak_bytes
+from paradvisor.estimate.peak import peak_bytes
 
 COLORS = {
     "params": "cyan",
