@@ -11,10 +11,11 @@ fired but not applied, with why. Every firing is recorded on the plan with the r
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
-from paradvisor.rules.vocabulary import Facts, base_facts
+from paradvisor.rules.vocabulary import TIMED_FACTS, Facts, base_facts
 from paradvisor.typed import document
 
 
@@ -33,6 +34,20 @@ class FiredRule:
 
     def to_doc(self) -> dict:
         return document(self)
+
+    @classmethod
+    def told_later(cls, message, **fields) -> FiredRule:
+        """A record whose `message` is `message()`, worked out when first read (it names an estimate's timed
+        facts, and the search works out the time of a plan that does not fit only when asked)."""
+        r = cls.__new__(cls)
+        r.__dict__.update(fields, _message=message)
+        return r
+
+    def __getattr__(self, name: str):  # only for a field not set: the message of a record told later
+        if name != "message" or "_message" not in self.__dict__:
+            raise AttributeError(name)
+        self.__dict__["message"] = self.__dict__.pop("_message")()
+        return self.__dict__["message"]
 
 
 def _fires(rule: Rule, facts: dict) -> bool:
@@ -74,6 +89,9 @@ class _PlanRules:
         self.rules = rules
         self.names = tuple(sorted({n for r in rules for n in r.when.names}))
         self.cites = [r.cite() for r in rules]
+        self.timed = [
+            any(n in TIMED_FACTS for n in r.placeholders) for r in rules
+        ]  # messages naming the time
         self._firing: dict[tuple, tuple[int, ...]] = {}
         self._messages: dict[tuple, str] = {}
         self._records: dict[tuple, FiredRule] = {}
@@ -105,13 +123,23 @@ class _PlanRules:
                 self._messages[key] = text
         return text
 
-    def record(
-        self, i: int, effect: str, message: str, applied: bool, outside=None, factor=None
-    ) -> FiredRule:
+    def record(self, i: int, effect: str, facts, applied: bool, outside=None, factor=None) -> FiredRule:
+        rule = self.rules[i]
+        if self.timed[i] and facts.untimed:  # its message waits until read (most such plans never are)
+            return FiredRule.told_later(
+                partial(self.message, i, facts),
+                id=rule.id,
+                effect=effect,
+                title=rule.title,
+                source=self.cites[i],
+                applied=applied,
+                outside_evidence=outside,
+                factor=factor,
+            )
+        message = self.message(i, facts)
         key = (i, effect, message, applied, outside, factor)
         hit = self._records.get(key)
         if hit is None:
-            rule = self.rules[i]
             hit = self._records[key] = FiredRule(
                 rule.id, effect, rule.title, self.cites[i], message, applied, outside, factor
             )
@@ -176,7 +204,7 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
         outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
         if outside is not None:
             effect = f"{rule.effect} (not applied: outside its evidence)"
-            e.rules.append(judge.record(idx, effect, judge.message(idx, facts), False, outside))
+            e.rules.append(judge.record(idx, effect, facts, False, outside))
             record(rule, facts, "plan", outside)
             continue
         if rule.effect == "set" and reevaluate is not None:
@@ -199,6 +227,6 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
         e.rule_factor *= factor
         effect = rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}"
         shown = factor if rule.effect in ("prefer", "avoid") else None
-        e.rules.append(judge.record(idx, effect, judge.message(idx, facts), True, None, shown))
+        e.rules.append(judge.record(idx, effect, facts, True, None, shown))
         record(rule, facts, "plan")
     return e

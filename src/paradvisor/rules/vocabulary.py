@@ -182,6 +182,9 @@ PLAN_FACT_GETTERS = {
 }
 
 
+TIMED_FACTS = frozenset({"est.step_time", "est.samples_per_s", "est.comm_fraction", "est.tp_comm_fraction"})
+
+
 def plan_facts(e) -> dict:
     """Every plan and estimate fact of one estimate."""
     return {name: get(e) for name, get in PLAN_FACT_GETTERS.items()}
@@ -207,3 +210,8 @@ class Facts(dict):
             return self[name]
         except KeyError:
             return default
+
+    @property
+    def untimed(self) -> bool:
+        """Whether the estimate has not worked out its step time yet (plan/estimate.py)."""
+        return "_timing" in vars(self.estimate)
