@@ -15,7 +15,7 @@ from functools import partial
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
-from paradvisor.rules.vocabulary import TIMED_FACTS, Facts, base_facts
+from paradvisor.rules.vocabulary import PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
 from paradvisor.typed import document
 
 
@@ -85,13 +85,15 @@ class _PlanRules:
     for the values of the facts any condition reads (the search's plans repeat them), each message for the
     values of the facts it names, each rule's citation, each `FiredRule` record (immutable, shared)."""
 
-    def __init__(self, rules: list[Rule]):
+    def __init__(self, rules: list[Rule], base: dict):
         self.rules = rules
-        self.names = tuple(sorted({n for r in rules for n in r.when.names}))
+        names = sorted({n for r in rules for n in r.when.names})
+        self.varying = tuple(n for n in names if n not in base)  # the request's own facts are fixed here
+        getters = [PLAN_FACT_GETTERS.get(n) for n in self.varying]
+        self.getters = tuple(getters) if all(getters) and getters else None
         self.cites = [r.cite() for r in rules]
-        self.timed = [
-            any(n in TIMED_FACTS for n in r.placeholders) for r in rules
-        ]  # messages naming the time
+        # which messages name the step time (worked out, for a plan that does not fit, only when read)
+        self.timed = [any(n in TIMED_FACTS for n in r.placeholders) for r in rules]
         self._firing: dict[tuple, tuple[int, ...]] = {}
         self._messages: dict[tuple, str] = {}
         self._records: dict[tuple, FiredRule] = {}
@@ -99,7 +101,12 @@ class _PlanRules:
     def firing(self, facts: dict, after: int = -1) -> tuple[int, ...]:
         """The indices of the rules whose condition holds on these facts, past `after`."""
         try:
-            key = tuple([facts[n] for n in self.names])
+            e = facts.estimate
+            key = (
+                tuple([get(e) for get in self.getters])
+                if self.getters
+                else tuple([facts[n] for n in self.varying])
+            )
             hit = self._firing.get(key)
         except TypeError:  # a value that is not hashable: judged rule by rule
             key = hit = None
@@ -185,7 +192,7 @@ def apply_rules(
         if rule.scope == "advice" and _fires(rule, base):
             record(rule, base, "advice")
 
-    judge = _PlanRules([r for r in rules if r.scope == "plan"])
+    judge = _PlanRules([r for r in rules if r.scope == "plan"], base)
     for i, e in enumerate(estimates):
         estimates[i] = _judge_plan(judge, e, base, outside_request, record, reevaluate)
     return list(summary.values())

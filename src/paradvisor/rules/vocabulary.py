@@ -195,14 +195,18 @@ class Facts(dict):
     index it, messages `.get` from it)."""
 
     def __init__(self, base: dict, e):
-        super().__init__(base)
-        self.estimate = e
+        super().__init__()
+        self.base, self.estimate = base, e
 
     def __missing__(self, name: str):
-        get = PLAN_FACT_GETTERS.get(name)
-        if get is None:
-            raise KeyError(name)
-        value = self[name] = get(self.estimate)
+        if name in self.base:
+            value = self.base[name]
+        else:
+            get = PLAN_FACT_GETTERS.get(name)
+            if get is None:
+                raise KeyError(name)
+            value = get(self.estimate)
+        self[name] = value
         return value
 
     def get(self, name: str, default=None):
