@@ -16,21 +16,26 @@ def peak_breakdown(terms: dict[str, float], *, grads_kept_in_step: bool = False)
     return phase, {k: terms.get(k, 0.0) for k in alive}
 
 
-def peak_total(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> tuple[str, float]:
-    """`peak_breakdown`'s phase and the sum of its terms (the search asks it of every stage it weighs)."""
-    return _peak(terms, grads_kept_in_step)[:2]
-
-
 def peak_bytes(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> float:
     """The peak of a breakdown (`peak_breakdown`'s terms summed): the two phases do not coexist."""
     return _peak(terms, grads_kept_in_step)[1]
 
 
+def phase_peak(held: list, fwd: list, step_grads, kept: bool) -> tuple[str, float]:
+    """The phase and the peak from the terms' values: `held` in the order of HELD, `fwd` in the order of FWD_BWD
+    (what the search weighs for every stage, without a dict of them); `kept`: ZeRO-3 keeps its 16-bit gradients
+    through the optimizer step."""
+    step = [step_grads, fwd[0]] if kept else [step_grads]
+    if sum(step) > sum(fwd):
+        return "optimizer step", sum(held + step)
+    return "forward/backward", sum(held + fwd)
+
+
 def _peak(terms: dict, kept: bool) -> tuple[str, float, tuple[str, ...]]:
     """(phase, peak: the alive terms summed in the order named, the names of the terms alive)."""
     g = terms.get
-    step_keys = ("step_grads", "grads") if kept else ("step_grads",)
-    fwd, step, held = [g(k, 0.0) for k in FWD_BWD], [g(k, 0.0) for k in step_keys], [g(k, 0.0) for k in HELD]
-    if sum(step) > sum(fwd):
-        return "optimizer step", sum(held + step), HELD + step_keys
-    return "forward/backward", sum(held + fwd), HELD + FWD_BWD
+    held, fwd = [g(k, 0.0) for k in HELD], [g(k, 0.0) for k in FWD_BWD]
+    phase, total = phase_peak(held, fwd, g("step_grads", 0.0), kept)
+    if phase == "optimizer step":
+        return phase, total, HELD + (("step_grads", "grads") if kept else ("step_grads",))
+    return phase, total, HELD + FWD_BWD

@@ -35,7 +35,7 @@ from paradvisor.estimate.memory import (
     zero_grad_elements,
 )
 from paradvisor.estimate.need import MemoryNeed
-from paradvisor.estimate.peak import peak_total
+from paradvisor.estimate.peak import phase_peak
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
@@ -247,6 +247,24 @@ def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
     return stage_layout(mf.shape.num_layers, plan.pp, v, plan.pp_split, plan.pp_schedule, plan.grad_accum)
 
 
+def _stages_of(mf: ModelFacts, topo: Topology, plan: Plan) -> tuple[tuple[Stage, ...], list[Stage]]:
+    """(every pipeline rank's stage, the distinct ones), kept in the topology's cache per stage layout."""
+    key = (
+        "stages",
+        id(mf),
+        plan.pp,
+        plan.pp_schedule,
+        plan.pp_virtual_stages,
+        plan.pp_split,
+        plan.grad_accum,
+    )
+    hit = topo._cache.get(key)
+    if hit is None:
+        stages = pipeline_stages(mf, plan)
+        hit = topo._cache[key] = (stages, _distinct_stages(stages))
+    return hit
+
+
 def _distinct_stages(stages: tuple[Stage, ...]) -> list[Stage]:
     """The stages that can hold a peak: per (blocks, first, last), the one with the most in flight."""
     best: dict[tuple, Stage] = {}
@@ -333,16 +351,14 @@ def memory_need(
     )
     if mf.traits.vocab_parallel:  # vocabulary-parallel cross-entropy: each rank its share of the logits
         transient /= plan.tp
-    all_stages = pipeline_stages(mf, plan)
+    all_stages, distinct = _stages_of(mf, topo, plan)
     if stage is not None and len(all_stages) > 1:
         chosen = [all_stages[0 if stage == 0 else -1]]
-    elif every_stage:
-        chosen = all_stages
     else:
-        chosen = _distinct_stages(all_stages)
+        chosen = all_stages if every_stage else distinct
     rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
-    best = None
-    listed = []
+    best, listed = None, []
+    kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
     for st, acts, work, psi, where in rows:
         buf = buffer_bytes(
             sharding=plan.sharding,
@@ -354,18 +370,16 @@ def memory_need(
             micro_batch=micro_batch,
             hidden=mf.shape.hidden if mf.shape else 0,
         )
-        terms = {
-            **st,
-            "working": work,
-            "activations": acts,
-            "buffers": buf,
-            "transient": transient if where.last else 0.0,
-            "overhead": FRAMEWORK_OVERHEAD,
-        }
-        phase, total = peak_total(terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32")
-        listed.append((where, terms, total, psi, phase))
-        if best is None or total > best[1]:
-            best = (terms, total, psi, phase)
+        tr, g = transient if where.last else 0.0, st.get
+        held = [g("params", 0.0), g("optimizer", 0.0), buf, FRAMEWORK_OVERHEAD]
+        fwd = [g("grads", 0.0), acts, g("gathered", 0.0), work, tr]
+        phase, total = phase_peak(held, fwd, g("step_grads", 0.0), kept)
+        if every_stage or best is None or total > best[1]:  # the terms by name: the worst stage's, or each
+            terms = {**st, "working": work, "activations": acts, "buffers": buf, "transient": tr}
+            terms["overhead"] = FRAMEWORK_OVERHEAD
+            listed.append((where, terms, total, psi, phase))
+            if best is None or total > best[1]:
+                best = (terms, total, psi, phase)
     cpu = offload_cpu_bytes(
         best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
     )
