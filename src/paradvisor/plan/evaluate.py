@@ -45,6 +45,7 @@ from paradvisor.plan import expert_dp
 from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.host_ram import host_memory_fits
 from paradvisor.plan.moe_terms import moe_a2a, moe_block, moe_imbalance, moe_states
 from paradvisor.spec.plan import Plan, Workload
 
@@ -402,40 +403,6 @@ def memory_need(
         )
     terms, total, psi, phase = best
     return MemoryNeed(terms, total, psi, phase, shard, cpu, source, stages)
-
-
-HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
-HOST_RAM_MIN = 64 * 2**30
-HOST_RAM_USABLE = 0.9
-
-
-def node_ram(node) -> tuple[float, bool]:
-    """(bytes of host RAM, whether it is known: from `detect` or the cluster file's `ram`)."""
-    if node.ram_total_bytes:
-        return float(node.ram_total_bytes), True
-    return max(HOST_RAM_MIN, HOST_RAM_PER_GPU_MEMORY * node.gpu_memory_bytes), False
-
-
-def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
-    """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold; alike nodes
-    share their RAM figure (one check per segment of the topology)."""
-    ok = True
-    notes.append(
-        f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node"
-    )
-    for seg in topo.segments:
-        node = seg.node
-        ram, known = node_ram(node)
-        need = cpu_per_rank * seg.size
-        if need > HOST_RAM_USABLE * ram:
-            ok = False
-            more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
-            notes.append(
-                f"{node.name}{more} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
-                f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
-                f", needs {need / 2**30:.0f} GiB"
-            )
-    return ok
 
 
 def engine_key(plan: Plan) -> str:

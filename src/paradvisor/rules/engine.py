@@ -37,8 +37,8 @@ class FiredRule:
 
     @classmethod
     def told_later(cls, message, **fields) -> FiredRule:
-        """A record whose `message` is `message()`, worked out when first read (it names an estimate's timed
-        facts, and the search works out the time of a plan that does not fit only when asked)."""
+        """A record whose `message` is `message()`, worked out when first read (formatting it for every plan
+        the search judges cost more than the judging; it may name a step time not yet worked out)."""
         r = cls.__new__(cls)
         r.__dict__.update(fields, _message=message)
         return r
@@ -81,21 +81,23 @@ def rule_factor(effect: str, weight: float) -> float:
 
 
 class _PlanRules:
-    """The plan-scope rules judged over many estimates, with what repeats worked out once: which rules fire
-    for the values of the facts any condition reads (the search's plans repeat them), each message for the
-    values of the facts it names, each rule's citation, each `FiredRule` record (immutable, shared)."""
+    """The plan-scope rules judged over many estimates, with what repeats worked out once: which rules the
+    request's facts alone decide, which of the others fire for the values of the plan facts they read (the
+    search's plans repeat them), each rule's citation."""
 
     def __init__(self, rules: list[Rule], base: dict):
         self.rules = rules
-        names = sorted({n for r in rules for n in r.when.names})
+        decided = [_decided(r, base) for r in rules]  # True / False: whatever the plan; None: it depends
+        self.judged = [(i, d) for i, d in enumerate(decided) if d is not False]
+        names = sorted({n for r, d in zip(rules, decided) if d is None for n in r.when.names})
         self.varying = tuple(n for n in names if n not in base)  # the request's own facts are fixed here
         getters = [PLAN_FACT_GETTERS.get(n) for n in self.varying]
         self.getters = tuple(getters) if all(getters) and getters else None
         self.cites = [r.cite() for r in rules]
-        # which messages name the step time (worked out, for a plan that does not fit, only when read)
-        self.timed = [any(n in TIMED_FACTS for n in r.placeholders) for r in rules]
+        named = [r.named_facts() for r in rules]
+        self.shown = [tuple(PLAN_FACT_GETTERS[n] for n in ns if n in PLAN_FACT_GETTERS) for ns in named]
+        self.timed = [any(n in TIMED_FACTS for n in ns) for ns in named]  # messages naming the step time
         self._firing: dict[tuple, tuple[int, ...]] = {}
-        self._messages: dict[tuple, str] = {}
         self._records: dict[tuple, FiredRule] = {}
 
     def firing(self, facts: dict, after: int = -1) -> tuple[int, ...]:
@@ -111,30 +113,18 @@ class _PlanRules:
         except TypeError:  # a value that is not hashable: judged rule by rule
             key = hit = None
         if hit is None:
-            hit = tuple(i for i, rule in enumerate(self.rules) if _fires(rule, facts))
+            hit = tuple(i for i, d in self.judged if d or _fires(self.rules[i], facts))
             if key is not None:
                 self._firing[key] = hit
         return hit if after < 0 else tuple(i for i in hit if i > after)
 
-    def message(self, i: int, facts: dict) -> str:
-        rule = self.rules[i]
-        values = [facts.get(n, _ABSENT) for n in rule.placeholders]
-        try:  # by type and value (1 and True and 1.0 print differently), floats by repr (-0.0 and 0.0 too)
-            key = (i, *[(type(v), repr(v) if isinstance(v, float) else v) for v in values])
-            text = self._messages.get(key)
-        except TypeError:
-            key = text = None
-        if text is None:
-            text = rule.message(facts)
-            if key is not None:
-                self._messages[key] = text
-        return text
-
     def record(self, i: int, effect: str, facts, applied: bool, outside=None, factor=None) -> FiredRule:
-        rule = self.rules[i]
-        if self.timed[i] and facts.untimed:  # its message waits until read (most such plans never are)
+        """The record of rule i on one estimate: one record per distinct values of the plan facts its message
+        names; a message naming a step time not worked out yet is worked out when read (`told_later`)."""
+        rule, e = self.rules[i], facts.estimate
+        if self.timed[i] and "_timing" in vars(e):
             return FiredRule.told_later(
-                partial(self.message, i, facts),
+                partial(rule.message, facts),
                 id=rule.id,
                 effect=effect,
                 title=rule.title,
@@ -143,17 +133,40 @@ class _PlanRules:
                 outside_evidence=outside,
                 factor=factor,
             )
-        message = self.message(i, facts)
-        key = (i, effect, message, applied, outside, factor)
-        hit = self._records.get(key)
+        try:  # values by type too (1, True and 1.0 print differently), floats by repr (-0.0 and 0.0 too)
+            shown = [(type(v), repr(v) if type(v) is float else v) for v in (g(e) for g in self.shown[i])]
+            key = (i, effect, applied, outside, factor, *shown)
+            hit = self._records.get(key)
+        except TypeError:  # a value that is not hashable
+            key = hit = None
         if hit is None:
-            hit = self._records[key] = FiredRule(
-                rule.id, effect, rule.title, self.cites[i], message, applied, outside, factor
+            hit = FiredRule(
+                rule.id, effect, rule.title, self.cites[i], rule.message(facts), applied, outside, factor
             )
+            if key is not None:
+                self._records[key] = hit
         return hit
 
 
-_ABSENT = object()
+class _Undecided(Exception):
+    """The condition read a fact of the plan: the request alone does not decide it."""
+
+
+class _RequestOnly(dict):
+    def __missing__(self, name: str):
+        raise _Undecided(name)
+
+
+def _decided(rule: Rule, base: dict) -> bool | None:
+    """Whether the rule's condition holds whatever the plan, when the request's facts alone decide it: it is
+    evaluated on them and ends without reading any other (`and` and `or` stop early: "cluster.wan and ..."
+    on one data centre), so every plan would take the same steps to the same answer; None: it read one."""
+    try:
+        return bool(rule.when(_RequestOnly(base)))
+    except _Undecided:
+        return None
+    except (ArithmeticError, TypeError, ValueError):
+        return False  # as _fires: a condition that cannot be evaluated does not fire
 
 
 def apply_rules(

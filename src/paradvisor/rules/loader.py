@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -71,10 +71,9 @@ class Rule:
         clone (docs/papers.md); a paper not in the catalogue is cited as written."""
         return f"{paper_label(self.source['paper'])}, {self.source['where']}"
 
-    @cached_property
-    def placeholders(self) -> tuple[str, ...]:
+    def named_facts(self) -> list[str]:
         """The facts its message names (`{plan.tp}`), in order."""
-        return tuple(_PLACEHOLDER.findall(self.explain))
+        return _PLACEHOLDER.findall(self.explain)
 
     def message(self, facts: dict) -> str:
         def sub(m):

@@ -182,6 +182,8 @@ PLAN_FACT_GETTERS = {
 }
 
 
+# the facts read from an estimate's step time (plan/estimate.py works it out, for a plan that does not fit,
+# only when one is read)
 TIMED_FACTS = frozenset({"est.step_time", "est.samples_per_s", "est.comm_fraction", "est.tp_comm_fraction"})
 
 
@@ -214,8 +216,3 @@ class Facts(dict):
             return self[name]
         except KeyError:
             return default
-
-    @property
-    def untimed(self) -> bool:
-        """Whether the estimate has not worked out its step time yet (plan/estimate.py)."""
-        return "_timing" in vars(self.estimate)
