@@ -97,8 +97,30 @@ class _PlanRules:
         named = [r.named_facts() for r in rules]
         self.shown = [tuple(PLAN_FACT_GETTERS[n] for n in ns if n in PLAN_FACT_GETTERS) for ns in named]
         self.timed = [any(n in TIMED_FACTS for n in ns) for ns in named]  # messages naming the step time
+        self.factors = [rule_factor(r.effect, r.weight) for r in rules]
+        self.effects = [  # (as applied, as recorded outside its evidence)
+            (
+                r.effect if f == 1.0 else f"{r.effect} x{f:.2f}",
+                f"{r.effect} (not applied: outside its evidence)",
+            )
+            for r, f in zip(rules, self.factors)
+        ]
         self._firing: dict[tuple, tuple[int, ...]] = {}
         self._records: dict[tuple, FiredRule] = {}
+        self._outside: dict[tuple, str | None] = {}
+
+    def outside(self, i: int, plan, request: str | None) -> str | None:
+        """Why rule i, which moves plans, may not move this one (rules/evidence.py), or None; per the strategy
+        tags of the plan (`plan_strategies` reads dp, tp, pp, sharding and diloco)."""
+        rule = self.rules[i]
+        if rule.effect not in ("prefer", "avoid", "set"):
+            return None
+        if request:
+            return request
+        key = (i, plan.diloco, plan.tp > 1, plan.pp > 1, plan.sharding, plan.dp > 1)
+        if key not in self._outside:
+            self._outside[key] = plan_outside(rule.evidence, plan)
+        return self._outside[key]
 
     def firing(self, facts: dict, after: int = -1) -> tuple[int, ...]:
         """The indices of the rules whose condition holds on these facts, past `after`."""
@@ -220,11 +242,9 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
         idx = fired[k]
         k += 1
         rule = judge.rules[idx]
-        moves = rule.effect in ("prefer", "avoid", "set")
-        outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
+        outside = judge.outside(idx, e.plan, outside_request[rule.id])
         if outside is not None:
-            effect = f"{rule.effect} (not applied: outside its evidence)"
-            e.rules.append(judge.record(idx, effect, facts, False, outside))
+            e.rules.append(judge.record(idx, judge.effects[idx][1], facts, False, outside))
             record(rule, facts, "plan", outside)
             continue
         if rule.effect == "set" and reevaluate is not None:
@@ -241,12 +261,11 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
                 e = new
                 facts = Facts(base, e)
                 fired, k = judge.firing(facts, after=idx), 0
-        factor = rule_factor(rule.effect, rule.weight)
+        factor = judge.factors[idx]
         if factor != 1.0:
             e.score *= factor
         e.rule_factor *= factor
-        effect = rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}"
         shown = factor if rule.effect in ("prefer", "avoid") else None
-        e.rules.append(judge.record(idx, effect, facts, True, None, shown))
+        e.rules.append(judge.record(idx, judge.effects[idx][0], facts, True, None, shown))
         record(rule, facts, "plan")
     return e
