@@ -79,9 +79,8 @@ class Estimate:
 
 def _defaults() -> dict:
     """The defaulted fields' values, fresh lists each time."""
-    return {f.name: f.default_factory() if f.default is MISSING else f.default for f in _DEFAULTED}
+    return {**_STATIC, **{f.name: f.default_factory() for f in _FACTORIES}}
 
 
-_DEFAULTED = tuple(
-    f for f in fields(Estimate) if f.default is not MISSING or f.default_factory is not MISSING
-)
+_FACTORIES = tuple(f for f in fields(Estimate) if f.default_factory is not MISSING)
+_STATIC = {f.name: f.default for f in fields(Estimate) if f.default is not MISSING}

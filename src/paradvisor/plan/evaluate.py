@@ -567,6 +567,15 @@ def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int,
 
 def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
     """Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own."""
+    if not plan.rank_batches:  # the same classes for every plan of this micro-batch: kept in the cache
+        key = ("classes", plan.micro_batch)
+        if key not in topo._cache:
+            topo._cache[key] = _classes(topo, plan)
+        return topo._cache[key]
+    return _classes(topo, plan)
+
+
+def _classes(topo: Topology, plan: Plan) -> list[tuple]:
     classes: dict[tuple[str, int], tuple] = {}
     if plan.rank_batches:
         for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
