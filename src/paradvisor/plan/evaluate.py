@@ -300,7 +300,12 @@ def _stage_terms(
     cuda = topo._cache.get("rank0-cuda")
     if cuda is None:
         cuda = topo._cache["rank0-cuda"] = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
-    a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+    akey = ("acts", id(mf), wl.seq_len, wl.attention, micro_batch, plan.tp, plan.sequence_parallel)
+    akey += (plan.checkpointing, plan.cp, plan.sharding == "none", precision, cuda)  # (activation_mode)
+    hit = topo._cache.get(akey)  # shared: read only
+    if hit is None:
+        hit = topo._cache[akey] = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+    a, source = hit
     out = []
     for st in stages:
         psi, held = states(st.layers, st.first, st.last)
@@ -313,18 +318,19 @@ def _stage_states(mf: ModelFacts, topo: Topology, plan: Plan, precision: str, sh
     """`states(layers, first, last)`: (parameters, model-state bytes by term) of one stage's rank, kept in the
     topology's cache under what they depend on (plans that differ in micro-batch, checkpointing, SP or schedule
     share them; the dict is shared: read it, never change it)."""
-    memo = topo._cache.setdefault(
-        ("stage-states", id(mf), plan.sharding, plan.offload, plan.tp, plan.pp, plan.ep, precision, shard), {}
-    )
-    fn = _state_fn(mf, plan, precision, shard)
+    key = ("stage-states", id(mf), plan.sharding, plan.offload, plan.tp, plan.pp, plan.ep, precision, shard)
+    states = topo._cache.get(key)
+    if states is None:  # one function per key (its plan's fields are those of the key)
+        memo, fn, tp, pp = {}, _state_fn(mf, plan, precision, shard), plan.tp, plan.pp
 
-    def states(layers: int, first: bool, last: bool) -> tuple[int, dict]:
-        hit = memo.get((layers, first, last))
-        if hit is None:
-            psi = mf.rank_params(plan.tp, layers, first, last, plan.pp)
-            hit = memo[(layers, first, last)] = (psi, fn(psi, first, last))
-        return hit
+        def states(layers: int, first: bool, last: bool) -> tuple[int, dict]:
+            hit = memo.get((layers, first, last))
+            if hit is None:
+                psi = mf.rank_params(tp, layers, first, last, pp)
+                hit = memo[(layers, first, last)] = (psi, fn(psi, first, last))
+            return hit
 
+        topo._cache[key] = states
     return states
 
 
