@@ -27,12 +27,10 @@ from paradvisor.estimate.memory import (
     buffer_bytes,
     edge_activation_bytes,
     loss_transient_bytes,
-    model_state_bytes,
     offload_cpu_bytes,
     stage_activation_bytes,
     traced_activation_terms,
     vision_activation_bytes,
-    zero_grad_elements,
 )
 from paradvisor.estimate.need import MemoryNeed
 from paradvisor.estimate.peak import phase_peak
@@ -46,7 +44,8 @@ from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.host_ram import host_memory_fits
-from paradvisor.plan.moe_terms import moe_a2a, moe_block, moe_imbalance, moe_states
+from paradvisor.plan.moe_terms import moe_a2a, moe_block, moe_imbalance
+from paradvisor.plan.stage_states import shard_degree, stage_states
 from paradvisor.spec.plan import Plan, Workload
 
 DEEPSPEED_STEP_OVERHEAD = 5e-3  # s per optimizer step of engine bookkeeping (CPU runs, accuracy.py)
@@ -69,19 +68,6 @@ def activation_mode(plan: Plan, precision: str) -> str:
 
 
 _ACT_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Traced -> {shape of the question: terms}
-
-
-def _megatron_states(psi: float, precision: str) -> dict[str, float]:
-    """Megatron-LM without the distributed optimizer: 16-bit weights (2), fp32 main gradients (4), fp32
-    master weights and Adam m, v (12): 18 bytes per parameter (`theoretical_memory_usage.py`)."""
-    pb = 2 if precision != "fp32" else 4
-    return {
-        "params": pb * psi,
-        "grads": 4 * psi,
-        "optimizer": (12 if precision != "fp32" else 8) * psi,
-        "step_grads": 0.0,
-        "gathered": 0.0,
-    }
 
 
 def activation_terms(
@@ -192,52 +178,6 @@ def _activation_terms(
     }, "formula"
 
 
-def _shard_degree(topo: Topology, plan: Plan) -> int:
-    if plan.sharding == "hsdp":
-        return max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
-    if plan.sharding == "none":
-        return 1
-    return plan.dp * plan.cp  # CP: the replica's cp ranks hold the whole model, sharded with the dp ranks
-
-
-def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
-    """`states(psi, first, last)`: one stage's model-state bytes by term."""
-    if mf.moe is not None and plan.ep > 1:  # experts split over EP, sharded over dp/ep (estimate/moe.py)
-        # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
-        # gathers a block with all its experts — the dense accounting below, exact)
-        split = moe_states(mf, plan, precision, shard)
-        return lambda psi, first, last: split(psi)
-
-    def states(psi, first: bool, last: bool):
-        if mf.traits.weights16 and plan.sharding == "none":
-            return _megatron_states(psi, precision)
-        if plan.sharding == "zero3":
-            unit = mf.fetch_unit
-        elif mf.shape is not None:
-            unit = mf.block_params // plan.tp
-        else:
-            unit = mf.largest
-        root = 0
-        if plan.sharding in ("fsdp", "hsdp"):
-            root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
-        grad_elements = None
-        if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
-            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
-        return model_state_bytes(
-            psi,
-            precision=precision,
-            sharding=plan.sharding,
-            shard_degree=shard,
-            offload=plan.offload,
-            largest_layer=unit,
-            persistent=mf.persistent,
-            root=root,
-            grad_elements=grad_elements,
-        )
-
-    return states
-
-
 def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
     """Every pipeline rank's stage (estimate/stages.py): blocks per chunk, embedding / head, in-flight
     micro-batches for the plan's schedule."""
@@ -286,8 +226,8 @@ def _stage_terms(
     states,
     stages,
 ) -> tuple[list[tuple], str]:
-    """(states, activations, working bytes, params, stage) per pipeline stage given, and where the
-    activation figures came from."""
+    """(states, activations, working bytes, params, stage, the state terms the peak sums) per pipeline stage
+    given, and where the activation figures came from."""
     if mf.shape is None:
         psi = mf.total
         acts = vision_activation_bytes(
@@ -296,7 +236,8 @@ def _stage_terms(
             act_bytes=act_bytes_for(precision),
             input_elems=math.prod(mf.profile.input_shape or (1,)),
         )
-        return [(states(0, True, True)[1], acts, 0.0, psi, stages[0])], "formula"
+        _psi, held, terms = states(0, True, True)
+        return [(held, acts, 0.0, psi, stages[0], terms)], "formula"
     cuda = topo._cache.get("rank0-cuda")
     if cuda is None:
         cuda = topo._cache["rank0-cuda"] = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
@@ -308,30 +249,10 @@ def _stage_terms(
     a, source = hit
     out = []
     for st in stages:
-        psi, held = states(st.layers, st.first, st.last)
+        psi, held, terms = states(st.layers, st.first, st.last)
         acts, copies = stage_activation_bytes(a, st.layers, first=st.first, last=st.last)
-        out.append((held, st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st))
+        out.append((held, st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st, terms))
     return out, source
-
-
-def _stage_states(mf: ModelFacts, topo: Topology, plan: Plan, precision: str, shard: int):
-    """`states(layers, first, last)`: (parameters, model-state bytes by term) of one stage's rank, kept in the
-    topology's cache under what they depend on (plans that differ in micro-batch, checkpointing, SP or schedule
-    share them; the dict is shared: read it, never change it)."""
-    key = ("stage-states", id(mf), plan.sharding, plan.offload, plan.tp, plan.pp, plan.ep, precision, shard)
-    states = topo._cache.get(key)
-    if states is None:  # one function per key (its plan's fields are those of the key)
-        memo, fn, tp, pp = {}, _state_fn(mf, plan, precision, shard), plan.tp, plan.pp
-
-        def states(layers: int, first: bool, last: bool) -> tuple[int, dict]:
-            hit = memo.get((layers, first, last))
-            if hit is None:
-                psi = mf.rank_params(tp, layers, first, last, pp)
-                hit = memo[(layers, first, last)] = (psi, fn(psi, first, last))
-            return hit
-
-        topo._cache[key] = states
-    return states
 
 
 def memory_need(
@@ -347,8 +268,8 @@ def memory_need(
 ) -> MemoryNeed:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
-    shard = _shard_degree(topo, plan)
-    states = _stage_states(mf, topo, plan, precision, shard)
+    shard = shard_degree(topo, plan)
+    states = stage_states(mf, topo, plan, precision, shard)
     transient = (
         loss_transient_bytes(
             micro_batch=micro_batch, seq=wl.seq_len, vocab=mf.shape.vocab, lm_head=mf.lm_head
@@ -366,7 +287,7 @@ def memory_need(
     rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
     best, listed = None, []
     kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
-    for st, acts, work, psi, where in rows:
+    for st, acts, work, psi, where, (params, optimizer, grads, gathered, step_grads) in rows:
         buf = buffer_bytes(
             sharding=plan.sharding,
             psi=psi,
@@ -377,10 +298,9 @@ def memory_need(
             micro_batch=micro_batch,
             hidden=mf.shape.hidden if mf.shape else 0,
         )
-        tr, g = transient if where.last else 0.0, st.get
-        held = [g("params", 0.0), g("optimizer", 0.0), buf, FRAMEWORK_OVERHEAD]
-        fwd = [g("grads", 0.0), acts, g("gathered", 0.0), work, tr]
-        phase, total = phase_peak(held, fwd, g("step_grads", 0.0), kept)
+        tr = transient if where.last else 0.0
+        held = [params, optimizer, buf, FRAMEWORK_OVERHEAD]
+        phase, total = phase_peak(held, [grads, acts, gathered, work, tr], step_grads, kept)
         if every_stage or best is None or total > best[1]:  # the terms by name: the worst stage's, or each
             terms = {**st, "working": work, "activations": acts, "buffers": buf, "transient": tr}
             terms["overhead"] = FRAMEWORK_OVERHEAD

@@ -1,0 +1,93 @@
+"""The model states one pipeline rank of a plan holds (parameters, gradients, optimizer states, gathered units;
+estimate/memory.py holds the formulas): over how many ranks they are sharded, and per stage of the pipeline, kept
+in the topology's cache (plan/evaluate.py's memory_need asks them of every candidate)."""
+
+from __future__ import annotations
+
+from paradvisor.estimate.memory import model_state_bytes, zero_grad_elements
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.moe_terms import moe_states
+from paradvisor.spec.plan import Plan
+
+
+def _megatron_states(psi: float, precision: str) -> dict[str, float]:
+    """Megatron-LM without the distributed optimizer: 16-bit weights (2), fp32 main gradients (4), fp32
+    master weights and Adam m, v (12): 18 bytes per parameter (`theoretical_memory_usage.py`)."""
+    pb = 2 if precision != "fp32" else 4
+    return {
+        "params": pb * psi,
+        "grads": 4 * psi,
+        "optimizer": (12 if precision != "fp32" else 8) * psi,
+        "step_grads": 0.0,
+        "gathered": 0.0,
+    }
+
+
+def shard_degree(topo: Topology, plan: Plan) -> int:
+    if plan.sharding == "hsdp":
+        return max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
+    if plan.sharding == "none":
+        return 1
+    return plan.dp * plan.cp  # CP: the replica's cp ranks hold the whole model, sharded with the dp ranks
+
+
+def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
+    """`states(psi, first, last)`: one stage's model-state bytes by term."""
+    if mf.moe is not None and plan.ep > 1:  # experts split over EP, sharded over dp/ep (estimate/moe.py)
+        # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
+        # gathers a block with all its experts — the dense accounting below, exact)
+        split = moe_states(mf, plan, precision, shard)
+        return lambda psi, first, last: split(psi)
+
+    def states(psi, first: bool, last: bool):
+        if mf.traits.weights16 and plan.sharding == "none":
+            return _megatron_states(psi, precision)
+        if plan.sharding == "zero3":
+            unit = mf.fetch_unit
+        elif mf.shape is not None:
+            unit = mf.block_params // plan.tp
+        else:
+            unit = mf.largest
+        root = 0
+        if plan.sharding in ("fsdp", "hsdp"):
+            root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
+        grad_elements = None
+        if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
+            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
+        return model_state_bytes(
+            psi,
+            precision=precision,
+            sharding=plan.sharding,
+            shard_degree=shard,
+            offload=plan.offload,
+            largest_layer=unit,
+            persistent=mf.persistent,
+            root=root,
+            grad_elements=grad_elements,
+        )
+
+    return states
+
+
+def stage_states(mf: ModelFacts, topo: Topology, plan: Plan, precision: str, shard: int):
+    """`states(layers, first, last)`: (parameters, model-state bytes by term, the terms params, optimizer, grads,
+    gathered and step_grads) of one stage's rank, kept in the
+    topology's cache under what they depend on (plans that differ in micro-batch, checkpointing, SP or schedule
+    share them; the dict is shared: read it, never change it)."""
+    key = ("stage-states", id(mf), plan.sharding, plan.offload, plan.tp, plan.pp, plan.ep, precision, shard)
+    states = topo._cache.get(key)
+    if states is None:  # one function per key (its plan's fields are those of the key)
+        memo, fn, tp, pp = {}, _state_fn(mf, plan, precision, shard), plan.tp, plan.pp
+
+        def states(layers: int, first: bool, last: bool) -> tuple[int, dict, tuple]:
+            hit = memo.get((layers, first, last))
+            if hit is None:
+                psi = mf.rank_params(tp, layers, first, last, pp)
+                held = fn(psi, first, last)
+                g = held.get  # and its terms in the order the peak sums them (estimate/peak.py)
+                terms = (g("params", 0.0), g("optimizer", 0.0), g("grads", 0.0), g("gathered", 0.0))
+                hit = memo[(layers, first, last)] = (psi, held, (*terms, g("step_grads", 0.0)))
+            return hit
+
+        topo._cache[key] = states
+    return states
