@@ -1,36 +1,12 @@
-"""The mixture-of-experts terms of one plan's estimate (plan/evaluate.py; estimate/moe.py holds the formulas):
-model states with the experts split over EP, router and dispatch activations, the busiest EP rank's compute and
+"""The mixture-of-experts terms of one plan's estimate (plan/evaluate.py; estimate/moe.py holds the formulas; the
+model states with the experts split over EP are plan/stage_states.py's): router and dispatch activations, the busiest EP rank's compute and
 the all-to-all per micro-batch."""
 
 from __future__ import annotations
 
 from paradvisor.estimate import moe
-from paradvisor.estimate.memory import model_state_bytes
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.spec.plan import Plan, Workload
-
-
-def moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
-    """Model-state function of a MoE model: dense part sharded over `shard`, routed experts split
-    over EP and sharded over shard/ep; FSDP/ZeRO-3 gather a block with only its local experts."""
-    info = mf.moe
-    exp = info.stage_experts(plan.tp, plan.pp)
-    block_dense = (mf.block_params - info.expert_params_per_layer) / plan.tp
-    largest = int(max(block_dense + info.expert_params_per_layer / plan.tp / plan.ep, mf.largest_nonblock))
-
-    def state_fn(psi, shard_degree, largest_layer):
-        return model_state_bytes(
-            psi,
-            precision=precision,
-            sharding=plan.sharding,
-            shard_degree=shard_degree,
-            offload=plan.offload,
-            largest_layer=largest_layer,
-        )
-
-    return lambda psi: moe.split_states(
-        psi, expert_psi=exp, ep=plan.ep, shard=shard, state_fn=state_fn, largest_layer=largest
-    )
 
 
 def moe_block(mf: ModelFacts, blk: dict, wl: Workload, plan: Plan, micro_batch: int, ab: int) -> dict:

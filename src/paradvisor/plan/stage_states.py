@@ -1,12 +1,13 @@
 """The model states one pipeline rank of a plan holds (parameters, gradients, optimizer states, gathered units;
-estimate/memory.py holds the formulas): over how many ranks they are sharded, and per stage of the pipeline, kept
-in the topology's cache (plan/evaluate.py's memory_need asks them of every candidate)."""
+a mixture of experts' routed experts split over EP; estimate/memory.py and estimate/moe.py hold the formulas):
+over how many ranks they are sharded, and per stage of the pipeline, kept in the topology's cache
+(plan/evaluate.py's memory_need asks them of every candidate)."""
 
 from __future__ import annotations
 
+from paradvisor.estimate import moe
 from paradvisor.estimate.memory import model_state_bytes, zero_grad_elements
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.moe_terms import moe_states
 from paradvisor.spec.plan import Plan
 
 
@@ -54,13 +55,12 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
         grad_elements = None
         if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
             grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
-        return model_state_bytes(
+        return plan_states(
+            plan,
+            precision,
             psi,
-            precision=precision,
-            sharding=plan.sharding,
-            shard_degree=shard,
-            offload=plan.offload,
-            largest_layer=unit,
+            shard,
+            unit,
             persistent=mf.persistent,
             root=root,
             grad_elements=grad_elements,
@@ -91,3 +91,32 @@ def stage_states(mf: ModelFacts, topo: Topology, plan: Plan, precision: str, sha
 
         topo._cache[key] = states
     return states
+
+
+def moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
+    """Model-state function of a MoE model: dense part sharded over `shard`, routed experts split
+    over EP and sharded over shard/ep; FSDP/ZeRO-3 gather a block with only its local experts."""
+    info = mf.moe
+    exp = info.stage_experts(plan.tp, plan.pp)
+    block_dense = (mf.block_params - info.expert_params_per_layer) / plan.tp
+    largest = int(max(block_dense + info.expert_params_per_layer / plan.tp / plan.ep, mf.largest_nonblock))
+
+    def state_fn(psi, shard_degree, largest_layer):
+        return plan_states(plan, precision, psi, shard_degree, largest_layer)
+
+    return lambda psi: moe.split_states(
+        psi, expert_psi=exp, ep=plan.ep, shard=shard, state_fn=state_fn, largest_layer=largest
+    )
+
+
+def plan_states(plan: Plan, precision: str, psi: float, shard: int, largest_layer: int, **held) -> dict:
+    """estimate/memory.model_state_bytes under this plan's sharding, offload and precision."""
+    return model_state_bytes(
+        psi,
+        precision=precision,
+        sharding=plan.sharding,
+        shard_degree=shard,
+        offload=plan.offload,
+        largest_layer=largest_layer,
+        **held,
+    )
