@@ -2,6 +2,7 @@
 goals 1 and 2), whole processes, side by side in the same run.
 
 Run: python benchmarks/first_answer.py [--repeat 3] [--families qwen2 llama ...] [--traced mistral ...]
+     [--also EXE]   (another paradvisor's built-in 70B answer, timed in turn with this one's)
 
 Anchor: what `accelerate estimate-memory` does, without the hub: accelerate's own `init_empty_weights` over a
 transformers build of the same local config.json, then `accelerate.utils.calculate_maximum_sizes`.
@@ -85,6 +86,12 @@ def main() -> None:
         default=None,
         help="the families whose answer is compared with the traced one (default: all; the trace is the slow part)",
     )
+    ap.add_argument(
+        "--also",
+        metavar="EXE",
+        help="another paradvisor executable (an older checkout's, say): its built-in 70B answer is timed in turn "
+        "with this one's, against the same anchor",
+    )
     args = ap.parse_args()
     base = paradvisor_argv()
     env = {
@@ -146,12 +153,19 @@ def main() -> None:
                 "--seq-len",
                 "4096",
             ]
-            runs = [timed([*rec, "--json"], env)[:2] for _ in range(args.repeat)]
-            pw, pc = (statistics.median(x[k] for x in runs) for k in (0, 1))
-            print(
-                f"{'built-in llama-2-70b, 32 H100':26s} {anchor_q[0]:9.2f} s {anchor_q[1]:5.2f} s {pw:13.2f} s "
-                f"{pc:5.2f} s {anchor_q[0] / pw:9.1f}x {anchor_q[1] / pc:8.1f}x   (anchor: the qwen2 row's)"
-            )
+            exes = {"built-in llama-2-70b, 32 H100": base}
+            if args.also:
+                exes["the same, --also EXE"] = [args.also]
+            runs: dict[str, list] = {label: [] for label in exes}
+            for _ in range(args.repeat):  # in turn: this paradvisor, then the other one
+                for label, exe in exes.items():
+                    runs[label].append(timed([*exe, *rec[len(base) :], "--json"], env)[:2])
+            for label, got in runs.items():
+                pw, pc = (statistics.median(x[k] for x in got) for k in (0, 1))
+                print(
+                    f"{label:26s} {anchor_q[0]:9.2f} s {anchor_q[1]:5.2f} s {pw:13.2f} s "
+                    f"{pc:5.2f} s {anchor_q[0] / pw:9.1f}x {anchor_q[1] / pc:8.1f}x   (anchor: the qwen2 row's)"
+                )
 
 
 if __name__ == "__main__":

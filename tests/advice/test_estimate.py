@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from paradvisor.estimate import comm
 from paradvisor.estimate.compute import transformer_flops_per_token
-from paradvisor.estimate.memory import block_activation_bytes, model_state_bytes, peak_bytes
+from paradvisor.estimate.memory import block_activation_bytes, model_state_bytes
+from paradvisor.estimate.peak import peak_bytes
 from paradvisor.model import load_profile
 
 LLAMA7B = 6_738_415_616
@@ -272,7 +273,7 @@ def test_zero12_gradient_share_is_at_least_an_even_share(order, n):
 # alive in its phase. Regression: the last block's traced share was stored as a difference from a middle
 # block, so ALBERT's weight copies (cast once for the shared layer) went below zero under TP and BERT's
 # checkpointed head term went below zero.
-from paradvisor.estimate.memory import peak_breakdown
+from paradvisor.estimate.peak import peak_breakdown
 from paradvisor.hardware.cluster import load_cluster, single_node_cluster
 from paradvisor.model.load import builtin_names
 from paradvisor.plan.evaluate import activation_terms, evaluate

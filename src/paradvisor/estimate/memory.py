@@ -167,37 +167,11 @@ def model_state_bytes(
     return {**zero, "params": 4 * psi, "grads": 4 * psi, "optimizer": 8 * psi}
 
 
-HELD = ("params", "optimizer", "buffers", "overhead")  # through the whole step
-FWD_BWD = ("grads", "activations", "gathered", "working", "transient")  # forward and backward
-
-
 def loss_transient_bytes(*, micro_batch: int, seq: int, vocab: int, lm_head: bool) -> float:
     """The loss head's gradients at the start of backward (the `transient` term): a causal LM's fp32
     cross-entropy over the full vocabulary (the logits are gathered whole under TP) holds the gradient of
     its log-probabilities and of its logits at once, 2·b·s·V fp32 values; a classifier's are negligible."""
     return 2.0 * micro_batch * seq * vocab * 4 if lm_head else 0.0
-
-
-def peak_breakdown(
-    terms: dict[str, float], *, grads_kept_in_step: bool = False
-) -> tuple[str, dict[str, float]]:
-    """The phase at the peak ("forward/backward" or "optimizer step") and the terms alive then, which sum
-    to the peak: parameters, optimizer, buffers and overhead always; then the larger of the forward/backward
-    phase (gradients, activations, gathered units, working copies) and the optimizer step (DeepSpeed's
-    fp32 gradient partition; ZeRO-3 keeps its 16-bit one alongside)."""
-    held = {k: terms.get(k, 0.0) for k in HELD}
-    fwd = {k: terms.get(k, 0.0) for k in FWD_BWD}
-    step = {"step_grads": terms.get("step_grads", 0.0)}
-    if grads_kept_in_step:
-        step["grads"] = terms.get("grads", 0.0)
-    if sum(step.values()) > sum(fwd.values()):
-        return "optimizer step", {**held, **step}
-    return "forward/backward", {**held, **fwd}
-
-
-def peak_bytes(terms: dict[str, float], *, grads_kept_in_step: bool = False) -> float:
-    """The peak of a breakdown (`peak_breakdown`'s terms summed): the two phases do not coexist."""
-    return sum(peak_breakdown(terms, grads_kept_in_step=grads_kept_in_step)[1].values())
 
 
 def gathered_param_bytes(*, precision: str, sharding: str, unit: int, root: int = 0) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from paradvisor import collector
 from paradvisor.errors import InputError
 from paradvisor.hardware import calibration
 from paradvisor.model.families import resolve_attention
@@ -82,8 +83,11 @@ def advise(req: Request, profile=None):
     rule_sets = None
     if req.use_rules:
         rule_sets = load_rule_sets(list(req.rules))
-    rec = recommend(
-        profile, cluster, wl, top=req.top, margin=req.margin, rule_sets=rule_sets, runtime=req.runtime
-    )
+    with (
+        collector.paused()
+    ):  # what the search makes lives until it returns: nothing for the collector to free
+        rec = recommend(
+            profile, cluster, wl, top=req.top, margin=req.margin, rule_sets=rule_sets, runtime=req.runtime
+        )
     rec.cluster_ref = dict(req.cluster_ref)
     return rec

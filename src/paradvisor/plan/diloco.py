@@ -18,7 +18,8 @@ from dataclasses import replace
 
 from paradvisor.estimate import comm
 from paradvisor.hardware.types import Cluster
-from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.estimate import Estimate
+from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.hetero import allocate
 from paradvisor.spec.plan import NodeAllocation, Plan, Workload

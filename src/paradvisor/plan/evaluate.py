@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass, field
 from dataclasses import replace as _replace
+from functools import partial
 
 from paradvisor.estimate import comm, moe, steptime
 from paradvisor.estimate import context as cp_cost
 from paradvisor.estimate.compute import curve_rate, efficiency, transformer_flops_per_token
-from paradvisor.estimate.engine_memory import apply_per_op_sac, megatron_states
+from paradvisor.estimate.engine_memory import apply_per_op_sac
 from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
     act_bytes_for,
@@ -28,69 +28,31 @@ from paradvisor.estimate.memory import (
     buffer_bytes,
     edge_activation_bytes,
     loss_transient_bytes,
-    model_state_bytes,
     offload_cpu_bytes,
-    peak_breakdown,
     stage_activation_bytes,
     traced_activation_terms,
     vision_activation_bytes,
-    zero_grad_elements,
 )
 from paradvisor.estimate.need import MemoryNeed
+from paradvisor.estimate.peak import phase_peak
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model import families
 from paradvisor.model.activations import key_of
 from paradvisor.plan import expert_dp, mcore_terms, moe_step
+from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.rules.engine import FiredRule
+from paradvisor.plan.host_ram import host_memory_fits
+from paradvisor.plan.moe_terms import moe_block
+from paradvisor.plan.stage_states import shard_degree, stage_states
 from paradvisor.spec.plan import Plan, Workload
 
 DEEPSPEED_STEP_OVERHEAD = 5e-3  # s per optimizer step of engine bookkeeping (CPU runs, accuracy.py)
 PP_MICRO_OVERHEAD = 3e-4  # s per micro-batch per stage: kernel launches, schedule sync
 CPU_ADAM_BW = 10e9  # bytes/s of host memory traffic a CPU Adam step sustains
 HOST_LINK_BW = 12e9  # PCIe host<->GPU, bytes/s
-
-
-@dataclass
-class Estimate:
-    plan: Plan
-    memory: dict[str, float]
-    memory_total: float
-    capacity: float
-    usable: float
-    fits: bool
-    tight_gpu: str
-    time: dict[str, float]
-    step_time: float
-    samples_per_s: float
-    tokens_per_s: float
-    cpu_bytes_per_rank: float = 0.0
-    score: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    rules: list[FiredRule] = field(default_factory=list)  # rules/engine.py
-    cost_rank: int = 0  # rank by the cost model's score alone, among the plans shown (0: not ranked)
-    rule_factor: float = 1.0  # the product of the applied prefer/avoid rules' factors: score = cost x this
-
-    @property
-    def cost_score(self) -> float:
-        """The cost model's own score (before any rule): what `cost_rank` ranks by."""
-        return self.score / self.rule_factor if self.rule_factor else self.score
-
-    host_fits: bool = True  # offloaded states fit in every node's RAM (`fits` needs this and the GPU memory)
-    peak_phase: str = "forward/backward"  # when the peak happens (or "optimizer step"): `memory` terms then
-    # every pipeline rank's memory, computed when asked (the JSON's memory.stages): a closure over the inputs
-    stage_memory: object = field(default=None, repr=False, compare=False)
-
-    def stages(self) -> list[dict]:
-        """One entry per pipeline rank: its layers, embedding/head, in-flight micro-batches, bytes by term."""
-        return self.stage_memory() if callable(self.stage_memory) else []
-
-    @property
-    def ratio(self) -> float:
-        return self.memory_total / self.usable if self.usable else float("inf")
 
 
 def stage_layers(mf: ModelFacts, pp: int) -> int:
@@ -206,7 +168,7 @@ def _activation_terms(
         attention=kernel,
     )
     if mf.moe is not None:  # router and dispatch activations, averaged over the layers
-        blk = _moe_block(mf, blk, wl, plan, micro_batch, ab)
+        blk = moe_block(mf, blk, wl, plan, micro_batch, ab)
     edges = edge_activation_bytes(
         s,
         seq=wl.seq_len,
@@ -232,52 +194,6 @@ def _activation_terms(
     }, "formula"
 
 
-def _shard_degree(topo: Topology, plan: Plan) -> int:
-    if plan.sharding == "hsdp":
-        return max(1, min(plan.dp, topo.min_gpus_per_node // plan.tp))
-    if plan.sharding == "none":
-        return 1
-    return plan.dp * plan.cp  # CP: the replica's cp ranks hold the whole model, sharded with the dp ranks
-
-
-def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
-    """`states(psi, first, last)`: one stage's model-state bytes by term."""
-    if mf.moe is not None and plan.ep > 1:  # experts split over EP, sharded over dp/ep (estimate/moe.py)
-        # (without EP a MoE model is sharded as any other: ZeRO-3 keeps its small tensors whole, FSDP
-        # gathers a block with all its experts — the dense accounting below, exact)
-        moe_states = mcore_terms.grad_buffer(_moe_states(mf, plan, precision, shard), mf, plan)
-        return lambda psi, first, last, layers=None: moe_states(psi, layers)
-
-    def states(psi, first: bool, last: bool, layers: int | None = None):
-        if mf.traits.weights16 and plan.sharding == "none":
-            return megatron_states(psi, precision)
-        if plan.sharding == "zero3":
-            unit = mf.fetch_unit
-        elif mf.shape is not None:
-            unit = mf.block_params // plan.tp
-        else:
-            unit = mf.largest
-        root = 0
-        if plan.sharding in ("fsdp", "hsdp"):
-            root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
-        grad_elements = None
-        if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
-            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
-        return model_state_bytes(
-            psi,
-            precision=precision,
-            sharding=plan.sharding,
-            shard_degree=shard,
-            offload=plan.offload,
-            largest_layer=unit,
-            persistent=mf.persistent,
-            root=root,
-            grad_elements=grad_elements,
-        )
-
-    return states
-
-
 def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
     """Every pipeline rank's stage (estimate/stages.py): blocks per chunk, embedding / head, in-flight
     micro-batches for the plan's schedule."""
@@ -286,6 +202,24 @@ def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
         return (Stage(0, (layers,), True, True, 1.0),)
     v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
     return stage_layout(mf.shape.num_layers, plan.pp, v, plan.pp_split, plan.pp_schedule, plan.grad_accum)
+
+
+def _stages_of(mf: ModelFacts, topo: Topology, plan: Plan) -> tuple[tuple[Stage, ...], list[Stage]]:
+    """(every pipeline rank's stage, the distinct ones), kept in the topology's cache per stage layout."""
+    key = (
+        "stages",
+        id(mf),
+        plan.pp,
+        plan.pp_schedule,
+        plan.pp_virtual_stages,
+        plan.pp_split,
+        plan.grad_accum,
+    )
+    hit = topo._cache.get(key)
+    if hit is None:
+        stages = pipeline_stages(mf, plan)
+        hit = topo._cache[key] = (stages, _distinct_stages(stages))
+    return hit
 
 
 def _distinct_stages(stages: tuple[Stage, ...]) -> list[Stage]:
@@ -308,8 +242,8 @@ def _stage_terms(
     states,
     stages,
 ) -> tuple[list[tuple], str]:
-    """(states, activations, working bytes, params, stage) per pipeline stage given, and where the
-    activation figures came from."""
+    """(states, activations, working bytes, params, stage, the state terms the peak sums) per pipeline stage
+    given, and where the activation figures came from."""
     if mf.shape is None:
         psi = mf.total
         acts = vision_activation_bytes(
@@ -318,22 +252,22 @@ def _stage_terms(
             act_bytes=act_bytes_for(precision),
             input_elems=math.prod(mf.profile.input_shape or (1,)),
         )
-        return [(states(psi, True, True), acts, 0.0, psi, stages[0])], "formula"
-    cuda = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
-    a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+        _psi, held, terms = states(0, True, True)
+        return [(held, acts, 0.0, psi, stages[0], terms)], "formula"
+    cuda = topo._cache.get("rank0-cuda")
+    if cuda is None:
+        cuda = topo._cache["rank0-cuda"] = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
+    akey = ("acts", id(mf), wl.seq_len, wl.attention, micro_batch, plan.tp, plan.sequence_parallel)
+    akey += (plan.checkpointing, plan.cp, plan.sharding == "none", precision, cuda)  # (activation_mode)
+    hit = topo._cache.get(akey)  # shared: read only
+    if hit is None:
+        hit = topo._cache[akey] = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+    a, source = hit
     out = []
     for st in stages:
-        psi = mf.rank_params(plan.tp, st.layers, st.first, st.last, plan.pp)
+        psi, held, terms = states(st.layers, st.first, st.last)
         acts, copies = stage_activation_bytes(a, st.layers, first=st.first, last=st.last)
-        out.append(
-            (
-                states(psi, st.first, st.last, st.layers),
-                st.inflight * acts,
-                st.inflight * copies + a["rebuilt"],
-                psi,
-                st,
-            )
-        )
+        out.append((held, st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st, terms))
     return out, source
 
 
@@ -361,20 +295,18 @@ def memory_need(
 ) -> MemoryNeed:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
-    shard = _shard_degree(topo, plan)
-    states = _state_fn(mf, plan, precision, shard)
+    shard = shard_degree(topo, plan)
+    states = stage_states(mf, topo, plan, precision, shard)
     transient = _loss_transient(mf, wl, plan, micro_batch)
-    all_stages = pipeline_stages(mf, plan)
+    all_stages, distinct = _stages_of(mf, topo, plan)
     if stage is not None and len(all_stages) > 1:
         chosen = [all_stages[0 if stage == 0 else -1]]
-    elif every_stage:
-        chosen = all_stages
     else:
-        chosen = _distinct_stages(all_stages)
+        chosen = all_stages if every_stage else distinct
     rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
-    best = None
-    listed = []
-    for st, acts, work, psi, where in rows:
+    best, listed = None, []
+    kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
+    for st, acts, work, psi, where, (params, optimizer, grads, gathered, step_grads) in rows:
         buf = buffer_bytes(
             sharding=plan.sharding,
             psi=psi,
@@ -385,21 +317,15 @@ def memory_need(
             micro_batch=micro_batch,
             hidden=mf.shape.hidden if mf.shape else 0,
         )
-        terms = {
-            **st,
-            "working": work,
-            "activations": acts,
-            "buffers": buf,
-            "transient": transient if where.last else 0.0,
-            "overhead": FRAMEWORK_OVERHEAD,
-        }
-        phase, alive = peak_breakdown(
-            terms, grads_kept_in_step=plan.sharding == "zero3" and precision != "fp32"
-        )
-        total = sum(alive.values())
-        listed.append((where, terms, total, psi, phase))
-        if best is None or total > best[1]:
-            best = (terms, total, psi, phase)
+        tr = transient if where.last else 0.0
+        held = [params, optimizer, buf, FRAMEWORK_OVERHEAD]
+        phase, total = phase_peak(held, [grads, acts, gathered, work, tr], step_grads, kept)
+        if every_stage or best is None or total > best[1]:  # the terms by name: the worst stage's, or each
+            terms = {**st, "working": work, "activations": acts, "buffers": buf, "transient": tr}
+            terms["overhead"] = FRAMEWORK_OVERHEAD
+            listed.append((where, terms, total, psi, phase))
+            if best is None or total > best[1]:
+                best = (terms, total, psi, phase)
     cpu = offload_cpu_bytes(
         best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
     )
@@ -422,40 +348,6 @@ def memory_need(
         )
     terms, total, psi, phase = best
     return MemoryNeed(terms, total, psi, phase, shard, cpu, source, stages)
-
-
-HOST_RAM_PER_GPU_MEMORY = 2  # host RAM assumed per byte of GPU memory when a node's RAM is not known
-HOST_RAM_MIN = 64 * 2**30
-HOST_RAM_USABLE = 0.9
-
-
-def node_ram(node) -> tuple[float, bool]:
-    """(bytes of host RAM, whether it is known: from `detect` or the cluster file's `ram`)."""
-    if node.ram_total_bytes:
-        return float(node.ram_total_bytes), True
-    return max(HOST_RAM_MIN, HOST_RAM_PER_GPU_MEMORY * node.gpu_memory_bytes), False
-
-
-def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
-    """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold; alike nodes
-    share their RAM figure (one check per segment of the topology)."""
-    ok = True
-    notes.append(
-        f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node"
-    )
-    for seg in topo.segments:
-        node = seg.node
-        ram, known = node_ram(node)
-        need = cpu_per_rank * seg.size
-        if need > HOST_RAM_USABLE * ram:
-            ok = False
-            more = f" (and {seg.count - 1} more like it)" if seg.count > 1 else ""
-            notes.append(
-                f"{node.name}{more} has {'only ' if known else 'an assumed '}{ram / 2**30:.0f} GiB of RAM"
-                f"{'' if known else ' (not given: 2x its GPU memory, at least 64 GiB; set ram in the cluster file)'}"
-                f", needs {need / 2**30:.0f} GiB"
-            )
-    return ok
 
 
 def engine_key(plan: Plan) -> str:
@@ -624,6 +516,15 @@ def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int,
 
 def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
     """Per-GPU-type classes: (spec, micro-batch on that type). Split-by-speed gives each type its own."""
+    if not plan.rank_batches:  # the same classes for every plan of this micro-batch: kept in the cache
+        key = ("classes", plan.micro_batch)
+        if key not in topo._cache:
+            topo._cache[key] = _classes(topo, plan)
+        return topo._cache[key]
+    return _classes(topo, plan)
+
+
+def _classes(topo: Topology, plan: Plan) -> list[tuple]:
     classes: dict[tuple[str, int], tuple] = {}
     if plan.rank_batches:
         for spec, mb in zip(topo.rank_specs(), plan.rank_batches):
@@ -634,17 +535,22 @@ def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
     return list(classes.values())
 
 
-def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float):
-    """The tightest class on memory ((need, capacity, usable), its GPU name) and the slowest on
-    compute ((per-micro-batch times, their sum, spec))."""
+def _tightest(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float):
+    """The tightest GPU class on memory: ((need, capacity, usable), its GPU name)."""
     worst_mem, worst_ratio, tight = None, -1.0, ""
-    slowest = None
     for spec, mb in _gpu_classes(topo, plan):
         need = memory_need(mf, topo, wl, plan, precision, mb)
         usable = spec.memory_bytes * (1 - margin)
         ratio = need.total / usable
         if ratio > worst_ratio:
             worst_ratio, worst_mem, tight = ratio, (need, spec.memory_bytes, usable), spec.name
+    return worst_mem, tight
+
+
+def _slowest(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str):
+    """The slowest GPU class on compute: (per-micro-batch times, their sum, spec)."""
+    slowest = None
+    for spec, mb in _gpu_classes(topo, plan):
         if uses_gpu_model(spec, mf):
             ct = gpu_stage_times(mf, topo, wl, plan, precision, spec, mb)
         else:
@@ -654,7 +560,7 @@ def _worst_classes(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, pre
         total_ct = sum(v for k, v in ct.items() if k != "tp_comm")
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
-    return worst_mem, tight, slowest
+    return slowest
 
 
 def _dp_comm(
@@ -779,9 +685,37 @@ def _micro_times(
 def evaluate(
     mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float
 ) -> Estimate:
-    (need, capacity, usable), tight, (ct, t_micro, slow_spec) = _worst_classes(
-        mf, topo, wl, plan, precision, margin
-    )
+    """The plan's memory on its tightest GPU and its step time; a plan that does not fit has its step time
+    worked out when something reads it (`Estimate.untimed`)."""
+    (need, capacity, usable), tight = _tightest(mf, topo, wl, plan, precision, margin)
+    notes = [moe.ASSUMPTION] if mf.moe is not None else []
+    host_fits = host_memory_fits(topo, need.cpu, notes) if plan.offload != "none" else True
+    fits = need.total <= usable and host_fits
+    given = {
+        "plan": plan,
+        "memory": need.terms,
+        "memory_total": need.total,
+        "capacity": capacity,
+        "usable": usable,
+        "fits": fits,
+        "tight_gpu": tight,
+        "cpu_bytes_per_rank": need.cpu,
+        "notes": notes,
+        "host_fits": host_fits,
+        "peak_phase": need.phase,
+        "stage_memory": lambda: _stage_list(mf, topo, wl, plan, precision, margin),
+    }
+    timing = partial(_timing, mf, topo, wl, plan, precision, need)
+    if not fits:
+        return Estimate.untimed(timing, **given)
+    return Estimate(**given, **timing())
+
+
+def _timing(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, need: MemoryNeed
+) -> dict:
+    """The step time by term (`time`), its sum, samples and tokens per second, and the score (the step time)."""
+    ct, t_micro, slow_spec = _slowest(mf, topo, wl, plan, precision)
     if mf.moe is not None and plan.ep > 1:  # the busiest EP rank's expert work sets the pace
         ct, t_micro = moe_step.imbalance(mf, plan, ct)
     ab = act_bytes_for(precision)
@@ -799,43 +733,15 @@ def evaluate(
         ar = comm.all_reduce(tokens * mf.shape.hidden * ab, plan.tp, node0.bandwidth, lat_k * node0.latency)
         t_tp = 4 * stage_layers(mf, plan.pp) * ar
 
-    psi = need.psi
-    if mf.moe is not None:  # what one rank holds and synchronises under EP
-        psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
-    gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
-    pb = 2 if precision != "fp32" else 4
-    e_psi, net_eff = expert_dp.local_experts(mf, plan), steptime.NET_EFF if gpu_model else 1.0
-    t_bwd = ct["backward"] + ct["recompute"]
-    dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
-    dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
-    mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
-    t_opt, t_off = _optimizer_time(plan, psi, need.shard, pb, mem_bw)
-
-    # Framework time that is not compute (kernel launches, Python, autograd bookkeeping), per layer; the
-    # GPU model counts kernel launches per operation instead.
-    n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
-    if gpu_model:
-        t_frame = 0.0
-    else:
-        t_frame = n_layers * (
-            calibrated_layer_time(mf, wl, plan, precision, slow_spec, cal)
-            if cal
-            else slow_spec.layer_overhead_s
-        )
-    time = _micro_times(
-        mf,
-        topo,
-        plan,
-        ct,
-        t_micro,
-        t_tp,
-        t_frame,
-        tokens,
-        ab,
-        lat_k,
-        0.0 if (cal or gpu_model) else PP_MICRO_OVERHEAD,
-        net_eff=steptime.NET_EFF if gpu_model else 1.0,
+    dp_total, dp_exposed, t_opt, t_off = _sync_times(
+        mf, topo, plan, precision, need, ct, t_micro, lat_k, gpu_model, slow_spec
     )
+    t_frame = 0.0 if gpu_model else _frame_time(mf, wl, plan, precision, slow_spec, cal)
+    pp_overhead, net_eff = (
+        0.0 if (cal or gpu_model) else PP_MICRO_OVERHEAD,
+        steptime.NET_EFF if gpu_model else 1.0,
+    )
+    time = _micro_times(mf, topo, plan, ct, t_micro, t_tp, t_frame, tokens, ab, lat_k, pp_overhead, net_eff)
     if mf.moe is not None and plan.ep > 1:
         time["ep_all_to_all"] = plan.grad_accum * moe_step.a2a(mf, topo, wl, plan, ab, gpu_model)
     if plan.cp > 1 and mf.shape is not None:
@@ -850,28 +756,37 @@ def evaluate(
     time = {k: v for k, v in time.items() if v > 0 or k == "compute"}
     step = sum(time.values())
     time["dp_comm_total"] = dp_total  # for the record: not added (only the exposed part is)
-    notes = [moe.ASSUMPTION] if mf.moe is not None else []
-    host_fits = host_memory_fits(topo, need.cpu, notes) if plan.offload != "none" else True
-    fits = need.total <= usable and host_fits
-    return Estimate(
-        plan=plan,
-        memory=need.terms,
-        memory_total=need.total,
-        capacity=capacity,
-        usable=usable,
-        fits=fits,
-        tight_gpu=tight,
-        time=time,
-        step_time=step,
-        samples_per_s=wl.global_batch / step,
-        tokens_per_s=wl.global_batch * wl.seq_len / step,
-        cpu_bytes_per_rank=need.cpu,
-        score=step,
-        notes=notes,
-        host_fits=host_fits,
-        peak_phase=need.phase,
-        stage_memory=lambda: _stage_list(mf, topo, wl, plan, precision, margin),
+    return {
+        "time": time,
+        "step_time": step,
+        "samples_per_s": wl.global_batch / step,
+        "tokens_per_s": wl.global_batch * wl.seq_len / step,
+        "score": step,
+    }
+
+
+def _frame_time(mf: ModelFacts, wl: Workload, plan: Plan, precision: str, slow_spec, cal) -> float:
+    """Framework time that is not compute (kernel launches, Python, autograd bookkeeping) per micro-batch, per
+    layer (the GPU model counts kernel launches per operation instead)."""
+    n_layers = (mf.shape.num_layers // plan.pp) if mf.shape else len(mf.profile.layers)
+    return n_layers * (
+        calibrated_layer_time(mf, wl, plan, precision, slow_spec, cal) if cal else slow_spec.layer_overhead_s
     )
+
+
+def _sync_times(mf, topo, plan, precision, need, ct, t_micro, lat_k, gpu_model, slow_spec) -> tuple:
+    """(data-parallel communication per step, its exposed part, optimizer step, offload traffic) seconds."""
+    psi = need.psi
+    if mf.moe is not None:  # what one rank holds and synchronises under EP
+        psi = moe.rank_params(psi, expert_psi=mf.moe.stage_experts(plan.tp, plan.pp), ep=plan.ep)
+    gb = 2 if precision != "fp32" and plan.sharding != "none" else 4
+    pb = 2 if precision != "fp32" else 4
+    e_psi, net_eff = expert_dp.local_experts(mf, plan), steptime.NET_EFF if gpu_model else 1.0
+    t_bwd = ct["backward"] + ct["recompute"]
+    dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
+    dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
+    mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
+    return (dp_total, dp_exposed, *_optimizer_time(plan, psi, need.shard, pb, mem_bw))
 
 
 def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, ct: dict, spec) -> float:
@@ -906,51 +821,3 @@ def _stage_list(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precis
         if best is None or ratio > best[0]:
             best = (ratio, list(need.stages))
     return best[1]
-
-
-# -- mixture of experts (estimate/moe.py holds the formulas) ----------------------------------------
-
-
-def _moe_states(mf: ModelFacts, plan: Plan, precision: str, shard: int):
-    """Model-state function of a MoE model: dense part sharded over `shard`, routed experts split
-    over EP and sharded over shard/ep; FSDP/ZeRO-3 gather a block with only its local experts."""
-    info = mf.moe
-    block_dense = (mf.block_params - info.expert_params_per_layer) / plan.tp
-    largest = int(max(block_dense + info.expert_params_per_layer / plan.tp / plan.ep, mf.largest_nonblock))
-
-    def state_fn(psi, shard_degree, largest_layer):
-        return model_state_bytes(
-            psi,
-            precision=precision,
-            sharding=plan.sharding,
-            shard_degree=shard_degree,
-            offload=plan.offload,
-            largest_layer=largest_layer,
-        )
-
-    return lambda psi, layers=None: moe.split_states(
-        psi,
-        expert_psi=moe_step.stage_experts(mf, plan, layers),
-        ep=plan.ep,
-        shard=shard,
-        state_fn=state_fn,
-        largest_layer=largest,
-    )
-
-
-def _moe_block(mf: ModelFacts, blk: dict, wl: Workload, plan: Plan, micro_batch: int, ab: int) -> dict:
-    info = mf.moe
-    extra = moe.layer_activation_bytes(
-        hidden=mf.shape.hidden,
-        experts=info.num_experts,
-        top_k=info.top_k,
-        seq=wl.seq_len,
-        micro_batch=micro_batch,
-        act_bytes=ab,
-        tp=plan.tp,
-        sequence_parallel=plan.sequence_parallel,
-        checkpointing=plan.checkpointing,
-        capacity=moe_step.capacity(mf),
-    )
-    share = info.moe_layers / info.num_layers
-    return {"stored": blk["stored"] + share * extra["stored"], "working": blk["working"] + extra["working"]}

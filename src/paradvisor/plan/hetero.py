@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from paradvisor.hardware.speeds import node_tflops
 from paradvisor.hardware.types import Cluster, Node
 from paradvisor.model.profile import ModelProfile
-from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.estimate import Estimate
+from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.rules.evidence import request_outside
 from paradvisor.rules.loader import load_rule_sets

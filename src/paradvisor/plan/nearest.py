@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from paradvisor.hardware.cluster import node_devices
 from paradvisor.hardware.types import Cluster
-from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.estimate import Estimate
+from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.records import Closest, Fix, NearestFix
 from paradvisor.plan.space import candidates

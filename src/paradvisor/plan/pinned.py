@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import split_problem
-from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.estimate import Estimate
+from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.search import choose_precision, validate, without_gpuless_nodes
 from paradvisor.plan.space import schedule_ok

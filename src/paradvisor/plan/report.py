@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paradvisor.plan.evaluate import Estimate
+from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.search import Recommendation, explain
 from paradvisor.units import GiB
 

@@ -13,7 +13,8 @@ from paradvisor.hardware.types import Cluster
 from paradvisor.model import families
 from paradvisor.model.profile import ModelProfile
 from paradvisor.plan.diloco import diloco_candidates
-from paradvisor.plan.evaluate import Estimate, evaluate
+from paradvisor.plan.estimate import Estimate
+from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.nearest import nearest_fix
 from paradvisor.plan.records import Infeasible, NearestFix
@@ -250,10 +251,9 @@ def _reevaluator(mf, topo, wl, precision: str, margin: float, family, runtime: s
     def reevaluate(p: Plan) -> Estimate | None:
         if why_not(p, family, runtime=runtime) or not schedule_ok(p):
             return None
-        done = evaluated.get(p)  # a candidate's plan (most are): its estimate as evaluate() made it, copied
-        if done is not None:  # (the rules change score, rule_factor and rules on it; evaluate set score=step)
-            return replace(done, score=done.step_time, rules=[], notes=list(done.notes), rule_factor=1.0)
-        return evaluate(mf, topo, wl, p, precision, margin)
+        done = evaluated.get(p)  # a candidate's plan (most are): its estimate as evaluate() made it (renewed:
+        # the rules change score, rule_factor and rules on it)
+        return done.renewed() if done is not None else evaluate(mf, topo, wl, p, precision, margin)
 
     return reevaluate
 

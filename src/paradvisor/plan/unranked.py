@@ -4,7 +4,7 @@ launcher cannot start (`plan_only`, with why)."""
 
 from __future__ import annotations
 
-from paradvisor.plan.evaluate import Estimate
+from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.records import Infeasible
 from paradvisor.spec.plan import Plan
 from paradvisor.units import GiB

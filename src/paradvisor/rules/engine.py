@@ -11,10 +11,11 @@ fired but not applied, with why. Every firing is recorded on the plan with the r
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
-from paradvisor.rules.vocabulary import base_facts, plan_facts
+from paradvisor.rules.vocabulary import PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
 from paradvisor.typed import document
 
 
@@ -33,6 +34,20 @@ class FiredRule:
 
     def to_doc(self) -> dict:
         return document(self)
+
+    @classmethod
+    def told_later(cls, message, **fields) -> FiredRule:
+        """A record whose `message` is `message()`, worked out when first read (formatting it for every plan
+        the search judges cost more than the judging; it may name a step time not yet worked out)."""
+        r = cls.__new__(cls)
+        r.__dict__.update(fields, _message=message)
+        return r
+
+    def __getattr__(self, name: str):  # only for a field not set: the message of a record told later
+        if name != "message" or "_message" not in self.__dict__:
+            raise AttributeError(name)
+        self.__dict__["message"] = self.__dict__.pop("_message")()
+        return self.__dict__["message"]
 
 
 def _fires(rule: Rule, facts: dict) -> bool:
@@ -63,6 +78,117 @@ _FIRED: dict[tuple, bool] = {}
 def rule_factor(effect: str, weight: float) -> float:
     """What one applied rule multiplies a plan's score by: prefer x(1 - w), avoid x(1 + w), others x1."""
     return 1 - weight if effect == "prefer" else 1 + weight if effect == "avoid" else 1.0
+
+
+class _PlanRules:
+    """The plan-scope rules judged over many estimates, with what repeats worked out once: which rules the
+    request's facts alone decide, which of the others fire for the values of the plan facts they read (the
+    search's plans repeat them), each rule's citation."""
+
+    def __init__(self, rules: list[Rule], base: dict):
+        self.rules = rules
+        decided = [_decided(r, base) for r in rules]  # True / False: whatever the plan; None: it depends
+        self.judged = [(i, d) for i, d in enumerate(decided) if d is not False]
+        names = sorted({n for r, d in zip(rules, decided) if d is None for n in r.when.names})
+        self.varying = tuple(n for n in names if n not in base)  # the request's own facts are fixed here
+        getters = [PLAN_FACT_GETTERS.get(n) for n in self.varying]
+        self.getters = tuple(getters) if all(getters) and getters else None
+        self.cites = [r.cite() for r in rules]
+        named = [r.named_facts() for r in rules]
+        self.shown = [tuple(PLAN_FACT_GETTERS[n] for n in ns if n in PLAN_FACT_GETTERS) for ns in named]
+        self.timed = [any(n in TIMED_FACTS for n in ns) for ns in named]  # messages naming the step time
+        self.factors = [rule_factor(r.effect, r.weight) for r in rules]
+        self.effects = [  # (as applied, as recorded outside its evidence)
+            (
+                r.effect if f == 1.0 else f"{r.effect} x{f:.2f}",
+                f"{r.effect} (not applied: outside its evidence)",
+            )
+            for r, f in zip(rules, self.factors)
+        ]
+        self._firing: dict[tuple, tuple[int, ...]] = {}
+        self._records: dict[tuple, FiredRule] = {}
+        self._outside: dict[tuple, str | None] = {}
+
+    def outside(self, i: int, plan, request: str | None) -> str | None:
+        """Why rule i, which moves plans, may not move this one (rules/evidence.py), or None; per the strategy
+        tags of the plan (`plan_strategies` reads dp, tp, pp, sharding and diloco)."""
+        rule = self.rules[i]
+        if rule.effect not in ("prefer", "avoid", "set"):
+            return None
+        if request:
+            return request
+        key = (i, plan.diloco, plan.tp > 1, plan.pp > 1, plan.sharding, plan.dp > 1)
+        if key not in self._outside:
+            self._outside[key] = plan_outside(rule.evidence, plan)
+        return self._outside[key]
+
+    def firing(self, facts: dict, after: int = -1) -> tuple[int, ...]:
+        """The indices of the rules whose condition holds on these facts, past `after`."""
+        try:
+            e = facts.estimate
+            key = (
+                tuple([get(e) for get in self.getters])
+                if self.getters
+                else tuple([facts[n] for n in self.varying])
+            )
+            hit = self._firing.get(key)
+        except TypeError:  # a value that is not hashable: judged rule by rule
+            key = hit = None
+        if hit is None:
+            hit = tuple(i for i, d in self.judged if d or _fires(self.rules[i], facts))
+            if key is not None:
+                self._firing[key] = hit
+        return hit if after < 0 else tuple(i for i in hit if i > after)
+
+    def record(self, i: int, effect: str, facts, applied: bool, outside=None, factor=None) -> FiredRule:
+        """The record of rule i on one estimate: one record per distinct values of the plan facts its message
+        names; a message naming a step time not worked out yet is worked out when read (`told_later`)."""
+        rule, e = self.rules[i], facts.estimate
+        if self.timed[i] and "_timing" in vars(e):
+            return FiredRule.told_later(
+                partial(rule.message, facts),
+                id=rule.id,
+                effect=effect,
+                title=rule.title,
+                source=self.cites[i],
+                applied=applied,
+                outside_evidence=outside,
+                factor=factor,
+            )
+        try:  # values by type too (1, True and 1.0 print differently), floats by repr (-0.0 and 0.0 too)
+            shown = [(type(v), repr(v) if type(v) is float else v) for v in (g(e) for g in self.shown[i])]
+            key = (i, effect, applied, outside, factor, *shown)
+            hit = self._records.get(key)
+        except TypeError:  # a value that is not hashable
+            key = hit = None
+        if hit is None:
+            hit = FiredRule(
+                rule.id, effect, rule.title, self.cites[i], rule.message(facts), applied, outside, factor
+            )
+            if key is not None:
+                self._records[key] = hit
+        return hit
+
+
+class _Undecided(Exception):
+    """The condition read a fact of the plan: the request alone does not decide it."""
+
+
+class _RequestOnly(dict):
+    def __missing__(self, name: str):
+        raise _Undecided(name)
+
+
+def _decided(rule: Rule, base: dict) -> bool | None:
+    """Whether the rule's condition holds whatever the plan, when the request's facts alone decide it: it is
+    evaluated on them and ends without reading any other (`and` and `or` stop early: "cluster.wan and ..."
+    on one data centre), so every plan would take the same steps to the same answer; None: it read one."""
+    try:
+        return bool(rule.when(_RequestOnly(base)))
+    except _Undecided:
+        return None
+    except (ArithmeticError, TypeError, ValueError):
+        return False  # as _fires: a condition that cannot be evaluated does not fire
 
 
 def apply_rules(
@@ -101,51 +227,45 @@ def apply_rules(
         if rule.scope == "advice" and _fires(rule, base):
             record(rule, base, "advice")
 
-    plan_rules = [r for r in rules if r.scope == "plan"]
+    judge = _PlanRules([r for r in rules if r.scope == "plan"], base)
     for i, e in enumerate(estimates):
-        facts = {**base, **plan_facts(e)}
-        for rule in plan_rules:
-            if not _fires(rule, facts):
-                continue
-            moves = rule.effect in ("prefer", "avoid", "set")
-            outside = (outside_request[rule.id] or plan_outside(rule.evidence, e.plan)) if moves else None
-            if outside is not None:
-                e.rules.append(
-                    FiredRule(
-                        rule.id,
-                        f"{rule.effect} (not applied: outside its evidence)",
-                        rule.title,
-                        rule.cite(),
-                        rule.message(facts),
-                        applied=False,
-                        outside_evidence=outside,
-                    )
-                )
-                record(rule, facts, "plan", outside)
-                continue
-            if rule.effect == "set" and reevaluate is not None:
-                changed = replace(e.plan, **rule.settings)
-                new = reevaluate(changed) if changed != e.plan else None
-                if new is not None:  # None: the changed plan is outside the space the launcher runs
-                    new.rules = list(e.rules)
-                    new.notes = list(e.notes)
-                    new.rule_factor = e.rule_factor  # the rules applied before keep their factors
-                    new.score *= e.rule_factor
-                    estimates[i] = e = new
-                    facts = {**base, **plan_facts(e)}
-            factor = rule_factor(rule.effect, rule.weight)
-            e.score *= factor
-            e.rule_factor *= factor
-            e.rules.append(
-                FiredRule(
-                    rule.id,
-                    rule.effect if factor == 1.0 else f"{rule.effect} x{factor:.2f}",
-                    rule.title,
-                    rule.cite(),
-                    rule.message(facts),
-                    applied=True,
-                    factor=factor if rule.effect in ("prefer", "avoid") else None,
-                )
-            )
-            record(rule, facts, "plan")
+        estimates[i] = _judge_plan(judge, e, base, outside_request, record, reevaluate)
     return list(summary.values())
+
+
+def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record, reevaluate):
+    """The plan-scope rules that fire on one estimate, in rule order, applied or recorded on it; a `set`
+    that changes the plan gives the estimate of the changed plan, judged by the rules after it."""
+    facts = Facts(base, e)
+    fired, k = judge.firing(facts), 0
+    while k < len(fired):
+        idx = fired[k]
+        k += 1
+        rule = judge.rules[idx]
+        outside = judge.outside(idx, e.plan, outside_request[rule.id])
+        if outside is not None:
+            e.rules.append(judge.record(idx, judge.effects[idx][1], facts, False, outside))
+            record(rule, facts, "plan", outside)
+            continue
+        if rule.effect == "set" and reevaluate is not None:
+            changed = replace(e.plan, **rule.settings)
+            new = reevaluate(changed) if changed != e.plan else None
+            if new is not None:  # None: the changed plan is outside the space the launcher runs
+                new.rules = list(e.rules)
+                new.notes = list(e.notes)
+                new.rule_factor = e.rule_factor  # the rules applied before keep their factors
+                if (
+                    e.rule_factor != 1.0
+                ):  # (x1 changes nothing, and would work out an untimed estimate's time)
+                    new.score *= e.rule_factor
+                e = new
+                facts = Facts(base, e)
+                fired, k = judge.firing(facts, after=idx), 0
+        factor = judge.factors[idx]
+        if factor != 1.0:
+            e.score *= factor
+        e.rule_factor *= factor
+        shown = factor if rule.effect in ("prefer", "avoid") else None
+        e.rules.append(judge.record(idx, judge.effects[idx][0], facts, True, None, shown))
+        record(rule, facts, "plan")
+    return e

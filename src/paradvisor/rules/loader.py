@@ -71,6 +71,10 @@ class Rule:
         clone (docs/papers.md); a paper not in the catalogue is cited as written."""
         return f"{paper_label(self.source['paper'])}, {self.source['where']}"
 
+    def named_facts(self) -> list[str]:
+        """The facts its message names (`{plan.tp}`), in order."""
+        return _PLACEHOLDER.findall(self.explain)
+
     def message(self, facts: dict) -> str:
         def sub(m):
             v = facts.get(m.group(1), m.group(0))

@@ -140,34 +140,79 @@ def base_facts(profile, cluster, workload, precision: str) -> dict:
     }
 
 
-def plan_facts(e) -> dict:
-    p = e.plan
+def _step(e) -> float:
+    return e.step_time or 1.0
+
+
+def _comm_fraction(e) -> float:
     t = e.time
-    step = e.step_time or 1.0
-    return {
-        "plan.dp": p.dp,
-        "plan.tp": p.tp,
-        "plan.pp": p.pp,
-        "plan.sharding": p.sharding,
-        "plan.zero": p.zero_stage,
-        "plan.sharded": p.sharding != "none",
-        "plan.micro_batch": p.micro_batch,
-        "plan.micro_batches": p.grad_accum,
-        "plan.checkpointing": p.checkpointing,
-        "plan.offload": p.offload,
-        "plan.sequence_parallel": p.sequence_parallel,
-        "plan.pp_schedule": p.pp_schedule,
-        "plan.diloco": p.diloco,
-        "plan.local_steps": p.local_steps or 0,
-        "plan.split_by_speed": p.split_by_speed,
-        "est.memory_gib": e.memory_total / 2**30,
-        "est.memory_fraction": e.ratio,
-        "est.step_time": e.step_time,
-        "est.samples_per_s": e.samples_per_s,
-        "est.bubble_fraction": bubble_fraction(p.pp_schedule, p.pp, p.pp_virtual_stages, p.grad_accum),
-        "est.comm_fraction": (
-            t.get("dp_comm_exposed", 0) + t.get("tp_comm", 0) + t.get("pp_p2p", 0) + t.get("outer_sync", 0)
-        )
-        / step,
-        "est.tp_comm_fraction": t.get("tp_comm", 0) / step,
-    }
+    return (
+        t.get("dp_comm_exposed", 0) + t.get("tp_comm", 0) + t.get("pp_p2p", 0) + t.get("outer_sync", 0)
+    ) / _step(e)
+
+
+# How each plan and estimate fact is read from an estimate: one getter per fact, so that a reader asks only
+# for the facts it needs (the rules engine: what a condition or a message names; est.* facts read the
+# estimate's step time, which the search works out only when something asks, plan/evaluate.py).
+PLAN_FACT_GETTERS = {
+    "plan.dp": lambda e: e.plan.dp,
+    "plan.tp": lambda e: e.plan.tp,
+    "plan.pp": lambda e: e.plan.pp,
+    "plan.sharding": lambda e: e.plan.sharding,
+    "plan.zero": lambda e: e.plan.zero_stage,
+    "plan.sharded": lambda e: e.plan.sharding != "none",
+    "plan.micro_batch": lambda e: e.plan.micro_batch,
+    "plan.micro_batches": lambda e: e.plan.grad_accum,
+    "plan.checkpointing": lambda e: e.plan.checkpointing,
+    "plan.offload": lambda e: e.plan.offload,
+    "plan.sequence_parallel": lambda e: e.plan.sequence_parallel,
+    "plan.pp_schedule": lambda e: e.plan.pp_schedule,
+    "plan.diloco": lambda e: e.plan.diloco,
+    "plan.local_steps": lambda e: e.plan.local_steps or 0,
+    "plan.split_by_speed": lambda e: e.plan.split_by_speed,
+    "est.memory_gib": lambda e: e.memory_total / 2**30,
+    "est.memory_fraction": lambda e: e.ratio,
+    "est.step_time": lambda e: e.step_time,
+    "est.samples_per_s": lambda e: e.samples_per_s,
+    "est.bubble_fraction": lambda e: bubble_fraction(
+        e.plan.pp_schedule, e.plan.pp, e.plan.pp_virtual_stages, e.plan.grad_accum
+    ),
+    "est.comm_fraction": _comm_fraction,
+    "est.tp_comm_fraction": lambda e: e.time.get("tp_comm", 0) / _step(e),
+}
+
+
+# the facts read from an estimate's step time (plan/estimate.py works it out, for a plan that does not fit,
+# only when one is read)
+TIMED_FACTS = frozenset({"est.step_time", "est.samples_per_s", "est.comm_fraction", "est.tp_comm_fraction"})
+
+
+def plan_facts(e) -> dict:
+    """Every plan and estimate fact of one estimate."""
+    return {name: get(e) for name, get in PLAN_FACT_GETTERS.items()}
+
+
+class Facts(dict):
+    """The request's facts and one estimate's, the estimate's read when first asked for (a dict: conditions
+    index it, messages `.get` from it)."""
+
+    def __init__(self, base: dict, e):
+        super().__init__()
+        self.base, self.estimate = base, e
+
+    def __missing__(self, name: str):
+        if name in self.base:
+            value = self.base[name]
+        else:
+            get = PLAN_FACT_GETTERS.get(name)
+            if get is None:
+                raise KeyError(name)
+            value = get(self.estimate)
+        self[name] = value
+        return value
+
+    def get(self, name: str, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default

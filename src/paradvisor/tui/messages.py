@@ -11,7 +11,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:
     from paradvisor.hardware.types import Cluster
-    from paradvisor.plan.evaluate import Estimate
+    from paradvisor.plan.estimate import Estimate
     from paradvisor.plan.search import Recommendation
     from paradvisor.spec.preset import Preset
 

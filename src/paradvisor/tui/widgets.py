@@ -7,7 +7,7 @@ from rich.text import Text
 from textual import events
 from textual.widgets import DataTable
 
-from paradvisor.estimate.memory import peak_bytes
+from paradvisor.estimate.peak import peak_bytes
 
 COLORS = {
     "params": "cyan",
