@@ -3,6 +3,7 @@
 # beside the machine's own torch (carried in .whl/, see docs/accuracy.md "On a GPU"), then
 #   gpu_kernels.py   the step-time model's device parameters against this GPU (GEMM, SDPA kernels, HBM, norm)
 #   gpu_sac.py       what torchtitan's per-op SAC keeps per layer against estimate/engine_memory.py
+#   gpu_layers.py    Llama 3 8B layers' forward+backward against the step-time model (FA2, eager, per-op SAC)
 #   gpu_check.py     NVML detection, calibrate --quick, real one-GPU launches held against the prediction
 # Every output goes to $OUT (or ./gpu-out). Usage: bash experiments/gpu_round.sh [gpu_check.py options]
 set -u
@@ -18,6 +19,7 @@ python3 -c "import torch, transformers, deepspeed, datasets, pyarrow, textual; p
 nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm --format=csv
 timeout 150 python3 experiments/gpu_kernels.py --json "$out/kernels.json" 2>&1 | tee "$out/kernels.log"
 timeout 120 python3 experiments/gpu_sac.py 2>&1 | tee "$out/sac.log"
+timeout 150 python3 experiments/gpu_layers.py 2>&1 | tee "$out/layers.log"
 timeout 60 python3 -m paradvisor recommend --model llama-2-7b --json >"$out/recommend.json" 2>"$out/recommend.err"
 echo "recommend on this machine: rc $? $(head -c 300 "$out/recommend.err")"
 timeout ${CHECK_TIMEOUT:-300} python3 experiments/gpu_check.py --json "$out/check.json" "$@" 2>&1 | tee "$out/check.log"
