@@ -161,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; every way it can end is an exit code with at most one line on stderr: 0 (also when
     the reader of stdout closed the pipe early: `| head`), 1 failed, 2 bad input (also a closed or full
     stdout), 130 interrupted (Ctrl-C at any moment, start-up included)."""
-    from paradvisor import output
+    from paradvisor import interrupts, output
 
+    interrupts.install()  # a Ctrl-C is remembered too: one dropped inside a finalizer still stops the command
     if not output.stdout_usable():
         return _fail("error", "standard output is closed; give it a file or a pipe (e.g. > out.txt)", None, 2)
     real = sys.stdout

@@ -52,6 +52,20 @@ def _line(s: RunSummary) -> str:
     return ", ".join(parts)
 
 
+def _follow(s: RunSummary, current, interval: float, show) -> RunSummary:
+    """Poll until the run ends, showing each summary; a Ctrl-C whose KeyboardInterrupt a finalizer dropped
+    stops it too (paradvisor/interrupts.py)."""
+    from paradvisor import interrupts
+    from paradvisor.rundir.status import TERMINAL
+
+    while s.status not in TERMINAL:
+        time.sleep(interval)
+        interrupts.check()
+        s = current()
+        show(s)
+    return s
+
+
 def run(args) -> int:
     from paradvisor.monitor.follow import MetricsFollower, node_lines, summarize_run
     from paradvisor.rundir import RunDir
@@ -87,14 +101,11 @@ def run(args) -> int:
             console=console(),
         ) as bar:
             task = bar.add_task(esc(s.name), total=s.total_steps or None, info=esc(_line(s)))
-            while s.status not in TERMINAL:
-                time.sleep(args.interval)
-                s = current()
-                bar.update(task, completed=s.step, info=esc(_line(s)))
+            s = _follow(
+                s, current, args.interval, lambda s: bar.update(task, completed=s.step, info=esc(_line(s)))
+            )
     elif not args.once:
-        while s.status not in TERMINAL:
-            time.sleep(args.interval)
-            s = current()
+        s = _follow(s, current, args.interval, lambda s: None)
     if args.json:
         from paradvisor.output import emit_json
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor import interrupts
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import check_port_free, free_port, split_endpoint, torchrun_argv
 from paradvisor.launch.diagnose import diagnose, dump_stacks, hang_report
@@ -494,7 +495,8 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)
-        for signum in getattr(launch, "held_signals", ()):  # arrived while the prediction was written
+        # what arrived while the prediction was written, and a Ctrl-C whose KeyboardInterrupt was dropped
+        for signum in [*getattr(launch, "held_signals", ()), *([signal.SIGINT] if interrupts.take() else [])]:
             handler(signum, None)
     try:
         if watch is None:
