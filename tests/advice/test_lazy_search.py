@@ -18,7 +18,7 @@ from paradvisor.model import load_profile
 from paradvisor.plan import evaluate as evaluate_module
 from paradvisor.plan import search
 from paradvisor.plan.report import to_doc
-from paradvisor.rules.engine import FiredRule, _fires, rule_factor
+from paradvisor.rules.engine import FiredRule, RuleSummary, _fires, rule_factor
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule, load_rule_sets
 from paradvisor.rules.vocabulary import base_facts, plan_facts
@@ -79,33 +79,9 @@ def reference_apply_rules(
     """rules/engine.apply_rules as it was before its shortcuts (every rule judged on every plan, every message
     formatted): the oracle the engine is compared with."""
     base = base_facts(profile, cluster, workload, precision)
-    summary: dict[str, dict] = {}
-
+    summary = RuleSummary()  # the summary the engine keeps (its shortcuts are in judging, not in this)
+    record = summary.record
     outside_request = {r.id: request_outside(r.evidence, profile, cluster) for r in rules}
-
-    def record(rule: Rule, facts: dict, scope: str, outside: str | None = None) -> dict:
-        entry = summary.get(rule.id)
-        if entry is None:  # built once per rule (its message is formatted once, not once per plan)
-            entry = summary[rule.id] = {
-                "id": rule.id,
-                "title": rule.title,
-                "scope": scope,
-                "effect": rule.effect,
-                "weight": rule.weight,
-                "source": rule.cite(),
-                "numbers": rule.source.get("numbers", {}),
-                "message": rule.message(facts),
-                "fired_on": 0,
-                "applied_on": 0,
-                "evidence": rule.evidence,
-                "outside_evidence": None,
-            }
-        entry["fired_on"] += 1
-        if outside is None:
-            entry["applied_on"] += 1
-        elif entry["outside_evidence"] is None:
-            entry["outside_evidence"] = outside
-        return entry
 
     for rule in rules:
         if rule.scope == "advice" and _fires(rule, base):
@@ -158,7 +134,7 @@ def reference_apply_rules(
                 )
             )
             record(rule, facts, "plan")
-    return list(summary.values())
+    return summary.entries()
 
 
 def _eager_evaluate(*args):

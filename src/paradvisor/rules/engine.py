@@ -191,18 +191,17 @@ def _decided(rule: Rule, base: dict) -> bool | None:
         return False  # as _fires: a condition that cannot be evaluated does not fire
 
 
-def apply_rules(
-    rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str, reevaluate=None
-) -> list[dict]:
-    base = base_facts(profile, cluster, workload, precision)
-    summary: dict[str, dict] = {}
+class RuleSummary:
+    """What each rule did over one request's plans: the report's `rules` list, one entry per rule that fired
+    (its message formatted once, not once per plan), with the plans it fired on and was applied on."""
 
-    outside_request = {r.id: request_outside(r.evidence, profile, cluster) for r in rules}
+    def __init__(self) -> None:
+        self._by_id: dict[str, dict] = {}
 
-    def record(rule: Rule, facts: dict, scope: str, outside: str | None = None) -> dict:
-        entry = summary.get(rule.id)
-        if entry is None:  # built once per rule (its message is formatted once, not once per plan)
-            entry = summary[rule.id] = {
+    def record(self, rule: Rule, facts: dict, scope: str, outside: str | None = None) -> dict:
+        entry = self._by_id.get(rule.id)
+        if entry is None:
+            entry = self._by_id[rule.id] = {
                 "id": rule.id,
                 "title": rule.title,
                 "scope": scope,
@@ -223,6 +222,18 @@ def apply_rules(
             entry["outside_evidence"] = outside
         return entry
 
+    def entries(self) -> list[dict]:
+        return list(self._by_id.values())
+
+
+def apply_rules(
+    rules: list[Rule], estimates: list, *, profile, cluster, workload, topo, precision: str, reevaluate=None
+) -> list[dict]:
+    base = base_facts(profile, cluster, workload, precision)
+    summary = RuleSummary()
+    record = summary.record
+    outside_request = {r.id: request_outside(r.evidence, profile, cluster) for r in rules}
+
     for rule in rules:
         if rule.scope == "advice" and _fires(rule, base):
             record(rule, base, "advice")
@@ -230,7 +241,7 @@ def apply_rules(
     judge = _PlanRules([r for r in rules if r.scope == "plan"], base)
     for i, e in enumerate(estimates):
         estimates[i] = _judge_plan(judge, e, base, outside_request, record, reevaluate)
-    return list(summary.values())
+    return summary.entries()
 
 
 def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record, reevaluate):
