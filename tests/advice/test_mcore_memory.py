@@ -13,7 +13,7 @@ from paradvisor.estimate import mcore_memory, steptime
 from paradvisor.model import load_profile
 from paradvisor.plan import mcore_terms
 from paradvisor.plan.facts import ModelFacts
-from paradvisor.spec.plan import Plan
+from paradvisor.spec.plan import Plan, Workload
 from tests.conftest import REPO
 
 CFGS = REPO / "experiments" / "validation" / "configs"
@@ -97,13 +97,34 @@ def _rows():
     return validate, data, [r for r in data["row"] if r.get("engine") == "mcore"]
 
 
-@pytest.mark.parametrize("name", [r["name"] for r in _rows()[2]])
-def test_megatron_bridge_rows_that_ran_fit_their_gpu(name):
-    """Each Megatron-Bridge row ran on its GPUs: the estimate must say it fits."""
-    validate, data, rows = _rows()
-    row = next(r for r in rows if r["name"] == name)
+def _all_rows():
+    _, data, _ = _rows()
+    return [r["name"] for r in data["row"]]
+
+
+@pytest.mark.parametrize("name", _all_rows())
+def test_published_rows_that_ran_fit_their_gpu(name):
+    """Each published row ran on its GPUs (Megatron-LM, Llama 3, torchtitan, Megatron-Bridge): the estimate
+    must say it fits."""
+    validate, data, _ = _rows()
+    row = next(r for r in data["row"] if r["name"] == name)
     e, *_ = validate.predict(row, data)
     assert e.fits, (name, e.memory_total / 2**30, e.usable / 2**30)
+
+
+def test_llama3_blocks_keep_what_a_fused_block_keeps():
+    """Llama 3's engine (not public) keeps what a fused Megatron-style block keeps (Megatron-Core's accounting),
+    not Hugging Face's eager ops; its head stays the traced one, split over TP (vocabulary parallel)."""
+    from paradvisor.plan.evaluate import activation_terms
+
+    mf = ModelFacts.of(load_profile("llama-3.1-8b"))
+    wl = Workload(model="llama-3.1-8b", seq_len=4096, global_batch=8)
+    plan = Plan(dp=1, tp=8, micro_batch=1, grad_accum=8, sequence_parallel=True)
+    eager, _ = activation_terms(mf, wl, plan, "bf16", 1, cuda=True)
+    fused, _ = activation_terms(replace(mf, engine="llama3"), wl, plan, "bf16", 1, cuda=True)
+    kw = {"tokens": 4096, "tp": 8, "sequence_parallel": True, "act_bytes": 2, "modules": ()}
+    assert fused["block"] == mcore_memory.block_bytes(mf.shape, **kw)["stored"] < eager["block"]
+    assert fused["last"] == pytest.approx(eager["last"] / 8)
 
 
 def test_recompute_modules_lower_the_stored_activations_of_a_row():

@@ -121,7 +121,9 @@ DENSE_BEFORE = {  # step times of the dense validation rows before the MoE terms
     "22B seq+sel": 0.9961556280195463,
     "175B seq+sel": 12.410140409479766,
     "1T full": 93.93231145429661,
-    "405B 16k GPUs": 5.554328708249471,  # its row's 8 virtual stages (Llama 3 §3.3.2, rows.toml); 9.233 at v = 1
+    # its row's 8 virtual stages (Llama 3 §3.3.2, rows.toml; 9.233 at v = 1); 5.5543 before Llama 3's blocks
+    # were counted fused (plan/mcore_terms.py): the tightest stage, whose DP traffic the step counts, moved
+    "405B 16k GPUs": 5.542341895326165,
 }  # (the torchtitan rows moved since with FlashAttention-2's measured rate: estimate/steptime.FLASH_PEAK)
 
 

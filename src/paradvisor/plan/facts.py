@@ -85,7 +85,7 @@ class EngineTraits:
 # embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
 # elementwise ops (fused in -compile); per-op SAC; F.scaled_dot_product_attention on the torch of 2024-12 runs its
 # FlashAttention-2 kernel on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; torchtitan enabled it in #1000,
-# 2025-03). "llama3": Dubey et al. 2024 §3.3.2 (FSDP without resharding after forward, vocabulary over TP).
+# 2025-03). "llama3": Dubey et al. 2024 §3.3.2 (FSDP not resharded after forward, vocab over TP, fused blocks).
 # "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True, False),
