@@ -59,3 +59,24 @@ def test_the_monitor_stops_on_a_dropped_ctrl_c(sigint_handler, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _follow(running, lambda: next(polls), 0.01, seen.append)
     assert seen == []  # stopped at its first poll, not after the run
+
+
+def test_a_launcher_stuck_past_its_timeout_fails_the_test_with_its_stacks(tmp_path):
+    """The suite's guard for a lost Ctrl-C (tests/support/runs.finish): a process still there at the timeout
+    is made to print every thread's Python stack (SIGABRT under faulthandler), and what names its run folder
+    is killed, so the failure says where it was stuck and leaves nothing running."""
+    import os
+    import subprocess
+
+    from tests.support.runs import STACKS_ON_ABORT, finish, leftover
+
+    run = tmp_path / "runs" / "stuck"
+    run.mkdir(parents=True)
+    code = "import sys, time\ndef waiting_for_the_run():\n    time.sleep(600)\nwaiting_for_the_run()\n"
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(run)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env={**os.environ, **STACKS_ON_ABORT}
+    )
+    with pytest.raises(pytest.fail.Exception, match="waiting_for_the_run"):
+        finish(proc, 1.0, run)
+    assert rank.wait(timeout=10) is not None and not leftover(run)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, REPO, assert_one_line_error, run_cli
-from tests.support.runs import launch_argv, variant
+from tests.support.runs import STACKS_ON_ABORT, finish, launch_argv, variant
 
 CLUSTER = str(EXAMPLES / "h100-8x-nvlink.toml")
 SMOKE = str(REPO / "presets" / "tiny-cpu-smoke.toml")
@@ -150,13 +150,14 @@ def test_ctrl_c_during_a_launch_start_leaves_no_folder_without_a_status(tmp_path
             stderr=subprocess.PIPE,
             text=True,
             cwd=str(REPO),
+            env={**os.environ, **STACKS_ON_ABORT},
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (runs.exists() and any(runs.iterdir())):
             time.sleep(0.005)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        _, err = finish(proc, 120, runs)
         assert "Traceback" not in err, err
         # 130, or ended by the SIGINT itself once its one line was written: a shell shows 130 for both
         assert proc.returncode in (130, 1, -signal.SIGINT), (proc.returncode, err)

@@ -18,7 +18,9 @@ import pytest
 from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.support.matrix import full_matrix
 from tests.support.runs import (
+    STACKS_ON_ABORT,
     assert_intact,
+    finish,
     launch,
     launch_argv,
     leftover,
@@ -150,11 +152,12 @@ def test_a_closed_monitor_leaves_the_run_alone_and_signalling_the_launcher_cance
         stderr=subprocess.PIPE,
         text=True,
         cwd=str(REPO),
+        env={**os.environ, **STACKS_ON_ABORT},
     )
     time.sleep(3)
     assert mon.poll() is None  # following
     mon.send_signal(signal.SIGINT)
-    out, err = mon.communicate(timeout=30)
+    out, err = finish(mon, 30)
     assert mon.returncode == 130
     assert err.strip().splitlines()[-1] == "paradvisor: interrupted" and "Traceback" not in err
     # the run goes on without its watcher
@@ -166,7 +169,7 @@ def test_a_closed_monitor_leaves_the_run_alone_and_signalling_the_launcher_cance
     before = snapshot(run_dir)
     sig = signal.SIGTERM
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    _, err = finish(proc, 120, run_dir)
     assert proc.returncode == 1
     s = status_of(run_dir)
     assert s["status"] == "cancelled" and s["stopped_gracefully"]

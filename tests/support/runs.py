@@ -3,8 +3,10 @@ finding processes a run left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -126,7 +128,7 @@ def start_long_run(
         stderr=subprocess.PIPE,
         text=True,
         cwd=str(REPO),
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **STACKS_ON_ABORT, **(env or {})},
     )
     deadline = time.time() + 120
     run_dir = None
@@ -142,6 +144,31 @@ def start_long_run(
         run_dir = next(runs.glob("*"))  # it ended before reaching min_steps: the caller checks why
     assert run_dir is not None, f"the run did not start: {proc.poll()}"
     return proc, run_dir
+
+
+STACKS_ON_ABORT = {"PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's Python stack (faulthandler)
+
+
+def finish(proc: subprocess.Popen, timeout: float, run_dir: Path | None = None) -> tuple[str, str]:
+    """`proc.communicate(timeout=...)`; when the launcher is still there at the timeout, the test fails with
+    its threads' Python stacks (SIGABRT under STACKS_ON_ABORT: started with it in its environment) and every
+    process still naming `run_dir` is killed, so a stuck launcher's ranks do not train on through the rest
+    of the suite (a lost Ctrl-C once left two for 12 minutes: docs/reliability.md)."""
+    import pytest
+
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            _out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate()
+        for pid in leftover(run_dir) if run_dir is not None else []:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+        pytest.fail(f"still running after {timeout} s; its stacks:\n{(err or '')[-6000:]}")
 
 
 def wait_gone(run_dir: Path, timeout: float = 20) -> list[int]:
