@@ -86,6 +86,22 @@ def test_a_bad_plan_from_the_real_command_is_one_line_exit_2():
     assert_one_line_error(p, "tp 3 does not divide the 40 attention heads")
 
 
+def test_plan_json_that_is_not_one_plan_or_never_ends_is_one_line_exit_2():
+    """A JSON list inline is not one plan (not a missing file); stdin is read up to the file limit only."""
+    import subprocess
+    import sys
+
+    assert_one_line_error(
+        run_cli("estimate", "--model", "llama-2-13b", *MACHINE, "--plan-json", "[1, 2]"),
+        "expected a JSON object",
+    )
+    endless = subprocess.run(  # 17 MiB of spaces: over the 16 MiB limit, never parsed
+        [sys.executable, "-m", "paradvisor", "estimate", "--model", "llama-2-13b", *MACHINE, "--plan-json", "-"],
+        input=" " * (17 << 20), capture_output=True, text=True, timeout=120, check=False, cwd=str(REPO),
+    )  # fmt: skip
+    assert_one_line_error(endless, "bytes on stdin")
+
+
 def test_kv_heads_fewer_than_tp_are_legal_but_estimate_only(pa):
     p = pa(
         "estimate", "--model", "llama-3-8b", "--gpus", "16", "--gpu-type", "H100", "--plan", "tp=16", "--json"

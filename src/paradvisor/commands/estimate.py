@@ -41,11 +41,15 @@ def add_parser(sub) -> None:
 def _read_json(arg: str):
     import sys
 
-    from paradvisor.safeio import parse_json, read_text
+    from paradvisor.errors import InputError
+    from paradvisor.safeio import MAX_FILE_BYTES, parse_json, read_text
 
-    if arg == "-":
-        return parse_json(sys.stdin.read(), "--plan-json (stdin)")
-    if arg.lstrip().startswith("{"):
+    if arg == "-":  # read at most the limit a file has: stdin may be endless
+        text = sys.stdin.read(MAX_FILE_BYTES + 1)
+        if len(text) > MAX_FILE_BYTES:
+            raise InputError(f"more than {MAX_FILE_BYTES:,} bytes on stdin", where="--plan-json")
+        return parse_json(text, "--plan-json (stdin)")
+    if arg.lstrip().startswith(("{", "[")):  # inline JSON (a list is refused as not one plan)
         return parse_json(arg, "--plan-json")
     return parse_json(read_text(arg, what="plan JSON"), arg)
 
