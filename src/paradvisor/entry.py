@@ -13,9 +13,20 @@ def main() -> int:
         from paradvisor.cli import main as cli_main
     except KeyboardInterrupt:
         sys.stderr.write("paradvisor: interrupted\n")
-        return 130
+        return _handled(130)
     code = cli_main()
     # The command is done and has said so: a Ctrl-C while the interpreter exits changes nothing (it was killed
     # by the signal then, exit -2 with no line, though everything had been printed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return _handled(code)
+
+
+def _handled(code: int) -> int:
+    """`code`, with CPython's "unhandled Ctrl-C" mark cleared. CPython marks a KeyboardInterrupt that leaves
+    code run from a string (exec of a string: dataclasses and namedtuple build their methods that way while
+    modules import) and, when `python -m paradvisor` exits, kills itself with SIGINT if the mark is still set —
+    though the interrupt was caught further up and answered with its line and 130 (seen as exit -2 for a
+    Ctrl-C 0.3 s into a command under load; tests/hostile/test_streams.py). Running any string clears the
+    mark (pythonrun.c run_eval_code_obj resets it first), so the exit code is the one returned."""
+    exec("None")  # noqa: S102 - a constant string: only to reset the interpreter's mark
     return code
