@@ -112,3 +112,33 @@ def test_the_command_prints_what_it_printed_before(tmp_path):
     assert "20260101-000100-b" in texts[0] and "20260101-000000-a @ step 20 (resume)" in texts[0]
     j = run_cli("runs", "--runs-dir", str(root), "--json").stdout
     assert _aged(j) == _aged(_from_files(root, sorted(root.iterdir())))
+
+
+def test_the_launchers_summary_serves_the_same_run_listed_under_another_path_and_never_a_look_alike(
+    tmp_path, monkeypatch
+):
+    """The launcher keeps a run's summary under the path it ran in (runcache.keep); `runs` listing the same
+    directory under a relative path uses it, naming the path it lists; a directory that only looks the same
+    (its files hard-linked elsewhere, summary included) is made from its own files."""
+    import os
+    from pathlib import Path
+
+    root = tmp_path / "runs"
+    a = _run(root, "20260101-000000-a")
+    runcache.keep(a)
+    kept = (a / runcache.FILE).read_bytes()
+    monkeypatch.chdir(tmp_path)
+    rel = Path("runs")
+    monkeypatch.setattr(runcache, "make", lambda d: (_ for _ in ()).throw(AssertionError(f"made {d}")))
+    assert _aged(_listed(rel)[1]) == _aged(_from_files(rel, [rel / a.name]))
+    assert (a / runcache.FILE).read_bytes() == kept
+    monkeypatch.undo()
+    look_alike = tmp_path / "other" / a.name
+    look_alike.mkdir(parents=True)
+    for f in a.iterdir():
+        os.link(f, look_alike / f.name)  # the same inodes, sizes and times: only the place differs
+    listed = _listed(look_alike.parent)[0]["runs"]
+    assert [r["run_dir"] for r in listed] == [str(look_alike)]
+    assert json.loads((a / runcache.FILE).read_text())["path"] == str(
+        a
+    )  # the link was replaced, not written through

@@ -252,6 +252,8 @@ def test_strategy_trains_for_real(runs, name):
     assert status["status"] == "finished"
     for f in ("plan.toml", "command.json", "rank-0.stdout.log", "rank-1.stderr.log", "metrics.jsonl"):
         assert (run_dir / f).exists(), f
+    kept = json.loads((run_dir / "summary.json").read_text())  # the launcher kept its `runs` entry
+    assert kept["path"] == str(run_dir) and kept["row"]["status"] == "finished"
     steps = steps_of(run_dir)
     assert {m["rank"] for m in steps} == {0, 1}
     for m in steps:

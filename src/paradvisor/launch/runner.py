@@ -199,8 +199,12 @@ class Launch:
         return doc
 
     def wait(self, poll: float = 0.2) -> dict:
+        from paradvisor.monitor.runcache import keep  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
+
         try:
-            return self._wait(poll)
+            doc = self._wait(poll)
+            keep(self.run_dir)  # the ended run's `runs` entry, kept beside its files (summary.json)
+            return doc
         finally:
             for lock in self.locks:
                 lock.close()

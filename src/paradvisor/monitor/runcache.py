@@ -4,7 +4,8 @@ file per run instead of its plan, status, metrics and prediction (issue 32, goal
 The files are the truth; the summary never is. It holds the entry `monitor.follow.summarize` made, already
 rendered as `runs --json` prints it, and the size, modification time and inode of every file that entry was
 made from (status.json, plan.toml, metrics.jsonl, prediction.json, nodes.json, samples.jsonl) and a hash of
-the code that made it, and the path the run was listed under. A reader uses it only when all of those match; otherwise (missing,
+the code that made it, and the path the run was listed under (the same directory listed under another path,
+a relative one, is still it). The launcher writes it once a run has ended (`keep`). A reader uses it only when all of those match; otherwise (missing,
 unreadable, another version, any input changed) the entry is made from the files again and the summary
 rewritten (a read-only run directory just has none). Only ended runs with a recorded start and end are kept:
 a running run's figures move with the clock. The one figure of an ended run that moves with the clock, the
@@ -136,15 +137,12 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
 
     try:
         st = json.loads(read_text(os.path.join(run_dir, FILE), what="run summary", limit=64 << 20))
-        if (
-            st["schema"] != SCHEMA
-            or st["code"] != _code()
-            or st["inputs"] != sigs
-            or st["path"] != str(run_dir)
-        ):
+        if st["schema"] != SCHEMA or st["code"] != _code() or st["inputs"] != sigs:
             return None
         entry = Entry(str(run_dir), st["rendered"], st["sample_times"], st["lineage"], st["row"])
-    except (InputError, ValueError, KeyError, TypeError, RecursionError):
+        if st["path"] != str(run_dir) and not _relisted(entry, st["path"]):
+            return None
+    except (InputError, ValueError, KeyError, TypeError, RecursionError, AttributeError):
         return None
     ok = (
         isinstance(entry.rendered, str)
@@ -154,6 +152,32 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
         and all(isinstance(t, float) and math.isfinite(t) for t in entry.sample_times)
     )
     return entry if ok else None
+
+
+def _relisted(entry: Entry, kept_under: str) -> bool:
+    """The same directory listed under another path (the launcher keeps its summary under the path it ran in;
+    `runs` may list it under a relative one): the entry names the path it is listed under now. A directory
+    that only looks the same (a copy, a renamed runs folder, a link of another name) is not this one."""
+    here = entry.run_dir
+    if os.path.basename(os.path.normpath(kept_under)) != os.path.basename(os.path.normpath(here)):
+        return False
+    if os.path.realpath(kept_under) != os.path.realpath(here):
+        return False
+    old, new = json.dumps(kept_under), json.dumps(here)
+    if entry.rendered.count(f'"run_dir": {old}') != 1 or entry.row.get("run_dir") != kept_under:
+        return False
+    entry.rendered = entry.rendered.replace(f'"run_dir": {old}', f'"run_dir": {new}', 1)
+    entry.row["run_dir"] = here
+    return True
+
+
+def keep(run_dir: str | Path) -> None:
+    """Make and keep an ended run's summary.json now (the launcher, once its status is final), so that the
+    first `runs` after it reads one file for it. Best effort: `runs` makes it when it is missing."""
+    try:
+        entry_of(Path(run_dir))
+    except Exception:  # an optimisation only: never let it change how the run ended
+        return
 
 
 def save(run_dir: Path, entry: Entry, sigs: dict) -> None:
