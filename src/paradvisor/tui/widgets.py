@@ -64,9 +64,38 @@ class SteadyTable(DataTable):
     has the width: so only the rows' cache is cleared here, in place of DataTable's own handler (Textual calls
     each class's `_on_resize` down the MRO unless one prevents the default)."""
 
+    _paint_styles: dict | None = None  # the rich styles looked up in the paint under way (render_lines)
+
     def _on_resize(self, event: events.Resize) -> None:
         event.prevent_default()
         self._row_render_cache.clear()
+
+    def render_lines(self, crop):
+        """A paint, in which the table's own rich style and its components' are each computed once: DataTable
+        asks for them on every line and row (45 times for the plans table, each a walk up the widget's ancestors,
+        a quarter of its paint); no style changes while the table paints."""
+        self._paint_styles = {}
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint_styles = None
+
+    @property
+    def rich_style(self) -> Style:
+        memo = self._paint_styles
+        if memo is None:
+            return DataTable.rich_style.fget(self)
+        if "" not in memo:
+            memo[""] = DataTable.rich_style.fget(self)
+        return memo[""]
+
+    def get_component_styles(self, *names: str):
+        memo = self._paint_styles
+        if memo is None:
+            return super().get_component_styles(*names)
+        if names not in memo:
+            memo[names] = _PaintStyles(super().get_component_styles(*names))
+        return memo[names]
 
     def _render_cell(self, row_index, column_index, base_style, width, cursor=False, hover=False):
         """A cell's lines: a one-line plain cell built directly (`_plain_cell`), any other by DataTable."""
@@ -122,6 +151,17 @@ class SteadyTable(DataTable):
         ]
         self._cell_render_cache[key] = lines
         return lines
+
+
+class _PaintStyles:
+    """A component's styles during one paint: their rich style computed once, the rest as they are."""
+
+    def __init__(self, styles) -> None:
+        self._styles = styles
+        self.rich_style = styles.rich_style
+
+    def __getattr__(self, name: str):
+        return getattr(self._styles, name)
 
 
 def _plain_line(text, inner: int) -> bool:
