@@ -37,7 +37,7 @@ class LaterPane(TabPane):
         if self._mounting is None:
             self._mounting = asyncio.ensure_future(self._mount_parts())
         await asyncio.shield(self._mounting)
-        if not self.built:
+        if not self.built and self.is_attached:  # not a session that closed while it mounted
             self.built = True
             self.on_built()
 
@@ -50,8 +50,11 @@ class LaterPane(TabPane):
 
 async def _one_by_one(parent, widgets) -> None:
     """Mount `widgets` (composed, each holding what it was composed with) into `parent`, each awaited before the
-    next: a container is mounted empty, then its own widgets the same way, in the order they were composed."""
+    next: a container is mounted empty, then its own widgets the same way, in the order they were composed.
+    A session that closes meanwhile takes `parent` off the screen: the rest is not mounted."""
     for widget in widgets:
+        if not parent.is_attached:
+            return
         children, widget._pending_children = widget._pending_children, []
         await parent.mount(widget)
         await _one_by_one(widget, children)
