@@ -54,5 +54,7 @@ def test_plain_cells_render_as_textual_renders_them(tmp_path):
             compare(plans)
             await pilot.press("down", "down")  # the cursor elsewhere, the table focused
             compare(plans)
+            plans._show_hover_cursor = True  # the mouse over the table
+            compare(plans)
 
     asyncio.run(flow())
