@@ -112,10 +112,10 @@ def test_a_ranking_done_before_the_plans_widgets_is_shown_once_they_are(tmp_path
 def test_a_tables_cells_are_rendered_once_when_it_first_shows(tmp_path, monkeypatch):
     """The Hardware table at start and the plans table when its tab first shows: each visible cell goes through
     rich once (Textual's DataTable rendered them all again on the Resize just after its first paint)."""
-    from textual.widgets import DataTable
+    from paradvisor.tui.widgets import SteadyTable
 
     rendered: dict[str, list] = {}
-    real = DataTable._render_cell
+    real = SteadyTable._render_cell
 
     def spy(self, row, column, *a, **k):
         if self.id in ("hw-table", "plans-table") and (row, column, self._update_count) not in self._seen:
@@ -123,8 +123,8 @@ def test_a_tables_cells_are_rendered_once_when_it_first_shows(tmp_path, monkeypa
             rendered.setdefault(self.id, []).append((row, column))
         return real(self, row, column, *a, **k)
 
-    monkeypatch.setattr(DataTable, "_seen", set(), raising=False)
-    monkeypatch.setattr(DataTable, "_render_cell", spy)
+    monkeypatch.setattr(SteadyTable, "_seen", set(), raising=False)
+    monkeypatch.setattr(SteadyTable, "_render_cell", spy)
 
     async def flow():
         app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)

@@ -35,7 +35,7 @@ from paradvisor.tui.panes.hardware import reading_text
 from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.runs import RunControl
 from paradvisor.tui.screens import EditPlanScreen, HelpScreen
-from paradvisor.tui.startup import breakpoint_classes, freeze_startup_objects
+from paradvisor.tui.startup import freeze_startup_objects, with_breakpoint_classes
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
 
@@ -111,12 +111,12 @@ class ParadvisorApp(RunControl, App):
         self.sampler = None  # monitor.sampler.SamplerThread when live
 
     def get_default_screen(self) -> Screen:
-        """The main screen, with the breakpoint classes of the terminal's size on it before its first restyle
-        (tui/startup.breakpoint_classes)."""
-        screen = super().get_default_screen()
-        classes = breakpoint_classes(*self.size, self.HORIZONTAL_BREAKPOINTS, self.VERTICAL_BREAKPOINTS)
-        screen.add_class(*classes, update=False)
-        return screen
+        """The main screen, with the breakpoint classes of the terminal's size on it before its first restyle."""
+        return with_breakpoint_classes(self, super().get_default_screen())
+
+    def push_screen(self, screen, *args, **kwargs):
+        """A window over the main screen, with its breakpoint classes on it before its first restyle too."""
+        return super().push_screen(with_breakpoint_classes(self, screen), *args, **kwargs)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -142,7 +142,7 @@ class ParadvisorApp(RunControl, App):
 
     async def build_panes(self) -> None:
         """The Plans and Launch tabs' widgets, mounted once the first tab is on screen (panes/later.py), each in
-        its own turn of the event loop; then what exists is frozen (freeze_startup_objects)."""
+        its own turns of the event loop, a widget at a time; then what exists is frozen (freeze_startup_objects)."""
         try:
             await self.plans.build()
             await self.launcher.build()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -116,7 +117,22 @@ def infeasible_markdown(rec) -> str:
     return "\n".join(lines)
 
 
-class ScrollingModal(ModalScreen):
+class Window(ModalScreen):
+    """A modal window. Its first layout gives it a size, and Textual sends it a Resize for that, whose handler
+    (Screen._on_resize) lays out every screen below it again, as for a terminal resized: for the launch
+    question, the main screen's reflow and paint in the same turn as the window's first paint (7-10 ms of the
+    UI thread; benchmarks/tui_stall.py). When the screens below already have the window's size (the terminal
+    was not resized), only the window is laid out again; its breakpoint classes are those of that size
+    already (ParadvisorApp.push_screen). A resized terminal still goes through Screen's own handler."""
+
+    async def _on_resize(self, event: events.Resize) -> None:
+        if all(screen.size == event.size for screen in self.app._background_screens):
+            event.stop()
+            event.prevent_default()
+            self._screen_resized(event.size)
+
+
+class ScrollingModal(Window):
     """A window of Markdown that scrolls (arrows, PgUp/PgDn, Home/End, the mouse wheel), with a footer that
     says how to scroll and that Esc closes it."""
 
@@ -146,7 +162,7 @@ class ScrollingModal(ModalScreen):
         (box.scroll_page_down if direction > 0 else box.scroll_page_up)()
 
 
-class EditPlanScreen(ModalScreen):
+class EditPlanScreen(Window):
     """ "Edit this plan" (Plans tab, key e): the selected plan as `--plan` text; Enter estimates the edited
     plan with the same code as `paradvisor estimate` (plan.pinned) for the same model, workload and
     machines, and shows it as the plan window does; a bad plan shows the one-line reason."""
@@ -297,7 +313,7 @@ def launch_question(preset, runs_dir: str) -> str:
     return "\n".join(lines)
 
 
-class ConfirmLaunchScreen(ModalScreen[bool]):
+class ConfirmLaunchScreen(Window):
     """Start a run? Enter or y starts it, Esc or n does not."""
 
     BINDINGS = [

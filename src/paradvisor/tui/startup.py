@@ -1,7 +1,7 @@
 """What keeps the session's start off the UI thread's longest stall (benchmarks/tui_stall.py, issue 32 goal 5):
-the main screen's breakpoint classes set before its first restyle, and the objects of the start frozen out of
-the garbage collector's walks. (The Plans and Launch tabs' widgets come a turn after the first paint:
-panes/later.py.)"""
+each screen's breakpoint classes (the main screen's, a window's pushed over it) set before its first restyle,
+and the objects of the start frozen out of the garbage collector's walks. (The Plans and Launch tabs' widgets
+come a turn after the first paint: panes/later.py.)"""
 
 from __future__ import annotations
 
@@ -29,3 +29,23 @@ def freeze_startup_objects() -> None:
     each time a worker's ranking had allocated enough (benchmarks/tui_stall.py); frozen objects are not walked.
     Garbage made later is still collected."""
     gc.freeze()
+
+
+def with_breakpoint_classes(app, screen):
+    """`screen` (a Screen; a screen's name is left as it is) with the classes its first Resize would put on it
+    (`breakpoint_classes`, the app's breakpoints unless the screen has its own) set before its first restyle.
+    A modal window got them at that Resize, a second restyle of its widgets and a second layout and paint of
+    the window (the launch question: 10-15 ms of the UI thread as it first shows)."""
+    from textual.screen import Screen
+
+    if isinstance(screen, Screen):
+        horizontal = (
+            app.HORIZONTAL_BREAKPOINTS
+            if screen.HORIZONTAL_BREAKPOINTS is None
+            else screen.HORIZONTAL_BREAKPOINTS
+        )
+        vertical = (
+            app.VERTICAL_BREAKPOINTS if screen.VERTICAL_BREAKPOINTS is None else screen.VERTICAL_BREAKPOINTS
+        )
+        screen.add_class(*breakpoint_classes(*app.size, horizontal, vertical), update=False)
+    return screen

@@ -3,6 +3,9 @@
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.widgets import DataTable
@@ -61,6 +64,138 @@ class SteadyTable(DataTable):
     has the width: so only the rows' cache is cleared here, in place of DataTable's own handler (Textual calls
     each class's `_on_resize` down the MRO unless one prevents the default)."""
 
+    _paint_styles: dict | None = None  # the rich styles looked up in the paint under way (render_lines)
+
     def _on_resize(self, event: events.Resize) -> None:
         event.prevent_default()
         self._row_render_cache.clear()
+
+    def render_lines(self, crop):
+        """A paint, in which the table's own rich style and its components' are each computed once: DataTable
+        asks for them on every line and row (45 times for the plans table, each a walk up the widget's ancestors,
+        a quarter of its paint); no style changes while the table paints."""
+        self._paint_styles = {}
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint_styles = None
+
+    @property
+    def rich_style(self) -> Style:
+        memo = self._paint_styles
+        if memo is None:
+            return DataTable.rich_style.fget(self)
+        if "" not in memo:
+            memo[""] = DataTable.rich_style.fget(self)
+        return memo[""]
+
+    def get_component_styles(self, *names: str):
+        memo = self._paint_styles
+        if memo is None:
+            return super().get_component_styles(*names)
+        if names not in memo:
+            memo[names] = _PaintStyles(super().get_component_styles(*names))
+        return memo[names]
+
+    def _render_cell(self, row_index, column_index, base_style, width, cursor=False, hover=False):
+        """A cell's lines: a one-line plain cell built directly (`_plain_cell`), any other by DataTable."""
+        lines = self._plain_cell(row_index, column_index, base_style, width, cursor, hover)
+        if lines is None:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        return lines
+
+    def _plain_cell(self, row_index, column_index, base_style, width, cursor, hover):
+        """The lines DataTable renders for a cell of plain text (no style, no markup, one line, fitting its
+        column), built without rich's generic pipeline (`Styled(Padding(cell))` through `render_lines`: about
+        0.1 ms a cell, most of a table's paint); the same segments, under the same cache key
+        (tests/tui/test_cells.py compares the two on every cell of the session's tables). None for any other
+        cell, and in tables with fixed rows, fixed columns or row labels (none here): DataTable renders those."""
+        if column_index < 0 or self.fixed_rows or self.fixed_columns:
+            return None
+        header = row_index == -1
+        row_key = self._header_row_key if header else self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        key = (
+            row_key,
+            column_key,
+            base_style,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        cached = self._cell_render_cache.get(key)
+        if cached is not None:
+            return cached
+        if (self.header_height if header else self.rows[row_key].height) != 1:
+            return None
+        text = self._get_row_renderables(row_index).cells[column_index]
+        inner = width - 2 * self.cell_padding
+        if not _plain_line(text, inner):
+            return None
+        component, post = self._get_styles_to_render_cell(
+            header,
+            False,
+            False,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+        pre = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component
+        lines = [
+            _padded_line(text.plain, inner, self.cell_padding, pre, post, self.app.console.get_style("none"))
+        ]
+        self._cell_render_cache[key] = lines
+        return lines
+
+
+class _PaintStyles:
+    """A component's styles during one paint: their rich style computed once, the rest as they are."""
+
+    def __init__(self, styles) -> None:
+        self._styles = styles
+        self.rich_style = styles.rich_style
+
+    def __getattr__(self, name: str):
+        return getattr(self._styles, name)
+
+
+def _plain_line(text, inner: int) -> bool:
+    """`text` renders as itself on one line of `inner` cells: a Text without styles, justification or tabs that
+    fits (what the cells of paradvisor's tables are, but for a moved plan's coloured mark)."""
+    return (
+        isinstance(text, Text)
+        and inner >= 1
+        and not text.spans
+        and not text.style
+        and text.justify in (None, "default")
+        and text.end in ("", "\n")
+        and "\n" not in text.plain
+        and "\t" not in text.plain
+        and cell_len(text.plain) <= inner
+    )
+
+
+def _padded_line(plain: str, inner: int, pad: int, pre: Style, post: Style, none: Style) -> list[Segment]:
+    """One line as rich renders `Styled(Padding(Text(plain), (0, pad)), pre, post)`: the padding and the fill
+    in Padding's style (`none`), the text in none at all, then each with `pre` before it and `post` after it
+    (Segment.apply_style)."""
+
+    def styled(style):
+        if pre:
+            style = pre + style
+        if post:
+            style = style + post if style else post
+        return style
+
+    line = [Segment(plain, styled(None))]
+    if cell_len(plain) < inner:
+        line.append(Segment(" " * (inner - cell_len(plain)), styled(none)))
+    if pad:
+        side = Segment(" " * pad, styled(none))
+        line = [side, *line, side]
+    return line

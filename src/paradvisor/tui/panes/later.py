@@ -11,7 +11,10 @@ shown once it is built (`on_built`); a tab shown before then waits for its widge
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
 
+import asyncio
+
 from textual.app import ComposeResult
+from textual.compose import compose
 from textual.widgets import TabPane
 
 
@@ -32,8 +35,26 @@ class LaterPane(TabPane):
         if self.built:
             return
         if self._mounting is None:
-            self._mounting = self.mount_compose(self.content())
-        await self._mounting
-        if not self.built:
+            self._mounting = asyncio.ensure_future(self._mount_parts())
+        await asyncio.shield(self._mounting)
+        if not self.built and self.is_attached:  # not a session that closed while it mounted
             self.built = True
             self.on_built()
+
+    async def _mount_parts(self) -> None:
+        """The content mounted a widget at a time (a container first, then what it holds), not all in one turn
+        of the event loop: mounting the Plans tab's 27 widgets at once (each one styled as it registers)
+        stalled the UI thread 30-40 ms while the first ranking ran beside it (benchmarks/tui_stall.py)."""
+        await _one_by_one(self, compose(self, self.content()))
+
+
+async def _one_by_one(parent, widgets) -> None:
+    """Mount `widgets` (composed, each holding what it was composed with) into `parent`, each awaited before the
+    next: a container is mounted empty, then its own widgets the same way, in the order they were composed.
+    A session that closes meanwhile takes `parent` off the screen: the rest is not mounted."""
+    for widget in widgets:
+        if not parent.is_attached:
+            return
+        children, widget._pending_children = widget._pending_children, []
+        await parent.mount(widget)
+        await _one_by_one(widget, children)
