@@ -13,11 +13,11 @@ import os
 import re
 import tomllib
 from functools import lru_cache
-from importlib import resources
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.links import link, links  # noqa: F401 (the catalogue's link half: hardware/links.py)
 from paradvisor.hardware.types import GPUSpec
+from paradvisor.shipped import package_files
 from paradvisor.tomlfile import KeyLocator
 from paradvisor.units import GiB
 
@@ -29,7 +29,7 @@ def _norm(name: str) -> str:
 
 
 def _read(name: str) -> tuple[dict, str]:
-    text = resources.files("paradvisor.hardware").joinpath("data", name).read_text()
+    text = package_files("paradvisor.hardware").joinpath("data", name).read_text()
     return tomllib.loads(text), text
 
 

@@ -265,8 +265,9 @@ def _stage_terms(
     a, source = hit
     out = []
     for st in stages:
-        psi, held, terms = states(st.layers, st.first, st.last)
-        acts, copies = stage_activation_bytes(a, st.layers, first=st.first, last=st.last)
+        layers, first, last = st.layers, st.first, st.last
+        psi, held, terms = states(layers, first, last)
+        acts, copies = stage_activation_bytes(a, layers, first=first, last=last)
         out.append((held, st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st, terms))
     return out, source
 
@@ -304,18 +305,18 @@ def memory_need(
     else:
         chosen = all_stages if every_stage else distinct
     rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
-    best, listed = None, []
-    kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
+    best, listed, sharding, shape = None, [], plan.sharding, mf.shape
+    kept = sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
     for st, acts, work, psi, where, (params, optimizer, grads, gathered, step_grads) in rows:
         buf = buffer_bytes(
-            sharding=plan.sharding,
+            sharding=sharding,
             psi=psi,
             precision=precision,
             tp=plan.tp,
             seq=wl.seq_len,
             dp=plan.dp,
             micro_batch=micro_batch,
-            hidden=mf.shape.hidden if mf.shape else 0,
+            hidden=shape.hidden if shape else 0,
         )
         tr = transient if where.last else 0.0
         held = [params, optimizer, buf, FRAMEWORK_OVERHEAD]
@@ -346,8 +347,7 @@ def memory_need(
             }
             for w, terms, total, psi, phase in listed
         )
-    terms, total, psi, phase = best
-    return MemoryNeed(terms, total, psi, phase, shard, cpu, source, stages)
+    return MemoryNeed.of(*best, shard, cpu, source, stages)
 
 
 def engine_key(plan: Plan) -> str:

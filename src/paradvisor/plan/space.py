@@ -9,6 +9,7 @@ KV heads and FFN width; PP the number of layers; the per-replica batch must spli
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import MISSING, fields
 
 from paradvisor.estimate.context import CP_MIN_SEQ
 from paradvisor.estimate.stages import chunk_blocks, split_problem
@@ -18,6 +19,15 @@ from paradvisor.plan.hetero import split_by_type
 from paradvisor.spec.plan import Plan, Workload
 
 MAX_MICRO_BATCH = 64
+_DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(Plan)}
+
+
+def new_plan(**given) -> Plan:
+    """Plan(**given), made without the frozen dataclass's __init__ (one object.__setattr__ per field: a third of
+    the time the search spends making its thousands of candidates); the same object, field for field."""
+    plan = object.__new__(Plan)
+    plan.__dict__.update(_DEFAULTS, **given)
+    return plan
 
 
 def divisors(n: int) -> list[int]:
@@ -141,17 +151,19 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
             if wl.global_batch % dp:
                 continue
             per_replica = wl.global_batch // dp
+            layouts = pp_layouts(mf, pp) if pp > 1 else [("1f1b", 1, "even")]
+            mbs = micro_batches(per_replica)
             for sharding in sharding_options(dp, tp, pp, multi_node):
                 for offload in offload_options(sharding):
                     if dp == 1 and sharding != "none" and offload == "none":
                         continue
                     for ckpt in ckpts:
                         for sp in [False, True] if tp > 1 else [False]:
-                            for sched, v, split in pp_layouts(mf, pp) if pp > 1 else [("1f1b", 1, "even")]:
-                                for mb in micro_batches(per_replica):
+                            for sched, v, split in layouts:
+                                for mb in mbs:
                                     if not pipeline_fits(pp, sched, per_replica // mb):
                                         continue  # schedule_ok
-                                    yield Plan(
+                                    yield new_plan(
                                         dp=dp,
                                         tp=tp,
                                         pp=pp,
@@ -198,7 +210,7 @@ def cp_candidates(
             for sharding in ("none", "fsdp") if dp * cp > 1 else ("none",):
                 for ckpt in ckpts:
                     for mb in micro_batches(per_replica):
-                        yield Plan(
+                        yield new_plan(
                             dp=dp,
                             cp=cp,
                             tp=tp,
@@ -233,7 +245,7 @@ def speed_split_candidates(
             if sharding == "hsdp":
                 continue
             for ckpt in ckpts:
-                yield Plan(
+                yield new_plan(
                     dp=world,
                     sharding=sharding,
                     micro_batch=max(batches),
@@ -281,7 +293,7 @@ def ep_candidates(
                                 for mb in micro_batches(per_replica):
                                     if not pipeline_fits(pp, sched, per_replica // mb):
                                         continue  # schedule_ok
-                                    yield Plan(
+                                    yield new_plan(
                                         dp=dp,
                                         tp=tp,
                                         pp=pp,
