@@ -707,7 +707,7 @@ def evaluate(
     }
     timing = partial(_timing, mf, topo, wl, plan, precision, need)
     if not fits:
-        return Estimate.untimed(timing, **given)
+        return Estimate.untimed(timing, given)
     return Estimate(**given, **timing())
 
 

@@ -9,25 +9,14 @@ KV heads and FFN width; PP the number of layers; the per-replica batch must spli
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import MISSING, fields
 
 from paradvisor.estimate.context import CP_MIN_SEQ
 from paradvisor.estimate.stages import chunk_blocks, split_problem
 from paradvisor.hardware.speeds import effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.hetero import split_by_type
-from paradvisor.spec.plan import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload, new_plan
 
 MAX_MICRO_BATCH = 64
-_DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(Plan)}
-
-
-def new_plan(**given) -> Plan:
-    """Plan(**given), made without the frozen dataclass's __init__ (one object.__setattr__ per field: a third of
-    the time the search spends making its thousands of candidates); the same object, field for field."""
-    plan = object.__new__(Plan)
-    plan.__dict__.update(_DEFAULTS, **given)
-    return plan
 
 
 def divisors(n: int) -> list[int]:
@@ -232,6 +221,8 @@ def speed_split_candidates(
     """001: on unlike GPUs, give each rank a share of the batch in proportion to its speed (measured by
     `paradvisor calibrate` where the cluster's GPU was calibrated, catalogue peaks otherwise); identical
     GPUs get identical batches."""
+    from paradvisor.plan.hetero import split_by_type  # noqa: PLC0415 - start-up: a cluster of one GPU type does not load it
+
     world = topo.world
     speeds = rank_speeds(topo, precision)
     for accum in divisors(wl.global_batch):
