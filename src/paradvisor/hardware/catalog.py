@@ -8,7 +8,6 @@ built-in ones and win on a name clash; each entry carries its origin and source.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tomllib
@@ -175,6 +174,8 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
     """Like find_gpu, but an unknown name is an InputError that suggests close names."""
     spec = find_gpu(name)
     if spec is None:
+        import difflib  # noqa: PLC0415 - start-up: only an unknown name loads it
+
         names = [n for n, s in gpus().items() if not s.mig_of]
         # the same model first (every size and form of an "H100"), then names that read alike
         fam = _family(name)

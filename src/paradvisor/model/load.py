@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import tomllib
 from functools import lru_cache
@@ -95,6 +94,8 @@ def is_model_path(model: str) -> bool:
 
 
 def unknown_model(model: str, *, where: str | None = None) -> InputError:
+    import difflib  # noqa: PLC0415 - start-up: only an unknown name loads it
+
     close = difflib.get_close_matches(model, builtin_names(), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return InputError(
