@@ -8,15 +8,15 @@ included); a built wheel holds copies of them (pyproject.toml's package-data).
 
 from __future__ import annotations
 
-import sys
+import importlib
 from pathlib import Path
 
 
 def package_files(package: str):
-    """importlib.resources.files(package) for one of paradvisor's (imported) packages: its folder, a Path, where
+    """importlib.resources.files(package) for one of paradvisor's packages: its folder, a Path, where
     it was imported from a folder on disk (what importlib.resources gives then too, without importing it and
     its zip support: 8 ms of a command's start); importlib.resources' own answer otherwise (a zip)."""
-    spec = sys.modules[package].__spec__
+    spec = importlib.import_module(package).__spec__
     if spec.has_location and spec.origin and Path(spec.origin).is_file():
         return Path(spec.origin).parent
     from importlib import resources  # noqa: PLC0415 - only a package in a zip needs it (8 ms of start-up)
