@@ -4,6 +4,7 @@ A Ctrl-C while the interpreter still imports paradvisor.cli (and what it imports
 never a traceback; from then on cli.main() handles it. `python -m paradvisor` goes through here too.
 """
 
+import gc
 import signal
 import sys
 
@@ -18,6 +19,10 @@ def main() -> int:
     # The command is done and has said so: a Ctrl-C while the interpreter exits changes nothing (it was killed
     # by the signal then, exit -2 with no line, though everything had been printed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Nor is there anything left for the collector: the interpreter's exit would walk every object still
+    # alive (a search's: 20-30 ms) for cycles to free just before the process ends and the system takes back
+    # its memory. Frozen, they are not walked; what refcounting frees is freed as before.
+    gc.freeze()
     return _handled(code)
 
 

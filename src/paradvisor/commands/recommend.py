@@ -135,9 +135,12 @@ def compute(args):
 
 
 def run(args) -> int:
-    from paradvisor.plan.report import to_doc
+    from paradvisor import collector
 
-    rec, ref = compute(args)
+    with collector.paused():  # the planner's modules and the search: what they make lives on
+        from paradvisor.plan.report import to_doc
+
+        rec, ref = compute(args)
     doc = to_doc(rec)
     corpus = corpus_facts(args, rec, ref)
     if corpus is not None:

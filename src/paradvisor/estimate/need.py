@@ -20,6 +20,23 @@ class MemoryNeed:
     activation_source: str  # where the activation figures came from (traced, formula, analytic)
     stages: tuple[dict, ...] | None = None  # with every_stage: each pipeline rank's total and terms
 
+    @classmethod
+    def of(cls, terms, total, psi, phase, shard, cpu, activation_source, stages) -> MemoryNeed:
+        """MemoryNeed(...) of every field, made without the frozen dataclass's __init__ (one object.__setattr__
+        per field): the search makes one per candidate; the same object, field for field."""
+        need = object.__new__(cls)
+        need.__dict__.update(
+            terms=terms,
+            total=total,
+            psi=psi,
+            phase=phase,
+            shard=shard,
+            cpu=cpu,
+            activation_source=activation_source,
+            stages=stages,
+        )
+        return need
+
     @property
     def model_states(self) -> float:
         """Parameters, gradients and optimizer state: what a rank holds across steps."""

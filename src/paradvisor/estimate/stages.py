@@ -22,7 +22,7 @@ the launcher's stage split (train/stages.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Stage:
     last: bool
     inflight: float
 
-    @property
+    @cached_property  # (frozen: the search reads it for every candidate that shares the stage)
     def layers(self) -> int:
         return sum(self.blocks)
 

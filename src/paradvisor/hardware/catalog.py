@@ -8,16 +8,15 @@ built-in ones and win on a name clash; each entry carries its origin and source.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tomllib
 from functools import lru_cache
-from importlib import resources
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.links import link, links  # noqa: F401 (the catalogue's link half: hardware/links.py)
 from paradvisor.hardware.types import GPUSpec
+from paradvisor.shipped import package_files
 from paradvisor.tomlfile import KeyLocator
 from paradvisor.units import GiB
 
@@ -29,7 +28,7 @@ def _norm(name: str) -> str:
 
 
 def _read(name: str) -> tuple[dict, str]:
-    text = resources.files("paradvisor.hardware").joinpath("data", name).read_text()
+    text = package_files("paradvisor.hardware").joinpath("data", name).read_text()
     return tomllib.loads(text), text
 
 
@@ -175,6 +174,8 @@ def gpu(name: str, *, where: str | None = None) -> GPUSpec:
     """Like find_gpu, but an unknown name is an InputError that suggests close names."""
     spec = find_gpu(name)
     if spec is None:
+        import difflib  # noqa: PLC0415 - start-up: only an unknown name loads it
+
         names = [n for n, s in gpus().items() if not s.mig_of]
         # the same model first (every size and form of an "H100"), then names that read alike
         fam = _family(name)

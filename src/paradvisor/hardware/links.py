@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import tomllib
 from functools import lru_cache
-from importlib import resources
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.types import Link
+from paradvisor.shipped import package_files
 from paradvisor.units import parse_bandwidth, parse_latency
 
 
 @lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
-    table = tomllib.loads(resources.files("paradvisor.hardware").joinpath("data", "links.toml").read_text())[
+    table = tomllib.loads(package_files("paradvisor.hardware").joinpath("data", "links.toml").read_text())[
         "link"
     ]
     return {

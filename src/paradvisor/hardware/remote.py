@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
@@ -19,6 +18,7 @@ from paradvisor.hardware.inventory import node_from_probe
 from paradvisor.hardware.types import Node
 from paradvisor.limits import MAX_HOSTS, MAX_PROBED_DEVICES
 from paradvisor.safeio import parse_json, run_capture
+from paradvisor.shipped import package_files
 from paradvisor.typed import check_instance
 
 # [user@]host[:port] where host is a DNS name / ssh-config alias, IPv4, or [IPv6].
@@ -71,7 +71,7 @@ def ssh_argv(target: str, *, timeout: float, ssh_config: str | None = None) -> l
 def _probe_source() -> str:
     """The NVML wrapper's source, then the probe's (whose __main__ block prints the JSON): one script that
     needs only the standard library (and pynvml, psutil where installed) on the remote machine."""
-    here = resources.files("paradvisor.hardware")
+    here = package_files("paradvisor.hardware")
     return here.joinpath("nvml.py").read_text() + "\n\n" + here.joinpath("probe.py").read_text() + "\n"
 
 

@@ -28,7 +28,8 @@ import re
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
-from importlib import resources
+
+from paradvisor.shipped import package_files
 
 MODES = ("fp32", "amp", "bf16")
 KERNELS = ("sdpa", "eager")
@@ -52,7 +53,7 @@ def poly(p: Mapping | None, b: float, s: float) -> float:
 def builtin_table() -> dict:
     """{model name: {"params": {...}, "activations": [regimes]}} for the built-in transformers."""
     try:
-        text = resources.files("paradvisor.model").joinpath("data", "activations.json").read_text()
+        text = package_files("paradvisor.model").joinpath("data", "activations.json").read_text()
     except FileNotFoundError:
         return {}
     doc = json.loads(text)

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import os
 from functools import lru_cache
-from importlib import resources
 
 from paradvisor.model import trace_cache
 from paradvisor.model.activations import TRACED_BLOCKS, warn_if_stale  # one stamp mechanism for traced data
 from paradvisor.model.profile import TransformerShape
 from paradvisor.model.trace import regimes_for
+from paradvisor.shipped import package_files
 
 SCHEMA = "paradvisor.formulas/1"
 # config keys that never change what is built or saved for backward
@@ -62,7 +62,7 @@ IGNORED = frozenset(
 def table() -> dict:
     """The shipped formulas ({} when missing or of another schema); the version stamp checked once."""
     try:
-        text = resources.files("paradvisor.model").joinpath("data", "formulas.json").read_text()
+        text = package_files("paradvisor.model").joinpath("data", "formulas.json").read_text()
     except FileNotFoundError:
         return {}
     doc = json.loads(text)

@@ -7,17 +7,16 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import tomllib
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.model.families import FAMILIES
 from paradvisor.model.profile import ModelProfile
 from paradvisor.model.vision import vgg_profile
+from paradvisor.shipped import package_files
 
 VISION_MODELS = ("vgg16",)  # built-in models that are not transformers (profiles from model/vision.py)
 
@@ -25,7 +24,7 @@ VISION_MODELS = ("vgg16",)  # built-in models that are not transformers (profile
 @lru_cache(maxsize=1)
 def builtin_models() -> dict:
     """{name: entry} of the built-in models (model/data/builtins.json)."""
-    return json.loads(resources.files("paradvisor.model").joinpath("data", "builtins.json").read_text())
+    return json.loads(package_files("paradvisor.model").joinpath("data", "builtins.json").read_text())
 
 
 def builtin_names() -> list[str]:
@@ -72,7 +71,7 @@ def _profile_from_family(name: str, entry: dict) -> ModelProfile:
 
 
 def _vision(name: str) -> ModelProfile:
-    spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", f"{name}.toml").read_text())
+    spec = tomllib.loads(package_files("paradvisor.model").joinpath("data", f"{name}.toml").read_text())
     return vgg_profile(spec)
 
 
@@ -95,6 +94,8 @@ def is_model_path(model: str) -> bool:
 
 
 def unknown_model(model: str, *, where: str | None = None) -> InputError:
+    import difflib  # noqa: PLC0415 - start-up: only an unknown name loads it
+
     close = difflib.get_close_matches(model, builtin_names(), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return InputError(

@@ -53,10 +53,14 @@ class Estimate:
         return self.memory_total / self.usable if self.usable else float("inf")
 
     @classmethod
-    def untimed(cls, timing, **given) -> Estimate:
-        """An estimate whose TIMED fields `timing()` gives (a dict of them) when one is first read."""
+    def untimed(cls, timing, given: dict) -> Estimate:
+        """An estimate of the fields in `given` whose TIMED fields `timing()` gives (a dict of them) when one is
+        first read."""
         e = cls.__new__(cls)
-        e.__dict__.update(_defaults(), **given, _timing=timing)
+        d = e.__dict__
+        d.update(_defaults())
+        d.update(given)
+        d["_timing"] = timing
         return e
 
     def __getattr__(self, name: str):  # only for a field not set: a TIMED one of an untimed estimate
@@ -79,8 +83,11 @@ class Estimate:
 
 def _defaults() -> dict:
     """The defaulted fields' values, fresh lists each time."""
-    return {**_STATIC, **{f.name: f.default_factory() for f in _FACTORIES}}
+    out = dict(_STATIC)
+    for name, make in _FACTORIES:
+        out[name] = make()
+    return out
 
 
-_FACTORIES = tuple(f for f in fields(Estimate) if f.default_factory is not MISSING)
+_FACTORIES = tuple((f.name, f.default_factory) for f in fields(Estimate) if f.default_factory is not MISSING)
 _STATIC = {f.name: f.default for f in fields(Estimate) if f.default is not MISSING}

@@ -38,12 +38,12 @@ from paradvisor.estimate.peak import phase_peak
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
-from paradvisor.model import families
 from paradvisor.model.activations import key_of
 from paradvisor.plan import expert_dp, mcore_terms, moe_step
 from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.plan.gpu_stage import device_and_shape, stage_time
 from paradvisor.plan.host_ram import host_memory_fits
 from paradvisor.plan.moe_terms import moe_block
 from paradvisor.plan.stage_states import shard_degree, stage_states
@@ -265,8 +265,9 @@ def _stage_terms(
     a, source = hit
     out = []
     for st in stages:
-        psi, held, terms = states(st.layers, st.first, st.last)
-        acts, copies = stage_activation_bytes(a, st.layers, first=st.first, last=st.last)
+        layers, first, last = st.layers, st.first, st.last
+        psi, held, terms = states(layers, first, last)
+        acts, copies = stage_activation_bytes(a, layers, first=first, last=last)
         out.append((held, st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st, terms))
     return out, source
 
@@ -304,18 +305,18 @@ def memory_need(
     else:
         chosen = all_stages if every_stage else distinct
     rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
-    best, listed = None, []
-    kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
+    best, listed, sharding, shape = None, [], plan.sharding, mf.shape
+    kept = sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
     for st, acts, work, psi, where, (params, optimizer, grads, gathered, step_grads) in rows:
         buf = buffer_bytes(
-            sharding=plan.sharding,
+            sharding=sharding,
             psi=psi,
             precision=precision,
             tp=plan.tp,
             seq=wl.seq_len,
             dp=plan.dp,
             micro_batch=micro_batch,
-            hidden=mf.shape.hidden if mf.shape else 0,
+            hidden=shape.hidden if shape else 0,
         )
         tr = transient if where.last else 0.0
         held = [params, optimizer, buf, FRAMEWORK_OVERHEAD]
@@ -346,8 +347,7 @@ def memory_need(
             }
             for w, terms, total, psi, phase in listed
         )
-    terms, total, psi, phase = best
-    return MemoryNeed(terms, total, psi, phase, shard, cpu, source, stages)
+    return MemoryNeed.of(*best, shard, cpu, source, stages)
 
 
 def engine_key(plan: Plan) -> str:
@@ -456,21 +456,7 @@ def gpu_stage_times(
             plan.pp_split, plan.grad_accum, plan.ep)  # fmt: skip
     if done in topo._cache:
         return topo._cache[done]
-    s = mf.shape
-    dev = steptime.Device(effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch)
-    sh = steptime.LayerShape(
-        s.hidden,
-        s.heads,
-        s.kv_heads,
-        s.head_dim,
-        mf.profile.transformer.ffn if mf.moe else s.ffn,  # a MoE model's dense layers (moe_step.stage_layer)
-        s.gated_mlp,
-        s.causal,
-        families.get(s.family).dropout,
-        s.attn_params,
-        not families.get(s.family).learned_positions,  # GPT-2, BERT: LayerNorm kernels, no rotary
-        s.mla_up_projections,
-    )
+    dev, sh = device_and_shape(mf, topo, precision, spec)
     node0 = topo.intra[0]
     worst = None
     for layers, head in {(st.layers, st.last) for st in pipeline_stages(mf, plan)}:
@@ -480,38 +466,13 @@ def gpu_stage_times(
         )  # fmt: skip
         t = topo._cache.get(key)
         if t is None:
-            t = topo._cache[key] = _gpu_time(
+            t = topo._cache[key] = stage_time(
                 mf, wl, plan, precision, micro_batch, sh, dev, node0, layers, head
             )
         if worst is None or sum(t.values()) > sum(worst.values()):
             worst = t
     topo._cache[done] = worst
     return worst
-
-
-def _gpu_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int, head: bool) -> dict:
-    """One stage's per-micro-batch seconds (estimate/steptime.py)."""
-    return steptime.micro_batch_time(
-        sh,
-        layers=layers,
-        tokens=micro_batch * wl.seq_len,
-        seq=wl.seq_len,
-        tp=plan.tp,
-        sp=plan.sequence_parallel,
-        attention=wl.attention,
-        act_bytes=act_bytes_for(precision),
-        checkpointing=plan.checkpointing,
-        dev=dev,
-        head_vocab=mf.shape.vocab if (head and mf.lm_head) else 0,
-        vocab_tp=plan.tp if mf.traits.vocab_parallel else 1,
-        tp_bw=node0.bandwidth * steptime.NVLINK_EFF,
-        tp_lat=node0.latency,
-        fused=mf.traits.fused,
-        selective=mf.traits.selective,
-        kernel=mf.traits.attention,
-        moe=moe_step.stage_layer(mf, plan, layers),
-        recompute_modules=mf.recompute_modules,
-    )
 
 
 def _gpu_classes(topo: Topology, plan: Plan) -> list[tuple]:
@@ -707,7 +668,7 @@ def evaluate(
     }
     timing = partial(_timing, mf, topo, wl, plan, precision, need)
     if not fits:
-        return Estimate.untimed(timing, **given)
+        return Estimate.untimed(timing, given)
     return Estimate(**given, **timing())
 
 

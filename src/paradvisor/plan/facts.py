@@ -6,6 +6,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from paradvisor.estimate.compute import layer_matmul_params
 from paradvisor.estimate.memory import PERSISTENCE_THRESHOLD
@@ -158,9 +159,8 @@ class ModelFacts:
         args = (p.total_params, p.largest_layer.params, block, len(blocks), first, last, replicated, lm_head)
         return cls(p, *args, nonblock, unit, persistent)
 
-    @property
-    def shape(self):
-        return self.compute_shape or self.profile.transformer
+    # the shape the estimates read (frozen: worked out once, though read several times for every candidate)
+    shape = cached_property(lambda self: self.compute_shape or self.profile.transformer)
 
     @property
     def word_params(self) -> int:

@@ -11,7 +11,7 @@ from paradvisor.hardware.types import Cluster
 from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.records import Closest, Fix, NearestFix
+from paradvisor.plan.fixes import Closest, Fix, NearestFix
 from paradvisor.plan.space import candidates
 from paradvisor.spec.capability import family_of, why_not
 from paradvisor.units import GiB

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time as _time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import bubble_fraction
@@ -16,14 +17,16 @@ from paradvisor.plan.diloco import diloco_candidates
 from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.nearest import nearest_fix
-from paradvisor.plan.records import Infeasible, NearestFix
+from paradvisor.plan.records import Infeasible
 from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.plan.unranked import layout_key, summarize_infeasible, summarize_plan_only
 from paradvisor.rules.engine import apply_rules
 from paradvisor.spec.capability import family_of, runtime_why_not, why_not
 from paradvisor.spec.plan import Plan, Workload
 from paradvisor.units import GiB, fmt_bandwidth, fmt_seconds
+
+if TYPE_CHECKING:  # (the record of what to change when nothing fits: loaded only then)
+    from paradvisor.plan.fixes import NearestFix
 
 
 @dataclass
@@ -305,7 +308,7 @@ def recommend(
     infeasible = summarize_infeasible(estimates, seen)
     if not estimates and unlaunchable:
         warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")
-    fix = None if plans or not estimates else nearest_fix(profile, cluster, wl, precision, margin, estimates)
+    fix = None if plans or not estimates else _nearest_fix(profile, cluster, wl, precision, margin, estimates)
     traced = profile.traced
     if traced is not None and traced.failures:  # counted from the code where it could be, else the formula
         warnings.append(
@@ -342,3 +345,10 @@ def best_for_runtime(
         if e.fits and (best is None or (e.score, e.memory_total) < (best.score, best.memory_total)):
             best = e
     return best
+
+
+def _nearest_fix(*args):
+    """plan/nearest.py's nearest_fix, loaded when nothing fits (start-up: a search where plans fit does not load it)."""
+    from paradvisor.plan.nearest import nearest_fix  # noqa: PLC0415 - start-up (above)
+
+    return nearest_fix(*args)

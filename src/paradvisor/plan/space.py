@@ -14,8 +14,7 @@ from paradvisor.estimate.context import CP_MIN_SEQ
 from paradvisor.estimate.stages import chunk_blocks, split_problem
 from paradvisor.hardware.speeds import effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.plan.hetero import split_by_type
-from paradvisor.spec.plan import Plan, Workload
+from paradvisor.spec.plan import Plan, Workload, new_plan
 
 MAX_MICRO_BATCH = 64
 
@@ -141,17 +140,19 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
             if wl.global_batch % dp:
                 continue
             per_replica = wl.global_batch // dp
+            layouts = pp_layouts(mf, pp) if pp > 1 else [("1f1b", 1, "even")]
+            mbs = micro_batches(per_replica)
             for sharding in sharding_options(dp, tp, pp, multi_node):
                 for offload in offload_options(sharding):
                     if dp == 1 and sharding != "none" and offload == "none":
                         continue
                     for ckpt in ckpts:
                         for sp in [False, True] if tp > 1 else [False]:
-                            for sched, v, split in pp_layouts(mf, pp) if pp > 1 else [("1f1b", 1, "even")]:
-                                for mb in micro_batches(per_replica):
+                            for sched, v, split in layouts:
+                                for mb in mbs:
                                     if not pipeline_fits(pp, sched, per_replica // mb):
                                         continue  # schedule_ok
-                                    yield Plan(
+                                    yield new_plan(
                                         dp=dp,
                                         tp=tp,
                                         pp=pp,
@@ -198,7 +199,7 @@ def cp_candidates(
             for sharding in ("none", "fsdp") if dp * cp > 1 else ("none",):
                 for ckpt in ckpts:
                     for mb in micro_batches(per_replica):
-                        yield Plan(
+                        yield new_plan(
                             dp=dp,
                             cp=cp,
                             tp=tp,
@@ -220,6 +221,8 @@ def speed_split_candidates(
     """001: on unlike GPUs, give each rank a share of the batch in proportion to its speed (measured by
     `paradvisor calibrate` where the cluster's GPU was calibrated, catalogue peaks otherwise); identical
     GPUs get identical batches."""
+    from paradvisor.plan.hetero import split_by_type  # noqa: PLC0415 - start-up: a cluster of one GPU type does not load it
+
     world = topo.world
     speeds = rank_speeds(topo, precision)
     for accum in divisors(wl.global_batch):
@@ -233,7 +236,7 @@ def speed_split_candidates(
             if sharding == "hsdp":
                 continue
             for ckpt in ckpts:
-                yield Plan(
+                yield new_plan(
                     dp=world,
                     sharding=sharding,
                     micro_batch=max(batches),
@@ -281,7 +284,7 @@ def ep_candidates(
                                 for mb in micro_batches(per_replica):
                                     if not pipeline_fits(pp, sched, per_replica // mb):
                                         continue  # schedule_ok
-                                    yield Plan(
+                                    yield new_plan(
                                         dp=dp,
                                         tp=tp,
                                         pp=pp,

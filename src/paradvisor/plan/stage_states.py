@@ -5,6 +5,8 @@ over how many ranks they are sharded, and per stage of the pipeline, kept in the
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from paradvisor.estimate import moe
 from paradvisor.estimate.engine_memory import megatron_states
 from paradvisor.estimate.memory import model_state_bytes, zero_grad_elements
@@ -43,7 +45,7 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
             root = (mf.first_params if first else 0) + (mf.last_params if last else 0) if mf.shape else 0
         grad_elements = None
         if plan.sharding in ("zero1", "zero2") and plan.tp == 1 and plan.pp == 1 and mf.profile.tensor_order:
-            grad_elements = zero_grad_elements(mf.profile.tensor_order, shard)
+            grad_elements = _zero_grads(tuple(mf.profile.tensor_order), shard)
         return plan_states(
             plan,
             precision,
@@ -56,6 +58,13 @@ def _state_fn(mf: ModelFacts, plan: Plan, precision: str, shard: int):
         )
 
     return states
+
+
+@lru_cache(maxsize=16)
+def _zero_grads(order: tuple[int, ...], n: int) -> int:
+    """estimate/memory.zero_grad_elements, once per tensor order and rank count (ZeRO-1 and ZeRO-2, each with and
+    without offload, ask the same)."""
+    return zero_grad_elements(order, n)
 
 
 def stage_states(mf: ModelFacts, topo: Topology, plan: Plan, precision: str, shard: int):

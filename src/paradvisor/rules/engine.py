@@ -10,12 +10,13 @@ fired but not applied, with why. Every firing is recorded on the plan with the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
 from paradvisor.rules.vocabulary import PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
+from paradvisor.spec.plan import changed_plan
 from paradvisor.typed import document
 
 
@@ -259,7 +260,7 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
             record(rule, facts, "plan", outside)
             continue
         if rule.effect == "set" and reevaluate is not None:
-            changed = replace(e.plan, **rule.settings)
+            changed = changed_plan(e.plan, **rule.settings)
             new = reevaluate(changed) if changed != e.plan else None
             if new is not None:  # None: the changed plan is outside the space the launcher runs
                 new.rules = list(e.rules)

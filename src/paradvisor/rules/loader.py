@@ -26,7 +26,6 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -34,7 +33,7 @@ from paradvisor.limits import MAX_RULE_FILES, MAX_RULES
 from paradvisor.rules.evidence import check
 from paradvisor.rules.expr import Compiled, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import PLAN_FACTS, STRATEGY_VALUES, TYPES
-from paradvisor.shipped import rules_dir
+from paradvisor.shipped import package_files, rules_dir
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import printable
 
@@ -290,7 +289,7 @@ def load_rule_sets(extra_dirs: list[str] | None = None) -> list[Rule]:
 @lru_cache(maxsize=1)
 def papers() -> dict[str, dict]:
     """The cited papers by id (rules/data/papers.toml), each with its file name, title and authors."""
-    doc = tomllib.loads(resources.files("paradvisor.rules").joinpath("data", "papers.toml").read_text())
+    doc = tomllib.loads(package_files("paradvisor.rules").joinpath("data", "papers.toml").read_text())
     return doc["paper"]
 
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import gzip
 import random
-from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.safeio import read_bytes
+from paradvisor.shipped import package_files
 
 
 def shipped_reviews() -> list[tuple[str, int]]:
     raw = gzip.decompress(
-        resources.files("paradvisor").joinpath("data", "reviews.tsv.gz").read_bytes()
+        package_files("paradvisor").joinpath("data", "reviews.tsv.gz").read_bytes()
     ).decode()
     out = []
     for line in raw.splitlines():
@@ -27,7 +27,7 @@ def shipped_reviews() -> list[tuple[str, int]]:
 
 def shipped_corpus() -> str:
     return gzip.decompress(
-        resources.files("paradvisor").joinpath("data", "corpus.txt.gz").read_bytes()
+        package_files("paradvisor").joinpath("data", "corpus.txt.gz").read_bytes()
     ).decode()
 
 

@@ -15,7 +15,6 @@ import math
 import tomllib
 from dataclasses import replace
 from dataclasses import replace as _replace
-from importlib import resources
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -26,6 +25,7 @@ from paradvisor.model.families import FAMILIES, resolve_attention
 from paradvisor.model.load import builtin_config, builtin_models, is_model_path, load_profile, unknown_model
 from paradvisor.model.profile import ModelProfile
 from paradvisor.model.vision import vgg_profile
+from paradvisor.shipped import package_files
 
 
 def _check_override(key: str, value, base, where: str) -> None:
@@ -88,7 +88,7 @@ GENERIC_CONFIG_KEYS = frozenset(
 def family_config_keys() -> dict[str, frozenset]:
     """{model type: the keys its transformers configuration class has}, stored (model/data/config_keys.json,
     from scripts/config_keys.py) so that no transformers import is needed to check an override."""
-    doc = json.loads(resources.files("paradvisor.model").joinpath("data", "config_keys.json").read_text())
+    doc = json.loads(package_files("paradvisor.model").joinpath("data", "config_keys.json").read_text())
     warn_if_stale(doc, "model/data/config_keys.json")
     return {k: frozenset(v) for k, v in doc["families"].items()}
 
@@ -115,7 +115,7 @@ def resolved_config(preset) -> tuple[str, dict]:
     over = dict(preset.train.model_overrides)
     where = f"{preset.path or 'preset'}: train.model_overrides"
     if name == "vgg16":
-        spec = tomllib.loads(resources.files("paradvisor.model").joinpath("data", "vgg16.toml").read_text())
+        spec = tomllib.loads(package_files("paradvisor.model").joinpath("data", "vgg16.toml").read_text())
         for k, v in over.items():
             _check_known(k, spec, where)
             _check_override(k, v, spec.get(k), where)

@@ -1,0 +1,62 @@
+"""What plan/evaluate.py's gpu_stage_times hands the operation-level GPU model (estimate/steptime.py): the device and
+the layer shape of a GPU type (one per request, kept in the topology's cache) and one stage's per-micro-batch
+seconds."""
+
+from __future__ import annotations
+
+from paradvisor.estimate import steptime
+from paradvisor.estimate.memory import act_bytes_for
+from paradvisor.hardware.speeds import effective_peak
+from paradvisor.model import families
+from paradvisor.plan import moe_step
+from paradvisor.plan.facts import ModelFacts, Topology
+
+
+def device_and_shape(mf: ModelFacts, topo: Topology, precision: str, spec) -> tuple:
+    """(the device, the layer shape) the operation-level model times for this GPU type: one per request."""
+    key = ("gpu-shapes", spec.name, precision, id(mf))
+    hit = topo._cache.get(key)
+    if hit is not None:
+        return hit
+    s = mf.shape
+    dev = steptime.Device(effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch)
+    sh = steptime.LayerShape(
+        s.hidden,
+        s.heads,
+        s.kv_heads,
+        s.head_dim,
+        mf.profile.transformer.ffn if mf.moe else s.ffn,  # a MoE model's dense layers (moe_step.stage_layer)
+        s.gated_mlp,
+        s.causal,
+        families.get(s.family).dropout,
+        s.attn_params,
+        not families.get(s.family).learned_positions,  # GPT-2, BERT: LayerNorm kernels, no rotary
+        s.mla_up_projections,
+    )
+    topo._cache[key] = (dev, sh)
+    return dev, sh
+
+
+def stage_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int, head: bool) -> dict:
+    """One stage's per-micro-batch seconds (estimate/steptime.py)."""
+    return steptime.micro_batch_time(
+        sh,
+        layers=layers,
+        tokens=micro_batch * wl.seq_len,
+        seq=wl.seq_len,
+        tp=plan.tp,
+        sp=plan.sequence_parallel,
+        attention=wl.attention,
+        act_bytes=act_bytes_for(precision),
+        checkpointing=plan.checkpointing,
+        dev=dev,
+        head_vocab=mf.shape.vocab if (head and mf.lm_head) else 0,
+        vocab_tp=plan.tp if mf.traits.vocab_parallel else 1,
+        tp_bw=node0.bandwidth * steptime.NVLINK_EFF,
+        tp_lat=node0.latency,
+        fused=mf.traits.fused,
+        selective=mf.traits.selective,
+        kernel=mf.traits.attention,
+        moe=moe_step.stage_layer(mf, plan, layers),
+        recompute_modules=mf.recompute_modules,
+    )
