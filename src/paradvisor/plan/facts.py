@@ -79,6 +79,7 @@ class EngineTraits:
     fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes;
     selective: str = "attention-core"  # attention: the flash kernel SDPA runs (estimate/steptime.FLASH_PEAK)
     attention: str = "flash"
+    block_memory: str = "traced"  # saved tensors: "traced" (its code), "mcore" (mcore_terms)
 
 
 # "torch": paradvisor's launcher (Hugging Face models run eagerly: elementwise ops one by one, docs/accuracy.md).
@@ -86,15 +87,14 @@ class EngineTraits:
 # embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
 # elementwise ops (fused in -compile); per-op SAC; F.scaled_dot_product_attention on the torch of 2024-12 runs its
 # FlashAttention-2 kernel on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; torchtitan enabled it in #1000,
-# 2025-03). "llama3": Dubey et al. 2024 §3.3.2 (FSDP not resharded after forward, vocab over TP, fused blocks).
-# "mcore": Megatron-Core in Megatron-Bridge (2025), gradient reduce overlapped.
+# 2025-03). "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core in Megatron-Bridge (2025).
 ENGINES = {
     "torch": EngineTraits(False, False, True, True, False),
     "megatron": EngineTraits(True, True, False, False),
     "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm", "fa2"),
     "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
-    "llama3": EngineTraits(False, True, True, False),
-    "mcore": EngineTraits(True, True, True, False),
+    "llama3": EngineTraits(False, True, True, False, block_memory="mcore"),
+    "mcore": EngineTraits(True, True, True, False, block_memory="mcore"),
 }
 
 

@@ -1,10 +1,10 @@
 """Megatron-Core's way of holding a model, for the "mcore" engine (plan.facts.ENGINES): its activations
 with per-module recompute and Transformer Engine's fused cross-entropy (estimate/mcore_memory.py), and
 the distributed optimizer's gradient buffer. Used by plan.evaluate where the engine is "mcore"; the blocks'
-activations also for the other engines in FUSED_BLOCKS (their head and loss stay their own: TE's fused
-cross-entropy is Megatron-Bridge's). "llama3" is one: Meta's code is not public, and Hugging Face's eager
-block (fp32 norm copies, rotary copies, traced) would need ~106 GiB of 80 on the 405B run the paper
-trained "without activation checkpointing" (docs/accuracy.md)."""
+activations for every engine whose traits say `block_memory = "mcore"` (plan/facts.py ENGINES: their head and
+loss stay their own, TE's fused cross-entropy is Megatron-Bridge's). "llama3" is one: Meta's code is not
+public, and Hugging Face's eager block (fp32 norm copies, rotary copies, traced) would need ~106 GiB of 80 on
+the 405B run the paper trained "without activation checkpointing" (docs/accuracy.md)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,10 @@ from paradvisor.spec.plan import Plan, Workload
 # Megatron-Bridge's performance scripts reduce gradients in bf16 (`cfg.ddp.grad_reduce_in_fp32 = False` in
 # scripts/performance/configs/{gpt_oss,deepseek,qwen3}/*_llm_pretrain.py, v0.2.x): a 2-byte gradient buffer
 GRAD_BUFFER_BYTES = 2
-FUSED_BLOCKS = ("mcore", "llama3")  # engines whose blocks keep what Megatron-Core's fused block keeps
 
 
 def applies(mf: ModelFacts, plan: Plan) -> bool:
-    return mf.engine in FUSED_BLOCKS and mf.shape is not None and plan.checkpointing != "full"
+    return mf.traits.block_memory == "mcore" and mf.shape is not None and plan.checkpointing != "full"
 
 
 def activation_terms(
