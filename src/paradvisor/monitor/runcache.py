@@ -140,9 +140,8 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
         if st["schema"] != SCHEMA or st["code"] != _code() or st["inputs"] != sigs:
             return None
         entry = Entry(str(run_dir), st["rendered"], st["sample_times"], st["lineage"], st["row"])
-        if st["path"] != str(run_dir) and not _relisted(entry, st["path"]):
-            return None
-    except (InputError, ValueError, KeyError, TypeError, RecursionError, AttributeError):
+        kept_under = st["path"]
+    except (InputError, ValueError, KeyError, TypeError, RecursionError):
         return None
     ok = (
         isinstance(entry.rendered, str)
@@ -150,8 +149,11 @@ def load(run_dir: Path, sigs: dict) -> Entry | None:
         and isinstance(entry.row, dict)
         and isinstance(entry.sample_times, list)
         and all(isinstance(t, float) and math.isfinite(t) for t in entry.sample_times)
+        and isinstance(kept_under, str)
     )
-    return entry if ok else None
+    if not ok:
+        return None
+    return entry if kept_under == entry.run_dir or _relisted(entry, kept_under) else None
 
 
 def _relisted(entry: Entry, kept_under: str) -> bool:
