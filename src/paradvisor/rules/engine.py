@@ -266,9 +266,8 @@ def _judge_plan(judge: _PlanRules, e, base: dict, outside_request: dict, record,
                 new.rules = list(e.rules)
                 new.notes = list(e.notes)
                 new.rule_factor = e.rule_factor  # the rules applied before keep their factors
-                if (
-                    e.rule_factor != 1.0
-                ):  # (x1 changes nothing, and would work out an untimed estimate's time)
+                # x1 changes nothing (and would work out an untimed estimate's time)
+                if e.rule_factor != 1.0:
                     new.score *= e.rule_factor
                 e = new
                 facts = Facts(base, e)
