@@ -165,3 +165,25 @@ def test_the_command_line_says_it_in_one_line(tmp_path, model, cli):
     path = preset(tmp_path / "p.toml", model, nofield, plan={"dp": 1, "micro_batch": 4}, nproc=1)
     proc = cli("launch", "--preset", str(path), "--dry-run")
     assert_one_line_error(proc, "nofield.jsonl: line 1", "no field 'text'")
+
+
+def test_the_checks_run_once_per_launch_and_again_when_what_they_read_changes(tmp_path, model, monkeypatch):
+    """The launch command checks, sets the checkpoint interval, and the runner validates again: the second check
+    of the same data and weights is a no-op (it was a child importing the trainer, seconds per launch); a
+    change the checks read (the sequence length, a corpus file) checks again."""
+    from dataclasses import replace
+
+    from paradvisor.launch import trainer_check
+
+    data = write_corpus(tmp_path / "d.jsonl", 30)
+    p = files_preset(tmp_path, model, data)
+    ran = []
+    monkeypatch.setattr(trainer_check, "_in_child", lambda preset, **kw: ran.append("child"))
+    validate(p, reach=False, trainer_checks=lambda preset: ran.append("here"))
+    validate(replace(p, train=replace(p.train, checkpoint_every=7, keep_checkpoints=1)), reach=False)
+    assert ran == ["here"]
+    validate(replace(p, workload=replace(p.workload, seq_len=p.workload.seq_len // 2)), reach=False)
+    assert ran == ["here", "child"]
+    os.utime(data, ns=(1, 1))  # the same corpus path, another file
+    validate(p, reach=False)
+    assert ran == ["here", "child", "child"]
