@@ -38,13 +38,15 @@ def pa(*args, timeout=300):
     )
 
 
-CALIBRATED = ("ddp", "tp", "zero1")
+CALIBRATED = ("ddp",)
 
 
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
     out = tmp_path_factory.mktemp("cal") / "cal.json"
-    # the engines of the validate cases below (every engine: `paradvisor calibrate --quick`, a minute more)
+    # one engine: an engine's fit is measured the same way for every engine (each timed in the same 2-process
+    # run), and the validate cases below hold memory to the byte, the step time only to being predicted and
+    # measured; the engines without a fit use the uncalibrated default (every engine: `calibrate --quick`)
     proc = pa("calibrate", "--quick", "--engines", ",".join(CALIBRATED), "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
