@@ -5,11 +5,14 @@ package and checks that `lint-imports` says so (exit 1, naming the contract and 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -102,6 +105,29 @@ def test_the_preflight_and_a_dry_run_import_no_torch():
         [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
     assert res.stdout.strip() == "False", res.stdout + res.stderr[-2000:]
+
+
+def test_a_dry_run_of_the_users_corpus_estimates_its_tokens_without_torch(tmp_path):
+    """The corpus's tokens per epoch come from its tokenizer.json through `tokenizers` (train/corpus.py): the dry
+    run of a user's model folder and JSON Lines corpus imports no torch (the trainer's checks of the data run
+    in a child), and the estimate is the one transformers' own tokenizer gives."""
+    from paradvisor.spec.corpus import corpus_spec
+    from paradvisor.spec.preset import load_preset
+    from paradvisor.train import corpus
+    from tests.support.userdata import preset, write_corpus, write_model_folder
+
+    model = write_model_folder(tmp_path / "model")
+    data = write_corpus(tmp_path / "data.jsonl", 60)
+    p = preset(tmp_path / "user.toml", model, data, plan={"dp": 1, "micro_batch": 4}, nproc=1)
+    code, heavy, torchruns = _light(
+        "launch", "--preset", str(p), "--runs-dir", str(tmp_path / "runs"), "--dry-run"
+    )
+    assert code == "0" and heavy == "none" and int(torchruns) >= 1
+    spec = corpus_spec(load_preset(p))
+    tok = corpus.load_tokenizer(str(model), "t")  # transformers' tokenizer, as the tokenizing does
+    docs = [json.loads(line)["text"] for line in data.read_text().splitlines()]
+    want = sum(len(ids) + 1 for ids in tok(docs, add_special_tokens=False)["input_ids"]) / data.stat().st_size
+    assert corpus.tokens_per_byte(spec) == pytest.approx(want, rel=1e-9)
 
 
 def _ruff_imports(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -304,7 +304,6 @@ def tokens_per_byte(spec: CorpusSpec, sample: int = 1 << 20) -> float:
     fmt = format_of(f)
     if fmt not in ("json", "text") or f.suffix.lower() == ".json":
         return 0.25
-    tok = load_tokenizer(spec.tokenizer, "train.tokenizer")
     with open(f, "rb") as fh:
         raw = fh.read(sample)
     raw = raw[: raw.rfind(b"\n") + 1] or raw
@@ -320,8 +319,30 @@ def tokens_per_byte(spec: CorpusSpec, sample: int = 1 << 20) -> float:
         docs = [d for d in text.split("\n\n") if d]
     if not docs:
         return 0.25
-    n = sum(len(ids) + 1 for ids in tok(docs, add_special_tokens=False)["input_ids"])
+    n = sum(count + 1 for count in _token_counts(spec.tokenizer, docs))
     return n / max(1, len(raw))
+
+
+def _token_counts(source: str, docs: list[str]) -> list[int]:
+    """Each document's tokens, special tokens left out. From the folder's tokenizer.json (or that file given
+    alone) the `tokenizers` library counts them: the backend transformers' fast tokenizer runs, without
+    transformers, whose import loads torch (seconds): a dry run, `recommend --data-path` and the TUI's
+    confirmation stay torch-free. It is an estimate (the exact count comes from tokenizing), so a tokenizer
+    class's own adjustments at load (a prefix space, say) may move it by a token a document. A folder without
+    tokenizer.json, or one `tokenizers` cannot read, goes through transformers (which names a broken one)."""
+    p = Path(source).expanduser()
+    file = p if p.is_file() else p / "tokenizer.json"
+    if file.is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            tok = Tokenizer.from_file(str(file))
+        except Exception:  # noqa: BLE001, S110 - any unreadable file: transformers' loader below names it
+            pass
+        else:
+            return [len(e.ids) for e in tok.encode_batch(docs, add_special_tokens=False)]
+    tok = load_tokenizer(source, "train.tokenizer")
+    return [len(ids) for ids in tok(docs, add_special_tokens=False)["input_ids"]]
 
 
 def epoch_facts(preset, step_time_s: float | None = None) -> dict | None:
