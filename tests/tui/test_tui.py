@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 
 import pytest
@@ -48,8 +47,15 @@ def test_whole_flow(tmp_path):
     CPU preset and watch it finish, then stop a second run and see it cancelled."""
     presets = tmp_path / "presets"
     presets.mkdir()
-    shutil.copy(REPO / "presets" / "tiny-cpu-smoke.toml", presets)
-    long = (REPO / "presets" / "tiny-cpu-smoke.toml").read_text().replace("steps = 10", "steps = 100000")
+    one = (  # one rank: the flow, not the ranks, is what this test is about (rank rows: test_rank_rows_...)
+        (REPO / "presets" / "tiny-cpu-smoke.toml")
+        .read_text()
+        .replace("nproc_per_node = 2", "nproc_per_node = 1")
+        .replace("dp = 2\n", "dp = 1\n")
+        .replace("micro_batch = 4", "micro_batch = 8")
+    )
+    (presets / "tiny-cpu-smoke.toml").write_text(one)
+    long = one.replace("steps = 10", "steps = 100000")
     (presets / "long-run.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long-run"'))
 
     async def flow():
