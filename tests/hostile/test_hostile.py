@@ -29,7 +29,7 @@ import tomli_w
 
 from paradvisor.errors import InputError
 from tests.conftest import REPO, assert_one_line_error, run_cli
-from tests.support.runs import SMOKE, launch_argv, start_long_run, variant, wait_gone
+from tests.support.runs import ONE_RANK, SMOKE, launch_argv, start_long_run, variant, wait_gone
 
 ESC = "\x1b"
 
@@ -316,7 +316,7 @@ def test_files_in_an_existing_run_dir_are_private_under_a_permissive_umask(tmp_p
     os.chmod(
         run_dir, 0o770
     )  # group-writable: claimed and made 0700 (world-writable is refused: tests/hostile)
-    p = variant(tmp_path, "private", train={"steps": 2})
+    p = variant(tmp_path, "private", train={"steps": 2}, **ONE_RANK)
     proc = subprocess.run(
         [
             "sh",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, REPO, assert_one_line_error, run_cli
-from tests.support.runs import STACKS_ON_ABORT, finish, launch_argv, variant
+from tests.support.runs import ONE_RANK, STACKS_ON_ABORT, finish, launch_argv, variant
 
 CLUSTER = str(EXAMPLES / "h100-8x-nvlink.toml")
 SMOKE = str(REPO / "presets" / "tiny-cpu-smoke.toml")
@@ -181,7 +181,7 @@ def test_ctrl_c_during_a_launch_start_leaves_no_folder_without_a_status(tmp_path
     ends with a status that `runs` shows, the launcher exits 130 (or 1/0 when the run ended first)."""
     for i, delay in enumerate((0.0, 0.05, 0.2)):
         runs = tmp_path / f"runs-{i}"
-        p = variant(tmp_path, f"int{i}", train={"steps": 100000})
+        p = variant(tmp_path, f"int{i}", train={"steps": 100000}, **ONE_RANK)
         proc = subprocess.Popen(
             launch_argv(p, runs),
             stdout=subprocess.DEVNULL,

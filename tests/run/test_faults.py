@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import REPO, assert_one_line_error, run_cli
 from tests.support.matrix import full_matrix
 from tests.support.runs import (
+    ONE_RANK,
     STACKS_ON_ABORT,
     assert_intact,
     finish,
@@ -220,7 +221,7 @@ def test_a_launcher_killed_outright_leaves_no_rank_and_reads_interrupted(tmp_pat
 def test_two_launches_at_once_keep_their_own_directories_and_ports(tmp_path):
     runs = tmp_path / "runs"
     # one rank each: what two launches share or not (run directory, rendezvous port) is the launcher's
-    one = variant(tmp_path, "one-rank", plan={"dp": 1, "micro_batch": 8}, launch={"nproc_per_node": 1})
+    one = variant(tmp_path, "one-rank", **ONE_RANK)
     argv = launch_argv(one, runs, "--steps", "6")
     a = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     b = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))

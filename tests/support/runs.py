@@ -38,6 +38,11 @@ STEP_FIELDS = {
 }
 
 
+# variant()'s plan and launch keys for one rank (the smoke preset's global batch of 8 on one process): for the tests
+# whose subject is not the ranks, a rank start (torch and its compiler stack: seconds of CPU) fewer
+ONE_RANK = {"plan": {"dp": 1, "micro_batch": 8}, "launch": {"nproc_per_node": 1}}
+
+
 def variant(
     tmp_path: Path,
     name: str,
