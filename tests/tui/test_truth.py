@@ -305,10 +305,12 @@ def test_u_resumes_the_failed_run_on_the_monitor_tab_from_its_checkpoint(tmp_pat
     """A run that failed after its step-2 checkpoint, opened on the Monitor tab: `u` starts its continuation
     from that checkpoint in a new run directory, whose status names the parent and the step (as
     `paradvisor launch --resume` does)."""
-    from tests.support.runs import launch, variant
+    from tests.support.runs import ONE_RANK, launch, variant
 
-    p = variant(tmp_path, "resumable", train={"steps": 4, "checkpoint_every": 2, "checkpoint_async": False})
-    proc, parent = launch(p, tmp_path / "runs", env={"PARADVISOR_FAULT": "rank=1,step=3,kind=exit"})
+    # one rank: the TUI's resume is under test (a failed rank among several: tests/run/test_resume.py)
+    train = {"steps": 4, "checkpoint_every": 2, "checkpoint_async": False}
+    p = variant(tmp_path, "resumable", train=train, **ONE_RANK)
+    proc, parent = launch(p, tmp_path / "runs", env={"PARADVISOR_FAULT": "rank=0,step=3,kind=exit"})
     assert proc.returncode == 1, proc.stderr[-2000:]
 
     async def flow():
