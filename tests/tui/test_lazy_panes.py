@@ -139,3 +139,34 @@ def test_a_tables_cells_are_rendered_once_when_it_first_shows(tmp_path, monkeypa
                 assert cells and len(cells) == len(set(cells)), f"{table}: cells rendered twice"
 
     asyncio.run(flow())
+
+
+def test_the_footer_is_composed_again_only_when_its_keys_change(tmp_path, monkeypatch):
+    """A refresh of the bindings that leaves the footer's keys as they are does not rebuild its key widgets;
+    one that changes them does (the Plans tab shows "Not fitting")."""
+    from paradvisor.tui.widgets import SteadyFooter
+
+    recomposed = []
+    real = SteadyFooter.recompose
+
+    async def spy(self):
+        recomposed.append(self.screen)
+        return await real(self)
+
+    monkeypatch.setattr(SteadyFooter, "recompose", spy)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            await pilot.pause(0.3)
+            recomposed.clear()
+            app.refresh_bindings()
+            await pilot.pause(0.2)
+            assert recomposed == []
+            await pilot.press("2")
+            await until(pilot, lambda: "Not fitting" in [k.description for k in app.query("FooterKey")])
+            await pilot.pause(0.3)
+            assert len(recomposed) == 1
+
+    asyncio.run(flow())
