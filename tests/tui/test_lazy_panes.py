@@ -176,11 +176,22 @@ def test_the_plans_tabs_first_paint_is_the_table_then_its_stages(tmp_path):
 
 def test_the_footer_is_composed_again_only_when_its_keys_change(tmp_path, monkeypatch):
     """A refresh of the bindings that leaves the footer's keys as they are does not rebuild its key widgets;
-    one that changes them does (the Plans tab shows "Not fitting")."""
+    one that changes them does (the Plans tab shows "Not fitting"), each new key composed with the footer's
+    `compact` (not restyled as it flips from FooterKey's default to the footer's value)."""
+    from textual.css.stylesheet import Stylesheet
+
     from paradvisor.tui.widgets import SteadyFooter
 
-    recomposed = []
+    recomposed, restyled = [], []
     real = SteadyFooter.recompose
+    real_update = Stylesheet.update_nodes
+
+    def update_spy(self, nodes, animate=False):
+        nodes = list(nodes)
+        restyled.extend(type(n).__name__ for n in nodes)
+        return real_update(self, nodes, animate=animate)
+
+    monkeypatch.setattr(Stylesheet, "update_nodes", update_spy)
 
     async def spy(self):
         recomposed.append(self.screen)
@@ -194,12 +205,14 @@ def test_the_footer_is_composed_again_only_when_its_keys_change(tmp_path, monkey
             await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
             await pilot.pause(0.3)
             recomposed.clear()
+            restyled.clear()
             app.refresh_bindings()
             await pilot.pause(0.2)
             assert recomposed == []
             await pilot.press("2")
             await until(pilot, lambda: "Not fitting" in [k.description for k in app.query("FooterKey")])
             await pilot.pause(0.3)
-            assert len(recomposed) == 1
+            # one: the palette's key (not bound to the footer's `compact`: it keeps FooterKey's default)
+            assert len(recomposed) == 1 and restyled.count("FooterKey") == 1
 
     asyncio.run(flow())
