@@ -9,6 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
+from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 from textual.widgets._footer import FooterKey  # not exported by textual.widgets
 
@@ -236,7 +237,7 @@ class SteadyFooter(Footer):
                     key.set_class(self.compact, "-compact", update=False)
             yield widget
 
-    def bindings_changed(self, screen) -> None:
+    def bindings_changed(self, screen: Screen) -> None:
         """Footer's own (ready; recompose after the next refresh, if the app has focus and it is this screen's),
         but the recompose only if the keys differ from the ones shown."""
         self._bindings_ready = True
