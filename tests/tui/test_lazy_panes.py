@@ -139,3 +139,80 @@ def test_a_tables_cells_are_rendered_once_when_it_first_shows(tmp_path, monkeypa
                 assert cells and len(cells) == len(set(cells)), f"{table}: cells rendered twice"
 
     asyncio.run(flow())
+
+
+def test_the_plans_tabs_first_paint_is_the_table_then_its_stages(tmp_path):
+    """The Plans tab's first show paints its table, the workload boxes and the plan's panels kept hidden in their
+    room (panes/later.py STAGES); each stage is then shown a paint after the one before, and stays shown."""
+    stages = [("#workload-row", "#workload", "#profile"), ("#memory-bar", "#plan-info")]
+
+    def hidden(app, stage):
+        return [app.query_one(s).styles.get_rule("visibility") == "hidden" for s in stage]
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            assert all(hidden(app, stages[0]) + hidden(app, stages[1]))
+            painted: list[set] = []  # what each layout and paint from now on showed
+
+            def layout(screen) -> None:
+                painted.append(set(screen._compositor.visible_widgets))
+
+            app.screen.screen_layout_refresh_signal.subscribe(app, layout, immediate=True)
+            await pilot.press("2")
+            await until(pilot, lambda: not any(hidden(app, stages[0]) + hidden(app, stages[1])))
+            await pilot.pause(0.2)
+            shown = app.screen._compositor.visible_widgets
+            assert {
+                app.query_one(s) for s in ("#seq-len", "#workload", "#memory-bar", "#plan-reason")
+            } <= set(shown)
+            await pilot.press("1", "2")  # shown again: all at once, nothing hidden
+            await pilot.pause(0.2)
+            assert not any(hidden(app, stages[0]) + hidden(app, stages[1]))
+
+    asyncio.run(flow())
+
+
+def test_the_footer_is_composed_again_only_when_its_keys_change(tmp_path, monkeypatch):
+    """A refresh of the bindings that leaves the footer's keys as they are does not rebuild its key widgets;
+    one that changes them does (the Plans tab shows "Not fitting"), each new key composed with the footer's
+    `compact` (not restyled as it flips from FooterKey's default to the footer's value)."""
+    from textual.css.stylesheet import Stylesheet
+
+    from paradvisor.tui.widgets import SteadyFooter
+
+    recomposed, restyled = [], []
+    real = SteadyFooter.recompose
+    real_update = Stylesheet.update_nodes
+
+    def update_spy(self, nodes, animate=False):
+        nodes = list(nodes)
+        restyled.extend(type(n).__name__ for n in nodes)
+        return real_update(self, nodes, animate=animate)
+
+    monkeypatch.setattr(Stylesheet, "update_nodes", update_spy)
+
+    async def spy(self):
+        recomposed.append(self.screen)
+        return await real(self)
+
+    monkeypatch.setattr(SteadyFooter, "recompose", spy)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            await pilot.pause(0.3)
+            recomposed.clear()
+            restyled.clear()
+            app.refresh_bindings()
+            await pilot.pause(0.2)
+            assert recomposed == []
+            await pilot.press("2")
+            await until(pilot, lambda: "Not fitting" in [k.description for k in app.query("FooterKey")])
+            await pilot.pause(0.3)
+            # one: the palette's key (not bound to the footer's `compact`: it keeps FooterKey's default)
+            assert len(recomposed) == 1 and restyled.count("FooterKey") == 1
+
+    asyncio.run(flow())

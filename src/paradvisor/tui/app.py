@@ -18,7 +18,7 @@ from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, TabbedContent
+from textual.widgets import Header, Input, TabbedContent
 
 from paradvisor.errors import InputError
 
@@ -36,6 +36,7 @@ from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.runs import RunControl
 from paradvisor.tui.screens import EditPlanScreen, HelpScreen
 from paradvisor.tui.startup import freeze_startup_objects, with_breakpoint_classes
+from paradvisor.tui.widgets import SteadyFooter
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
 
@@ -125,7 +126,7 @@ class ParadvisorApp(RunControl, App):
             yield PlansPane(model=self.model_arg)
             yield LaunchPane(presets_dir=self.presets_dir, runs_dir=self.runs_dir)
             yield MonitorPane(open_run=self.open_run)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.theme = "textual-dark"

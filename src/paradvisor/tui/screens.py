@@ -11,7 +11,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Markdown, Static
+from textual.widgets import Button, Input, Markdown, Static
 
 from paradvisor.errors import InputError
 from paradvisor.launch.argv import node_commands
@@ -21,6 +21,7 @@ from paradvisor.plan.search import explain
 from paradvisor.spec.preset import plan_keys
 from paradvisor.train.corpus import epoch_facts, epoch_line
 from paradvisor.tui.text import escape
+from paradvisor.tui.widgets import SteadyFooter
 from paradvisor.units import GiB, fmt_bytes, fmt_seconds, half_up
 
 
@@ -152,7 +153,7 @@ class ScrollingModal(Window):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id=self.BOX_ID):
             yield Markdown(self.markdown)
-        yield Footer(show_command_palette=False)
+        yield SteadyFooter(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one(VerticalScroll).focus()  # the arrow keys scroll at once
@@ -183,7 +184,7 @@ class EditPlanScreen(Window):
             yield Input(value=self.text, id="plan-edit")
             yield Static(id="edit-error")
             yield Markdown(id="edit-result")
-        yield Footer(show_command_palette=False)
+        yield SteadyFooter(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#plan-edit", Input).focus()
@@ -331,7 +332,7 @@ class ConfirmLaunchScreen(Window):
             with Horizontal(id="confirm-buttons"):
                 yield Button("Start run", id="confirm-yes", variant="success")
                 yield Button("Cancel", id="confirm-no")
-        yield Footer(show_command_palette=False)
+        yield SteadyFooter(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#confirm-yes", Button).focus()

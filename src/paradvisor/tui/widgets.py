@@ -1,4 +1,4 @@
-"""Small renderables and widgets: the per-GPU memory bar (stacked by term), the tables' DataTable."""
+"""Small renderables and widgets: the per-GPU memory bar (stacked by term), the tables' DataTable, the footer."""
 
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
@@ -8,7 +8,10 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.widgets import DataTable
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
+from textual.widgets._footer import FooterKey  # not exported by textual.widgets
 
 from paradvisor.estimate.peak import peak_bytes
 
@@ -199,3 +202,49 @@ def _padded_line(plain: str, inner: int, pad: int, pre: Style, post: Style, none
         side = Segment(" " * pad, styled(none))
         line = [side, *line, side]
     return line
+
+
+class SteadyFooter(Footer):
+    """A Footer composed again only when the keys it shows would change.
+
+    Textual's Footer is recomposed on every refresh of the bindings (each key widget removed, new ones mounted and
+    styled, the whole screen laid out again: 15-25 ms of the UI thread); a tab switch refreshes them twice (the
+    switch, then the focus moving into the tab), and a focus change within a tab once, mostly with the same keys
+    (after the Plans tab's first paint: two such turns, benchmarks/tui_stall.py)."""
+
+    _composed: tuple | None = None  # what the keys on show were composed from (`_keys`)
+
+    def _keys(self) -> tuple:
+        """What `Footer.compose` reads: whether the bindings are ready, the palette key's flag, and each active
+        binding (frozen dataclasses: compared by value) with whether it is enabled and its tooltip."""
+        bindings = self.screen.active_bindings.values() if self._bindings_ready else ()
+        return (
+            self._bindings_ready,
+            self.show_command_palette,
+            tuple((b, enabled, tooltip) for _node, b, enabled, tooltip in bindings),
+        )
+
+    def compose(self) -> ComposeResult:
+        """Footer's keys, each bound one with the footer's `compact` already set: a FooterKey starts compact (its
+        class `-compact` put on as it mounts) and takes the footer's value from its data binding just after, a
+        restyle of the key each time (1-2 ms apiece, about 20 ms for the main screen's keys)."""
+        self._composed = self._keys()
+        for widget in super().compose():
+            for key in (widget, *widget._pending_children):  # a group of keys holds its own
+                # each key but the palette's is bound to the footer's `compact` (Footer.compose)
+                if isinstance(key, FooterKey) and not key.has_class("-command-palette"):
+                    key.set_reactive(FooterKey.compact, self.compact)
+                    key.set_class(self.compact, "-compact", update=False)
+            yield widget
+
+    def bindings_changed(self, screen: Screen) -> None:
+        """Footer's own (ready; recompose after the next refresh, if the app has focus and it is this screen's),
+        but the recompose only if the keys differ from the ones shown."""
+        self._bindings_ready = True
+        if screen.app.app_focus and self.is_attached and screen is self.screen:
+            self.call_after_refresh(self._recompose_if_changed)
+
+    async def _recompose_if_changed(self) -> None:
+        # not attached: a window's footer, the window closed since (Footer.recompose does nothing then either)
+        if self.is_attached and self._keys() != self._composed:
+            await self.recompose()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Button, DataTable, Input, Select, Static
 
 from paradvisor.errors import InputError
@@ -37,6 +38,9 @@ class PlansTable(SteadyTable):
 
 
 class PlansPane(LaterPane):
+    # the first paint is the table's (it has the focus); the workload boxes, then the plan's panels, a paint later
+    STAGES = (("#workload-row", "#workload", "#profile"), ("#memory-bar", "#plan-info"))
+
     def __init__(self, *, model: str) -> None:
         super().__init__("2 Plans", id="plans")
         self.model_arg = model
@@ -109,9 +113,7 @@ class PlansPane(LaterPane):
     def table(self) -> DataTable:
         return self.query_one("#plans-table", DataTable)
 
-    @property
-    def main_widget(self) -> DataTable:
-        return self.table
+    main_widget = table
 
     @property
     def alloc_table(self) -> DataTable:
@@ -213,9 +215,6 @@ class PlansPane(LaterPane):
 
     @work(thread=True, group="rank")
     def _rank_worker(self, generation: int) -> None:
-        from textual.app import ScreenStackError
-        from textual.css.query import NoMatches
-
         try:
             self._rank(generation)
         except (NoMatches, ScreenStackError):  # the app closed while ranking: its widgets are already gone
