@@ -10,7 +10,7 @@ which is what the planner's `Topology` works on.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 from paradvisor.record import record
@@ -18,7 +18,7 @@ from paradvisor.record import record
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GPUSpec:
     """A catalog entry: what one GPU model (or MIG slice of one) can do."""
 

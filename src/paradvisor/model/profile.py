@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from paradvisor.record import record
 
 DOMINANT_SHARE = 0.5  # a layer holding at least half of all parameters "dominates" (004: fc6 = 74%)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerEntry:
     """One module of the per-layer table. For non-transformers, per-sample activation elements
     of its output and forward FLOPs per sample are given too (they feed the estimator)."""
