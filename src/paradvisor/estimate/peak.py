@@ -31,16 +31,6 @@ def phase_peak(held: list, fwd: list, step_grads, kept: bool) -> tuple[str, floa
     return "forward/backward", sum(held + fwd)
 
 
-def named_terms(
-    states: dict, working: float, activations: float, buffers: float, transient: float, overhead: float
-) -> dict[str, float]:
-    """One stage's breakdown by name: its model states (params, optimizer, grads, ...), then the rest in the
-    order the report lists them."""
-    terms = {**states, "working": working, "activations": activations, "buffers": buffers}
-    terms.update(transient=transient, overhead=overhead)
-    return terms
-
-
 def _peak(terms: dict, kept: bool) -> tuple[str, float, tuple[str, ...]]:
     """(phase, peak: the alive terms summed in the order named, the names of the terms alive)."""
     g = terms.get

@@ -34,7 +34,7 @@ from paradvisor.estimate.memory import (
     vision_activation_bytes,
 )
 from paradvisor.estimate.need import MemoryNeed
-from paradvisor.estimate.peak import named_terms, phase_peak
+from paradvisor.estimate.peak import phase_peak
 from paradvisor.estimate.stages import Stage
 from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
@@ -305,7 +305,7 @@ def memory_need(
     else:
         chosen = all_stages if every_stage else distinct
     rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
-    sized, sharding, shape = [], plan.sharding, mf.shape
+    best, listed, sharding, shape = None, [], plan.sharding, mf.shape
     kept = sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
     for st, acts, work, psi, where, (params, optimizer, grads, gathered, step_grads) in rows:
         buf = buffer_bytes(
@@ -321,12 +321,14 @@ def memory_need(
         tr = transient if where.last else 0.0
         held = [params, optimizer, buf, FRAMEWORK_OVERHEAD]
         phase, total = phase_peak(held, [grads, acts, gathered, work, tr], step_grads, kept)
-        sized.append((total, psi, phase, where, (st, work, acts, buf, tr, FRAMEWORK_OVERHEAD)))
-    # the worst stage (the first of equal ones), its terms by name: one dict a plan
-    total, psi, phase, _where, parts = max(sized, key=lambda row: row[0])
-    terms = named_terms(*parts)
+        if every_stage or best is None or total > best[1]:  # the terms by name: the worst stage's, or each
+            terms = {**st, "working": work, "activations": acts, "buffers": buf, "transient": tr}
+            terms["overhead"] = FRAMEWORK_OVERHEAD
+            listed.append((where, terms, total, psi, phase))
+            if best is None or total > best[1]:
+                best = (terms, total, psi, phase)
     cpu = offload_cpu_bytes(
-        psi, sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
+        best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
     )
     stages = None
     if every_stage:
@@ -341,11 +343,11 @@ def memory_need(
                 "params": psi,
                 "per_gpu_bytes": round(total),
                 "peak_phase": phase,
-                "breakdown": {k: round(v) for k, v in named_terms(*parts).items()},
+                "breakdown": {k: round(v) for k, v in terms.items()},
             }
-            for total, psi, phase, w, parts in sized
+            for w, terms, total, psi, phase in listed
         )
-    return MemoryNeed.of(terms, total, psi, phase, shard, cpu, source, stages)
+    return MemoryNeed.of(*best, shard, cpu, source, stages)
 
 
 def engine_key(plan: Plan) -> str:
