@@ -4,10 +4,10 @@ the prediction a run carries, `probe` and the re-plan after an out-of-memory fai
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from paradvisor.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MemoryNeed:
     terms: dict[
         str, float

@@ -66,9 +66,10 @@ Parameter sources (public measurements, none fitted to experiments/validation):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from paradvisor.estimate import comm
+from paradvisor.record import record
 
 GEMM_EFF = {"ampere": 0.80, "hopper": 0.70, "blackwell": 0.70, "ada": 0.70}
 GEMM_EFF_DEFAULT = 0.70
@@ -89,7 +90,7 @@ EAGER_NORM_BYTES = (
 EAGER_ROPE_BYTES = 20  # eager complex rotary bytes per q/k element (cast 2+4, complex mul 4+4, cast back 4+2)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Device:
     peak: float  # dense FLOP/s for the training precision
     mem_bw: float  # bytes/s
@@ -120,7 +121,7 @@ def mem_time(nbytes: float, dev: Device) -> float:
     return max(KERNEL_LAUNCH_S, nbytes / (dev.mem_bw * HBM_EFF)) if nbytes > 0 else 0.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerShape:
     hidden: int
     heads: int
@@ -195,7 +196,7 @@ def layer_forward(
     }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MoELayer:
     """The routed part of a MoE layer (module docstring): E experts, top-k, expert FFN width, shared-expert
     width, EP degree, and how many of the stage's layers are MoE layers."""

@@ -9,15 +9,16 @@ recommendation name those machines again (the preset's `[cluster]` table, `Clust
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.cluster import cluster_from_nodes, load_cluster, single_node_cluster
 from paradvisor.hardware.types import Cluster
+from paradvisor.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ClusterRef:
     """Where a cluster came from. Exactly one way is set: `file`, `gpus` + `gpu_type` (+ `link`), `hosts`, or
     `local`. `to_doc()` is the preset's `[cluster]` table (only the keys that are set)."""

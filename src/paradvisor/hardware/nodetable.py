@@ -10,8 +10,6 @@ error is reported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.types import Device, Link, Node, SameDevices
@@ -27,6 +25,7 @@ from paradvisor.limits import (
     MIN_BANDWIDTH,
     MIN_SIZE_BYTES,
 )
+from paradvisor.record import record
 from paradvisor.tomlfile import KeyLocator, Where, check_keys
 from paradvisor.typed import check_mapping, printable, shown
 from paradvisor.units import fmt_bandwidth, fmt_bytes, parse_bandwidth, parse_latency, parse_size
@@ -135,7 +134,7 @@ def _node_devices(specs: list[tuple], *, same_from: int):
     return tuple(devices)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Shared:
     """What tables alike have in common, checked once: their GPUs as (spec, count) pairs, the device tuple
     the nodes share, the link between their GPUs, CPUs, RAM bytes, notes."""

@@ -10,13 +10,15 @@ which is what the planner's `Topology` works on.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
+
+from paradvisor.record import record
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GPUSpec:
     """A catalog entry: what one GPU model (or MIG slice of one) can do."""
 
@@ -55,7 +57,7 @@ class GPUSpec:
         return "fp16" if fp else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Link:
     """A link: kind name, usable unidirectional bandwidth (bytes/s) and one-hop latency (s)."""
 
@@ -67,7 +69,7 @@ class Link:
         return {"kind": self.kind, "bandwidth_bytes_per_s": self.bandwidth, "latency_s": self.latency}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Device:
     """One GPU (or MIG instance) in a node, as found or as planned."""
 
@@ -161,7 +163,7 @@ def gpu_kinds(gpus: Sequence[Device]) -> tuple[tuple[str, GPUSpec | None, int], 
     return tuple((n, s, c) for n, s, c in out)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Node:
     """A machine: its GPUs, the link between them, CPU and RAM, and whether it answered."""
 
@@ -237,7 +239,7 @@ def _key(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a <= b else (b, a)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Network:
     """Links between nodes, by what is distinct (most specific first): a link between two named
     nodes, a link between two node groups (the same group twice: between the nodes of that group),
@@ -277,7 +279,7 @@ class Network:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeRun:
     """`count` consecutive online nodes that plan alike (see Node.same_shape); `node` is the first."""
 
@@ -286,7 +288,7 @@ class NodeRun:
     first: int  # index of the first among the online nodes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cluster:
     """Nodes plus the links between them (a `Network`; a dict {(a, b): Link} is read as named pairs)."""
 

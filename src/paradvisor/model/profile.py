@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from paradvisor.record import record
 
 DOMINANT_SHARE = 0.5  # a layer holding at least half of all parameters "dominates" (004: fc6 = 74%)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerEntry:
     """One module of the per-layer table. For non-transformers, per-sample activation elements
     of its output and forward FLOPs per sample are given too (they feed the estimator)."""
@@ -29,7 +31,7 @@ class LayerEntry:
         return d
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TransformerShape:
     family: str
     num_layers: int
@@ -84,7 +86,7 @@ class TransformerShape:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelProfile:
     name: str
     architecture: str

@@ -6,7 +6,7 @@ the same preset — everywhere.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
 from paradvisor import collector
 from paradvisor.errors import InputError
@@ -14,6 +14,7 @@ from paradvisor.hardware import calibration
 from paradvisor.model.families import resolve_attention
 from paradvisor.model.load import load_profile
 from paradvisor.plan.search import recommend
+from paradvisor.record import record
 from paradvisor.rules.loader import load_rule_sets
 from paradvisor.spec.capability import family_of
 from paradvisor.spec.plan import Workload
@@ -23,7 +24,7 @@ DEFAULT_SEQ_CAP = 2048
 DEFAULT_BATCH_PER_GPU = 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     model: str
     cluster: object  # hardware.types.Cluster

@@ -16,6 +16,9 @@ TIMED = frozenset({"time", "step_time", "samples_per_s", "tokens_per_s", "score"
 
 @dataclass
 class Estimate:
+    """A plan's predicted memory on its tightest GPU and its step time, each with its breakdown, and what the
+    rules did to it."""
+
     plan: Plan
     memory: dict[str, float]
     memory_total: float

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cached_property
 
 from paradvisor.estimate.compute import layer_matmul_params
 from paradvisor.estimate.memory import PERSISTENCE_THRESHOLD
 from paradvisor.hardware.types import Cluster, Device, GPUSpec, Link, Node, SameDevices
 from paradvisor.model.profile import ModelProfile, TransformerShape
+from paradvisor.record import record
 
 
 def nominal_spec(memory_bytes: int, name: str = "cap") -> GPUSpec:
@@ -27,7 +28,7 @@ def nominal_spec(memory_bytes: int, name: str = "cap") -> GPUSpec:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MoEFacts:
     """Mixture-of-experts facts the estimates use (see estimate/moe.py)."""
 
@@ -68,7 +69,7 @@ class MoEFacts:
         return self.expert_params / pp / tp
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EngineTraits:
     """How an engine holds and moves a model, where engines differ in what the estimate counts."""
 
@@ -98,7 +99,7 @@ ENGINES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelFacts:
     profile: ModelProfile
     total: int
@@ -114,9 +115,8 @@ class ModelFacts:
     persistent: int = 0  # parameters in tensors ZeRO-3 keeps whole (<= stage3_param_persistence_threshold)
     moe: MoEFacts | None = None  # mixture of experts (None: dense)
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
-    # Which engine's way of holding the model the estimate counts (ENGINES): "torch" is paradvisor's launcher
-    # (fp32 weights under autocast, embedding and head replicated over TP); the others are used to check the
-    # estimate on published runs (experiments/validation), as are the two after it.
+    # Whose way of holding the model is counted (ENGINES): "torch", paradvisor's launcher (fp32 weights under
+    # autocast, embedding and head replicated over TP); the others and the next two check published runs.
     engine: str = "torch"
     recompute_modules: tuple[str, ...] = ()  # what "selective" re-runs where named (estimate/steptime.py)
     balanced_routing: bool = False  # tokens force-balanced over the experts (benchmarks): no capacity slack
@@ -208,7 +208,7 @@ class ModelFacts:
         return self.first_params + per_stage_blocks, per_stage_blocks + self.last_params
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Segment:
     """`count` consecutive nodes alike (a `NodeRun`) as the planner sees them: where their ranks start,
     GPUs per node, the GPU specs in a node (runs of (spec, count)), the link inside a node."""
@@ -252,7 +252,7 @@ class _PerIndex(Sequence):
         return self._at(bisect_right(self._starts, i) - 1, i)
 
 
-@dataclass
+@record
 class Topology:
     """Ranks laid out node by node in cluster order, stored as segments of alike nodes: its cost grows
     with what is distinct in the cluster, not with its GPU count. `rank_node`, `rank_spec`

@@ -5,12 +5,11 @@ the TUI read them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from paradvisor.record import record
 from paradvisor.typed import document
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Infeasible:
     label: str
     needs_bytes: float  # per GPU, on the tightest GPU

@@ -4,7 +4,7 @@ nothing fits. `recommend()` is the one entry point used by the CLI, the TUI and 
 from __future__ import annotations
 
 import time as _time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING
 
 from paradvisor.errors import InputError
@@ -20,6 +20,7 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.records import Infeasible
 from paradvisor.plan.space import candidates, schedule_ok
 from paradvisor.plan.unranked import layout_key, summarize_infeasible, summarize_plan_only
+from paradvisor.record import record
 from paradvisor.rules.engine import apply_rules
 from paradvisor.spec.capability import family_of, runtime_why_not, why_not
 from paradvisor.spec.plan import Plan, Workload
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # (the record of what to change when nothing fits: loaded onl
     from paradvisor.plan.fixes import NearestFix
 
 
-@dataclass
+@record
 class Recommendation:
     profile: ModelProfile
     cluster: Cluster

@@ -157,8 +157,11 @@ class _PlanRules:
                 factor=factor,
             )
         try:  # values by type too (1, True and 1.0 print differently), floats by repr (-0.0 and 0.0 too)
-            shown = [(type(v), repr(v) if type(v) is float else v) for v in (g(e) for g in self.shown[i])]
-            key = (i, effect, applied, outside, factor, *shown)
+            key = (i, effect, applied, outside, factor)
+            if self.shown[i]:  # (a message naming no plan fact: one record per verdict)
+                key += tuple(
+                    [(type(v), repr(v) if type(v) is float else v) for v in [g(e) for g in self.shown[i]]]
+                )
             hit = self._records.get(key)
         except TypeError:  # a value that is not hashable
             key = hit = None

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
 
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_RULE_FILES, MAX_RULES
+from paradvisor.record import record
 from paradvisor.rules.evidence import check
 from paradvisor.rules.expr import Compiled, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import PLAN_FACTS, STRATEGY_VALUES, TYPES
@@ -50,7 +51,7 @@ _SOURCE_KEYS = {"paper", "where", "numbers", "note"}
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rule:
     id: str
     title: str
@@ -82,7 +83,7 @@ class Rule:
         return _PLACEHOLDER.sub(sub, self.explain)
 
 
-@dataclass
+@record
 class CheckResult:
     rules: list[Rule] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
+from paradvisor.record import record
+
 SHARDINGS = ("none", "zero1", "zero2", "zero3", "fsdp", "hsdp")
 CHECKPOINTING = ("none", "selective", "full")
 PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
@@ -17,7 +19,7 @@ PP_SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")
 PP_SPLITS = ("even", "balanced")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeAllocation:
     """What one node does in a heterogeneous or geo-distributed plan (001 data share, 003 local steps)."""
 
@@ -38,6 +40,9 @@ class NodeAllocation:
 
 @dataclass(frozen=True)
 class Plan:
+    """One way to train the model on the cluster: the parallel layout and its settings (what a preset's [plan]
+    table holds and the launcher runs)."""
+
     dp: int = 1
     tp: int = 1
     pp: int = 1
@@ -158,7 +163,7 @@ def changed_plan(plan: Plan, **changes) -> Plan:
     return new
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Workload:
     model: str
     seq_len: int = 512

@@ -14,9 +14,10 @@ plan against the config class of the pinned transformers, so a copy cannot lag s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from paradvisor.model.profile import LayerEntry, TransformerShape
+from paradvisor.record import record
 
 # transformers' tensor-parallel styles the trainer applies (train/tp_plans.py):
 #   colwise / rowwise                 Megatron column / row split (rowwise output all-reduced)
@@ -28,7 +29,7 @@ from paradvisor.model.profile import LayerEntry, TransformerShape
 ATTENTIONS = ("sdpa", "eager")  # sdpa: SDPA / flash kernels, no s x s kept; eager: softmax(QK^T) kept
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Family:
     name: str  # the trainer's family: a transformers model_type, or "mingpt" / "vgg"
     count: Callable | None = None  # config dict -> (layers, shape), exact; None: counted on the meta device
