@@ -44,3 +44,13 @@ def check() -> None:
     """KeyboardInterrupt, here and now, if a Ctrl-C came whose exception may have been dropped."""
     if take():
         raise KeyboardInterrupt
+
+
+def hold() -> set:
+    """Ctrl-C held for this thread (the signal blocked: it waits, it is not lost) until `release`; what was held."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def release(held: set) -> None:
+    """The mask before `hold` again: a Ctrl-C that came meanwhile is raised now, where the caller can answer it."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -665,12 +665,14 @@ def test_a_run_whose_pid_was_reused_is_not_running(tmp_path):
 
 
 def test_a_run_directory_is_locked_and_not_reused(tmp_path):
+    from paradvisor import interrupts
     from paradvisor.launch.runner import prepare_run_dir
     from paradvisor.spec.preset import load_preset
 
     run_dir = tmp_path / "shared"
     preset = load_preset(SMOKE)
-    _, locks = prepare_run_dir(run_dir, tmp_path, preset)
+    _, locks, held = prepare_run_dir(run_dir, tmp_path, preset)
+    interrupts.release(held)
     try:
         proc = run_cli("launch", "--preset", str(SMOKE), "--run-dir", str(run_dir))
         assert_one_line_error(proc, "this run directory is in use by another launch (paradvisor pid")

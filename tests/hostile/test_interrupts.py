@@ -4,6 +4,7 @@ loops that wait on a run act on it (the monitor's polling here; launch.runner.ru
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from types import SimpleNamespace
@@ -44,6 +45,47 @@ def test_a_ctrl_c_dropped_inside_a_finalizer_is_remembered(sigint_handler, monke
 def test_a_ctrl_c_outside_finalizers_is_python_s_keyboard_interrupt(sigint_handler):
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)
+
+
+def test_a_ctrl_c_while_held_waits_and_comes_at_release(sigint_handler):
+    """The launcher holds Ctrl-C from before a run folder is made until the try that writes an interrupted
+    start's status (launch/runner.start): a Ctrl-C in between is not lost, it is raised at the release."""
+    held = interrupts.hold()
+    reached = False
+    try:
+        signal.raise_signal(signal.SIGINT)  # blocked: nothing is raised here
+        reached = True
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.release(held)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    assert reached and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_a_launch_interrupted_as_its_run_folder_is_made_leaves_the_folder_a_status(tmp_path, monkeypatch):
+    """A Ctrl-C right after the run folder's mkdir (the window a drill under load hit: an empty folder without a
+    status) is held until the start writes the interrupted run's status."""
+    from paradvisor import rundir
+    from paradvisor.launch import runner
+    from paradvisor.spec.preset import load_preset
+    from tests.support.runs import SMOKE
+
+    made = rundir.new_run_dir
+
+    def then_ctrl_c(runs_dir, name):
+        folder = made(runs_dir, name)
+        signal.raise_signal(signal.SIGINT)  # as the user's Ctrl-C lands between the mkdir and the status
+        return folder
+
+    monkeypatch.setattr("paradvisor.rundir.lock.new_run_dir", then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        runner.start(load_preset(SMOKE), runs_dir=tmp_path / "runs", reach=False)
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert json.loads((folder / "status.json").read_text())["status"] in (
+        "interrupted",
+        "cancelled",
+        "failed",
+    )
 
 
 def test_the_monitor_stops_on_a_dropped_ctrl_c(sigint_handler, monkeypatch):

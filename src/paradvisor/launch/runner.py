@@ -59,9 +59,8 @@ def endpoint_for(preset: Preset) -> tuple[str, Preset]:
     return f"127.0.0.1:{port}", replace(preset, launch=replace(lau, master_port=port))
 
 
-RUN_NAME_ENV = (
-    "PARADVISOR_RUN_NAME"  # the run's name on every node (its checkpoints' folder in checkpoint_dir)
-)
+# the run's name on every node (its checkpoints' folder in checkpoint_dir)
+RUN_NAME_ENV = "PARADVISOR_RUN_NAME"
 
 
 def _ranks_all_ended(run_dir: Path, world: int) -> bool:
@@ -343,14 +342,14 @@ def start(
         )
     validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
-    run_dir, locks = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
+    run_dir, locks, held = _claim(run_dir, runs_dir, preset, endpoint, suffixed)
     status_path = run_dir / node_file("status", preset.launch.node_rank, suffixed)
+    # never a folder without a status: a failure or a Ctrl-C (one the claim held too) before it writes one
     try:
+        interrupts.release(held)
         env = {**(env or {}), RUN_NAME_ENV: run_name or run_dir.name}
         return _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path)
-    except (
-        BaseException
-    ) as exc:  # Ctrl-C or a failure before the status was written: never a folder without one
+    except BaseException as exc:
         write_aborted(status_path, preset, exc)
         for lock in locks:
             lock.close()
@@ -405,9 +404,8 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
         # ... counted while the ranks start (they never read it): no rank waits for the advice. A Ctrl-C or
         # SIGTERM meanwhile is held and handed to wait()'s handler once it is installed.
         held: list = []
-        main = (
-            threading.current_thread() is threading.main_thread()
-        )  # the TUI starts runs from a worker thread
+        # the TUI starts runs from a worker thread
+        main = threading.current_thread() is threading.main_thread()
         prev = {
             sig: signal.signal(sig, lambda n, _f: held.append(n))
             for sig in (signal.SIGINT, signal.SIGTERM)
@@ -426,20 +424,20 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
 
 def _claim(
     run_dir: Path | None, runs_dir: Path, preset: Preset, endpoint: str, suffixed: bool
-) -> tuple[Path, list]:
-    """The run directory and its locks, with the fixed rendezvous port's lock when the preset names one."""
-    port_lock = (
-        _port_lock(endpoint, preset) if (preset.launch.master_port or preset.launch.rdzv_endpoint) else None
-    )
+) -> tuple[Path, list, set]:
+    """The run directory and its locks (and the fixed rendezvous port's, when the preset names one), and the
+    Ctrl-C held since before the folder was made (rundir/lock.prepare_run_dir), for the caller to release."""
+    fixed = preset.launch.master_port or preset.launch.rdzv_endpoint
+    port_lock = _port_lock(endpoint, preset) if fixed else None
     try:
-        run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset, suffixed=suffixed)
+        run_dir, locks, held = prepare_run_dir(run_dir, runs_dir, preset, suffixed=suffixed)
     except BaseException:
         if port_lock:
             port_lock.close()
         raise
     if port_lock:
         locks.append(port_lock)
-    return run_dir, locks
+    return run_dir, locks, held
 
 
 def _write_run_files(rd: RunDir, preset: Preset, argv: list[str], suffixed: bool) -> None:

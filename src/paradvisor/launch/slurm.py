@@ -26,6 +26,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from paradvisor import interrupts
 from paradvisor.errors import InputError
 from paradvisor.launch import runner
 from paradvisor.launch.datacopy import readable_here
@@ -348,13 +349,14 @@ def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> N
 def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
     """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
     preset = checked(preset)
-    run_dir, locks = prepare_run_dir(
+    run_dir, locks, held = prepare_run_dir(
         Path(run_dir).absolute() if run_dir else None,
         Path(runs_dir).absolute(),
         preset,
         lock_name=".lock-submit",
     )
     try:
+        interrupts.release(held)  # a Ctrl-C since the folder's making: its status written below
         write_run_plan(RunDir(run_dir).plan, preset)
         text = script(preset, run_dir=str(run_dir), python=sys.executable)
         write_private(run_dir / "job.sbatch", text)

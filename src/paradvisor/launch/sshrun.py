@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from paradvisor import interrupts
 from paradvisor.errors import InputError
 from paradvisor.hardware.remote import check_reachable, parse_host, resolve_address, ssh_base
 from paradvisor.launch import bundle, ckptcopy, datacopy
@@ -603,9 +604,8 @@ def plan_nodes(
         endpoint = lau.rdzv_endpoint
     else:
         endpoint = f"{addresses[0]}:{lau.master_port or DEFAULT_RDZV_PORT}"
-    remote = shlex.join(
-        [lau.remote_python, "-m", "paradvisor.launch.nodeagent"]
-    )  # one word per argument there
+    # one word per argument there
+    remote = shlex.join([lau.remote_python, "-m", "paradvisor.launch.nodeagent"])
     nodes = []
     for i, host in enumerate(lau.hosts):
         n = NodeSession(index=i, host=host, address=addresses[i], procs=lau.procs(i))
@@ -638,11 +638,11 @@ def start(
     validate(preset, reach=False)  # every node checks again, with its own data paths and devices
     data = datacopy.for_run(preset)  # tokenized here first when the nodes do not read the data path
     code = bundle.for_nodes(preset)  # the user's script folder, unless on a shared path
-    run_dir, locks = prepare_run_dir(run_dir, runs_dir, preset)
+    run_dir, locks, held = prepare_run_dir(run_dir, runs_dir, preset)
     try:
+        interrupts.release(held)  # a Ctrl-C since the folder's making: its status written below
         write_run_plan(RunDir(run_dir).plan, preset)
-        # every run carries a prediction
-        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset).to_doc())
+        write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset).to_doc())  # every run has one
         write_json_atomic(
             RunDir(run_dir).node_file("command", 0),
             {

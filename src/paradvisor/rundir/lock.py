@@ -7,6 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from paradvisor import interrupts
 from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir, new_run_dir, node_file
 from paradvisor.safeio import claim_dir, open_private
@@ -42,11 +43,22 @@ def prepare_run_dir(
     *,
     suffixed: bool = False,
     lock_name: str | None = None,
-) -> tuple[Path, list]:
+) -> tuple[Path, list, set]:
     """The run directory (new under `runs_dir`, or the given one claimed by `safeio.claim_dir`: a real folder of
     this user, not world-writable, holding no links, made 0700) and its lock for this
     node: two launches never write into one run directory at the same time, and a directory that already
-    holds this node's run is not reused (its metrics would mix)."""
+    holds this node's run is not reused (its metrics would mix). Ctrl-C is held (`interrupts.hold`) from before
+    the folder is made: the caller releases it (the third value) in the try that writes a failed start's status,
+    so a Ctrl-C just after the mkdir cannot leave a folder without one."""
+    held = interrupts.hold()
+    try:
+        return (*_prepare(run_dir, runs_dir, preset, suffixed, lock_name), held)
+    except BaseException:
+        interrupts.release(held)
+        raise
+
+
+def _prepare(run_dir, runs_dir, preset, suffixed, lock_name) -> tuple[Path, list]:
     lau = preset.launch
     try:
         if run_dir is None:
