@@ -55,6 +55,15 @@ def test_package_files_is_what_importlib_resources_gives(package):
     assert package_files(package) == resources.files(package)
 
 
+def run_alone(probe: str) -> None:
+    """`probe` (Python source, asserting what it checks) run in a fresh interpreter: what the collector has frozen
+    or aged in the test worker is other tests' history."""
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_the_pause_ages_what_it_made_so_the_next_young_collection_has_nothing_to_walk():
     """In a process of its own: whether objects are frozen already (the TUI's tests freeze their start, and the
     pause then leaves ageing alone) is the test worker's history, not this test's."""
@@ -70,10 +79,7 @@ def test_the_pause_ages_what_it_made_so_the_next_young_collection_has_nothing_to
         "gc.callbacks.clear()\n"
         "assert ran == [] and gc.isenabled() and len(made) + len(few) == 5_050, ran\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_alone(probe)
 
 
 def test_the_pause_leaves_frozen_objects_frozen():
@@ -89,10 +95,7 @@ def test_the_pause_leaves_frozen_objects_frozen():
         "    made = [[i] for i in range(100)]\n"
         "assert gc.get_freeze_count() == frozen and gc.isenabled() and len(made) == 100, (frozen, gc.get_freeze_count())\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    run_alone(probe)
 
 
 def test_a_recommend_whose_plans_fit_loads_only_what_it_needs():

@@ -9,14 +9,12 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 import uuid
 
 import pytest
-import tomli_w
 
 from tests.conftest import EXAMPLES, REPO
-from tests.support.runs import ONE_RANK
+from tests.support.runs import ONE_RANK, variant
 
 pytestmark = pytest.mark.skipif(
     shutil.which("tmux") is None and not os.environ.get("CI"), reason="tmux missing"
@@ -49,14 +47,10 @@ def test_recommend_and_launch_round_in_tmux(tmp_path):
     exe = shutil.which("paradvisor") or f"{sys.executable} -m paradvisor"
     # pytest exports COLUMNS/LINES; the app would believe them instead of the tmux window. PYTHONPATH: this
     # checkout's code, whichever checkout the installed binary was installed from.
-    presets = (
-        tmp_path / "presets"
-    )  # the smoke preset on one rank: the round in tmux is under test, not the ranks
+    # the smoke preset on one rank: the round in tmux is under test, not the ranks
+    presets = tmp_path / "presets"
     presets.mkdir()
-    doc = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
-    doc["plan"].update(ONE_RANK["plan"])
-    doc["launch"].update(ONE_RANK["launch"])
-    (presets / "tiny-cpu-smoke.toml").write_text(tomli_w.dumps(doc))
+    variant(presets, "tiny-cpu-smoke", **ONE_RANK)
     cmd = (
         f"unset COLUMNS LINES; cd {REPO} && PYTHONPATH={REPO / 'src'} {exe} --cluster "
         f"{EXAMPLES / 'paper000-two-servers.toml'} --runs-dir {tmp_path / 'runs'} --presets-dir {presets} ; sleep 30"

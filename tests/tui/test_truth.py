@@ -16,6 +16,7 @@ from paradvisor.tui.app import ParadvisorApp
 from paradvisor.tui.screens import ConfirmLaunchScreen
 from paradvisor.units import fmt_seconds
 from tests.conftest import EXAMPLES, REPO
+from tests.support.runs import ONE_RANK, variant
 from tests.tui.test_tui import _footer_keys, settle, until, wait_status
 
 C000 = str(EXAMPLES / "paper000-two-servers.toml")
@@ -268,14 +269,8 @@ def test_a_run_that_fails_at_once_is_not_called_launched(tmp_path, monkeypatch):
     monkeypatch.setenv("PARADVISOR_FAULT", "rank=0,step=1,kind=exit")
     presets = tmp_path / "presets"
     presets.mkdir()
-    one = (  # one rank: what the line says depends on the run's status, not on its size
-        (REPO / "presets" / "tiny-cpu-smoke.toml")
-        .read_text()
-        .replace("nproc_per_node = 2", "nproc_per_node = 1")
-        .replace("dp = 2\n", "dp = 1\n")
-        .replace("micro_batch = 4", "micro_batch = 8")
-    )
-    (presets / "tiny-cpu-smoke.toml").write_text(one)
+    # one rank: what the line says depends on the run's status, not on its size
+    variant(presets, "tiny-cpu-smoke", **ONE_RANK)
 
     async def flow():
         app = ParadvisorApp(
@@ -305,7 +300,7 @@ def test_u_resumes_the_failed_run_on_the_monitor_tab_from_its_checkpoint(tmp_pat
     """A run that failed after its step-2 checkpoint, opened on the Monitor tab: `u` starts its continuation
     from that checkpoint in a new run directory, whose status names the parent and the step (as
     `paradvisor launch --resume` does)."""
-    from tests.support.runs import ONE_RANK, launch, variant
+    from tests.support.runs import launch
 
     # one rank: the TUI's resume is under test (a failed rank among several: tests/run/test_resume.py)
     train = {"steps": 4, "checkpoint_every": 2, "checkpoint_async": False}

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from paradvisor.tui.app import ParadvisorApp
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES
+from tests.support.runs import ONE_RANK, variant
 
 C000 = str(EXAMPLES / "paper000-two-servers.toml")
 
@@ -47,16 +48,9 @@ def test_whole_flow(tmp_path):
     CPU preset and watch it finish, then stop a second run and see it cancelled."""
     presets = tmp_path / "presets"
     presets.mkdir()
-    one = (  # one rank: the flow, not the ranks, is what this test is about (rank rows: test_rank_rows_...)
-        (REPO / "presets" / "tiny-cpu-smoke.toml")
-        .read_text()
-        .replace("nproc_per_node = 2", "nproc_per_node = 1")
-        .replace("dp = 2\n", "dp = 1\n")
-        .replace("micro_batch = 4", "micro_batch = 8")
-    )
-    (presets / "tiny-cpu-smoke.toml").write_text(one)
-    long = one.replace("steps = 10", "steps = 100000")
-    (presets / "long-run.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long-run"'))
+    # one rank: the flow, not the ranks, is what this test is about (rank rows: test_rank_rows_...)
+    variant(presets, "tiny-cpu-smoke", **ONE_RANK)
+    variant(presets, "long-run", train={"steps": 100000}, **ONE_RANK)
 
     async def flow():
         app = ParadvisorApp(
@@ -399,8 +393,7 @@ def test_rank_rows_show_the_processes_readings_and_closing_the_session_stops_its
 
     presets = tmp_path / "presets"
     presets.mkdir()
-    long = (REPO / "presets" / "tiny-cpu-smoke.toml").read_text().replace("steps = 10", "steps = 100000")
-    (presets / "long.toml").write_text(long.replace('name = "tiny-cpu-smoke"', 'name = "long"'))
+    variant(presets, "long", train={"steps": 100000})
     state = {}
 
     async def flow():
