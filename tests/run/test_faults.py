@@ -90,7 +90,8 @@ def test_a_hung_rank_is_found_stopped_and_its_stack_recorded(tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     s = status_of(run_dir)
     assert s["status"] == "failed" and s["hung"] is True
-    assert s["failed_rank"] == 1 and s["hang_suspects"] == [1]
+    why = {k: s.get(k) for k in ("hang_suspects", "last_steps", "stacks")}
+    assert s["failed_rank"] == 1 and s["hang_suspects"] == [1], why
     assert "no progress for 5 s (hung): rank 1 stopped making progress" in s["reason"]
     assert s["last_steps"] == {"0": 2, "1": 2}
     # where each rank was stuck: rank 1 in the drill's sleep, rank 0 inside torch waiting for it
@@ -268,3 +269,27 @@ def test_the_main_thread_is_found_wherever_the_stack_signal_landed():
     assert hang_suspects({0: waiting, 1: dump}) == [1]
     assert hang_suspects({0: waiting, 1: None}) == [1]  # a rank that does not answer is the suspect
     assert hang_suspects({0: waiting, 1: waiting}) == []
+
+
+def test_the_hang_clock_starts_with_the_first_step_not_with_the_start_records(tmp_path):
+    """The first step carries one-time costs (torch._dynamo's import, the first collectives, a compile): a run
+    whose ranks logged `start` and then took longer than the timeout over step 1 is not hung. After a step
+    record, a log that stops growing for the timeout is. (CI saw the 5 s drill called hung during step 1.)"""
+    from paradvisor.launch.hang import HangClock
+
+    log = tmp_path / "metrics.jsonl"
+    start = {"rank": 0, "kind": "start", "world_size": 2, "params": 1, "note": "step"}
+    log.write_text(json.dumps(start) + "\n" + json.dumps({**start, "rank": 1}) + "\n")
+    clock = HangClock(0.05, False, log)
+    assert not clock.hung()
+    time.sleep(0.12)
+    assert not clock.hung() and not clock.armed  # only start records: not armed, however long
+    with open(log, "a") as f:
+        f.write(json.dumps({"rank": 0, "kind": "step", "step": 1}))  # half a line: not yet a record
+    assert not clock.hung() and not clock.armed
+    with open(log, "a") as f:
+        f.write("\n")
+    assert not clock.hung() and clock.armed
+    time.sleep(0.12)
+    assert clock.hung()
+    assert not HangClock(0.0, False, log).hung()  # 0: off

@@ -4,6 +4,7 @@ runner's wait loop applies it; launch/diagnose.py reports a hang (stacks, the si
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -58,12 +59,30 @@ def predicted_step(run_dir: Path) -> float | None:
 
 class HangClock:
     """The wait loop's hang check: `hung()` once the metrics log has not grown for the timeout (0: never). The
-    clock starts with the first record (start-up is bounded by the process group's own timeout, so a slow start
-    is not called a hang); a derived timeout also stays HANG_FACTOR above the slowest interval seen."""
+    clock starts with the first step record, not with the ranks' start records: the first step carries the
+    one-time costs (torch._dynamo's import in DDP and the optimizer, the first collectives, a compile) and,
+    like start-up, is bounded by the process group's own timeout, so a slow first step is not called a
+    hang. A derived timeout also stays HANG_FACTOR above the slowest interval seen."""
+
+    SCAN_CAP = 1 << 20  # bytes read per poll while looking for the first step record
 
     def __init__(self, timeout: float, derived: bool, metrics: Path):
         self.timeout, self.derived, self.metrics = timeout, derived, metrics
         self.last_size, self.last_progress = 0, time.monotonic()
+        self.armed, self._scanned, self._partial = False, 0, b""
+
+    def _first_step_seen(self) -> bool:
+        """Whether the metrics log now holds a step record (read on from where the last poll stopped)."""
+        try:
+            with open(self.metrics, "rb") as f:
+                f.seek(self._scanned)
+                chunk = f.read(self.SCAN_CAP)
+        except OSError:
+            return False
+        self._scanned += len(chunk)
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        self._partial = self._partial[-self.SCAN_CAP :]  # a line longer than this is not a step record
+        return any(_is_step(line) for line in lines)
 
     def hung(self) -> bool:
         if not self.timeout:
@@ -73,9 +92,23 @@ class HangClock:
         except OSError:
             size = 0
         now = time.monotonic()
+        if not self.armed:
+            self.armed = self._first_step_seen()
+            self.last_size, self.last_progress = size, now
+            return False
         if size != self.last_size:
-            if self.derived and self.last_size:
+            if self.derived:
                 self.timeout = min(MAX_TIMEOUT_S, max(self.timeout, HANG_FACTOR * (now - self.last_progress)))
             self.last_size, self.last_progress = size, now
             return False
-        return bool(size) and now - self.last_progress > self.timeout
+        return now - self.last_progress > self.timeout
+
+
+def _is_step(line: bytes) -> bool:
+    if b'"step"' not in line:
+        return False
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(rec, dict) and rec.get("kind") == "step"
