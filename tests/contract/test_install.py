@@ -4,6 +4,7 @@ installed command, and the install script refuses what it does not know in one l
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import subprocess
 
 from tests.conftest import REPO
@@ -44,3 +45,18 @@ def test_install_script_names_a_python_it_cannot_use(tmp_path):
     )
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Python 3.99.0" in proc.stderr and "3.11" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_the_install_compiled_paradvisors_own_modules():
+    """The editable install leaves the checkout's modules uncompiled; install.sh compiles them (as a wheel install
+    would), so that where PYTHONDONTWRITEBYTECODE is set no command, launcher or rank compiles them at each start.
+    A .pyc older than an edit still counts: Python compiles the edit itself."""
+    import importlib.util
+
+    src = REPO / "src" / "paradvisor"
+    missing = [
+        str(p.relative_to(src))
+        for p in sorted(src.rglob("*.py"))
+        if "__pycache__" not in p.parts and not Path(importlib.util.cache_from_source(str(p))).exists()
+    ]
+    assert not missing, f"not compiled by scripts/install.sh: {missing[:5]} ({len(missing)} in all)"
