@@ -4,7 +4,6 @@ A Ctrl-C while the interpreter still imports paradvisor.cli (and what it imports
 never a traceback; from then on cli.main() handles it. `python -m paradvisor` goes through here too.
 """
 
-import gc
 import signal
 import sys
 
@@ -22,7 +21,9 @@ def main() -> int:
     # Nor is there anything left for the collector: the interpreter's exit would walk every object still
     # alive (a search's: 20-30 ms) for cycles to free just before the process ends and the system takes back
     # its memory. Frozen, they are not walked; what refcounting frees is freed as before.
-    gc.freeze()
+    from paradvisor import collector
+
+    collector.freeze()
     return _handled(code)
 
 

@@ -5,7 +5,7 @@ come a turn after the first paint: panes/later.py.)"""
 
 from __future__ import annotations
 
-import gc
+from paradvisor import collector
 
 
 def breakpoint_classes(width: int, height: int, horizontal, vertical) -> set[str]:
@@ -28,7 +28,7 @@ def freeze_startup_objects() -> None:
     tracked object while it holds the GIL, so on whichever thread it starts it stalled the UI thread 25-60 ms
     each time a worker's ranking had allocated enough (benchmarks/tui_stall.py); frozen objects are not walked.
     Garbage made later is still collected."""
-    gc.freeze()
+    collector.freeze()
 
 
 def with_breakpoint_classes(app, screen):
