@@ -44,8 +44,8 @@ def _age() -> None:
     """Move every tracked object into the oldest generation without walking them (freeze, then unfreeze: both
     splice lists); not once freeze() has frozen objects, which an unfreeze would thaw. Known from freeze()'s
     flag, never from gc.get_freeze_count(): that counts the frozen list one object at a time, with the GIL
-    held (CPython 3.11 gc_list_size): 2-3 ms per 100,000 frozen objects on every ranking of a TUI session,
-    229 ms in a test worker that had run the TUI's tests (1.8 million frozen)."""
+    held (CPython 3.11 gc_list_size): about 1 ms per 100,000 frozen objects on every ranking of a TUI session,
+    229 ms in a test worker that had run the TUI's tests (1.8 million frozen, scattered in memory)."""
     if not _frozen:
         gc.freeze()
         gc.unfreeze()
