@@ -588,14 +588,17 @@ def _micro_times(
 
 
 def evaluate(
-    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float, *, unfit=True
 ) -> Estimate:
     """The plan's memory on its tightest GPU and its step time; a plan that does not fit has its step time
-    worked out when something reads it (`Estimate.untimed`)."""
+    worked out when something reads it (`Estimate.untimed`), or with `unfit` False no estimate (None: what the
+    search keeps of a plan that cannot be launched is whether it fits)."""
     (need, capacity, usable), tight = _tightest(mf, topo, wl, plan, precision, margin)
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
     host_fits = host_memory_fits(topo, need.cpu, notes) if plan.offload != "none" else True
     fits = need.total <= usable and host_fits
+    if not (fits or unfit):
+        return None
     given = {
         "plan": plan,
         "memory": need.terms,
