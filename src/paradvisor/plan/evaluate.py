@@ -192,11 +192,17 @@ def _activation_terms(
     }, "formula"
 
 
-def _activations(
+def _micro_terms(
     mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int
-) -> tuple[dict | float, str]:
-    """The activation terms of one micro-batch (`activation_terms`, kept in the topology's cache: shared, read
-    only) and where they came from; a model without transformer blocks: its activation bytes."""
+) -> tuple:
+    """What one micro-batch adds on a rank: (its activation terms (`activation_terms`), where they came from,
+    the loss head's transient (`_loss_transient`), the TP output buffer or None, {stage shape: (activations,
+    weight copies)} as the stages asked so far left them (None: not kept)), kept in the topology's cache
+    under what they depend on (shared: read only). A model without transformer blocks: its activation bytes."""
+    tp_out = None
+    if plan.tp > 1:
+        hidden = mf.shape.hidden if mf.shape else 0
+        tp_out = tp_output_bytes(seq=wl.seq_len, micro_batch=micro_batch, hidden=hidden, precision=precision)
     if mf.shape is None:
         acts = vision_activation_bytes(
             mf.profile.layers,
@@ -204,7 +210,7 @@ def _activations(
             act_bytes=act_bytes_for(precision),
             input_elems=math.prod(mf.profile.input_shape or (1,)),
         )
-        return acts, "formula"
+        return acts, "formula", 0.0, tp_out, None
     cuda = topo._cache.get("rank0-cuda")
     if cuda is None:
         cuda = topo._cache["rank0-cuda"] = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
@@ -212,7 +218,8 @@ def _activations(
     akey += (plan.checkpointing, plan.cp, plan.sharding == "none", precision, cuda)  # (activation_mode)
     hit = topo._cache.get(akey)
     if hit is None:
-        hit = topo._cache[akey] = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+        a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+        hit = topo._cache[akey] = (a, source, _loss_transient(mf, wl, plan, micro_batch), tp_out, {})
     return hit
 
 
@@ -249,20 +256,19 @@ def memory_need(
         else:
             chosen = all_stages if every_stage else distinct
         shard, rows = stage_rows(mf, topo, plan, precision, chosen)
-    a, source = _activations(mf, topo, wl, plan, precision, micro_batch)
-    transient = _loss_transient(mf, wl, plan, micro_batch)
-    tp_out = None
-    if plan.tp > 1:
-        hidden = mf.shape.hidden if mf.shape else 0
-        tp_out = tp_output_bytes(seq=wl.seq_len, micro_batch=micro_batch, hidden=hidden, precision=precision)
-    best, listed, vision = None, [], mf.shape is None
+    a, source, transient, tp_out, per_stage = _micro_terms(mf, topo, wl, plan, precision, micro_batch)
+    best, listed = None, []
     kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
-    for where, psi, st, (params, optimizer, grads, gathered, step_grads), buf, cpu in rows:
-        if vision:
+    for where, psi, st, (params, optimizer, grads, gathered, step_grads), buf, cpu, shape in rows:
+        if per_stage is None:
             acts, work = a, 0.0
         else:
-            acts, copies = stage_activation_bytes(a, where.layers, first=where.first, last=where.last)
-            acts, work = where.inflight * acts, where.inflight * copies + a["rebuilt"]
+            one = per_stage.get(shape)  # (activations, copies) of one micro-batch through the stage's blocks
+            if one is None:
+                one = per_stage[shape] = stage_activation_bytes(
+                    a, where.layers, first=where.first, last=where.last
+                )
+            acts, work = where.inflight * one[0], where.inflight * one[1] + a["rebuilt"]
         if tp_out is not None:
             buf = buf + tp_out
         tr = transient if where.last else 0.0

@@ -13,8 +13,8 @@ from paradvisor.plan.stage_states import shard_degree, stage_states
 from paradvisor.spec.plan import Plan
 
 # (stage, parameters, model-state bytes by name, (params, optimizer, grads, gathered, step_grads) as the peak
-# sums them, bucket bytes, host bytes for offload)
-Row = tuple[Stage, float, dict, tuple, float, float]
+# sums them, bucket bytes, host bytes for offload, its shape: (layers, first, last))
+Row = tuple[Stage, float, dict, tuple, float, float, tuple]
 
 
 def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
@@ -91,5 +91,5 @@ def rows(mf: ModelFacts, topo: Topology, plan: Plan, precision: str, stages) -> 
         cpu = offload_cpu_bytes(
             psi, sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
         )
-        out.append((st, psi, held, terms, buckets, cpu))
+        out.append((st, psi, held, terms, buckets, cpu, (st.layers, st.first, st.last)))
     return shard, tuple(out)
