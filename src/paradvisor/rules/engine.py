@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
-from paradvisor.rules.vocabulary import PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
+from paradvisor.rules.vocabulary import PLAN_FACT_FIELDS, PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
 from paradvisor.spec.plan import changed_plan
 from paradvisor.typed import document
 
@@ -94,6 +95,12 @@ class _PlanRules:
         self.varying = tuple(n for n in names if n not in base)  # the request's own facts are fixed here
         getters = [PLAN_FACT_GETTERS.get(n) for n in self.varying]
         self.getters = tuple(getters) if all(getters) and getters else None
+        fields = [
+            PLAN_FACT_FIELDS.get(n) for n in self.varying
+        ]  # (read at once from the plan, when they say it all)
+        self.fields = (
+            attrgetter(*sorted({f for fs in fields for f in fs})) if fields and all(fields) else None
+        )
         self.cites = [r.cite() for r in rules]
         named = [r.named_facts() for r in rules]
         self.shown = [tuple(PLAN_FACT_GETTERS[n] for n in ns if n in PLAN_FACT_GETTERS) for ns in named]
@@ -127,11 +134,12 @@ class _PlanRules:
         """The indices of the rules whose condition holds on these facts, past `after`."""
         try:
             e = facts.estimate
-            key = (
-                tuple([get(e) for get in self.getters])
-                if self.getters
-                else tuple([facts[n] for n in self.varying])
-            )
+            if self.fields is not None:
+                key = self.fields(e.plan)
+            elif self.getters:
+                key = tuple([get(e) for get in self.getters])
+            else:
+                key = tuple([facts[n] for n in self.varying])
             hit = self._firing.get(key)
         except TypeError:  # a value that is not hashable: judged rule by rule
             key = hit = None
