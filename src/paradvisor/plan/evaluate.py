@@ -16,6 +16,7 @@ import math
 import weakref
 from dataclasses import replace as _replace
 from functools import partial
+from typing import overload
 
 from paradvisor.estimate import comm, moe, steptime
 from paradvisor.estimate import context as cp_cost
@@ -593,9 +594,28 @@ def _micro_times(
     return time
 
 
+@overload
 def evaluate(
-    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float, *, unfit=True
-) -> Estimate:
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float
+) -> Estimate: ...
+
+
+@overload
+def evaluate(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float, *, unfit: bool
+) -> Estimate | None: ...
+
+
+def evaluate(
+    mf: ModelFacts,
+    topo: Topology,
+    wl: Workload,
+    plan: Plan,
+    precision: str,
+    margin: float,
+    *,
+    unfit: bool = True,
+) -> Estimate | None:
     """The plan's memory on its tightest GPU and its step time; a plan that does not fit has its step time
     worked out when something reads it (`Estimate.untimed`), or with `unfit` False no estimate (None: what the
     search keeps of a plan that cannot be launched is whether it fits)."""
