@@ -72,6 +72,7 @@ def main() -> int:
         print("ok: stored coefficients match transformers " + transformers.__version__)
         return 0
     from paradvisor.model.activations import FORMAT
+    from paradvisor.model.stored import dumps
 
     doc = {
         "schema": f"paradvisor.activations/{FORMAT}",
@@ -80,7 +81,7 @@ def main() -> int:
         "regenerate": "python scripts/trace_activations.py",
         "models": {k: models[k] for k in sorted(models)},
     }
-    OUT.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    OUT.write_text(dumps(doc))  # one model per line (model/stored.py)
     print(f"wrote {OUT}")
     return 0
 

@@ -29,8 +29,8 @@ directory or a cache goes through these; a planted symbolic or hard link never r
                                nobody can predict), then rename (a link at `path` is replaced, never followed)
 A refused file or folder raises `UnsafePath` (an OSError: writers that tolerate a full disk tolerate it).
 
-Replies of other programs (ssh probes, Slurm commands): `run_capture(argv, limit=, timeout=)` keeps at most
-`limit` bytes of stdout and of stderr and kills the program past them or past its timeout.
+Replies of other programs (ssh probes, Slurm commands): `capture.run_capture(argv, limit=, timeout=)` keeps at
+most `limit` bytes of stdout and of stderr and kills the program past them or past its timeout.
 """
 
 from __future__ import annotations
@@ -40,13 +40,8 @@ import errno
 import json
 import math
 import os
-import selectors
-import shutil
 import stat
 import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 from paradvisor.errors import InputError
@@ -202,6 +197,8 @@ def check_target(path: Path, *, force: bool) -> None:
 
 
 def _temp(path: Path, data: bytes, mode: int | None) -> str:
+    import tempfile  # noqa: PLC0415 - start-up: a command that writes no file does not load it (with random)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
     try:
         with os.fdopen(fd, "wb") as f:
@@ -252,6 +249,8 @@ def write_group(
                 try:
                     os.link(p, backup)
                 except OSError:
+                    import shutil  # noqa: PLC0415 - start-up (bz2, lzma): only where no hard link can be made
+
                     shutil.copy2(p, backup)
             os.replace(tmp, p)
             done.append((p, backup))
@@ -474,6 +473,8 @@ def write_private(path: str | os.PathLike, data: str | bytes, *, sync: bool = Fa
     """Replace `path` atomically with `data` (mode 0600): written to a `mkstemp` name in the same folder
     (O_EXCL: nobody can predict or plant it), then renamed over `path` (a link there is replaced, its target
     never touched). Two writers of one file each rename a whole file; the last one wins. `sync`: fsync first."""
+    import tempfile  # noqa: PLC0415 - start-up (as _temp)
+
     p = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
@@ -486,78 +487,3 @@ def write_private(path: str | os.PathLike, data: str | bytes, *, sync: bool = Fa
     except BaseException:
         _unlink(tmp)
         raise
-
-
-# ------------------------------------------------------------------------- replies of other programs: bounded
-
-MAX_REPLY_BYTES = 4 << 20  # what one command's stdout (or stderr) may send back (a real reply is a few KiB)
-
-
-def run_capture(
-    argv: list[str],
-    *,
-    limit: int = MAX_REPLY_BYTES,
-    timeout: float = 60.0,
-    input: bytes | str | None = None,
-) -> tuple[int | None, str, str, str | None]:
-    """Run `argv` and keep at most `limit` bytes of its stdout and of its stderr: (exit code, stdout, stderr,
-    why it was stopped or None). A command that sends more than `limit` bytes, or runs past `timeout` seconds,
-    is killed (why says which; exit code None); a missing program is exit code 127. Never raises OSError
-    for the command itself and never holds more than 2 x `limit` bytes, whatever the other side sends. Text
-    is decoded as UTF-8 with replacement characters."""
-    import subprocess  # noqa: PLC0415 - start-up: `paradvisor recommend` does not load it
-
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return 127, "", f"{argv[0]}: {exc.strerror or exc}", None
-    if input is not None:  # written by a thread: a command that answers before reading it all never blocks us
-        data = input.encode() if isinstance(input, str) else input
-
-        def feed() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                proc.stdin.write(data)
-            with contextlib.suppress(OSError, ValueError):
-                proc.stdin.close()
-
-        threading.Thread(target=feed, daemon=True, name="paradvisor-feed").start()
-    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    sel = selectors.DefaultSelector()
-    for f in bufs:
-        sel.register(f, selectors.EVENT_READ)
-    deadline, why = time.monotonic() + timeout, None
-    while sel.get_map() and why is None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            why = f"no answer within {timeout:g} s"
-            break
-        for key, _ in sel.select(min(left, 1.0)):
-            chunk = os.read(key.fd, 1 << 16)
-            if not chunk:
-                sel.unregister(key.fileobj)
-                continue
-            buf = bufs[key.fileobj]
-            if len(buf) + len(chunk) > limit:
-                buf += chunk[: limit - len(buf)]
-                why = f"sent more than {limit:,} bytes"
-                break
-            buf += chunk
-    sel.close()
-    if why is not None:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, 9)
-    try:
-        code = proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    for f in bufs:
-        f.close()
-    out, err = (bytes(b).decode("utf-8", errors="replace") for b in bufs.values())
-    return (None if why else code), out, err, why

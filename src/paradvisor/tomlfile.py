@@ -16,15 +16,17 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_DEPTH
 from paradvisor.safeio import check_tree, number_error, read_text
+from paradvisor.shipped import parsed_toml
 
 
-def read_toml(path: str | os.PathLike) -> tuple[dict, str]:
+def read_toml(path: str | os.PathLike, *, shipped: bool = False) -> tuple[dict, str]:
     """Parse a TOML file; InputError (exit 2) for a missing/unreadable file (or one that is not a regular file,
-    or too large: `safeio.read_text`), a syntax error, nesting deeper than `limits.MAX_DEPTH`, or NaN/infinity."""
+    or too large: `safeio.read_text`), a syntax error, nesting deeper than `limits.MAX_DEPTH`, or NaN/infinity.
+    `shipped`: a file paradvisor ships, whose current sidecar may give the table (shipped.parsed_toml)."""
     p = Path(path)
     text = read_text(p, what="TOML file")
     try:
-        data = tomllib.loads(text)
+        data = parsed_toml(p.parent, p.name, text) if shipped else tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)

@@ -1,7 +1,8 @@
 """The search's shortcuts change no answer: a plan that does not fit works out its step time only when read
-(plan/estimate.py), the rules the request alone decides are judged once, a fired rule's message is worked out
-when read (rules/engine.py), and the collector is paused while the search runs (collector.py). Each answer is
-compared with the one made without the shortcut."""
+(plan/estimate.py), one the launcher cannot run is kept only when it fits (plan/search.py), the rules the
+request alone decides are judged once, a fired rule's message is worked out when read (rules/engine.py), and
+the collector is paused while the search runs (collector.py). Each answer is compared with the one made without
+the shortcut."""
 
 from __future__ import annotations
 
@@ -137,8 +138,9 @@ def reference_apply_rules(
     return summary.entries()
 
 
-def _eager_evaluate(*args):
-    """evaluate() with every estimate's time worked out at once (the answer without the shortcut)."""
+def _eager_evaluate(*args, unfit=True):  # (unfit: ignored, every plan's estimate is made)
+    """evaluate() with every estimate's time worked out at once, and an estimate for every plan, the ones the
+    launcher cannot run that do not fit too (the answer without the shortcuts)."""
     e = evaluate_module.evaluate(*args)
     _ = e.step_time
     return e

@@ -53,7 +53,7 @@ def test_a_built_wheel_carries_rules_and_presets_and_uses_them_outside_the_check
     (wheel,) = wheels.glob("paradvisor-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for kind in ("rules", "presets"):
-        shipped = {p.name for p in (REPO / kind).glob("*.toml")}
+        shipped = {p.name for pattern in ("*.toml", "*.toml.json") for p in (REPO / kind).glob(pattern)}
         assert {n.rsplit("/", 1)[1] for n in names if n.startswith(f"paradvisor/data/{kind}/")} == shipped
 
     site = tmp_path / "site"

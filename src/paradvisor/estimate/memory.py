@@ -65,9 +65,8 @@ from paradvisor.model.activations import TRACED_BLOCKS
 from paradvisor.model.profile import TransformerShape
 from paradvisor.units import GiB
 
-FRAMEWORK_OVERHEAD = int(
-    0.5 * GiB
-)  # CUDA context, cuBLAS workspace, NCCL buffers (outside torch's allocator)
+# CUDA context, cuBLAS workspace, NCCL buffers (outside torch's allocator)
+FRAMEWORK_OVERHEAD = int(0.5 * GiB)
 DDP_BUCKET = 25 * 1024**2  # torch DDP bucket_cap_mb default
 DS_BUCKET_ELEMS = 500_000_000  # DeepSpeed reduce/allgather bucket default (elements)
 
@@ -399,18 +398,15 @@ def vision_activation_bytes(layers, *, micro_batch: int, act_bytes: int, input_e
     return total * micro_batch
 
 
-def buffer_bytes(
-    *, sharding: str, psi: int, precision: str, tp: int, seq: int, micro_batch: int, hidden: int, dp: int = 2
-) -> float:
-    """Communication buffers: DDP buckets (only with data-parallel peers), DeepSpeed reduce buckets,
-    TP all-reduce output."""
-    gb = 2 if precision != "fp32" else 4
+def bucket_bytes(*, sharding: str, psi: int, precision: str, dp: int = 2) -> float:
+    """DDP buckets (only with data-parallel peers), DeepSpeed reduce buckets: what no micro-batch changes."""
     if sharding == "none":
-        buf = 2 * DDP_BUCKET if dp > 1 else 0.0
-    elif sharding.startswith("zero"):
-        buf = min(DS_BUCKET_ELEMS, psi) * gb
-    else:
-        buf = 0.0
-    if tp > 1:
-        buf += seq * micro_batch * hidden * gb
-    return buf
+        return 2 * DDP_BUCKET if dp > 1 else 0.0
+    return (
+        min(DS_BUCKET_ELEMS, psi) * (2 if precision != "fp32" else 4) if sharding.startswith("zero") else 0.0
+    )
+
+
+def tp_output_bytes(*, seq: int, micro_batch: int, hidden: int, precision: str) -> int:
+    """The TP all-reduce's output buffer of one micro-batch."""
+    return seq * micro_batch * hidden * (2 if precision != "fp32" else 4)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from functools import lru_cache
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.links import link, links  # noqa: F401 (the catalogue's link half: hardware/links.py)
 from paradvisor.hardware.types import GPUSpec
-from paradvisor.shipped import package_files
+from paradvisor.shipped import shipped_toml
 from paradvisor.tomlfile import KeyLocator
 from paradvisor.units import GiB
 
@@ -28,8 +27,7 @@ def _norm(name: str) -> str:
 
 
 def _read(name: str) -> tuple[dict, str]:
-    text = package_files("paradvisor.hardware").joinpath("data", name).read_text()
-    return tomllib.loads(text), text
+    return shipped_toml("paradvisor.hardware", name)
 
 
 _extra_files: tuple[str, ...] = ()

@@ -5,20 +5,17 @@ are these same functions.
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 
 from paradvisor.errors import InputError
 from paradvisor.hardware.types import Link
-from paradvisor.shipped import package_files
+from paradvisor.shipped import shipped_toml
 from paradvisor.units import parse_bandwidth, parse_latency
 
 
 @lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
-    table = tomllib.loads(package_files("paradvisor.hardware").joinpath("data", "links.toml").read_text())[
-        "link"
-    ]
+    table = shipped_toml("paradvisor.hardware", "links.toml")[0]["link"]
     return {
         kind: Link(kind=kind, bandwidth=parse_bandwidth(e["bandwidth"]), latency=parse_latency(e["latency"]))
         for kind, e in table.items()

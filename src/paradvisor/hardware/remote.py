@@ -12,12 +12,13 @@ import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+from paradvisor.capture import run_capture
 from paradvisor.errors import InputError
 from paradvisor.hardware import catalog
 from paradvisor.hardware.inventory import node_from_probe
 from paradvisor.hardware.types import Node
 from paradvisor.limits import MAX_HOSTS, MAX_PROBED_DEVICES
-from paradvisor.safeio import parse_json, run_capture
+from paradvisor.safeio import parse_json
 from paradvisor.shipped import package_files
 from paradvisor.typed import check_instance
 

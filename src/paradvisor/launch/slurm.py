@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from paradvisor import interrupts
+from paradvisor.capture import run_capture
 from paradvisor.errors import InputError
 from paradvisor.launch import runner
 from paradvisor.launch.datacopy import readable_here
@@ -39,7 +40,7 @@ from paradvisor.rundir import RunDir
 from paradvisor.rundir import tail_lines as _tail
 from paradvisor.rundir.lock import prepare_run_dir
 from paradvisor.rundir.status import read_status, write_aborted, write_json_atomic
-from paradvisor.safeio import run_capture, write_private
+from paradvisor.safeio import write_private
 from paradvisor.spec.preset import Preset, load_preset, write_run_plan
 
 TERMINAL_STATES = tuple(
@@ -114,7 +115,7 @@ def node_main(argv: list[str] | None = None) -> int:
 
 # ---------------------------------------------------------------------------------------------- submitting
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    """A Slurm command, its output bounded (safeio.run_capture: SLURM_REPLY_BYTES, SLURM_TIMEOUT_S)."""
+    """A Slurm command, its output bounded (capture.run_capture: SLURM_REPLY_BYTES, SLURM_TIMEOUT_S)."""
     code, out, err, stopped = run_capture(argv, limit=SLURM_REPLY_BYTES, timeout=SLURM_TIMEOUT_S)
     if stopped:
         return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]} was stopped: it {stopped}")

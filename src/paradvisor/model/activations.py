@@ -29,6 +29,7 @@ import sys
 from collections.abc import Mapping
 from functools import lru_cache
 
+from paradvisor.model import stored
 from paradvisor.shipped import package_files
 
 MODES = ("fp32", "amp", "bf16")
@@ -50,17 +51,27 @@ def poly(p: Mapping | None, b: float, s: float) -> float:
 
 
 @lru_cache(maxsize=1)
-def builtin_table() -> dict:
-    """{model name: {"params": {...}, "activations": [regimes]}} for the built-in transformers."""
+def _stored() -> tuple[str, dict | None]:
+    """(the text of data/activations.json, its document when it is not in `stored`'s layout), "" when absent."""
     try:
         text = package_files("paradvisor.model").joinpath("data", "activations.json").read_text()
     except FileNotFoundError:
-        return {}
-    doc = json.loads(text)
-    if doc.get("schema") != f"paradvisor.activations/{FORMAT}":  # stale data: the formula until regenerated
-        return {}
-    warn_if_stale(doc, "the stored activation data (model/data/activations.json)")
-    return doc["models"]
+        return "", None
+    return text, None if stored.header(text) is not None else json.loads(text)
+
+
+@lru_cache(maxsize=64)
+def builtin_entry(name: str) -> dict | None:
+    """{"params": {...}, "activations": [regimes]} of a built-in transformer (None: none stored, or the stored
+    data is of another format: the formula until regenerated); only this model's line is parsed (model/stored.py)."""
+    text, whole = _stored()
+    if not text:
+        return None
+    head = whole if whole is not None else stored.header(text)
+    if head.get("schema") != f"paradvisor.activations/{FORMAT}":  # stale data: the formula until regenerated
+        return None
+    warn_if_stale(head, "the stored activation data (model/data/activations.json)")
+    return whole["models"].get(name) if whole is not None else stored.entry(text, name)
 
 
 STAMPED = ("transformers", "torch")  # the libraries whose code a stored trace was derived from
@@ -218,7 +229,7 @@ class Traced:
 
 
 def for_builtin(name: str) -> Traced | None:
-    entry = builtin_table().get(name)
+    entry = builtin_entry(name)
     if not entry:
         return None
     return Traced(

@@ -16,6 +16,7 @@ import math
 import weakref
 from dataclasses import replace as _replace
 from functools import partial
+from typing import overload
 
 from paradvisor.estimate import comm, moe, steptime
 from paradvisor.estimate import context as cp_cost
@@ -25,18 +26,15 @@ from paradvisor.estimate.memory import (
     FRAMEWORK_OVERHEAD,
     act_bytes_for,
     block_activation_bytes,
-    buffer_bytes,
     edge_activation_bytes,
     loss_transient_bytes,
-    offload_cpu_bytes,
     stage_activation_bytes,
+    tp_output_bytes,
     traced_activation_terms,
     vision_activation_bytes,
 )
 from paradvisor.estimate.need import MemoryNeed
 from paradvisor.estimate.peak import phase_peak
-from paradvisor.estimate.stages import Stage
-from paradvisor.estimate.stages import layout as stage_layout
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model.activations import key_of
 from paradvisor.plan import expert_dp, mcore_terms, moe_step
@@ -46,7 +44,8 @@ from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.gpu_stage import device_and_shape, stage_time
 from paradvisor.plan.host_ram import host_memory_fits
 from paradvisor.plan.moe_terms import moe_block
-from paradvisor.plan.stage_states import shard_degree, stage_states
+from paradvisor.plan.stage_rows import distinct_rows, pipeline_stages, stages_of
+from paradvisor.plan.stage_rows import rows as stage_rows
 from paradvisor.spec.plan import Plan, Workload
 
 DEEPSPEED_STEP_OVERHEAD = 5e-3  # s per optimizer step of engine bookkeeping (CPU runs, accuracy.py)
@@ -194,82 +193,35 @@ def _activation_terms(
     }, "formula"
 
 
-def pipeline_stages(mf: ModelFacts, plan: Plan) -> tuple[Stage, ...]:
-    """Every pipeline rank's stage (estimate/stages.py): blocks per chunk, embedding / head, in-flight
-    micro-batches for the plan's schedule."""
-    if mf.shape is None or plan.pp <= 1:
-        layers = mf.shape.num_layers if mf.shape is not None else 0
-        return (Stage(0, (layers,), True, True, 1.0),)
-    v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
-    return stage_layout(mf.shape.num_layers, plan.pp, v, plan.pp_split, plan.pp_schedule, plan.grad_accum)
-
-
-def _stages_of(mf: ModelFacts, topo: Topology, plan: Plan) -> tuple[tuple[Stage, ...], list[Stage]]:
-    """(every pipeline rank's stage, the distinct ones), kept in the topology's cache per stage layout."""
-    key = (
-        "stages",
-        id(mf),
-        plan.pp,
-        plan.pp_schedule,
-        plan.pp_virtual_stages,
-        plan.pp_split,
-        plan.grad_accum,
-    )
-    hit = topo._cache.get(key)
-    if hit is None:
-        stages = pipeline_stages(mf, plan)
-        hit = topo._cache[key] = (stages, _distinct_stages(stages))
-    return hit
-
-
-def _distinct_stages(stages: tuple[Stage, ...]) -> list[Stage]:
-    """The stages that can hold a peak: per (blocks, first, last), the one with the most in flight."""
-    best: dict[tuple, Stage] = {}
-    for st in stages:
-        k = (st.blocks, st.first, st.last)
-        if k not in best or st.inflight > best[k].inflight:
-            best[k] = st
-    return list(best.values())
-
-
-def _stage_terms(
-    mf: ModelFacts,
-    topo: Topology,
-    wl: Workload,
-    plan: Plan,
-    precision: str,
-    micro_batch: int,
-    states,
-    stages,
-) -> tuple[list[tuple], str]:
-    """(states, activations, working bytes, params, stage, the state terms the peak sums) per pipeline stage
-    given, and where the activation figures came from."""
+def _micro_terms(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, micro_batch: int
+) -> tuple:
+    """What one micro-batch adds on a rank: (its activation terms (`activation_terms`), where they came from,
+    the loss head's transient (`_loss_transient`), the TP output buffer or None, {stage shape: (activations,
+    weight copies)} as the stages asked so far left them (None: not kept)), kept in the topology's cache
+    under what they depend on (shared: read only). A model without transformer blocks: its activation bytes."""
+    tp_out = None
+    if plan.tp > 1:
+        hidden = mf.shape.hidden if mf.shape else 0
+        tp_out = tp_output_bytes(seq=wl.seq_len, micro_batch=micro_batch, hidden=hidden, precision=precision)
     if mf.shape is None:
-        psi = mf.total
         acts = vision_activation_bytes(
             mf.profile.layers,
             micro_batch=micro_batch,
             act_bytes=act_bytes_for(precision),
             input_elems=math.prod(mf.profile.input_shape or (1,)),
         )
-        _psi, held, terms = states(0, True, True)
-        return [(held, acts, 0.0, psi, stages[0], terms)], "formula"
+        return acts, "formula", 0.0, tp_out, None
     cuda = topo._cache.get("rank0-cuda")
     if cuda is None:
         cuda = topo._cache["rank0-cuda"] = topo.rank_spec[0].vendor != "cpu" if topo.rank_spec else True
     akey = ("acts", id(mf), wl.seq_len, wl.attention, micro_batch, plan.tp, plan.sequence_parallel)
     akey += (plan.checkpointing, plan.cp, plan.sharding == "none", precision, cuda)  # (activation_mode)
-    hit = topo._cache.get(akey)  # shared: read only
+    hit = topo._cache.get(akey)
     if hit is None:
-        hit = topo._cache[akey] = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
-    a, source = hit
-    out = []
-    for st in stages:
-        layers, first, last = st.layers, st.first, st.last
-        psi, held, terms = states(layers, first, last)
-        acts, copies = stage_activation_bytes(a, layers, first=first, last=last)
-        out.append((held, st.inflight * acts, st.inflight * copies + a["rebuilt"], psi, st, terms))
-    return out, source
+        a, source = activation_terms(mf, wl, plan, precision, micro_batch, cuda=cuda)
+        hit = topo._cache[akey] = (a, source, _loss_transient(mf, wl, plan, micro_batch), tp_out, {})
+    return hit
 
 
 def _loss_transient(mf: ModelFacts, wl: Workload, plan: Plan, micro_batch: int) -> float:
@@ -296,28 +248,30 @@ def memory_need(
 ) -> MemoryNeed:
     """Worst pipeline stage's per-GPU bytes by term (or stage 0 / the last one when `stage` is given),
     and host bytes for offload. With `every_stage`, "stages" lists each pipeline rank's total and terms."""
-    shard = shard_degree(topo, plan)
-    states = stage_states(mf, topo, plan, precision, shard)
-    transient = _loss_transient(mf, wl, plan, micro_batch)
-    all_stages, distinct = _stages_of(mf, topo, plan)
-    if stage is not None and len(all_stages) > 1:
-        chosen = [all_stages[0 if stage == 0 else -1]]
+    if stage is None and not every_stage:  # the search's question: the rows of the layout's distinct stages
+        shard, rows = distinct_rows(mf, topo, plan, precision)
     else:
-        chosen = all_stages if every_stage else distinct
-    rows, source = _stage_terms(mf, topo, wl, plan, precision, micro_batch, states, chosen)
-    best, listed, sharding, shape = None, [], plan.sharding, mf.shape
-    kept = sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
-    for st, acts, work, psi, where, (params, optimizer, grads, gathered, step_grads) in rows:
-        buf = buffer_bytes(
-            sharding=sharding,
-            psi=psi,
-            precision=precision,
-            tp=plan.tp,
-            seq=wl.seq_len,
-            dp=plan.dp,
-            micro_batch=micro_batch,
-            hidden=shape.hidden if shape else 0,
-        )
+        all_stages, distinct = stages_of(mf, topo, plan)
+        if stage is not None and len(all_stages) > 1:
+            chosen = [all_stages[0 if stage == 0 else -1]]
+        else:
+            chosen = all_stages if every_stage else distinct
+        shard, rows = stage_rows(mf, topo, plan, precision, chosen)
+    a, source, transient, tp_out, per_stage = _micro_terms(mf, topo, wl, plan, precision, micro_batch)
+    best, listed = None, []
+    kept = plan.sharding == "zero3" and precision != "fp32"  # (peak: ZeRO-3's 16-bit gradients in the step)
+    for where, psi, st, (params, optimizer, grads, gathered, step_grads), buf, cpu, shape in rows:
+        if per_stage is None:
+            acts, work = a, 0.0
+        else:
+            one = per_stage.get(shape)  # (activations, copies) of one micro-batch through the stage's blocks
+            if one is None:
+                one = per_stage[shape] = stage_activation_bytes(
+                    a, where.layers, first=where.first, last=where.last
+                )
+            acts, work = where.inflight * one[0], where.inflight * one[1] + a["rebuilt"]
+        if tp_out is not None:
+            buf = buf + tp_out
         tr = transient if where.last else 0.0
         held = [params, optimizer, buf, FRAMEWORK_OVERHEAD]
         phase, total = phase_peak(held, [grads, acts, gathered, work, tr], step_grads, kept)
@@ -326,10 +280,7 @@ def memory_need(
             terms["overhead"] = FRAMEWORK_OVERHEAD
             listed.append((where, terms, total, psi, phase))
             if best is None or total > best[1]:
-                best = (terms, total, psi, phase)
-    cpu = offload_cpu_bytes(
-        best[2], sharding=plan.sharding, shard_degree=shard, offload=plan.offload, precision=precision
-    )
+                best = (terms, total, psi, phase, cpu)
     stages = None
     if every_stage:
         stages = tuple(
@@ -347,7 +298,7 @@ def memory_need(
             }
             for w, terms, total, psi, phase in listed
         )
-    return MemoryNeed.of(*best, shard, cpu, source, stages)
+    return MemoryNeed.of(*best[:4], shard, best[4], source, stages)
 
 
 def engine_key(plan: Plan) -> str:
@@ -643,15 +594,37 @@ def _micro_times(
     return time
 
 
+@overload
 def evaluate(
     mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float
-) -> Estimate:
+) -> Estimate: ...
+
+
+@overload
+def evaluate(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision: str, margin: float, *, unfit: bool
+) -> Estimate | None: ...
+
+
+def evaluate(
+    mf: ModelFacts,
+    topo: Topology,
+    wl: Workload,
+    plan: Plan,
+    precision: str,
+    margin: float,
+    *,
+    unfit: bool = True,
+) -> Estimate | None:
     """The plan's memory on its tightest GPU and its step time; a plan that does not fit has its step time
-    worked out when something reads it (`Estimate.untimed`)."""
+    worked out when something reads it (`Estimate.untimed`), or with `unfit` False no estimate (None: what the
+    search keeps of a plan that cannot be launched is whether it fits)."""
     (need, capacity, usable), tight = _tightest(mf, topo, wl, plan, precision, margin)
     notes = [moe.ASSUMPTION] if mf.moe is not None else []
     host_fits = host_memory_fits(topo, need.cpu, notes) if plan.offload != "none" else True
     fits = need.total <= usable and host_fits
+    if not (fits or unfit):
+        return None
     given = {
         "plan": plan,
         "memory": need.terms,

@@ -19,7 +19,18 @@ def node_ram(node) -> tuple[float, bool]:
 
 def host_memory_fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
     """Offloaded states must fit in each node's RAM (90% usable) next to what its ranks hold; alike nodes
-    share their RAM figure (one check per segment of the topology)."""
+    share their RAM figure (one check per segment of the topology). The answer and its notes are kept in the
+    topology's cache per host bytes (the search's offload plans of one layout ask the same)."""
+    key = ("host-ram", cpu_per_rank)
+    hit = topo._cache.get(key)
+    if hit is None:
+        told: list[str] = []
+        hit = topo._cache[key] = (_fits(topo, cpu_per_rank, told), tuple(told))
+    notes.extend(hit[1])
+    return hit[0]
+
+
+def _fits(topo: Topology, cpu_per_rank: float, notes: list[str]) -> bool:
     ok = True
     notes.append(
         f"offload needs {cpu_per_rank * topo.max_gpus_per_node / 2**30:.0f} GiB of host RAM per node"

@@ -153,36 +153,39 @@ def _evaluate_all(
     family,
     runtime: str = "paradvisor",
     evaluated: dict | None = None,
-) -> tuple[list[Estimate], list[tuple[Estimate, str]], int]:
-    """Every candidate layout (and DiLoCo's on a WAN cluster) evaluated: the launchable ones, the
-    unlaunchable ones with why, and how many were evaluated (each candidate's estimate kept in `evaluated`)."""
+) -> tuple[list[Estimate], list[tuple[Estimate, str]], int, str | None]:
+    """Every candidate layout (and DiLoCo's on a WAN cluster) evaluated: the launchable ones (each one's estimate
+    kept in `evaluated`, what a rule's `set` may ask again), the unlaunchable ones that fit with why (what
+    `plan_only` shows of them), how many were evaluated, and why the first unlaunchable one cannot be launched."""
     estimates: list[Estimate] = []
     unlaunchable: list[tuple[Estimate, str]] = []
-    n = 0
-
-    def keep(e: Estimate) -> None:
+    n, first_why = 0, None
+    for plan in candidates(mf, topo, wl, precision):
+        n += 1
+        why = why_not(plan, family, runtime=runtime)
+        e = evaluate(mf, topo, wl, plan, precision, margin, unfit=why is None)
+        if why is None:
+            estimates.append(e)
+            if evaluated is not None:
+                evaluated[plan] = e
+        else:
+            first_why = first_why or why
+            if e is not None:  # (None: it does not fit, and plan_only shows only plans that fit)
+                unlaunchable.append((e, why))
+    for e in diloco_candidates(mf, topo, wl, precision, margin) if wan_cluster(cluster) else ():
+        n += 1
         why = why_not(e.plan, family, runtime=runtime)
         if why is None:
             estimates.append(e)
         else:
+            first_why = first_why or why
             unlaunchable.append((e, why))
-
-    for plan in candidates(mf, topo, wl, precision):
-        e = evaluate(mf, topo, wl, plan, precision, margin)
-        if evaluated is not None:
-            evaluated[plan] = e
-        keep(e)
-        n += 1
-    if wan_cluster(cluster):
-        for e in diloco_candidates(mf, topo, wl, precision, margin):
-            keep(e)
-            n += 1
     if n == 0:
         raise InputError(
             f"--global-batch {wl.global_batch} cannot be split over {topo.world} GPUs in any layout: "
             f"use a multiple of {topo.world}"
         )
-    return estimates, unlaunchable, n
+    return estimates, unlaunchable, n, first_why
 
 
 def _distinct(feasible: list[Estimate], include_all: bool) -> tuple[list[Estimate], set]:
@@ -286,7 +289,7 @@ def recommend(
     topo = Topology.of(cluster)
     family = family_of(profile)
     evaluated: dict[Plan, Estimate] = {}
-    estimates, unlaunchable, n = _evaluate_all(
+    estimates, unlaunchable, n, first_why = _evaluate_all(
         mf, topo, cluster, wl, precision, margin, family, runtime, evaluated
     )
     fired: list[dict] = []
@@ -307,8 +310,8 @@ def recommend(
     plans, seen = _distinct(feasible, include_all)
     _record_moves(plans, fired)
     infeasible = summarize_infeasible(estimates, seen)
-    if not estimates and unlaunchable:
-        warnings.append(f"no plan for {profile.name} on these machines can be launched: {unlaunchable[0][1]}")
+    if not estimates and first_why:
+        warnings.append(f"no plan for {profile.name} on these machines can be launched: {first_why}")
     fix = None if plans or not estimates else _nearest_fix(profile, cluster, wl, precision, margin, estimates)
     traced = profile.traced
     if traced is not None and traced.failures:  # counted from the code where it could be, else the formula

@@ -14,7 +14,7 @@ from paradvisor.estimate.context import CP_MIN_SEQ
 from paradvisor.estimate.stages import chunk_blocks, split_problem
 from paradvisor.hardware.speeds import effective_peak
 from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.spec.plan import Plan, Workload, new_plan
+from paradvisor.spec.plan import Plan, Workload, changed_plan, new_plan
 
 MAX_MICRO_BATCH = 64
 
@@ -149,24 +149,23 @@ def candidates(mf: ModelFacts, topo: Topology, wl: Workload, precision: str) -> 
                     for ckpt in ckpts:
                         for sp in [False, True] if tp > 1 else [False]:
                             for sched, v, split in layouts:
+                                layout = new_plan(
+                                    dp=dp,
+                                    tp=tp,
+                                    pp=pp,
+                                    pp_virtual_stages=v,
+                                    pp_split=split,
+                                    sharding=sharding,
+                                    checkpointing=ckpt,
+                                    precision=precision,
+                                    offload=offload,
+                                    sequence_parallel=sp,
+                                    pp_schedule=sched,
+                                )  # each micro-batch's plan made from it (`changed_plan`: two fields)
                                 for mb in mbs:
-                                    if not pipeline_fits(pp, sched, per_replica // mb):
-                                        continue  # schedule_ok
-                                    yield new_plan(
-                                        dp=dp,
-                                        tp=tp,
-                                        pp=pp,
-                                        pp_virtual_stages=v,
-                                        pp_split=split,
-                                        sharding=sharding,
-                                        micro_batch=mb,
-                                        grad_accum=per_replica // mb,
-                                        checkpointing=ckpt,
-                                        precision=precision,
-                                        offload=offload,
-                                        sequence_parallel=sp,
-                                        pp_schedule=sched,
-                                    )
+                                    m = per_replica // mb
+                                    if pipeline_fits(pp, sched, m):  # (schedule_ok)
+                                        yield changed_plan(layout, micro_batch=mb, grad_accum=m)
     if not topo.homogeneous and world > 1:
         yield from speed_split_candidates(mf, topo, wl, precision, ckpts)
     if mf.moe is not None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 
 from paradvisor.rules.evidence import plan_outside, request_outside
 from paradvisor.rules.loader import Rule
-from paradvisor.rules.vocabulary import PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
+from paradvisor.rules.vocabulary import PLAN_FACT_FIELDS, PLAN_FACT_GETTERS, TIMED_FACTS, Facts, base_facts
 from paradvisor.spec.plan import changed_plan
 from paradvisor.typed import document
 
@@ -94,9 +95,11 @@ class _PlanRules:
         self.varying = tuple(n for n in names if n not in base)  # the request's own facts are fixed here
         getters = [PLAN_FACT_GETTERS.get(n) for n in self.varying]
         self.getters = tuple(getters) if all(getters) and getters else None
+        self.fields = _fields_of(self.varying)  # (the plan fields those facts are worked out from, at once)
         self.cites = [r.cite() for r in rules]
         named = [r.named_facts() for r in rules]
         self.shown = [tuple(PLAN_FACT_GETTERS[n] for n in ns if n in PLAN_FACT_GETTERS) for ns in named]
+        self.shown_fields = [_fields_of([n for n in ns if n in PLAN_FACT_GETTERS]) for ns in named]
         self.timed = [any(n in TIMED_FACTS for n in ns) for ns in named]  # messages naming the step time
         self.factors = [rule_factor(r.effect, r.weight) for r in rules]
         self.effects = [  # (as applied, as recorded outside its evidence)
@@ -127,11 +130,12 @@ class _PlanRules:
         """The indices of the rules whose condition holds on these facts, past `after`."""
         try:
             e = facts.estimate
-            key = (
-                tuple([get(e) for get in self.getters])
-                if self.getters
-                else tuple([facts[n] for n in self.varying])
-            )
+            if self.fields is not None:
+                key = self.fields(e.plan)
+            elif self.getters:
+                key = tuple([get(e) for get in self.getters])
+            else:
+                key = tuple([facts[n] for n in self.varying])
             hit = self._firing.get(key)
         except TypeError:  # a value that is not hashable: judged rule by rule
             key = hit = None
@@ -158,7 +162,9 @@ class _PlanRules:
             )
         try:  # values by type too (1, True and 1.0 print differently), floats by repr (-0.0 and 0.0 too)
             key = (i, effect, applied, outside, factor)
-            if self.shown[i]:  # (a message naming no plan fact: one record per verdict)
+            if self.shown_fields[i] is not None:  # (the plan fields they are worked out from say it all)
+                key += (self.shown_fields[i](e.plan),)
+            elif self.shown[i]:  # (a message naming no plan fact: one record per verdict)
                 key += tuple(
                     [(type(v), repr(v) if type(v) is float else v) for v in [g(e) for g in self.shown[i]]]
                 )
@@ -172,6 +178,13 @@ class _PlanRules:
             if key is not None:
                 self._records[key] = hit
         return hit
+
+
+def _fields_of(facts) -> attrgetter | None:
+    """The plan fields these plan facts are worked out from, read at once (vocabulary.PLAN_FACT_FIELDS: equal
+    fields, equal facts), or None where one of them reads the estimate (or there are none)."""
+    fields = [PLAN_FACT_FIELDS.get(n) for n in facts]
+    return attrgetter(*sorted({f for fs in fields for f in fs})) if fields and all(fields) else None
 
 
 class _Undecided(Exception):

@@ -23,7 +23,6 @@ strategies = ["ddp"]
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +33,7 @@ from paradvisor.record import record
 from paradvisor.rules.evidence import check
 from paradvisor.rules.expr import Compiled, RuleExprError, compile_expr
 from paradvisor.rules.vocabulary import PLAN_FACTS, STRATEGY_VALUES, TYPES
-from paradvisor.shipped import package_files, rules_dir
+from paradvisor.shipped import rules_dir, shipped_toml
 from paradvisor.tomlfile import KeyLocator, read_toml
 from paradvisor.typed import printable
 
@@ -229,6 +228,7 @@ def check_dirs(dirs: list[Path]) -> CheckResult:
     """Every problem in every rule file, as 'file:line: message' lines."""
     res = CheckResult()
     seen: dict[str, str] = {}
+    shipped = default_rules_dir()
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
@@ -243,7 +243,7 @@ def check_dirs(dirs: list[Path]) -> CheckResult:
         for f in files:
             res.files += 1
             try:
-                data, text = read_toml(f)
+                data, text = read_toml(f, shipped=d == shipped)
             except InputError as exc:
                 res.errors.append(str(exc))
                 continue
@@ -290,8 +290,7 @@ def load_rule_sets(extra_dirs: list[str] | None = None) -> list[Rule]:
 @lru_cache(maxsize=1)
 def papers() -> dict[str, dict]:
     """The cited papers by id (rules/data/papers.toml), each with its file name, title and authors."""
-    doc = tomllib.loads(package_files("paradvisor.rules").joinpath("data", "papers.toml").read_text())
-    return doc["paper"]
+    return shipped_toml("paradvisor.rules", "papers.toml")[0]["paper"]
 
 
 def paper_label(name: str) -> str:

@@ -182,6 +182,29 @@ PLAN_FACT_GETTERS = {
 }
 
 
+# The plan fields each plan fact is worked out from (a fact not here reads the estimate's memory or time): equal
+# fields, equal facts, so a reader that keys on the facts' values may key on these fields (the rules engine: one
+# attrgetter for what decides the conditions, not a getter call per fact; tests/advice/test_rule_fields.py).
+PLAN_FACT_FIELDS = {
+    "plan.dp": ("dp",),
+    "plan.tp": ("tp",),
+    "plan.pp": ("pp",),
+    "plan.sharding": ("sharding",),
+    "plan.zero": ("sharding",),
+    "plan.sharded": ("sharding",),
+    "plan.micro_batch": ("micro_batch",),
+    "plan.micro_batches": ("grad_accum",),
+    "plan.checkpointing": ("checkpointing",),
+    "plan.offload": ("offload",),
+    "plan.sequence_parallel": ("sequence_parallel",),
+    "plan.pp_schedule": ("pp_schedule",),
+    "plan.diloco": ("diloco",),
+    "plan.local_steps": ("local_steps",),
+    "plan.split_by_speed": ("split_by_speed",),
+    "est.bubble_fraction": ("pp_schedule", "pp", "pp_virtual_stages", "grad_accum"),
+}
+
+
 # the facts read from an estimate's step time (plan/estimate.py works it out, for a plan that does not fit,
 # only when one is read)
 TIMED_FACTS = frozenset({"est.step_time", "est.samples_per_s", "est.comm_fraction", "est.tp_comm_fraction"})
@@ -196,8 +219,7 @@ class Facts(dict):
     """The request's facts and one estimate's, the estimate's read when first asked for (a dict: conditions
     index it, messages `.get` from it)."""
 
-    def __init__(self, base: dict, e):
-        super().__init__()
+    def __init__(self, base: dict, e):  # (empty as made: dict's own __init__ would add nothing)
         self.base, self.estimate = base, e
 
     def __missing__(self, name: str):
