@@ -24,6 +24,7 @@ MAX_NODES = 300
 MAX_DEPTH = 24
 MAX_EXPONENT = 64
 MAX_MAGNITUDE = 1e300
+MAX_INT = 10**300  # an integer's bound (a module constant: CPython does not fold a power this large)
 
 
 class RuleExprError(ValueError):
@@ -95,7 +96,7 @@ def _num(x):
         return x
     if isinstance(x, float) and (math.isnan(x) or abs(x) > MAX_MAGNITUDE):
         raise ArithmeticError("number out of range")
-    if isinstance(x, int) and abs(x) > 10**300:
+    if isinstance(x, int) and abs(x) > MAX_INT:
         raise ArithmeticError("number out of range")
     return x
 
