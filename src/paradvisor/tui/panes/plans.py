@@ -53,6 +53,7 @@ class PlansPane(LaterPane):
         self._typing_timer = None  # the pending re-rank of a workload box being typed in
         self._kept: list[tuple] = []  # a worker's (show, arguments) until the widgets are built
         self._asked: dict | None = None  # the workload values of the newest ranking asked for
+        self.ranking = None  # the newest ranking's worker (a textual Worker), or None before the first
 
     def content(self) -> ComposeResult:
         with Horizontal(classes="row", id="workload-row"):
@@ -211,7 +212,7 @@ class PlansPane(LaterPane):
         """Re-rank in a worker; only the newest request's result is shown."""
         self._generation += 1
         self._asked = self.workload_values()
-        self._rank_worker(self._generation)
+        self.ranking = self._rank_worker(self._generation)
 
     @work(thread=True, group="rank")
     def _rank_worker(self, generation: int) -> None:

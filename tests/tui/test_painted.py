@@ -1,0 +1,92 @@
+"""A worker's long computation does not run beside the UI thread's costly turns (issue 32 goal 5): the Plans and
+Launch tabs are mounted once the first ranking is done (startup.worker_done), and the launch prediction starts
+once its question has been painted (the worker waits for the question's mount)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from textual.screen import Screen
+
+from paradvisor.tui.app import ParadvisorApp
+from tests.tui.test_workers import C000, until
+
+
+@pytest.fixture
+def layouts(monkeypatch) -> list[tuple[str, set[str]]]:
+    """Each layout and paint of a screen from now on: (the screen's class, the classes of the widgets it shows)."""
+    seen: list[tuple[str, set[str]]] = []
+    real = Screen._refresh_layout
+
+    def spy(self, *a, **k):
+        real(self, *a, **k)
+        seen.append((type(self).__name__, {type(w).__name__ for w in self._compositor.visible_widgets}))
+
+    monkeypatch.setattr(Screen, "_refresh_layout", spy)
+    return seen
+
+
+def spy_on(monkeypatch, module, name: str, before, after=None) -> None:
+    """`module.name` calls `before()` as it starts and `after()` as it returns (on the caller's thread)."""
+    real = getattr(module, name)
+
+    def wrapped(*a, **k):
+        before()
+        try:
+            return real(*a, **k)
+        finally:
+            if after is not None:
+                after()
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
+def test_the_prediction_starts_once_the_question_is_painted(tmp_path, monkeypatch, layouts):
+    from paradvisor.monitor import predict
+    from paradvisor.tui.screens import ConfirmLaunchScreen
+
+    at_prediction: list[bool] = []  # had the question been laid out and painted when the prediction started?
+    spy_on(
+        monkeypatch,
+        predict,
+        "launch_prediction",
+        lambda: at_prediction.append(any(screen == "ConfirmLaunchScreen" for screen, _ in layouts)),
+    )
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            await pilot.press("2")
+            await until(pilot, lambda: app.launcher.plan is not None and app.launcher.built)
+            app.action_launch_plan()
+            await until(pilot, lambda: isinstance(app.screen, ConfirmLaunchScreen))
+            await until(pilot, lambda: "predicted memory" in str(app.screen.text))
+            await pilot.press("escape")
+
+    asyncio.run(flow())
+    assert at_prediction == [True]
+
+
+def test_the_launch_and_plans_tabs_are_mounted_once_the_first_ranking_is_done(tmp_path, monkeypatch):
+    from paradvisor.plan import advice
+    from paradvisor.tui.panes.later import LaterPane
+
+    order: list[str] = []
+    spy_on(monkeypatch, advice, "advise", lambda: order.append("ranking"), lambda: order.append("ranked"))
+    real_mount = LaterPane._mount_parts
+
+    async def mount(self):
+        order.append(f"mount {self.id}")
+        await real_mount(self)
+
+    monkeypatch.setattr(LaterPane, "_mount_parts", mount)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and app.plans.built)
+
+    asyncio.run(flow())
+    assert order[:4] == ["ranking", "ranked", "mount launch", "mount plans"], order
