@@ -90,3 +90,36 @@ def test_the_launch_and_plans_tabs_are_mounted_once_the_first_ranking_is_done(tm
 
     asyncio.run(flow())
     assert order[:4] == ["ranking", "ranked", "mount launch", "mount plans"], order
+
+
+def test_a_ranking_that_keeps_the_model_does_not_write_its_line_again(tmp_path, monkeypatch):
+    """Each ranking reads the model's profile and shows its line as it starts, in a turn of its own beside the
+    ranking's worker; the same line is not written again (an update lays the whole screen out: widgets.show_text)."""
+    from textual.widgets import Static
+
+    written: list[str] = []
+    real = Static.update
+
+    def spy(self, *a, **k):
+        if self.id == "profile":
+            written.append(str(a[0] if a else k.get("content")))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Static, "update", spy)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and not app.plans.table.loading)
+            await pilot.press("2")
+            for _ in range(2):  # r: ranked again, the same model
+                gen = app.plans._generation
+                await pilot.press("r")
+                await until(
+                    pilot, lambda gen=gen: app.plans._generation > gen and app.plans.ranking.is_finished
+                )
+            await until(pilot, lambda: not app.plans.table.loading)
+            assert "bert-base-uncased" in str(app.query_one("#profile").render())
+
+    asyncio.run(flow())
+    assert len(written) == 1 and "bert-base-uncased" in written[0], written

@@ -23,8 +23,8 @@ from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
 from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.screens import PlanDetailScreen, infeasible_markdown, infeasible_text, plan_markdown
-from paradvisor.tui.text import cell, escape
-from paradvisor.tui.widgets import SteadyTable, memory_bar
+from paradvisor.tui.text import cell, escape, profile_line
+from paradvisor.tui.widgets import SteadyTable, memory_bar, show_text
 from paradvisor.units import half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
@@ -244,21 +244,7 @@ class PlansPane(LaterPane):
 
     # ---------------------------------------------------------------------------------------- showing
     def show_profile(self, p) -> None:
-        big = p.largest_layer
-        s = p.transformer
-        shape = (
-            f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads"
-            if s
-            else f"input {'x'.join(map(str, p.input_shape or ()))}"
-        )
-        self._static("profile").update(
-            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters"
-            + (f" ({p.active_params:,} active per token)" if p.active_params != p.total_params else "")
-            + f"; {shape}; largest layer "
-            f"{escape(big.name)} "
-            f"{big.params:,} ({p.largest_share:.0%})"
-            + (" — [yellow]one layer dominates[/yellow]" if p.one_layer_dominates else "")
-        )
+        show_text(self._static("profile"), profile_line(p))
 
     def show_workload(self, rec) -> None:
         """The workload in force, as values, each with where it came from (typed, or the default's basis)."""
