@@ -1,6 +1,7 @@
-"""A worker's long computation does not run beside the UI thread's costly turns (issue 32 goal 5): the Plans and
-Launch tabs are mounted once the first ranking is done (startup.worker_done), and the launch prediction starts
-once its question has been painted (the worker waits for the question's mount)."""
+"""A worker's long computation does not run beside the UI thread's costly turns (issue 32 goal 5): the Launch
+and Plans tabs are mounted once the first ranking is done (startup.first_ranking_done), the launch prediction
+starts once its question has been painted (the worker waits for the question's mount), and a ranking does not
+write the model's line again when it did not change."""
 
 from __future__ import annotations
 

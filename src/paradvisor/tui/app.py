@@ -35,7 +35,7 @@ from paradvisor.tui.panes.hardware import reading_text
 from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.runs import RunControl
 from paradvisor.tui.screens import EditPlanScreen, HelpScreen
-from paradvisor.tui.startup import freeze_startup_objects, with_breakpoint_classes, worker_done
+from paradvisor.tui.startup import first_ranking_done, freeze_startup_objects, with_breakpoint_classes
 from paradvisor.tui.widgets import SteadyFooter
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
@@ -143,10 +143,10 @@ class ParadvisorApp(RunControl, App):
 
     async def build_panes(self) -> None:
         """The Launch and Plans tabs' widgets, mounted once the first tab is on screen (panes/later.py) and the
-        first ranking is done (worker_done), each in its own turns of the event loop, a widget at a time (the
-        Plans tab last: its widgets show the ranking); then what exists is frozen (freeze_startup_objects)."""
+        first ranking has ended (first_ranking_done), each in its own turns of the event loop, a widget at a
+        time (the Plans tab last: it shows the ranking); then what exists is frozen (freeze_startup_objects)."""
         try:
-            await worker_done(self.plans.ranking)
+            await first_ranking_done(self.plans)
             await self.launcher.build()
             await self.plans.build()
         except (NoMatches, ScreenStackError):  # the session closed at once

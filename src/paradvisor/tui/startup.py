@@ -56,13 +56,14 @@ def with_breakpoint_classes(app, screen):
     return screen
 
 
-async def worker_done(worker, timeout: float = FIRST_RANKING_WAIT_S) -> None:
-    """Once `worker` (a textual Worker in a thread, or None) has ended, or after `timeout` seconds. The Plans and
-    Launch tabs are mounted after the first ranking's: Python runs one thread at a time (the GIL), and their
-    mounting (pieces of 10-45 ms of the UI thread's CPU) beside the ranking's pure-Python work took about every
-    other slice from each piece, up to twice its time in wall-clock stalls (benchmarks/tui_stall.py, "first
-    ranking"). Both take the GIL in turn either way: the plans are shown about as soon."""
+async def first_ranking_done(plans, timeout: float = FIRST_RANKING_WAIT_S) -> None:
+    """Once the Plans pane's first ranking (asked for when the cluster, read or detected in a worker, comes)
+    has ended, or after `timeout` seconds. The Launch and Plans tabs are mounted after it: Python runs one
+    thread at a time (the GIL), and their mounting (pieces of 10-45 ms of the UI thread's CPU) beside the
+    ranking's pure-Python work lost about every other slice to it, each piece up to twice its time in
+    wall-clock stalls (benchmarks/tui_stall.py, "first ranking"). Both take the GIL in turn either way: the
+    plans come about as soon."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while worker is not None and not worker.is_finished and loop.time() < end:
+    while (plans.ranking is None or not plans.ranking.is_finished) and loop.time() < end:
         await asyncio.sleep(0.02)
