@@ -6,8 +6,12 @@ the objects of the start frozen out of the garbage collector's walks, and the Pl
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from paradvisor import collector
+
+if TYPE_CHECKING:
+    from paradvisor.tui.panes.plans import PlansPane
 
 # the longest the tabs' mounting waits for the first ranking (a tab shown before then is built at once)
 FIRST_RANKING_WAIT_S = 1.0
@@ -56,7 +60,7 @@ def with_breakpoint_classes(app, screen):
     return screen
 
 
-async def first_ranking_done(plans, timeout: float = FIRST_RANKING_WAIT_S) -> None:
+async def first_ranking_done(plans: PlansPane, timeout: float = FIRST_RANKING_WAIT_S) -> None:
     """Once the Plans pane's first ranking (asked for when the cluster, read or detected in a worker, comes)
     has ended, or after `timeout` seconds. The Launch and Plans tabs are mounted after it: Python runs one
     thread at a time (the GIL), and their mounting (pieces of 10-45 ms of the UI thread's CPU) beside the

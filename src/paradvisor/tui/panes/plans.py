@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import Button, DataTable, Input, Select, Static
+from textual.worker import Worker
 
 from paradvisor.errors import InputError
 from paradvisor.model.load import builtin_names
@@ -53,7 +54,7 @@ class PlansPane(LaterPane):
         self._typing_timer = None  # the pending re-rank of a workload box being typed in
         self._kept: list[tuple] = []  # a worker's (show, arguments) until the widgets are built
         self._asked: dict | None = None  # the workload values of the newest ranking asked for
-        self.ranking = None  # the newest ranking's worker (a textual Worker), or None before the first
+        self.ranking: Worker | None = None  # the newest ranking's worker, or None before the first
 
     def content(self) -> ComposeResult:
         with Horizontal(classes="row", id="workload-row"):
