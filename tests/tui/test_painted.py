@@ -124,3 +124,28 @@ def test_a_ranking_that_keeps_the_model_does_not_write_its_line_again(tmp_path, 
 
     asyncio.run(flow())
     assert len(written) == 1 and "bert-base-uncased" in written[0], written
+
+
+def test_a_ranking_shown_before_the_plans_tab_is_built_mounts_no_loading_indicator(tmp_path, monkeypatch):
+    """What a ranking showed before the Plans tab's widgets existed is shown once they do, the latest of each
+    kind; its plans end its loading state, so the loading indicator is not mounted (and removed) at all."""
+    from paradvisor.tui.panes.plans import PlansPane
+
+    loading: list[bool] = []
+    real = PlansPane.show_ranking
+
+    def spy(self, busy: bool) -> None:
+        loading.append(busy)
+        real(self, busy)
+
+    monkeypatch.setattr(PlansPane, "show_ranking", spy)
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.rec is not None and app.plans.built)
+            assert app.plans.table.row_count == len(app.rec.plans) > 0
+            assert "bert-base-uncased" in str(app.query_one("#profile").render())
+
+    asyncio.run(flow())
+    assert loading == [False], loading

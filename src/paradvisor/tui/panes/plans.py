@@ -104,11 +104,14 @@ class PlansPane(LaterPane):
         self._kept.clear()
 
     def _show(self, show, *args) -> None:
-        """A worker's `show(*args)` on the UI thread: now, or once the widgets are built."""
+        """A worker's `show(*args)` on the UI thread: now, or once the widgets are built (the latest of each kind;
+        the plans shown end the loading state, which is then not shown at all: a loading indicator mounted and
+        removed in one turn was 5-10 ms of the UI thread's for nothing)."""
         if self.built:
             show(*args)
-        else:
-            self._kept.append((show, args))
+            return
+        moot = (show, self.show_ranking) if show == self.show_plans else (show,)
+        self._kept = [(s, a) for s, a in self._kept if s not in moot] + [(show, args)]
 
     # ------------------------------------------------------------------------------------------ widgets
     @property
