@@ -12,6 +12,11 @@ sequence box one digit at a time, and from `L` (launch the selected plan) until 
 until its prediction is filled in (the run is not started), then Esc until the screen below is painted again.
 Goal: no stall over 50 ms, the question under 1 s after `L`.
 
+The session waits with plain sleeps and posts its keys as a terminal's driver does: Textual's Pilot.pause and
+Pilot.press post a callback into every widget of the screen (about 80) and wait for all of them, then lay out
+and paint at once, a stall of the harness's own in every step (figures before 2026-11-27, branch tui42, have
+it: the waits for the ranking polled with Pilot.pause every 10 ms).
+
 --profile: a thread samples the UI thread's stack every millisecond (benchmarks/_stall_stacks.py) and the
 functions on it during the longest stalls are printed after the figures.
 """
@@ -33,6 +38,7 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
     import threading
 
     from _stall_stacks import StackSampler
+    from textual import events
 
     from paradvisor.tui.app import ParadvisorApp
     from paradvisor.tui.screens import ConfirmLaunchScreen
@@ -57,6 +63,10 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
             if gap > 0.02:
                 stall["windows"].append((gap, busy, now - gap - 0.005, now, phase[0]))
 
+    def key(name: str) -> None:
+        """A key as a terminal's driver posts it to the app (Pilot.press would then wait on every widget)."""
+        app.post_message(events.Key(name, name if len(name) == 1 else None))
+
     def ranked(generation: int) -> bool:
         """A ranking newer than `generation` was asked for and has been shown (no typing pause pending)."""
         p = app.plans
@@ -68,7 +78,7 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
             if time.perf_counter() > end:
                 note = f"screen={app.screen!r} launch pane: {app.launcher.message_line.render()!s:.300}"
                 raise SystemExit(f"timed out in: {phase[0]} ({note})")
-            await pilot.pause(0.01)
+            await asyncio.sleep(0.01)
         sys.stderr.write(f"{phase[0]}: done\n")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,8 +94,8 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
             widgets = len(list(app.screen.walk_children()))  # what each restyle of the whole screen walks
             phase[0] = "2: the Plans tab's first paint"
             t0 = time.perf_counter()
-            await pilot.press("2")
-            await pilot.pause(0.1)  # its first layout and paint, and the Resize events after them
+            key("2")
+            await asyncio.sleep(0.1)  # its first layout and paint, and the Resize events after them
             shown = time.perf_counter() - t0
             phase[0] = "typing 102496"
             box = app.query_one("#seq-len")
@@ -93,7 +103,7 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
             t0 = time.perf_counter()
             for i in range(1, 7):  # one digit at a time, as fast typing makes the edits
                 box.value = "102496"[:i]
-                await pilot.pause(0.05)
+                await asyncio.sleep(0.05)
             await until(pilot, lambda: ranked(gen))  # one ranking, once the digits paused
             typed = time.perf_counter() - t0
             gen = app.plans._generation
@@ -101,7 +111,7 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
             await until(
                 pilot, lambda: ranked(gen) and app.rec is not None and app.rec.workload.seq_len == 128
             )
-            await pilot.pause(0.2)  # the selected plan reaches the launch pane
+            await asyncio.sleep(0.2)  # the selected plan reaches the launch pane
             phase[0] = "L to question"
             t0 = time.perf_counter()
             app.action_launch_plan()
@@ -112,9 +122,9 @@ async def session(model: str, cluster: str, profile: int = 0) -> None:
             predicted = time.perf_counter() - t0
             phase[0] = "Esc: the question closes"
             t0 = time.perf_counter()
-            await pilot.press("escape")
+            key("escape")
             await until(pilot, lambda: not isinstance(app.screen, ConfirmLaunchScreen))
-            await pilot.pause(0.1)  # the main screen's repaint under it
+            await asyncio.sleep(0.1)  # the main screen's repaint under it
             closed = time.perf_counter() - t0
             tick.cancel()
             if sampler:

@@ -1,5 +1,5 @@
 """The TUI never ranks, reads files, checks a plan or predicts on its UI thread (issue 32): each of those runs
-in a worker (the profile, a preset file: the files read), typing is debounced (one ranking when the digits pause, not one per keystroke), and the launch
+in a worker (the profile, a preset file, a cluster file: the files read), typing is debounced (one ranking when the digits pause, not one per keystroke), and the launch
 question appears before its prediction is done (it fills in behind)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
     import paradvisor.model.load as load
     import paradvisor.monitor.predict as predict
     import paradvisor.plan.advice as advice
+    import paradvisor.tui.panes.hardware as hardware_pane
     import paradvisor.tui.panes.launch as launch_pane
 
     calls: list[tuple[str, bool]] = []  # (what, on the UI thread?)
@@ -45,6 +46,8 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
         (runner, "validate"),
         (predict, "launch_prediction"),
         (launch_pane, "load_preset"),  # a preset file (L on the Launch tab)
+        # the cluster file (--cluster at start, Load on the Hardware tab)
+        (hardware_pane, "resolve_machines"),
     ):
         spy(module, name)
 
@@ -94,6 +97,7 @@ def test_heavy_work_runs_in_workers_and_typing_is_debounced(tmp_path, monkeypatc
         "validate",
         "launch_prediction",
         "load_preset",
+        "resolve_machines",
     } <= names, names
     on_ui = sorted({n for n, ui in calls if ui})
     assert not on_ui, f"ran on the UI thread: {on_ui}"

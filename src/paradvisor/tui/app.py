@@ -35,7 +35,7 @@ from paradvisor.tui.panes.hardware import reading_text
 from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.runs import RunControl
 from paradvisor.tui.screens import EditPlanScreen, HelpScreen
-from paradvisor.tui.startup import freeze_startup_objects, with_breakpoint_classes
+from paradvisor.tui.startup import first_ranking_done, freeze_startup_objects, with_breakpoint_classes
 from paradvisor.tui.widgets import SteadyFooter
 
 Pane = HardwarePane | PlansPane | LaunchPane | MonitorPane
@@ -142,11 +142,13 @@ class ParadvisorApp(RunControl, App):
         self.call_after_refresh(self.build_panes)
 
     async def build_panes(self) -> None:
-        """The Plans and Launch tabs' widgets, mounted once the first tab is on screen (panes/later.py), each in
-        its own turns of the event loop, a widget at a time; then what exists is frozen (freeze_startup_objects)."""
+        """The Launch and Plans tabs' widgets, mounted once the first tab is on screen (panes/later.py) and the
+        first ranking has ended (first_ranking_done), each in its own turns of the event loop, a widget at a
+        time (the Plans tab last: it shows the ranking); then what exists is frozen (freeze_startup_objects)."""
         try:
-            await self.plans.build()
+            await first_ranking_done(self.plans)
             await self.launcher.build()
+            await self.plans.build()
         except (NoMatches, ScreenStackError):  # the session closed at once
             return
         freeze_startup_objects()

@@ -1,11 +1,20 @@
 """What keeps the session's start off the UI thread's longest stall (benchmarks/tui_stall.py, issue 32 goal 5):
 each screen's breakpoint classes (the main screen's, a window's pushed over it) set before its first restyle,
-and the objects of the start frozen out of the garbage collector's walks. (The Plans and Launch tabs' widgets
-come a turn after the first paint: panes/later.py.)"""
+the objects of the start frozen out of the garbage collector's walks, and the Plans and Launch tabs' widgets
+(mounted a turn after the first paint: panes/later.py) mounted once the first ranking is done."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
+
 from paradvisor import collector
+
+if TYPE_CHECKING:
+    from paradvisor.tui.panes.plans import PlansPane
+
+# the longest the tabs' mounting waits for the first ranking (a tab shown before then is built at once)
+FIRST_RANKING_WAIT_S = 1.0
 
 
 def breakpoint_classes(width: int, height: int, horizontal, vertical) -> set[str]:
@@ -49,3 +58,16 @@ def with_breakpoint_classes(app, screen):
         )
         screen.add_class(*breakpoint_classes(*app.size, horizontal, vertical), update=False)
     return screen
+
+
+async def first_ranking_done(plans: PlansPane, timeout: float = FIRST_RANKING_WAIT_S) -> None:
+    """Once the Plans pane's first ranking (asked for when the cluster, read or detected in a worker, comes)
+    has ended, or after `timeout` seconds. The Launch and Plans tabs are mounted after it: Python runs one
+    thread at a time (the GIL), and their mounting (pieces of 10-45 ms of the UI thread's CPU) beside the
+    ranking's pure-Python work lost about every other slice to it, each piece up to twice its time in
+    wall-clock stalls (benchmarks/tui_stall.py, "first ranking"). Both take the GIL in turn either way: the
+    plans come about as soon."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while (plans.ranking is None or not plans.ranking.is_finished) and loop.time() < end:
+        await asyncio.sleep(0.02)

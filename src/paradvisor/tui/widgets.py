@@ -1,4 +1,5 @@
-"""Small renderables and widgets: the per-GPU memory bar (stacked by term), the tables' DataTable, the footer."""
+"""Small renderables and widgets: the per-GPU memory bar (stacked by term), the tables' DataTable, the footer, and
+a Static's text set only when it changes."""
 
 # ruff: noqa: TID253 - the TUI is the textual side: textual and rich at module level
 from __future__ import annotations
@@ -10,7 +11,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Footer, Static
 from textual.widgets._footer import FooterKey  # not exported by textual.widgets
 
 from paradvisor.estimate.peak import peak_bytes
@@ -27,6 +28,15 @@ COLORS = {
     "transient": "bright_red",
     "overhead": "grey50",
 }
+
+
+def show_text(widget: Static, content) -> None:
+    """`widget.update(content)` unless the widget shows that already. An update lays the whole screen out again
+    (a Static's height may change: 10-40 ms of the UI thread at 130x42), and the Plans tab's model line was
+    written again by every ranking as it started, the same line in a turn of its own beside the ranking's worker
+    (benchmarks/tui_stall.py, "typing": that turn stretched to 70 ms of wall-clock time)."""
+    if widget.content != content:
+        widget.update(content)
 
 
 def memory_bar(

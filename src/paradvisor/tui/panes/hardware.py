@@ -90,15 +90,17 @@ class HardwarePane(TabPane):
         cluster, ref = resolve_machines()
         self.app.call_from_thread(self.set_cluster, cluster, ref.to_doc())
 
+    @work(thread=True, exclusive=True, group="hardware")
     def load_cluster(self, path: str) -> None:
-        """A cluster file; a bad one is a notification and the cluster stays as it was."""
+        """A cluster file, read in a worker (never on the UI thread: issue 32); a bad one is a notification and the
+        cluster stays as it was."""
         path, shown = cluster_file(path)
         try:
             c, ref = resolve_machines(cluster_file=path, file_ref=shown)
         except InputError as exc:
-            self.notify(escape(exc), severity="error", timeout=8)
+            self.app.call_from_thread(self.notify, escape(exc), severity="error", timeout=8)
             return
-        self.set_cluster(c, ref.to_doc())
+        self.app.call_from_thread(self.set_cluster, c, ref.to_doc())
 
     @work(thread=True, exclusive=True, group="hardware")
     def add_host(self, host: str) -> None:

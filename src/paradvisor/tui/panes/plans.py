@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import Button, DataTable, Input, Select, Static
+from textual.worker import Worker
 
 from paradvisor.errors import InputError
 from paradvisor.model.load import builtin_names
@@ -23,8 +24,8 @@ from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
 from paradvisor.tui.panes.later import LaterPane
 from paradvisor.tui.screens import PlanDetailScreen, infeasible_markdown, infeasible_text, plan_markdown
-from paradvisor.tui.text import cell, escape
-from paradvisor.tui.widgets import SteadyTable, memory_bar
+from paradvisor.tui.text import cell, escape, profile_line
+from paradvisor.tui.widgets import SteadyTable, memory_bar, show_text
 from paradvisor.units import half_up
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32", "fp8")
@@ -53,6 +54,7 @@ class PlansPane(LaterPane):
         self._typing_timer = None  # the pending re-rank of a workload box being typed in
         self._kept: list[tuple] = []  # a worker's (show, arguments) until the widgets are built
         self._asked: dict | None = None  # the workload values of the newest ranking asked for
+        self.ranking: Worker | None = None  # the newest ranking's worker, or None before the first
 
     def content(self) -> ComposeResult:
         with Horizontal(classes="row", id="workload-row"):
@@ -102,11 +104,14 @@ class PlansPane(LaterPane):
         self._kept.clear()
 
     def _show(self, show, *args) -> None:
-        """A worker's `show(*args)` on the UI thread: now, or once the widgets are built."""
+        """A worker's `show(*args)` on the UI thread: now, or once the widgets are built (the latest of each kind;
+        the plans shown end the loading state, which is then not shown at all: a loading indicator mounted and
+        removed in one turn was 5-10 ms of the UI thread's for nothing)."""
         if self.built:
             show(*args)
-        else:
-            self._kept.append((show, args))
+            return
+        moot = (show, self.show_ranking) if show == self.show_plans else (show,)
+        self._kept = [(s, a) for s, a in self._kept if s not in moot] + [(show, args)]
 
     # ------------------------------------------------------------------------------------------ widgets
     @property
@@ -211,7 +216,7 @@ class PlansPane(LaterPane):
         """Re-rank in a worker; only the newest request's result is shown."""
         self._generation += 1
         self._asked = self.workload_values()
-        self._rank_worker(self._generation)
+        self.ranking = self._rank_worker(self._generation)
 
     @work(thread=True, group="rank")
     def _rank_worker(self, generation: int) -> None:
@@ -243,21 +248,7 @@ class PlansPane(LaterPane):
 
     # ---------------------------------------------------------------------------------------- showing
     def show_profile(self, p) -> None:
-        big = p.largest_layer
-        s = p.transformer
-        shape = (
-            f"{s.num_layers} layers, hidden {s.hidden}, {s.heads} heads"
-            if s
-            else f"input {'x'.join(map(str, p.input_shape or ()))}"
-        )
-        self._static("profile").update(
-            f"[b]{escape(p.name)}[/b] ({escape(p.architecture)}): {p.total_params:,} parameters"
-            + (f" ({p.active_params:,} active per token)" if p.active_params != p.total_params else "")
-            + f"; {shape}; largest layer "
-            f"{escape(big.name)} "
-            f"{big.params:,} ({p.largest_share:.0%})"
-            + (" — [yellow]one layer dominates[/yellow]" if p.one_layer_dominates else "")
-        )
+        show_text(self._static("profile"), profile_line(p))
 
     def show_workload(self, rec) -> None:
         """The workload in force, as values, each with where it came from (typed, or the default's basis)."""
