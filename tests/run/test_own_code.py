@@ -84,13 +84,20 @@ def test_an_accelerate_loop(tmp_path):
 
 
 def test_a_script_that_never_reports_still_gets_a_run(tmp_path):
+    """...and is not called hung: it works 3 s without a record under a 1 s hang timeout (the hang clock starts
+    with the first step record; the ranks' start records once stopped such a script as hung)."""
     proc, run_dir = launch(
-        variant(tmp_path, "quiet"), tmp_path / "runs", "--script", str(SCRIPTS / "no_report.py")
+        variant(tmp_path, "quiet", train={"hang_timeout_s": 1.0}),
+        tmp_path / "runs",
+        "--script",
+        str(SCRIPTS / "no_report.py"),
+        env={"NO_REPORT_SLEEP_S": "3"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "no step records" in proc.stderr
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "finished" and status["note"].startswith("no step records")
+    assert not status.get("hung") and status["duration_s"] >= 3  # it did work 3 s without a record
     assert "rank 1 of 2 ran" in (run_dir / "rank-1.stdout.log").read_text()
     assert (run_dir / "samples.jsonl").exists()
     assert [r["kind"] for r in metrics(run_dir)].count("start") == 2
