@@ -285,7 +285,9 @@ def test_the_hang_clock_starts_with_the_first_step_not_with_the_start_records(tm
     time.sleep(0.12)
     assert not clock.hung() and not clock.armed  # only start records: not armed, however long
     with open(log, "a") as f:
-        f.write(json.dumps({"rank": 0, "kind": "step", "step": 1}))  # half a line: not yet a record
+        f.write(
+            json.dumps({"rank": 0, "kind": "step", "step": 1, "step_time_s": 1.5})
+        )  # half a line: not yet a record
     assert not clock.hung() and not clock.armed
     with open(log, "a") as f:
         f.write("\n")

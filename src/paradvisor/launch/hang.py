@@ -4,7 +4,6 @@ runner's wait loop applies it; launch/diagnose.py reports a hang (stacks, the si
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -64,25 +63,18 @@ class HangClock:
     like start-up, is bounded by the process group's own timeout, so a slow first step is not called a
     hang. A derived timeout also stays HANG_FACTOR above the slowest interval seen."""
 
-    SCAN_CAP = 1 << 20  # bytes read per poll while looking for the first step record
-
     def __init__(self, timeout: float, derived: bool, metrics: Path):
+        from paradvisor.rundir.metrics import MetricsReader  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
+
         self.timeout, self.derived, self.metrics = timeout, derived, metrics
         self.last_size, self.last_progress = 0, time.monotonic()
-        self.armed, self._scanned, self._partial = False, 0, b""
+        self.armed = False
+        # until the first step record: the run's tolerant reader, read on from where the last poll stopped
+        self._reader = MetricsReader(metrics)
 
     def _first_step_seen(self) -> bool:
-        """Whether the metrics log now holds a step record (read on from where the last poll stopped)."""
-        try:
-            with open(self.metrics, "rb") as f:
-                f.seek(self._scanned)
-                chunk = f.read(self.SCAN_CAP)
-        except OSError:
-            return False
-        self._scanned += len(chunk)
-        *lines, self._partial = (self._partial + chunk).split(b"\n")
-        self._partial = self._partial[-self.SCAN_CAP :]  # a line longer than this is not a step record
-        return any(_is_step(line) for line in lines)
+        self._reader.read(keep=0)
+        return bool(self._reader.tally.last_by_rank)  # (a rank's step, from a well-formed step record)
 
     def hung(self) -> bool:
         if not self.timeout:
@@ -102,13 +94,3 @@ class HangClock:
             self.last_size, self.last_progress = size, now
             return False
         return now - self.last_progress > self.timeout
-
-
-def _is_step(line: bytes) -> bool:
-    if b'"step"' not in line:
-        return False
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(rec, dict) and rec.get("kind") == "step"
