@@ -13,18 +13,10 @@ import pytest
 
 from paradvisor.shipped import parsed_toml, shipped_toml
 from tests.conftest import REPO
+from tests.support.documents import typed
 
 sys.path.insert(0, str(REPO / "scripts"))
 from parsed_toml import shipped_files  # (scripts/ is not a package)
-
-
-def _typed(value):
-    """The value with each leaf's type beside it (1, 1.0 and True compare equal; the document tells them apart)."""
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    return (type(value).__name__, value)
 
 
 @pytest.mark.parametrize("path", shipped_files(), ids=lambda p: p.name)
@@ -32,7 +24,7 @@ def test_each_sidecar_is_its_files_table(path: Path):
     text = path.read_text()
     doc = json.loads(Path(str(path) + ".json").read_text())
     assert doc["source"] == text, f"stale: run scripts/parsed_toml.py ({path.name} changed)"
-    assert _typed(doc["data"]) == _typed(tomllib.loads(text))
+    assert typed(doc["data"]) == typed(tomllib.loads(text))
     assert list(doc["data"]) == list(tomllib.loads(text))  # and in the file's order
 
 

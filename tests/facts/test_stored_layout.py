@@ -9,17 +9,10 @@ import pytest
 
 from paradvisor.model import activations, stored
 from paradvisor.shipped import package_files
+from tests.support.documents import typed
 
 TEXT = package_files("paradvisor.model").joinpath("data", "activations.json").read_text()
 DOC = json.loads(TEXT)
-
-
-def _typed(value):
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    return (type(value).__name__, value)
 
 
 def test_the_shipped_file_is_in_the_layout_it_is_written_in():
@@ -29,8 +22,8 @@ def test_the_shipped_file_is_in_the_layout_it_is_written_in():
 
 @pytest.mark.parametrize("name", sorted(DOC["models"]))
 def test_each_model_read_alone_is_the_whole_documents(name):
-    assert _typed(stored.entry(TEXT, name)) == _typed(DOC["models"][name])
-    assert _typed(activations.builtin_entry(name)) == _typed(DOC["models"][name])
+    assert typed(stored.entry(TEXT, name)) == typed(DOC["models"][name])
+    assert typed(activations.builtin_entry(name)) == typed(DOC["models"][name])
 
 
 def test_a_model_not_stored_and_a_file_in_another_layout():

@@ -56,3 +56,13 @@ def cache_entry(key: str = "q" * 32) -> dict:
         "ops": {"block": 9},
     }
     return doc
+
+
+def typed(value):
+    """A document's value with each leaf's type beside it, for comparing two readings of one stored document (1,
+    1.0 and True compare equal; the document tells them apart)."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, value)
