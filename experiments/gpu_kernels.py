@@ -2,10 +2,13 @@
 shapes (tokens x width, split by tensor parallelism) and small ones, the fused attention kernels SDPA
 dispatches (FlashAttention-2, cuDNN), an HBM copy and PyTorch's eager RMSNorm, each measured with CUDA
 events and printed beside what `estimate/steptime.py` predicts for the catalogue's entry of the detected
-GPU (its datasheet peak and bandwidth with GEMM_EFF, G_HALF, FLASH_PEAK / FLASH_EFF, HBM_EFF,
+GPU (its datasheet peak and bandwidth with GEMM_EFF, HBM_EFF, KERNEL_LAUNCH_S, FLASH_PEAK / FLASH_EFF,
 EAGER_NORM_BYTES). Nothing is fitted here: it says how far each public parameter is from this device.
 
 Run (on a CUDA machine): python experiments/gpu_kernels.py [--json OUT] [--gpu NAME]
+Without a GPU, hold today's model against stored measurements (the median of each row over the files):
+    python experiments/gpu_kernels.py --replay experiments/data/h100-2026-11-26/kernels-*.json
+(three runs on one H100 80GB HBM3, 700 W, torch 2.11, through the device tool on 2026-11-26).
 """
 
 from __future__ import annotations
@@ -186,11 +189,61 @@ def bare_step() -> dict:
     return out
 
 
+def predict_again(kind: str, label: str, dev: st.Device) -> float | None:
+    """Today's prediction for a stored row (--replay): GEMMs by their shape, the HBM copy and the eager norm by
+    their bytes, attention by its kernel's rate; None for a row this model does not time."""
+    if kind == "gemm":
+        m, k, n = {lab: (m, k, n) for lab, m, k, n in gemm_shapes()}[label]
+        return st.gemm_time(m, n, k, dev)
+    if kind == "hbm":
+        return st.mem_time(2 * 2**30, dev)
+    if kind == "norm":
+        return st.mem_time(st.EAGER_NORM_BYTES * 16384 * 4096, dev)
+    if kind == "attn":
+        kernel, *rest = label.split()
+        causal = rest[0] != "full"
+        b, heads, s = (int(x[1:]) for x in rest[-3:])
+        flops = 4 * b * heads * s * s * 128 * (0.5 if causal else 1.0) * (1 + st.FLASH_BWD)
+        return flops / dev.flash_rate("fa2" if kernel == "default" else kernel, causal)
+    return None
+
+
+def replay(paths: list[str]) -> None:
+    """Stored measurements (--json files of earlier runs) against today's model, per kind."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    spec = catalog.find_gpu(runs[0]["catalogue"])
+    dev = st.Device(effective_peak(spec.tflops, "bf16"), spec.mem_bw, spec.arch)
+    measured: dict[tuple[str, str], list[float]] = {}
+    for run in runs:
+        for r in run["rows"]:
+            measured.setdefault((r["kind"], r["label"]), []).append(r["measured_s"])
+    print(f"{len(runs)} stored run(s) on {runs[0]['gpu']} (catalogue {spec.name}), today's model:")
+    rows = []
+    for (kind, label), times in measured.items():
+        pred = predict_again(kind, label, dev)
+        if pred is not None:
+            rows.append(row(kind, label, pred, statistics.median(times), ""))
+    summary(rows)
+
+
+def summary(rows: list[dict]) -> None:
+    for kind in ("gemm", "attn", "hbm", "norm"):
+        errs = [r["rel_error"] for r in rows if r["kind"] == kind and r["rel_error"] is not None]
+        if errs:
+            print(f"{kind}: {len(errs)} rows, mean |error| {statistics.mean(abs(e) for e in errs):.1%}, "
+                  f"mean {statistics.mean(errs):+.1%}, max {max(abs(e) for e in errs):.1%}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", metavar="OUT")
     ap.add_argument("--gpu", help="catalogue name (default: the detected GPU's)")
+    ap.add_argument(
+        "--replay", nargs="+", metavar="JSON", help="stored --json files: today's model against them"
+    )
     args = ap.parse_args()
+    if args.replay:
+        return replay(args.replay)
     import torch
 
     if not torch.cuda.is_available():
@@ -204,10 +257,7 @@ def main() -> None:
           f"torch {torch.__version__}")  # fmt: skip
     rows = gemms(dev) + attention(dev) + memory_bound(dev)
     bare = bare_step()
-    for kind in ("gemm", "attn", "hbm", "norm"):
-        errs = [abs(r["rel_error"]) for r in rows if r["kind"] == kind and r["rel_error"] is not None]
-        if errs:
-            print(f"{kind}: {len(errs)} rows, mean |error| {statistics.mean(errs):.1%}, max {max(errs):.1%}")
+    summary(rows)
     if args.json:
         Path(args.json).write_text(
             json.dumps({"gpu": name, "catalogue": spec.name, "rows": rows, "bare_step": bare}, indent=1)

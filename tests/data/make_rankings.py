@@ -21,6 +21,11 @@ Re-recorded when paradvisor's own engine ("torch") became eager in the GPU step-
 run RMSNorm, rotary and SwiGLU op by op, q/k/v apart: measured on an H100, docs/accuracy.md): 6 of 11 cases keep
 their top-5 order (two-servers BERT and GPT-2, geo-four-nodes, the 4x8 H100 cases reorder near-ties), the 259
 plans present in both records move by -0.3% to +27.7%.
+Re-recorded when GEMMs were timed by their shape (estimate/steptime.gemm_time: the math plus the operand and
+output bytes plus a launch, the backward at its dgrad/wgrad shapes, measured on 71 GEMMs of an H100): 8 of 11
+cases keep their top-5 order (two-servers GPT-2, 2080 Ti GPT-2 large and the 4x8 H100 Llama-2-70B reorder
+near-ties), the 253 plans present in both records move by -27.4% (gpt-mini on the A30/Titan Xp pair: a slow GPU's
+small GEMMs are no longer charged the size factor of a fast one's) to +10.5%.
 """
 
 from __future__ import annotations

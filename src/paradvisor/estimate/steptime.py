@@ -3,14 +3,19 @@ measured the device; `paradvisor calibrate` figures replace it on calibrated CPU
 
 Like Calculon (Isaev et al., SC'23) and the Megatron-LM papers, a transformer layer is a list of operations,
 each timed by what bounds it:
-  GEMMs        2·M·N·K FLOPs at the GPU's achievable dense rate times a size factor g/(g + G_HALF) (g in
-               GFLOP): large GEMMs reach GEMM_EFF of peak, small and skinny ones less.
+  GEMMs        2·M·N·K FLOPs at the tensor cores' rate plus the operand and output bytes (M·K + K·N + M·N
+               elements) at HBM_EFF of the memory bandwidth, plus a launch: what a tiled GEMM does not hide
+               behind its math (the first operand tiles, the output tiles written back). The tensor-core rate
+               is the one at which an 8192³ GEMM reaches GEMM_EFF of peak in this sum, so large GEMMs keep the
+               measured large-size rate while short K or narrow N (tensor parallelism's splits) and small
+               GEMMs run slower, by their shape. The backward pass's two gradients, dgrad (M x N) @ (N x K)
+               and wgrad (K x M) @ (M x N), move the same three matrices: each costs what the forward does.
   memory-bound layer norms, bias+GeLU/SwiGLU, dropout, residual adds, softmax (the attention core when it
                is not a fused flash kernel): bytes read + written at HBM_EFF of the memory bandwidth.
   launches     every operation takes at least KERNEL_LAUNCH_S.
   TP           2 all-reduces forward and 2 backward per layer (reduce-scatter + all-gather of the same bytes
                with sequence parallelism), 2 more in a fully recomputed forward; at NVLINK_EFF of the link.
-Backward costs 2x the forward's GEMM FLOPs and memory traffic; a flash-attention core 2.5x (its backward
+Backward costs 2x the forward's GEMMs (above) and memory traffic; a flash-attention core 2.5x (its backward
 recomputes QKᵀ: 5 matmuls of the forward's 2, Dao 2023 "FlashAttention-2" §3.1.2). Full recompute re-runs
 the forward (GEMMs, memory-bound ops and its TP collectives); selective recompute is the engine's:
   attention-core   Megatron-LM (Korthikanti et al. 2022 §5): QKᵀ, softmax, dropout, attention over V
@@ -29,7 +34,7 @@ GroupedMLP), on R = T·k routed rows of the rank's T tokens:
                received rows are sorted by expert and back (sort_chunks_by_idxs: 2 more R·h moves).
                The backward moves the same bytes (a gather's gradient is a scatter).
   experts      one GEMM per local expert (E/ep of them) on its T·k·ep/E rows (force-balanced routing),
-               each at the size factor of its own shape: few rows per expert make them slow
+               each timed by its own shape: few rows per expert make them slow (each reads its whole weight)
   activation   the expert activation over R x f_e (as the dense one)
   output bias  experts with biases (GPT-OSS) under Megatron-Core: TEGroupedMLP skips fc2's bias in the GEMM
                and adds it per expert in eager PyTorch (`_apply_bias`, core_v0.15/0.16 experts.py:
@@ -45,8 +50,11 @@ Parameter sources (public measurements, none fitted to experiments/validation):
   GEMM_EFF     cuBLAS bf16/fp16 dense GEMM at large sizes: ~80% of peak on A100 (NVIDIA "Matrix
                Multiplication Background" user's guide, A100 GEMM plots), ~70% on H100 SXM (public cuBLAS
                GEMM sweeps: ~660-720 of 989 TFLOPS)
-  G_HALF       0.67 GFLOP: Calculon's A100 matrix-efficiency table (examples/a100.json: 60% of its top rate at
-               1 GFLOP, 90% at 16)
+               The shape terms (bytes at HBM_EFF, one launch) replace the size factor of FLOPs alone used
+               before (g/(g + 0.67 GFLOP), from Calculon's A100 table): on 71 GEMMs of Llama-3 8B/70B layers at
+               TP 1-8 measured on an H100 SXM (experiments/gpu_kernels.py, docs/accuracy.md) the FLOP-only
+               factor was 11.8% fast on average (73% at TP 8's 4096 x 512 x 4096), the shape terms give
+               6.9% mean |error| and -3.7% mean, with no new parameter
   HBM_EFF      0.85: STREAM-like copy kernels reach 85-90% of HBM bandwidth on A100/H100
   NVLINK_EFF   0.75: nccl-tests all_reduce bus bandwidth on 8-GPU DGX A100 (~230 of 300 GB/s) and DGX
                H100 (~340-370 of 450 GB/s without NVLS)
@@ -73,7 +81,7 @@ from paradvisor.record import record
 
 GEMM_EFF = {"ampere": 0.80, "hopper": 0.70, "blackwell": 0.70, "ada": 0.70}
 GEMM_EFF_DEFAULT = 0.70
-G_HALF = 0.67  # GFLOP at which a GEMM reaches half of its large-size rate
+GEMM_REF = 8192  # the cube at which GEMM_EFF is measured (cuBLAS sweeps, gpu_kernels.py)
 HBM_EFF = 0.85
 NVLINK_EFF = 0.75
 NET_EFF = 0.90
@@ -95,10 +103,20 @@ class Device:
     peak: float  # dense FLOP/s for the training precision
     mem_bw: float  # bytes/s
     arch: str
+    word: int = 2  # bytes per GEMM operand element (the training precision's activations)
 
     @property
     def gemm_rate(self) -> float:
+        """FLOP/s of a large GEMM, all costs in (the measured large-size rate)."""
         return self.peak * GEMM_EFF.get(self.arch, GEMM_EFF_DEFAULT)
+
+    @property
+    def tensor_rate(self) -> float:
+        """FLOP/s of the math alone: the rate at which a GEMM_REF³ GEMM, its bytes and launch added, runs at
+        gemm_rate."""
+        n = GEMM_REF
+        flops = 2.0 * n**3
+        return flops / (flops / self.gemm_rate - _gemm_bytes(n, n, n, self) - KERNEL_LAUNCH_S)
 
     def flash_rate(self, kernel: str = "flash", causal: bool = True) -> float:
         """FLOP/s of a fused flash-attention kernel: measured per kernel where FLASH_PEAK has it (FA2 on
@@ -108,13 +126,15 @@ class Device:
 
 
 def gemm_time(m: float, n: float, k: float, dev: Device, batch: float = 1.0) -> float:
-    """Seconds for `batch` GEMMs of (m x k) @ (k x n)."""
-    flops = 2.0 * m * n * k * batch
-    if flops <= 0:
+    """Seconds for `batch` GEMMs of (m x k) @ (k x n) in one kernel: the math, the bytes it moves, a launch."""
+    if m * n * k * batch <= 0:
         return 0.0
-    g = flops / 1e9 / batch
-    rate = dev.gemm_rate * g / (g + G_HALF)
-    return max(KERNEL_LAUNCH_S, flops / rate)
+    return 2.0 * m * n * k * batch / dev.tensor_rate + _gemm_bytes(m, n, k, dev) * batch + KERNEL_LAUNCH_S
+
+
+def _gemm_bytes(m: float, n: float, k: float, dev: Device) -> float:
+    """Seconds of one GEMM's operand and output bytes at the achievable memory bandwidth."""
+    return (m * k + k * n + m * n) * dev.word / (dev.mem_bw * HBM_EFF)
 
 
 def mem_time(nbytes: float, dev: Device) -> float:
@@ -158,7 +178,9 @@ def layer_forward(
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
-    mms = block_gemms(sh, tokens=tokens, tp=t, dev=dev, split=not fused and sh.rms_rope)
+    mms = [
+        gemm_time(*mnk, dev) for mnk in block_gemms(sh, tokens=tokens, tp=t, split=not fused and sh.rms_rope)
+    ]
     # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
     heads_local = sh.heads / t
     b = tokens / seq
@@ -238,26 +260,21 @@ def routed_forward(
     return {"gemm": experts + router, "move": scores + move, "act": act}
 
 
-def block_gemms(sh: LayerShape, *, tokens: int, tp: int, dev: Device, split: bool) -> list[float]:
-    """Forward seconds of a block's projections in their order, (tokens x in) @ (in x out/t). Megatron-Core
-    fuses q, k, v into one GEMM and the gate and up projections into one; eager models (`split`) run
-    q, k, v, o, then w1, w3, w2 apart."""
+def block_gemms(sh: LayerShape, *, tokens: int, tp: int, split: bool) -> list[tuple[float, float, float]]:
+    """A block's projections in their order as (m, n, k): (tokens x in) @ (in x out/t). Megatron-Core fuses
+    q, k, v into one GEMM and the gate and up projections into one; eager models (`split`) run q, k, v, o,
+    then w1, w3, w2 apart."""
     h, t = sh.hidden, tp
     d_attn, kv = sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim
     if sh.attn_params:  # MLA and other attention blocks: one projection of their weight count
-        attn = [gemm_time(tokens, sh.attn_params / h / t, h, dev)]
+        attn = [(tokens, sh.attn_params / h / t, h)]
     elif split:
-        attn = [gemm_time(tokens, n / t, h, dev) for n in (d_attn, kv, kv)]
-        attn.append(gemm_time(tokens, h, d_attn / t, dev))
+        attn = [(tokens, n / t, h) for n in (d_attn, kv, kv)] + [(tokens, h, d_attn / t)]
     else:
-        attn = [gemm_time(tokens, (d_attn + 2 * kv) / t, h, dev), gemm_time(tokens, h, d_attn / t, dev)]
+        attn = [(tokens, (d_attn + 2 * kv) / t, h), (tokens, h, d_attn / t)]
     n_up = 2 if sh.gated else 1
-    up = (
-        [gemm_time(tokens, sh.ffn / t, h, dev)] * n_up
-        if split
-        else [gemm_time(tokens, n_up * sh.ffn / t, h, dev)]
-    )
-    return attn + up + [gemm_time(tokens, h, sh.ffn / t, dev)]
+    up = [(tokens, sh.ffn / t, h)] * n_up if split else [(tokens, n_up * sh.ffn / t, h)]
+    return attn + up + [(tokens, h, sh.ffn / t)]
 
 
 def tp_layer_comm(tokens: int, hidden: int, tp: int, act_bytes: int, bw: float, lat: float) -> float:

@@ -19,7 +19,9 @@ def device_and_shape(mf: ModelFacts, topo: Topology, precision: str, spec) -> tu
     if hit is not None:
         return hit
     s = mf.shape
-    dev = steptime.Device(effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch)
+    dev = steptime.Device(
+        effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch, act_bytes_for(precision)
+    )
     sh = steptime.LayerShape(
         s.hidden,
         s.heads,

@@ -1,0 +1,56 @@
+"""A GEMM's time on a GPU by its shape (estimate/steptime.gemm_time): the math at the tensor-core rate, the operand
+and output bytes at the achievable memory bandwidth, one launch; held against the GEMMs measured on an H100
+(experiments/data/h100-2026-11-26, experiments/gpu_kernels.py)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import pytest
+
+from paradvisor.estimate import steptime
+from tests.conftest import REPO
+
+H100 = steptime.Device(989.4e12, 3.35e12, "hopper")
+A100 = steptime.Device(312e12, 2.039e12, "ampere")
+
+
+@pytest.mark.parametrize("dev", [H100, A100], ids=["H100", "A100"])
+def test_a_large_cube_runs_at_the_measured_large_size_rate(dev):
+    """GEMM_EFF is a measured large-size rate (8192³ cuBLAS sweeps): the shape terms must give it back there."""
+    n = steptime.GEMM_REF
+    rate = 2 * n**3 / steptime.gemm_time(n, n, n, dev)
+    assert rate == pytest.approx(dev.gemm_rate, rel=1e-9)
+
+
+def test_short_k_and_narrow_n_run_slower_than_a_cube_of_the_same_flops():
+    """TP 8's output projection of an 8B layer (4096 x 512 @ 512 x 4096) against 2048³: the same FLOPs, 1.8x the
+    bytes, so slower (measured on the H100: 59 against 53 µs); a slower GPU's small GEMM is not charged a fast
+    one's size factor."""
+    flat = steptime.gemm_time(4096, 4096, 512, H100)
+    cube = steptime.gemm_time(2048, 2048, 2048, H100)
+    assert flat > 1.1 * cube
+    slow = steptime.Device(12e12, 0.55e12, "pascal", word=4)  # a GPU with no tensor cores, fp32
+    assert 2 * 1024**3 / steptime.gemm_time(1024, 1024, 1024, slow) > 0.6 * slow.gemm_rate
+
+
+def test_the_measured_h100_gemms_are_predicted_within_their_stated_error():
+    """The 71 GEMMs measured on an H100 SXM (three runs, medians): docs/accuracy.md states 6.9% mean abs error
+    and -3.5% mean for the shape model (the FLOP-only size factor it replaced: 13.7%, -11.8%)."""
+    sys.path.insert(0, str(REPO / "experiments"))
+    import gpu_kernels
+
+    measured: dict[str, list[float]] = {}
+    for path in sorted((REPO / "experiments" / "data" / "h100-2026-11-26").glob("kernels-*.json")):
+        for r in json.loads(path.read_text())["rows"]:
+            if r["kind"] == "gemm":
+                measured.setdefault(r["label"], []).append(r["measured_s"])
+    errs = [
+        steptime.gemm_time(m, n, k, H100) / statistics.median(measured[label]) - 1
+        for label, m, k, n in gpu_kernels.gemm_shapes()
+    ]
+    assert len(errs) == 71
+    assert statistics.mean(abs(e) for e in errs) < 0.075
+    assert abs(statistics.mean(errs)) < 0.05
