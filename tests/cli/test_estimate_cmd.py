@@ -67,6 +67,8 @@ def test_keys_left_out_take_the_planners_defaults_and_changing_one_key_is_one_ed
     "plan,fragment",
     [
         ("dp=2,tp=2,pp=1", "dp x tp x pp = 2 x 2 x 1 = 4 is not the GPU count 8"),
+        ("dp=3,tp=8", "dp x tp x pp = 3 x 8 x 1 = 24 is not the GPU count 8"),  # not the batch it also breaks
+        ("dp=8,cp=2", "dp x tp x pp x cp = 8 x 1 x 1 x 2 = 16 is not the GPU count 8"),
         ("tp=3", "tp 3 does not divide the 40 attention heads"),
         ("tp=8,pp=64", "pp 64 is above the model's 40 layers"),
         ("pp=2,pp_virtual_stages=3", "pp_virtual_stages 3 does not divide the 20 layers per stage"),
@@ -112,7 +114,17 @@ def test_kv_heads_fewer_than_tp_are_legal_but_estimate_only(pa):
     bad = pa(
         "estimate", "--model", "llama-3-8b", "--gpus", "16", "--gpu-type", "H100", "--plan", "tp=16,pp=2"
     )
-    assert_one_line_error(bad, "tp x pp = 32 does not divide the 16 GPUs")
+    assert_one_line_error(bad, "tp x pp = 16 x 2 = 32 does not divide the 16 GPUs")
+
+
+def test_context_parallel_takes_its_share_of_the_gpus(pa):
+    """cp is a degree like tp and pp: left out, dp fills the GPUs left by tp x pp x cp (it filled 8 GPUs with
+    CP2 x DDP8 = 16 ranks before)."""
+    p = pa("estimate", "--model", "llama-3-8b", *MACHINE, "--plan", "cp=2", "--json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)["plan"]
+    assert (plan["dp"], plan["cp"]) == (4, 2)
+    assert pa("estimate", "--model", "llama-3-8b", *MACHINE, "--plan", "dp=4,cp=2").returncode == 0
 
 
 def test_a_preset_file_is_estimated_with_its_workload(pa):

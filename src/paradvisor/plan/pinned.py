@@ -35,12 +35,16 @@ class PinnedEstimate:
 def fill_defaults(given: dict, *, world: int, wl: Workload, precision: str) -> Plan:
     """The plan from the keys given, the planner's defaults for the rest."""
     kw = dict(given)
-    tp, pp = kw.get("tp", 1), kw.get("pp", 1)
+    tp, pp, cp = kw.get("tp", 1), kw.get("pp", 1), kw.get("cp", 1)
     if "dp" not in kw:
-        if world % (tp * pp):
-            raise InputError(f"tp x pp = {tp * pp} does not divide the {world} GPUs", where="--plan")
-        kw["dp"] = world // (tp * pp)
+        if world % (tp * pp * cp):
+            raise InputError(
+                f"{_degrees(1, tp, pp, cp, dp_given=False)} does not divide the {world} GPUs", where="--plan"
+            )
+        kw["dp"] = world // (tp * pp * cp)
     dp, mb = kw["dp"], kw.get("micro_batch", 1)
+    if dp * tp * pp * cp != world:  # before the batch: the degrees are the first thing a plan must get right
+        raise InputError(f"{_degrees(dp, tp, pp, cp)} is not the GPU count {world}", where="--plan")
     if "grad_accum" not in kw:
         if wl.global_batch % (dp * mb):
             raise InputError(
@@ -58,10 +62,9 @@ def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
     """InputError naming the first constraint the plan breaks."""
     check_model(plan, mf)
     w = "--plan"
-    if plan.dp * plan.tp * plan.pp != world:
+    if plan.world_size != world:
         raise InputError(
-            f"dp x tp x pp = {plan.dp} x {plan.tp} x {plan.pp} = {plan.world_size} is not the GPU count {world}",
-            where=w,
+            f"{_degrees(plan.dp, plan.tp, plan.pp, plan.cp)} is not the GPU count {world}", where=w
         )
     per_step = plan.dp * plan.micro_batch * plan.grad_accum
     if not plan.rank_batches and per_step != wl.global_batch:
@@ -72,6 +75,16 @@ def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
         raise InputError("diloco needs local_steps", where=w)
     if plan.ep > 1 and plan.dp % plan.ep:
         raise InputError(f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w)
+
+
+def _degrees(dp: int, tp: int, pp: int, cp: int, *, dp_given: bool = True) -> str:
+    """'dp x tp x pp = 2 x 2 x 1 = 4' (cp named only when the plan has it; dp left out before it is known)."""
+    names = (["dp"] if dp_given else []) + ["tp", "pp"] + (["cp"] if cp > 1 else [])
+    values = ([dp] if dp_given else []) + [tp, pp] + ([cp] if cp > 1 else [])
+    product = 1
+    for v in values:
+        product *= v
+    return f"{' x '.join(names)} = {' x '.join(map(str, values))} = {product}"
 
 
 def check_model(plan: Plan, mf: ModelFacts) -> None:
