@@ -133,3 +133,38 @@ def test_a_preset_file_is_estimated_with_its_workload(pa):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["plan"]["dp"] == 2 and doc["plan"]["micro_batch"] == 4
+
+
+GEO = [
+    "--model",
+    "llama-150m",
+    "--cluster",
+    str(REPO / "examples" / "clusters" / "paper003-geo-four-nodes.toml"),
+]
+
+
+def test_a_ranked_diloco_plan_pasted_back_has_the_same_numbers(pa):
+    """DiLoCo plans are a round of local steps per node and one outer sync (plan/diloco.py), not one evaluate():
+    the pinned estimate takes the same path (before: an internal error on the plan's nodes, and `diloco=true`
+    typed by hand was priced as plain DDP, 18.7 s a step over the WAN)."""
+    rec = json.loads(pa("recommend", *GEO, "--json").stdout)
+    top = next(p for p in rec["plans"] if p["plan"]["diloco"])
+    p = pa("estimate", *GEO, "--plan-json", json.dumps(top), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    for key in ("plan", "memory", "time", "throughput", "score"):
+        assert doc[key] == top[key], key
+    by_hand = json.loads(
+        pa("estimate", *GEO, "--plan", "diloco=true,local_steps=10,checkpointing=full", "--json").stdout
+    )
+    assert by_hand["label"].startswith("DiLoCo(H=10)") and "outer_sync" in by_hand["time"]["breakdown"]
+    # one outer sync per 10 steps (1.7 s a step), not an all-reduce per step (18.7 s)
+    assert by_hand["time"]["step_time_s"] < 5.0
+
+
+def test_diloco_on_one_node_is_one_line_exit_2(pa):
+    assert_one_line_error(
+        pa("estimate", "--model", "llama-2-7b", *MACHINE, "--plan", "diloco=true"),
+        "diloco needs two or more nodes",
+    )
+    assert_one_line_error(pa("estimate", *GEO, "--plan", "diloco=true,tp=2"), "tp, pp, cp and ep must be 1")

@@ -41,81 +41,116 @@ def diloco_candidates(
     margin: float,
     base_local_steps: int = BASE_LOCAL_STEPS,
 ) -> list[Estimate]:
+    """The DiLoCo plans the search ranks: technique C (local steps by speed) and the equal-H baseline, with DDP
+    or FSDP inside each node, without or with full recompute."""
     nodes = list(topo.cluster.online_nodes)
     world = topo.world
     if wl.global_batch % world:
         return []
     per_gpu = wl.global_batch // world
     speeds = _allocate(nodes, precision=precision, base_batch=per_gpu, base_local_steps=base_local_steps)
-    inter = topo.inter
     out = []
     for technique in ("C", "equal"):
         steps = [s.local_steps_c if technique == "C" else base_local_steps for s in speeds]
         for sharding in ("none", "fsdp"):
             for ckpt in ["none", "full"] if mf.shape else ["none"]:
-                inner = []
-                for node in nodes:
-                    sub = Topology.of(Cluster(name=node.name, nodes=(node,)))
-                    g = node.gpu_count
-                    plan = Plan(
-                        dp=g,
-                        sharding=sharding if g > 1 else "none",
-                        micro_batch=per_gpu,
-                        checkpointing=ckpt,
-                        precision=precision,
-                    )
-                    inner.append(
-                        evaluate(mf, sub, replace(wl, global_batch=per_gpu * g), plan, precision, margin)
-                    )
-                t_outer = comm.all_reduce(4 * mf.total, len(nodes), inter.bandwidth, inter.latency)
-                busy = [h * e.step_time for h, e in zip(steps, inner)]
-                round_time = max(busy) + t_outer
-                samples = sum(h * per_gpu * n.gpu_count for h, n in zip(steps, nodes))
-                total_samples = samples
-                allocs = tuple(
-                    NodeAllocation(
-                        node=n.name,
-                        gpus=n.gpu_count,
-                        tflops=round(s.tflops, 3),
-                        relative_speed=round(s.normalized, 3),
-                        batch_per_gpu=per_gpu,
-                        data_share=round(h * per_gpu * n.gpu_count / total_samples, 4),
-                        local_steps=h,
-                    )
-                    for n, s, h in zip(nodes, speeds, steps)
+                plan = Plan(dp=world, sharding=sharding, micro_batch=per_gpu, checkpointing=ckpt,
+                            precision=precision, diloco=True, local_steps=base_local_steps)  # fmt: skip
+                label = "C (local steps by speed)" if technique == "C" else "baseline (equal H)"
+                out.append(
+                    diloco_estimate(mf, topo, wl, plan, margin, steps=steps, speeds=speeds, technique=label)
                 )
-                worst = max(inner, key=lambda e: e.ratio)
-                plan = Plan(
-                    dp=world,
-                    sharding=sharding,
-                    micro_batch=per_gpu,
-                    checkpointing=ckpt,
-                    precision=precision,
-                    diloco=True,
-                    local_steps=base_local_steps,
-                    nodes=allocs,
-                )
-                idle = [round_time - t_outer - b for b in busy]
-                step = round_time / base_local_steps
-                time = {"compute": max(busy) / base_local_steps, "outer_sync": t_outer / base_local_steps}
-                e = Estimate(
-                    plan=plan,
-                    memory=dict(worst.memory),
-                    memory_total=worst.memory_total,
-                    capacity=worst.capacity,
-                    usable=worst.usable,
-                    fits=all(x.fits for x in inner),
-                    tight_gpu=worst.tight_gpu,
-                    time=time,
-                    step_time=step,
-                    samples_per_s=samples / round_time,
-                    tokens_per_s=samples * wl.seq_len / round_time,
-                    cpu_bytes_per_rank=8 * mf.total,
-                    score=wl.global_batch / (samples / round_time),
-                )
-                e.notes.append(
-                    f"technique {'C (local steps by speed)' if technique == 'C' else 'baseline (equal H)'}; "
-                    f"idle per round {sum(idle):.1f} s ({', '.join(f'{n.name} {i:.1f}' for n, i in zip(nodes, idle))})"
-                )
-                out.append(e)
     return out
+
+
+def diloco_estimate(
+    mf: ModelFacts,
+    topo: Topology,
+    wl: Workload,
+    plan: Plan,
+    margin: float,
+    *,
+    steps: list[int] | None = None,
+    speeds: list | None = None,
+    technique: str | None = None,
+) -> Estimate:
+    """One DiLoCo plan's round (module docstring): each node's inner plan (DDP or FSDP over its GPUs, the plan's
+    micro-batch, accumulation and recompute) evaluated on that node alone, H_i local steps per node (`steps`,
+    else the plan's nodes', else technique C by speed around plan.local_steps), then the outer all-reduce."""
+    nodes = list(topo.cluster.online_nodes)
+    base = plan.local_steps or BASE_LOCAL_STEPS
+    per_gpu = plan.micro_batch * plan.grad_accum
+    if speeds is None:
+        speeds = _allocate(nodes, precision=plan.precision, base_batch=per_gpu, base_local_steps=base)
+    if steps is None:
+        given = {n.node: n.local_steps for n in plan.nodes}
+        steps = [given.get(n.name, s.local_steps_c) for n, s in zip(nodes, speeds)]
+    inner = [_inner(mf, node, wl, plan, margin) for node in nodes]
+    inter = topo.inter
+    t_outer = comm.all_reduce(4 * mf.total, len(nodes), inter.bandwidth, inter.latency)
+    busy = [h * e.step_time for h, e in zip(steps, inner)]
+    round_time = max(busy) + t_outer
+    samples = sum(h * per_gpu * n.gpu_count for h, n in zip(steps, nodes))
+    allocs = _allocations(nodes, speeds, steps, per_gpu, samples)
+    worst = max(inner, key=lambda e: e.ratio)
+    e = Estimate(
+        plan=replace(plan, local_steps=base, nodes=allocs),
+        memory=dict(worst.memory),
+        memory_total=worst.memory_total,
+        capacity=worst.capacity,
+        usable=worst.usable,
+        fits=all(x.fits for x in inner),
+        tight_gpu=worst.tight_gpu,
+        time={"compute": max(busy) / base, "outer_sync": t_outer / base},
+        step_time=round_time / base,
+        samples_per_s=samples / round_time,
+        tokens_per_s=samples * wl.seq_len / round_time,
+        cpu_bytes_per_rank=8 * mf.total,
+        score=wl.global_batch / (samples / round_time),
+    )
+    idle = [round_time - t_outer - b for b in busy]
+    if technique is None:
+        technique = "the plan's own local steps per node" if plan.nodes else "C (local steps by speed)"
+    e.notes.append(
+        f"technique {technique}; idle per round {sum(idle):.1f} s "
+        f"({', '.join(f'{n.name} {i:.1f}' for n, i in zip(nodes, idle))})"
+    )
+    return e
+
+
+def _inner(mf: ModelFacts, node, wl: Workload, plan: Plan, margin: float) -> Estimate:
+    """One node's inner step: DDP or FSDP over its own GPUs with the plan's micro-batch, accumulation, recompute."""
+    g = node.gpu_count
+    sub = Topology.of(Cluster(name=node.name, nodes=(node,)))
+    inner_plan = Plan(dp=g, sharding=plan.sharding if g > 1 else "none", micro_batch=plan.micro_batch,
+                      grad_accum=plan.grad_accum, checkpointing=plan.checkpointing, precision=plan.precision)  # fmt: skip
+    per_gpu = plan.micro_batch * plan.grad_accum
+    return evaluate(mf, sub, replace(wl, global_batch=per_gpu * g), inner_plan, plan.precision, margin)
+
+
+def _allocations(nodes, speeds, steps, per_gpu: int, samples: int) -> tuple[NodeAllocation, ...]:
+    """Each node's share of a round: its speed, local steps and the samples it contributes."""
+    return tuple(
+        NodeAllocation(node=n.name, gpus=n.gpu_count, tflops=round(s.tflops, 3), relative_speed=round(s.normalized, 3),
+                       batch_per_gpu=per_gpu, data_share=round(h * per_gpu * n.gpu_count / samples, 4), local_steps=h)
+        for n, s, h in zip(nodes, speeds, steps)
+    )  # fmt: skip
+
+
+def diloco_problem(plan: Plan, topo: Topology, wl: Workload) -> str | None:
+    """Why a pinned DiLoCo plan cannot be estimated (None: it can): its outer sync runs between nodes, each node
+    trains the whole model with DDP or FSDP over its own GPUs."""
+    nodes = list(topo.cluster.online_nodes)
+    if len(nodes) < 2:
+        return "diloco needs two or more nodes: its outer sync runs between nodes, and this cluster has one"
+    if plan.tp > 1 or plan.pp > 1 or plan.cp > 1 or plan.ep > 1:
+        return "diloco trains the whole model on each node with DDP or FSDP: tp, pp, cp and ep must be 1"
+    if plan.sharding not in ("none", "fsdp"):
+        return f"diloco's inner groups run DDP (sharding none) or FSDP (fsdp), not {plan.sharding}"
+    if plan.rank_batches or plan.split_by_speed:
+        return "diloco splits the work by local steps per node, not by batch per rank (rank_batches, split_by_speed)"
+    known = {n.name for n in nodes}
+    unknown = sorted({n.node for n in plan.nodes} - known)
+    if unknown:
+        return f"nodes {', '.join(unknown)} are not in the cluster (its nodes: {', '.join(sorted(known))})"
+    return None

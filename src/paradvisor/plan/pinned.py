@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from paradvisor.errors import InputError
 from paradvisor.estimate.stages import split_problem
+from paradvisor.plan.diloco import BASE_LOCAL_STEPS, diloco_estimate, diloco_problem
 from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
@@ -42,6 +43,10 @@ def fill_defaults(given: dict, *, world: int, wl: Workload, precision: str) -> P
                 f"{_degrees(1, tp, pp, cp, dp_given=False)} does not divide the {world} GPUs", where="--plan"
             )
         kw["dp"] = world // (tp * pp * cp)
+    if kw.get("diloco"):  # the planner's DiLoCo: H = 100 base local steps, one micro-batch of the GPU's share
+        kw.setdefault("local_steps", BASE_LOCAL_STEPS)
+        if "micro_batch" not in kw and "grad_accum" not in kw and wl.global_batch % world == 0:
+            kw["micro_batch"] = wl.global_batch // world
     dp, mb = kw["dp"], kw.get("micro_batch", 1)
     if dp * tp * pp * cp != world:  # before the batch: the degrees are the first thing a plan must get right
         raise InputError(f"{_degrees(dp, tp, pp, cp)} is not the GPU count {world}", where="--plan")
@@ -71,8 +76,6 @@ def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
         raise InputError(
             f"dp x micro_batch x grad_accum = {per_step} is not the global batch {wl.global_batch}", where=w
         )
-    if plan.diloco and plan.local_steps is None:
-        raise InputError("diloco needs local_steps", where=w)
     if plan.ep > 1 and plan.dp % plan.ep:
         raise InputError(f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w)
 
@@ -168,7 +171,13 @@ def estimate_pinned(
     check_model(Plan.from_dict(provisional), mf)  # the model's constraints first: they name the real cause
     plan = fill_defaults(given, world=topo.world, wl=wl, precision=precision)
     check(plan, mf, topo.world, wl)
-    e = evaluate(mf, topo, wl, plan, plan.precision, margin)
+    if plan.diloco:  # a round of local steps per node and one outer sync (plan/diloco.py), as the search does
+        why = diloco_problem(plan, topo, wl)
+        if why:
+            raise InputError(why, where="--plan")
+        e = diloco_estimate(mf, topo, wl, plan, margin)
+    else:
+        e = evaluate(mf, topo, wl, plan, plan.precision, margin)
     s = profile.transformer
     if plan.checkpointing == "selective" and wl.attention == "sdpa" and s is not None:
         e.notes.append(

@@ -136,7 +136,7 @@ class Plan:
     def from_dict(cls, d: dict) -> Plan:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known and k not in ("nodes", "rank_batches")}
-        nodes = tuple(NodeAllocation(**n) for n in d.get("nodes", ()))
+        nodes = tuple(n if isinstance(n, NodeAllocation) else NodeAllocation(**n) for n in d.get("nodes", ()))
         return cls(**kw, nodes=nodes, rank_batches=tuple(d.get("rank_batches", ())))
 
     def with_(self, **changes) -> Plan:
