@@ -40,3 +40,17 @@ def test_unknown_command_is_one_line_exit_2(cli):
 
 def test_bad_option_value_is_one_line_exit_2(cli):
     assert_one_line_error(cli("detect", "--timeout", "soon"), "invalid float value")
+
+
+def test_plans_that_fit_but_none_launchable_are_said_so_not_a_crash(tmp_path):
+    """fp8: every plan is plan only (the launcher has no fp8), so no plan is ranked and there is no nearest fix
+    (nothing is too big). The table said "nothing fits" and crashed on the missing fix; --save said nothing fits."""
+    from tests.conftest import run_cli
+
+    machine = ["--model", "llama-2-7b", "--gpus", "8", "--gpu-type", "H100", "--precision", "fp8"]
+    p = run_cli("recommend", *machine)
+    assert p.returncode == 0, p.stderr
+    assert "no launchable plan" in p.stdout and "plan only (not launchable): FSDPx8" in p.stdout
+    saved = run_cli("recommend", *machine, "--save", str(tmp_path / "p.toml"))
+    assert_one_line_error(saved, "no plan can be launched")
+    assert not (tmp_path / "p.toml").exists()
