@@ -168,3 +168,18 @@ def test_diloco_on_one_node_is_one_line_exit_2(pa):
         "diloco needs two or more nodes",
     )
     assert_one_line_error(pa("estimate", *GEO, "--plan", "diloco=true,tp=2"), "tp, pp, cp and ep must be 1")
+
+
+def test_ep_is_checked_against_the_dp_the_defaults_fill(pa):
+    """ep must divide dp, and dp left out is filled first: 'ep=4,tp=2' on 16 GPUs has dp 8 (it was refused as
+    'ep 4 does not divide dp 1', the dp of a plan not yet filled)."""
+    machine = ["--model", "mixtral-8x7b", "--gpus", "16", "--gpu-type", "H100"]
+    p = pa("estimate", *machine, "--plan", "ep=4,tp=2,sharding=fsdp", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["plan"]["dp"] == 8
+    assert_one_line_error(pa("estimate", *machine, "--plan", "dp=2,tp=8,ep=4"), "ep 4 does not divide dp 2")
+
+
+def test_cp_must_split_the_sequence_into_two_chunks_a_rank(pa):
+    bad = pa("estimate", "--model", "llama-3-8b", *MACHINE, "--seq-len", "8", "--plan", "cp=8")
+    assert_one_line_error(bad, "2 x cp = 16 does not divide the sequence length 8")

@@ -76,8 +76,16 @@ def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
         raise InputError(
             f"dp x micro_batch x grad_accum = {per_step} is not the global batch {wl.global_batch}", where=w
         )
-    if plan.ep > 1 and plan.dp % plan.ep:
+    if (
+        plan.ep > 1 and plan.dp % plan.ep
+    ):  # here, not in check_model: dp is known once the defaults are filled
         raise InputError(f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w)
+    if plan.cp > 1 and wl.seq_len % (2 * plan.cp):
+        raise InputError(
+            f"cp {plan.cp}: 2 x cp = {2 * plan.cp} does not divide the sequence length {wl.seq_len} "
+            "(context parallelism gives each rank two load-balanced chunks of a causal sequence)",
+            where=w,
+        )
 
 
 def _degrees(dp: int, tp: int, pp: int, cp: int, *, dp_given: bool = True) -> str:
@@ -128,10 +136,6 @@ def check_model(plan: Plan, mf: ModelFacts) -> None:
             raise InputError(f"ep {plan.ep}: {mf.profile.name} has no experts", where=w)
         if mf.moe.num_experts % plan.ep:
             raise InputError(f"ep {plan.ep} does not divide the {mf.moe.num_experts} experts", where=w)
-        if plan.dp % plan.ep:
-            raise InputError(
-                f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w
-            )
     if plan.sequence_parallel and plan.tp == 1:
         raise InputError("sequence_parallel needs tp > 1", where=w)
 
