@@ -162,11 +162,11 @@ def test_a_ranked_diloco_plan_pasted_back_has_the_same_numbers(pa):
     assert by_hand["time"]["step_time_s"] < 5.0
 
 
-def test_diloco_on_one_node_is_one_line_exit_2(pa):
-    assert_one_line_error(
-        pa("estimate", "--model", "llama-2-7b", *MACHINE, "--plan", "diloco=true"),
-        "diloco needs two or more nodes",
-    )
+def test_diloco_without_nodes_on_one_machine_is_one_worker_per_rank(pa):
+    """The launcher's DiLoCo without plan nodes: one worker per rank; tp and the like are refused."""
+    p = pa("estimate", "--model", "gpt2", *MACHINE, "--plan", "diloco=true,micro_batch=8", "--json")
+    assert p.returncode == 0, p.stderr
+    assert [n["node"] for n in json.loads(p.stdout)["plan"]["nodes"]] == [f"rank{r}" for r in range(8)]
     assert_one_line_error(pa("estimate", *GEO, "--plan", "diloco=true,tp=2"), "tp, pp, cp and ep must be 1")
 
 
@@ -183,3 +183,22 @@ def test_ep_is_checked_against_the_dp_the_defaults_fill(pa):
 def test_cp_must_split_the_sequence_into_two_chunks_a_rank(pa):
     bad = pa("estimate", "--model", "llama-3-8b", *MACHINE, "--seq-len", "8", "--plan", "cp=8")
     assert_one_line_error(bad, "2 x cp = 16 does not divide the sequence length 8")
+
+
+def test_a_diloco_preset_on_one_machine_has_its_workers_as_the_launcher_forms_them(pa):
+    """The shipped DiLoCo preset runs two workers ('slow' and 'fast', one rank each) on one machine; the estimate
+    forms them the same way (ranks in order), outer sync over the machine's own link (it crashed, then said it
+    needed two nodes); one GPU has no second worker."""
+    preset = str(REPO / "presets" / "llama150m-diloco-local-steps.toml")
+    p = pa("estimate", "--plan-file", preset, "--gpus", "2", "--gpu-type", "A100 80GB", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [(n["node"], n["gpus"], n["local_steps"]) for n in doc["plan"]["nodes"]] == [
+        ("slow", 1, 4),
+        ("fast", 1, 6),
+    ]
+    assert doc["time"]["breakdown"]["outer_sync"] > 0
+    one = pa(
+        "estimate", "--model", "llama-150m", "--gpus", "1", "--gpu-type", "A100 80GB", "--plan", "diloco=true"
+    )
+    assert_one_line_error(one, "diloco needs two or more workers")

@@ -199,7 +199,9 @@ def save(args, rec, ref) -> None:
 
     if not rec.plans:
         if rec.nearest_fix is None and rec.plan_only:
-            raise InputError("no plan can be launched (plan only: see the warning), so there is no plan to save")
+            raise InputError(
+                "no plan can be launched (plan only: see the warning), so there is no plan to save"
+            )
         raise InputError("nothing fits, so there is no plan to save (see the nearest fix)")
     if not 1 <= args.pick <= len(rec.plans):
         raise InputError(f"--pick {args.pick}: there are {len(rec.plans)} ranked plans")
@@ -335,7 +337,9 @@ def _show_nothing_fits(con, rec) -> None:
     from paradvisor.output import esc
 
     fix = rec.nearest_fix
-    if fix is None:  # plans fit but none can be launched (e.g. fp8): the plan-only list and the warning say why
+    if (
+        fix is None
+    ):  # plans fit but none can be launched (e.g. fp8): the plan-only list and the warning say why
         con.print("[bold red]no launchable plan[/bold red] (the plans below fit but are plan only)")
         return
     con.print("[bold red]nothing fits[/bold red]")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paradvisor.estimate import comm
-from paradvisor.hardware.types import Cluster
+from paradvisor.hardware.types import Cluster, Link, Node
 from paradvisor.plan.estimate import Estimate
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
@@ -77,7 +77,7 @@ def diloco_estimate(
     """One DiLoCo plan's round (module docstring): each node's inner plan (DDP or FSDP over its GPUs, the plan's
     micro-batch, accumulation and recompute) evaluated on that node alone, H_i local steps per node (`steps`,
     else the plan's nodes', else technique C by speed around plan.local_steps), then the outer all-reduce."""
-    nodes = list(topo.cluster.online_nodes)
+    nodes, outer_link = diloco_workers(plan, topo)
     base = plan.local_steps or BASE_LOCAL_STEPS
     per_gpu = plan.micro_batch * plan.grad_accum
     if speeds is None:
@@ -85,9 +85,9 @@ def diloco_estimate(
     if steps is None:
         given = {n.node: n.local_steps for n in plan.nodes}
         steps = [given.get(n.name, s.local_steps_c) for n, s in zip(nodes, speeds)]
-    inner = [_inner(mf, node, wl, plan, margin) for node in nodes]
-    inter = topo.inter
-    t_outer = comm.all_reduce(4 * mf.total, len(nodes), inter.bandwidth, inter.latency)
+    seen: dict = {}  # workers of like hardware train alike: one evaluation each
+    inner = [_inner(mf, node, wl, plan, margin, seen) for node in nodes]
+    t_outer = comm.all_reduce(4 * mf.total, len(nodes), outer_link.bandwidth, outer_link.latency)
     busy = [h * e.step_time for h, e in zip(steps, inner)]
     round_time = max(busy) + t_outer
     samples = sum(h * per_gpu * n.gpu_count for h, n in zip(steps, nodes))
@@ -118,14 +118,18 @@ def diloco_estimate(
     return e
 
 
-def _inner(mf: ModelFacts, node, wl: Workload, plan: Plan, margin: float) -> Estimate:
+def _inner(mf: ModelFacts, node, wl: Workload, plan: Plan, margin: float, seen: dict) -> Estimate:
     """One node's inner step: DDP or FSDP over its own GPUs with the plan's micro-batch, accumulation, recompute."""
+    key = (tuple((name, count) for name, _spec, count in node.kinds), node.intra_link)
+    if key in seen:
+        return seen[key]
     g = node.gpu_count
     sub = Topology.of(Cluster(name=node.name, nodes=(node,)))
     inner_plan = Plan(dp=g, sharding=plan.sharding if g > 1 else "none", micro_batch=plan.micro_batch,
                       grad_accum=plan.grad_accum, checkpointing=plan.checkpointing, precision=plan.precision)  # fmt: skip
     per_gpu = plan.micro_batch * plan.grad_accum
-    return evaluate(mf, sub, replace(wl, global_batch=per_gpu * g), inner_plan, plan.precision, margin)
+    seen[key] = evaluate(mf, sub, replace(wl, global_batch=per_gpu * g), inner_plan, plan.precision, margin)
+    return seen[key]
 
 
 def _allocations(nodes, speeds, steps, per_gpu: int, samples: int) -> tuple[NodeAllocation, ...]:
@@ -137,20 +141,46 @@ def _allocations(nodes, speeds, steps, per_gpu: int, samples: int) -> tuple[Node
     )  # fmt: skip
 
 
+def diloco_workers(plan: Plan, topo: Topology) -> tuple[list[Node], Link]:
+    """DiLoCo's workers as the launcher forms them, in rank order, each a (part of a) node; and the link of the
+    outer sync. The plan's nodes when it names them (the cluster's own nodes by name, else that many ranks
+    each, cut from the machines in rank order, as train/loop.py does); without them the cluster's nodes when
+    there are several (the planner's workers), else one worker per rank (the launcher's). ValueError: a
+    worker that would span two machines, or nodes that do not add up to the plan's GPUs."""
+    online = list(topo.cluster.online_nodes)
+    by_name = {n.name: n for n in online}
+    if plan.nodes and all(by_name.get(a.node) and by_name[a.node].gpu_count == a.gpus for a in plan.nodes):
+        workers = [by_name[a.node] for a in plan.nodes]
+        return workers, topo.inter if len(workers) > 1 else workers[0].intra_link
+    if not plan.nodes and len(online) > 1:
+        return online, topo.inter
+    sizes = [(a.node, a.gpus) for a in plan.nodes] or [(f"rank{r}", 1) for r in range(plan.dp)]
+    if sum(g for _n, g in sizes) != topo.world:
+        raise ValueError(f"the plan's nodes hold {sum(g for _n, g in sizes)} GPUs, the machines {topo.world}")
+    slots = [(node, i) for node in online for i in range(node.gpu_count)]  # rank -> (machine, its GPU)
+    workers, start = [], 0
+    for name, g in sizes:
+        machine, first = slots[start]
+        if slots[start + g - 1][0] is not machine:
+            raise ValueError(f"DiLoCo worker {name} ({g} GPUs from rank {start}) would span two machines")
+        workers.append(replace(machine, name=name, gpus=tuple(machine.gpus[first : first + g]), group=None))
+        start += g
+    return workers, online[0].intra_link if len(online) == 1 else topo.inter
+
+
 def diloco_problem(plan: Plan, topo: Topology, wl: Workload) -> str | None:
-    """Why a pinned DiLoCo plan cannot be estimated (None: it can): its outer sync runs between nodes, each node
-    trains the whole model with DDP or FSDP over its own GPUs."""
-    nodes = list(topo.cluster.online_nodes)
-    if len(nodes) < 2:
-        return "diloco needs two or more nodes: its outer sync runs between nodes, and this cluster has one"
+    """Why a pinned DiLoCo plan cannot be estimated (None: it can): two or more workers, each training the whole
+    model with DDP or FSDP over its own GPUs, an outer sync between them."""
+    try:
+        workers, _link = diloco_workers(plan, topo)
+    except ValueError as exc:
+        return str(exc)
+    if len(workers) < 2:
+        return "diloco needs two or more workers (nodes, or ranks on one machine): its outer sync runs between them"
     if plan.tp > 1 or plan.pp > 1 or plan.cp > 1 or plan.ep > 1:
         return "diloco trains the whole model on each node with DDP or FSDP: tp, pp, cp and ep must be 1"
     if plan.sharding not in ("none", "fsdp"):
         return f"diloco's inner groups run DDP (sharding none) or FSDP (fsdp), not {plan.sharding}"
     if plan.rank_batches or plan.split_by_speed:
         return "diloco splits the work by local steps per node, not by batch per rank (rank_batches, split_by_speed)"
-    known = {n.name for n in nodes}
-    unknown = sorted({n.node for n in plan.nodes} - known)
-    if unknown:
-        return f"nodes {', '.join(unknown)} are not in the cluster (its nodes: {', '.join(sorted(known))})"
     return None

@@ -128,14 +128,12 @@ def explain(e: Estimate, cluster: Cluster) -> str:
         + " + ".join(f"{k.replace('_', ' ')} {fmt_seconds(v)}" for k, v in top)
         + (" + ..." if len(t) > 2 else "")
     )
+    link = (
+        cluster.slowest_inter_link() if len(cluster.online_nodes) > 1 else cluster.online_nodes[0].intra_link
+    )
     if p.diloco:
-        parts.append(f"outer sync every {p.local_steps} local steps over {cluster.slowest_inter_link().kind}")
+        parts.append(f"outer sync every {p.local_steps} local steps over {link.kind}")
     elif "dp_comm_exposed" in t and t["dp_comm_exposed"] > 0.2 * e.step_time:
-        link = (
-            cluster.slowest_inter_link()
-            if len(cluster.online_nodes) > 1
-            else cluster.online_nodes[0].intra_link
-        )
         parts.append(f"gradient sync is exposed on {link.kind} ({fmt_bandwidth(link.bandwidth)})")
     if "pp_bubble" in t:
         bubble = bubble_fraction(p.pp_schedule, p.pp, p.pp_virtual_stages, p.grad_accum)
