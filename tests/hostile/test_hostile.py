@@ -457,6 +457,10 @@ def test_deep_nesting_and_non_finite_numbers_in_any_file(tmp_path):
         ),
         (["monitor", "runs", "--interval", "1e308"], "--interval"),
         (["detect", "--timeout=-inf"], "not a finite number"),
+        (
+            ["launch", "--preset", str(SMOKE), "--hosts", "a,,b", "--dry-run"],
+            "--hosts 'a,,b': an empty host name",
+        ),
     ],
 )
 def test_every_count_and_number_has_a_bound(argv, fragment):
