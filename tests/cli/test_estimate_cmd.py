@@ -135,12 +135,11 @@ def test_a_preset_file_is_estimated_with_its_workload(pa):
     assert doc["plan"]["dp"] == 2 and doc["plan"]["micro_batch"] == 4
 
 
-GEO = [
-    "--model",
-    "llama-150m",
-    "--cluster",
-    str(REPO / "examples" / "clusters" / "paper003-geo-four-nodes.toml"),
-]
+def _on(model: str, cluster: str) -> list[str]:
+    return ["--model", model, "--cluster", str(REPO / "examples" / "clusters" / cluster)]
+
+
+GEO = _on("llama-150m", "paper003-geo-four-nodes.toml")
 
 
 def test_a_ranked_diloco_plan_pasted_back_has_the_same_numbers(pa):
@@ -202,3 +201,27 @@ def test_a_diloco_preset_on_one_machine_has_its_workers_as_the_launcher_forms_th
         "estimate", "--model", "llama-150m", "--gpus", "1", "--gpu-type", "A100 80GB", "--plan", "diloco=true"
     )
     assert_one_line_error(one, "diloco needs two or more workers")
+
+
+HETERO = _on("gpt2-medium", "paper001-a30-titanxp.toml")
+
+
+def test_a_split_by_speed_is_checked_as_the_launcher_checks_it_and_defaults_to_the_planners(pa):
+    """rank_batches: one per data rank, summing to the global batch over grad_accum (5 entries for 6 ranks, or
+    47 samples of 48, were estimated); split_by_speed alone takes the planner's split by speed."""
+    rec = json.loads(pa("recommend", *HETERO, "--json").stdout)
+    ranked = next(p for p in rec["plans"] if p["plan"]["rank_batches"])
+    for batches, fragment in (
+        ([22, 22, 1, 1, 1], "5 entries for 6 data ranks"),
+        ([22, 22, 1, 1, 1, 2], "= 49 is not"),
+    ):
+        bad = json.loads(json.dumps(ranked))
+        bad["plan"]["rank_batches"] = batches
+        assert_one_line_error(pa("estimate", *HETERO, "--plan-json", json.dumps(bad)), fragment)
+    plan = ranked["plan"]
+    keys = f"split_by_speed=true,sharding={plan['sharding']},checkpointing={plan['checkpointing']}"
+    p = pa("estimate", *HETERO, "--plan", f"{keys},grad_accum={plan['grad_accum']}", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["plan"]["rank_batches"] == plan["rank_batches"] and doc["time"] == ranked["time"]
+    assert_one_line_error(pa("estimate", *HETERO, "--plan", "rank_batches=[1]"), "rank_batches")

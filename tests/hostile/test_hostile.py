@@ -459,7 +459,7 @@ def test_deep_nesting_and_non_finite_numbers_in_any_file(tmp_path):
         (["detect", "--timeout=-inf"], "not a finite number"),
         (
             ["launch", "--preset", str(SMOKE), "--hosts", "a,,b", "--dry-run"],
-            "--hosts 'a,,b': an empty host name",
+            "invalid host ''",
         ),
     ],
 )

@@ -204,11 +204,8 @@ def apply_overrides(preset, args):
     }
     if args.node_rank is not None and args.engine is None:
         lkw["engine"] = "local"  # "this machine is node R": the user starts each node
-    if args.hosts is not None:
-        names = [h.strip() for h in args.hosts.split(",")]
-        if not all(names):
-            raise InputError(f"--hosts {args.hosts!r}: an empty host name (expected H1,H2,...)")
-        lkw["hosts"] = tuple(names)
+    if args.hosts is not None:  # an empty name ("a,,b") is refused with the others: invalid host ''
+        lkw["hosts"] = tuple(h.strip() for h in args.hosts.split(","))
     for k in ("steps", "nproc_per_node", "nnodes"):
         v = tkw.get(k, lkw.get(k))
         if v is not None and v < 1:

@@ -71,10 +71,23 @@ def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
         raise InputError(
             f"{_degrees(plan.dp, plan.tp, plan.pp, plan.cp)} is not the GPU count {world}", where=w
         )
-    per_step = plan.dp * plan.micro_batch * plan.grad_accum
-    if not plan.rank_batches and per_step != wl.global_batch:
+    if plan.rank_batches:  # 001's split by speed: one micro-batch per data rank, as the launcher checks it
+        rb = plan.rank_batches
+        if not plan.split_by_speed:
+            raise InputError("rank_batches needs split_by_speed = true", where=w)
+        if len(rb) != plan.dp:
+            raise InputError(f"rank_batches has {len(rb)} entries for {plan.dp} data ranks", where=w)
+        if sum(rb) * plan.grad_accum != wl.global_batch:
+            raise InputError(
+                f"sum(rank_batches) x grad_accum = {sum(rb) * plan.grad_accum} is not the global batch "
+                f"{wl.global_batch}",
+                where=w,
+            )
+    elif plan.dp * plan.micro_batch * plan.grad_accum != wl.global_batch:
         raise InputError(
-            f"dp x micro_batch x grad_accum = {per_step} is not the global batch {wl.global_batch}", where=w
+            f"dp x micro_batch x grad_accum = {plan.dp * plan.micro_batch * plan.grad_accum} is not the global "
+            f"batch {wl.global_batch}",
+            where=w,
         )
     if (
         plan.ep > 1 and plan.dp % plan.ep
@@ -140,6 +153,25 @@ def check_model(plan: Plan, mf: ModelFacts) -> None:
         raise InputError("sequence_parallel needs tp > 1", where=w)
 
 
+def speed_split(given: dict, topo: Topology, wl: Workload, precision: str) -> dict:
+    """`split_by_speed` without rank_batches: the planner's split (plan/space.speed_split_candidates), each
+    rank's share of a step's samples by its speed, identical GPUs alike; grad_accum 1 unless given."""
+    from paradvisor.plan.hetero import split_by_type  # noqa: PLC0415 - start-up: only a split loads it
+    from paradvisor.plan.space import rank_speeds  # noqa: PLC0415 - as above
+
+    if given.get("tp", 1) * given.get("pp", 1) * given.get("cp", 1) > 1:
+        raise InputError("split_by_speed splits the batch over data-parallel ranks only: tp, pp and cp must be 1",
+                         where="--plan")  # fmt: skip
+    accum = given.get("grad_accum", 1)
+    if wl.global_batch % accum or wl.global_batch // accum < topo.world:
+        raise InputError(f"grad_accum {accum} leaves fewer samples a step than the {topo.world} ranks, or does not "
+                         f"divide the global batch {wl.global_batch}", where="--plan")  # fmt: skip
+    batches = split_by_type(
+        wl.global_batch // accum, rank_speeds(topo, precision), [s.name for s in topo.rank_spec]
+    )
+    return {**given, "rank_batches": batches, "micro_batch": max(batches), "grad_accum": accum}
+
+
 def launch_problem(plan: Plan, profile, topo: Topology) -> str | None:
     """Why `paradvisor launch` cannot run the plan (None: it can)."""
     why = why_not(plan, family_of(profile))
@@ -173,6 +205,8 @@ def estimate_pinned(
     if given.get("pp_virtual_stages", 1) > 1 and "pp_schedule" not in given:
         provisional["pp_schedule"] = "interleaved1f1b"
     check_model(Plan.from_dict(provisional), mf)  # the model's constraints first: they name the real cause
+    if given.get("split_by_speed") and not given.get("rank_batches"):
+        given = speed_split(given, topo, wl, precision)
     plan = fill_defaults(given, world=topo.world, wl=wl, precision=precision)
     check(plan, mf, topo.world, wl)
     if plan.diloco:  # a round of local steps per node and one outer sync (plan/diloco.py), as the search does
