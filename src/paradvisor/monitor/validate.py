@@ -110,7 +110,7 @@ def validate(run_dir: str | Path, calibration: dict | None = None) -> dict:
     est = estimate_for(preset, on_gpu=on_gpu, gpu_name=start.get("gpu_name"), calibration=cal)
     e = est.estimate
     prof = profile_of(preset)
-    pred = predicted_terms(est.facts, est.topo, wl, plan, precision)
+    pred = predicted_terms(est.facts, est.topo, est.workload, est.plan, precision)  # a DiLoCo worker's own
     source = pred.pop("_source", "formula")
     if prof.traced is not None and prof.traced.failures:
         notes.append("activations from the formula: tracing failed (" + "; ".join(prof.traced.failures) + ")")

@@ -121,15 +121,20 @@ def diloco_estimate(
 def _inner(mf: ModelFacts, node, wl: Workload, plan: Plan, margin: float, seen: dict) -> Estimate:
     """One node's inner step: DDP or FSDP over its own GPUs with the plan's micro-batch, accumulation, recompute."""
     key = (tuple((name, count) for name, _spec, count in node.kinds), node.intra_link)
-    if key in seen:
-        return seen[key]
+    if key not in seen:
+        sub, inner_plan, inner_wl = worker_plan(node, wl, plan)
+        seen[key] = evaluate(mf, sub, inner_wl, inner_plan, plan.precision, margin)
+    return seen[key]
+
+
+def worker_plan(node, wl: Workload, plan: Plan) -> tuple[Topology, Plan, Workload]:
+    """What one DiLoCo worker runs between outer syncs: the plan's DDP or FSDP over the worker's own GPUs, with its
+    micro-batch, accumulation and recompute (a rank's memory and its steps are this plan's)."""
     g = node.gpu_count
     sub = Topology.of(Cluster(name=node.name, nodes=(node,)))
-    inner_plan = Plan(dp=g, sharding=plan.sharding if g > 1 else "none", micro_batch=plan.micro_batch,
-                      grad_accum=plan.grad_accum, checkpointing=plan.checkpointing, precision=plan.precision)  # fmt: skip
-    per_gpu = plan.micro_batch * plan.grad_accum
-    seen[key] = evaluate(mf, sub, replace(wl, global_batch=per_gpu * g), inner_plan, plan.precision, margin)
-    return seen[key]
+    inner = Plan(dp=g, sharding=plan.sharding if g > 1 else "none", micro_batch=plan.micro_batch,
+                 grad_accum=plan.grad_accum, checkpointing=plan.checkpointing, precision=plan.precision)  # fmt: skip
+    return sub, inner, replace(wl, global_batch=plan.micro_batch * plan.grad_accum * g)
 
 
 def _allocations(nodes, speeds, steps, per_gpu: int, samples: int) -> tuple[NodeAllocation, ...]:
