@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from paradvisor import collector
 from paradvisor.train.rankproc import run_rank
 
 
@@ -20,8 +21,12 @@ def main(argv=None) -> int:
     run_dir = Path(args.run_dir)
 
     def body(rank: int) -> None:
-        from paradvisor.train.run import run  # noqa: PLC0415 - torch loads after run_rank's set-up: an import error lands in the rank's log
+        with collector.paused():  # torch's import makes ~500,000 lasting objects: no collection walks them
+            import torch._dynamo  # noqa: F401 - every engine's optimizer (add_param_group) imports it
 
+            from paradvisor.train.run import run  # noqa: PLC0415 - torch loads after run_rank's set-up: an import error lands in the rank's log
+
+        collector.freeze()  # and none walks them later in the run: they live as long as the rank
         run(run_dir, rank)
 
     return run_rank(run_dir, args.node_index, body)
