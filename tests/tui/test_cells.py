@@ -58,3 +58,29 @@ def test_plain_cells_render_as_textual_renders_them(tmp_path):
             compare(plans)
 
     asyncio.run(flow())
+
+
+def test_a_cell_painted_before_its_row_widened_the_column_is_painted_again():
+    """Cells are cached at their column's width and SteadyTable keeps them over a Resize. A paint between add_row
+    and DataTable's idle-time measuring (a loaded machine makes one) cached "server-1" cut to the header's
+    "node" width, and nothing renewed it: the Hardware tab showed "serv" (a flaky snapshot)."""
+    from textual.app import App, ComposeResult
+
+    class One(App):
+        def compose(self) -> ComposeResult:
+            yield SteadyTable(id="t")
+
+    async def flow():
+        app = One()
+        async with app.run_test(size=(60, 8)) as pilot:
+            table = app.query_one(SteadyTable)
+            table.add_columns("node", "GPU")
+            table.add_row("server-1", "TITAN RTX")
+            narrow = table.render_line(
+                1
+            )  # painted before the idle-time measuring: cells at the header's widths
+            assert "server-1" not in narrow.text
+            await pilot.pause()  # idle: the new row's widths are measured
+            assert "server-1" in table.render_line(1).text and "TITAN RTX" in table.render_line(1).text
+
+    asyncio.run(flow())

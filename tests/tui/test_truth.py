@@ -327,3 +327,19 @@ def test_u_resumes_the_failed_run_on_the_monitor_tab_from_its_checkpoint(tmp_pat
             assert doc["parent"] == str(parent.resolve()) and doc["resume_step"] == 2, doc
 
     asyncio.run(flow())
+
+
+def test_no_ranked_plan_says_whether_nothing_fits_or_nothing_can_be_launched():
+    """fp8: every plan fits but is plan only, and there is no nearest fix (nothing is too big); the pane said
+    "nothing fits" over an empty line. Nothing fitting still names the closest plan and its fixes."""
+    from paradvisor.hardware.cluster import single_node_cluster
+    from paradvisor.model import load_profile
+    from paradvisor.plan.search import recommend
+    from paradvisor.spec.plan import Workload
+    from paradvisor.tui.screens import nothing_ranked_text
+
+    h100 = single_node_cluster("H100 SXM", 8)
+    fp8 = recommend(load_profile("llama-2-7b"), h100, Workload("llama-2-7b", precision="fp8"))
+    assert not fp8.plans and fp8.plan_only and "no launchable plan" in nothing_ranked_text(fp8)
+    big = recommend(load_profile("llama-2-70b"), single_node_cluster("T4", 1), Workload("llama-2-70b"))
+    assert nothing_ranked_text(big).startswith("[b red]nothing fits") and "fix:" in nothing_ranked_text(big)

@@ -93,6 +93,21 @@ def infeasible_text(rec) -> str:
     return "\n".join(only + ([f"[dim]{n} layouts do not fit: press i for the list[/dim]"] if n else []))
 
 
+def nothing_ranked_text(rec) -> str:
+    """Where the ranking would be when no plan is ranked: nothing fits (the closest plan and the nearest fixes),
+    or plans fit but none can be launched (fp8: all plan only, listed below it)."""
+    fix = rec.nearest_fix
+    if fix is None:
+        return "[b red]no launchable plan[/b red]: the plans below fit but are plan only"
+    return "\n".join(
+        [
+            "[b red]nothing fits[/b red]",
+            escape(fix.closest.text),
+            *(f"fix: {escape(f.text)}" for f in fix.fixes),
+        ]
+    )
+
+
 def infeasible_markdown(rec) -> str:
     """The plans that do not fit (and those that fit but cannot be launched) of a ranking, for its window."""
     lines = [f"# What does not fit: {rec.profile.name}", ""]

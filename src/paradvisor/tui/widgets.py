@@ -83,6 +83,23 @@ class SteadyTable(DataTable):
         event.prevent_default()
         self._row_render_cache.clear()
 
+    def _update_dimensions(self, new_rows) -> None:
+        """A cell is cached at its column's width (the cache key has no width): when new rows widen a column,
+        the cells cached before it are stale. DataTable's own Resize handler renewed them by chance (a paint
+        between add_row and the idle-time measuring, which a loaded machine makes, left "server-1" cut to the
+        header's "serv"); here a change of width renews them."""
+        self._renew_if_widened(super()._update_dimensions, new_rows)
+
+    def _update_column_widths(self, updated_cells) -> None:
+        self._renew_if_widened(super()._update_column_widths, updated_cells)
+
+    def _renew_if_widened(self, measure, arg) -> None:
+        before = [c.get_render_width(self) for c in self.ordered_columns]
+        measure(arg)
+        if [c.get_render_width(self) for c in self.ordered_columns] != before:
+            self._update_count += 1
+            self.refresh()
+
     def render_lines(self, crop):
         """A paint, in which the table's own rich style and its components' are each computed once: DataTable
         asks for them on every line and row (45 times for the plans table, each a walk up the widget's ancestors,

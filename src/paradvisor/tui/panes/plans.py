@@ -23,7 +23,13 @@ from paradvisor.plan.search import explain
 from paradvisor.plan.view import plan_rows
 from paradvisor.tui.messages import PlanSelected
 from paradvisor.tui.panes.later import LaterPane
-from paradvisor.tui.screens import PlanDetailScreen, infeasible_markdown, infeasible_text, plan_markdown
+from paradvisor.tui.screens import (
+    PlanDetailScreen,
+    infeasible_markdown,
+    infeasible_text,
+    nothing_ranked_text,
+    plan_markdown,
+)
 from paradvisor.tui.text import cell, escape, profile_line
 from paradvisor.tui.widgets import SteadyTable, memory_bar, show_text
 from paradvisor.units import half_up
@@ -331,10 +337,7 @@ class PlansPane(LaterPane):
         if rec.plans:
             self.select_plan(0)
         else:
-            fix = rec.nearest_fix
-            text = ["[b red]nothing fits[/b red]", escape(fix.closest.text if fix else "")]
-            text += [f"fix: {escape(f.text)}" for f in (fix.fixes if fix else ())]
-            info.update("\n".join(text))
+            info.update(nothing_ranked_text(rec))
             self._static("memory-bar").update("")
             self._select(None)
         adv = [
