@@ -337,9 +337,8 @@ def _show_nothing_fits(con, rec) -> None:
     from paradvisor.output import esc
 
     fix = rec.nearest_fix
-    if (
-        fix is None
-    ):  # plans fit but none can be launched (e.g. fp8): the plan-only list and the warning say why
+    # plans fit but none can be launched (e.g. fp8): the plan-only list and the warning say why
+    if fix is None:
         con.print("[bold red]no launchable plan[/bold red] (the plans below fit but are plan only)")
         return
     con.print("[bold red]nothing fits[/bold red]")

@@ -75,6 +75,7 @@ Parameter sources (public measurements, none fitted to experiments/validation):
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cached_property
 
 from paradvisor.estimate import comm
 from paradvisor.record import record
@@ -110,10 +111,10 @@ class Device:
         """FLOP/s of a large GEMM, all costs in (the measured large-size rate)."""
         return self.peak * GEMM_EFF.get(self.arch, GEMM_EFF_DEFAULT)
 
-    @property
+    @cached_property
     def tensor_rate(self) -> float:
         """FLOP/s of the math alone: the rate at which a GEMM_REF³ GEMM, its bytes and launch added, runs at
-        gemm_rate."""
+        gemm_rate (worked out once a device: every GEMM of a stage asks for it)."""
         n = GEMM_REF
         flops = 2.0 * n**3
         return flops / (flops / self.gemm_rate - _gemm_bytes(n, n, n, self) - KERNEL_LAUNCH_S)

@@ -34,9 +34,8 @@ class RunEstimate:
     has_speed: bool  # whether times were predicted (a GPU, or a calibrated CPU)
     model_state_bytes: int  # params + grads + optimizer of the largest stage, per rank
     plan: object = None  # spec.plan.Plan the figures are for: the preset's, or a DiLoCo worker's inner plan
-    workload: object = (
-        None  # spec.plan.Workload of that plan (a DiLoCo worker's: its GPUs' share of the batch)
-    )
+    # spec.plan.Workload of that plan (a DiLoCo worker's: its GPUs' share of the batch)
+    workload: object = None
 
 
 def estimate_for(
@@ -61,7 +60,9 @@ def estimate_for(
         spec, link = nominal_spec(2**40, name="CPU"), catalog.link("loopback")
     topo = Topology.uniform(spec, world, link)
     if plan.diloco:  # a rank runs its worker's inner plan; the outer sync every H steps is no step of its own
-        topo, plan, wl = _slowest_worker(mf, topo, wl, plan)
+        from paradvisor.plan.diloco import slowest_worker  # noqa: PLC0415 - only a DiLoCo run needs it
+
+        topo, plan, wl = slowest_worker(mf, topo, wl, plan)
     e = evaluate(mf, topo, wl, plan, plan.precision, 0.0)
     # the largest model states of any stage (pipeline stages hold different layers); the autocast copy
     # ("gathered") is transient, not a held tensor, so it is not part of the model states
@@ -71,16 +72,6 @@ def estimate_for(
             states, memory_need(mf, topo, wl, plan, plan.precision, plan.micro_batch, stage=st).model_states
         )
     return RunEstimate(e, mf, topo, device, has_speed, round(states), plan, wl)
-
-
-def _slowest_worker(mf, topo, wl, plan):
-    """(topology, plan, workload) of the DiLoCo worker whose inner step is slowest (plan/diloco.py: the workers
-    the launcher forms on this machine, in rank order)."""
-    from paradvisor.plan.diloco import diloco_workers, worker_plan  # noqa: PLC0415 - only a DiLoCo run needs it
-
-    workers, _link = diloco_workers(plan, topo)
-    inner = [worker_plan(w, wl, plan) for w in workers]
-    return max(inner, key=lambda t: evaluate(mf, t[0], t[2], t[1], plan.precision, 0.0).step_time)
 
 
 def _device_here(preset) -> tuple[bool, str | None]:

@@ -127,6 +127,17 @@ def _inner(mf: ModelFacts, node, wl: Workload, plan: Plan, margin: float, seen: 
     return seen[key]
 
 
+def slowest_worker(
+    mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan
+) -> tuple[Topology, Plan, Workload]:
+    """worker_plan of the worker whose inner step is slowest (a DiLoCo run's prediction: its steps are inner
+    steps); workers of like hardware evaluated once, as in diloco_estimate."""
+    workers, _link = diloco_workers(plan, topo)
+    seen: dict = {}
+    slowest = max(workers, key=lambda w: _inner(mf, w, wl, plan, 0.0, seen).step_time)
+    return worker_plan(slowest, wl, plan)
+
+
 def worker_plan(node, wl: Workload, plan: Plan) -> tuple[Topology, Plan, Workload]:
     """What one DiLoCo worker runs between outer syncs: the plan's DDP or FSDP over the worker's own GPUs, with its
     micro-batch, accumulation and recompute (a rank's memory and its steps are this plan's)."""
@@ -173,7 +184,7 @@ def diloco_workers(plan: Plan, topo: Topology) -> tuple[list[Node], Link]:
     return workers, online[0].intra_link if len(online) == 1 else topo.inter
 
 
-def diloco_problem(plan: Plan, topo: Topology, wl: Workload) -> str | None:
+def diloco_problem(plan: Plan, topo: Topology) -> str | None:
     """Why a pinned DiLoCo plan cannot be estimated (None: it can): two or more workers, each training the whole
     model with DDP or FSDP over its own GPUs, an outer sync between them."""
     try:

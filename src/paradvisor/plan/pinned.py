@@ -9,6 +9,7 @@ is still estimated and marked "estimate only" with the reason.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from paradvisor.errors import InputError
@@ -89,9 +90,8 @@ def check(plan: Plan, mf: ModelFacts, world: int, wl: Workload) -> None:
             f"batch {wl.global_batch}",
             where=w,
         )
-    if (
-        plan.ep > 1 and plan.dp % plan.ep
-    ):  # here, not in check_model: dp is known once the defaults are filled
+    # here, not in check_model: dp is known once the defaults are filled
+    if plan.ep > 1 and plan.dp % plan.ep:
         raise InputError(f"ep {plan.ep} does not divide dp {plan.dp} (EP groups are cut from DP)", where=w)
     if plan.cp > 1 and wl.seq_len % (2 * plan.cp):
         raise InputError(
@@ -105,10 +105,7 @@ def _degrees(dp: int, tp: int, pp: int, cp: int, *, dp_given: bool = True) -> st
     """'dp x tp x pp = 2 x 2 x 1 = 4' (cp named only when the plan has it; dp left out before it is known)."""
     names = (["dp"] if dp_given else []) + ["tp", "pp"] + (["cp"] if cp > 1 else [])
     values = ([dp] if dp_given else []) + [tp, pp] + ([cp] if cp > 1 else [])
-    product = 1
-    for v in values:
-        product *= v
-    return f"{' x '.join(names)} = {' x '.join(map(str, values))} = {product}"
+    return f"{' x '.join(names)} = {' x '.join(map(str, values))} = {math.prod(values)}"
 
 
 def check_model(plan: Plan, mf: ModelFacts) -> None:
@@ -210,7 +207,7 @@ def estimate_pinned(
     plan = fill_defaults(given, world=topo.world, wl=wl, precision=precision)
     check(plan, mf, topo.world, wl)
     if plan.diloco:  # a round of local steps per node and one outer sync (plan/diloco.py), as the search does
-        why = diloco_problem(plan, topo, wl)
+        why = diloco_problem(plan, topo)
         if why:
             raise InputError(why, where="--plan")
         e = diloco_estimate(mf, topo, wl, plan, margin)
