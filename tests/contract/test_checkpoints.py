@@ -109,3 +109,49 @@ def test_the_default_interval_keeps_saving_under_two_percent_of_the_predicted_st
     none, line = with_checkpoint_interval(replace(p, prediction={}), tmp_path)
     assert none.train.checkpoint_every == 0 and "only on a graceful stop" in line
     assert list(tmp_path.iterdir()) == []  # the probe leaves nothing
+
+
+def test_a_manifest_that_is_not_a_regular_file_makes_the_checkpoint_incomplete_without_blocking(tmp_path):
+    """A FIFO planted as meta.json would block a plain read forever (`launch --resume` hung on it); an oversized
+    one would be read whole. Both are refused: the checkpoint is not complete, the previous one is the newest."""
+    import os
+    import threading
+
+    import paradvisor.rundir.checkpoints as ck
+
+    root = tmp_path / "checkpoints"
+    _write(root, 2)
+    fifo = _write(root, 4)
+    (fifo / "meta.json").unlink()
+    os.mkfifo(fifo / "meta.json")
+    big = _write(root, 6)
+    (big / "meta.json").write_bytes(b" " * (ck.META_LIMIT + 1))
+    found = []
+    reader = threading.Thread(target=lambda: found.append(complete_checkpoints(root)), daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert not reader.is_alive(), "reading the checkpoints blocked on the FIFO"
+    assert [s for s, _ in found[0]] == [2]
+
+
+def test_resume_takes_a_run_its_checkpoint_root_or_one_complete_checkpoint_and_names_the_others(tmp_path):
+    from paradvisor.errors import InputError
+    from paradvisor.launch.resume import split_target
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plan.toml").write_text("")  # a run directory (its plan is not read here)
+    root = run / "checkpoints"
+    for s in (2, 4):
+        _write(root, s)
+    assert split_target(run) == (run, None)
+    assert split_target(root) == (run, None)  # the newest, as for the run itself
+    assert split_target(root / "step-2") == (run, root / "step-2")
+    with pytest.raises(
+        InputError, match=r"not a complete checkpoint of .*run \(its complete checkpoints: step-2, step-4\)"
+    ):
+        split_target(root / "step-99")
+    assert split_target(tmp_path / "elsewhere") == (
+        tmp_path / "elsewhere",
+        None,
+    )  # refused later: no plan.toml

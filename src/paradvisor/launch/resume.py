@@ -23,6 +23,7 @@ from paradvisor.errors import InputError
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.checkpoints import (
     checkpoint_root,
+    complete_checkpoints,
     latest_checkpoint,
     read_meta,
     verify,
@@ -92,12 +93,21 @@ def _fail(run_dir: Path, why: str):
 
 def split_target(path: Path) -> tuple[Path, Path | None]:
     """(the run directory, the checkpoint folder asked for or None): `--resume` takes a run directory (its newest
-    complete checkpoint) or one checkpoint folder of it (RUN_DIR/checkpoints/step-N)."""
+    complete checkpoint), its checkpoint root (the same) or one checkpoint folder of it (RUN_DIR/checkpoints/step-N);
+    a folder inside a run that is not one of its complete checkpoints is refused, naming the ones it has."""
     path = Path(path)
-    if read_meta(path) is not None and not RunDir(path).plan.is_file():
-        for run in (path.parent.parent, path.parent):
-            if RunDir(run).plan.is_file():
-                return run, path
+    if RunDir(path).plan.is_file():
+        return path, None
+    for run in (path.parent.parent, path.parent):
+        if not RunDir(run).plan.is_file():
+            continue
+        if read_meta(path) is not None:
+            return run, path
+        root = root_of(run)
+        if path.resolve() == root.resolve():
+            return run, None
+        have = ", ".join(p.name for _, p in complete_checkpoints(root)) or "none"
+        raise _fail(path, f"not a complete checkpoint of {run} (its complete checkpoints: {have})")
     return path, None
 
 

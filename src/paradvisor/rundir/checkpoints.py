@@ -56,11 +56,18 @@ def step_name(step: int) -> str:
     return f"step-{step}"
 
 
+META_LIMIT = 64 << 20  # a manifest lists every file of the checkpoint: ~100 bytes each
+
+
 def read_meta(path: Path) -> dict | None:
-    """A checkpoint's meta.json, or None when it has none (incomplete) or it is unreadable."""
+    """A checkpoint's meta.json, or None when it has none (incomplete) or it is unreadable: not a regular file
+    (a FIFO planted there would block the reader forever), too large, not JSON."""
+    from paradvisor.errors import InputError  # noqa: PLC0415 - start-up: `paradvisor runs` imports this module
+    from paradvisor.safeio import read_bytes  # noqa: PLC0415
+
     try:
-        doc = json.loads((path / META).read_text())
-    except (OSError, ValueError):
+        doc = json.loads(read_bytes(path / META, what="checkpoint manifest", limit=META_LIMIT))
+    except (InputError, ValueError):
         return None
     return doc if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None
 
