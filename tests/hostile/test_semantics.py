@@ -125,6 +125,72 @@ def test_weights_that_are_a_fifo_are_refused_at_dry_run(tmp_path):
     assert_one_line_error(proc, "train.weights", "not a file or a folder")
 
 
+def _safetensors(path: Path, header) -> None:
+    import struct
+
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+
+
+@pytest.mark.parametrize(
+    "make,fragment",
+    [
+        (
+            lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": [1, 2]}'),
+            "weight_map is not",
+        ),
+        (
+            lambda d: (d / "model.safetensors.index.json").write_text('{"weight_map": {"a": 3}}'),
+            "weight_map is not",
+        ),
+        (
+            lambda d: (d / "model.safetensors.index.json").write_text(
+                '{"weight_map": {"a": "../../etc/passwd"}}'
+            ),
+            "not a file of this folder",
+        ),
+        (lambda d: _safetensors(d / "model.safetensors", [1, 2]), "its header is not {name: {dtype, shape}}"),
+        (
+            lambda d: _safetensors(d / "model.safetensors", {"x": 5}),
+            "its header is not {name: {dtype, shape}}",
+        ),
+        (lambda d: _safetensors(d / "model.safetensors", {"x": {"dtype": "F32", "shape": [-3]}}), "negative"),
+        (lambda d: os.mkfifo(d / "model.safetensors"), "not a regular file"),
+    ],
+    ids=["map-list", "map-number", "map-escapes", "header-list", "header-number", "negative-dim", "fifo"],
+)
+def test_starting_weights_that_are_not_safetensors_are_one_input_error(tmp_path, make, fragment):
+    """A model folder's index and safetensors headers are read without torch (spec/weights.py): an index whose
+    weight_map is not {tensor: file name} or names a file outside the folder, a header that is not
+    {name: {dtype, shape}}, a FIFO named *.safetensors (it blocked the reader) are each one InputError."""
+    from paradvisor.spec.weights import checkpoint_shapes
+
+    make(tmp_path)
+    with pytest.raises(InputError, match=fragment.replace("{", r"\{").replace("}", r"\}")):
+        checkpoint_shapes(tmp_path)
+
+
+def test_a_fifo_named_as_weights_in_a_model_folder_is_refused_at_dry_run(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(QWEN.read_text())
+    os.mkfifo(folder / "model.safetensors")
+    argv = [
+        "launch",
+        "--model",
+        str(folder),
+        "--gpus",
+        "2",
+        "--gpu-type",
+        "H100",
+        "--device",
+        "cpu",
+        "--dry-run",
+    ]
+    proc = run_cli(*argv, "--runs-dir", str(tmp_path / "runs"), timeout=60)
+    assert_one_line_error(proc, "model.safetensors", "not a regular file")
+
+
 @pytest.mark.parametrize(
     "over,fragment",
     [

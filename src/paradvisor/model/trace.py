@@ -565,6 +565,9 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
                 _wrap_blocks(model)
             else:
                 enable_hf_checkpointing(model)
+                # what transformers does itself under checkpointing in training, without its stderr warning
+                # ("use_cache=True is incompatible with gradient checkpointing") in the user's terminal
+                model._paradvisor_no_cache = not encoder
         return model
 
     vocab = int(cfg.get("vocab_size") or 2)
@@ -576,7 +579,8 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
             mask[0, -1] = 0
             out = model(input_ids=ids, attention_mask=mask).logits
             return F.cross_entropy(out.float(), torch.zeros(b, dtype=torch.long))
-        out = model(input_ids=ids).logits
+        kw = {"use_cache": False} if getattr(model, "_paradvisor_no_cache", False) else {}
+        out = model(input_ids=ids, **kw).logits
         return F.cross_entropy(out.float().flatten(0, 1), ids.flatten())
 
     return build, run

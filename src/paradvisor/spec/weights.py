@@ -12,7 +12,6 @@ from pathlib import Path
 
 from paradvisor.errors import InputError
 
-
 DTYPE_BYTES = {
     "F64": 8,
     "F32": 4,
@@ -27,20 +26,34 @@ DTYPE_BYTES = {
 }
 
 
+INDEX_LIMIT = 64 << 20  # an index maps every tensor name to its file: ~100 bytes a tensor
+HEADER_LIMIT = 100 << 20  # a safetensors JSON header (the format's own cap)
+
+
 def weight_files(folder: Path) -> list[Path]:
-    """The safetensors files of a folder: those its index names, else every *.safetensors."""
+    """The safetensors files of a folder: those its index names, else every *.safetensors. An index is a JSON object whose `weight_map` maps tensor names
+    to file names in the same folder; anything else (a list, a path with '/' or '..') is refused."""
+    from paradvisor.safeio import read_text  # noqa: PLC0415 - start-up: the advice path does not read weights
+
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            wmap = json.loads(read_text(index, what="safetensors index", limit=INDEX_LIMIT))["weight_map"]
         except (ValueError, KeyError, TypeError):
             raise InputError("not a safetensors index (no weight_map)", where=str(index)) from None
-        files = [folder / n for n in names]
-        for f in files:
-            if not f.is_file():
-                raise InputError(f"the index names {f.name}, which is missing", where=str(index))
+        if not isinstance(wmap, dict) or not all(isinstance(v, str) for v in wmap.values()):
+            raise InputError(
+                "not a safetensors index (weight_map is not {tensor: file name})", where=str(index)
+            )
+        files = []
+        for name in sorted(set(wmap.values())):
+            if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+                raise InputError(f"the index names {name!r}, not a file of this folder", where=str(index))
+            if not (folder / name).is_file():
+                raise InputError(f"the index names {name}, which is missing", where=str(index))
+            files.append(folder / name)
         return files
-    return sorted(folder.glob("*.safetensors"))
+    return sorted(f for f in folder.glob("*.safetensors") if not f.is_dir())  # read_header refuses a FIFO
 
 
 def weights_folder(preset) -> Path | None:
@@ -75,16 +88,32 @@ def weights_folder(preset) -> Path | None:
 
 
 def read_header(path: Path) -> dict:
-    """The tensors of a safetensors file, {name: (dtype, shape)}, from its JSON header alone (no torch)."""
+    """The tensors of a safetensors file, {name: (dtype, shape)}, from its JSON header alone (no torch); a file
+    that is not one (not a regular file, a header that is not {name: {dtype, shape}}) is one InputError."""
+    import os  # noqa: PLC0415
+    import stat  # noqa: PLC0415
+
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("not a regular file")
             (n,) = struct.unpack("<Q", fh.read(8))
-            if n > 100 << 20:
+            if n > HEADER_LIMIT:
                 raise ValueError("header too large")
             doc = json.loads(fh.read(n))
+        out = {
+            k: (v["dtype"], tuple(int(d) for d in v["shape"])) for k, v in doc.items() if k != "__metadata__"
+        }
+        if not all(isinstance(dt, str) and all(d >= 0 for d in shape) for dt, shape in out.values()):
+            raise ValueError("a tensor without a dtype name or with a negative dimension")
     except (OSError, ValueError, struct.error) as exc:
         raise InputError(f"not a safetensors file ({exc})", where=str(path)) from None
-    return {k: (v["dtype"], tuple(v["shape"])) for k, v in doc.items() if k != "__metadata__"}
+    except (AttributeError, KeyError, TypeError):
+        raise InputError(
+            "not a safetensors file (its header is not {name: {dtype, shape}})", where=str(path)
+        ) from None
+    return out
 
 
 def checkpoint_shapes(folder: Path) -> dict[str, tuple[str, tuple, Path]]:
