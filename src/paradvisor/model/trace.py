@@ -563,10 +563,8 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
         if checkpointing != "none":
             if not getattr(model, "supports_gradient_checkpointing", False):
                 _wrap_blocks(model)
-            else:
+            else:  # no KV cache: transformers' own choice under checkpointing, without its warning on stderr
                 enable_hf_checkpointing(model)
-                # what transformers does itself under checkpointing in training, without its stderr warning
-                # ("use_cache=True is incompatible with gradient checkpointing") in the user's terminal
                 model._paradvisor_no_cache = not encoder
         return model
 
@@ -579,8 +577,8 @@ def hf_recipe(cfg: dict, *, attention: str) -> tuple[Callable, Callable]:
             mask[0, -1] = 0
             out = model(input_ids=ids, attention_mask=mask).logits
             return F.cross_entropy(out.float(), torch.zeros(b, dtype=torch.long))
-        kw = {"use_cache": False} if getattr(model, "_paradvisor_no_cache", False) else {}
-        out = model(input_ids=ids, **kw).logits
+        no_cache = {"use_cache": False} if getattr(model, "_paradvisor_no_cache", 0) else {}
+        out = model(input_ids=ids, **no_cache).logits
         return F.cross_entropy(out.float().flatten(0, 1), ids.flatten())
 
     return build, run
