@@ -133,6 +133,13 @@ def test_a_preset_file_is_estimated_with_its_workload(pa):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["plan"]["dp"] == 2 and doc["plan"]["micro_batch"] == 4
+    # the model as the preset trains it (train.model_overrides: 2 layers, 64 wide; minGPT's untied head), the
+    # one `launch` predicts, not the built-in gpt-mini's default size
+    from paradvisor.spec.model import profile_of
+    from paradvisor.spec.preset import load_preset
+
+    want = profile_of(load_preset(REPO / "presets" / "tiny-cpu-smoke.toml")).total_params
+    assert doc["memory"]["breakdown"]["params"] == 4 * want  # fp32 weights
 
 
 def _on(model: str, cluster: str) -> list[str]:

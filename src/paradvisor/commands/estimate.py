@@ -95,8 +95,15 @@ def compute(args):
         raise InputError(f"--margin must be in [0, 1), got {args.margin}")
     cluster, _ref = resolve_cluster(args)
     cluster = calibration.apply(cluster)
-    profile = load_profile(model)
     pw = preset.workload if preset and not args.model else None
+    if (
+        pw is not None
+    ):  # the preset's model as it trains (train.model_overrides applied), as `launch` predicts it
+        from paradvisor.spec.model import profile_of
+
+        profile = profile_of(preset)
+    else:
+        profile = load_profile(model)
     wl = default_workload(
         profile,
         cluster,
