@@ -461,6 +461,10 @@ def test_deep_nesting_and_non_finite_numbers_in_any_file(tmp_path):
             ["launch", "--preset", str(SMOKE), "--hosts", "a,,b", "--dry-run"],
             "invalid host ''",
         ),
+        (  # two hosts for the preset's one node ran that node here, the hosts ignored
+            ["launch", "--preset", str(SMOKE), "--hosts", "127.0.0.2,127.0.0.3", "--dry-run"],
+            "2 host(s) for 1 node(s)",
+        ),
     ],
 )
 def test_every_count_and_number_has_a_bound(argv, fragment):

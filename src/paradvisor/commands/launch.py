@@ -230,11 +230,9 @@ def apply_overrides(preset, args):
     out = replace(
         preset, train=replace(t, **tkw), launch=replace(lau, **lkw), program=program_of(preset, args)
     )
-    if out.launch.engine == "ssh" and len(out.launch.hosts) != out.launch.nnodes:
-        raise InputError(
-            f"the ssh engine needs one host per node: {len(out.launch.hosts)} host(s) for "
-            f"{out.launch.nnodes} node(s) (launch.hosts or --hosts)"
-        )
+    from paradvisor.hardware.remote import check_hosts  # a flag could change either side of the count
+
+    check_hosts(out.launch.hosts, out.launch.nnodes, ssh=out.launch.engine == "ssh")
     return out
 
 

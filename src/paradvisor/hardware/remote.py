@@ -47,6 +47,18 @@ def parse_host(text: str) -> tuple[str | None, str, int | None]:
     return m.group("user"), host, port
 
 
+def check_hosts(hosts, nnodes: int, *, ssh: bool = False) -> None:
+    """A launch's hosts: each [user@]host[:port], and one per node when there are any (the ssh engine needs
+    them): two hosts for a one-node plan used to run that node here, the hosts ignored."""
+    for h in hosts:
+        parse_host(h)
+    if (ssh or hosts) and len(hosts) != nnodes:
+        raise InputError(
+            f"one host per node: {len(hosts)} host(s) for {nnodes} node(s) "
+            "(launch.hosts or --hosts; launch.nnodes or --nnodes)"
+        )
+
+
 def ssh_argv(target: str, *, timeout: float, ssh_config: str | None = None) -> list[str]:
     user, host, port = parse_host(target)
     argv = [
