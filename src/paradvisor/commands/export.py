@@ -8,7 +8,6 @@ whatever plan wrote it), through the same writer (train/export.py export_checkpo
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -25,7 +24,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<timestamp>-<name>)")
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (must not exist)")
-    p.add_argument("--force", action="store_true", help="replace --out when it exists")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out when it exists and holds a model folder's files alone",
+    )
     p.add_argument(
         "--step",
         metavar="N",
@@ -36,30 +39,69 @@ def add_parser(sub) -> None:
 
 
 def check_model_folder(folder: Path) -> list[Path]:
-    """The files of a Hugging Face model folder, checked: config.json and every weight file its index names."""
+    """The files of a Hugging Face model folder, checked: config.json and every weight file its index names
+    (spec/weights.weight_files: the index's names stay inside the folder)."""
+    from paradvisor.spec.weights import weight_files
+
     if not (folder / "config.json").is_file():
         raise InputError("no config.json: not a model folder", where=str(folder))
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = set(json.loads(index.read_text())["weight_map"].values())
-        except (ValueError, KeyError, TypeError):
-            raise InputError("not a safetensors index (no weight_map)", where=str(index)) from None
-        missing = sorted(n for n in names if not (folder / n).is_file())
-        if missing:
-            raise InputError(f"the index names {missing[0]}, which is missing", where=str(index))
-    elif not (folder / "model.safetensors").is_file():
+    if not weight_files(folder):
         raise InputError("no model.safetensors (and no index)", where=str(folder))
     return sorted(f for f in folder.iterdir() if f.is_file())
 
 
+# What a Hugging Face model folder holds besides its *.safetensors (transformers' save_pretrained and the
+# tokenizers'): --force replaces an --out that holds these and nothing else.
+MODEL_FILES = frozenset(
+    [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "vocab.txt",
+        "merges.txt",
+        "tokenizer.model",
+        "spiece.model",
+        "chat_template.jinja",
+        "chat_template.json",
+        "preprocessor_config.json",
+    ]
+)
+
+
+def check_replaceable(out: Path, *, force: bool, also=()) -> None:
+    """Whether --out may be written: absent, or (with --force) a folder of a model's files alone, as an earlier
+    export left it. Anything else there (a subfolder, notes, a link) is refused, never removed: `--out ~
+    --force` would have removed the home folder."""
+    if not os.path.lexists(out):
+        return
+    if not force:
+        raise InputError("exists; give another --out or --force", where=str(out))
+    if out.is_symlink() or not out.is_dir():
+        raise InputError("exists and is not a folder", where=str(out))
+    keep = []
+    with os.scandir(out) as entries:
+        for e in entries:
+            model = e.name in MODEL_FILES or e.name in also or e.name.endswith(".safetensors")
+            if not (model and e.is_file(follow_symlinks=False)):
+                keep.append(e.name)
+                if len(keep) == 3:
+                    break
+    if keep:
+        raise InputError(
+            f"holds what is not a model's files ({', '.join(sorted(keep))}): --force replaces only a model "
+            "folder; give a new or empty --out",
+            where=str(out),
+        )
+
+
 def copy_model(src: Path, out: Path, *, force: bool = False) -> Path:
     files = check_model_folder(src)
-    if os.path.lexists(out):
-        if not force:
-            raise InputError("exists; give another --out or --force", where=str(out))
-        if not out.is_dir() or out.is_symlink():
-            raise InputError("exists and is not a folder", where=str(out))
+    check_replaceable(out, force=force, also={f.name for f in files})
     from paradvisor.train.folders import folder_in_place
 
     with folder_in_place(out) as tmp:
@@ -97,8 +139,7 @@ def export_step(run_dir: Path, step: str, out: Path, *, force: bool) -> Path:
     if not RunDir(run_dir).plan.is_file():
         raise InputError("not a run directory (no plan.toml)", where=str(run_dir))
     path = checkpoint_at(run_dir, step)
-    if os.path.lexists(out) and not force:
-        raise InputError("exists; give another --out or --force", where=str(out))
+    check_replaceable(out, force=force)
     from paradvisor.train.export import export_checkpoint
 
     try:
