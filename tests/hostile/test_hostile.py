@@ -783,6 +783,19 @@ def test_saving_onto_a_device_never_replaces_it(tmp_path):
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
 
 
+def test_force_replaces_a_preset_never_another_file(tmp_path):
+    """`--save FILE --force` overwrote any regular file with a preset (/etc/passwd, as root); it now replaces a
+    preset (or an empty file) only."""
+    argv = ["recommend", "--model", "gpt2", "--gpus", "2", "--gpu-type", "A100", "--force", "--save"]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's work\n")
+    assert_one_line_error(run_cli(*argv, str(notes)), "is not a paradvisor preset")
+    assert notes.read_text() == "the user's work\n"
+    preset = tmp_path / "p.toml"
+    assert run_cli(*argv, str(preset)).returncode == 0
+    assert run_cli(*argv, str(preset), "--pick", "2").returncode == 0  # a preset is replaced
+
+
 @pytest.mark.parametrize(
     "argv,fragment",
     [

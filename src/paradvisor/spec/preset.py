@@ -85,9 +85,25 @@ def plan_toml(preset) -> str:
 
 
 def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
+    """Write a preset; with `force`, over an existing file only when that file is a preset (or empty): `--save
+    /etc/passwd --force` replaced the user database with a preset."""
+    if force and os.path.isfile(path) and not _is_preset_file(Path(path)):
+        raise InputError(
+            "is not a paradvisor preset: --force replaces only a preset; give another name", where=str(path)
+        )
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = f"# paradvisor preset, written by paradvisor {__version__} on {stamp}\n"
     return write_toml_atomic(path, doc, force=force, header=header)
+
+
+def _is_preset_file(path: Path) -> bool:
+    """Whether a file holds a preset (its schema line within its first 64 KiB) or nothing."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64 << 10)
+    except OSError:
+        return False
+    return not head.strip() or f'schema = "{SCHEMA}"'.encode() in head
 
 
 # ---------------------------------------------------------------------------------------------------
