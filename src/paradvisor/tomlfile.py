@@ -1,4 +1,4 @@
-"""Reading TOML files with errors that name the file, the line and the key.
+"""Reading TOML files with errors that name the file, the line and the key; writing them atomically.
 
 tomllib reports syntax errors with a line number; for errors found after parsing (a wrong value
 under a key) `KeyLocator` finds the line of a key inside the n-th `[[array]]` or `[table]` so the
@@ -13,9 +13,11 @@ import re
 import tomllib
 from pathlib import Path
 
+import tomli_w
+
 from paradvisor.errors import InputError
 from paradvisor.limits import MAX_DEPTH
-from paradvisor.safeio import check_tree, number_error, read_text
+from paradvisor.safeio import check_tree, number_error, read_text, write_atomic
 from paradvisor.shipped import parsed_toml
 
 
@@ -147,3 +149,30 @@ def check_keys(table: dict, allowed: set[str], where: str | Where) -> None:
         raise InputError(
             f"unknown key {unknown[0]!r}; expected one of {', '.join(sorted(allowed))}", where=where
         )
+
+
+def without_none(value):
+    """tomli-w cannot write None: drop None entries recursively."""
+    if isinstance(value, dict):
+        return {k: without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [without_none(v) for v in value if v is not None]
+    return value
+
+
+def write_toml_atomic(
+    path: str | os.PathLike, data: dict, *, force: bool = False, header: str = "", replaces: str | None = None
+) -> Path:
+    """Write TOML atomically (safeio.write_atomic: never over an existing file unless forced, never over a
+    device, a FIFO or a folder, whatever --force says). `replaces`: with force, an existing file is replaced
+    only when it is empty or holds this text in its first 64 KiB (a preset's schema line); any other is
+    refused and left as it is."""
+    if force and replaces is not None and os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(64 << 10)
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", where=str(path)) from None
+        if head.strip() and replaces.encode() not in head:
+            raise InputError("is not a paradvisor preset: --force replaces only a preset", where=str(path))
+    return write_atomic(path, header + tomli_w.dumps(without_none(data)), force=force)

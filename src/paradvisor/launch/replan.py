@@ -18,7 +18,7 @@ from paradvisor.plan.facts import ModelFacts, Topology, nominal_spec
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.metrics import MetricsReader
 from paradvisor.spec.model import profile_of, workload_of
-from paradvisor.spec.preset import write_toml_atomic
+from paradvisor.tomlfile import write_toml_atomic
 from paradvisor.units import parse_size
 
 # A CPU cap (RLIMIT_AS) also counts what the memory model does not: malloc arenas, gloo buffers and

@@ -19,7 +19,7 @@ from pathlib import Path
 from paradvisor.launch.resume import newest
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.status import read_status, write_json_atomic
-from paradvisor.spec.preset import write_toml_atomic
+from paradvisor.tomlfile import write_toml_atomic
 
 
 def attempt_dir(run_dir: Path, count: int) -> Path:

@@ -19,7 +19,6 @@ from paradvisor import __version__
 from paradvisor.errors import InputError
 from paradvisor.hardware.machines import ClusterRef
 from paradvisor.limits import MAX_NAME
-from paradvisor.safeio import write_atomic
 from paradvisor.shipped import presets_dir
 from paradvisor.spec.plan import (
     CHECKPOINTING,
@@ -31,26 +30,11 @@ from paradvisor.spec.plan import (
     Plan,
     Workload,
 )
-from paradvisor.tomlfile import KeyLocator, read_toml
+from paradvisor.tomlfile import KeyLocator, read_toml, without_none, write_toml_atomic
 from paradvisor.typed import check_mapping, check_value, from_table
 from paradvisor.units import parse_size
 
 SCHEMA = "paradvisor.preset/1"
-
-
-def _clean(value):
-    """tomli-w cannot write None: drop None entries recursively."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value if v is not None]
-    return value
-
-
-def write_toml_atomic(path: str | os.PathLike, data: dict, *, force: bool = False, header: str = "") -> Path:
-    """Write TOML atomically (safeio.write_atomic: never over an existing file unless forced, never over a
-    device, a FIFO or a folder, whatever --force says)."""
-    return write_atomic(path, header + tomli_w.dumps(_clean(data)), force=force)
 
 
 def cluster_file(preset) -> Path | None:
@@ -81,29 +65,14 @@ def write_run_plan(path: str | os.PathLike, preset) -> Path:
 
 def plan_toml(preset) -> str:
     """The preset as plan.toml text (what a run directory, a ConfigMap or an sbatch script carries)."""
-    return tomli_w.dumps(_clean(preset.to_doc()))
+    return tomli_w.dumps(without_none(preset.to_doc()))
 
 
 def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> Path:
-    """Write a preset; with `force`, over an existing file only when that file is a preset (or empty): `--save
-    /etc/passwd --force` replaced the user database with a preset."""
-    if force and os.path.isfile(path) and not _is_preset_file(Path(path)):
-        raise InputError(
-            "is not a paradvisor preset: --force replaces only a preset; give another name", where=str(path)
-        )
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     header = f"# paradvisor preset, written by paradvisor {__version__} on {stamp}\n"
-    return write_toml_atomic(path, doc, force=force, header=header)
-
-
-def _is_preset_file(path: Path) -> bool:
-    """Whether a file holds a preset (its schema line within its first 64 KiB) or nothing."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64 << 10)
-    except OSError:
-        return False
-    return not head.strip() or f'schema = "{SCHEMA}"'.encode() in head
+    # --force replaces a preset only (as root, `--save /etc/passwd --force` replaced the user database)
+    return write_toml_atomic(path, doc, force=force, header=header, replaces=f'schema = "{SCHEMA}"')
 
 
 # ---------------------------------------------------------------------------------------------------
