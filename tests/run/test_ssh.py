@@ -68,8 +68,13 @@ def test_detect_cli_with_hosts(cli, sshd):
         "--timeout",
         "3",
     )
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    # an unreachable host is bad input (exit 2, one line naming it), after the inventory of what was reached
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+        and "host pa-dead is unreachable" in proc.stderr
+    )
+    doc = json.loads(proc.stdout)  # one document: the inventory, the host under "offline"
     names = [n["name"] for n in doc["nodes"]]
     assert names[1:] == ["pa-local", "pa-dead"]
     assert doc["nodes"][1]["online"] is True

@@ -55,13 +55,28 @@ def to_doc(cluster: Cluster) -> dict:
 
 
 def run(args) -> int:
+    """The inventory; a --host that could not be probed is bad input (exit 2, one line naming it and why) once
+    what was reached has been printed (the JSON document lists it under "offline" too)."""
     cluster = inventory(args)
     if args.json:
         from paradvisor.output import emit_json
 
         emit_json(to_doc(cluster))
-        return 0
-    show(cluster)
+    else:
+        show(cluster)
+    gone = [n for n in cluster.nodes if not n.online and n.source != "planned"]
+    if gone:
+        from paradvisor.errors import InputError
+
+        why = (gone[0].reason.splitlines() or ["no reply"])[0][:200] if gone[0].reason else "no reply"
+        more = f" (and {len(gone) - 1} more host(s) above)" if len(gone) > 1 else ""
+        msg = f"host {gone[0].name} is unreachable: {why}{more}"
+        if args.json:  # one document on stdout: the inventory, its "offline" list naming them
+            import sys
+
+            sys.stderr.write(f"paradvisor: error: {msg}\n")
+            return 2
+        raise InputError(msg)
     return 0
 
 
