@@ -65,13 +65,18 @@ def _number(kind, dest: str):
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if abs(value) > limit:
-            raise argparse.ArgumentTypeError(f"{text[:40]} is beyond the bound of {limit:,g}")
+            raise argparse.ArgumentTypeError(f"{text[:40]} is beyond the bound of {_fmt_bound(limit)}")
         if low is not None and value < low:
             raise argparse.ArgumentTypeError(f"{text[:40]} is below the bound of {low:g}")
         return value
 
     convert.__name__ = kind.__name__  # argparse's "invalid int value" message names the type
     return convert
+
+
+def _fmt_bound(limit: float) -> str:
+    """A bound as people write it: 16,777,216 and 131,072 whole (`:,g` printed 1.67772e+07), 1e+30 as is."""
+    return f"{int(limit):,}" if float(limit).is_integer() and abs(limit) < 1e15 else f"{limit:g}"
 
 
 def _bound_numbers(parser: argparse.ArgumentParser) -> None:

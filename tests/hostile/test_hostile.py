@@ -461,6 +461,16 @@ def test_deep_nesting_and_non_finite_numbers_in_any_file(tmp_path):
             ["launch", "--preset", str(SMOKE), "--hosts", "a,,b", "--dry-run"],
             "invalid host ''",
         ),
+        (  # a whole bound is written whole (it read "1.67772e+07")
+            [
+                "hetero",
+                "--cluster",
+                str(REPO / "examples/clusters/paper003-geo-four-nodes.toml"),
+                "--base-batch",
+                "10000000000",
+            ],
+            "beyond the bound of 16,777,216",
+        ),
         (  # two hosts for the preset's one node ran that node here, the hosts ignored
             ["launch", "--preset", str(SMOKE), "--hosts", "127.0.0.2,127.0.0.3", "--dry-run"],
             "2 host(s) for 1 node(s)",
