@@ -158,12 +158,14 @@ def sky_task(tmp_path: Path, yaml: Path) -> dict:
 
 
 def test_skypilot_reads_the_task(tmp_path):
-    out = export(tmp_path, "ddp", "skypilot", "--script", str(SCRIPT), "--", "--steps", "3")
+    out = export(tmp_path, "ddp", "skypilot", "--script", str(SCRIPT), "--", "--steps", "3", "--tag", "$(id)")
     text = (out / "skypilot.yaml").read_text()
     assert text.startswith("# paradvisor plan DDPx2")
     task = sky_task(tmp_path, out / "skypilot.yaml")
     assert task["num_nodes"] == 1 and task["cpus"] == ["2+"] and task["workdir"] == str(SCRIPT.parent)
     assert "paradvisor.train.script" in task["run"] and "--script hf_trainer.py -- --steps 3" in task["run"]
+    # the user's arguments reach the script as written: SkyPilot's shell runs "$(id)" only unquoted
+    assert task["run"].rstrip().endswith("--steps 3 --tag '$(id)'"), task["run"]
     assert "--nproc-per-node 2" in task["run"]
     assert "[program]" in task["envs"]["PARADVISOR_PLAN_TOML"]
     assert task["envs"]["PARADVISOR_PLAN"] == "paradvisor-run/plan.toml"

@@ -145,7 +145,13 @@ def skypilot_yaml(preset) -> str:
         node_rank="$SKYPILOT_NODE_RANK",
         run_id=slug(preset.name),
     )
-    quoted = " ".join(a if a.startswith("$") else shlex.quote(a) for a in torchrun + args)
+    # SkyPilot's variables are left for its shell in torchrun's options and the trainer's node index; every other
+    # word is quoted (a user's argument "$(id)" was run by that shell: it is the script's argument, as written)
+    rank = "$SKYPILOT_NODE_RANK"
+    quoted = " ".join(
+        [a if a.startswith("$") else shlex.quote(a) for a in torchrun]
+        + [a if a == rank else shlex.quote(a) for a in args]
+    )
     resources: dict = (
         {"cpus": f"{int(lau.nproc_per_node)}+"}
         if preset.train.device == "cpu"
