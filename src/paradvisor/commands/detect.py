@@ -68,13 +68,15 @@ def run(args) -> int:
     if gone:
         from paradvisor.errors import InputError
 
-        why = (gone[0].reason.splitlines() or ["no reply"])[0][:200] if gone[0].reason else "no reply"
+        why = ((gone[0].reason or "").splitlines() or ["no reply"])[0][:200]
         more = f" (and {len(gone) - 1} more host(s) above)" if len(gone) > 1 else ""
         msg = f"host {gone[0].name} is unreachable: {why}{more}"
         if args.json:  # one document on stdout: the inventory, its "offline" list naming them
             import sys
 
-            sys.stderr.write(f"paradvisor: error: {msg}\n")
+            from paradvisor.output import one_line  # a remote's reason may hold control characters
+
+            sys.stderr.write(f"paradvisor: error: {one_line(msg)}\n")
             return 2
         raise InputError(msg)
     return 0
