@@ -230,9 +230,10 @@ def apply_overrides(preset, args):
     out = replace(
         preset, train=replace(t, **tkw), launch=replace(lau, **lkw), program=program_of(preset, args)
     )
-    from paradvisor.hardware.remote import check_hosts  # a flag could change either side of the count
+    if (args.hosts, args.nnodes, args.engine) != (None, None, None):  # a preset's own: its loader's check
+        from paradvisor.hardware.remote import check_hosts  # a flag changed a side of the count
 
-    check_hosts(out.launch.hosts, out.launch.nnodes, ssh=out.launch.engine == "ssh")
+        check_hosts(out.launch.hosts, out.launch.nnodes, ssh=out.launch.engine == "ssh")
     return out
 
 
