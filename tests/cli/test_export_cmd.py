@@ -53,3 +53,10 @@ def test_a_run_model_whose_index_is_not_a_weight_map_is_one_line(run_dir, tmp_pa
     (run_dir / "model" / "model.safetensors.index.json").write_text('{"weight_map": [1, 2]}')
     proc = run_cli("export", str(run_dir), "--out", str(tmp_path / "o"))
     assert_one_line_error(proc, "weight_map is not")
+
+
+def test_a_plain_torch_models_weights_are_named_not_called_a_broken_folder(run_dir, tmp_path):
+    (run_dir / "model" / "config.json").unlink()  # what a minGPT or VGG run leaves: model.safetensors alone
+    (run_dir / "model" / "tokenizer.json").unlink()
+    proc = run_cli("export", str(run_dir), "--out", str(tmp_path / "o"))
+    assert_one_line_error(proc, "plain torch model", "model.safetensors")

@@ -162,5 +162,11 @@ def run(args) -> int:
             "has no model/ (the run did not finish, or ran with train.export_model = false)",
             where=str(run_dir),
         )
+    if not (src / "config.json").is_file() and (src / "model.safetensors").is_file():
+        raise InputError(  # train/export.py writes a plain torch model's weights alone
+            "holds model.safetensors alone: the run trained a plain torch model (minGPT, VGG), not a Hugging "
+            "Face one; copy that file itself",
+            where=str(src),
+        )
     print(copy_model(src, Path(args.out), force=args.force))
     return 0
