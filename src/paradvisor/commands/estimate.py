@@ -96,9 +96,8 @@ def compute(args):
     cluster, _ref = resolve_cluster(args)
     cluster = calibration.apply(cluster)
     pw = preset.workload if preset and not args.model else None
-    if (
-        pw is not None
-    ):  # the preset's model as it trains (train.model_overrides applied), as `launch` predicts it
+    # a preset's model as it trains (train.model_overrides applied), as `launch` predicts it
+    if pw is not None:
         from paradvisor.spec.model import profile_of
 
         profile = profile_of(preset)

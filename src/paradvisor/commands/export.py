@@ -44,6 +44,14 @@ def check_model_folder(folder: Path) -> list[Path]:
     from paradvisor.spec.weights import weight_files
 
     if not (folder / "config.json").is_file():
+        if (
+            folder / "model.safetensors"
+        ).is_file():  # train/export.py writes a plain torch model's weights alone
+            raise InputError(
+                "holds model.safetensors alone: the run trained a plain torch model (minGPT, VGG), not a Hugging "
+                "Face one; copy that file itself",
+                where=str(folder),
+            )
         raise InputError("no config.json: not a model folder", where=str(folder))
     if not weight_files(folder):
         raise InputError("no model.safetensors (and no index)", where=str(folder))
@@ -161,12 +169,6 @@ def run(args) -> int:
         raise InputError(
             "has no model/ (the run did not finish, or ran with train.export_model = false)",
             where=str(run_dir),
-        )
-    if not (src / "config.json").is_file() and (src / "model.safetensors").is_file():
-        raise InputError(  # train/export.py writes a plain torch model's weights alone
-            "holds model.safetensors alone: the run trained a plain torch model (minGPT, VGG), not a Hugging "
-            "Face one; copy that file itself",
-            where=str(src),
         )
     print(copy_model(src, Path(args.out), force=args.force))
     return 0

@@ -7,6 +7,8 @@ the plan's shards (train/weights.py), after checking them against the model it b
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from pathlib import Path
 
@@ -31,8 +33,9 @@ HEADER_LIMIT = 100 << 20  # a safetensors JSON header (the format's own cap)
 
 
 def weight_files(folder: Path) -> list[Path]:
-    """The safetensors files of a folder: those its index names, else every *.safetensors. An index is a JSON object whose `weight_map` maps tensor names
-    to file names in the same folder; anything else (a list, a path with '/' or '..') is refused."""
+    """The safetensors files of a folder: those its index names, else every *.safetensors. An index is a JSON
+    object whose `weight_map` maps tensor names to file names in the same folder; anything else (a list, a path
+    with '/' or '..') is refused."""
     from paradvisor.safeio import read_text  # noqa: PLC0415 - start-up: the advice path does not read weights
 
     index = folder / "model.safetensors.index.json"
@@ -90,9 +93,6 @@ def weights_folder(preset) -> Path | None:
 def read_header(path: Path) -> dict:
     """The tensors of a safetensors file, {name: (dtype, shape)}, from its JSON header alone (no torch); a file
     that is not one (not a regular file, a header that is not {name: {dtype, shape}}) is one InputError."""
-    import os  # noqa: PLC0415
-    import stat  # noqa: PLC0415
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
