@@ -99,3 +99,19 @@ def test_a_broken_or_foreign_index_is_ignored(tmp_path):
         assert r.tally.to_state() == _full(log)
     finally:
         os.chmod(tmp_path, 0o700)
+
+
+def test_an_overlong_line_is_skipped_once_and_the_records_around_it_are_read(tmp_path):
+    """A garbage line of several MAX_LINEs (no newline for megabytes) counted once per chunk read (`monitor`
+    said "52 line(s)" for one 100 MB line); it is one line skipped, and an index saved inside it is not."""
+    log = tmp_path / "metrics.jsonl"
+    _write(log, 1, 100, mode="w")
+    with open(log, "a") as f:
+        f.write("{" + "9" * (5 * M.MAX_LINE + 123) + "\n")
+    _write(log, 101, 100)
+    for index in (False, True, True):  # the second indexed reader starts from the first one's index
+        r = M.MetricsReader(log, index=index)
+        r.read(keep=0)
+        assert r.skipped == 1
+        assert r.tally.to_state() == _full(log)
+        assert r.tally.last_loss == 5.0 / 200

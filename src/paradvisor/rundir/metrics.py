@@ -64,9 +64,8 @@ class MetricsWriter:
         if isinstance(record, StepRecord):
             record = record.to_doc()
         record = {"rank": self.rank, "node": self.node, "time": time.time(), **record}
-        os.write(
-            self.fd, (json.dumps(record, default=float) + "\n").encode()
-        )  # one write: whole line or nothing
+        # one write: the whole line or nothing
+        os.write(self.fd, (json.dumps(record, default=float) + "\n").encode())
         if self.mirror is not None:
             self.mirror(record)
 
@@ -91,9 +90,8 @@ def valid_record(rec) -> bool:
         v = rec.get(key)
         if v is not None and not _is(v, typ):
             return False
-        if (
-            isinstance(v, float) and not math.isfinite(v) and key != "loss"
-        ):  # a diverged loss is news; the rest is not
+        # a diverged loss is news; the rest is not
+        if isinstance(v, float) and not math.isfinite(v) and key != "loss":
             return False
     for key in ("rank", "step", "round", "world_size", "node"):
         if isinstance(rec.get(key), int) and rec[key] < 0:
@@ -127,12 +125,9 @@ class MetricsTally:
         self.losses_by_rank: dict[int, deque] = {}  # the history of the first MAX_HISTORY_RANKS ranks
         self.loss_steps_by_rank: dict[int, deque] = {}  # the same, as (step, loss)
         self.step_times_rank0: deque = deque(maxlen=HISTORY)
-        self.slowest: dict[
-            int, float
-        ] = {}  # step -> the slowest rank's step time (newest MEASURE_STEPS steps)
-        self.mem_by_step: dict[
-            int, tuple[float, float]
-        ] = {}  # step -> (model states, CUDA peak), max over ranks
+        # step -> the slowest rank's step time (newest MEASURE_STEPS steps); step -> (model states, CUDA peak)
+        self.slowest: dict[int, float] = {}
+        self.mem_by_step: dict[int, tuple[float, float]] = {}  # ... max over ranks
         self.ranks: dict[int, dict] = {}  # rank -> its row: step, step time, loss, sync wait, node, memory
         self.world = 1
         self.mem = 0
@@ -350,6 +345,7 @@ class MetricsReader:
         self.offset = 0
         self.buffer = b""
         self.skipped = 0
+        self.dropping = False  # inside a line over MAX_LINE (skipped once): dropped up to its newline
         self.tally = MetricsTally()
         # index: start from metrics.index.json where it matches the log (its bytes at the start and before the
         # offset it covers), and write it again every INDEX_EVERY bytes read. Only for readers that need the
@@ -391,7 +387,7 @@ class MetricsReader:
 
     def _save_index(self, fd: int) -> None:
         end = self.offset - len(self.buffer)  # complete lines only
-        if end - self._indexed < INDEX_EVERY:
+        if self.dropping or end - self._indexed < INDEX_EVERY:
             return
         doc = {
             "schema": INDEX_SCHEMA,
@@ -410,12 +406,15 @@ class MetricsReader:
                 tmp.unlink()
 
     def _lines(self, chunk: bytes):
+        if self.dropping:  # the rest of an over-long line, up to its end
+            self.dropping = (end := chunk.find(b"\n")) < 0
+            chunk = b"" if self.dropping else chunk[end + 1 :]
         data = self.buffer + chunk
         lines = data.split(b"\n")
         self.buffer = lines.pop()
-        if len(self.buffer) > MAX_LINE:  # no line is this long: garbage without a newline
+        if len(self.buffer) > MAX_LINE:  # no line is this long: garbage, counted once however long it runs
             self.skipped += 1
-            self.buffer = b""
+            self.buffer, self.dropping = b"", True
         return lines
 
     def read(self, keep: int = 1000, on_record=None) -> list[dict]:
