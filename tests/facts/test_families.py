@@ -7,6 +7,7 @@ import pytest
 
 from paradvisor.model import families
 from paradvisor.model.families.base import block_plan
+from paradvisor.spec.data import check_dataset_fits
 
 HF = [n for n, f in families.registry().items() if n not in ("mingpt", "vgg")]
 
@@ -65,3 +66,10 @@ def test_every_module_is_found_and_a_new_type_is_data_parallel_only():
     )
     other = families.get("falcon")
     assert not other.has_tp and not other.has_pp and not other.has_ep and not other.cp
+
+
+def test_every_family_default_data_is_data_its_task_trains_on():
+    """The data a plan's preset starts with (Family.dataset, rundir/from_plan.py) passes the launcher's own
+    check of dataset against task (spec/data.check_dataset_fits)."""
+    for name, fam in families.registry().items():
+        check_dataset_fits(fam.dataset, fam.task, name)

@@ -80,6 +80,46 @@ def test_bad_preset_keys(tmp_path, cli, mutate, fragment):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"", "holds no text (empty or only whitespace)"),
+        (b"  \n\n\t ", "holds no text (empty or only whitespace)"),
+        (b"\xff\xfe\x00bad", "holds 10 bytes of text: one training sequence of 32 tokens needs 34 tokens"),
+    ],
+)
+def test_text_too_short_for_one_sequence_is_refused_before_launch(tmp_path, cli, content, fragment):
+    """A text that cannot make one window of seq_len + 2 tokens (tiny-cpu-smoke: seq 32) failed in the ranks with
+    exit 1 after a launch; the byte count bounds the token count, so the preflight refuses it (exit 2)."""
+    data = tmp_path / "short.txt"
+    data.write_bytes(content)
+    argv = ["launch", "--preset", "tiny-cpu-smoke", "--dataset", "text", "--data-path", str(data)]
+    assert_one_line_error(cli(*argv, "--dry-run"), f"{data}: {fragment}")
+    data.write_bytes(b"x" * 34)  # exactly one window's worth passes the check
+    assert cli(*argv, "--dry-run").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "preset,dataset,fragment",
+    [
+        (
+            "bert-imdb-ddp",
+            "text",
+            "dataset 'text' does not fit bert, a sequence classifier: it trains on 'reviews' or",
+        ),
+        ("vgg16-sharded", "text", "dataset 'text' does not fit vgg, an image model: it trains on 'images'"),
+        ("tiny-cpu-smoke", "images", "dataset 'images' does not fit mingpt, a language model"),
+    ],
+)
+def test_dataset_that_the_model_cannot_train_on_is_refused(tmp_path, cli, preset, dataset, fragment):
+    """A classifier given a text file failed in the ranks (exit 1), and an image model trained on its synthetic
+    images while the user's text was ignored: both are refused before anything starts (exit 2)."""
+    data = tmp_path / "t.txt"
+    data.write_text("words " * 100)
+    proc = cli("launch", "--preset", preset, "--dataset", dataset, "--data-path", str(data), "--dry-run")
+    assert_one_line_error(proc, f"train.dataset: {fragment}")
+
+
 def test_broken_toml_names_the_line(tmp_path, cli):
     p = tmp_path / "broken.toml"
     p.write_text(SMOKE.read_text().replace('name = "tiny-cpu-smoke"', 'name = "tiny'))

@@ -15,10 +15,11 @@ from paradvisor.errors import InputError
 from paradvisor.hardware.cluster import load_cluster
 from paradvisor.launch.argv import split_endpoint
 from paradvisor.launch.trainer_check import trainer_check
+from paradvisor.model import families
 from paradvisor.model.families import resolve_attention
 from paradvisor.spec.capability import runtime_why_not, why_not
 from paradvisor.spec.corpus import corpus_spec, tokenized_corpus, uses_files
-from paradvisor.spec.data import check_data_path
+from paradvisor.spec.data import check_data_path, check_dataset_fits
 from paradvisor.spec.faults import from_env
 from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.model import profile_of, resolved_config
@@ -63,17 +64,23 @@ def check_diloco(plan, steps: int, where: str) -> None:
             )
 
 
-def check_data(preset: Preset, where: str, trainer_checks=None) -> None:
+def check_data(preset: Preset, where: str, family: str, trainer_checks=None) -> None:
     """The run's data and starting weights: the files and fields of a corpus (spec/corpus.py) or the data path
     of a shipped dataset (spec/data.py), the weights path, then what needs the trainer's code (the tokenizer
     against the vocabulary, the weights' tensors against the model: launch/trainer_check.py; `trainer_checks`:
-    train/check.run_checks, passed in by an interface that imports the trainer, else they run in a child)."""
+    train/check.run_checks, passed in by an interface that imports the trainer, else they run in a child).
+    paradvisor's trainer must be able to train the family's task on the dataset (the user's own code reads its own)."""
+    if not preset.program.own:
+        try:
+            check_dataset_fits(preset.train.dataset, families.get(family).task, family)
+        except InputError as exc:
+            raise InputError(str(exc), where=f"{where}: train.dataset") from None
     if preset.train.tokenized:  # a node given the tokenized corpus (launch/datacopy.py): never data_path
         tokenized_corpus(preset)
     elif uses_files(preset) or preset.train.dataset == "files":
         corpus_spec(preset)  # the files and their first records; names what is missing (the tokenizer)
     else:
-        check_data_path(preset.train.dataset, preset.train.data_path)
+        check_data_path(preset.train.dataset, preset.train.data_path, preset.workload.seq_len)
     check_cluster_file(preset, where)
     if preset.train.weights:
         w = Path(preset.train.weights)
@@ -131,7 +138,7 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
     prof = profile_of(preset)
     check_program(preset, reach=reach)
     check_plan_shape(preset, family, prof, reach=reach)
-    check_data(preset, where, trainer_checks)
+    check_data(preset, where, family, trainer_checks)
     # the ssh engine rendezvouses at node 0's address and Slurm at the batch host: only a hand-started
     # multi-node launch must be told where
     if lau.nnodes > 1 and not lau.rdzv_endpoint and engine_of(lau) == "local":

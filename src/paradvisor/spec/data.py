@@ -52,6 +52,29 @@ def imdb_folder(path: str, split: str = "train") -> list[tuple[str, int]]:
     return out
 
 
+# The datasets paradvisor's trainer reads for each task of a model family (model/families: Family.task;
+# train/models.build_task): an image model trains on synthetic images, a classifier on labelled reviews.
+TASK_DATASETS = {
+    "image": ("images",),
+    "cls": ("reviews", "imdb"),
+    "lm": ("corpus", "text", "files", "reviews", "imdb"),
+}
+
+
+def check_dataset_fits(dataset: str, task: str, family: str) -> None:
+    """Fail before launch (exit 2) when the trainer cannot train a `task` model on `dataset`."""
+    fits = TASK_DATASETS.get(task, ())
+    if (
+        task == "image" and dataset == "corpus"
+    ):  # the default: "the shipped data", an image model's are images
+        return
+    if dataset not in fits:
+        kind = {"image": "an image model", "cls": "a sequence classifier", "lm": "a language model"}[task]
+        names = [repr(d) for d in fits]
+        either = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        raise InputError(f"dataset {dataset!r} does not fit {family}, {kind}: it trains on {either}")
+
+
 MAX_DATA_BYTES = 1 << 30  # one data file (the data is held in memory by every rank)
 
 
@@ -72,9 +95,21 @@ def text_files(path: str) -> str:
     raise InputError("no such file or folder", where=path)
 
 
-def check_data_path(dataset: str, data_path: str | None) -> None:
-    """Fail before launch (exit 2) when the data is not there."""
+def check_data_path(dataset: str, data_path: str | None, seq_len: int = 0) -> None:
+    """Fail before launch (exit 2) when the data is not there, or when a text is too short for one training
+    sequence of `seq_len` tokens: the trainer's tokenizers (byte-level BPE, characters) never make more tokens
+    than the text has bytes, so fewer than seq_len + 2 bytes (train/data.LMData: a window and its shifted
+    target) cannot make one."""
     if dataset == "imdb":
         imdb_folder(data_path)
     elif dataset == "text":
-        text_files(data_path)
+        text = text_files(data_path)
+        if not text.strip():
+            raise InputError("holds no text (empty or only whitespace)", where=data_path)
+        size = len(text.encode())
+        if size < seq_len + 2:
+            raise InputError(
+                f"holds {size} bytes of text: one training sequence of {seq_len} tokens needs {seq_len + 2} "
+                "tokens (a window and its shifted target), and a token is at least one byte",
+                where=data_path,
+            )
