@@ -186,7 +186,11 @@ def test_what_cannot_be_resumed_is_one_line_and_nothing_is_written(refs, tmp_pat
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     proc = run_cli("launch", "--resume", str(bad), "--runs-dir", str(runs))
-    assert_one_line_error(proc, "cannot resume", "corrupted")
+    earlier = max(
+        (p for p in (bad / "checkpoints").glob("step-*") if p != shard.parent.parent),
+        key=lambda p: int(p.name[5:]),
+    )
+    assert_one_line_error(proc, "cannot resume", "corrupted", f"the one before it: --resume {earlier}")
     assert not runs.exists()
     assert sorted(p.name for p in ref.rglob("*")) == before
 

@@ -135,7 +135,9 @@ def resume_preset(run_dir: Path, target=None, *, reset_optimizer: bool = False, 
     meta = read_meta(path)
     bad = verify(path, meta)
     if bad:
-        raise _fail(run_dir, f"checkpoint {path.name}: {bad}")
+        earlier = [p for s, p in complete_checkpoints(path.parent) if s < step]
+        hint = f"; the one before it: --resume {earlier[-1]}" if earlier else ""
+        raise _fail(run_dir, f"checkpoint {path.name}: {bad}{hint}")
     new = target if target is not None else parent
     lau = new.launch
     if lau.nnodes == 1 and not lau.rdzv_endpoint and lau.engine != "ssh":
