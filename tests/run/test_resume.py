@@ -14,6 +14,8 @@ run directory. Three resumes under another plan start from a reference's step-2 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import assert_one_line_error, run_cli
@@ -192,6 +194,19 @@ def test_what_cannot_be_resumed_is_one_line_and_nothing_is_written(refs, tmp_pat
     )
     assert_one_line_error(proc, "cannot resume", "corrupted", f"the one before it: --resume {earlier}")
     assert not runs.exists()
+    # export of the same checkpoint (it printed a torch traceback, exit 1): by its manifest, then, for a checkpoint
+    # without one, by what torch's reader says of a truncated shard
+    out = tmp_path / "exported"
+    exp = run_cli("export", str(bad), "--step", "latest", "--out", str(out), timeout=120)
+    assert_one_line_error(exp, "cannot export: dcp/", "is corrupted")
+    meta = shard.parent.parent / "meta.json"
+    meta.write_text(json.dumps({k: v for k, v in json.loads(meta.read_text()).items() if k != "files"}))
+    for f in shard.parent.glob("*.distcp"):  # each shard's first bytes (its archive's header) altered
+        head = f.read_bytes()
+        f.write_bytes(bytes(b ^ 0xFF for b in head[:64]) + head[64:])
+    exp = run_cli("export", str(bad), "--step", "latest", "--out", str(out), timeout=120)
+    assert_one_line_error(exp, "cannot export: ")
+    assert not out.exists()
     assert sorted(p.name for p in ref.rglob("*")) == before
 
 

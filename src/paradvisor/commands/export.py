@@ -9,6 +9,7 @@ whatever plan wrote it), through the same writer (train/export.py export_checkpo
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -147,13 +148,22 @@ def export_step(run_dir: Path, step: str, out: Path, *, force: bool) -> Path:
     if not RunDir(run_dir).plan.is_file():
         raise InputError("not a run directory (no plan.toml)", where=str(run_dir))
     path = checkpoint_at(run_dir, step)
+    from paradvisor.rundir.checkpoints import read_meta, verify
+
+    bad = verify(path, read_meta(path) or {})  # its files against the manifest it was written with
+    if bad:
+        raise InputError(f"cannot export: {bad}", where=str(path))
     check_replaceable(out, force=force)
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
+
     from paradvisor.train.export import export_checkpoint
 
     try:
         export_checkpoint(run_dir, path, out)
-    except (ValueError, KeyError, RuntimeError) as exc:  # a checkpoint that does not fit the run's model
-        raise InputError(f"cannot export: {str(exc)[:300]}", where=str(path)) from None
+    except (ValueError, KeyError, RuntimeError, EOFError, pickle.UnpicklingError, CheckpointException) as exc:
+        # a checkpoint that does not fit the run's model, or shards that cannot be read (altered bytes)
+        last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise InputError(f"cannot export: {last[:300]}", where=str(path)) from None
     return out
 
 
