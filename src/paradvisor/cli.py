@@ -124,7 +124,16 @@ def _short(text: str) -> str:
     )
 
 
-PATH_OPTIONS = ("save", "out", "runs_dir", "run_dir", "ssh_config", "cluster", "gpu_spec", "preset", "model")
+PATH_OPTIONS = (
+    *("save", "out", "runs_dir", "run_dir", "ssh_config", "cluster", "gpu_spec", "preset", "model"),
+    *(
+        "resume",
+        "script",
+        "data_path",
+        "tokenizer",
+        "module",
+    ),  # `--resume "$RUN"` with RUN unset: no fresh run
+)
 
 
 def _check_paths(args) -> None:
@@ -133,7 +142,8 @@ def _check_paths(args) -> None:
     for dest in PATH_OPTIONS:
         value = getattr(args, dest, None)
         if isinstance(value, str) and not value.strip():
-            raise InputError(f"--{dest.replace('_', '-')} is empty; give a path")
+            what = "a module name" if dest == "module" else "a path"
+            raise InputError(f"--{dest.replace('_', '-')} is empty; give {what}")
     runs = getattr(args, "runs_dir", None)
     if isinstance(runs, str) and os.path.exists(runs) and not os.path.isdir(runs):
         raise InputError("cannot use this run directory: --runs-dir is not a folder", where=runs)

@@ -293,6 +293,11 @@ def _odd(tmp_path: Path) -> dict:
             ["launch", "--preset", SMOKE, "--dry-run", "--runs-dir", ""],
             "--runs-dir is empty",
         ),
+        # `--resume "$RUN"` with RUN unset started a fresh run; an empty script, module or data path was ignored
+        "empty-resume": (["launch", "--preset", SMOKE, "--dry-run", "--resume", ""], "--resume is empty"),
+        "empty-script": (["launch", "--preset", SMOKE, "--dry-run", "--script", ""], "--script is empty"),
+        "empty-module": (["launch", "--preset", SMOKE, "--dry-run", "--module", ""], "give a module name"),
+        "empty-data": (["launch", "--preset", SMOKE, "--dry-run", "--data-path", " "], "--data-path is empty"),
         "file-runs-dir": (["runs", "--runs-dir", str(afile)], "not a folder"),
         "top-0": (["recommend", "--model", "gpt2", "--cluster", H100, "--top", "0"], "below the bound of 1"),
         "top-neg": (
@@ -313,6 +318,10 @@ def _odd(tmp_path: Path) -> dict:
         "empty-save",
         "empty-out",
         "empty-runs-dir",
+        "empty-resume",
+        "empty-script",
+        "empty-module",
+        "empty-data",
         "file-runs-dir",
         "top-0",
         "top-neg",
