@@ -154,6 +154,59 @@ def _with_lineage(runs: list) -> list[tuple]:
     return sorted(out, key=lambda x: x[1]["lineage"])
 
 
+TABLE_ROWS = 1000  # `runs` lists more runs than this a run to a line pair, not as a table
+
+
+def _run_cells(s: dict) -> tuple[str, ...]:
+    """One run's cells: name (indented under its parent), plan, status, step, loss, samples/s, elapsed, ETA,
+    resumed from."""
+    return (
+        ("  " * (len(s["lineage"]) - 1) + "└ " if len(s["lineage"]) > 1 else "") + Path(s["run_dir"]).name,
+        s["label"] or "",
+        s["status"],
+        f"{s['step']}/{s['total_steps'] or '?'}"
+        + (
+            f" ({s['progress']:.0%})"
+            if s.get("progress") is not None and s["status"] == RunState.RUNNING
+            else ""
+        ),
+        "" if s["loss"] is None else f"{s['loss']:.4f}",
+        "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
+        fmt_seconds(s["elapsed_s"]),
+        "" if s.get("eta_s") is None else fmt_seconds(s["eta_s"]),
+        s["resumed"] or "",
+    )
+
+
+def _print_line_pairs(con, cells: list, width: int) -> None:
+    """Each run's name on a line of its own, its figures beneath (a run name, up to 76 characters, is what
+    `monitor` and `--open` take: never cut, never folded). Printed 500 runs at a time, the lines that fit the
+    width as one unwrapped text (the names soft-wrapped), a longer line of figures on its own, wrapped: a print
+    per line cost ~0.13 ms of Rich's set-up, and Rich's wrapping of lines that fit as much again."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from paradvisor.output import clean
+
+    whole, parts = Text("\n", no_wrap=True, overflow="ignore"), []
+    lines: list = []
+    for i, (name, label, status, step, loss, sps, elapsed, eta, resumed) in enumerate(cells, 1):
+        parts.append(Text(clean(name), style="bold"))
+        figures = [
+            *(label, status, f"step {step}", f"loss {loss}" if loss else ""),
+            *(f"{sps} samples/s" if sps else "", elapsed, f"ETA {eta}" if eta else ""),
+            f"resumed from {resumed}" if resumed else "",
+        ]
+        fig = Text(clean("  " + " · ".join(f for f in figures if f)))
+        if fig.cell_len <= width:
+            parts.append(fig)
+        else:
+            lines, parts = [*lines, whole.join(parts), fig], []
+        if i % 500 == 0 or i == len(cells):  # in pieces: memory bounded
+            con.print(Group(*lines, *([whole.join(parts)] if parts else [])))
+            lines, parts = [], []
+
+
 def run_list(args) -> int:
     from paradvisor.monitor import runcache
 
@@ -164,50 +217,18 @@ def run_list(args) -> int:
     if not runs:
         print(f"no runs in {args.runs_dir}", file=sys.stderr)
         return 0
-    from rich.text import Text
-
-    from paradvisor.output import clean, console, table
+    from paradvisor.output import console, table
 
     con = console()
     skipped = [
         f"{Path(s['run_dir']).name}: {'; '.join(s['unreadable'])}" for s in runs if s.get("unreadable")
     ]
-    cells = [
-        (
-            ("  " * (len(s["lineage"]) - 1) + "└ " if len(s["lineage"]) > 1 else "")
-            + Path(s["run_dir"]).name,
-            s["label"] or "",
-            s["status"],
-            f"{s['step']}/{s['total_steps'] or '?'}"
-            + (
-                f" ({s['progress']:.0%})"
-                if s.get("progress") is not None and s["status"] == RunState.RUNNING
-                else ""
-            ),
-            "" if s["loss"] is None else f"{s['loss']:.4f}",
-            "" if not s["samples_per_s"] else f"{s['samples_per_s']:.1f}",
-            fmt_seconds(s["elapsed_s"]),
-            "" if s.get("eta_s") is None else fmt_seconds(s["eta_s"]),
-            s["resumed"] or "",
-        )
-        for s in runs
-    ]
-    if con.width < 120:
-        # Narrower than a table of whole names: each run's name on a line of its own, its figures beneath
-        # (a run name, up to 76 characters, is what `monitor` and `--open` take: never cut, never folded).
-        for name, label, status, step, loss, sps, elapsed, eta, resumed in cells:
-            con.print(Text(clean(name), style="bold"), soft_wrap=True)
-            figures = [
-                label,
-                status,
-                f"step {step}",
-                f"loss {loss}" if loss else "",
-                f"{sps} samples/s" if sps else "",
-                elapsed,
-                f"ETA {eta}" if eta else "",
-                f"resumed from {resumed}" if resumed else "",
-            ]
-            con.print(Text(clean("  " + " · ".join(f for f in figures if f))))
+    cells = [_run_cells(s) for s in runs]
+    width = con.width  # a terminal's size is asked for each time it is read
+    if width < 120 or len(cells) > TABLE_ROWS:  # narrower than a table of whole names, or more runs than a
+        _print_line_pairs(
+            con, cells, width
+        )  # table is quick to lay out (Rich measures every cell: 10,000 in 6 s)
     else:
         t = table(
             None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "ETA", "resumed from"
