@@ -115,3 +115,24 @@ def test_an_overlong_line_is_skipped_once_and_the_records_around_it_are_read(tmp
         assert r.skipped == 1
         assert r.tally.to_state() == _full(log)
         assert r.tally.last_loss == 5.0 / 200
+
+
+def test_a_quiet_launch_keeps_the_index_beside_its_growing_log(tmp_path):
+    """`launch --quiet` shows no progress, so nothing followed the log and a days-long quiet run had no index: the
+    first `monitor --once` read the whole log (8.4 s at 200 MB). monitor/live.LogIndex, its watch, keeps it."""
+    from paradvisor.monitor.live import LogIndex
+
+    log = tmp_path / "metrics.jsonl"
+    _write(log, 1, 400, mode="w")
+    keeper = LogIndex(tmp_path)
+    keeper()
+    index = tmp_path / M.INDEX
+    assert index.exists()
+    doc = json.loads(index.read_text())
+    assert doc["fingerprint"]["offset"] == log.stat().st_size
+    _write(log, 401, 400)
+    keeper()  # within EVERY_S of the last read: nothing read
+    assert json.loads(index.read_text()) == doc
+    keeper.last -= keeper.EVERY_S
+    keeper()
+    assert json.loads(index.read_text())["fingerprint"]["offset"] == log.stat().st_size

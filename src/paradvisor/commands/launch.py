@@ -355,7 +355,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
     from paradvisor.launch import runner
     from paradvisor.launch.preflight import validate
     from paradvisor.launch.resume import with_checkpoint_interval
-    from paradvisor.monitor.live import LiveProgress
+    from paradvisor.monitor.live import LiveProgress, LogIndex
     from paradvisor.train.check import run_checks
 
     quiet = getattr(args, "quiet", False)
@@ -387,7 +387,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
             )
         watch = None if quiet else LiveProgress(launch)
         try:
-            doc = runner.run_blocking(launch, watch=watch)
+            doc = runner.run_blocking(launch, watch=watch or LogIndex(launch.run_dir))
         finally:
             if watch is not None:
                 watch.close()

@@ -18,6 +18,26 @@ from paradvisor.output import console, esc, table
 from paradvisor.units import fmt_seconds
 
 
+class LogIndex:
+    """What a `launch --quiet` runs in place of the progress display: nothing shown, but the run's log is read on
+    as it grows (every EVERY_S seconds, only the new bytes), so metrics.index.json is kept beside it as a shown
+    run's follower keeps it, and `monitor --once` or `validate` on a days-long run read only its tail."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, run_dir):
+        from paradvisor.rundir import RunDir
+        from paradvisor.rundir.metrics import MetricsReader
+
+        self.reader = MetricsReader(RunDir(run_dir).metrics, index=True)
+        self.last = 0.0
+
+    def __call__(self) -> None:
+        if time.monotonic() - self.last >= self.EVERY_S:
+            self.last = time.monotonic()
+            self.reader.read(keep=0)
+
+
 class LiveProgress:
     """What `launch` shows while a run goes, from its run directory (monitor.follow): in a terminal a rich
     progress bar with step, loss, throughput and ETA; elsewhere (a pipe, a log file) one plain line at
