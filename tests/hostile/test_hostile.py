@@ -847,6 +847,7 @@ def test_an_unusable_calibration_file_is_bad_input(tmp_path):
             env={"PARADVISOR_CALIBRATION": str(cal)},
         )
         assert_one_line_error(proc, str(cal), fragment)
+        assert "calibrate` again" in proc.stderr  # every command reads it: the line says how to go on
 
 
 # ---- errors as JSON -----------------------------------------------------------------------------------------------

@@ -115,7 +115,14 @@ def load(path: str | os.PathLike | None = None) -> dict | None:
     p = Path(path) if path else default_path()
     if p is None or (not path and not p.exists()):
         return None
-    return check(read_json(p, what="calibration file"), str(p))
+    try:
+        return check(read_json(p, what="calibration file"), str(p))
+    except InputError as exc:  # every command reads it: say how to go on
+        if "calibrate` again" in str(exc):
+            raise
+        raise InputError(
+            f"{exc} (run `paradvisor calibrate` again, or set PARADVISOR_CALIBRATION=none to ignore it)"
+        ) from None
 
 
 def device_spec(cal: dict, *, per_process: bool = True) -> GPUSpec:
