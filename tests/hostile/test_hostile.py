@@ -701,6 +701,14 @@ def test_a_run_directory_is_locked_and_not_reused(tmp_path):
     assert_one_line_error(
         run_cli("launch", "--preset", str(SMOKE), "--run-dir", str(run_dir)), "already holds a run"
     )
+    # its status file gone, what the run left still marks it: reused, its log was appended to and its model replaced
+    (run_dir / "status.json").unlink()
+    (run_dir / "metrics.jsonl").write_text('{"kind": "step"}\n')
+    (run_dir / "model").mkdir()
+    (run_dir / "model" / "model.safetensors").write_bytes(b"weights")
+    proc = run_cli("launch", "--preset", str(SMOKE), "--run-dir", str(run_dir))
+    assert_one_line_error(proc, "already holds a run (its metrics.jsonl and model/); give a new --run-dir")
+    assert (run_dir / "model" / "model.safetensors").read_bytes() == b"weights"
 
 
 def test_a_fixed_port_is_held_by_one_launch(tmp_path):

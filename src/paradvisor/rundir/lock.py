@@ -3,6 +3,7 @@ directory that already holds this node's run is never reused (its metrics would 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -76,9 +77,30 @@ def _prepare(run_dir, runs_dir, preset, suffixed, lock_name) -> tuple[Path, list
         )
     ]
     status = run_dir / node_file("status", lau.node_rank, suffixed)
-    if status.exists():
+    left = [status.name] if status.exists() else _left_by_a_run(run_dir)
+    if left:
         locks[0].close()
         raise InputError(
-            "already holds a run (its status file exists); give a new --run-dir", where=str(run_dir)
+            f"already holds a run (its {', '.join(left[:-1]) + ' and ' if left[1:] else ''}{left[-1]}); give a new "
+            "--run-dir",
+            where=str(run_dir),
         )
     return run_dir, locks
+
+
+def _left_by_a_run(run_dir: Path) -> list[str]:
+    """What a run that got past its rendezvous leaves, whichever node's status file is gone: logged steps, a
+    checkpoint, an exported model, its summary. No node's launcher sees these while the nodes of one run claim the
+    folder (no rank writes before every node has joined), so a folder holding them is another run's: reusing it
+    appended to its log and replaced its model."""
+    rd = RunDir(run_dir)
+    out = []
+    if rd.metrics.is_file() and rd.metrics.stat().st_size > 0:
+        out.append(rd.metrics.name)
+    for name in ("checkpoints", "model"):
+        with contextlib.suppress(OSError):
+            if (run_dir / name).is_dir() and any(os.scandir(run_dir / name)):
+                out.append(f"{name}/")
+    if (run_dir / "summary.json").exists():
+        out.append("summary.json")
+    return out
