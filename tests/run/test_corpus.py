@@ -187,3 +187,19 @@ def test_the_checks_run_once_per_launch_and_again_when_what_they_read_changes(tm
     os.utime(data, ns=(1, 1))  # the same corpus path, another file
     validate(p, reach=False)
     assert ran == ["here", "child", "child"]
+
+
+@pytest.mark.parametrize(
+    "bad_line,fragment",
+    [("not json", "line 31: not JSON (Expecting value)"), ("[1, 2]", "line 31: a JSON list, not an object")],
+)
+def test_a_broken_line_deep_in_a_jsonl_corpus_is_named(tmp_path, model, bad_line, fragment):
+    """The preflight reads the first records; a broken line further in failed the tokenizer with pyarrow's words
+    and no line ('cannot read as json: Unexpected character found when decoding ...'): now its line."""
+    data = write_corpus(tmp_path / "d" / "a.jsonl", 60)
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join([*lines[:30], bad_line, *lines[30:]]) + "\n")
+    p = files_preset(tmp_path, model, data)
+    with pytest.raises(InputError) as e:
+        C.prepare(SC.corpus_spec(p), progress=None)
+    assert f"a.jsonl: cannot read as json: {fragment}" in str(e.value)
