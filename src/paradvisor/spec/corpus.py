@@ -359,3 +359,26 @@ def tokenized_corpus(preset) -> Corpus | None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputError(f"not a tokenized corpus: {exc}", where=where) from None
     return Corpus(folder, meta)
+
+
+def first_bad_jsonl_line(f: Path, limit: int = 16 << 20) -> str | None:
+    """Where a JSON Lines file stops being one (pyarrow's error names no line): 'line N: ...', or None. Read a line
+    at a time, none longer than `limit` bytes kept."""
+    try:
+        with open(f, "rb") as fh:
+            n = 0
+            while line := fh.readline(limit):
+                n += 1
+                if len(line) == limit and not line.endswith(b"\n"):
+                    return f"line {n}: over {limit >> 20} MiB without a line end"
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    return f"line {n}: not JSON ({getattr(exc, 'msg', type(exc).__name__)})"
+                if not isinstance(rec, dict):
+                    return f"line {n}: a JSON {type(rec).__name__}, not an object"
+    except OSError:
+        return None
+    return None

@@ -33,6 +33,7 @@ from paradvisor.spec.corpus import (
     cache_folder,
     cached,
     corpus_spec,
+    first_bad_jsonl_line,
     format_of,
     tokenized_corpus,
     tokenizer_source,
@@ -140,31 +141,8 @@ def _iter_docs(f: Path, text_field: str, root: Path):
         raise InputError("undecodable bytes (not UTF-8)", where=str(f)) from None
     except Exception as exc:  # noqa: BLE001 - pyarrow/datasets raise many kinds for a broken file
         msg = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        bad = _first_bad_line(f) if f.suffix.lower() in (".jsonl", ".ndjson") else None
+        bad = first_bad_jsonl_line(f) if f.suffix.lower() in (".jsonl", ".ndjson") else None
         raise InputError(f"cannot read as {fmt}: {bad or msg}", where=str(f)) from None
-
-
-def _first_bad_line(f: Path, limit: int = 16 << 20) -> str | None:
-    """Where a JSON Lines file stops being one (pyarrow's error names no line): 'line N: ...', or None. Read a line
-    at a time, none longer than `limit` bytes kept."""
-    try:
-        with open(f, "rb") as fh:
-            n = 0
-            while line := fh.readline(limit):
-                n += 1
-                if len(line) == limit and not line.endswith(b"\n"):
-                    return f"line {n}: over {limit >> 20} MiB without a line end"
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except (ValueError, RecursionError) as exc:
-                    return f"line {n}: not JSON ({getattr(exc, 'msg', type(exc).__name__)})"
-                if not isinstance(rec, dict):
-                    return f"line {n}: a JSON {type(rec).__name__}, not an object"
-    except OSError:
-        return None
-    return None
 
 
 class Progress:
