@@ -191,6 +191,35 @@ def test_a_fifo_named_as_weights_in_a_model_folder_is_refused_at_dry_run(tmp_pat
     assert_one_line_error(proc, "model.safetensors", "not a regular file")
 
 
+def test_weights_in_a_pickle_format_are_refused_not_ignored(tmp_path):
+    """A model folder holding pytorch_model.bin and no safetensors trained from a random init, silently (only
+    safetensors are read): one line naming the file and both ways on; init = "random" still trains from scratch,
+    and the HF Trainer's own state files (training_args.bin, optimizer.pt) are not taken for weights."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(QWEN.read_text())
+    (folder / "training_args.bin").write_bytes(b"not weights")
+    argv = [
+        "launch",
+        "--model",
+        str(folder),
+        "--gpus",
+        "2",
+        "--gpu-type",
+        "H100",
+        "--device",
+        "cpu",
+        "--dry-run",
+    ]
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    assert run_cli(*argv, *runs, timeout=60).returncode == 0
+    (folder / "pytorch_model.bin").write_bytes(b"pickled weights")
+    proc = run_cli(*argv, *runs, timeout=60)
+    assert_one_line_error(
+        proc, f"{folder}: holds pytorch_model.bin but no safetensors", 'train.init = "random"'
+    )
+
+
 @pytest.mark.parametrize(
     "over,fragment",
     [
@@ -297,7 +326,10 @@ def _odd(tmp_path: Path) -> dict:
         "empty-resume": (["launch", "--preset", SMOKE, "--dry-run", "--resume", ""], "--resume is empty"),
         "empty-script": (["launch", "--preset", SMOKE, "--dry-run", "--script", ""], "--script is empty"),
         "empty-module": (["launch", "--preset", SMOKE, "--dry-run", "--module", ""], "give a module name"),
-        "empty-data": (["launch", "--preset", SMOKE, "--dry-run", "--data-path", " "], "--data-path is empty"),
+        "empty-data": (
+            ["launch", "--preset", SMOKE, "--dry-run", "--data-path", " "],
+            "--data-path is empty",
+        ),
         "file-runs-dir": (["runs", "--runs-dir", str(afile)], "not a folder"),
         "top-0": (["recommend", "--model", "gpt2", "--cluster", H100, "--top", "0"], "below the bound of 1"),
         "top-neg": (

@@ -59,6 +59,16 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(f for f in folder.glob("*.safetensors") if not f.is_dir())  # read_header refuses a FIFO
 
 
+PICKLED = (".bin", ".pt", ".pth", ".ckpt")  # torch.save'd weights (pytorch_model.bin), which runs do not load
+TRAINER_STATE = (
+    "training_args",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "rng_state",
+)  # HF Trainer's, not weights
+
+
 def weights_folder(preset) -> Path | None:
     """Where the run's starting weights are (None: random init). train.weights, else the model folder."""
     t = preset.train
@@ -77,6 +87,21 @@ def weights_folder(preset) -> Path | None:
     has = folder is not None and folder.is_dir() and bool(weight_files(folder))
     if t.init == "random":
         return None
+    if (
+        not has and folder is not None and folder.is_dir()
+    ):  # weights the run would not read: never a silent random init
+        other = sorted(
+            f.name
+            for f in folder.glob("*")
+            if f.suffix in PICKLED and not f.name.startswith(TRAINER_STATE) and f.is_file()
+        )
+        if other:
+            raise InputError(
+                f"holds {other[0]}{f' (and {len(other) - 1} more)' if other[1:] else ''} but no safetensors: "
+                "runs start from safetensors weights (save the model with save_pretrained(..., "
+                'safe_serialization=True)), or set train.init = "random" to train from scratch',
+                where=str(folder),
+            )
     if t.init == "pretrained" and not has:
         raise InputError(
             "init = 'pretrained' but there are no safetensors weights"
