@@ -15,6 +15,8 @@ from paradvisor.monitor.follow import (
     summarize_run,
 )
 from paradvisor.output import console, esc, table
+from paradvisor.rundir import RunDir
+from paradvisor.rundir.metrics import MetricsReader
 from paradvisor.units import fmt_seconds
 
 
@@ -26,9 +28,6 @@ class LogIndex:
     EVERY_S = 5.0
 
     def __init__(self, run_dir):
-        from paradvisor.rundir import RunDir
-        from paradvisor.rundir.metrics import MetricsReader
-
         self.reader = MetricsReader(RunDir(run_dir).metrics, index=True)
         self.last = 0.0
 
