@@ -120,6 +120,16 @@ def test_dataset_that_the_model_cannot_train_on_is_refused(tmp_path, cli, preset
     assert_one_line_error(proc, f"train.dataset: {fragment}")
 
 
+def test_a_data_path_the_dataset_does_not_read_is_refused(tmp_path, cli):
+    """`--data-path` without `--dataset` on a run of the shipped corpus was ignored: the run trained on the shipped
+    data and said nothing."""
+    data = tmp_path / "mine.txt"
+    data.write_text("my own words " * 100)
+    argv = ["launch", "--preset", "tiny-cpu-smoke", "--data-path", str(data), "--dry-run"]
+    assert_one_line_error(cli(*argv), "train.data_path: a data path is read by dataset files, text or imdb")
+    assert cli(*argv, "--dataset", "text").returncode == 0
+
+
 def test_broken_toml_names_the_line(tmp_path, cli):
     p = tmp_path / "broken.toml"
     p.write_text(SMOKE.read_text().replace('name = "tiny-cpu-smoke"', 'name = "tiny'))

@@ -75,6 +75,13 @@ def check_data(preset: Preset, where: str, family: str, trainer_checks=None) -> 
             check_dataset_fits(preset.train.dataset, families.get(family).task, family)
         except InputError as exc:
             raise InputError(str(exc), where=f"{where}: train.dataset") from None
+        if preset.train.data_path and preset.train.dataset not in PATH_DATASETS:  # it would be ignored
+            raise InputError(
+                f"a data path is read by dataset {', '.join(PATH_DATASETS[:-1])} or {PATH_DATASETS[-1]}; this "
+                f"run's is {preset.train.dataset!r} (shipped data): set the dataset too (--dataset files: "
+                "JSON Lines, Parquet, CSV or text with the model's tokenizer)",
+                where=f"{where}: train.data_path",
+            )
     if preset.train.tokenized:  # a node given the tokenized corpus (launch/datacopy.py): never data_path
         tokenized_corpus(preset)
     elif uses_files(preset) or preset.train.dataset == "files":
@@ -161,6 +168,7 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
                 raise InputError(f"host {h} is unreachable: {why}", where=f"{where}: launch.hosts")
 
 
+PATH_DATASETS = ("files", "text", "imdb")  # the datasets that read train.data_path
 MAX_SCRIPT_BYTES = 4 << 20  # a training script bigger than this is not a script
 
 
