@@ -155,3 +155,41 @@ def test_resume_takes_a_run_its_checkpoint_root_or_one_complete_checkpoint_and_n
         tmp_path / "elsewhere",
         None,
     )  # refused later: no plan.toml
+
+
+def test_a_full_disk_at_the_runs_end_frees_the_incomplete_checkpoint_and_says_so(tmp_path, monkeypatch):
+    """A checkpoint that filled the disk failed the ranks, then the launcher's final status.json write failed
+    too: `launch` ended with 'cannot use it: No space left on device', exit 2, and the folder read as running.
+    The incomplete checkpoint is removed, the status written, the reason says the disk was full (exit 1)."""
+    import errno
+    import json
+
+    from paradvisor.rundir import status as S
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".step-4.partial").mkdir(parents=True)
+    (run / "checkpoints" / "step-2").mkdir()
+    real, calls = S.write_json_atomic, []
+
+    def full_once(path, doc):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, doc)
+
+    monkeypatch.setattr(S, "write_json_atomic", full_once)
+    doc = {"status": S.RunState.FAILED, "reason": "rank 0 exit code 1"}
+    out = S.write_final(run / "status.json", doc, None)
+    assert (
+        not (run / "checkpoints" / ".step-4.partial").exists() and (run / "checkpoints" / "step-2").is_dir()
+    )
+    assert json.loads((run / "status.json").read_text()) == out
+    assert out["reason"].startswith("rank 0 exit code 1; the disk was full")
+
+    def always_full(path, doc):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(S, "write_json_atomic", always_full)
+    out = S.write_final(run / "status.json", {"status": S.RunState.FINISHED}, None)
+    assert out["status"] == S.RunState.FAILED
+    assert out["reason"] == "status.json could not be written: No space left on device"

@@ -29,7 +29,7 @@ from paradvisor.launch.preflight import has_cuda, validate
 from paradvisor.rundir import LAUNCHER_LOG, RunDir, launcher_log_name, new_run_dir, node_file, rank_process
 from paradvisor.rundir import read_tail
 from paradvisor.rundir.lock import lock_file, prepare_run_dir
-from paradvisor.rundir.status import RunState, main_exit_code, write_aborted, write_json_atomic
+from paradvisor.rundir.status import RunState, main_exit_code, write_aborted, write_final, write_json_atomic
 from paradvisor.safeio import open_private, private_dir, write_private
 from paradvisor.spec.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
 from paradvisor.spec.preset import Preset, engine_of, write_run_plan
@@ -277,8 +277,7 @@ class Launch:
                     doc["replan"] = write_replan(self.run_dir, self.preset)
                 except Exception as exc:  # a re-plan is advice: never let it hide the failure itself
                     doc["replan_error"] = f"{type(exc).__name__}: {exc}"
-        write_json_atomic(self.status_path, doc)
-        return doc
+        return write_final(self.status_path, doc, self.preset.launch.checkpoint_dir)
 
 
 NO_STEPS = (

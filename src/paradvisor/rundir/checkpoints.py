@@ -52,6 +52,16 @@ def temp_name(step: int) -> str:
     return f".step-{step}.partial"
 
 
+def drop_partials(root: Path) -> int:
+    """Remove the incomplete checkpoints (`.step-N.partial`, never loaded) under `root`; how many there were."""
+    n = 0
+    for p in root.glob(".step-*.partial") if root.is_dir() else ():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            n += 1
+    return n
+
+
 def step_name(step: int) -> str:
     return f"step-{step}"
 

@@ -175,6 +175,42 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     write_private(path, json.dumps(finite(doc), indent=2, default=str, allow_nan=False))
 
 
+def write_final(path: Path, doc: dict, checkpoint_dir: str | None) -> dict:
+    """An ended run's status (at `path`, in its run directory). On a full disk (a checkpoint filled it: the ranks
+    failed on it), the run's incomplete checkpoints (`.step-N.partial`: nothing loads them) are removed to make
+    room and the status written again; when it still cannot be written, the returned doc says so (the folder then
+    reads as interrupted) and the run's end is reported as a failure, never as bad input."""
+    import errno  # noqa: PLC0415 - start-up: only an ended run writes here
+
+    try:
+        write_json_atomic(path, doc)
+        return doc
+    except OSError as exc:
+        err = exc
+    if err.errno == errno.ENOSPC:
+        from paradvisor.rundir.checkpoints import checkpoint_root, drop_partials  # noqa: PLC0415 - as above
+
+        if drop_partials(checkpoint_root(path.parent, checkpoint_dir)):
+            full = "the disk was full at the run's end (its incomplete checkpoint was removed to write this)"
+            freed = {**doc, "note": full}
+            if (
+                doc.get("status") == RunState.FAILED
+            ):  # what the ranks could not write is likely why they failed
+                freed["reason"] = f"{doc.get('reason') or 'failed'}; {full}"
+            try:
+                write_json_atomic(path, freed)
+                return freed
+            except OSError as again:
+                err = again
+    why = f"{path.name} could not be written: {err.strerror or err}"
+    failed = doc.get("status") == RunState.FINISHED
+    return {
+        **doc,
+        "status": RunState.FAILED if failed else doc["status"],
+        "reason": "; ".join(x for x in (doc.get("reason"), why) if x),
+    }
+
+
 def write_aborted(path: Path, preset, exc: BaseException) -> None:
     """The final status of a run whose start was cut short (Ctrl-C, a failure) after its folder was claimed
     and before it wrote a status: `runs` and `monitor` then see it (interrupted, or failed with the reason).
