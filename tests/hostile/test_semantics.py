@@ -315,6 +315,8 @@ H100 = str(EXAMPLES / "h100-8x-nvlink.toml")
 def _odd(tmp_path: Path) -> dict:
     afile = tmp_path / "afile"
     afile.write_text("x")
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
     return {
         "empty-save": (["recommend", "--model", "gpt2", "--cluster", H100, "--save", ""], "--save is empty"),
         "empty-out": (["launch", "--preset", SMOKE, "--export", "slurm", "--out", ""], "--out is empty"),
@@ -329,6 +331,15 @@ def _odd(tmp_path: Path) -> dict:
         "empty-data": (
             ["launch", "--preset", SMOKE, "--dry-run", "--data-path", " "],
             "--data-path is empty",
+        ),
+        # paradvisor's trainer flags given with the user's own code were ignored: the script never sees them
+        "own-code-lr": (
+            ["launch", "--preset", SMOKE, "--dry-run", "--script", str(script), "--lr", "0.1"],
+            "--lr sets paradvisor's own trainer, not your code",
+        ),
+        "own-code-data": (
+            ["launch", "--preset", SMOKE, "--dry-run", "--script", str(script), "--data-path", str(afile)],
+            "--data-path sets paradvisor's own trainer",
         ),
         "file-runs-dir": (["runs", "--runs-dir", str(afile)], "not a folder"),
         "top-0": (["recommend", "--model", "gpt2", "--cluster", H100, "--top", "0"], "below the bound of 1"),
@@ -354,6 +365,8 @@ def _odd(tmp_path: Path) -> dict:
         "empty-script",
         "empty-module",
         "empty-data",
+        "own-code-lr",
+        "own-code-data",
         "file-runs-dir",
         "top-0",
         "top-neg",

@@ -212,6 +212,7 @@ def apply_overrides(preset, args):
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
     if tkw.get("dataset") in ("imdb", "text", "files") and not (tkw.get("data_path") or t.data_path):
         raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
+    from paradvisor.launch.program import program_of
     from paradvisor.spec.preset import LaunchSettings, TrainSettings
     from paradvisor.typed import from_table
 
@@ -235,34 +236,6 @@ def apply_overrides(preset, args):
 
         check_hosts(out.launch.hosts, out.launch.nnodes, ssh=out.launch.engine == "ssh")
     return out
-
-
-def program_of(preset, args):
-    """The preset's [program], or the one --script / --module / --runtime / -- ARGS give."""
-    from paradvisor.spec.preset import ProgramSettings, parse_program
-
-    script, module = getattr(args, "script", None), getattr(args, "module", None)
-    extra, runtime = list(getattr(args, "program_args", None) or []), getattr(args, "runtime", None)
-    if not (script or module):
-        if extra:
-            raise InputError(
-                f"unexpected argument {extra[0]!r} (a script's arguments go after --script FILE --)"
-            )
-        if runtime and not preset.program.own:
-            raise InputError("--runtime names what runs your own code: give it with --script or --module")
-        if runtime:
-            return replace(preset.program, runtime=runtime)
-        return preset.program
-    table = {"args": extra, "runtime": runtime or "torch"}
-    if script:
-        table["script"] = os.path.abspath(script)
-    else:
-        table["module"] = module
-    for a in extra:
-        from paradvisor.typed import printable
-
-        printable(a, "an argument after --", limit=4096)
-    return parse_program(table, lambda k: f"--{k}") if table else ProgramSettings()
 
 
 def run(args) -> int:
