@@ -168,3 +168,21 @@ def test_more_runs_than_a_table_lays_out_quickly_are_listed_a_run_to_a_line_pair
     monkeypatch.setenv("COLUMNS", "200")
     monitor.run_list(argparse.Namespace(runs_dir=str(root), json=False))
     assert capsys.readouterr().out == narrow
+
+
+def test_the_users_code_is_not_given_the_trainers_step_count(tmp_path):
+    """A script that reported 30 steps without a total showed 'step 30/10': the preset's train.steps, which
+    paradvisor's trainer runs and the user's code never sees. Its total is what it reports, else unknown."""
+    from paradvisor.monitor.follow import summarize_run
+
+    trainer = _run(tmp_path / "runs", "20260101-000000-trainer")
+    own = _run(tmp_path / "runs", "20260101-000100-own")
+    plan = own / "plan.toml"
+    plan.write_text(plan.read_text() + '\n[program]\nscript = "/home/me/train.py"\n')
+    assert summarize_run(trainer).total_steps == 10  # tiny-cpu-smoke's train.steps
+    assert summarize_run(own).total_steps is None and summarize_run(own).step == 30
+    with open(own / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "step", "rank": 0, "step": 31, "time": 40.0, "loss": 0.1,
+                            "step_time_s": 0.1, "total_steps": 50}) + "\n")  # fmt: skip
+    assert summarize_run(own).total_steps == 50
+    assert "step 31/50" in run_cli("runs", "--runs-dir", str(tmp_path / "runs")).stdout

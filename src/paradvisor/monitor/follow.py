@@ -280,11 +280,11 @@ def summarize_run(
     tally = records if isinstance(records, MetricsTally) else MetricsTally.of(records)
     status = effective_status(run_dir)
     plan = plan_doc(run_dir)
-    total = tally.total_steps or plan.get("train", {}).get("steps") or None
+    own = any((plan.get("program") or {}).get(k) for k in ("script", "module"))  # its steps: what it reports
+    total = tally.total_steps or (None if own else plan.get("train", {}).get("steps")) or None
     batch = plan.get("workload", {}).get("global_batch", 0)
-    step_time = (
-        tally.measured_step_time()
-    )  # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
+    # the one definition, shared with `validate` (rundir.metrics.MetricsTally)
+    step_time = tally.measured_step_time()
     gsps = (batch / step_time) if step_time else None
     predicted, errors = _compared(run_dir, plan, tally, step_time, gsps)
     nodes, ranks = node_view(run_dir, tally, status)
