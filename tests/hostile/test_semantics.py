@@ -337,6 +337,12 @@ def _odd(tmp_path: Path) -> dict:
             ["launch", "--preset", SMOKE, "--dry-run", "--script", str(script), "--lr", "0.1"],
             "--lr sets paradvisor's own trainer, not your code",
         ),
+        # recommend's planning flags with a preset were ignored: the run kept the preset's sequence length
+        "preset-seq-len": (
+            ["launch", "--preset", SMOKE, "--dry-run", "--seq-len", "64"],
+            "--seq-len plans a run from --model; a preset",
+        ),
+        "resume-pick": (["launch", "--resume", str(afile), "--pick", "2"], "--pick plans a run from --model"),
         "own-code-data": (
             ["launch", "--preset", SMOKE, "--dry-run", "--script", str(script), "--data-path", str(afile)],
             "--data-path sets paradvisor's own trainer",
@@ -367,6 +373,8 @@ def _odd(tmp_path: Path) -> dict:
         "empty-data",
         "own-code-lr",
         "own-code-data",
+        "preset-seq-len",
+        "resume-pick",
         "file-runs-dir",
         "top-0",
         "top-neg",
