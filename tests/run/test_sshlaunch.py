@@ -251,6 +251,30 @@ def tui_view_of(run: Path, tmp_path: Path) -> None:
     asyncio.run(flow())
 
 
+def test_one_node_on_another_host_runs_there(cluster, tmp_path):
+    """`launch --preset P --hosts gpubox` with a one-node plan ran on this machine and ignored the host (the ssh
+    engine was chosen only for several nodes): it runs on that host, over ssh, and comes back like any ssh run."""
+    port = cluster["sshd"].port
+    text = SMOKE.read_text().replace(
+        "[launch]\nnproc_per_node = 2",
+        f"[launch]\nnproc_per_node = 2\nmaster_port = {free_port()}\nremote_python = {json.dumps(sys.executable)}\n"
+        f"remote_dir = {json.dumps(str(tmp_path / 'nodes'))}",
+    )
+    preset = tmp_path / "one-node.toml"
+    preset.write_text(text.replace("steps = 10", "steps = 3"))
+    argv = launch_argv(
+        preset, tmp_path / "runs", "--hosts", f"127.0.0.2:{port}", ssh_config=cluster["sshd"].config
+    )
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = the_run(tmp_path)
+    assert (tmp_path / "nodes").is_dir(), "the node agent ran in the host's remote_dir"
+    nodes = json.loads((run / "nodes.json").read_text())
+    assert [n["host"] for n in nodes["nodes"]] == [f"127.0.0.2:{port}"]
+    assert max(r["step"] for r in records(run, "metrics.jsonl") if r.get("kind") == "step") == 3
+    assert_nothing_left(tmp_path)
+
+
 def test_an_unreachable_node_fails_the_run_before_anything_starts(cluster, tmp_path):
     port = cluster["sshd"].port
     preset = write_preset(

@@ -222,10 +222,12 @@ class ProgramSettings:
 
 def engine_of(lau: LaunchSettings) -> str:
     """'ssh' (paradvisor starts every node over ssh) or 'local' (this machine runs node `node_rank`): an explicit
-    launch.engine, else ssh when the launch has several nodes and a host for each."""
+    launch.engine, else ssh when the launch has a host for each node and they are several or the one is not this
+    machine (one node on `--hosts gpubox` ran here, the host ignored)."""
     if lau.engine != "auto":
         return lau.engine
-    return "ssh" if lau.nnodes > 1 and len(lau.hosts) == lau.nnodes else "local"
+    away = any(h not in ("localhost", "127.0.0.1") for h in lau.hosts)
+    return "ssh" if len(lau.hosts) == lau.nnodes and (lau.nnodes > 1 or away) else "local"
 
 
 @dataclass(frozen=True)
