@@ -343,6 +343,14 @@ def _odd(tmp_path: Path) -> dict:
             "--seq-len plans a run from --model; a preset",
         ),
         "resume-pick": (["launch", "--resume", str(afile), "--pick", "2"], "--pick plans a run from --model"),
+        "recommend-pick-alone": (
+            ["recommend", "--model", "gpt2", "--cluster", H100, "--pick", "2"],
+            "--pick goes with --save",
+        ),
+        "recommend-tokenizer-alone": (
+            ["recommend", "--model", "gpt2", "--cluster", H100, "--tokenizer", str(tmp_path)],
+            "--tokenizer goes with --data-path",
+        ),
         "own-code-data": (
             ["launch", "--preset", SMOKE, "--dry-run", "--script", str(script), "--data-path", str(afile)],
             "--data-path sets paradvisor's own trainer",
@@ -373,6 +381,8 @@ def _odd(tmp_path: Path) -> dict:
         "empty-data",
         "own-code-lr",
         "own-code-data",
+        "recommend-pick-alone",
+        "recommend-tokenizer-alone",
         "preset-seq-len",
         "resume-pick",
         "file-runs-dir",
