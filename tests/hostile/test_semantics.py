@@ -351,6 +351,24 @@ def _odd(tmp_path: Path) -> dict:
             ["recommend", "--model", "gpt2", "--cluster", H100, "--tokenizer", str(tmp_path)],
             "--tokenizer goes with --data-path",
         ),
+        "launch-out-alone": (
+            ["launch", "--preset", SMOKE, "--dry-run", "--out", str(tmp_path / "o")],
+            "--out shapes",
+        ),
+        "launch-image-hostfile": (
+            [
+                "launch",
+                "--preset",
+                SMOKE,
+                "--export",
+                "hostfile",
+                "--image",
+                "x:1",
+                "--out",
+                str(tmp_path / "o"),
+            ],
+            "--image is the image of the kubeflow and pytorchjob exports",
+        ),
         "own-code-data": (
             ["launch", "--preset", SMOKE, "--dry-run", "--script", str(script), "--data-path", str(afile)],
             "--data-path sets paradvisor's own trainer",
@@ -381,6 +399,8 @@ def _odd(tmp_path: Path) -> dict:
         "empty-data",
         "own-code-lr",
         "own-code-data",
+        "launch-out-alone",
+        "launch-image-hostfile",
         "recommend-pick-alone",
         "recommend-tokenizer-alone",
         "preset-seq-len",

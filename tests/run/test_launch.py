@@ -148,7 +148,7 @@ def test_broken_toml_names_the_line(tmp_path, cli):
         ),
         ({"dp": 4}, None, None, "= 2 processes"),
         (None, None, {"dataset": "imdb", "data_path": "/nonexistent/aclImdb"}, "not an aclImdb folder"),
-        (None, {"hosts": ["no-such-host.invalid"]}, None, "unreachable"),
+        (None, {"hosts": ["no-such-host.invalid"], "engine": "local"}, None, "unreachable"),
         (
             {"sharding": "zero2", "dp": 1, "tp": 2, "micro_batch": 8},
             None,

@@ -145,31 +145,9 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-# The flags that plan a run (as `recommend` takes them): with --model they choose the plan; a preset (or the run
-# --resume continues) carries its own workload, machines and plan, so there they would be ignored.
-PLANNING_FLAGS = {
-    **dict.fromkeys(("cluster", "gpus", "gpu_type", "link", "seq_len", "global_batch"), None),
-    "gpu_spec": [], "precision": "auto", "attention": "auto", "margin": 0.10, "pick": 1,
-}
-
-
-def check_planning_flags(args) -> None:
-    """A planning flag given without --model is one line: it would be ignored."""
-    if args.model:
-        return
-    for dest, default in PLANNING_FLAGS.items():
-        if getattr(args, dest, default) not in (default, None):
-            flag = f"--{dest.replace('_', '-')}"
-            raise InputError(
-                f"{flag} plans a run from --model; a preset (or the run --resume continues) has its own workload, "
-                "machines and plan: edit them in the preset, or plan anew with --model"
-            )
-
-
 def preset_from_args(args):
     from paradvisor.spec.preset import load_preset
 
-    check_planning_flags(args)
     if args.preset:
         if args.model:
             raise InputError("give either --preset or --model, not both")
@@ -261,6 +239,9 @@ def apply_overrides(preset, args):
 
 
 def run(args) -> int:
+    from paradvisor.commands.flagpairs import check_launch_flags
+
+    check_launch_flags(args)
     if args.queue_timeout is not None and args.submit != "slurm":
         raise InputError("--queue-timeout applies to a queued job: use it with --submit slurm")
     lineage = None
@@ -268,7 +249,6 @@ def run(args) -> int:
         from paradvisor.launch.resume import resume_preset
         from paradvisor.spec.preset import load_preset
 
-        check_planning_flags(args)
         base = (
             preset_from_args(args)
             if (args.preset or args.model)

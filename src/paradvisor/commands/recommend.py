@@ -134,24 +134,11 @@ def compute(args):
     return rec, ref
 
 
-def check_flag_pairs(args) -> None:
-    """A flag that only means something beside another one is one line without it (it would be ignored)."""
-    for flag, needs, given in (
-        ("--pick", "save", args.pick != 1),
-        ("--force", "save", args.force),
-        ("--text-field", "data_path", args.text_field != "text"),
-        ("--tokenizer", "data_path", args.tokenizer is not None),
-    ):
-        if given and not getattr(args, needs):
-            raise InputError(f"{flag} goes with --{needs.replace('_', '-')}; without it, it would do nothing")
-    if args.rules and args.no_rules:
-        raise InputError("--rules adds rule folders and --no-rules ranks without any rule: give one of them")
-
-
 def run(args) -> int:
     from paradvisor import collector
+    from paradvisor.commands.flagpairs import check_recommend_flags
 
-    check_flag_pairs(args)
+    check_recommend_flags(args)
 
     with collector.paused():  # the planner's modules and the search: what they make lives on
         from paradvisor.plan.report import to_doc
