@@ -83,6 +83,17 @@ def test_bad_plans_are_one_line_naming_the_constraint(plan, fragment, pa):
     assert_one_line_error(pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", plan), fragment)
 
 
+def test_a_precision_flag_that_the_plans_own_precision_would_override_is_one_line(pa):
+    """--precision fp32 beside a plan that pins bf16 (a --plan-file preset, a pasted --plan-json) was ignored: the
+    bf16 numbers came back. Both given and different: one line; the same, or only one of them: estimated."""
+    assert_one_line_error(
+        pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "precision=bf16", "--precision", "fp32"),
+        "--precision fp32 and the plan's precision bf16 differ",
+    )
+    out = pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "tp=8", "--precision", "fp32", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["plan"]["precision"] == "fp32"
+
+
 def test_a_bad_plan_from_the_real_command_is_one_line_exit_2():
     p = run_cli("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "tp=3")
     assert_one_line_error(p, "tp 3 does not divide the 40 attention heads")

@@ -88,6 +88,11 @@ def compute(args):
     from paradvisor.plan.pinned import estimate_pinned
 
     given, preset = _given(args)
+    if args.precision != "auto" and given.get("precision", args.precision) != args.precision:
+        raise InputError(
+            f"--precision {args.precision} and the plan's precision {given['precision']} differ (the plan's would be "
+            f"estimated): give precision={args.precision} in the plan, or leave --precision out"
+        )
     model = args.model or (preset.workload.model if preset else None)
     if not model:
         raise InputError("--model is needed (or a --plan-file whose [workload] names one)")
