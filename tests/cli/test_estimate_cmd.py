@@ -90,7 +90,9 @@ def test_a_precision_flag_that_the_plans_own_precision_would_override_is_one_lin
         pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "precision=bf16", "--precision", "fp32"),
         "--precision fp32 and the plan's precision bf16 differ",
     )
-    out = pa("estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "tp=8", "--precision", "fp32", "--json")
+    out = pa(
+        "estimate", "--model", "llama-2-13b", *MACHINE, "--plan", "tp=8", "--precision", "fp32", "--json"
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["plan"]["precision"] == "fp32"
 
 
@@ -151,6 +153,24 @@ def test_a_preset_file_is_estimated_with_its_workload(pa):
 
     want = profile_of(load_preset(REPO / "presets" / "tiny-cpu-smoke.toml")).total_params
     assert doc["memory"]["breakdown"]["params"] == 4 * want  # fp32 weights
+
+
+def test_a_preset_files_attention_is_the_one_estimated(pa, tmp_path):
+    """A preset whose [workload] says attention = "eager" was estimated with the default (sdpa) attention, unlike
+    its seq_len and global_batch: the numbers were those of another run."""
+    machine = ("--gpus", "8", "--gpu-type", "A100 80GB", "--json")
+    saved = tmp_path / "gpt2.toml"
+    assert pa("recommend", "--model", "gpt2", *machine[:4], "--save", str(saved)).returncode == 0
+    eager = tmp_path / "eager.toml"
+    eager.write_text(saved.read_text().replace('attention = "sdpa"', 'attention = "eager"'))
+
+    def step(*argv):
+        out = pa("estimate", *argv, *machine)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["time"]["step_time_s"]
+
+    assert step("--plan-file", str(eager)) == step("--plan-file", str(saved), "--attention", "eager")
+    assert step("--plan-file", str(eager)) > step("--plan-file", str(saved))
 
 
 def _on(model: str, cluster: str) -> list[str]:

@@ -115,8 +115,8 @@ def compute(args):
         global_batch=args.global_batch
         if args.global_batch is not None
         else (pw.global_batch if pw else None),
-        precision=args.precision,
-        attention=args.attention,
+        precision=args.precision if args.precision != "auto" or not pw else pw.precision,
+        attention=args.attention if args.attention != "auto" or not pw else pw.attention,
         model=model,
     )
     from dataclasses import asdict
