@@ -130,6 +130,17 @@ def test_a_data_path_the_dataset_does_not_read_is_refused(tmp_path, cli):
     assert cli(*argv, "--dataset", "text").returncode == 0
 
 
+@pytest.mark.parametrize("host,over_ssh", [("127.0.0.2", True), ("127.0.0.1", False), ("localhost", False)])
+def test_a_one_node_cluster_on_another_machine_is_launched_there(tmp_path, cli, host, over_ssh):
+    """A cluster file whose one node names a host ("where launch reaches it") planned a run that started here, the
+    host dropped; a node that is this machine (localhost, one of its addresses) still runs here."""
+    cluster = tmp_path / "one.toml"
+    cluster.write_text(f'[[node]]\nname = "box"\nhost = "{host}"\ngpus = [{{ type = "A100", count = 2 }}]\n')
+    proc = cli("launch", "--model", "gpt2", "--cluster", str(cluster), "--device", "cpu", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert (f"over ssh, rendezvous at {host}:" in proc.stdout + proc.stderr) == over_ssh
+
+
 def test_broken_toml_names_the_line(tmp_path, cli):
     p = tmp_path / "broken.toml"
     p.write_text(SMOKE.read_text().replace('name = "tiny-cpu-smoke"', 'name = "tiny'))

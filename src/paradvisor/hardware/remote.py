@@ -47,6 +47,24 @@ def parse_host(text: str) -> tuple[str | None, str, int | None]:
     return m.group("user"), host, port
 
 
+def this_machine(host: str) -> bool:
+    """Whether '[user@]host' names this machine (localhost, its host name, an address of one of its interfaces): a
+    one-node cluster whose node is this machine runs here, not over ssh. A host with a port is an ssh login."""
+    try:
+        _user, name, port = parse_host(host)
+    except InputError:
+        return False
+    if port is not None:
+        return False
+    import socket  # noqa: PLC0415 - start-up: only a one-node cluster with a host asks
+
+    import psutil
+
+    if name in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    return any(a.address == name for addrs in psutil.net_if_addrs().values() for a in addrs)
+
+
 def check_hosts(hosts, nnodes: int, *, ssh: bool = False) -> None:
     """A launch's hosts: each [user@]host[:port], and one per node when there are any (the ssh engine needs
     them): two hosts for a one-node plan used to run that node here, the hosts ignored."""

@@ -26,8 +26,12 @@ def launch_for(cluster, plan=None) -> LaunchSettings:
     procs = [n.gpu_count for n in nodes]
     if plan is not None and sum(procs) != plan.world_size:
         return LaunchSettings(nproc_per_node=plan.world_size)
-    if len(nodes) == 1:
-        return LaunchSettings(nproc_per_node=procs[0])
+    if len(nodes) == 1:  # one node: here, unless the cluster names a host that is another machine (over ssh)
+        host = nodes[0].host
+        from paradvisor.hardware.remote import this_machine  # noqa: PLC0415 - start-up: recommend --save
+
+        away = bool(host) and not this_machine(host)
+        return LaunchSettings(nproc_per_node=procs[0], hosts=(host,) if away else ())
     hosts = tuple(n.host or n.name for n in nodes)
     return LaunchSettings(
         nproc_per_node=max(procs),
