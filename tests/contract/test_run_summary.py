@@ -186,3 +186,30 @@ def test_the_users_code_is_not_given_the_trainers_step_count(tmp_path):
                             "step_time_s": 0.1, "total_steps": 50}) + "\n")  # fmt: skip
     assert summarize_run(own).total_steps == 50
     assert "step 31/50" in run_cli("runs", "--runs-dir", str(tmp_path / "runs")).stdout
+
+
+def test_no_eta_from_a_gpu_plans_prediction_for_a_run_on_a_cpu(tmp_path):
+    """A plan ranked for H100s launched with --device cpu said 'ETA 4.9 ms' at its first step: the ETA started from
+    the preset's GPU step time. A CPU run's ETA starts from what it measures; a prediction made for where it runs
+    (computed at launch) still seeds it."""
+    import os
+
+    from paradvisor.monitor.follow import summarize_run
+
+    run = _run(tmp_path / "runs", "20260101-000000-cpu", status="running")
+    st = json.loads((run / "status.json").read_text())
+    import psutil
+
+    me = {"launcher_pid": os.getpid(), "launcher_started": psutil.Process().create_time(), "started": 100.0}
+    (run / "status.json").write_text(json.dumps(st | me))  # its launcher: this process, alive
+    with open(run / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"kind": "step", "rank": 0, "step": 1, "time": 101.0, "step_time_s": 0.5}) + "\n")
+    pred = {"schema": "paradvisor.prediction/1", "runs_on": "cpu", "step_time_s": 0.0008}
+    (run / "prediction.json").write_text(json.dumps(pred | {"source": "preset"}))
+    s = summarize_run(run)
+    assert s.status == "running" and s.total_steps == 10
+    eta_cpu = s.eta_s
+    (run / "prediction.json").write_text(json.dumps(pred | {"source": "launch"}))
+    eta_launch = summarize_run(run).eta_s
+    assert eta_cpu == 9 * 0.5  # the measured step alone
+    assert eta_launch == 9 * (0.25 * 0.5 + 0.75 * 0.0008)  # one measured step weighs 1 / (1 + 3)

@@ -30,9 +30,8 @@ class MetricsFollower:
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
-        self.reader = MetricsReader(
-            RunDir(self.run_dir).metrics, index=True
-        )  # the tally alone: the index helps
+        # the tally alone: the index helps
+        self.reader = MetricsReader(RunDir(self.run_dir).metrics, index=True)
 
     def poll(self, keep: int = 1000) -> list[dict]:
         return self.reader.read(keep)
@@ -59,9 +58,8 @@ def failure_text(status: dict) -> str | None:
     if status.get("status") not in (RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED):
         return None
     rank, code = status.get("failed_rank"), status.get("exit_code")
-    reason = one_line(
-        status.get("reason") or ""
-    )  # read from a file or sent by a node: never a line of its own
+    # read from a file or sent by a node: never a line of its own
+    reason = one_line(status.get("reason") or "")
     if status.get("hung") or rank is None:
         return reason
     if code is None:
@@ -192,6 +190,11 @@ class Predicted:
     source: str | None = None
     note: str | None = None
     device: str | None = None
+    runs_on: str | None = None  # cuda | cpu: where the run ran (prediction.json)
+
+    def eta_step_s(self) -> float | None:
+        """The step time an ETA may start from: none from a GPU plan's prediction for a run on a CPU."""
+        return None if self.runs_on == "cpu" and self.source == "preset" else self.step_time_s
 
 
 @dataclass(frozen=True)
@@ -293,7 +296,7 @@ def summarize_run(
         nodes=nodes,
         run_dir=str(run_dir),
         name=plan.get("name", status.name or run_dir.name),
-        **_progress(tally, status, plan, total, step_time, predicted.step_time_s),
+        **_progress(tally, status, plan, total, step_time, predicted.eta_step_s()),
         **_measured(tally, batch),
         step_time_s=step_time,
         samples_per_s=gsps,
@@ -451,12 +454,8 @@ def node_lines(s: RunSummary) -> list[str]:
     out = []
     for n in s.nodes:
         ranks = ", ".join(f"rank {r['rank']} step {r['step']}" for r in s.ranks if r["node"] == n["node"])
-        line = (
-            f"node {n['node']}"
-            + (f" ({one_line(n['host'])})" if n["host"] else "")
-            + f": {one_line(n['state'])}"
-        )
-        line += f"; {ranks or 'no rank yet'}"
+        host = f" ({one_line(n['host'])})" if n["host"] else ""
+        line = f"node {n['node']}{host}: {one_line(n['state'])}; {ranks or 'no rank yet'}"
         smp = n["sample"]
         if smp:
             if smp.get("cpu_pct") is not None:
