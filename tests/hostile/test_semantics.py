@@ -347,6 +347,10 @@ def _odd(tmp_path: Path) -> dict:
             ["recommend", "--model", "gpt2", "--cluster", H100, "--pick", "2"],
             "--pick goes with --save",
         ),
+        "explain-force-alone": (
+            ["explain", "--model", "gpt2", "--cluster", H100, "--force"],
+            "--force goes with --save",
+        ),
         "recommend-tokenizer-alone": (
             ["recommend", "--model", "gpt2", "--cluster", H100, "--tokenizer", str(tmp_path)],
             "--tokenizer goes with --data-path",
@@ -403,6 +407,7 @@ def _odd(tmp_path: Path) -> dict:
         "launch-image-hostfile",
         "recommend-pick-alone",
         "recommend-tokenizer-alone",
+        "explain-force-alone",
         "preset-seq-len",
         "resume-pick",
         "file-runs-dir",

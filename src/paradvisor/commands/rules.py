@@ -123,9 +123,11 @@ def run_facts(args) -> int:
 
 
 def run_explain(args) -> int:
+    from paradvisor.commands.flagpairs import check_recommend_flags
     from paradvisor.commands.recommend import compute
     from paradvisor.plan.report import to_doc
 
+    check_recommend_flags(args)  # recommend's flags, recommend's pairs
     rec, ref = compute(args)
     doc = to_doc(rec)
     if args.save:
@@ -140,13 +142,7 @@ def run_explain(args) -> int:
                 "schema": "paradvisor.explanation/1",
                 "rules_fired": doc["rules_fired"],
                 "plans": [
-                    {
-                        "rank": p["rank"],
-                        "cost_model_rank": p["cost_model_rank"],
-                        "label": p["label"],
-                        "rules": p["rules"],
-                        "reason": p["reason"],
-                    }
+                    {k: p[k] for k in ("rank", "cost_model_rank", "label", "rules", "reason")}
                     for p in doc["plans"][: args.top]
                 ],
             }
