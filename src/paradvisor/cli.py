@@ -124,15 +124,10 @@ def _short(text: str) -> str:
     )
 
 
+# `--resume "$RUN"` with RUN unset: refused, not a fresh run
 PATH_OPTIONS = (
     *("save", "out", "runs_dir", "run_dir", "ssh_config", "cluster", "gpu_spec", "preset", "model"),
-    *(
-        "resume",
-        "script",
-        "data_path",
-        "tokenizer",
-        "module",
-    ),  # `--resume "$RUN"` with RUN unset: no fresh run
+    *("resume", "script", "data_path", "tokenizer", "module"),
 )
 
 

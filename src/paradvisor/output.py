@@ -36,6 +36,12 @@ def one_line(message) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
+def word_list(items, conj: str = "and") -> str:
+    """'a', 'a and b', 'a, b and c' (conj: the last joining word)."""
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {conj} {items[-1]}"
+
+
 def shell_join(argv) -> str:
     """`argv` as one line that a shell runs as exactly `argv` when pasted (POSIX quoting, `shlex`), and that
     sends nothing raw to the terminal: an argument holding a control or other non-printable character is

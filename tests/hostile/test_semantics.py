@@ -170,11 +170,11 @@ def test_starting_weights_that_are_not_safetensors_are_one_input_error(tmp_path,
         checkpoint_shapes(tmp_path)
 
 
-def test_a_fifo_named_as_weights_in_a_model_folder_is_refused_at_dry_run(tmp_path):
+def _model_folder_dry_run(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A Qwen model folder (config.json alone) and the `launch --model FOLDER ... --dry-run` argv for it."""
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text(QWEN.read_text())
-    os.mkfifo(folder / "model.safetensors")
     argv = [
         "launch",
         "--model",
@@ -187,34 +187,24 @@ def test_a_fifo_named_as_weights_in_a_model_folder_is_refused_at_dry_run(tmp_pat
         "cpu",
         "--dry-run",
     ]
-    proc = run_cli(*argv, "--runs-dir", str(tmp_path / "runs"), timeout=60)
-    assert_one_line_error(proc, "model.safetensors", "not a regular file")
+    return folder, [*argv, "--runs-dir", str(tmp_path / "runs")]
+
+
+def test_a_fifo_named_as_weights_in_a_model_folder_is_refused_at_dry_run(tmp_path):
+    folder, argv = _model_folder_dry_run(tmp_path)
+    os.mkfifo(folder / "model.safetensors")
+    assert_one_line_error(run_cli(*argv, timeout=60), "model.safetensors", "not a regular file")
 
 
 def test_weights_in_a_pickle_format_are_refused_not_ignored(tmp_path):
     """A model folder holding pytorch_model.bin and no safetensors trained from a random init, silently (only
-    safetensors are read): one line naming the file and both ways on; init = "random" still trains from scratch,
-    and the HF Trainer's own state files (training_args.bin, optimizer.pt) are not taken for weights."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    (folder / "config.json").write_text(QWEN.read_text())
+    safetensors are read): one line naming the file and both ways on (safe_serialization, or init = "random"); the
+    HF Trainer's own state files (training_args.bin) are not taken for weights."""
+    folder, argv = _model_folder_dry_run(tmp_path)
     (folder / "training_args.bin").write_bytes(b"not weights")
-    argv = [
-        "launch",
-        "--model",
-        str(folder),
-        "--gpus",
-        "2",
-        "--gpu-type",
-        "H100",
-        "--device",
-        "cpu",
-        "--dry-run",
-    ]
-    runs = ["--runs-dir", str(tmp_path / "runs")]
-    assert run_cli(*argv, *runs, timeout=60).returncode == 0
+    assert run_cli(*argv, timeout=60).returncode == 0
     (folder / "pytorch_model.bin").write_bytes(b"pickled weights")
-    proc = run_cli(*argv, *runs, timeout=60)
+    proc = run_cli(*argv, timeout=60)
     assert_one_line_error(
         proc, f"{folder}: holds pytorch_model.bin but no safetensors", 'train.init = "random"'
     )

@@ -45,9 +45,8 @@ def check_model_folder(folder: Path) -> list[Path]:
     from paradvisor.spec.weights import weight_files
 
     if not (folder / "config.json").is_file():
-        if (
-            folder / "model.safetensors"
-        ).is_file():  # train/export.py writes a plain torch model's weights alone
+        # train/export.py writes a plain torch model's weights alone
+        if (folder / "model.safetensors").is_file():
             raise InputError(
                 "holds model.safetensors alone: the run trained a plain torch model (minGPT, VGG), not a Hugging "
                 "Face one; copy that file itself",

@@ -5,6 +5,7 @@ flags go with --model (a preset or a resumed run has its own plan), --out/--forc
 from __future__ import annotations
 
 from paradvisor.errors import InputError
+from paradvisor.output import word_list
 
 # The flags that plan a run (as `recommend` takes them): with --model they choose the plan; a preset (or the run
 # --resume continues) carries its own workload, machines and plan, so there they would be ignored.
@@ -31,7 +32,7 @@ def check_planning_flags(args) -> None:
             )
 
 
-EXPORT_FLAGS = (("out", None), ("force", False), ("image", None))  # shape what --export writes
+EXPORT_FLAGS = ("out", "force", "image")  # shape what --export writes (unset: None or False)
 IMAGE_EXPORTS = ("kubeflow", "pytorchjob")  # the exports whose jobs run an image
 
 
@@ -39,13 +40,11 @@ def check_launch_flags(args) -> None:
     """launch: the planning flags without --model; --out, --force, --image without an --export that uses them."""
     check_planning_flags(args)
     exports = set(args.export or ())
-    for dest, default in EXPORT_FLAGS:
-        if getattr(args, dest) not in (default, None, False) and not exports:
+    for dest in EXPORT_FLAGS:
+        if getattr(args, dest) not in (None, False) and not exports:
             raise InputError(f"--{dest} shapes what --export writes; without --export it would do nothing")
     if args.image is not None and not exports & set(IMAGE_EXPORTS):
-        raise InputError(
-            f"--image is the image of the {' and '.join(IMAGE_EXPORTS)} exports: add one of them"
-        )
+        raise InputError(f"--image is the image of the {word_list(IMAGE_EXPORTS)} exports: add one of them")
 
 
 def check_recommend_flags(args) -> None:

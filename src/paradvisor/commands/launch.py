@@ -210,12 +210,12 @@ def apply_overrides(preset, args):
         v = tkw.get(k, lkw.get(k))
         if v is not None and v < 1:
             raise InputError(f"--{k.replace('_', '-')} must be at least 1")
-    if tkw.get("dataset") in ("imdb", "text", "files") and not (tkw.get("data_path") or t.data_path):
-        raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
     from paradvisor.launch.program import program_of
-    from paradvisor.spec.preset import LaunchSettings, TrainSettings
+    from paradvisor.spec.preset import PATH_DATASETS, LaunchSettings, TrainSettings
     from paradvisor.typed import from_table
 
+    if tkw.get("dataset") in PATH_DATASETS and not (tkw.get("data_path") or t.data_path):
+        raise InputError(f"--dataset {tkw['dataset']} needs --data-path")
     # Flags go through the same typed checks and bounds as the preset's fields.
     flag = {
         "hang_timeout_s": "--hang-timeout",

@@ -225,10 +225,10 @@ def run_list(args) -> int:
     ]
     cells = [_run_cells(s) for s in runs]
     width = con.width  # a terminal's size is asked for each time it is read
-    if width < 120 or len(cells) > TABLE_ROWS:  # narrower than a table of whole names, or more runs than a
-        _print_line_pairs(
-            con, cells, width
-        )  # table is quick to lay out (Rich measures every cell: 10,000 in 6 s)
+    # narrower than a table of whole names, or more runs than a table is quick to lay out (Rich measures every
+    # cell: 10,000 in 6 s)
+    if width < 120 or len(cells) > TABLE_ROWS:
+        _print_line_pairs(con, cells, width)
     else:
         t = table(
             None, "run", "plan", "status", "step", "loss", "samples/s", "elapsed", "ETA", "resumed from"

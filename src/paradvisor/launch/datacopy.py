@@ -41,6 +41,7 @@ from paradvisor.launch.trainer_check import tokenize
 from paradvisor.limits import MAX_CORPUS_COPY
 from paradvisor.rundir.checkpoints import crc_of, verify
 from paradvisor.spec.corpus import TOKEN_FILES, cached, corpus_spec, uses_files
+from paradvisor.spec.preset import PATH_DATASETS
 
 SHARED, CACHE, COPY = "shared", "cache", "copy"
 KEY = re.compile(r"[0-9a-f]{8,64}")
@@ -91,7 +92,7 @@ def dry_line(preset, engine: str, nodes: int) -> str:
         if hit:
             return f"data: tokenized here, {_mib(size)} copied to each of {nodes} nodes; {never}"
         return f"data: {here}, then copied to each of {nodes} nodes; {never}"
-    if (nodes < 2 and engine != "slurm") or not t.data_path or t.dataset not in ("files", "text", "imdb"):
+    if (nodes < 2 and engine != "slurm") or not t.data_path or t.dataset not in PATH_DATASETS:
         return ""
     where = "every node of the allocation" if engine == "slurm" else "every node"
     line = f"data: {t.data_path} must be readable at the same path on {where} (it is not copied)"

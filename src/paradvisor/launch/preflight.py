@@ -17,13 +17,14 @@ from paradvisor.launch.argv import split_endpoint
 from paradvisor.launch.trainer_check import trainer_check
 from paradvisor.model import families
 from paradvisor.model.families import resolve_attention
+from paradvisor.output import word_list
 from paradvisor.spec.capability import runtime_why_not, why_not
 from paradvisor.spec.corpus import corpus_spec, tokenized_corpus, uses_files
 from paradvisor.spec.data import check_data_path, check_dataset_fits
 from paradvisor.spec.faults import from_env
 from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.model import profile_of, resolved_config
-from paradvisor.spec.preset import Preset, cluster_file, engine_of
+from paradvisor.spec.preset import LOCAL_HOSTS, PATH_DATASETS, Preset, cluster_file, engine_of
 
 
 def check_diloco(plan, steps: int, where: str) -> None:
@@ -77,7 +78,7 @@ def check_data(preset: Preset, where: str, family: str, trainer_checks=None) -> 
             raise InputError(str(exc), where=f"{where}: train.dataset") from None
         if preset.train.data_path and preset.train.dataset not in PATH_DATASETS:  # it would be ignored
             raise InputError(
-                f"a data path is read by dataset {', '.join(PATH_DATASETS[:-1])} or {PATH_DATASETS[-1]}; this "
+                f"a data path is read by dataset {word_list(PATH_DATASETS, 'or')}; this "
                 f"run's is {preset.train.dataset!r} (shipped data): set the dataset too (--dataset files: "
                 "JSON Lines, Parquet, CSV or text with the model's tokenizer)",
                 where=f"{where}: train.data_path",
@@ -153,7 +154,7 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
             'a multi-node launch needs launch.rdzv_endpoint = "HOST:PORT" (or --rdzv-endpoint)',
             where=f"{where}: launch",
         )
-    hosts = [h for h in lau.hosts if h not in ("localhost", "127.0.0.1")]
+    hosts = [h for h in lau.hosts if h not in LOCAL_HOSTS]
     if hosts:
         from paradvisor.hardware.remote import check_reachable, parse_host  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
@@ -168,7 +169,6 @@ def validate(preset: Preset, *, reach: bool = True, trainer_checks=None) -> None
                 raise InputError(f"host {h} is unreachable: {why}", where=f"{where}: launch.hosts")
 
 
-PATH_DATASETS = ("files", "text", "imdb")  # the datasets that read train.data_path
 MAX_SCRIPT_BYTES = 4 << 20  # a training script bigger than this is not a script
 
 

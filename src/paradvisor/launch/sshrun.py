@@ -156,8 +156,8 @@ class SshLaunch:
         lau = preset.launch
         self.join_bound_s = lau.join_timeout_s + JOIN_GRACE_S
         self.hang_detection = (
-            f"ssh engine: {len(nodes)} node{'s' if len(nodes) != 1 else ''}; an unreachable host fails the run within the ssh "
-            f"timeout ({ssh_timeout:g} s), a node that never joins within {lau.join_timeout_s:g} s "
+            f"ssh engine: {len(nodes)} node{'s' if len(nodes) != 1 else ''}; an unreachable host fails the run "
+            f"within the ssh timeout ({ssh_timeout:g} s), a node that never joins within {lau.join_timeout_s:g} s "
             f"(launch.join_timeout_s; at most {self.join_bound_s:g} s); each node's hang "
             "detection as for a local run"
         )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from paradvisor import interrupts
 from paradvisor.errors import InputError
+from paradvisor.output import word_list
 from paradvisor.rundir import RunDir, new_run_dir, node_file
 from paradvisor.safeio import claim_dir, open_private
 from paradvisor.spec.preset import Preset
@@ -81,8 +82,7 @@ def _prepare(run_dir, runs_dir, preset, suffixed, lock_name) -> tuple[Path, list
     if left:
         locks[0].close()
         raise InputError(
-            f"already holds a run (its {', '.join(left[:-1]) + ' and ' if left[1:] else ''}{left[-1]}); give a new "
-            "--run-dir",
+            f"already holds a run (its {word_list(left)}); give a new --run-dir",
             where=str(run_dir),
         )
     return run_dir, locks

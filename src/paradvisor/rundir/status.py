@@ -9,6 +9,7 @@ with mode 0600 through a `mkstemp` name in its folder, then renamed (`safeio.wri
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import time
@@ -180,22 +181,19 @@ def write_final(path: Path, doc: dict, checkpoint_dir: str | None) -> dict:
     failed on it), the run's incomplete checkpoints (`.step-N.partial`: nothing loads them) are removed to make
     room and the status written again; when it still cannot be written, the returned doc says so (the folder then
     reads as interrupted) and the run's end is reported as a failure, never as bad input."""
-    import errno  # noqa: PLC0415 - start-up: only an ended run writes here
-
     try:
         write_json_atomic(path, doc)
         return doc
     except OSError as exc:
         err = exc
     if err.errno == errno.ENOSPC:
-        from paradvisor.rundir.checkpoints import checkpoint_root, drop_partials  # noqa: PLC0415 - as above
+        from paradvisor.rundir.checkpoints import checkpoint_root, drop_partials  # noqa: PLC0415 - only an ended run
 
         if drop_partials(checkpoint_root(path.parent, checkpoint_dir)):
             full = "the disk was full at the run's end (its incomplete checkpoint was removed to write this)"
             freed = {**doc, "note": full}
-            if (
-                doc.get("status") == RunState.FAILED
-            ):  # what the ranks could not write is likely why they failed
+            # what the ranks could not write is likely why they failed
+            if doc.get("status") == RunState.FAILED:
                 freed["reason"] = f"{doc.get('reason') or 'failed'}; {full}"
             try:
                 write_json_atomic(path, freed)
@@ -203,10 +201,10 @@ def write_final(path: Path, doc: dict, checkpoint_dir: str | None) -> dict:
             except OSError as again:
                 err = again
     why = f"{path.name} could not be written: {err.strerror or err}"
-    failed = doc.get("status") == RunState.FINISHED
+    finished = doc.get("status") == RunState.FINISHED  # a run without its final status did not finish
     return {
         **doc,
-        "status": RunState.FAILED if failed else doc["status"],
+        "status": RunState.FAILED if finished else doc["status"],
         "reason": "; ".join(x for x in (doc.get("reason"), why) if x),
     }
 

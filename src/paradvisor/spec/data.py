@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 from paradvisor.errors import InputError
+from paradvisor.output import word_list
 from paradvisor.safeio import read_bytes
 from paradvisor.shipped import package_files
 
@@ -64,14 +65,12 @@ TASK_DATASETS = {
 def check_dataset_fits(dataset: str, task: str, family: str) -> None:
     """Fail before launch (exit 2) when the trainer cannot train a `task` model on `dataset`."""
     fits = TASK_DATASETS.get(task, ())
-    if (
-        task == "image" and dataset == "corpus"
-    ):  # the default: "the shipped data", an image model's are images
+    # the default, "the shipped data": an image model's are its synthetic images
+    if task == "image" and dataset == "corpus":
         return
     if dataset not in fits:
         kind = {"image": "an image model", "cls": "a sequence classifier", "lm": "a language model"}[task]
-        names = [repr(d) for d in fits]
-        either = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        either = word_list([repr(d) for d in fits], "or")
         raise InputError(f"dataset {dataset!r} does not fit {family}, {kind}: it trains on {either}")
 
 

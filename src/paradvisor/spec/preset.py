@@ -79,6 +79,8 @@ def save_preset(path: str | os.PathLike, doc: dict, *, force: bool = False) -> P
 # Reading and validating presets.
 
 DATASETS = ("corpus", "reviews", "imdb", "text", "files", "images")
+PATH_DATASETS = ("files", "text", "imdb")  # the datasets that read train.data_path
+LOCAL_HOSTS = ("localhost", "127.0.0.1")  # a launch host that is this machine
 INITS = ("auto", "pretrained", "random")
 _CLUSTER = {
     f.name for f in fields(ClusterRef)
@@ -226,7 +228,7 @@ def engine_of(lau: LaunchSettings) -> str:
     machine (one node on `--hosts gpubox` ran here, the host ignored)."""
     if lau.engine != "auto":
         return lau.engine
-    away = any(h not in ("localhost", "127.0.0.1") for h in lau.hosts)
+    away = any(h not in LOCAL_HOSTS for h in lau.hosts)
     return "ssh" if len(lau.hosts) == lau.nnodes and (lau.nnodes > 1 or away) else "local"
 
 
@@ -392,7 +394,7 @@ def _parse_train(t: dict, tw) -> TrainSettings:
         )
     if kw.get("device", "auto") not in ("auto", "cpu", "cuda"):
         raise InputError("device must be auto, cpu or cuda", where=tw("device"))
-    if kw.get("dataset") in ("imdb", "text", "files") and not kw.get("data_path"):
+    if kw.get("dataset") in PATH_DATASETS and not kw.get("data_path"):
         raise InputError(f"dataset {kw['dataset']!r} needs data_path", where=tw("data_path"))
     if kw.get("init", "auto") not in INITS:
         raise InputError(f"init {kw['init']!r}; expected one of {', '.join(INITS)}", where=tw("init"))
