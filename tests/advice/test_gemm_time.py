@@ -54,3 +54,36 @@ def test_the_measured_h100_gemms_are_predicted_within_their_stated_error():
     assert len(errs) == 71
     assert statistics.mean(abs(e) for e in errs) < 0.075
     assert abs(statistics.mean(errs)) < 0.05
+
+
+def test_the_sustained_clock_slows_tensor_math_and_not_the_bytes_a_gemm_moves():
+    """A training run holds a Hopper GPU at 1575 of its 1980 MHz (steptime.SUSTAINED_CLOCK): the math of a GEMM and a
+    flash-attention kernel run at that share of the short-measurement rate; its bytes and launch take what they did."""
+    held = steptime.Device(989.4e12, 3.35e12, "hopper", clock=steptime.sustained_clock("hopper"))
+    assert held.clock == pytest.approx(1575 / 1980)
+    m, n, k = 16384, 4096, 4096
+    fixed = steptime._gemm_bytes(m, n, k, H100) + steptime.KERNEL_LAUNCH_S
+    math_short = steptime.gemm_time(m, n, k, H100) - fixed
+    assert steptime.gemm_time(m, n, k, held) - fixed == pytest.approx(math_short / held.clock, rel=1e-9)
+    assert held.flash_rate("fa2") == pytest.approx(H100.flash_rate("fa2") * held.clock, rel=1e-12)
+    assert steptime.mem_time(1e9, held) == steptime.mem_time(1e9, H100)
+    assert steptime.sustained_clock("ampere") == 1.0 and steptime.sustained_clock("blackwell") < 1.0
+
+
+@pytest.mark.parametrize(("gpu", "slower"), [("H100", True), ("B200", True), ("A100 80GB", False)])
+def test_a_ranked_plan_is_timed_at_the_clock_its_gpu_holds_in_training(gpu, slower, monkeypatch):
+    """The planner's estimate (plan/gpu_stage.device_and_shape) takes the sustained clock of the GPU's
+    architecture: a Hopper or Blackwell plan is slower than at the short-measurement clock, an A100's is not."""
+    from paradvisor.hardware.cluster import single_node_cluster
+    from paradvisor.model import load_profile
+    from paradvisor.plan.evaluate import evaluate
+    from paradvisor.plan.facts import ModelFacts, Topology
+    from paradvisor.spec.plan import Plan, Workload
+
+    mf = ModelFacts.of(load_profile("llama-3-8b"))
+    wl = Workload(model="llama-3-8b", seq_len=4096, global_batch=64)
+    plan = Plan(dp=8, sharding="zero1", micro_batch=1, grad_accum=8)
+    held = evaluate(mf, Topology.of(single_node_cluster(gpu, 8)), wl, plan, "bf16", 0.0).step_time
+    monkeypatch.setattr(steptime, "SUSTAINED_CLOCK", {})
+    short = evaluate(mf, Topology.of(single_node_cluster(gpu, 8)), wl, plan, "bf16", 0.0).step_time
+    assert (held > 1.1 * short) if slower else (held == short)

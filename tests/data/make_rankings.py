@@ -26,6 +26,10 @@ output bytes plus a launch, the backward at its dgrad/wgrad shapes, measured on 
 cases keep their top-5 order (two-servers GPT-2, 2080 Ti GPT-2 large and the 4x8 H100 Llama-2-70B reorder
 near-ties), the 253 plans present in both records move by -27.4% (gpt-mini on the A30/Titan Xp pair: a slow GPU's
 small GEMMs are no longer charged the size factor of a fast one's) to +10.5%.
+Re-recorded when Hopper and Blackwell tensor math took the SM clock those GPUs hold through a training run
+(estimate/steptime.SUSTAINED_CLOCK: 1575 of 1980 MHz on Hopper, public measurements): 10 of 11 cases keep their
+top-5 order (the 4x8 H100 Llama-2-70B reorders near-ties), the 269 plans present in both records move by +0.0%
+(the A30/Titan Xp, 2080 Ti and two-server cases) to +20.7%.
 """
 
 from __future__ import annotations

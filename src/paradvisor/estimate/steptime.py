@@ -60,6 +60,18 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                H100 (~340-370 of 450 GB/s without NVLS)
   NET_EFF      0.9: nccl-tests bus bandwidth over InfiniBand HDR/NDR, ~90% of line rate
   KERNEL_LAUNCH_S  4 µs: CUDA kernel launch latency
+  SUSTAINED_CLOCK  the SM clock a Hopper or Blackwell GPU holds through a training run, as a share of the top
+               boost clock at which the short single-GPU measurements above run (GEMM_EFF, FLASH_PEAK,
+               experiments/gpu_kernels.py): dense tensor work for minutes, with communication kernels
+               overlapped, draws more than the board's power limit at the top clock, and the firmware lowers the
+               clock until it does not. Tensor-core math (GEMMs, flash attention) slows with the clock; bytes
+               moved and launches do not. Hopper SXM (700 W): 1575 of 1980 MHz, measured when GEMMs overlap
+               communication (deepseek-ai/DeepGEMM#120). Blackwell B200 (1000 W): ~1580 of 1965 MHz after
+               ~0.1 s of back-to-back kernels, 15% fewer TFLOPS (flashinfer-ai/flashinfer#2899). Ampere and
+               older: 1.0. Their datasheet peak is at the top clock (A100: 1410 MHz), and GEMM_EFF is NVIDIA's
+               own measured rate. They also have far more board power per peak FLOP (A100 1.28 W per dense
+               bf16 TFLOPS, H100 SXM 0.71, B200 0.44), and no public measurement of a lower training clock was
+               found.
   FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel,
                architecture and mask, where it is measured apart from the generic FLASH_EFF x GEMM rate:
                FlashAttention-2 on Hopper, head dim 128, forward+backward: 0.28 causal, 0.31 without a mask —
@@ -82,6 +94,7 @@ from paradvisor.record import record
 
 GEMM_EFF = {"ampere": 0.80, "hopper": 0.70, "blackwell": 0.70, "ada": 0.70}
 GEMM_EFF_DEFAULT = 0.70
+SUSTAINED_CLOCK = {"hopper": 1575 / 1980, "blackwell": 1580 / 1965}
 GEMM_REF = 8192  # the cube at which GEMM_EFF is measured (cuBLAS sweeps, gpu_kernels.py)
 HBM_EFF = 0.85
 NVLINK_EFF = 0.75
@@ -105,6 +118,9 @@ class Device:
     mem_bw: float  # bytes/s
     arch: str
     word: int = 2  # bytes per GEMM operand element (the training precision's activations)
+    clock: float = (
+        1.0  # SM clock as a share of a short measurement's (sustained_clock(arch) in a training run)
+    )
 
     @property
     def gemm_rate(self) -> float:
@@ -117,13 +133,18 @@ class Device:
         gemm_rate (worked out once a device: every GEMM of a stage asks for it)."""
         n = GEMM_REF
         flops = 2.0 * n**3
-        return flops / (flops / self.gemm_rate - _gemm_bytes(n, n, n, self) - KERNEL_LAUNCH_S)
+        return self.clock * flops / (flops / self.gemm_rate - _gemm_bytes(n, n, n, self) - KERNEL_LAUNCH_S)
 
     def flash_rate(self, kernel: str = "flash", causal: bool = True) -> float:
         """FLOP/s of a fused flash-attention kernel: measured per kernel where FLASH_PEAK has it (FA2 on
         Hopper runs at about half of FA3 / cuDNN), else FLASH_EFF of the GEMM rate."""
         frac = FLASH_PEAK.get((kernel, self.arch, causal))
-        return self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF
+        return self.clock * (self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF)
+
+
+def sustained_clock(arch: str) -> float:
+    """The share of its short-measurement clock a GPU of `arch` holds through a training run (SUSTAINED_CLOCK)."""
+    return SUSTAINED_CLOCK.get(arch, 1.0)
 
 
 def gemm_time(m: float, n: float, k: float, dev: Device, batch: float = 1.0) -> float:

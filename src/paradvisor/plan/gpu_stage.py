@@ -19,8 +19,9 @@ def device_and_shape(mf: ModelFacts, topo: Topology, precision: str, spec) -> tu
     if hit is not None:
         return hit
     s = mf.shape
+    peak = effective_peak(spec.tflops, precision)
     dev = steptime.Device(
-        effective_peak(spec.tflops, precision), spec.mem_bw, spec.arch, act_bytes_for(precision)
+        peak, spec.mem_bw, spec.arch, act_bytes_for(precision), steptime.sustained_clock(spec.arch)
     )
     sh = steptime.LayerShape(
         s.hidden,
