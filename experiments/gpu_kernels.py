@@ -6,6 +6,9 @@ GPU (its datasheet peak and bandwidth with GEMM_EFF, HBM_EFF, KERNEL_LAUNCH_S, F
 EAGER_NORM_BYTES). Nothing is fitted here: it says how far each public parameter is from this device.
 
 Run (on a CUDA machine): python experiments/gpu_kernels.py [--json OUT] [--gpu NAME]
+The clock a training run holds (steptime.SUSTAINED_CLOCK): `--held SECONDS` runs 8192³ bf16 GEMMs back to back
+for that long, sampling the SM clock and the board power through NVML, and prints the TFLOPS and clock of the
+first half second against the last quarter of the window, beside the model's sustained share.
 Without a GPU, hold today's model against stored measurements (the median of each row over the files):
     python experiments/gpu_kernels.py --replay experiments/data/h100-2026-11-26/kernels-*.json
 (three runs on one H100 80GB HBM3, 700 W, torch 2.11, through the device tool on 2026-11-26).
@@ -226,6 +229,52 @@ def replay(paths: list[str]) -> None:
     summary(rows)
 
 
+def held(seconds: float) -> dict:
+    """8192³ bf16 GEMMs back to back for `seconds`: TFLOPS, SM clock (MHz) and power (W) per ~0.1 s slice, from
+    NVML; the first 0.5 s against the last quarter, and the clock's share of the GPU's top SM clock."""
+    import time
+
+    import pynvml
+    import torch
+
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    top = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    slices, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        s0, k = time.perf_counter(), 0
+        while time.perf_counter() - s0 < 0.1:
+            a @ b
+            k += 1
+            if k % 8 == 0:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - s0
+        clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        watts = pynvml.nvmlDeviceGetPowerUsage(h) / 1e3
+        slices.append((time.perf_counter() - t0, 2 * n**3 * k / dt / 1e12, clock, watts))
+
+    def mean(rows, i):
+        return statistics.mean(r[i] for r in rows) if rows else float("nan")
+
+    first = [r for r in slices if r[0] <= 0.5]
+    last = slices[-max(1, len(slices) // 4) :]
+    out = {"seconds": seconds, "top_sm_clock_mhz": top, "slices": slices}
+    for name, rows in (("first", first), ("last", last)):
+        out[name] = {"tflops": mean(rows, 1), "sm_clock_mhz": mean(rows, 2), "power_w": mean(rows, 3)}
+        print(f"held   {name:5s} {out[name]['tflops']:7.1f} TFLOPS  SM {out[name]['sm_clock_mhz']:6.0f} MHz  "
+              f"{out[name]['power_w']:5.0f} W")  # fmt: skip
+    spec = catalog.find_gpu(torch.cuda.get_device_name(0))
+    model = st.sustained_clock(spec.arch) if spec else 1.0
+    print(f"held   last/top SM clock {out['last']['sm_clock_mhz'] / top:.3f}, last/first TFLOPS "
+          f"{out['last']['tflops'] / out['first']['tflops']:.3f}; the model's sustained share {model:.3f}")  # fmt: skip
+    return out
+
+
 def summary(rows: list[dict]) -> None:
     for kind in ("gemm", "attn", "hbm", "norm"):
         errs = [r["rel_error"] for r in rows if r["kind"] == kind and r["rel_error"] is not None]
@@ -241,6 +290,7 @@ def main() -> None:
     ap.add_argument(
         "--replay", nargs="+", metavar="JSON", help="stored --json files: today's model against them"
     )
+    ap.add_argument("--held", type=float, metavar="SECONDS", help="only the held-GEMM clock measurement")
     args = ap.parse_args()
     if args.replay:
         return replay(args.replay)
@@ -248,6 +298,11 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         sys.exit("gpu_kernels: no CUDA device")
+    if args.held:
+        out = held(args.held)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return None
     name = args.gpu or torch.cuda.get_device_name(0)
     spec = catalog.find_gpu(name)
     if spec is None:

@@ -1,0 +1,145 @@
+"""A check of the whole step-time model on a public table that rows.toml does not hold and nothing is tuned on:
+llm-foundry's MPT training benchmarks (mosaicml/llm-foundry, scripts/train/benchmarking/README.md, tables
+"H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node interconnect (RoCE)"; 28 of their rows transcribed
+below: every model size, short and long sequences, 8-64 GPUs, with and without activation checkpointing).
+
+    python experiments/validation/llm_foundry.py            # predicted vs measured per row, mean per GPU
+    NOCLOCK=1 python experiments/validation/llm_foundry.py  # the same without steptime.SUSTAINED_CLOCK
+
+The runs are Composer's FSDP (FULL_SHARD) with MPT blocks (learned positions as these benchmark configs count
+them, GeLU MLP 4h, vocabulary 50,368, no biases) and MPT's own attention kernel. The estimate has no Composer
+engine: the MPT shapes are GPT-2 blocks under torchtitan's compiled engine (fused elementwise ops, FSDP
+regathering per micro-batch), the nearest modelled one. So engine-specific costs (FSDP1's flat-parameter copies,
+MPT's Triton attention with ALiBi) are not in the prediction, on either GPU. The measured step is the table's global batch in tokens
+over its tokens/s; the plan accumulates round(global / (GPUs x micro-batch)) micro-batches, as Composer's
+micro-batching does.
+"""
+
+import os
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "src"))
+from dataclasses import replace
+
+import validate as V
+
+from paradvisor.model.families import FAMILIES
+from paradvisor.model.profile import ModelProfile
+from paradvisor.plan.evaluate import evaluate
+from paradvisor.plan.facts import ModelFacts, Topology
+from paradvisor.spec.plan import Plan, Workload
+
+SIZES = {
+    "125m": (768, 12, 12),
+    "350m": (1024, 16, 24),
+    "760m": (1536, 12, 24),
+    "1b": (2048, 16, 24),
+    "3b": (2560, 20, 32),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 56, 48),
+    "70b": (8192, 64, 80),
+}
+# model, seq, gpus, micro, accum, global batch (samples), tokens/s/GPU, activation checkpointing
+H100 = """70b 2048 64 8 4 2048 1039 1
+30b 2048 32 14 3 1344 2308 1
+30b 2048 8 3 21 504 2002 1
+13b 4096 8 10 3 240 4717 1
+13b 2048 64 2 1 128 4800 0
+13b 2048 8 2 1 16 4792 0
+7b 8192 8 8 2 128 6935 1
+7b 2048 8 6 1 48 10643 0
+3b 8192 8 3 6 144 16578 0
+3b 2048 64 6 3 1152 22525 0
+3b 1024 8 20 6 960 27046 0
+1b 16384 8 2 4 64 19649 0
+1b 2048 8 14 1 112 45455 0
+760m 8192 8 6 2 96 41825 0
+760m 2048 16 24 1 384 68551 0"""
+A100 = """30b 2048 8 3 21 504 916 1
+13b 8192 8 5 3 120 1795 1
+13b 2048 8 2 3 48 2262 0
+7b 8192 8 8 2 128 3206 1
+7b 2048 8 6 2 96 4641 0
+3b 8192 8 3 6 144 7695 0
+3b 2048 8 10 2 160 10811 0
+1b 16384 8 2 4 64 9956 0
+1b 2048 8 14 4 448 20513 0
+760m 8192 8 6 2 96 20933 0
+760m 2048 8 24 2 384 32434 0
+350m 2048 8 32 2 512 58782 0
+125m 2048 8 40 2 640 142830 0"""
+
+
+def run(table, gpu, engine):
+    errs = []
+    for line in table.splitlines():
+        m, seq, gpus, mb, ga, gbs, tps, ac = line.split()
+        seq, gpus, mb, ga, gbs, tps = map(int, (seq, gpus, mb, ga, gbs, tps))
+        h, heads, L = SIZES[m]
+        layers, shape = FAMILIES["gpt2"](
+            {
+                "n_layer": L,
+                "n_embd": h,
+                "n_head": heads,
+                "vocab_size": 50368,
+                "n_positions": seq,
+                "tie_word_embeddings": True,
+            }
+        )
+        total = sum(e.params for e in layers)
+        prof = ModelProfile(f"mpt-{m}", "GPT", "validation", total, total, tuple(layers), shape)
+        mf = replace(ModelFacts.of(prof), engine=engine)
+        cl = V.cluster_for(
+            {
+                "gpu": gpu,
+                "gpus_per_node": 8,
+                "network_gbit": 3200 if "H100" in gpu else 1600,
+                "network_kind": "ib-ndr",
+            },
+            gpus,
+        )
+        topo = Topology.of(cl)
+        dp = gpus
+        # accumulate to the global batch: gbs = dp * mb * ga (llm-foundry's microbatching may not divide)
+        plan = Plan(
+            dp=dp,
+            tp=1,
+            pp=1,
+            sharding="zero3",
+            micro_batch=mb,
+            grad_accum=max(1, round(gbs / (dp * mb))),
+            checkpointing="full" if ac == "1" else "none",
+            precision="bf16",
+        )
+        wl = Workload(
+            prof.name, seq_len=seq, global_batch=dp * mb * plan.grad_accum, precision="bf16", attention="sdpa"
+        )
+        e = evaluate(mf, topo, wl, plan, "bf16", 0.0)
+        meas = wl.global_batch * seq / (tps * gpus)
+        errs.append(V.pct(e.step_time, meas))
+        print(
+            f"  {gpu:10s} {m:5s} s{seq:<6d} {gpus:3d} GPUs mb{mb:<3d} AC{ac}  meas {meas:8.3f}  pred {e.step_time:8.3f}  {errs[-1]:+6.1f}%"
+        )
+    print(
+        f"{gpu}: {len(errs)} rows, mean {statistics.mean(errs):+.1f}%, mean abs {statistics.mean(map(abs, errs)):.1f}%, max abs {max(map(abs, errs)):.1f}%"
+    )
+
+
+def main() -> int:
+    if os.environ.get("NOCLOCK"):
+        from paradvisor.estimate import steptime
+
+        steptime.SUSTAINED_CLOCK = {}
+    eng = sys.argv[1] if len(sys.argv) > 1 else "torchtitan-compile"
+    run(H100, "H100 SXM", eng)
+    run(A100, "A100 80GB", eng)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
