@@ -8,7 +8,8 @@ EAGER_NORM_BYTES). Nothing is fitted here: it says how far each public parameter
 Run (on a CUDA machine): python experiments/gpu_kernels.py [--json OUT] [--gpu NAME]
 The clock a training run holds (steptime.SUSTAINED_CLOCK): `--held SECONDS` runs 8192³ bf16 GEMMs back to back
 for that long, sampling the SM clock and the board power through NVML, and prints the TFLOPS and clock of the
-first half second against the last quarter of the window, beside the model's sustained share.
+first half second against the last quarter of the window, beside the model's multi-GPU share. One GPU and no
+collectives: the baseline that share scales, not the drop itself.
 Without a GPU, hold today's model against stored measurements (the median of each row over the files):
     python experiments/gpu_kernels.py --replay experiments/data/h100-2026-11-26/kernels-*.json
 (three runs on one H100 80GB HBM3, 700 W, torch 2.11, through the device tool on 2026-11-26).

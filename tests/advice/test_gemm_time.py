@@ -70,10 +70,14 @@ def test_the_sustained_clock_slows_tensor_math_and_not_the_bytes_a_gemm_moves():
     assert steptime.sustained_clock("ampere") == 1.0 and steptime.sustained_clock("blackwell") < 1.0
 
 
-@pytest.mark.parametrize(("gpu", "slower"), [("H100", True), ("B200", True), ("A100 80GB", False)])
-def test_a_ranked_plan_is_timed_at_the_clock_its_gpu_holds_in_training(gpu, slower, monkeypatch):
+@pytest.mark.parametrize(
+    ("gpu", "gpus", "slower"),
+    [("H100", 8, True), ("B200", 8, True), ("A100 80GB", 8, False), ("H100", 1, False)],
+)
+def test_a_ranked_plan_is_timed_at_the_clock_its_gpu_holds_in_training(gpu, gpus, slower, monkeypatch):
     """The planner's estimate (plan/gpu_stage.device_and_shape) takes the sustained clock of the GPU's
-    architecture: a Hopper or Blackwell plan is slower than at the short-measurement clock, an A100's is not."""
+    architecture: a multi-GPU Hopper or Blackwell plan is slower than at the single-GPU measurements' clock; an
+    A100's is not, nor a one-GPU plan's (no collectives beside its compute)."""
     from paradvisor.hardware.cluster import single_node_cluster
     from paradvisor.model import load_profile
     from paradvisor.plan.evaluate import evaluate
@@ -82,8 +86,8 @@ def test_a_ranked_plan_is_timed_at_the_clock_its_gpu_holds_in_training(gpu, slow
 
     mf = ModelFacts.of(load_profile("llama-3-8b"))
     wl = Workload(model="llama-3-8b", seq_len=4096, global_batch=64)
-    plan = Plan(dp=8, sharding="zero1", micro_batch=1, grad_accum=8)
-    held = evaluate(mf, Topology.of(single_node_cluster(gpu, 8)), wl, plan, "bf16", 0.0).step_time
+    plan = Plan(dp=gpus, sharding="zero1" if gpus > 1 else "none", micro_batch=1, grad_accum=64 // gpus)
+    held = evaluate(mf, Topology.of(single_node_cluster(gpu, gpus)), wl, plan, "bf16", 0.0).step_time
     monkeypatch.setattr(steptime, "SUSTAINED_CLOCK", {})
-    short = evaluate(mf, Topology.of(single_node_cluster(gpu, 8)), wl, plan, "bf16", 0.0).step_time
+    short = evaluate(mf, Topology.of(single_node_cluster(gpu, gpus)), wl, plan, "bf16", 0.0).step_time
     assert (held > 1.1 * short) if slower else (held == short)

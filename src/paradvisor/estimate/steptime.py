@@ -60,18 +60,20 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                H100 (~340-370 of 450 GB/s without NVLS)
   NET_EFF      0.9: nccl-tests bus bandwidth over InfiniBand HDR/NDR, ~90% of line rate
   KERNEL_LAUNCH_S  4 µs: CUDA kernel launch latency
-  SUSTAINED_CLOCK  the SM clock a Hopper or Blackwell GPU holds through a training run, as a share of the top
-               boost clock at which the short single-GPU measurements above run (GEMM_EFF, FLASH_PEAK,
-               experiments/gpu_kernels.py): dense tensor work for minutes, with communication kernels
-               overlapped, draws more than the board's power limit at the top clock, and the firmware lowers the
-               clock until it does not. Tensor-core math (GEMMs, flash attention) slows with the clock; bytes
-               moved and launches do not. Hopper SXM (700 W): 1575 of 1980 MHz, measured when GEMMs overlap
-               communication (deepseek-ai/DeepGEMM#120). Blackwell B200 (1000 W): ~1580 of 1965 MHz after
-               ~0.1 s of back-to-back kernels, 15% fewer TFLOPS (flashinfer-ai/flashinfer#2899). Ampere and
-               older: 1.0. Their datasheet peak is at the top clock (A100: 1410 MHz), and GEMM_EFF is NVIDIA's
-               own measured rate. They also have far more board power per peak FLOP (A100 1.28 W per dense
-               bf16 TFLOPS, H100 SXM 0.71, B200 0.44), and no public measurement of a lower training clock was
-               found.
+  SUSTAINED_CLOCK  the SM clock a Hopper or Blackwell GPU holds through a multi-GPU training run, as a share of
+               the clock of the single-GPU measurements above (GEMM_EFF, FLASH_PEAK, experiments/gpu_kernels.py;
+               gpu_layers.py's 4 Llama-3 8B layers held ~1.6 s on one H100 came within 2% of this model): dense
+               tensor work for minutes with communication kernels beside it draws more than the board's power
+               limit, and the firmware lowers the clock until it does not. Tensor-core math (GEMMs, flash
+               attention) slows with the clock; bytes moved and launches do not. A one-GPU plan keeps 1.0: no
+               collectives beside its compute, and there the H100 measurements match the model. Per architecture:
+               the SXM figures stand for PCIe and NVL cards too (not measured apart). Hopper SXM (700 W): 1575
+               of 1980 MHz, measured when GEMMs overlap communication, against the top clock without it
+               (deepseek-ai/DeepGEMM#120). Blackwell B200 (1000 W): ~1580 of 1965 MHz after ~0.1 s of
+               back-to-back kernels, 15% fewer TFLOPS (flashinfer-ai/flashinfer#2899). Ampere and older: 1.0.
+               Their datasheet peak is at the top clock (A100: 1410 MHz), and GEMM_EFF is NVIDIA's own measured
+               rate. They also have far more board power per peak FLOP (A100 1.28 W per dense bf16 TFLOPS,
+               H100 SXM 0.71, B200 0.44), and no public measurement of a lower training clock was found.
   FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel,
                architecture and mask, where it is measured apart from the generic FLASH_EFF x GEMM rate:
                FlashAttention-2 on Hopper, head dim 128, forward+backward: 0.28 causal, 0.31 without a mask —

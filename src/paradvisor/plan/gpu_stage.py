@@ -20,9 +20,9 @@ def device_and_shape(mf: ModelFacts, topo: Topology, precision: str, spec) -> tu
         return hit
     s = mf.shape
     peak = effective_peak(spec.tflops, precision)
-    dev = steptime.Device(
-        peak, spec.mem_bw, spec.arch, act_bytes_for(precision), steptime.sustained_clock(spec.arch)
-    )
+    # one GPU: no collectives beside its compute, the clock of the single-GPU measurements
+    clock = steptime.sustained_clock(spec.arch) if topo.world > 1 else 1.0
+    dev = steptime.Device(peak, spec.mem_bw, spec.arch, act_bytes_for(precision), clock)
     sh = steptime.LayerShape(
         s.hidden,
         s.heads,
