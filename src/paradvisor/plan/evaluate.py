@@ -546,15 +546,15 @@ def _dp_comm(
     )
 
 
-def _optimizer_time(plan: Plan, psi: float, shard: int, pb: int, mem_bw: float) -> tuple[float, float]:
-    """Optimizer step and offload traffic. The step is memory-bound over the local shard (fp32 master,
-    m, v, grad: ~32 B/param moved)."""
+def _optimizer_time(plan: Plan, psi: float, local: float, pb: int, mem_bw: float) -> tuple[float, float]:
+    """Optimizer step and offload traffic. The step is memory-bound over the `local` parameters a rank updates
+    (fp32 master, m, v, grad: ~32 B/param moved)."""
     if plan.offload == "none":
-        return 32 * psi / shard / mem_bw, 0.0
-    t_off = 4 * psi / shard / HOST_LINK_BW
+        return 32 * local / mem_bw, 0.0
+    t_off = 4 * local / HOST_LINK_BW
     if plan.offload == "optimizer+params":
         t_off += plan.grad_accum * 2 * pb * psi / HOST_LINK_BW
-    return 16 * psi / shard / CPU_ADAM_BW, t_off
+    return 16 * local / CPU_ADAM_BW, t_off
 
 
 def _micro_times(
@@ -720,7 +720,10 @@ def _sync_times(mf, topo, plan, precision, need, ct, t_micro, lat_k, gpu_model, 
     dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
     dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
     mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
-    return (dp_total, dp_exposed, *_optimizer_time(plan, psi, need.shard, pb, mem_bw))
+    # a rank updates its shard of the dense part and of its experts, those over their expert data-parallel
+    # group only (moe.split_states' rule for their memory)
+    local = (psi - e_psi) / need.shard + e_psi / max(1, need.shard // max(1, plan.ep))
+    return (dp_total, dp_exposed, *_optimizer_time(plan, psi, local, pb, mem_bw))
 
 
 def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, ct: dict, spec) -> float:
