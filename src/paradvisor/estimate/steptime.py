@@ -120,9 +120,8 @@ class Device:
     mem_bw: float  # bytes/s
     arch: str
     word: int = 2  # bytes per GEMM operand element (the training precision's activations)
-    clock: float = (
-        1.0  # SM clock as a share of a short measurement's (sustained_clock(arch) in a training run)
-    )
+    # SM clock as a share of the single-GPU measurements' (sustained_clock(arch) in a multi-GPU training run)
+    clock: float = 1.0
 
     @property
     def gemm_rate(self) -> float:
@@ -145,7 +144,8 @@ class Device:
 
 
 def sustained_clock(arch: str) -> float:
-    """The share of its short-measurement clock a GPU of `arch` holds through a training run (SUSTAINED_CLOCK)."""
+    """The share of the single-GPU measurements' clock a GPU of `arch` holds through a multi-GPU training run
+    (SUSTAINED_CLOCK)."""
     return SUSTAINED_CLOCK.get(arch, 1.0)
 
 
