@@ -45,8 +45,14 @@ def split_states(psi: float, *, expert_psi: float, ep: int, shard: int, state_fn
     `state_fn(psi, shard_degree, largest_layer)` is the dense model-state formula (estimate/memory.py)."""
     dense = max(0.0, psi - expert_psi)
     d = state_fn(dense, max(1, shard), largest_layer)
-    e = state_fn(expert_psi / ep, max(1, shard // ep), 0)
+    e = state_fn(expert_psi / ep, expert_shard(shard, ep), 0)
     return {k: d[k] + e.get(k, 0) for k in d}
+
+
+def expert_shard(shard: int, ep: int) -> int:
+    """Ranks a rank's routed experts' states shard over: the dense states' `shard` ranks hold ep different
+    expert slices, so each slice is shared by shard/ep of them (its expert data-parallel group)."""
+    return max(1, shard // ep)
 
 
 def rank_params(psi: float, *, expert_psi: float, ep: int) -> float:

@@ -720,9 +720,8 @@ def _sync_times(mf, topo, plan, precision, need, ct, t_micro, lat_k, gpu_model, 
     dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
     dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
     mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
-    # a rank updates its shard of the dense part and of its experts, those over their expert data-parallel
-    # group only (moe.split_states' rule for their memory)
-    local = (psi - e_psi) / need.shard + e_psi / max(1, need.shard // max(1, plan.ep))
+    # a rank updates its shard of the dense part and of its experts, as their memory is counted (moe.split_states)
+    local = (psi - e_psi) / need.shard + e_psi / moe.expert_shard(need.shard, plan.ep)
     return (dp_total, dp_exposed, *_optimizer_time(plan, psi, local, pb, mem_bw))
 
 
