@@ -11,8 +11,8 @@ them, GeLU MLP 4h, vocabulary 50,368, no biases) and MPT's own attention kernel.
 engine: the MPT shapes are GPT-2 blocks under torchtitan's compiled engine (fused elementwise ops, FSDP
 regathering per micro-batch), the nearest modelled one. So engine-specific costs (FSDP1's flat-parameter copies,
 MPT's Triton attention with ALiBi) are not in the prediction, on either GPU. The measured step is the table's global batch in tokens
-over its tokens/s; the plan accumulates round(global / (GPUs x micro-batch)) micro-batches, as Composer's
-micro-batching does.
+over its tokens/s; the plan accumulates the table's GradAccum micro-batches (every row transcribed has
+global batch = GPUs x micro-batch x GradAccum; the script checks it).
 """
 
 import os
@@ -104,23 +104,21 @@ def run(table, gpu, engine):
             gpus,
         )
         topo = Topology.of(cl)
-        dp = gpus
-        # accumulate to the global batch: gbs = dp * mb * ga (llm-foundry's microbatching may not divide)
+        if gbs != gpus * mb * ga:  # a transcription slip (or a row whose micro-batches do not divide)
+            raise SystemExit(f"llm_foundry: {line!r}: global batch {gbs} is not {gpus} x {mb} x {ga}")
         plan = Plan(
-            dp=dp,
+            dp=gpus,
             tp=1,
             pp=1,
             sharding="zero3",
             micro_batch=mb,
-            grad_accum=max(1, round(gbs / (dp * mb))),
+            grad_accum=ga,
             checkpointing="full" if ac == "1" else "none",
             precision="bf16",
         )
-        wl = Workload(
-            prof.name, seq_len=seq, global_batch=dp * mb * plan.grad_accum, precision="bf16", attention="sdpa"
-        )
+        wl = Workload(prof.name, seq_len=seq, global_batch=gbs, precision="bf16", attention="sdpa")
         e = evaluate(mf, topo, wl, plan, "bf16", 0.0)
-        meas = wl.global_batch * seq / (tps * gpus)
+        meas = gbs * seq / (tps * gpus)
         errs.append(V.pct(e.step_time, meas))
         print(
             f"  {gpu:10s} {m:5s} s{seq:<6d} {gpus:3d} GPUs mb{mb:<3d} AC{ac}  meas {meas:8.3f}  pred {e.step_time:8.3f}  {errs[-1]:+6.1f}%"
