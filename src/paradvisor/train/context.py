@@ -40,6 +40,13 @@ class _State:
 STATE = _State()
 
 
+def release() -> None:
+    """Drop this module's references to the CP group and its positions before destroy_process_group, so
+    that no process group outlives it into interpreter shutdown (where gloo's teardown can abort)."""
+    STATE.group = STATE.positions = STATE.all_positions = None
+    STATE.ring = False
+
+
 def chunk_indices(seq: int, cp: int, rank: int) -> torch.Tensor:
     """The token positions rank `rank` of `cp` holds: chunks rank and 2·cp-1-rank of 2·cp equal chunks."""
     if seq % (2 * cp):

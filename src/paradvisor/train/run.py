@@ -16,6 +16,7 @@ from paradvisor.rundir import RunDir
 from paradvisor.spec.model import resolved_config
 from paradvisor.spec.preset import load_preset
 from paradvisor.spec.weights import weights_folder
+from paradvisor.train import context
 from paradvisor.train.checkpoint import Checkpointer
 from paradvisor.train.export import export_run_model
 from paradvisor.train.loop import train_diloco, train_sync
@@ -193,5 +194,6 @@ def run(run_dir: Path, rank: int) -> None:
         writer.write({"kind": "end", "world_size": world, "peak_rss_bytes": peak})
         writer.close()
     finally:
+        context.release()
         if dist.is_initialized():
             dist.destroy_process_group()
