@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from paradvisor.estimate import steptime
+from paradvisor.estimate import flash, steptime
 from paradvisor.estimate.stages import bubble_fraction, chunk_blocks, inflight, layout, split_problem
 from paradvisor.hardware.cluster import single_node_cluster
 from paradvisor.model.load import load_profile
@@ -143,6 +143,35 @@ def test_flash_attention_rate_by_kernel():
         sh, dev=a100, **kw
     )
     assert ModelFacts.of(load_profile("llama-3.1-8b")).traits.attention == "flash"  # paradvisor's launcher
+
+
+def test_flash_attention_slows_below_head_dim_128():
+    """The FA3 paper's H100 figures (estimate/flash.py FLASH_HEAD_DIM): at head dim 64 a flash kernel does
+    ~0.8 (FA3, cuDNN) or ~0.89 (FA2) of its head-dim-128 rate, forward+backward; linear up to 128, kept
+    above it (DeepSeek-V3's MLA at 192 is unchanged)."""
+    h100 = steptime.Device(989e12, 3.35e12, "hopper")
+    wide = steptime.LayerShape(4096, 32, 8, 128, 14336, True, True, False)
+    kw = {
+        "tokens": 16384,
+        "seq": 8192,
+        "tp": 1,
+        "sp": False,
+        "attention": "sdpa",
+        "act_bytes": 2,
+        "dev": h100,
+    }
+
+    def core(head_dim, kernel="flash"):
+        sh = replace(wide, heads=4096 // head_dim, kv_heads=4096 // head_dim, head_dim=head_dim)
+        return steptime.layer_forward(sh, kernel=kernel, **kw)["core"]
+
+    # the same FLOPs at every head dim (heads x head dim = 4096): only the rate differs
+    assert core(64) / core(128) == pytest.approx(1 / 0.7995, rel=2e-3)
+    assert core(64, "fa2") / core(128, "fa2") == pytest.approx(1 / 0.893, rel=2e-3)
+    assert core(128) < core(96) < core(64)
+    assert core(32) == pytest.approx(core(64))
+    assert core(256) == pytest.approx(core(128))
+    assert flash.flash_head_dim_share("flash", 192) == 1.0
 
 
 def test_expert_gradients_sync_over_the_expert_data_parallel_group():

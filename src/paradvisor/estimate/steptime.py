@@ -74,16 +74,8 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                Their datasheet peak is at the top clock (A100: 1410 MHz), and GEMM_EFF is NVIDIA's own measured
                rate. They also have far more board power per peak FLOP (A100 1.28 W per dense bf16 TFLOPS,
                H100 SXM 0.71, B200 0.44), and no public measurement of a lower training clock was found.
-  FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel,
-               architecture and mask, where it is measured apart from the generic FLASH_EFF x GEMM rate:
-               FlashAttention-2 on Hopper, head dim 128, forward+backward: 0.28 causal, 0.31 without a mask —
-               measured on an H100 SXM (torch 2.11 SDPA's FLASH_ATTENTION backend, `experiments/gpu_kernels.py`,
-               docs/accuracy.md: 281 / 304 TFLOPS at sequence 8192). The published figures agree where they
-               overlap: FA2 "reaches 35% of H100 peak" (Shah et al. 2024 "FlashAttention-3", arXiv:2407.08608,
-               abstract; its Fig. 5: 333 TFLOPS forward, causal, head dim 128, sequence 8k), torch nightly
-               2024-12-04 SDPA's flash backend 329 TFLOPS at head dim 128 (pytorch/pytorch#142132), Azure's ND
-               H100 v5 guide 327.9 (forward figures; the backward runs slower, hence the lower fwd+bwd rate).
-               Which kernel an engine runs comes from the engine's own code (plan.facts.ENGINES).
+  FLASH_EFF, FLASH_PEAK, FLASH_HEAD_DIM  a flash-attention kernel's rate by kernel, architecture, mask and
+               head dim: estimate/flash.py
 """
 
 from __future__ import annotations
@@ -92,6 +84,7 @@ from dataclasses import replace
 from functools import cached_property
 
 from paradvisor.estimate import comm
+from paradvisor.estimate.flash import FLASH_BWD, FLASH_EFF, FLASH_PEAK, flash_head_dim_share
 from paradvisor.record import record
 
 GEMM_EFF = {"ampere": 0.80, "hopper": 0.70, "blackwell": 0.70, "ada": 0.70}
@@ -102,12 +95,6 @@ HBM_EFF = 0.85
 NVLINK_EFF = 0.75
 NET_EFF = 0.90
 KERNEL_LAUNCH_S = 4e-6
-FLASH_EFF = 0.75  # a flash-attention kernel's rate relative to a large GEMM's (FlashAttention-2 paper, A100)
-FLASH_PEAK = {
-    ("fa2", "hopper", True): 0.28,
-    ("fa2", "hopper", False): 0.31,
-}  # (kernel, arch, causal): fwd+bwd
-FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
 EAGER_NORM_BYTES = (
     34  # eager RMSNorm bytes per element (bf16 in: cast 2+4, pow 4+4, mean 4, mul 4+4, cast 4+2, weight 2+2)
 )
@@ -136,11 +123,13 @@ class Device:
         flops = 2.0 * n**3
         return self.clock * flops / (flops / self.gemm_rate - _gemm_bytes(n, n, n, self) - KERNEL_LAUNCH_S)
 
-    def flash_rate(self, kernel: str = "flash", causal: bool = True) -> float:
+    def flash_rate(self, kernel: str = "flash", causal: bool = True, head_dim: int = 128) -> float:
         """FLOP/s of a fused flash-attention kernel: measured per kernel where FLASH_PEAK has it (FA2 on
-        Hopper runs at about half of FA3 / cuDNN), else FLASH_EFF of the GEMM rate."""
+        Hopper runs at about half of FA3 / cuDNN), else FLASH_EFF of the GEMM rate; both at head dim 128,
+        scaled below it by flash_head_dim_share."""
         frac = FLASH_PEAK.get((kernel, self.arch, causal))
-        return self.clock * (self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF)
+        rate = self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF
+        return self.clock * rate * flash_head_dim_share(kernel, head_dim)
 
 
 def sustained_clock(arch: str) -> float:
@@ -214,7 +203,7 @@ def layer_forward(
         core += mem_time(probs * ab * 2, dev) + (mem_time(probs * (2 * ab + 1), dev) if sh.dropout else 0.0)
     else:  # a fused flash kernel: no s x s traffic; causal masks skip half the blocks
         fl = 4.0 * b * heads_local * seq * seq * sh.head_dim * (0.5 if sh.causal else 1.0)
-        core = max(KERNEL_LAUNCH_S, fl / dev.flash_rate(kernel, sh.causal))
+        core = max(KERNEL_LAUNCH_S, fl / dev.flash_rate(kernel, sh.causal, sh.head_dim))
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)

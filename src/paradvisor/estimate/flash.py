@@ -1,0 +1,62 @@
+"""A fused flash-attention kernel's rate: by kernel, architecture and mask (measured where it is, else a
+share of the GEMM rate), and by head dim. estimate/steptime.Device.flash_rate applies them (with the clock a
+training run holds); the attention core's FLOPs are steptime.layer_forward's.
+
+Parameter sources (public measurements, none fitted to experiments/validation):
+  FLASH_EFF    0.75: a flash kernel's forward+backward rate relative to a large GEMM's (FlashAttention-2
+               paper, A100), for kernels and architectures FLASH_PEAK does not list
+  FLASH_BWD    2.5: the backward's FLOPs over the forward's (FlashAttention-2 §3.1.2: it recomputes QKᵀ,
+               5 matmuls against the forward's 2)
+  FLASH_PEAK   a flash kernel's forward+backward rate as a fraction of the dense peak, by kernel,
+               architecture and mask, where it is measured apart from the generic FLASH_EFF x GEMM rate:
+               FlashAttention-2 on Hopper, head dim 128, forward+backward: 0.28 causal, 0.31 without a mask —
+               measured on an H100 SXM (torch 2.11 SDPA's FLASH_ATTENTION backend, `experiments/gpu_kernels.py`,
+               docs/accuracy.md: 281 / 304 TFLOPS at sequence 8192). The published figures agree where they
+               overlap: FA2 "reaches 35% of H100 peak" (Shah et al. 2024 "FlashAttention-3", arXiv:2407.08608,
+               abstract; its Fig. 5: 333 TFLOPS forward, causal, head dim 128, sequence 8k), torch nightly
+               2024-12-04 SDPA's flash backend 329 TFLOPS at head dim 128 (pytorch/pytorch#142132), Azure's ND
+               H100 v5 guide 327.9 (forward figures; the backward runs slower, hence the lower fwd+bwd rate).
+               Which kernel an engine runs comes from the engine's own code (plan.facts.ENGINES).
+  FLASH_HEAD_DIM  a flash kernel slows below head dim 128 (fewer FLOPs per byte of Q, K, V and per softmax
+               step): FA3 paper (Shah et al. 2024, arXiv:2407.08608) Figs. 5 and 6, H100 SXM5, BF16, no mask,
+               sequence 4k, forward / backward TFLOPS at head dim 64 against 128: FlashAttention-2 321 / 368
+               and 279 / 310, FlashAttention-3 476 / 638 and 453 / 542, cuDNN 408 / 609 and 417 / 499. With the
+               backward's FLASH_BWD x FLOPs that is 0.89 of the head-dim-128 rate for FA2 and 0.80 for the FA3 /
+               cuDNN class (0.90 / 0.81 at 16k). Linear between 64 and 128; the same share on every
+               architecture (measured on H100 only); above 128 the rate is kept (the figures at 256 are not
+               used). DeepSeek-V3's MLA (head dim 192) and every 128-wide model are unchanged.
+"""
+
+from __future__ import annotations
+
+FLASH_EFF = 0.75
+FLASH_PEAK = {
+    ("fa2", "hopper", True): 0.28,
+    ("fa2", "hopper", False): 0.31,
+}  # (kernel, arch, causal): fwd+bwd
+FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
+FLASH_HEAD_DIM = {  # kernel: ((forward hd 64, hd 128), (backward hd 64, hd 128)) TFLOPS, FA3 paper Figs. 5-6
+    "fa2": ((321, 368), (279, 310)),
+    "fa3": ((476, 638), (453, 542)),
+    "cudnn": ((408, 609), (417, 499)),
+}
+
+
+def _fwd_bwd_share(kernel: str) -> float:
+    """A kernel's forward+backward rate at head dim 64 over its rate at 128 (FLASH_HEAD_DIM; the backward
+    does FLASH_BWD x the forward's FLOPs)."""
+    (f64, f128), (b64, b128) = FLASH_HEAD_DIM[kernel]
+    return (1 / f128 + FLASH_BWD / b128) / (1 / f64 + FLASH_BWD / b64)
+
+
+def flash_head_dim_share(kernel: str, head_dim: int) -> float:
+    """A flash kernel's rate at `head_dim` as a share of its head-dim-128 rate: 1 from 128 up (not
+    modelled above it), the measured head-dim-64 share at 64 and below, linear between. The generic
+    "flash" kernel (FA3 / cuDNN class) takes the mean of FA3's and cuDNN's shares."""
+    if head_dim >= 128:
+        return 1.0
+    if kernel in FLASH_HEAD_DIM:
+        low = _fwd_bwd_share(kernel)
+    else:
+        low = (_fwd_bwd_share("fa3") + _fwd_bwd_share("cudnn")) / 2
+    return low + (1.0 - low) * max(0, head_dim - 64) / 64
