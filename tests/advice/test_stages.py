@@ -172,6 +172,9 @@ def test_flash_attention_slows_below_head_dim_128():
     assert core(32) == pytest.approx(core(64))
     assert core(256) == pytest.approx(core(128))
     assert flash.flash_head_dim_share("flash", 192) == 1.0
+    # FA3 runs on Hopper only: an A100's generic kernel is FlashAttention-2's class
+    assert flash.flash_head_dim_share("flash", 64, "ampere") == flash.flash_head_dim_share("fa2", 64)
+    assert flash.flash_head_dim_share("flash", 64, "blackwell") == flash.flash_head_dim_share("flash", 64)
 
 
 def test_expert_gradients_sync_over_the_expert_data_parallel_group():

@@ -31,8 +31,9 @@ Re-recorded when Hopper and Blackwell tensor math took the SM clock those GPUs h
 top-5 order (the 4x8 H100 Llama-2-70B reorders near-ties), the 269 plans present in both records move by +0.0%
 (the A30/Titan Xp, 2080 Ti and two-server cases) to +20.7%.
 Re-recorded when a flash kernel's rate took its head dim (estimate/flash.py FLASH_HEAD_DIM: 0.80 of the
-head-dim-128 rate at 64 for FA3 / cuDNN, 0.89 for FA2, from the FlashAttention-3 paper's figures): every case
-keeps its top-5 order, the ranked plans move by +0.0% to +1.8% (the head-dim-64 models: BERT, GPT-2, gpt-mini).
+head-dim-128 rate at 64 for FA3 / cuDNN on Hopper and Blackwell, 0.89 for FA2 and on older GPUs, from the
+FlashAttention-3 paper's figures): every case keeps its top-5 order, the ranked plans move by +0.0% to +0.9%
+(the head-dim-64 models: BERT, GPT-2, gpt-mini, llama-150m).
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                sequence 4k, forward / backward TFLOPS at head dim 64 against 128: FlashAttention-2 321 / 368
                and 279 / 310, FlashAttention-3 476 / 638 and 453 / 542, cuDNN 408 / 609 and 417 / 499. With the
                backward's FLASH_BWD x FLOPs that is 0.89 of the head-dim-128 rate for FA2 and 0.80 for the FA3 /
-               cuDNN class (0.90 / 0.81 at 16k). Linear between 64 and 128; the same share on every
-               architecture (measured on H100 only); above 128 the rate is kept (the figures at 256 are not
-               used). DeepSeek-V3's MLA (head dim 192) and every 128-wide model are unchanged.
+               cuDNN class (0.90 / 0.81 at 16k): the generic kernel takes the latter on Hopper and Blackwell
+               and FA2's elsewhere (Ampere and older run FA2-class kernels). Linear between 64 and 128;
+               measured on H100 only, applied per kernel on every architecture; above 128 the rate is kept
+               (the figures at 256 are not used). DeepSeek-V3's MLA (head dim 192) and every 128-wide model are unchanged.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ FLASH_HEAD_DIM = {  # kernel: ((forward hd 64, hd 128), (backward hd 64, hd 128)
     "fa3": ((476, 638), (453, 542)),
     "cudnn": ((408, 609), (417, 499)),
 }
+FA3_CLASS = {"hopper", "blackwell"}  # where the generic flash kernel is FA3 / cuDNN class, not FA2
 
 
 def _fwd_bwd_share(kernel: str) -> float:
@@ -49,14 +51,17 @@ def _fwd_bwd_share(kernel: str) -> float:
     return (1 / f128 + FLASH_BWD / b128) / (1 / f64 + FLASH_BWD / b64)
 
 
-def flash_head_dim_share(kernel: str, head_dim: int) -> float:
+def flash_head_dim_share(kernel: str, head_dim: int, arch: str = "hopper") -> float:
     """A flash kernel's rate at `head_dim` as a share of its head-dim-128 rate: 1 from 128 up (not
     modelled above it), the measured head-dim-64 share at 64 and below, linear between. The generic
-    "flash" kernel (FA3 / cuDNN class) takes the mean of FA3's and cuDNN's shares."""
+    "flash" kernel is of the FA3 / cuDNN class on FA3_CLASS architectures (the mean of their shares) and
+    of FlashAttention-2's class elsewhere (FA3 runs on Hopper only)."""
     if head_dim >= 128:
         return 1.0
     if kernel in FLASH_HEAD_DIM:
         low = _fwd_bwd_share(kernel)
-    else:
+    elif arch in FA3_CLASS:
         low = (_fwd_bwd_share("fa3") + _fwd_bwd_share("cudnn")) / 2
+    else:
+        low = _fwd_bwd_share("fa2")
     return low + (1.0 - low) * max(0, head_dim - 64) / 64

@@ -129,7 +129,7 @@ class Device:
         scaled below it by flash_head_dim_share."""
         frac = FLASH_PEAK.get((kernel, self.arch, causal))
         rate = self.peak * frac if frac is not None else self.gemm_rate * FLASH_EFF
-        return self.clock * rate * flash_head_dim_share(kernel, head_dim)
+        return self.clock * rate * flash_head_dim_share(kernel, head_dim, self.arch)
 
 
 def sustained_clock(arch: str) -> float:
