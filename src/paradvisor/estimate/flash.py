@@ -25,7 +25,8 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                cuDNN class (0.90 / 0.81 at 16k): the generic kernel takes the latter on Hopper and Blackwell
                and FA2's elsewhere (Ampere and older run FA2-class kernels). Linear between 64 and 128;
                measured on H100 only, applied per kernel on every architecture; above 128 the rate is kept
-               (the figures at 256 are not used). DeepSeek-V3's MLA (head dim 192) and every 128-wide model are unchanged.
+               (the figures at 256 are not used), so DeepSeek-V3's MLA (head dim 192) and every 128-wide
+               model are unchanged.
 """
 
 from __future__ import annotations
