@@ -32,7 +32,7 @@ from paradvisor.rundir.lock import lock_file, prepare_run_dir
 from paradvisor.rundir.status import RunState, main_exit_code, write_aborted, write_final, write_json_atomic
 from paradvisor.safeio import open_private, private_dir, write_private
 from paradvisor.spec.faults import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
-from paradvisor.spec.preset import Preset, engine_of, write_run_plan
+from paradvisor.spec.preset import LOCAL_HOSTS, Preset, engine_of, write_run_plan
 
 __all__ = [
     "Launch",
@@ -46,11 +46,14 @@ __all__ = [
 ]
 
 
+LISTEN_HERE = (*LOCAL_HOSTS, "0.0.0.0")  # a rendezvous host that node 0 listens on on this machine
+
+
 def endpoint_for(preset: Preset) -> tuple[str, Preset]:
     lau = preset.launch
     if lau.rdzv_endpoint:
         host, port = split_endpoint(lau.rdzv_endpoint)
-        if lau.node_rank == 0 and host in ("127.0.0.1", "localhost", "0.0.0.0"):
+        if lau.node_rank == 0 and host in LISTEN_HERE:
             check_port_free(host, port)
         return lau.rdzv_endpoint, preset
     port = lau.master_port or free_port()
@@ -298,7 +301,7 @@ def _port_lock(endpoint: str, preset: Preset):
     """A fixed port on this machine is held by one paradvisor launch at a time (two launches given the same
     master_port would otherwise join one rendezvous). None for a free port picked here."""
     host, port = split_endpoint(endpoint)
-    if host not in ("127.0.0.1", "localhost", "0.0.0.0") or preset.launch.node_rank != 0:
+    if host not in LISTEN_HERE or preset.launch.node_rank != 0:
         return None
     d = Path(tempfile.gettempdir()) / f"paradvisor-{os.getuid()}-ports"
     try:  # in a shared /tmp: another user may have made that folder first, or planted links in it
