@@ -14,7 +14,8 @@ each timed by what bounds it:
                is not a fused flash kernel): bytes read + written at HBM_EFF of the memory bandwidth.
   launches     every operation takes at least KERNEL_LAUNCH_S.
   TP           2 all-reduces forward and 2 backward per layer (reduce-scatter + all-gather of the same bytes
-               with sequence parallelism), 2 more in a fully recomputed forward; at NVLINK_EFF of the link.
+               with sequence parallelism), 2 more in a fully recomputed forward; at NVLINK_EFF of the link;
+               beside the GEMMs for engines that run TE's userbuffers overlap (estimate/tp_overlap.py).
 Backward costs 2x the forward's GEMMs (above) and memory traffic; a flash-attention core 2.5x (its backward
 recomputes QKᵀ: 5 matmuls of the forward's 2, Dao 2023 "FlashAttention-2" §3.1.2). Full recompute re-runs
 the forward (GEMMs, memory-bound ops and its TP collectives); selective recompute is the engine's:
@@ -85,6 +86,7 @@ from functools import cached_property
 
 from paradvisor.estimate import comm
 from paradvisor.estimate.flash import FLASH_BWD, FLASH_EFF, FLASH_PEAK, flash_head_dim_share
+from paradvisor.estimate.tp_overlap import overlapped
 from paradvisor.record import record
 
 GEMM_EFF = {"ampere": 0.80, "hopper": 0.70, "blackwell": 0.70, "ada": 0.70}
@@ -319,6 +321,7 @@ def micro_batch_time(
     kernel: str = "flash",
     moe: MoELayer | None = None,
     recompute_modules: tuple[str, ...] = (),
+    tp_overlap: bool = False,
 ) -> dict[str, float]:
     """Seconds of one micro-batch through `layers` layers (+ the LM head and loss when `head_vocab`):
     forward, backward, recompute and TP communication (forward + backward + recomputed forward). With
@@ -342,8 +345,13 @@ def micro_batch_time(
         loss = mem_time(tokens * v_local * 4 * 3, dev)  # fp32 softmax + cross-entropy: read, write, read
         fwd += head + loss
         bwd += 2 * head + loss
-    tp_fwd = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat)
-    tp_total = tp_fwd * (2 + (1 if checkpointing == "full" else 0))
+    full = 1 if checkpointing == "full" else 0
+    tp_total = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat) * (2 + full)
+    if tp_overlap and sp and tp > 1:  # beside the GEMMs, as Transformer Engine's userbuffers run it
+        kinds = [(layers - n_moe, sh), (n_moe, replace(sh, ffn=moe.shared_ffn) if moe else sh)]
+        shapes = [(n, block_gemms(s, tokens=tokens, tp=tp, split=False)) for n, s in kinds if n]
+        link = (tokens * sh.hidden * act_bytes, tp, tp_bw, tp_lat)
+        tp_total = overlapped(shapes, lambda m, n, k: gemm_time(m, n, k, dev), link, dev.arch, full)
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_comm": tp_total}
 
 

@@ -79,23 +79,24 @@ class EngineTraits:
     reshard_each_micro: bool  # FSDP gathers the parameters again for every micro-batch
     fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes;
     selective: str = "attention-core"  # attention: the flash kernel SDPA runs (estimate/steptime.FLASH_PEAK)
-    attention: str = "flash"
-    block_memory: str = "traced"  # saved tensors: "traced" (its code), "mcore" (mcore_terms)
+    attention: str = "flash"  # block_memory: saved tensors, "traced" (its code) or "mcore" (mcore_terms)
+    block_memory: str = "traced"  # tp_overlap: TP collectives beside the GEMMs (TE userbuffers)
+    tp_overlap: bool = False
 
 
 # "torch": paradvisor's launcher (Hugging Face models run eagerly: elementwise ops one by one, docs/accuracy.md).
-# "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022 (gradient all-reduce after backward). "torchtitan" (as benchmarked, no torch.compile): TP shards the
-# embedding and output (loss parallel); FSDP keeps parameters gathered over a pipeline's micro-batches; eager
-# elementwise ops (fused in -compile); per-op SAC; F.scaled_dot_product_attention on the torch of 2024-12 runs its
-# FlashAttention-2 kernel on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; torchtitan enabled it in #1000,
-# 2025-03). "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core in Megatron-Bridge (2025).
+# "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022 (gradient all-reduce after backward).
+# "torchtitan" (as benchmarked, no torch.compile): TP shards the embedding and output (loss parallel); FSDP keeps
+# parameters gathered over a pipeline's micro-batches; eager elementwise ops (fused in -compile); per-op SAC; SDPA
+# on the torch of 2024-12 runs FlashAttention-2 on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; enabled
+# in torchtitan#1000, 2025-03). "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core as NVIDIA benchmarks it.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True, False),
     "megatron": EngineTraits(True, True, False, False),
     "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm", "fa2"),
     "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
     "llama3": EngineTraits(False, True, True, False, block_memory="mcore"),
-    "mcore": EngineTraits(True, True, True, False, block_memory="mcore"),
+    "mcore": EngineTraits(True, True, True, False, block_memory="mcore", tp_overlap=True),
 }
 
 
@@ -115,9 +116,8 @@ class ModelFacts:
     persistent: int = 0  # parameters in tensors ZeRO-3 keeps whole (<= stage3_param_persistence_threshold)
     moe: MoEFacts | None = None  # mixture of experts (None: dense)
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
-    # Whose way of holding the model is counted (ENGINES): "torch", paradvisor's launcher (fp32 weights under
-    # autocast, embedding and head replicated over TP); the others and the next two check published runs.
-    engine: str = "torch"
+    # Whose way of holding and running the model is counted (ENGINES): "torch" is paradvisor's launcher; the
+    engine: str = "torch"  # others and the next two check published runs (experiments/validation)
     recompute_modules: tuple[str, ...] = ()  # what "selective" re-runs where named (estimate/steptime.py)
     balanced_routing: bool = False  # tokens force-balanced over the experts (benchmarks): no capacity slack
 

@@ -62,4 +62,5 @@ def stage_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int
         kernel=mf.traits.attention,
         moe=moe_step.stage_layer(mf, plan, layers),
         recompute_modules=mf.recompute_modules,
+        tp_overlap=mf.traits.tp_overlap,
     )
