@@ -60,3 +60,20 @@ def test_a_sink_column_fits_as_two_monomials():
 
     groups = _fit(trace(2, 16), trace(3, 32), (2, 16), (3, 32))
     assert groups == {"block.split": {"bss": 16.0, "bs": 16.0}}
+
+
+def test_a_cp_rank_sends_its_share_of_the_sequence_over_tp_and_pp():
+    """Under CP a rank holds seq/cp tokens, so its TP collectives and its pipeline sends carry 1/cp of the
+    activations (and an MoE all-to-all 1/cp of the tokens): CP 2 on 32 GPUs halves them against the same
+    TP 8 x PP 2 on 16 GPUs with the same micro-batches (they were kept whole: Llama 3's CP 16 row at 128K
+    then spent more on TP than on compute)."""
+    prof = load_profile("llama-2-7b")
+    wl = Workload(model="llama-2-7b", seq_len=32768, global_batch=4)
+    mf = ModelFacts.of(prof)
+    times = {}
+    for cp, gpus in ((1, 16), (2, 32)):
+        topo = Topology.of(single_node_cluster("H100 SXM", gpus))
+        plan = Plan(tp=8, pp=2, cp=cp, sequence_parallel=True, micro_batch=1, grad_accum=4, precision="bf16")
+        times[cp] = evaluate(mf, topo, wl, plan, "bf16", 0.1).time
+    for term in ("tp_comm", "pp_p2p"):
+        assert 0.45 < times[2][term] / times[1][term] < 0.55, (term, times[1][term], times[2][term])

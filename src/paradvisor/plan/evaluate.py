@@ -467,8 +467,8 @@ def _slowest(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, precision
             ct = gpu_stage_times(mf, topo, wl, plan, precision, spec, mb)
         else:
             ct = compute_time(mf, wl, plan, precision, spec.tflops, mb, spec=spec)
-        if plan.cp > 1:  # load-balanced chunks: 1/cp of the FLOPs on every rank
-            ct = {k: (v / plan.cp if k != "tp_comm" else v) for k, v in ct.items()}
+        if plan.cp > 1:  # load-balanced chunks: 1/cp of the FLOPs on every rank, its TP collectives 1/cp
+            ct = {k: v / plan.cp for k, v in ct.items()}  # of the tokens (their small latency terms too)
         total_ct = sum(v for k, v in ct.items() if k != "tp_comm")
         if slowest is None or total_ct > slowest[1]:
             slowest = (ct, total_ct, spec)
@@ -653,7 +653,7 @@ def _timing(
     if mf.moe is not None and plan.ep > 1:  # the busiest EP rank's expert work sets the pace
         ct, t_micro = moe_step.imbalance(mf, plan, ct)
     ab = act_bytes_for(precision)
-    tokens = plan.micro_batch * wl.seq_len
+    tokens = plan.micro_batch * wl.seq_len // plan.cp  # a CP rank's share of the sequence
     # A calibrated CPU knows each engine's fixed cost per step and per layer, collective latencies
     # included: then only the volume terms (FLOPs, bytes) come from the model.
     cal = calibrated_overhead(slow_spec, plan, precision)

@@ -59,7 +59,7 @@ def a2a(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, gpu_m
     if gpu_model:
         bw *= steptime.NET_EFF if crosses else steptime.NVLINK_EFF
     local = max(1, min(plan.ep, topo.min_gpus_per_node // max(1, plan.tp))) if crosses else 1
-    tokens = plan.micro_batch * wl.seq_len / (plan.tp if plan.sequence_parallel else 1)
+    tokens = plan.micro_batch * wl.seq_len / plan.cp / (plan.tp if plan.sequence_parallel else 1)
     return moe.a2a_time(
         tokens=tokens,
         hidden=mf.shape.hidden,
