@@ -8,10 +8,10 @@ import os
 
 from paradvisor.hardware.cluster import single_node_cluster
 from paradvisor.model.load import load_profile
-from paradvisor.spec.capability import why_not
 from paradvisor.plan.evaluate import evaluate
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.space import candidates
+from paradvisor.spec.capability import why_not
 from paradvisor.spec.plan import Plan, Workload
 
 os.environ["PARADVISOR_CALIBRATION"] = "none"
