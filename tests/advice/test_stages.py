@@ -177,6 +177,23 @@ def test_flash_attention_slows_below_head_dim_128():
     assert flash.flash_head_dim_share("flash", 64, "blackwell") == flash.flash_head_dim_share("flash", 64)
 
 
+def test_mpt_runs_flash_attention_in_triton_at_its_measured_rate():
+    """llm-foundry's MPT benchmarks run `attn_impl: triton`: the FlashAttention-2 paper measured that kernel on
+    an A100 at 78 TFLOPS forward+backward causal (95 unmasked) at head dim 128 and the same at 64, against 182
+    for FA2, which the generic rate matches; on Hopper, unmeasured, FA2's rate stands in."""
+    from paradvisor.plan.facts import ENGINES
+
+    a100 = steptime.Device(312e12, 2.04e12, "ampere")
+    assert a100.flash_rate("fa1-triton", True, 128) == pytest.approx(78e12)
+    assert a100.flash_rate("fa1-triton", False, 128) == pytest.approx(95e12)
+    assert a100.flash_rate("fa1-triton", True, 64) == a100.flash_rate("fa1-triton", True, 128)
+    assert a100.flash_rate("fa2", True, 128) == pytest.approx(182e12, rel=0.05)
+    h100 = steptime.Device(989e12, 3.35e12, "hopper")
+    assert h100.flash_rate("fa1-triton", True, 128) == h100.flash_rate("fa2", True, 128)
+    assert ENGINES["llm-foundry"].attention == "fa1-triton"
+    assert replace(ENGINES["llm-foundry"], attention="fa2") == ENGINES["torchtitan-compile"]
+
+
 def test_expert_gradients_sync_over_the_expert_data_parallel_group():
     """With EP the routed experts' gradients reduce over dp/ep ranks, one per node when tp·ep fills a node,
     every GPU of the node through its share of the network; inside the overlap window it is hidden."""

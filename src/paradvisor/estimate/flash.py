@@ -17,6 +17,11 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                2024-12-04 SDPA's flash backend 329 TFLOPS at head dim 128 (pytorch/pytorch#142132), Azure's ND
                H100 v5 guide 327.9 (forward figures; the backward runs slower, hence the lower fwd+bwd rate).
                Which kernel an engine runs comes from the engine's own code (plan.facts.ENGINES).
+               The FlashAttention kernel in Triton (Tri Dao's flash_attn_triton, which MPT's `attn_impl:
+               triton` runs, the default of llm-foundry's benchmark script): FlashAttention-2 paper (Dao 2023,
+               arXiv:2307.08691) Fig. 4, A100 80GB SXM4, forward+backward at sequence 8k, head dim 128: 78
+               TFLOPS causal, 95 without a mask (0.25 / 0.30 of 312; FA2 182 / 201, which the generic rate
+               matches); at head dim 64 the same, 79 / 100 (FLAT_HEAD_DIM). On Hopper FA2's rates stand in.
   FLASH_HEAD_DIM  a flash kernel slows below head dim 128 (fewer FLOPs per byte of Q, K, V and per softmax
                step): FA3 paper (Shah et al. 2024, arXiv:2407.08608) Figs. 5 and 6, H100 SXM5, BF16, no mask,
                sequence 4k, forward / backward TFLOPS at head dim 64 against 128: FlashAttention-2 321 / 368
@@ -35,7 +40,12 @@ FLASH_EFF = 0.75
 FLASH_PEAK = {
     ("fa2", "hopper", True): 0.28,
     ("fa2", "hopper", False): 0.31,
+    ("fa1-triton", "ampere", True): 78 / 312,
+    ("fa1-triton", "ampere", False): 95 / 312,
+    ("fa1-triton", "hopper", True): 0.28,  # not measured on Hopper: FA2's rate stands in, an upper bound
+    ("fa1-triton", "hopper", False): 0.31,
 }  # (kernel, arch, causal): fwd+bwd
+FLAT_HEAD_DIM = {"fa1-triton"}  # kernels measured at the same rate at head dims 64 and 128
 FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
 FLASH_HEAD_DIM = {  # kernel: ((forward hd 64, hd 128), (backward hd 64, hd 128)) TFLOPS, FA3 paper Figs. 5-6
     "fa2": ((321, 368), (279, 310)),
@@ -57,7 +67,7 @@ def flash_head_dim_share(kernel: str, head_dim: int, arch: str = "hopper") -> fl
     modelled above it), the measured head-dim-64 share at 64 and below, linear between. The generic
     "flash" kernel is of the FA3 / cuDNN class on FA3_CLASS architectures (the mean of their shares) and
     of FlashAttention-2's class elsewhere (FA3 runs on Hopper only)."""
-    if head_dim >= 128:
+    if head_dim >= 128 or kernel in FLAT_HEAD_DIM:
         return 1.0
     if kernel in FLASH_HEAD_DIM:
         low = _fwd_bwd_share(kernel)

@@ -84,12 +84,11 @@ class EngineTraits:
     tp_overlap: bool = False
 
 
-# "torch": paradvisor's launcher (Hugging Face models run eagerly: elementwise ops one by one, docs/accuracy.md).
-# "megatron": Megatron-LM of Narayanan et al. 2021 / Korthikanti et al. 2022 (gradient all-reduce after backward).
-# "torchtitan" (as benchmarked, no torch.compile): TP shards the embedding and output (loss parallel); FSDP keeps
-# parameters gathered over a pipeline's micro-batches; eager elementwise ops (fused in -compile); per-op SAC; SDPA
-# on the torch of 2024-12 runs FlashAttention-2 on H100 (cuDNN attention opt-in: pytorch/pytorch#142132; enabled
-# in torchtitan#1000, 2025-03). "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core as NVIDIA benchmarks it.
+# "torch": paradvisor's launcher (Hugging Face models run eagerly, docs/accuracy.md). "megatron": Megatron-LM of
+# Narayanan 2021 / Korthikanti 2022 (gradient all-reduce after backward). "torchtitan" (as benchmarked, eager;
+# "-compile" fuses the elementwise ops): loss parallel, FSDP gathered over a pipeline's micro-batches, per-op SAC,
+# SDPA's FlashAttention-2 on H100 (torch of 2024-12: pytorch/pytorch#142132). "llama3": Dubey et al. 2024 §3.3.2.
+# "mcore": Megatron-Core as NVIDIA benchmarks it. "llm-foundry": torchtitan-compile's, MPT's Triton flash attention.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True, False),
     "megatron": EngineTraits(True, True, False, False),
@@ -97,6 +96,7 @@ ENGINES = {
     "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
     "llama3": EngineTraits(False, True, True, False, block_memory="mcore"),
     "mcore": EngineTraits(True, True, True, False, block_memory="mcore", tp_overlap=True),
+    "llm-foundry": EngineTraits(False, True, True, True, True, "every-other-mm", "fa1-triton"),
 }
 
 
