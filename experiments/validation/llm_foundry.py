@@ -16,7 +16,10 @@ with that Triton kernel's rate as the FlashAttention-2 paper measured it on an A
 Hopper no measurement exists and FA2's rate stands in, so the H100 rows are as before). FSDP1's
 flat-parameter copies and the ALiBi bias are not in the prediction. `python
 experiments/validation/llm_foundry.py torchtitan-compile` prints the rows with FA2's rate instead (A100: mean
--14.9%, mean abs 14.9%, max 31.1%). The measured step is the table's global batch in tokens
+-15.6%, mean abs 15.6%, max 31.5%). Composer wraps each MPT block as one FSDP unit (FULL_SHARD, gathered again
+for every micro-batch under these traits): the plans shard "fsdp", whose collectives go block by block; until
+2026-11-27 they sharded "zero3", whose latency chain counts DeepSpeed's per-module fetches (8 a layer), which
+put the 64-GPU H100 rows +17 and +37% slow. The measured step is the table's global batch in tokens
 over its tokens/s; the plan accumulates the table's GradAccum micro-batches (every row transcribed has
 global batch = GPUs x micro-batch x GradAccum; the script checks it).
 """
@@ -116,7 +119,7 @@ def run(table, gpu, engine):
             dp=gpus,
             tp=1,
             pp=1,
-            sharding="zero3",
+            sharding="fsdp",  # FULL_SHARD with MPT's fsdp_wrap_fn: one FSDP unit per block (not ZeRO-3's modules)
             micro_batch=mb,
             grad_accum=ga,
             checkpointing="full" if ac == "1" else "none",
