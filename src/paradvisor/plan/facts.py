@@ -79,16 +79,15 @@ class EngineTraits:
     reshard_each_micro: bool  # FSDP gathers the parameters again for every micro-batch
     fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes;
     selective: str = "attention-core"  # attention: the flash kernel SDPA runs (estimate/steptime.FLASH_PEAK)
-    attention: str = "flash"  # block_memory: saved tensors, "traced" (its code) or "mcore" (mcore_terms)
-    block_memory: str = "traced"  # tp_overlap: TP collectives beside the GEMMs (TE userbuffers)
-    tp_overlap: bool = False
+    attention: str = "flash"
+    block_memory: str = "traced"  # saved tensors: "traced" (its code), "mcore" (mcore_terms)
+    tp_overlap: bool = False  # TP collectives beside the GEMMs as TE's userbuffers run them (tp_overlap.py)
 
 
-# "torch": paradvisor's launcher (Hugging Face models run eagerly, docs/accuracy.md). "megatron": Megatron-LM of
-# Narayanan 2021 / Korthikanti 2022 (gradient all-reduce after backward). "torchtitan" (as benchmarked, eager;
-# "-compile" fuses the elementwise ops): loss parallel, FSDP gathered over a pipeline's micro-batches, per-op SAC,
-# SDPA's FlashAttention-2 on H100 (torch of 2024-12: pytorch/pytorch#142132). "llama3": Dubey et al. 2024 §3.3.2.
-# "mcore": Megatron-Core as NVIDIA benchmarks it. "llm-foundry": torchtitan-compile's, MPT's Triton flash attention.
+# "torch": paradvisor's launcher (Hugging Face models run eagerly). "megatron": Megatron-LM of Narayanan 2021
+# and Korthikanti 2022 (gradient all-reduce after backward). "torchtitan", as benchmarked: eager (-compile:
+# fused), loss parallel, FSDP kept across a pipeline's micro-batches, per-op SAC, FA2 in SDPA (torch#142132).
+# "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core as NVIDIA benchmarks it. "llm-foundry": MPT runs.
 ENGINES = {
     "torch": EngineTraits(False, False, True, True, False),
     "megatron": EngineTraits(True, True, False, False),
@@ -117,7 +116,8 @@ class ModelFacts:
     moe: MoEFacts | None = None  # mixture of experts (None: dense)
     compute_shape: TransformerShape | None = None  # MoE: the shape with the FFN width a token passes through
     # Whose way of holding and running the model is counted (ENGINES): "torch" is paradvisor's launcher; the
-    engine: str = "torch"  # others and the next two check published runs (experiments/validation)
+    # others and the next two check published runs (experiments/validation).
+    engine: str = "torch"
     recompute_modules: tuple[str, ...] = ()  # what "selective" re-runs where named (estimate/steptime.py)
     balanced_routing: bool = False  # tokens force-balanced over the experts (benchmarks): no capacity slack
 
