@@ -84,7 +84,8 @@ A100 = """30b 2048 8 3 21 504 916 1
 125m 2048 8 40 2 640 142830 0"""
 
 
-def run(table, gpu, engine):
+def run(table, gpu, engine, out=print) -> list[float]:
+    """Predicted against measured per row of `table` under `engine`, printed through `out`; the errors (%)."""
     errs = []
     for line in table.splitlines():
         m, seq, gpus, mb, ga, gbs, tps, ac = line.split()
@@ -129,12 +130,13 @@ def run(table, gpu, engine):
         e = evaluate(mf, topo, wl, plan, "bf16", 0.0)
         meas = gbs * seq / (tps * gpus)
         errs.append(V.pct(e.step_time, meas))
-        print(
+        out(
             f"  {gpu:10s} {m:5s} s{seq:<6d} {gpus:3d} GPUs mb{mb:<3d} AC{ac}  meas {meas:8.3f}  pred {e.step_time:8.3f}  {errs[-1]:+6.1f}%"
         )
-    print(
+    out(
         f"{gpu}: {len(errs)} rows, mean {statistics.mean(errs):+.1f}%, mean abs {statistics.mean(map(abs, errs)):.1f}%, max abs {max(map(abs, errs)):.1f}%"
     )
+    return errs
 
 
 def main() -> int:

@@ -83,15 +83,21 @@ def measured(line: str) -> float:
     return flops / (float(tflops) * 1e12 * gpus)
 
 
+def errors(interleaved: bool, out=print) -> list[float]:
+    """Predicted against measured per row (plain 1F1B or the most interleaved split), printed through `out`."""
+    errs = []
+    for line in TABLE.splitlines():
+        e, meas = estimate(line, interleaved), measured(line)
+        errs.append(V.pct(e.step_time, meas))
+        name, v = line.split()[0], e.plan.pp_virtual_stages
+        out(f"  {name:5s} v{v}  meas {meas:7.3f} s  pred {e.step_time:7.3f} s  {errs[-1]:+6.1f}%")
+    return errs
+
+
 def main() -> int:
     for interleaved in (False, True):
         print("plain 1F1B" if not interleaved else "most interleaved (virtual stages up to 8)")
-        errs = []
-        for line in TABLE.splitlines():
-            e, meas = estimate(line, interleaved), measured(line)
-            errs.append(V.pct(e.step_time, meas))
-            name, v = line.split()[0], e.plan.pp_virtual_stages
-            print(f"  {name:5s} v{v}  meas {meas:7.3f} s  pred {e.step_time:7.3f} s  {errs[-1]:+6.1f}%")
+        errs = errors(interleaved)
         mean_abs = statistics.mean(map(abs, errs))
         print(f"  {len(errs)} rows: mean {statistics.mean(errs):+.1f}%, mean abs {mean_abs:.1f}%, max abs "
               f"{max(map(abs, errs)):.1f}%")  # fmt: skip
