@@ -37,6 +37,7 @@ from paradvisor.spec.plan import Plan, Workload
 
 SEQ, VOCAB = 4096, 131072
 ENGINE = "mcore"  # Megatron-Core as NVIDIA benchmarks it (plan.facts.ENGINES)
+DGX_H100 = V.load_rows()["clusters"]["dgx-h100"]  # Eos: 8 H100 SXM per node, 8 x 400 Gb/s InfiniBand
 # model, heads, hidden, layers, TP, PP, GPUs, global batch, per-GPU teraFLOP/s (data-parallel 48 throughout)
 TABLE = """1.7B 16 2048 24 1 1 48 192 408.8
 7.1B 32 4096 30 2 1 96 192 465.9
@@ -64,7 +65,7 @@ def estimate(line: str, interleaved: bool):
     total = sum(e.params for e in blocks)
     prof = ModelProfile(f"megatron-readme-{name}", "GPT", "validation", total, total, tuple(blocks), shape)
     mf = replace(ModelFacts.of(prof), engine=ENGINE)
-    topo = Topology.of(V.cluster_for(V.load_rows()["clusters"]["dgx-h100"], gpus))
+    topo = Topology.of(V.cluster_for(DGX_H100, gpus))
     dp = gpus // (tp * pp)
     v = most_interleaved(layers, pp) if interleaved else 1
     plan = Plan(dp=dp, tp=tp, pp=pp, sharding="zero1", micro_batch=1, grad_accum=batch // dp,

@@ -42,9 +42,9 @@ FLASH_PEAK = {
     ("fa2", "hopper", False): 0.31,
     ("fa1-triton", "ampere", True): 78 / 312,
     ("fa1-triton", "ampere", False): 95 / 312,
-    ("fa1-triton", "hopper", True): 0.28,  # not measured on Hopper: FA2's rate stands in, an upper bound
-    ("fa1-triton", "hopper", False): 0.31,
 }  # (kernel, arch, causal): fwd+bwd
+# the Triton kernel is not measured on Hopper: FA2's rate stands in there, an upper bound
+FLASH_PEAK |= {("fa1-triton", "hopper", c): FLASH_PEAK[("fa2", "hopper", c)] for c in (True, False)}
 FLAT_HEAD_DIM = {"fa1-triton"}  # kernels measured at the same rate at head dims 64 and 128
 FLASH_BWD = 2.5  # flash backward FLOPs / forward FLOPs (FlashAttention-2 §3.1.2: recomputes QKᵀ)
 FLASH_HEAD_DIM = {  # kernel: ((forward hd 64, hd 128), (backward hd 64, hd 128)) TFLOPS, FA3 paper Figs. 5-6

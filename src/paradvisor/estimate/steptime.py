@@ -346,12 +346,13 @@ def micro_batch_time(
         fwd += head + loss
         bwd += 2 * head + loss
     full = 1 if checkpointing == "full" else 0
-    tp_total = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat) * (2 + full)
     if tp_overlap and sp and tp > 1:  # beside the GEMMs, as Transformer Engine's userbuffers run it
         kinds = [(layers - n_moe, sh), (n_moe, replace(sh, ffn=moe.shared_ffn) if moe else sh)]
         shapes = [(n, block_gemms(s, tokens=tokens, tp=tp, split=False)) for n, s in kinds if n]
         link = (tokens * sh.hidden * act_bytes, tp, tp_bw, tp_lat)
         tp_total = overlapped(shapes, lambda m, n, k: gemm_time(m, n, k, dev), link, dev.arch, full)
+    else:
+        tp_total = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat) * (2 + full)
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_comm": tp_total}
 
 

@@ -58,9 +58,10 @@ def exposed(
     fwd = bwd = 0.0
     for col_shape, row_shapes in pairs:
         col = gemm(*col_shape)
-        row = sum(gemm(*r) for r in row_shapes) if row_shapes else col / 2
-        if not row_shapes:
-            col /= 2
+        if row_shapes:
+            row = sum(gemm(*r) for r in row_shapes)
+        else:  # one attention projection (MLA's): half of it on each side of the pair
+            col = row = col / 2
         fwd += max(0.0, c - col * (tp - 1) / tp)  # the all-gather before the column-parallel GEMM
         fwd += c / PIPELINE_SPLITS + (1 - 1 / PIPELINE_SPLITS) * max(0.0, c - row)  # the reduce-scatter after
         fwd += slow * row
