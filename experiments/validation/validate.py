@@ -99,7 +99,7 @@ def plan_for(row: dict, dp: int) -> Plan:
         micro_batch=mb,
         grad_accum=row["global_batch"] // (dp * mb),
         checkpointing=row.get("checkpointing", "none"),
-        precision="bf16",
+        precision=row.get("precision", "bf16"),
         sequence_parallel=row.get("sequence_parallel", False),
         pp_schedule="interleaved1f1b" if v > 1 else "1f1b",
         pp_virtual_stages=v,
@@ -140,10 +140,10 @@ def predict(row: dict, data: dict):
     dp = row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
     plan = plan_for(row, dp)
     # Megatron-LM of 2021-2022 had no flash attention: the attention core is unfused softmax + dropout
-    wl = Workload(profile.name, seq_len=seq, global_batch=row["global_batch"], precision="bf16",
+    wl = Workload(profile.name, seq_len=seq, global_batch=row["global_batch"], precision=plan.precision,
                   attention="eager" if engine == "megatron" else "sdpa")  # fmt: skip
     check(plan, mf, topo.world, wl)
-    e = evaluate(mf, topo, wl, plan, "bf16", 0.0)
+    e = evaluate(mf, topo, wl, plan, plan.precision, 0.0)
     return e, mf, topo, wl, plan, profile, seq
 
 

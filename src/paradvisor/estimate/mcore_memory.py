@@ -27,6 +27,10 @@ consumers have saved it, and refilled in the backward pass), "core_attn", "mlp",
                  experts: fc1's output and fc2's input as a dense MLP. "moe" keeps the layer's input only.
   dense MLP      TELayerNormColumnParallelLinear fc1 keeps x and the norm output, then fc1's output and
                  fc2's input; "mlp" keeps the input x only
+FP8 (Transformer Engine, estimate/fp8.py): each FP8 linear keeps its input as the FP8 copy it cast (1 byte,
+not 2): the norm outputs of linear_qkv and fc1, fc2's input, the experts' fc1 and fc2 inputs; attention's
+output O stays 16-bit for the attention backward and linear_proj keeps its FP8 copy besides (MLA is left as
+in 16-bit training).
 The models Megatron-Bridge benchmarks here have no dropout (hidden_dropout = attention_dropout = 0: no
 masks). Tensor parallelism splits heads and FFN widths over t ranks (and the norm region too with sequence
 parallelism); the MLA latents are computed on every TP rank whole.
@@ -77,6 +81,20 @@ def _moe(
     return norm + (routed + shared) / t, router_bytes_per_token(s.num_experts, s.experts_per_token) / norm_t
 
 
+def _fp8(
+    s: TransformerShape, modules: tuple[str, ...], t: int, norm_t: int, moe_layer: bool, capacity: float
+):
+    """(16-bit elements kept as FP8 instead, bytes kept besides) per token of a layer in FP8 training."""
+    fp8 = 0.0 if s.kv_lora_rank else s.hidden / norm_t  # linear_qkv's norm output
+    extra = 0.0 if s.kv_lora_rank else s.heads * s.head_dim / t  # linear_proj's FP8 copy of O
+    if moe_layer and "moe" not in modules:
+        rows = s.experts_per_token * capacity
+        fp8 += (rows * (s.hidden + (0 if "moe_act" in modules else s.expert_ffn)) + s.shared_ffn) / t
+    elif not moe_layer and "mlp" not in modules:
+        fp8 += s.hidden / norm_t + s.ffn / t  # fc1's norm output, fc2's input
+    return fp8, extra
+
+
 def layer_bytes(
     s: TransformerShape,
     *,
@@ -87,8 +105,10 @@ def layer_bytes(
     act_bytes: int,
     modules: tuple[str, ...],
     capacity: float = 1.0,
+    fp8: bool = False,
 ) -> float:
-    """Bytes one layer keeps for backward, per micro-batch of `tokens` tokens, on one TP rank."""
+    """Bytes one layer keeps for backward, per micro-batch of `tokens` tokens, on one TP rank (`fp8`: in FP8
+    training, module docstring)."""
     t = max(1, tp)
     norm_t = t if sequence_parallel else 1
     elems = _attention(s, modules, t, norm_t)
@@ -98,6 +118,9 @@ def layer_bytes(
         elems, extra = elems + mlp, extra + router
     else:
         elems += _mlp(s, s.ffn, modules, t, norm_t)
+    if fp8:
+        cast, besides = _fp8(s, modules, t, norm_t, moe_layer, capacity)
+        elems, extra = elems - cast, extra + cast + besides
     return tokens * (elems * act_bytes + extra)
 
 

@@ -4,12 +4,11 @@ measured the device; `paradvisor calibrate` figures replace it on calibrated CPU
 Like Calculon (Isaev et al., SC'23) and the Megatron-LM papers, a transformer layer is a list of operations,
 each timed by what bounds it:
   GEMMs        2·M·N·K FLOPs at the tensor cores' rate plus the operand and output bytes (M·K + K·N + M·N
-               elements) at HBM_EFF of the memory bandwidth, plus a launch: what a tiled GEMM does not hide
-               behind its math (the first operand tiles, the output tiles written back). The tensor-core rate
-               is the one at which an 8192³ GEMM reaches GEMM_EFF of peak in this sum, so large GEMMs keep the
-               measured large-size rate while short K or narrow N (tensor parallelism's splits) and small
-               GEMMs run slower, by their shape. The backward pass's two gradients, dgrad (M x N) @ (N x K)
-               and wgrad (K x M) @ (M x N), move the same three matrices: each costs what the forward does.
+               elements) at HBM_EFF of the memory bandwidth and a launch (what tiling does not hide). The
+               tensor-core rate is the one at which an 8192³ GEMM reaches GEMM_EFF of peak in this sum, so
+               large GEMMs keep the measured rate while short K, narrow N (TP's splits) and small GEMMs run
+               slower, by their shape. Backward: dgrad (M x N) @ (N x K) and wgrad (K x M) @ (M x N) move the
+               same three matrices, each at the forward's cost. FP8 training: estimate/fp8.py.
   memory-bound layer norms, bias+GeLU/SwiGLU, dropout, residual adds, softmax (the attention core when it
                is not a fused flash kernel): bytes read + written at HBM_EFF of the memory bandwidth.
   launches     every operation takes at least KERNEL_LAUNCH_S.
@@ -37,10 +36,9 @@ GroupedMLP), on R = T·k routed rows of the rank's T tokens:
   experts      one GEMM per local expert (E/ep of them) on its T·k·ep/E rows (force-balanced routing),
                each timed by its own shape: few rows per expert make them slow (each reads its whole weight)
   activation   the expert activation over R x f_e (as the dense one)
-  output bias  experts with biases (GPT-OSS) under Megatron-Core: TEGroupedMLP skips fc2's bias in the GEMM
-               and adds it per expert in eager PyTorch (`_apply_bias`, core_v0.15/0.16 experts.py:
-               cat(t + b·p) then a cast): b·p written in fp32 (4 bytes per element of R x h), the add
-               (read 2 + 4, write 4), the cat (4 + 4), the cast (4 + 2): 28 bytes, two launches per expert
+  output bias  experts with biases (GPT-OSS) under Megatron-Core: fc2's bias added per expert in eager PyTorch
+               (`_apply_bias`, core_v0.15/0.16 experts.py: cat(t + b·p), cast): b·p in fp32 (4 bytes per
+               R x h element), add (2 + 4 + 4), cat (4 + 4), cast (4 + 2): 28 bytes, two launches an expert
 The shared experts run as a dense MLP of width shared_ffn. EP's all-to-all is estimate/moe.py's.
 Memory-bound ops are counted as fused kernels (Megatron-Core / Transformer Engine, or torch.compile) or, for
 an eager engine, as PyTorch runs them op by op: RMSNorm upcast to fp32 (cast, pow, mean, rsqrt-mul, cast
@@ -52,10 +50,9 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                Multiplication Background" user's guide, A100 GEMM plots), ~70% on H100 SXM (public cuBLAS
                GEMM sweeps: ~660-720 of 989 TFLOPS)
                The shape terms (bytes at HBM_EFF, one launch) replace the size factor of FLOPs alone used
-               before (g/(g + 0.67 GFLOP), from Calculon's A100 table): on 71 GEMMs of Llama-3 8B/70B layers at
-               TP 1-8 measured on an H100 SXM (experiments/gpu_kernels.py, docs/accuracy.md) the FLOP-only
-               factor was 11.8% fast on average (73% at TP 8's 4096 x 512 x 4096), the shape terms give
-               6.9% mean |error| and -3.7% mean, with no new parameter
+               before (g/(g + 0.67 GFLOP), Calculon's A100 table): on 71 GEMMs of Llama-3 8B/70B layers at TP
+               1-8 on an H100 SXM (experiments/gpu_kernels.py, docs/accuracy.md) that factor was 11.8% fast on
+               average, the shape terms 6.9% mean |error| (-3.7% mean), with no new parameter
   HBM_EFF      0.85: STREAM-like copy kernels reach 85-90% of HBM bandwidth on A100/H100
   NVLINK_EFF   0.75: nccl-tests all_reduce bus bandwidth on 8-GPU DGX A100 (~230 of 300 GB/s) and DGX
                H100 (~340-370 of 450 GB/s without NVLS)
@@ -66,15 +63,13 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                gpu_layers.py's 4 Llama-3 8B layers held ~1.6 s on one H100 came within 2% of this model): dense
                tensor work for minutes with communication kernels beside it draws more than the board's power
                limit, and the firmware lowers the clock until it does not. Tensor-core math (GEMMs, flash
-               attention) slows with the clock; bytes moved and launches do not. A one-GPU plan keeps 1.0: no
-               collectives beside its compute, and there the H100 measurements match the model. Per architecture:
-               the SXM figures stand for PCIe and NVL cards too (not measured apart). Hopper SXM (700 W): 1575
-               of 1980 MHz, measured when GEMMs overlap communication, against the top clock without it
-               (deepseek-ai/DeepGEMM#120). Blackwell B200 (1000 W): ~1580 of 1965 MHz after ~0.1 s of
-               back-to-back kernels, 15% fewer TFLOPS (flashinfer-ai/flashinfer#2899). Ampere and older: 1.0.
-               Their datasheet peak is at the top clock (A100: 1410 MHz), and GEMM_EFF is NVIDIA's own measured
-               rate. They also have far more board power per peak FLOP (A100 1.28 W per dense bf16 TFLOPS,
-               H100 SXM 0.71, B200 0.44), and no public measurement of a lower training clock was found.
+               attention) slows with the clock; bytes and launches do not. A one-GPU plan keeps 1.0 (no
+               collectives beside its compute; there the H100 measurements match the model). The SXM figures
+               stand for PCIe and NVL cards too. Hopper SXM (700 W): 1575 of 1980 MHz when GEMMs overlap
+               communication (deepseek-ai/DeepGEMM#120). Blackwell B200 (1000 W): ~1580 of 1965 MHz after ~0.1 s
+               of back-to-back kernels (flashinfer-ai/flashinfer#2899). Ampere and older: 1.0 (datasheet peak
+               at the top clock, GEMM_EFF NVIDIA's own measured rate, far more board power per peak FLOP: A100
+               1.28 W per dense bf16 TFLOPS, H100 SXM 0.71, B200 0.44; no lower training clock measured).
   FLASH_EFF, FLASH_PEAK, FLASH_HEAD_DIM  a flash-attention kernel's rate by kernel, architecture, mask and
                head dim: estimate/flash.py
 """
@@ -86,6 +81,7 @@ from functools import cached_property
 
 from paradvisor.estimate import comm
 from paradvisor.estimate.flash import FLASH_BWD, FLASH_EFF, FLASH_PEAK, flash_head_dim_share
+from paradvisor.estimate.fp8 import GATHER_SHARE, casts
 from paradvisor.estimate.tp_overlap import overlapped
 from paradvisor.record import record
 
@@ -97,9 +93,8 @@ HBM_EFF = 0.85
 NVLINK_EFF = 0.75
 NET_EFF = 0.90
 KERNEL_LAUNCH_S = 4e-6
-EAGER_NORM_BYTES = (
-    34  # eager RMSNorm bytes per element (bf16 in: cast 2+4, pow 4+4, mean 4, mul 4+4, cast 4+2, weight 2+2)
-)
+# eager RMSNorm bytes per element (bf16 in: cast 2+4, pow 4+4, mean 4, mul 4+4, cast 4+2, weight 2+2)
+EAGER_NORM_BYTES = 34
 EAGER_ROPE_BYTES = 20  # eager complex rotary bytes per q/k element (cast 2+4, complex mul 4+4, cast back 4+2)
 
 
@@ -111,6 +106,7 @@ class Device:
     word: int = 2  # bytes per GEMM operand element (the training precision's activations)
     # SM clock as a share of the single-GPU measurements' (sustained_clock(arch) in a multi-GPU training run)
     clock: float = 1.0
+    fp8: float = 0.0  # dense FP8 FLOP/s when the block GEMMs run in FP8 (estimate/fp8.py); 0: they do not
 
     @property
     def gemm_rate(self) -> float:
@@ -121,9 +117,16 @@ class Device:
     def tensor_rate(self) -> float:
         """FLOP/s of the math alone: the rate at which a GEMM_REF³ GEMM, its bytes and launch added, runs at
         gemm_rate (worked out once a device: every GEMM of a stage asks for it)."""
-        n = GEMM_REF
-        flops = 2.0 * n**3
-        return self.clock * flops / (flops / self.gemm_rate - _gemm_bytes(n, n, n, self) - KERNEL_LAUNCH_S)
+        return self._math_rate(self.gemm_rate, self.word)
+
+    @cached_property
+    def fp8_tensor_rate(self) -> float:
+        """The same for an FP8 GEMM: 1-byte operands at the FP8 peak's GEMM_EFF (estimate/fp8.py)."""
+        return self._math_rate(self.fp8 * GEMM_EFF.get(self.arch, GEMM_EFF_DEFAULT), 1)
+
+    def _math_rate(self, rate: float, word: int) -> float:
+        flops, n = 2.0 * GEMM_REF**3, GEMM_REF
+        return self.clock * flops / (flops / rate - _gemm_bytes(n, n, n, self, word) - KERNEL_LAUNCH_S)
 
     def flash_rate(self, kernel: str = "flash", causal: bool = True, head_dim: int = 128) -> float:
         """FLOP/s of a fused flash-attention kernel: measured per kernel where FLASH_PEAK has it (FA2 on
@@ -140,16 +143,19 @@ def sustained_clock(arch: str) -> float:
     return SUSTAINED_CLOCK.get(arch, 1.0)
 
 
-def gemm_time(m: float, n: float, k: float, dev: Device, batch: float = 1.0) -> float:
-    """Seconds for `batch` GEMMs of (m x k) @ (k x n) in one kernel: the math, the bytes it moves, a launch."""
+def gemm_time(m: float, n: float, k: float, dev: Device, batch: float = 1.0, fp8: bool = False) -> float:
+    """Seconds for `batch` GEMMs of (m x k) @ (k x n) in one kernel: the math, the bytes it moves, a launch.
+    `fp8`: a block projection, which runs in FP8 on a device that trains in it (estimate/fp8.py)."""
     if m * n * k * batch <= 0:
         return 0.0
-    return 2.0 * m * n * k * batch / dev.tensor_rate + _gemm_bytes(m, n, k, dev) * batch + KERNEL_LAUNCH_S
+    rate, word = (dev.fp8_tensor_rate, 1) if fp8 and dev.fp8 else (dev.tensor_rate, dev.word)
+    return 2.0 * m * n * k * batch / rate + _gemm_bytes(m, n, k, dev, word) * batch + KERNEL_LAUNCH_S
 
 
-def _gemm_bytes(m: float, n: float, k: float, dev: Device) -> float:
-    """Seconds of one GEMM's operand and output bytes at the achievable memory bandwidth."""
-    return (m * k + k * n + m * n) * dev.word / (dev.mem_bw * HBM_EFF)
+def _gemm_bytes(m: float, n: float, k: float, dev: Device, word: int = 0) -> float:
+    """Seconds of one GEMM's operand (`word` bytes an element, default the device's) and output bytes at the
+    achievable memory bandwidth."""
+    return ((m * k + k * n) * (word or dev.word) + m * n * dev.word) / (dev.mem_bw * HBM_EFF)
 
 
 def mem_time(nbytes: float, dev: Device) -> float:
@@ -193,9 +199,8 @@ def layer_forward(
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
-    mms = [
-        gemm_time(*mnk, dev) for mnk in block_gemms(sh, tokens=tokens, tp=t, split=not fused and sh.rms_rope)
-    ]
+    shapes = block_gemms(sh, tokens=tokens, tp=t, split=not fused and sh.rms_rope)
+    mms = [gemm_time(*mnk, dev, fp8=True) for mnk in shapes]
     # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
     heads_local = sh.heads / t
     b = tokens / seq
@@ -211,9 +216,7 @@ def layer_forward(
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
     if not sh.rms_rope:  # nn.LayerNorm is one kernel; a bias, not a rotation, on q, k, v
         norm, rope = 2 * ab, 2 * ab
-    norms = (
-        mem_time(2 * norm * rep, dev) + 2 * KERNEL_LAUNCH_S
-    )  # two layer norms: what "layernorm" recomputes
+    norms = mem_time(2 * norm * rep, dev) + 2 * KERNEL_LAUNCH_S  # two layer norms: what "layernorm" re-runs
     ew = 2 * norm * rep
     ew += 2 * (3 * ab * rep)  # two residual adds: read 2, write 1
     if sh.dropout:
@@ -221,7 +224,9 @@ def layer_forward(
     ew += (act if sh.gated else 2 * ab) * tokens * sh.ffn / t  # activation function (and gate product)
     ew += rope * tokens * (d_attn + 2 * kv) / t  # bias / rotary on q, k, v
     rest = mem_time(ew, dev) + (8 if fused else 24) * KERNEL_LAUNCH_S
-    up = sum(gemm_time(tokens, n / t, k, dev) for k, n in sh.up_projections)  # what "mla_up_proj" re-runs
+    up = sum(
+        gemm_time(tokens, n / t, k, dev, fp8=True) for k, n in sh.up_projections
+    )  # what "mla_up_proj" re-runs
     up += mem_time(rope * tokens * 2 * d_attn / t, dev) if sh.up_projections else 0.0  # and its RoPE on q, k
     return {
         "gemm": sum(mms),
@@ -230,6 +235,7 @@ def layer_forward(
         "odd_gemms": sum(mms[1::2]),
         "norms": norms,
         "up": up,
+        **_casts(block_gemms(sh, tokens=tokens, tp=t, split=False), dev),
     }
 
 
@@ -251,28 +257,31 @@ def routed_forward(
     m: MoELayer, sh: LayerShape, *, tokens: int, tp: int, sp: bool, ab: int, dev: Device
 ) -> dict:
     """Forward seconds of one MoE layer's routed path on one rank: {"gemm": router + expert GEMMs,
-    "move": router scores and token permutations (same bytes backward), "act": expert activation}."""
+    "move": router scores and token permutations (same bytes backward), "act": expert activation, and the
+    experts' FP8 casts}."""
     h, t = sh.hidden, max(1, tp)
     rows_t = tokens / (t if sp else 1)  # the router sees the rank's sequence shard
     rows = rows_t * m.top_k / (1 if sp else t)  # routed rows; experts split over the TP ranks' tokens
     local = m.experts / m.ep
     per_expert = rows * m.ep / m.experts
     n_up = 2 if sh.gated else 1
-    experts = gemm_time(per_expert, n_up * m.expert_ffn, h, dev, batch=local)
-    experts += gemm_time(per_expert, h, m.expert_ffn, dev, batch=local)
+    experts = gemm_time(per_expert, n_up * m.expert_ffn, h, dev, batch=local, fp8=True)
+    experts += gemm_time(per_expert, h, m.expert_ffn, dev, batch=local, fp8=True)
     router = gemm_time(rows_t, m.experts, h, dev)
-    scores = mem_time(3 * 4 * rows_t * m.experts, dev) + mem_time(
-        rows_t * m.top_k * 12, dev
-    )  # softmax, top-k
-    move = mem_time(2 * rows * h * ab, dev) + mem_time(
-        (2 * rows + rows_t) * h * ab, dev
-    )  # permute, unpermute
+    # softmax, top-k; permute, unpermute
+    scores = mem_time(3 * 4 * rows_t * m.experts, dev) + mem_time(rows_t * m.top_k * 12, dev)
+    move = mem_time(2 * rows * h * ab, dev) + mem_time((2 * rows + rows_t) * h * ab, dev)
     if m.ep > 1 and local > 1:
         move += 2 * mem_time(2 * rows * h * ab, dev)  # sort the received rows by expert, and back
     act = mem_time((3 * ab if sh.gated else 2 * ab) * rows * m.expert_ffn, dev)
     if m.eager_bias:
         move += mem_time(28 * rows * h, dev) + (2 * local + 2) * KERNEL_LAUNCH_S
-    return {"gemm": experts + router, "move": scores + move, "act": act}
+    grouped = [(rows, n_up * m.expert_ffn, h), (rows, h, m.expert_ffn)]  # one cast per grouped GEMM
+    return {"gemm": experts + router, "move": scores + move, "act": act, **_casts(grouped, dev, 2)}
+
+
+def _casts(shapes: list, dev: Device, kernels: int = 0) -> dict:
+    return casts(shapes, dev.arch if dev.fp8 else None, dev.mem_bw * HBM_EFF, KERNEL_LAUNCH_S, kernels)
 
 
 def block_gemms(sh: LayerShape, *, tokens: int, tp: int, split: bool) -> list[tuple[float, float, float]]:
@@ -350,7 +359,8 @@ def micro_batch_time(
         kinds = [(layers - n_moe, sh), (n_moe, replace(sh, ffn=moe.shared_ffn) if moe else sh)]
         shapes = [(n, block_gemms(s, tokens=tokens, tp=tp, split=False)) for n, s in kinds if n]
         link = (tokens * sh.hidden * act_bytes, tp, tp_bw, tp_lat)
-        tp_total = overlapped(shapes, lambda m, n, k: gemm_time(m, n, k, dev), link, dev.arch, full)
+        gemm = lambda m, n, k: gemm_time(m, n, k, dev, fp8=True)
+        tp_total = overlapped(shapes, gemm, link, dev.arch, full, GATHER_SHARE if dev.fp8 else 1.0)
     else:
         tp_total = layers * tp_layer_comm(tokens, sh.hidden, tp, act_bytes, tp_bw, tp_lat) * (2 + full)
     return {"forward": fwd, "backward": bwd, "recompute": rec, "tp_comm": tp_total}
@@ -360,9 +370,10 @@ def _layer_times(f: dict, r: dict | None, how: tuple) -> tuple[float, float, flo
     """(forward, backward, recompute) seconds of one layer from layer_forward's `f` and, for a MoE layer,
     routed_forward's `r`; `how`: (flash backward factor, checkpointing, selective, attention, modules)."""
     core_bwd, checkpointing, selective, attention, modules = how
-    r = r or {"gemm": 0.0, "move": 0.0, "act": 0.0}
-    fwd = f["gemm"] + f["core"] + f["rest"] + r["gemm"] + r["move"] + r["act"]
+    r = r or {"gemm": 0.0, "move": 0.0, "act": 0.0, "cast": 0.0, "cast_bwd": 0.0}
+    fwd = f["gemm"] + f["core"] + f["rest"] + f["cast"] + r["gemm"] + r["move"] + r["act"] + r["cast"]
     bwd = 2 * (f["gemm"] + f["rest"] + r["gemm"] + r["act"]) + r["move"] + core_bwd * f["core"]
+    bwd += f["cast_bwd"] + r["cast_bwd"]
     rec = _recompute(f, fwd, checkpointing, selective, attention, modules)
     return fwd, bwd, rec + (checkpointing == "selective" and "moe_act" in modules) * r["act"]
 

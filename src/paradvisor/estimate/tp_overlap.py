@@ -41,17 +41,19 @@ def sm_slowdown(arch: str) -> float:
 
 
 def exposed(
-    shapes: list, gemm, size: float, tp: int, bw: float, lat: float, arch: str
+    shapes: list, gemm, size: float, tp: int, bw: float, lat: float, arch: str, ag_share: float = 1.0
 ) -> tuple[float, float]:
     """(forward, backward) seconds TP costs one layer under TE's overlap: the communication that does not
     hide and the SMs the overlapping GEMMs lose.
     `shapes`: the block's projections as steptime.block_gemms gives them, (m, n, k) in order, q/k/v and o then
     up and down (one attention projection, as MLA's, counts as both halves of its pair); `gemm(m, n, k)`: a
     GEMM's seconds; `size`: the bytes of one activation collective (tokens x hidden x bytes). dgrad and wgrad
-    each take the forward GEMM's time (steptime's rule)."""
+    each take the forward GEMM's time (steptime's rule). `ag_share`: the all-gathers' bytes as a share of
+    `size` (FP8 training gathers FP8 inputs and output gradients, 1 byte of 2: estimate/fp8.py)."""
     if tp <= 1 or len(shapes) < 3:
         return 0.0, 0.0
-    c = comm.all_gather(size, tp, bw, lat)  # one all-gather or reduce-scatter of the activations
+    c = comm.all_gather(size, tp, bw, lat)  # one reduce-scatter of the activations
+    g = comm.all_gather(size * ag_share, tp, bw, lat)  # one all-gather
     slow = sm_slowdown(arch)
     attn, ffn = shapes[:-2], shapes[-2:]
     pairs = [(attn[0], attn[1:]), (ffn[0], ffn[1:])]
@@ -62,23 +64,23 @@ def exposed(
             row = sum(gemm(*r) for r in row_shapes)
         else:  # one attention projection (MLA's): half of it on each side of the pair
             col = row = col / 2
-        fwd += max(0.0, c - col * (tp - 1) / tp)  # the all-gather before the column-parallel GEMM
+        fwd += max(0.0, g - col * (tp - 1) / tp)  # the all-gather before the column-parallel GEMM
         fwd += c / PIPELINE_SPLITS + (1 - 1 / PIPELINE_SPLITS) * max(0.0, c - row)  # the reduce-scatter after
         fwd += slow * row
         # backward: the output gradient's all-gather beside the row GEMM's dgrad (ring), the input's
         # all-gather beside the column GEMM's dgrad and that dgrad's reduce-scatter beside its wgrad (bulk)
-        bwd += max(0.0, c - row * (tp - 1) / tp) + 2 * (max(0.0, c - col) + slow * col)
+        bwd += max(0.0, g - row * (tp - 1) / tp) + max(0.0, g - col) + max(0.0, c - col) + 2 * slow * col
     return fwd, bwd
 
 
-def overlapped(kinds: list, gemm, link: tuple, arch: str, full: int) -> float:
+def overlapped(kinds: list, gemm, link: tuple, arch: str, full: int, ag_share: float = 1.0) -> float:
     """TP seconds of one micro-batch through a stage under TE's overlap: `kinds` is (layer count, the
     layer's block_gemms shapes) per kind of layer (a MoE layer's dense part: attention and shared experts),
     `link` (bytes of one activation collective, tp, bandwidth, latency); a fully recomputed forward pays the
-    forward's cost again (`full` = 1)."""
+    forward's cost again (`full` = 1); `ag_share` as `exposed`'s."""
     size, tp, bw, lat = link
     total = 0.0
     for n, shapes in kinds:
-        fwd, bwd = exposed(shapes, gemm, size, tp, bw, lat, arch)
+        fwd, bwd = exposed(shapes, gemm, size, tp, bw, lat, arch, ag_share)
         total += n * (fwd * (1 + full) + bwd)
     return total

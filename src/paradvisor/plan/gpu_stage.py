@@ -19,10 +19,12 @@ def device_and_shape(mf: ModelFacts, topo: Topology, precision: str, spec) -> tu
     if hit is not None:
         return hit
     s = mf.shape
-    peak = effective_peak(spec.tflops, precision)
+    # FP8 runs the block GEMMs at the FP8 rate and the rest (attention, head) in bf16 (estimate/fp8.py)
+    peak = effective_peak(spec.tflops, "bf16" if precision == "fp8" else precision)
+    fp8 = effective_peak(spec.tflops, "fp8") if precision == "fp8" and spec.tflops.get("fp8") else 0.0
     # one GPU: no collectives beside its compute, the clock of the single-GPU measurements
     clock = steptime.sustained_clock(spec.arch) if topo.world > 1 else 1.0
-    dev = steptime.Device(peak, spec.mem_bw, spec.arch, act_bytes_for(precision), clock)
+    dev = steptime.Device(peak, spec.mem_bw, spec.arch, act_bytes_for(precision), clock, fp8)
     sh = steptime.LayerShape(
         s.hidden,
         s.heads,

@@ -35,9 +35,8 @@ def activation_terms(
         "act_bytes": act_bytes,
     }
     modules = mf.recompute_modules if plan.checkpointing == "selective" else ()
-    blk = mcore_memory.block_bytes(
-        s, modules=modules, capacity=moe_step.capacity(mf) if mf.moe else 1.0, **kw
-    )
+    capacity = moe_step.capacity(mf) if mf.moe else 1.0
+    blk = mcore_memory.block_bytes(s, modules=modules, capacity=capacity, fp8=plan.precision == "fp8", **kw)
     out = dict(a)
     out["block"] = out["lastblock"] = blk["stored"]
     out["rebuilt"] = blk["working"]
