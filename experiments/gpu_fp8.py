@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_kernels import gemm_shapes, row, timed
+from gpu_kernels import summary as kernel_summary
 
 from paradvisor.estimate import fp8
 from paradvisor.estimate import steptime as st
@@ -101,11 +102,7 @@ def casts(dev: st.Device) -> list[dict]:
 
 
 def summary(rows: list[dict]) -> None:
-    for kind in ("gemm8", "gemm16", "cast", "cast-eager"):
-        errs = [r["rel_error"] for r in rows if r["kind"] == kind and r["rel_error"] is not None]
-        if errs:
-            print(f"{kind}: {len(errs)} rows, mean |error| {statistics.mean(abs(e) for e in errs):.1%}, "
-                  f"mean {statistics.mean(errs):+.1%}, max {max(abs(e) for e in errs):.1%}")  # fmt: skip
+    kernel_summary(rows, ("gemm8", "gemm16", "cast", "cast-eager"))
     by = {(r["kind"], r["label"]): r for r in rows}
     ratios = [(by["gemm8", lab]["measured_s"] / by["gemm16", lab]["measured_s"],
                by["gemm8", lab]["predicted_s"] / by["gemm16", lab]["predicted_s"])

@@ -276,8 +276,8 @@ def held(seconds: float) -> dict:
     return out
 
 
-def summary(rows: list[dict]) -> None:
-    for kind in ("gemm", "attn", "hbm", "norm"):
+def summary(rows: list[dict], kinds: tuple[str, ...] = ("gemm", "attn", "hbm", "norm")) -> None:
+    for kind in kinds:
         errs = [r["rel_error"] for r in rows if r["kind"] == kind and r["rel_error"] is not None]
         if errs:
             print(f"{kind}: {len(errs)} rows, mean |error| {statistics.mean(abs(e) for e in errs):.1%}, "
