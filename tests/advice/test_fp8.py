@@ -171,3 +171,25 @@ def test_the_fp8_gemms_measured_on_an_h200_are_predicted_within_their_stated_err
     assert steptime.gemm_time(8192, 8192, 8192, dev, fp8=True) / measured["gemm8", "square 8192"] - 1 == (
         pytest.approx(0.0, abs=0.02)
     )
+
+
+def test_published_fp8_runs_are_predicted_within_the_issues_goal():
+    """End to end, the FP8 rows of experiments/validation/rows.toml: MLPerf's GPT-3 175B on 512-11,616 H100 (12 rows),
+    Megatron-Bridge's FP8-CS Llama 3 rows (6) and torchtitan's Float8 rows (5), each source within mean 10% / max 20%
+    (docs/accuracy.md states 7.4 / 14.5%, 7.6 / 14.0%, 7.7 / 12.0%)."""
+    sys.path.insert(0, str(REPO / "experiments" / "validation"))
+    import validate
+
+    data = validate.load_rows()
+    errs: dict[str, list[float]] = {}
+    for row in data["row"]:
+        if row.get("precision") != "fp8":
+            continue
+        e, _mf, _topo, _wl, _plan, profile, seq = validate.predict(row, data)
+        src = row["source"].split()[0]
+        errs.setdefault(src, []).append(
+            abs(validate.pct(e.step_time, validate.measured_step(row, profile, seq)))
+        )
+    assert {k: len(v) for k, v in errs.items()} == {"MLPerf": 12, "Megatron-Bridge": 6, "torchtitan": 5}
+    for src, v in errs.items():
+        assert statistics.mean(v) <= 10.0 and max(v) <= 20.0, (src, v)
