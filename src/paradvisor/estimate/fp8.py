@@ -5,9 +5,9 @@
   TE's Linear, LayerNormLinear and GroupedLinear inside `fp8_autocast`). The attention core stays 16-bit
   (TE's FP8 attention is opt-in: `fp8_dot_product_attention`), and so do the LM head (Megatron-Core's
   output layer is its own ColumnParallelLinear, outside TE) and the MoE router's GEMM.
-- Their rate: the GPU's dense FP8 tensor rate at the same GEMM_EFF of peak as its 16-bit GEMMs (no separate
-  FP8 measurement is taken), with 1-byte operands and a 16-bit output (cuBLASLt FP8 GEMMs: E4M3/E5M2 in, BF16
-  out, FP32 accumulate).
+- Their rate: the GPU's dense FP8 tensor rate at the same GEMM_EFF of peak as its 16-bit GEMMs (an H200
+  measured 8192³ in FP8 at 0.69 of its FP8 peak: experiments/gpu_fp8.py, docs/accuracy.md), with 1-byte
+  operands and a 16-bit output (cuBLASLt FP8 GEMMs: E4M3/E5M2 in, BF16 out, FP32 accumulate).
 - The casts they need: before each FP8 GEMM the forward quantizes its input and the backward the gradient
   of its output. Per-tensor current scaling (TE's Float8CurrentScaling, the "FP8-CS" of NVIDIA's benchmark
   tables; torchao's "tensorwise") reads the tensor once for its amax and once more to cast it, and writes
@@ -22,8 +22,9 @@
 - The weights are cast once per step (Megatron-Core passes `is_first_microbatch`, and NVIDIA's recipes keep
   FP8 primary weights, `fp8_param_gather`): not counted per micro-batch (a 405B stage's cast is ~10 ms).
 
-Memory is counted as for 16-bit training (the saved FP8 inputs and the FP8 weight copies are not modelled:
-docs/cost-model.md).
+Memory: Megatron-Core's FP8 copies of the linears' saved inputs are estimate/mcore_memory.py's; other engines'
+traced activations, the parameters and the FP8 weight copies are counted as in 16-bit training
+(docs/cost-model.md).
 """
 
 from __future__ import annotations
