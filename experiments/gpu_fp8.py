@@ -49,6 +49,11 @@ def device(spec) -> st.Device:
     )
 
 
+def cast_predicted(dev: st.Device, r: int, c: int) -> float:
+    """The model's seconds for one current-scaling cast of an r x c bf16 activation (estimate/fp8.py)."""
+    return fp8.casts([(r, 1, c)], dev.arch, dev.mem_bw * st.HBM_EFF, st.KERNEL_LAUNCH_S)["cast"]
+
+
 def gemms(dev: st.Device) -> list[dict]:
     import torch
 
@@ -92,7 +97,7 @@ def casts(dev: st.Device) -> list[dict]:
     rows = []
     for r, c in CASTS:
         x = torch.randn(r, c, device="cuda", dtype=torch.bfloat16)
-        pred = fp8.casts([(r, 1, c)], dev.arch, dev.mem_bw * st.HBM_EFF, st.KERNEL_LAUNCH_S)["cast"]
+        pred = cast_predicted(dev, r, c)
         for kind, fn in (("cast", compiled), ("cast-eager", _cast)):
             t = timed(lambda x=x, fn=fn: fn(x))
             gbs = fp8.cast_bytes(dev.arch) * r * c / t / 1e9
@@ -128,7 +133,7 @@ def replay(paths: list[str]) -> None:
             pred = st.gemm_time(m, n, k, dev, fp8=kind == "gemm8")
         else:
             r, c = (int(v) for v in label.split("x"))
-            pred = fp8.casts([(r, 1, c)], dev.arch, dev.mem_bw * st.HBM_EFF, st.KERNEL_LAUNCH_S)["cast"]
+            pred = cast_predicted(dev, r, c)
         rows.append(row(kind, label, pred, statistics.median(times), ""))
     summary(rows)
 

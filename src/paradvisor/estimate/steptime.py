@@ -199,7 +199,8 @@ def layer_forward(
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
-    shapes = block_gemms(sh, tokens=tokens, tp=t, split=not fused and sh.rms_rope)
+    split = not fused and sh.rms_rope  # FP8 casts go by the fused list: q, k, v share one input
+    shapes = block_gemms(sh, tokens=tokens, tp=t, split=split)
     mms = [gemm_time(*mnk, dev, fp8=True) for mnk in shapes]
     # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
     heads_local = sh.heads / t
@@ -235,7 +236,7 @@ def layer_forward(
         "odd_gemms": sum(mms[1::2]),
         "norms": norms,
         "up": up,
-        **_casts(block_gemms(sh, tokens=tokens, tp=t, split=False), dev),
+        **_casts(block_gemms(sh, tokens=tokens, tp=t, split=False) if split else shapes, dev),
     }
 
 

@@ -52,7 +52,7 @@ def exposed(
     `size` (FP8 training gathers FP8 inputs and output gradients, 1 byte of 2: estimate/fp8.py)."""
     if tp <= 1 or len(shapes) < 3:
         return 0.0, 0.0
-    c = comm.all_gather(size, tp, bw, lat)  # one reduce-scatter of the activations
+    c = comm.reduce_scatter(size, tp, bw, lat)  # one reduce-scatter of the activations
     g = comm.all_gather(size * ag_share, tp, bw, lat)  # one all-gather
     slow = sm_slowdown(arch)
     attn, ffn = shapes[:-2], shapes[-2:]
