@@ -181,7 +181,7 @@ def test_mpt_runs_flash_attention_in_triton_at_its_measured_rate():
     """llm-foundry's MPT benchmarks run `attn_impl: triton`: the FlashAttention-2 paper measured that kernel on
     an A100 at 78 TFLOPS forward+backward causal (95 unmasked) at head dim 128 and the same at 64, against 182
     for FA2, which the generic rate matches; on Hopper, unmeasured, FA2's rate stands in."""
-    from paradvisor.plan.facts import ENGINES
+    from paradvisor.plan.engines import ENGINES
 
     a100 = steptime.Device(312e12, 2.04e12, "ampere")
     assert a100.flash_rate("fa1-triton", True, 128) == pytest.approx(78e12)
@@ -200,6 +200,7 @@ def test_expert_gradients_sync_over_the_expert_data_parallel_group():
     from paradvisor.estimate import comm
     from paradvisor.hardware.cluster import load_cluster
     from paradvisor.plan import expert_dp
+    from paradvisor.plan.dp_overlap import Sync
     from tests.conftest import EXAMPLES
 
     mf = ModelFacts.of(load_profile("olmoe-1b-7b"))
@@ -210,14 +211,14 @@ def test_expert_gradients_sync_over_the_expert_data_parallel_group():
     assert e == pytest.approx(mf.moe.expert_params / 8)
     bw, lat = c.slowest_inter_link().bandwidth / 8, c.slowest_inter_link().latency
     by_hand = comm.reduce_scatter(e * 2, 4, bw, lat) + comm.all_gather(e * 2, 4, bw, lat)
-    total, exposed = expert_dp.add_expert_sync(mf, topo, plan, (1.0, 0.5), e, (2, 2), 0.0, 1.0)
-    assert total == pytest.approx(1.0 + by_hand) and exposed == pytest.approx(0.5 + by_hand)
-    hidden = expert_dp.add_expert_sync(mf, topo, plan, (1.0, 0.0), e, (2, 2), 10 * (1.0 + by_hand), 1.0)
-    assert hidden[1] == 0.0
-    assert expert_dp.add_expert_sync(mf, topo, plan.with_(ep=32), (1.0, 0.5), e, (2, 2), 0.0, 1.0) == (
-        1.0,
-        0.5,
+    s = expert_dp.add_expert_sync(mf, topo, plan, Sync(1.0, 0.5), e, (2, 2), (0.0, 0.0), 1.0)
+    assert s.total == pytest.approx(1.0 + by_hand) and s.exposed == pytest.approx(0.5 + by_hand)
+    hidden = expert_dp.add_expert_sync(
+        mf, topo, plan, Sync(1.0, 0.0), e, (2, 2), (10 * (1.0 + by_hand), 0.0), 1.0
     )
+    assert hidden.exposed == 0.0
+    alone = expert_dp.add_expert_sync(mf, topo, plan.with_(ep=32), Sync(1.0, 0.5), e, (2, 2), (0.0, 0.0), 1.0)
+    assert (alone.total, alone.exposed) == (1.0, 0.5)
 
 
 def test_plans_that_differ_only_in_sharding_share_their_gpu_stage_times():
@@ -257,7 +258,7 @@ def test_the_launchers_engine_runs_hugging_face_models_eagerly():
     """paradvisor's launcher trains Hugging Face models without torch.compile: a LLaMA-style block's RMSNorm,
     rotary and SwiGLU run op by op and q/k/v as separate GEMMs (measured on an H100: docs/accuracy.md); a
     GPT-2-style block (learned positions) keeps nn.LayerNorm's one kernel and its fused projections."""
-    from paradvisor.plan.facts import ENGINES
+    from paradvisor.plan.engines import ENGINES
 
     assert (
         not ENGINES["torch"].fused and ModelFacts.of(load_profile("llama-3.1-8b")).traits == ENGINES["torch"]

@@ -1,15 +1,14 @@
 """Tensor-parallel collectives beside the GEMMs, as Transformer Engine's userbuffers run them for Megatron-Core
 (`--tp-comm-overlap`; estimate/tp_overlap.py): what hides, what shows, and who takes it."""
 
-import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from paradvisor.estimate import steptime, tp_overlap
 from paradvisor.estimate.steptime import Device, LayerShape
-from paradvisor.plan.facts import ENGINES
+from paradvisor.plan.engines import ENGINES
+from tests.support.readme_table import mcore_and_variant
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = Device(peak=989.4e12, mem_bw=3.35e12, arch="hopper", clock=steptime.SUSTAINED_CLOCK["hopper"])
@@ -80,15 +79,6 @@ def test_only_the_engines_whose_benchmarks_run_it_take_it():
 def test_a_megatron_core_plan_takes_the_overlap_through_the_estimate(monkeypatch):
     """End to end (plan.evaluate -> plan.gpu_stage -> steptime): a row of Megatron-LM's README table (32B GPT,
     TP 8 with SP on 384 H100) under `mcore` spends less on TP than the same engine without the overlap."""
-    sys.path.insert(0, str(REPO / "experiments" / "validation"))
-    import megatron_readme
-
-    monkeypatch.setitem(ENGINES, "mcore-waits", replace(ENGINES["mcore"], tp_overlap=False))
-    line = megatron_readme.TABLE.splitlines()[3]
-    assert line.startswith("32B")
-    times = {}
-    for engine in ("mcore", "mcore-waits"):
-        monkeypatch.setattr(megatron_readme, "ENGINE", engine)
-        times[engine] = megatron_readme.estimate(line, interleaved=False).time
-    assert 0 < times["mcore"]["tp_comm"] < 0.5 * times["mcore-waits"]["tp_comm"]
-    assert times["mcore"]["compute"] == times["mcore-waits"]["compute"]
+    over, waits = mcore_and_variant(monkeypatch, "32B", tp_overlap=False)
+    assert 0 < over["tp_comm"] < 0.5 * waits["tp_comm"]
+    assert over["compute"] == waits["compute"]

@@ -38,8 +38,8 @@ from paradvisor.estimate.peak import phase_peak
 from paradvisor.hardware.speeds import MAX_EFFICIENCY, effective_peak
 from paradvisor.model.activations import key_of
 from paradvisor.plan import expert_dp, mcore_terms, moe_step
+from paradvisor.plan.dp_overlap import OVERLAP, Sync, sharded_pair
 from paradvisor.plan.estimate import Estimate
-from paradvisor.plan.expert_dp import OVERLAP
 from paradvisor.plan.facts import ModelFacts, Topology
 from paradvisor.plan.gpu_stage import device_and_shape, stage_time
 from paradvisor.plan.host_ram import host_memory_fits
@@ -487,13 +487,14 @@ def _dp_comm(
     t_micro: float,
     lat_k: float,
     net_eff: float = 1.0,
-) -> tuple[float, float]:
-    """Data-parallel communication per step: (total, exposed after overlap). CP ranks average their
-    gradients with the data-parallel ones (a group of dp x cp ranks)."""
+    t_fwd: float = 0.0,
+) -> Sync:
+    """Data-parallel communication per step (total, exposed after overlap: plan/dp_overlap.py). CP ranks
+    average their gradients with the data-parallel ones (a group of dp x cp ranks)."""
     if plan.cp > 1:
         plan = plan.with_(dp=plan.dp * plan.cp, cp=1)
     if plan.dp <= 1:
-        return 0.0, 0.0
+        return Sync(0.0, 0.0)
     bw, lat, _cross = topo.dp_link(plan.tp, plan.dp, plan.pp)
     bw *= net_eff
     lat *= lat_k
@@ -502,21 +503,19 @@ def _dp_comm(
         # torch DDP overlaps its buckets with the backward pass
         if not mf.traits.dp_overlap:
             dp_total = comm.all_reduce(psi * 4, plan.dp, bw, lat)
-            return dp_total, dp_total
+            return Sync(dp_total, dp_total)
         dp_total = comm.all_reduce(psi * gb, plan.dp, bw, lat)
-        return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
+        return Sync(dp_total, max(0.0, dp_total - OVERLAP * t_bwd))
     if plan.sharding in ("zero1", "zero2"):
-        dp_total = comm.reduce_scatter(psi * gb, plan.dp, bw, lat) + comm.all_gather(
-            psi * pb, plan.dp, bw, lat
-        )
-        return dp_total, max(0.0, dp_total - OVERLAP * t_bwd)
+        rs, ag = comm.reduce_scatter(psi * gb, plan.dp, bw, lat), comm.all_gather(psi * pb, plan.dp, bw, lat)
+        return sharded_pair(rs, ag, t_bwd, t_fwd, mf.traits.gather_forward)
     if plan.sharding == "fsdp" and not mf.traits.reshard_each_micro:
         # parameters stay gathered across the micro-batches: one all-gather and one gradient reduce-scatter
         # per step (torch.distributed.pipelining syncs FSDP gradients on the last backward only)
         per_step = comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
             psi * gb, plan.dp, bw, lat
         )
-        return per_step, max(0.0, per_step - OVERLAP * t_micro)
+        return Sync(per_step, max(0.0, per_step - OVERLAP * t_micro))
     if plan.sharding in ("zero3", "fsdp"):
         per_micro = 2 * comm.all_gather(psi * pb, plan.dp, bw, lat) + comm.reduce_scatter(
             psi * gb, plan.dp, bw, lat
@@ -530,9 +529,8 @@ def _dp_comm(
         else:
             units = 8 * (mf.shape.num_layers // plan.pp) + 4
         chain = 3 * (units - 1) * (plan.dp - 1) * lat
-        return (per_micro + chain) * plan.grad_accum, (
-            max(0.0, per_micro - OVERLAP * t_micro) + chain
-        ) * plan.grad_accum
+        exposed = max(0.0, per_micro - OVERLAP * t_micro) + chain
+        return Sync((per_micro + chain) * plan.grad_accum, exposed * plan.grad_accum)
     # hsdp: shard inside the node, replicate across nodes
     ibw, ilat = topo.intra[0].bandwidth, topo.intra[0].latency * lat_k
     per_micro = 2 * comm.all_gather(psi * pb, shard, ibw, ilat) + comm.reduce_scatter(
@@ -541,9 +539,8 @@ def _dp_comm(
     replicas = max(1, plan.dp // shard)
     across = comm.all_reduce(psi * gb / shard, replicas, bw, lat)
     dp_total = per_micro * plan.grad_accum + across
-    return dp_total, max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(
-        0.0, across - OVERLAP * t_bwd
-    )
+    exposed = max(0.0, per_micro - OVERLAP * t_micro) * plan.grad_accum + max(0.0, across - OVERLAP * t_bwd)
+    return Sync(dp_total, exposed)
 
 
 def _optimizer_time(plan: Plan, psi: float, local: float, pb: int, mem_bw: float) -> tuple[float, float]:
@@ -717,12 +714,13 @@ def _sync_times(mf, topo, plan, precision, need, ct, t_micro, lat_k, gpu_model, 
     pb = 2 if precision != "fp32" else 4
     e_psi, net_eff = expert_dp.local_experts(mf, plan), steptime.NET_EFF if gpu_model else 1.0
     t_bwd = ct["backward"] + ct["recompute"]
-    dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff=net_eff)
-    dp_total, dp_exposed = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), t_bwd, net_eff)
+    t_fwd = ct["forward"]
+    dp = _dp_comm(mf, topo, plan, psi - e_psi, need.shard, gb, pb, t_bwd, t_micro, lat_k, net_eff, t_fwd)
+    dp = expert_dp.add_expert_sync(mf, topo, plan, dp, e_psi, (gb, pb), (t_bwd, t_fwd), net_eff)
     mem_bw = slow_spec.mem_bw * (steptime.HBM_EFF if gpu_model else 1.0)
     # a rank updates its shard of the dense part and of its experts, as their memory is counted (moe.split_states)
     local = (psi - e_psi) / need.shard + e_psi / moe.expert_shard(need.shard, plan.ep)
-    return (dp_total, dp_exposed, *_optimizer_time(plan, psi, local, pb, mem_bw))
+    return (dp.total, dp.exposed, *_optimizer_time(plan, psi, local, pb, mem_bw))
 
 
 def _cp_comm(mf: ModelFacts, topo: Topology, wl: Workload, plan: Plan, ab: int, ct: dict, spec) -> float:

@@ -18,8 +18,7 @@ dense sync already took of that window.
 from __future__ import annotations
 
 from paradvisor.estimate import comm
-
-OVERLAP = 0.8  # share of the backward pass a gradient sync can hide under (every engine; plan/evaluate.py)
+from paradvisor.plan.dp_overlap import Sync, after
 
 
 def local_experts(mf, plan) -> float:
@@ -29,10 +28,11 @@ def local_experts(mf, plan) -> float:
     return mf.moe.stage_experts(plan.tp, plan.pp) / plan.ep
 
 
-def add_expert_sync(mf, topo, plan, dense: tuple[float, float], expert_psi: float, nbytes: tuple, t_bwd: float,
-                    net_eff: float) -> tuple[float, float]:  # fmt: skip
-    """(total, exposed) data-parallel seconds with the expert group's gradient sync added to the dense
-    group's `dense` (total, exposed). `nbytes`: (gradient, weight) bytes per parameter."""
+def add_expert_sync(mf, topo, plan, dense: Sync, expert_psi: float, nbytes: tuple, passes: tuple[float, float],
+                    net_eff: float) -> Sync:  # fmt: skip
+    """The data-parallel sync with the expert group's added to the dense group's `dense`, in what that left
+    of the overlap windows (plan/dp_overlap.py). `nbytes`: (gradient, weight) bytes per parameter; `passes`:
+    (backward, forward) seconds of one micro-batch."""
     edp = plan.dp // plan.ep if plan.ep > 1 else 1
     if expert_psi <= 0 or edp <= 1:
         return dense
@@ -41,10 +41,13 @@ def add_expert_sync(mf, topo, plan, dense: tuple[float, float], expert_psi: floa
     bw *= net_eff
     gb, pb = nbytes
     if plan.sharding == "none":
-        total = comm.all_reduce(expert_psi * gb, edp, bw, lat)
+        pair = (comm.all_reduce(expert_psi * gb, edp, bw, lat), 0.0)
     else:
-        total = comm.reduce_scatter(expert_psi * gb, edp, bw, lat) + comm.all_gather(
-            expert_psi * pb, edp, bw, lat
+        pair = (
+            comm.reduce_scatter(expert_psi * gb, edp, bw, lat),
+            comm.all_gather(expert_psi * pb, edp, bw, lat),
         )
-    window = max(0.0, OVERLAP * t_bwd - dense[0]) if mf.traits.dp_overlap else 0.0
-    return dense[0] + total, dense[1] + max(0.0, total - window)
+    if not mf.traits.dp_overlap:
+        return Sync(dense.total + sum(pair), dense.exposed + sum(pair))
+    gather_forward = mf.traits.gather_forward and plan.sharding in ("zero1", "zero2")
+    return after(dense, pair, *passes, gather_forward)

@@ -12,6 +12,7 @@ from paradvisor.estimate.compute import layer_matmul_params
 from paradvisor.estimate.memory import PERSISTENCE_THRESHOLD
 from paradvisor.hardware.types import Cluster, Device, GPUSpec, Link, Node, SameDevices
 from paradvisor.model.profile import ModelProfile, TransformerShape
+from paradvisor.plan.engines import ENGINES, EngineTraits
 from paradvisor.record import record
 
 
@@ -67,36 +68,6 @@ class MoEFacts:
     def stage_experts(self, tp: int, pp: int) -> float:
         """Routed-expert parameters of one pipeline stage on one TP rank (MoE layers spread evenly)."""
         return self.expert_params / pp / tp
-
-
-@record(frozen=True)
-class EngineTraits:
-    """How an engine holds and moves a model, where engines differ in what the estimate counts."""
-
-    weights16: bool  # 16-bit weights, fp32 main gradients and master copy (no autocast weight copies)
-    vocab_parallel: bool  # embedding and LM head split over TP (logits and loss too)
-    dp_overlap: bool  # the gradient all-reduce overlaps the backward pass
-    reshard_each_micro: bool  # FSDP gathers the parameters again for every micro-batch
-    fused: bool = True  # fused memory-bound kernels; selective: what selective checkpointing recomputes;
-    selective: str = "attention-core"  # attention: the flash kernel SDPA runs (estimate/steptime.FLASH_PEAK)
-    attention: str = "flash"
-    block_memory: str = "traced"  # saved tensors: "traced" (its code), "mcore" (mcore_terms)
-    tp_overlap: bool = False  # TP collectives beside the GEMMs as TE's userbuffers run them (tp_overlap.py)
-
-
-# "torch": paradvisor's launcher (Hugging Face models run eagerly). "megatron": Megatron-LM of Narayanan 2021
-# and Korthikanti 2022 (gradient all-reduce after backward). "torchtitan", as benchmarked: eager (-compile:
-# fused), loss parallel, FSDP kept across a pipeline's micro-batches, per-op SAC, FA2 in SDPA (torch#142132).
-# "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core as NVIDIA benchmarks it. "llm-foundry": MPT runs.
-ENGINES = {
-    "torch": EngineTraits(False, False, True, True, False),
-    "megatron": EngineTraits(True, True, False, False),
-    "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm", "fa2"),
-    "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
-    "llama3": EngineTraits(False, True, True, False, block_memory="mcore"),
-    "mcore": EngineTraits(True, True, True, False, block_memory="mcore", tp_overlap=True),
-    "llm-foundry": EngineTraits(False, True, True, True, True, "every-other-mm", "fa1-triton"),
-}
 
 
 @record(frozen=True)

@@ -1,0 +1,47 @@
+"""Where a sharded optimizer's weight all-gather hides (plan/dp_overlap.py): Megatron-Core's
+`overlap_param_gather` runs it beside the next step's first forward, other engines leave it in the backward
+window with the gradient reduce-scatter."""
+
+import pytest
+
+from paradvisor.plan.dp_overlap import OVERLAP, Sync, after, sharded_pair
+from paradvisor.plan.engines import ENGINES
+from tests.support.readme_table import mcore_and_variant
+
+
+def test_the_all_gather_hides_under_the_forward_only_where_the_engine_puts_it_there():
+    """A reduce-scatter and an all-gather of 1 s each beside a backward and a forward of 1.25 s: together
+    they outlast the backward's window (1 s shows), apart each fits its own window (nothing shows)."""
+    t = 1.0 / OVERLAP
+    assert sharded_pair(1.0, 1.0, t, t, gather_forward=False) == Sync(2.0, 1.0)
+    s = sharded_pair(1.0, 1.0, t, t, gather_forward=True)
+    assert (s.total, s.exposed) == (2.0, 0.0)
+    assert sharded_pair(1.0, 1.0, t, 0.5 * t, gather_forward=True).exposed == pytest.approx(0.5)
+
+
+def test_a_second_group_gets_what_the_first_left_of_each_window():
+    """The experts' sync after the dense one: the backward window the dense reduce-scatter used and the
+    forward window its all-gather used are gone; an all-reduce (no all-gather) takes the backward's only."""
+    t = 1.0 / OVERLAP
+    dense = sharded_pair(0.75, 0.25, t, t, gather_forward=True)
+    s = after(dense, (0.5, 0.5), t, t, gather_forward=True)
+    assert s.total == pytest.approx(2.0)
+    assert s.exposed == pytest.approx(0.25)  # reduce-scatter: 0.5 in 0.25 left; all-gather: 0.5 in 0.75 left
+    plain = after(Sync(1.0, 0.0), (0.5, 0.5), t, t, gather_forward=False)
+    assert plain.exposed == pytest.approx(1.0)  # the dense sync took the whole backward window
+    reduce_only = after(dense, (0.5, 0.0), t, t, gather_forward=True)
+    assert reduce_only.exposed == pytest.approx(0.25)
+
+
+def test_only_megatron_core_gathers_in_the_forward():
+    assert ENGINES["mcore"].gather_forward
+    assert not any(ENGINES[e].gather_forward for e in ENGINES if e != "mcore")
+
+
+def test_a_megatron_core_plan_shows_less_of_its_sync_through_the_estimate(monkeypatch):
+    """End to end: the README table's 32B GPT (TP 8, 48-way distributed optimizer across 48 nodes, 4
+    micro-batches) syncs 16 GB of bf16 a step over InfiniBand; under `mcore` the all-gather goes beside the
+    first forward, so less of the same total shows than when it waits in the backward window."""
+    fwd, late = mcore_and_variant(monkeypatch, "32B", gather_forward=False)
+    assert fwd["dp_comm_total"] == late["dp_comm_total"]
+    assert 0 < fwd["dp_comm_exposed"] < late["dp_comm_exposed"]
