@@ -299,6 +299,7 @@ def unnamed_checks() -> str:
     """One line on the public tables read as checks of the whole model, not transcribed into rows.toml."""
     import llm_foundry
     import megatron_readme
+    import nemo_perf
 
     def cell(errs: list[float]) -> str:
         return f"{sum(map(abs, errs)) / len(errs):.1f}% / {max(map(abs, errs)):.1f}%"
@@ -309,11 +310,14 @@ def unnamed_checks() -> str:
     h100 = llm_foundry.run(llm_foundry.H100, "H100 SXM", "llm-foundry", quiet)
     a100 = llm_foundry.run(llm_foundry.A100, "A100 80GB", "llm-foundry", quiet)
     plain, inter = megatron_readme.errors(False, quiet), megatron_readme.errors(True, quiet)
+    nemo = nemo_perf.errors(quiet)
     return (
         "Also checked, mean / max abs step-time error, on public tables no parameter comes from: llm-foundry's MPT"
         f" benchmarks (`experiments/validation/llm_foundry.py`) H100 {cell(h100)}, A100 {cell(a100)};"
         f" Megatron-LM's README weak scaling (`experiments/validation/megatron_readme.py`) {cell(plain)}, or"
-        f" {cell(inter)} with the most interleaved pipeline (the table gives no virtual stage count)."
+        f" {cell(inter)} with the most interleaved pipeline (the table gives no virtual stage count); NeMo 24.07's"
+        f" FP8 pre-training summary on DGX H100 (`experiments/validation/nemo_perf.py`, GPT-3 and Llama rows)"
+        f" {cell(nemo)}."
     )
 
 
