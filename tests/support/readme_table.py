@@ -12,9 +12,9 @@ from paradvisor.plan.engines import ENGINES
 VALIDATION = Path(__file__).resolve().parents[2] / "experiments" / "validation"
 
 
-def mcore_and_variant(monkeypatch, row: str, **traits) -> tuple[dict, dict]:
+def mcore_and_variant(monkeypatch, row: str, interleaved: bool = False, **traits) -> tuple[dict, dict]:
     """(time terms under `mcore`, the same under `mcore` with `traits` replaced) for the README row `row`
-    (its model name, "32B"), plain 1F1B."""
+    (its model name, "32B"), plain 1F1B or the most interleaved split."""
     sys.path.insert(0, str(VALIDATION))
     import megatron_readme
 
@@ -23,5 +23,5 @@ def mcore_and_variant(monkeypatch, row: str, **traits) -> tuple[dict, dict]:
     times = []
     for engine in ("mcore", "mcore-variant"):
         monkeypatch.setattr(megatron_readme, "ENGINE", engine)
-        times.append(megatron_readme.estimate(line, interleaved=False).time)
+        times.append(megatron_readme.estimate(line, interleaved=interleaved).time)
     return times[0], times[1]

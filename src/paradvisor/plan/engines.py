@@ -20,6 +20,9 @@ class EngineTraits:
     block_memory: str = "traced"  # saved tensors: "traced" (its code), "mcore" (mcore_terms)
     tp_overlap: bool = False  # TP collectives beside the GEMMs as TE's userbuffers run them (tp_overlap.py)
     gather_forward: bool = False  # ZeRO-1/2's weight all-gather beside the next forward (plan/dp_overlap.py)
+    p2p_overlap: bool = (
+        False  # an interleaved pipeline's sends beside the other chunks' compute (evaluate.py)
+    )
 
 
 # "torch": paradvisor's launcher (Hugging Face models run eagerly). "megatron": Megatron-LM of Narayanan 2021
@@ -33,7 +36,7 @@ ENGINES = {
     "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),
     "llama3": EngineTraits(False, True, True, False, block_memory="mcore"),
     "mcore": EngineTraits(
-        True, True, True, False, block_memory="mcore", tp_overlap=True, gather_forward=True
+        True, True, True, False, block_memory="mcore", tp_overlap=True, gather_forward=True, p2p_overlap=True
     ),
     "llm-foundry": EngineTraits(False, True, True, True, True, "every-other-mm", "fa1-triton"),
 }

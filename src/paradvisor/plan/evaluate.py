@@ -582,7 +582,11 @@ def _micro_times(
         # them and gathers over NVLink (Narayanan et al. 2021 §4.1), as sequence parallelism does
         split = plan.tp if (plan.sequence_parallel or mf.engine == "megatron") else 1
         v = plan.pp_virtual_stages if plan.pp_schedule == "interleaved1f1b" else 1
-        t_p2p = 2 * v * comm.p2p(tokens * mf.shape.hidden * ab / split, pbw * net_eff, lat_k * plat)
+        one = comm.p2p(tokens * mf.shape.hidden * ab / split, pbw * net_eff, lat_k * plat)
+        t_p2p = 2 * v * one
+        if v > 1 and mf.traits.p2p_overlap:  # each send beside a chunk's pass (Megatron-LM overlap_p2p_comm)
+            passes = (ct["forward"], ct["backward"] + ct["recompute"])
+            t_p2p = v * sum(max(0.0, one - OVERLAP * t / v) for t in passes)
         time["pp_p2p"] = m * (t_p2p + pp_overhead)
         time["framework"] = m * t_frame
         time["pp_bubble"] = (plan.pp - 1) / v * (t_micro + t_tp + t_p2p + pp_overhead + t_frame)
