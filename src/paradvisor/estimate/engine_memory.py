@@ -1,7 +1,7 @@
 """Memory kept the way a named engine keeps it, where it differs from the launcher's own engines: Megatron-LM's
 model states (16-bit weights, fp32 main gradients and master weights) and torchtitan's per-op selective
 activation checkpointing. Pure functions of the shape; `plan.evaluate` applies them for an engine whose
-traits (plan.facts.EngineTraits) name them."""
+traits (plan.engines.EngineTraits) name them."""
 
 from __future__ import annotations
 

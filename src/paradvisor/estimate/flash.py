@@ -16,7 +16,7 @@ Parameter sources (public measurements, none fitted to experiments/validation):
                abstract; its Fig. 5: 333 TFLOPS forward, causal, head dim 128, sequence 8k), torch nightly
                2024-12-04 SDPA's flash backend 329 TFLOPS at head dim 128 (pytorch/pytorch#142132), Azure's ND
                H100 v5 guide 327.9 (forward figures; the backward runs slower, hence the lower fwd+bwd rate).
-               Which kernel an engine runs comes from the engine's own code (plan.facts.ENGINES).
+               Which kernel an engine runs comes from the engine's own code (plan.engines.ENGINES).
                The FlashAttention kernel in Triton (Tri Dao's flash_attn_triton, which MPT's `attn_impl:
                triton` runs, the default of llm-foundry's benchmark script): FlashAttention-2 paper (Dao 2023,
                arXiv:2307.08691) Fig. 4, A100 80GB SXM4, forward+backward at sequence 8k, head dim 128: 78

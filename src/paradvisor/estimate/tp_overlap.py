@@ -1,6 +1,6 @@
 """Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine's userbuffers run it
 (Megatron-Core `--tp-comm-overlap`, which Megatron-Bridge's performance recipes turn on whenever TP > 1 and
-Megatron-LM's README benchmarks list). Only the engines whose benchmarks run it take it (plan.facts.ENGINES:
+Megatron-LM's README benchmarks list). Only the engines whose benchmarks run it take it (plan.engines.ENGINES:
 `tp_overlap`); paradvisor's own launcher runs DTensor TP, whose collectives wait for the GEMMs.
 
 With sequence parallelism each block's two GEMM pairs gather their input (all-gather) before the

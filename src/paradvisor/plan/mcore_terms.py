@@ -1,7 +1,7 @@
-"""Megatron-Core's way of holding a model, for the "mcore" engine (plan.facts.ENGINES): its activations
+"""Megatron-Core's way of holding a model, for the "mcore" engine (plan.engines.ENGINES): its activations
 with per-module recompute and Transformer Engine's fused cross-entropy (estimate/mcore_memory.py), and
 the distributed optimizer's gradient buffer. Used by plan.evaluate where the engine is "mcore"; the blocks'
-activations for every engine whose traits say `block_memory = "mcore"` (plan/facts.py ENGINES: their head and
+activations for every engine whose traits say `block_memory = "mcore"` (plan/engines.py ENGINES: their head and
 loss stay their own, TE's fused cross-entropy is Megatron-Bridge's). "llama3" is one: Meta's code is not
 public, and Hugging Face's eager block (fp32 norm copies, rotary copies, traced) would need ~106 GiB of 80 on
 the 405B run the paper trained "without activation checkpointing" (docs/accuracy.md)."""
