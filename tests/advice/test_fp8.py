@@ -174,9 +174,9 @@ def test_the_fp8_gemms_measured_on_an_h200_are_predicted_within_their_stated_err
 
 
 def test_published_fp8_runs_are_predicted_within_the_issues_goal():
-    """End to end, the FP8 rows of experiments/validation/rows.toml: MLPerf's GPT-3 175B on 512-11,616 H100 (12 rows)
+    """End to end, the FP8 rows of experiments/validation/rows.toml: MLPerf's GPT-3 175B on 256-11,616 H100 and 64 B200 (15 rows)
     and Llama 3.1 405B on 512-8,192 H100 (5), Megatron-Bridge's FP8-CS Llama 3 rows (6) and the torchtitan Float8 rows (5 of torchtitan's, 2 of Trainy's on
-    H200), each source within mean 10% / max 20% (docs/accuracy.md states 4.7 / 9.4% and 0.8 / 1.1%, 8.8 / 13.1%, 5.9 / 12.0%)."""
+    H200), each source within mean 10% / max 20% (docs/accuracy.md states 5.6 / 14.0% and 0.8 / 1.1%, 8.8 / 13.1%, 5.9 / 12.0%)."""
     sys.path.insert(0, str(REPO / "experiments" / "validation"))
     import validate
 
@@ -190,7 +190,7 @@ def test_published_fp8_runs_are_predicted_within_the_issues_goal():
         errs.setdefault(src, []).append(
             abs(validate.pct(e.step_time, validate.measured_step(row, profile, seq)))
         )
-    assert {k: len(v) for k, v in errs.items()} == {"MLPerf": 17, "Megatron-Bridge": 6, "torchtitan": 7}
+    assert {k: len(v) for k, v in errs.items()} == {"MLPerf": 20, "Megatron-Bridge": 6, "torchtitan": 7}
     for src, v in errs.items():
         assert statistics.mean(v) <= 10.0 and max(v) <= 20.0, (src, v)
 
