@@ -58,3 +58,13 @@ def test_an_interleaved_megatron_core_pipeline_sends_beside_its_chunks(monkeypat
     assert over["compute"] == waits["compute"]
     plain, plain_waits = mcore_and_variant(monkeypatch, "462B", p2p_overlap=False)
     assert plain["pp_p2p"] == plain_waits["pp_p2p"] > 0
+
+
+def test_deepspeeds_step_bookkeeping_is_paradvisors_launcher_not_megatron_cores(monkeypatch):
+    """A ZeRO-1 plan launched by paradvisor runs DeepSpeed, whose per-step bookkeeping the estimate adds
+    (evaluate.DEEPSPEED_STEP_OVERHEAD); Megatron-Core's distributed optimizer is not DeepSpeed, so an `mcore`
+    plan with the same sharding does not take it."""
+    from paradvisor.plan import evaluate
+
+    mcore, _ = mcore_and_variant(monkeypatch, "1.7B")
+    assert mcore.get("framework", 0.0) < evaluate.DEEPSPEED_STEP_OVERHEAD
