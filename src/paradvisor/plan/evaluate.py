@@ -684,7 +684,7 @@ def _timing(
     time["dp_comm_exposed"] = dp_exposed
     if cal:
         time["framework"] = time.get("framework", 0.0) + cal["per_step"]
-    elif plan.engine == "deepspeed" and mf.engine == "torch":  # paradvisor's launcher runs ZeRO with DeepSpeed
+    elif plan.engine == "deepspeed" and mf.engine == "torch":  # paradvisor's launcher: ZeRO by DeepSpeed
         time["framework"] = time.get("framework", 0.0) + DEEPSPEED_STEP_OVERHEAD
     time["optimizer"] = t_opt
     time["offload_transfer"] = t_off
