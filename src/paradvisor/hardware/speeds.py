@@ -16,12 +16,15 @@ MAX_EFFICIENCY = 0.45
 WAN_BANDWIDTH = 125e6  # a node link this slow (1 Gbit/s) or of kind "wan" makes local steps worth planning
 
 
-def effective_peak(tflops: dict[str, float], precision: str) -> float:
+def effective_peak(tflops: dict[str, float], precision: str, convs: bool = False) -> float:
     """FLOP/s for a precision: mixed precision never runs slower than fp32 (Pascal cards have a tiny
-    fp16 rate, and frameworks fall back to fp32 math there); fp8 falls back to bf16/fp16."""
+    fp16 rate, and frameworks fall back to fp32 math there); fp8 falls back to bf16/fp16. fp32 is the
+    GPU's fp32 rate for matmuls, as PyTorch runs them by default (torch.backends.cuda.matmul.allow_tf32 is
+    False since 1.12, and paradvisor's launcher leaves it so), and the TF32 rate for convolutions (`convs`:
+    cuDNN's allow_tf32 defaults to True)."""
     fp32 = tflops.get("fp32", 0.0)
     if precision == "fp32":
-        rate = max(tflops.get("tf32", 0.0), fp32)
+        rate = max(tflops.get("tf32", 0.0), fp32) if convs else fp32
     elif precision == "fp8":
         rate = tflops.get("fp8") or tflops.get("bf16") or tflops.get("fp16") or fp32
     else:

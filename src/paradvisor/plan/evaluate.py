@@ -360,7 +360,7 @@ def compute_time(
 ) -> dict[str, float]:
     """Seconds for one micro-batch on one GPU of the slowest pipeline stage: forward, backward, recompute.
     On a calibrated CPU the rate is the one measured for matmuls of this width (`calibrate`'s curve)."""
-    peak = effective_peak(peak_tflops, precision)
+    peak = effective_peak(peak_tflops, precision, convs=mf.shape is None)  # no shape: a vision model's convs
     curve = None
     if spec is not None and spec.measured and spec.measured.get("matmul_curve"):
         curve = spec.measured["matmul_curve"].get("fp32" if precision == "fp32" else "bf16")

@@ -150,7 +150,7 @@ def check_model(plan: Plan, mf: ModelFacts) -> None:
         raise InputError("sequence_parallel needs tp > 1", where=w)
 
 
-def speed_split(given: dict, topo: Topology, wl: Workload, precision: str) -> dict:
+def speed_split(given: dict, topo: Topology, wl: Workload, precision: str, convs: bool = False) -> dict:
     """`split_by_speed` without rank_batches: the planner's split (plan/space.speed_split_candidates), each
     rank's share of a step's samples by its speed, identical GPUs alike; grad_accum 1 unless given."""
     from paradvisor.plan.hetero import split_by_type  # noqa: PLC0415 - start-up: only a split loads it
@@ -164,7 +164,7 @@ def speed_split(given: dict, topo: Topology, wl: Workload, precision: str) -> di
         raise InputError(f"grad_accum {accum} leaves fewer samples a step than the {topo.world} ranks, or does not "
                          f"divide the global batch {wl.global_batch}", where="--plan")  # fmt: skip
     batches = split_by_type(
-        wl.global_batch // accum, rank_speeds(topo, precision), [s.name for s in topo.rank_spec]
+        wl.global_batch // accum, rank_speeds(topo, precision, convs), [s.name for s in topo.rank_spec]
     )
     return {**given, "rank_batches": batches, "micro_batch": max(batches), "grad_accum": accum}
 
@@ -203,7 +203,7 @@ def estimate_pinned(
         provisional["pp_schedule"] = "interleaved1f1b"
     check_model(Plan.from_dict(provisional), mf)  # the model's constraints first: they name the real cause
     if given.get("split_by_speed") and not given.get("rank_batches"):
-        given = speed_split(given, topo, wl, precision)
+        given = speed_split(given, topo, wl, precision, convs=mf.shape is None)
     plan = fill_defaults(given, world=topo.world, wl=wl, precision=precision)
     check(plan, mf, topo.world, wl)
     if plan.diloco:  # a round of local steps per node and one outer sync (plan/diloco.py), as the search does

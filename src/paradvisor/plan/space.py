@@ -210,8 +210,9 @@ def cp_candidates(
                         )
 
 
-def rank_speeds(topo: Topology, precision: str) -> list[float]:
-    return [effective_peak(s.tflops, precision) for s in topo.rank_specs()]
+def rank_speeds(topo: Topology, precision: str, convs: bool = False) -> list[float]:
+    """Each rank's peak FLOP/s for the precision (`convs`: a convolutional model's, hardware.speeds)."""
+    return [effective_peak(s.tflops, precision, convs) for s in topo.rank_specs()]
 
 
 def speed_split_candidates(
@@ -223,7 +224,7 @@ def speed_split_candidates(
     from paradvisor.plan.hetero import split_by_type  # noqa: PLC0415 - start-up: a cluster of one GPU type does not load it
 
     world = topo.world
-    speeds = rank_speeds(topo, precision)
+    speeds = rank_speeds(topo, precision, convs=mf.shape is None)
     for accum in divisors(wl.global_batch):
         per_step = wl.global_batch // accum
         if per_step < world:

@@ -89,7 +89,7 @@ def base_facts(profile, cluster, workload, precision: str) -> dict:
     runs = cluster.runs()  # alike consecutive nodes: the facts cost what is distinct, not the node count
     nodes = [r.node for r in runs]
     specs = [sp for _name, sp, _count in cluster.gpu_kinds() if sp]
-    peaks = [effective_peak(sp.tflops, precision) for sp in specs] or [1.0]
+    peaks = [effective_peak(sp.tflops, precision, s is None) for sp in specs] or [1.0]
     node_speed = [node_tflops(n, precision) for n in nodes if n.gpus]
     totals = [
         (
