@@ -174,9 +174,12 @@ def test_the_fp8_gemms_measured_on_an_h200_are_predicted_within_their_stated_err
 
 
 def test_published_fp8_runs_are_predicted_within_the_issues_goal():
-    """End to end, the FP8 rows of experiments/validation/rows.toml: MLPerf's GPT-3 175B on 256-11,616 H100 and 64 B200 (15 rows)
-    and Llama 3.1 405B on 512-8,192 H100 (5), Megatron-Bridge's FP8-CS Llama 3 rows (6) and the torchtitan Float8 rows (5 of torchtitan's, 2 of Trainy's on
-    H200), each source within mean 10% / max 20% (docs/accuracy.md states 5.6 / 14.0% and 0.8 / 1.1%, 8.8 / 13.1%, 5.9 / 12.0%)."""
+    """End to end, the FP8 rows of experiments/validation/rows.toml, per source: MLPerf's GPT-3 175B (15 rows on
+    256-11,616 H100 and 64 B200) and Llama 3.1 405B (5 on 512-8,192 H100, 1 on 512 GB200), Megatron-Bridge's FP8-CS
+    Llama 3 rows (6 of its 14) and the torchtitan Float8 rows (5 of torchtitan's, 2 of Trainy's on H200) are each
+    within mean 10% / max 20%. MLPerf v5.1's Llama 3.1 8B rows (one micro-batch a step, 0.09-0.17 s steps) are
+    not: the estimate is fast on both, by the ~45 ms a step of the benchmark's loop it does not count
+    (docs/accuracy.md), and this test says so until that is modelled."""
     sys.path.insert(0, str(REPO / "experiments" / "validation"))
     import validate
 
@@ -186,13 +189,22 @@ def test_published_fp8_runs_are_predicted_within_the_issues_goal():
         if row.get("precision") != "fp8":
             continue
         e, _mf, _topo, _wl, _plan, profile, seq = validate.predict(row, data)
-        src = row["source"].split()[0]
-        errs.setdefault(src, []).append(
-            abs(validate.pct(e.step_time, validate.measured_step(row, profile, seq)))
+        errs.setdefault(row["source"], []).append(
+            validate.pct(e.step_time, validate.measured_step(row, profile, seq))
         )
-    assert {k: len(v) for k, v in errs.items()} == {"MLPerf": 20, "Megatron-Bridge": 6, "torchtitan": 7}
+    assert {k: len(v) for k, v in errs.items()} == {
+        "MLPerf Training GPT-3": 15,
+        "MLPerf Training Llama 3.1 405B": 6,
+        "MLPerf Training Llama 3.1 8B": 2,
+        "Megatron-Bridge perf summary": 6,
+        "torchtitan 2024-12 H100": 3,
+        "torchtitan 2025-06 H100 TP": 2,
+        "torchtitan 2025-06 H200 (Trainy)": 2,
+    }
+    short = errs.pop("MLPerf Training Llama 3.1 8B")
+    assert all(e < -20.0 for e in short), short
     for src, v in errs.items():
-        assert statistics.mean(v) <= 10.0 and max(v) <= 20.0, (src, v)
+        assert statistics.mean(map(abs, v)) <= 10.0 and max(map(abs, v)) <= 20.0, (src, v)
 
 
 def test_a_public_fp8_table_no_row_comes_from_is_predicted_within_the_goal():
