@@ -32,15 +32,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "src"))
-from dataclasses import replace
 
 import validate as V
 
-from paradvisor.model.families import FAMILIES
-from paradvisor.model.profile import ModelProfile
-from paradvisor.plan.evaluate import evaluate
-from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.spec.plan import Plan, Workload
+from paradvisor.spec.plan import Plan
 
 SIZES = {
     "125m": (768, 12, 12),
@@ -91,29 +86,10 @@ def run(table, gpu, engine, out=print) -> list[float]:
         m, seq, gpus, mb, ga, gbs, tps, ac = line.split()
         seq, gpus, mb, ga, gbs, tps = map(int, (seq, gpus, mb, ga, gbs, tps))
         h, heads, L = SIZES[m]
-        layers, shape = FAMILIES["gpt2"](
-            {
-                "n_layer": L,
-                "n_embd": h,
-                "n_head": heads,
-                "vocab_size": 50368,
-                "n_positions": seq,
-                "tie_word_embeddings": True,
-            }
-        )
-        total = sum(e.params for e in layers)
-        prof = ModelProfile(f"mpt-{m}", "GPT", "validation", total, total, tuple(layers), shape)
-        mf = replace(ModelFacts.of(prof), engine=engine)
-        cl = V.cluster_for(
-            {
-                "gpu": gpu,
-                "gpus_per_node": 8,
-                "network_gbit": 3200 if "H100" in gpu else 1600,
-                "network_kind": "ib-ndr",
-            },
-            gpus,
-        )
-        topo = Topology.of(cl)
+        cfg = {"n_layer": L, "n_embd": h, "n_head": heads, "vocab_size": 50368, "n_positions": seq,
+               "tie_word_embeddings": True}  # fmt: skip
+        cluster = {"gpu": gpu, "gpus_per_node": 8, "network_gbit": 3200 if "H100" in gpu else 1600,
+                   "network_kind": "ib-ndr"}  # fmt: skip
         if gbs != gpus * mb * ga:  # a transcription slip (or a row whose micro-batches do not divide)
             raise SystemExit(f"llm_foundry: {line!r}: global batch {gbs} is not {gpus} x {mb} x {ga}")
         plan = Plan(
@@ -126,8 +102,9 @@ def run(table, gpu, engine, out=print) -> list[float]:
             checkpointing="full" if ac == "1" else "none",
             precision="bf16",
         )
-        wl = Workload(prof.name, seq_len=seq, global_batch=gbs, precision="bf16", attention="sdpa")
-        e = evaluate(mf, topo, wl, plan, "bf16", 0.0)
+        e = V.estimate_plan(
+            V.built_profile(f"mpt-{m}", cfg), engine, cluster, gpus, plan, seq=seq, global_batch=gbs
+        )[0]
         meas = gbs * seq / (tps * gpus)
         errs.append(V.pct(e.step_time, meas))
         out(

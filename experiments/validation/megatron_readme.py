@@ -20,7 +20,6 @@ The measured step is the step's FLOPs as Megatron-Core r0.8.0 counts them (`trai
 
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,11 +28,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import validate as V
 
-from paradvisor.model.families import FAMILIES
-from paradvisor.model.profile import ModelProfile
-from paradvisor.plan.evaluate import evaluate
-from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.spec.plan import Plan, Workload
+from paradvisor.spec.plan import Plan
 
 SEQ, VOCAB = 4096, 131072
 ENGINE = "mcore"  # Megatron-Core as NVIDIA benchmarks it (plan.facts.ENGINES)
@@ -61,19 +56,13 @@ def estimate(line: str, interleaved: bool):
     name, heads, h, layers, tp, pp, gpus, batch, _ = line.split()
     heads, h, layers, tp, pp, gpus, batch = map(int, (heads, h, layers, tp, pp, gpus, batch))
     cfg = {"n_layer": layers, "n_embd": h, "n_head": heads, "vocab_size": VOCAB, "n_positions": SEQ}
-    blocks, shape = FAMILIES["gpt2"](cfg | {"tie_word_embeddings": False})
-    total = sum(e.params for e in blocks)
-    prof = ModelProfile(f"megatron-readme-{name}", "GPT", "validation", total, total, tuple(blocks), shape)
-    mf = replace(ModelFacts.of(prof), engine=ENGINE)
-    topo = Topology.of(V.cluster_for(DGX_H100, gpus))
+    prof = V.built_profile(f"megatron-readme-{name}", cfg | {"tie_word_embeddings": False})
     dp = gpus // (tp * pp)
     v = most_interleaved(layers, pp) if interleaved else 1
     plan = Plan(dp=dp, tp=tp, pp=pp, sharding="zero1", micro_batch=1, grad_accum=batch // dp,
                 checkpointing="none", precision="bf16", sequence_parallel=tp > 1,
                 pp_schedule="interleaved1f1b" if v > 1 else "1f1b", pp_virtual_stages=v)  # fmt: skip
-    wl = Workload(prof.name, seq_len=SEQ, global_batch=batch, precision="bf16", attention="sdpa")
-    V.check(plan, mf, topo.world, wl)
-    return evaluate(mf, topo, wl, plan, "bf16", 0.0)
+    return V.estimate_plan(prof, ENGINE, DGX_H100, gpus, plan, seq=SEQ, global_batch=batch)[0]
 
 
 def measured(line: str) -> float:

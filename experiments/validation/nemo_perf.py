@@ -18,7 +18,6 @@ whose casts skip the separate amax pass: the estimate's casts are ~1/3 more byte
 
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -27,12 +26,9 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import validate as V
 
-from paradvisor.model.families import FAMILIES
 from paradvisor.model.load import load_profile
 from paradvisor.model.profile import ModelProfile
-from paradvisor.plan.evaluate import evaluate
-from paradvisor.plan.facts import ModelFacts, Topology
-from paradvisor.spec.plan import Plan, Workload
+from paradvisor.spec.plan import Plan
 
 ENGINE = "mcore"
 DGX_H100 = V.load_rows()["clusters"]["dgx-h100"]
@@ -62,24 +58,19 @@ def profile(name: str, tp: int, seq: int) -> ModelProfile:
     pad = 128 * tp
     cfg = {"n_layer": layers, "n_embd": h, "n_head": heads, "vocab_size": -(-GPT2_VOCAB // pad) * pad,
            "n_positions": seq, "tie_word_embeddings": True}  # fmt: skip
-    blocks, shape = FAMILIES["gpt2"](cfg)
-    total = sum(e.params for e in blocks)
-    return ModelProfile(f"nemo-{name}", "GPT", "validation", total, total, tuple(blocks), shape)
+    return V.built_profile(f"nemo-{name}", cfg)
 
 
 def estimate(line: str):
     name, *nums, _ = line.split()
     gpus, batch, mb, seq, tp, pp, cp, v = map(int, nums)
-    prof = profile(name, tp, seq)
-    mf = replace(ModelFacts.of(prof), engine=ENGINE)
-    topo = Topology.of(V.cluster_for(DGX_H100, gpus))
     dp = gpus // (tp * pp * cp)
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, sharding="zero1", micro_batch=mb, grad_accum=batch // (dp * mb),
                 checkpointing="none", precision="fp8", sequence_parallel=tp > 1,
                 pp_schedule="interleaved1f1b" if v > 1 else "1f1b", pp_virtual_stages=v)  # fmt: skip
-    wl = Workload(prof.name, seq_len=seq, global_batch=batch, precision="fp8", attention="sdpa")
-    V.check(plan, mf, topo.world, wl)
-    return evaluate(mf, topo, wl, plan, "fp8", 0.0)
+    return V.estimate_plan(profile(name, tp, seq), ENGINE, DGX_H100, gpus, plan, seq=seq, global_batch=batch)[
+        0
+    ]
 
 
 def measured(line: str) -> float:

@@ -74,19 +74,31 @@ def profile_for(row: dict, models: dict) -> tuple[ModelProfile, str]:
     m = models.get(row["model"])
     if m is None:
         return load_profile(row["model"]), row.get("engine", "torch")
-    cfg = {
-        "n_layer": row["layers"],
-        "n_embd": row["hidden"],
-        "n_head": row["heads"],
-        "vocab_size": m["vocab"],
-        "n_positions": m["seq"],
-        "tie_word_embeddings": True,
-    }
-    layers, shape = FAMILIES[m["family"]](cfg)
-    total = sum(e.params for e in layers)
-    name = f"megatron-gpt-{row['name']}"
-    profile = ModelProfile(name, "GPT", "validation", total, total, tuple(layers), shape)
+    cfg = {"n_layer": row["layers"], "n_embd": row["hidden"], "n_head": row["heads"], "vocab_size": m["vocab"],
+           "n_positions": m["seq"], "tie_word_embeddings": True}  # fmt: skip
+    profile = built_profile(f"megatron-gpt-{row['name']}", cfg, m["family"])
     return profile, row.get("engine", "megatron")  # Megatron-LM of the 2021-2022 papers unless the row says
+
+
+def built_profile(name: str, cfg: dict, family: str = "gpt2") -> ModelProfile:
+    """A model a table gives by its shape: `family`'s blocks from the config keys `cfg` (the check scripts'
+    GPT, MPT and NeMo shapes, rows.toml's Megatron GPT rows)."""
+    blocks, shape = FAMILIES[family](cfg)
+    total = sum(e.params for e in blocks)
+    return ModelProfile(name, "GPT", "validation", total, total, tuple(blocks), shape)
+
+
+def estimate_plan(profile: ModelProfile, engine: str, cluster: dict, gpus: int, plan: Plan, *, seq: int,
+                  global_batch: int, attention: str = "sdpa", **facts):  # fmt: skip
+    """(estimate, facts, topology, workload) of a pinned `plan` of `profile` under `engine` on `gpus` GPUs of a
+    rows.toml cluster, after the checks `paradvisor estimate` makes; `facts`: ModelFacts fields beside the engine."""
+    mf = replace(ModelFacts.of(profile), engine=engine, **facts)
+    topo = Topology.of(cluster_for(cluster, gpus))
+    wl = Workload(
+        profile.name, seq_len=seq, global_batch=global_batch, precision=plan.precision, attention=attention
+    )
+    check(plan, mf, topo.world, wl)
+    return evaluate(mf, topo, wl, plan, plan.precision, 0.0), mf, topo, wl
 
 
 def plan_for(row: dict, dp: int) -> Plan:
@@ -134,17 +146,15 @@ def predict(row: dict, data: dict):
     profile, engine = profile_for(row, data["models"])
     m = data["models"].get(row.get("model", ""), {})
     seq = row.get("seq", m.get("seq", 2048))
-    cluster = cluster_for(data["clusters"][row["cluster"]], row["gpus"])
-    mf = replace(ModelFacts.of(profile), engine=engine, recompute_modules=tuple(row.get("recompute_modules", ())),
-                 balanced_routing=row.get("balanced_routing", False))  # fmt: skip
-    topo = Topology.of(cluster)
     dp = row["gpus"] // (row["tp"] * row["pp"] * row.get("cp", 1))
     plan = plan_for(row, dp)
-    # Megatron-LM of 2021-2022 had no flash attention: the attention core is unfused softmax + dropout
-    wl = Workload(profile.name, seq_len=seq, global_batch=row["global_batch"], precision=plan.precision,
-                  attention="eager" if engine == "megatron" else "sdpa")  # fmt: skip
-    check(plan, mf, topo.world, wl)
-    e = evaluate(mf, topo, wl, plan, plan.precision, 0.0)
+    e, mf, topo, wl = estimate_plan(
+        profile, engine, data["clusters"][row["cluster"]], row["gpus"], plan, seq=seq,
+        global_batch=row["global_batch"],
+        # Megatron-LM of 2021-2022 had no flash attention: the attention core is unfused softmax + dropout
+        attention="eager" if engine == "megatron" else "sdpa",
+        recompute_modules=tuple(row.get("recompute_modules", ())), balanced_routing=row.get("balanced_routing", False),
+    )  # fmt: skip
     return e, mf, topo, wl, plan, profile, seq
 
 
