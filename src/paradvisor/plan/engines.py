@@ -20,9 +20,7 @@ class EngineTraits:
     block_memory: str = "traced"  # saved tensors: "traced" (its code), "mcore" (mcore_terms)
     tp_overlap: bool = False  # TP collectives beside the GEMMs as TE's userbuffers run them (tp_overlap.py)
     gather_forward: bool = False  # ZeRO-1/2's weight all-gather beside the next forward (plan/dp_overlap.py)
-    p2p_overlap: bool = (
-        False  # an interleaved pipeline's sends beside the other chunks' compute (evaluate.py)
-    )
+    p2p_overlap: bool = False  # interleaved pipeline sends beside the other chunks' compute (evaluate.py)
 
 
 # "torch": paradvisor's launcher (Hugging Face models run eagerly). "megatron": Megatron-LM of Narayanan 2021
