@@ -26,7 +26,7 @@ from pathlib import Path
 import tomli_w
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import REPO, pa, row_of  # noqa: E402  (same runner: this checkout's paradvisor)
+from accuracy import REPO, pa, row_of
 
 MODELS = {
     # LLaMA, GQA 4:1, SwiGLU, untied head
@@ -97,6 +97,25 @@ GROUPS = [
 ]
 
 
+def preset_doc(name: str, group: tuple, strategy: str, steps: int) -> dict:
+    """The preset of one check run: `group`'s (model, seq, micro-batch, precision, checkpointing) with
+    `strategy` on one GPU, on tiny-cpu-smoke.toml's base (what the run launches and its prediction reads)."""
+    mname, seq, mb, precision, ckpt = group
+    model, dataset, over = MODELS[mname]
+    base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
+    return {
+        **base,
+        "name": name,
+        "description": "gpu check",
+        "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": mb, "precision": precision},
+        "train": {**base["train"], "steps": steps, "dataset": dataset, "model_overrides": over, "device": "cuda",
+                  "lr": 1e-4},
+        "launch": {**base["launch"], "nproc_per_node": 1},
+        "plan": {**base["plan"], "dp": 1, "micro_batch": mb, "checkpointing": ckpt, "precision": precision,
+                 **STRATEGIES[strategy]},
+    }  # fmt: skip
+
+
 def sh(*argv: str) -> str:
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     return (r.stdout + r.stderr).strip()
@@ -155,7 +174,6 @@ def main() -> None:
         f"{c.stderr.strip()[-500:]}"
     )
     report["calibration"] = json.loads(cal.read_text()) if cal.exists() else None
-    base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
     rows = []
     todo = [
         (g, s)
@@ -165,37 +183,8 @@ def main() -> None:
         and (not args.strategies or s in args.strategies.split(","))
     ]
     for (mname, seq, mb, precision, ckpt, _), sname in todo:
-        model, dataset, over = MODELS[mname]
         name = f"gpu-{mname}-{sname}-s{seq}-{precision}-{ckpt}".lower()
-        doc = {
-            **base,
-            "name": name,
-            "description": "gpu check",
-            "workload": {
-                **base["workload"],
-                "model": model,
-                "seq_len": seq,
-                "global_batch": mb,
-                "precision": precision,
-            },
-            "train": {
-                **base["train"],
-                "steps": args.steps,
-                "dataset": dataset,
-                "model_overrides": over,
-                "device": "cuda",
-                "lr": 1e-4,
-            },
-            "launch": {**base["launch"], "nproc_per_node": 1},
-            "plan": {
-                **base["plan"],
-                "dp": 1,
-                "micro_batch": mb,
-                "checkpointing": ckpt,
-                "precision": precision,
-                **STRATEGIES[sname],
-            },
-        }
+        doc = preset_doc(name, (mname, seq, mb, precision, ckpt), sname, args.steps)
         p = tmp / f"{name}.toml"
         p.write_text(tomli_w.dumps(doc))
         key = {

@@ -4,7 +4,6 @@ TF32 (hardware/speeds.effective_peak)."""
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 from paradvisor.hardware import catalog
@@ -37,7 +36,7 @@ def test_the_h200_fp32_run_is_predicted_from_its_fp32_rate():
     TF32 383.6 TFLOPS measured): the 4-layer LLaMA run in fp32 took 63.5 ms a step; predicted at the TF32
     rate it was 12.6 ms (-80%), at the fp32 rate its launcher ran it is 51.5 ms (docs/accuracy.md)."""
     sys.path.insert(0, str(REPO / "experiments"))
-    from gpu_check import GROUPS, MODELS, STRATEGIES
+    from gpu_check import GROUPS, preset_doc
 
     from paradvisor.monitor.predict import estimate_for
     from paradvisor.spec.preset import parse_preset
@@ -45,15 +44,7 @@ def test_the_h200_fp32_run_is_predicted_from_its_fp32_rate():
     data = json.loads((REPO / "experiments" / "data" / "h200-2026-11-27" / "check.json").read_text())
     (row,) = [r for r in data["rows"] if r["precision"] == "fp32"]
     (group,) = [g for g in GROUPS if g[0] == row["model"] and g[3] == "fp32"]
-    mname, seq, mb, precision, ckpt, _ = group
-    model, dataset, over = MODELS[mname]
-    base = tomllib.loads((REPO / "presets" / "tiny-cpu-smoke.toml").read_text())
-    doc = {**base, "name": "h200-fp32",
-           "workload": {**base["workload"], "model": model, "seq_len": seq, "global_batch": mb, "precision": precision},
-           "train": {**base["train"], "dataset": dataset, "model_overrides": over, "device": "cuda"},
-           "launch": {**base["launch"], "nproc_per_node": 1},
-           "plan": {**base["plan"], "dp": 1, "micro_batch": mb, "checkpointing": ckpt, "precision": precision,
-                    **STRATEGIES[row["strategy"]]}}  # fmt: skip
+    doc = preset_doc("h200-fp32", group[:5], row["strategy"], 12)
     est = estimate_for(
         parse_preset(doc), on_gpu=True, gpu_name="NVIDIA H200", calibration=data["calibration"]
     )
