@@ -39,13 +39,13 @@ class Sync:
         return self.total if self.in_backward < 0 else self.in_backward
 
 
+NOTHING = Sync(0.0, 0.0, 0.0)  # no sync yet: both windows whole
+
+
 def sharded_pair(rs: float, ag: float, t_bwd: float, t_fwd: float, gather_forward: bool) -> Sync:
     """A gradient reduce-scatter `rs` and a weight all-gather `ag` (seconds) beside a backward of `t_bwd`
     and, for an engine that gathers in the forward, a forward of `t_fwd` seconds."""
-    if gather_forward:
-        exposed = max(0.0, rs - OVERLAP * t_bwd) + max(0.0, ag - OVERLAP * t_fwd)
-        return Sync(rs + ag, exposed, rs, ag)
-    return Sync(rs + ag, max(0.0, rs + ag - OVERLAP * t_bwd))
+    return after(NOTHING, (rs, ag), t_bwd, t_fwd, gather_forward)
 
 
 def after(first: Sync, second: tuple[float, float], t_bwd: float, t_fwd: float, gather_forward: bool) -> Sync:
@@ -53,9 +53,9 @@ def after(first: Sync, second: tuple[float, float], t_bwd: float, t_fwd: float, 
     `first` left of the windows."""
     rs, ag = second
     bwd = max(0.0, OVERLAP * t_bwd - first.backward_used)
+    total = first.total + rs + ag
     if gather_forward and ag > 0:
         fwd = max(0.0, OVERLAP * t_fwd - first.in_forward)
         exposed = max(0.0, rs - bwd) + max(0.0, ag - fwd)
-    else:
-        exposed = max(0.0, rs + ag - bwd)
-    return Sync(first.total + rs + ag, first.exposed + exposed)
+        return Sync(total, first.exposed + exposed, first.backward_used + rs, first.in_forward + ag)
+    return Sync(total, first.exposed + max(0.0, rs + ag - bwd))
