@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from contextlib import contextmanager
 
 _pending = False
 
@@ -54,3 +55,55 @@ def hold() -> set:
 def release(held: set) -> None:
     """The mask before `hold` again: a Ctrl-C that came meanwhile is raised now, where the caller can answer it."""
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+# ---- a run that exists: its signals wait for the loop that answers them --------------------------------------
+# Between a run's start (its ranks running, its status "running") and the wait loop that cancels it on Ctrl-C
+# (launch.runner.run_blocking), a KeyboardInterrupt would leave the command with the run's status still
+# "running". From `hold_signals()` until `take_over()` (or `unhold()`), SIGINT and SIGTERM are recorded
+# instead.
+_held: list[int] | None = None  # None: not holding
+_unheld: dict = {}  # the handlers the hold replaced
+
+
+def hold_signals() -> None:
+    """SIGINT and SIGTERM recorded from now on, not raised (main thread only; nothing when holding already)."""
+    global _held
+    if _held is not None or threading.current_thread() is not threading.main_thread():
+        return
+    held: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        _unheld[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
+    _held = held
+
+
+def take_over() -> tuple[dict, list[int]]:
+    """Stop holding, the caller's handlers already installed in the hold's place: the handlers from before the
+    hold (to restore when the caller is done) and the signals held, for the caller to answer."""
+    global _held
+    held, _held = _held or [], None
+    prev = dict(_unheld)
+    _unheld.clear()
+    return prev, held
+
+
+def unhold() -> list[int]:
+    """Stop holding and restore the handlers from before it: the signals held, for the caller to answer."""
+    prev, held = take_over()
+    for sig, handler in prev.items():
+        signal.signal(sig, handler)
+    return held
+
+
+@contextmanager
+def held_for(run, *, keep: bool):
+    """Signals held through the block (a failure in it: released, its handlers back); after it, with `keep`
+    still held for run_blocking, else released into `run.held_signals` for it to answer."""
+    hold_signals()
+    try:
+        yield
+    except BaseException:
+        unhold()
+        raise
+    if not keep:
+        run.held_signals = unhold()

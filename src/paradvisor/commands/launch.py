@@ -328,6 +328,7 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
     """Start the run, show its progress until it ends, then how it ended (and the re-plan after an OOM).
     With launch.max_restarts, a failed run with a checkpoint restarts from it in a new run directory
     (re-planned onto the nodes that remain when an ssh node is gone: launch/restart.py)."""
+    from paradvisor import interrupts
     from paradvisor.launch import runner
     from paradvisor.launch.preflight import validate
     from paradvisor.launch.resume import with_checkpoint_interval
@@ -346,25 +347,15 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
             run_dir=Path(args.run_dir) if args.run_dir and not restarts else None,
             ssh_config=args.ssh_config,
             ssh_timeout=args.ssh_timeout,
+            hold=True,  # a Ctrl-C from the run's start on waits for run_blocking: it cancels the run
         )
-        if lineage:
-            from paradvisor.rundir.status import write_json_atomic
-
-            launch.lineage = lineage
-            write_json_atomic(launch.status_path, launch.status())
-        if not quiet:
-            sys.stderr.write(
-                f"run directory: {launch.run_dir}\n{shell_join(launch.argv)}\n{launch.hang_detection}\n{ck_line}\n"
-                + (
-                    f"resuming {lineage['parent']} from step {lineage['resume_step']} ({lineage['lineage_reason']})\n"
-                    if lineage
-                    else ""
-                )
-            )
-        watch = None if quiet else LiveProgress(launch)
+        watch = None
         try:
+            announce(launch, lineage, ck_line, quiet=quiet)
+            watch = None if quiet else LiveProgress(launch)
             doc = runner.run_blocking(launch, watch=watch or LogIndex(launch.run_dir))
         finally:
+            interrupts.unhold()  # nothing once run_blocking has taken the held signals
             if watch is not None:
                 watch.close()
         report_end(launch, doc, watch)
@@ -381,6 +372,26 @@ def launch_and_follow(preset, args, lineage: dict | None = None) -> int:
         sys.stderr.write(f"restart {restarts} of {preset.launch.max_restarts}: {why}\n")
     print(launch.run_dir)
     return runner.main_exit_code(doc)
+
+
+def announce(launch, lineage: dict | None, ck_line: str, *, quiet: bool) -> None:
+    """A resumed run's lineage into its status; then (unless quiet) where the run is, its command, its hang
+    detection and checkpoint interval, and what it resumes."""
+    if lineage:
+        from paradvisor.rundir.status import write_json_atomic
+
+        launch.lineage = lineage
+        write_json_atomic(launch.status_path, launch.status())
+    if quiet:
+        return
+    sys.stderr.write(
+        f"run directory: {launch.run_dir}\n{shell_join(launch.argv)}\n{launch.hang_detection}\n{ck_line}\n"
+        + (
+            f"resuming {lineage['parent']} from step {lineage['resume_step']} ({lineage['lineage_reason']})\n"
+            if lineage
+            else ""
+        )
+    )
 
 
 def tokenize_first(preset, *, quiet: bool) -> None:

@@ -324,13 +324,15 @@ def start(
     is_host: bool | None = None,
     suffixed: bool = False,
     run_name: str | None = None,
+    hold: bool = False,
 ) -> RunHandle:
     """Start a run: this machine's node (engine local), or every node over ssh (engine ssh: launch/sshrun.py);
     whichever engine, what comes back is a launch/handle.py RunHandle. `run_id` names the rendezvous (default: the run
     directory's name); `is_host` tells torchrun whether this node serves the rendezvous store; `suffixed` names
     even node 0's status, command and launcher log per node (node_file: a Slurm job's nodes); `run_name` is the
     whole run's name where this node's run directory is one of several (the ssh engine's nodes): a shared
-    launch.checkpoint_dir keeps the run's checkpoints under it."""
+    launch.checkpoint_dir keeps the run's checkpoints under it. `hold`: SIGINT/SIGTERM since the run exists are
+    still held on return, for `run_blocking` to answer (interrupts.py): no Ctrl-C in between leaves the run."""
     if engine_of(preset.launch) == "ssh":
         from paradvisor.launch import sshrun  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
@@ -341,6 +343,7 @@ def start(
             env=env,
             ssh_config=ssh_config,
             ssh_timeout=ssh_timeout,
+            hold=hold,
         )
     validate(preset, reach=reach)
     endpoint, preset = endpoint_for(preset)
@@ -350,7 +353,9 @@ def start(
     try:
         interrupts.release(held)
         env = {**(env or {}), RUN_NAME_ENV: run_name or run_dir.name}
-        return _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path)
+        return _start_claimed(
+            preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path, hold
+        )
     except BaseException as exc:
         write_aborted(status_path, preset, exc)
         for lock in locks:
@@ -358,7 +363,7 @@ def start(
         raise
 
 
-def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path):
+def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, env, status_path, hold):
     lau = preset.launch
     argv = torchrun_argv(
         str(run_dir),
@@ -396,31 +401,20 @@ def _start_claimed(preset, run_dir, locks, endpoint, run_id, is_host, suffixed, 
             log_name=log_name,
         )
         write_json_atomic(launch.status_path, launch.status())
+        interrupts.hold_signals()  # the run exists: SIGINT/SIGTERM wait for run_blocking (interrupts.py)
     except BaseException:  # torchrun runs in its own session: Ctrl-C here must not leave it behind
+        interrupts.unhold()
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGTERM)
         raise
-    if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
-        from paradvisor.monitor.predict import launch_prediction  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
+    with interrupts.held_for(launch, keep=hold):
+        if lau.node_rank == 0 and not suffixed:  # every run carries a prediction (monitor/predict.py) ...
+            from paradvisor.monitor.predict import launch_prediction  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
-        # ... counted while the ranks start (they never read it): no rank waits for the advice. A Ctrl-C or
-        # SIGTERM meanwhile is held and handed to wait()'s handler once it is installed.
-        held: list = []
-        # the TUI starts runs from a worker thread
-        main = threading.current_thread() is threading.main_thread()
-        prev = {
-            sig: signal.signal(sig, lambda n, _f: held.append(n))
-            for sig in (signal.SIGINT, signal.SIGTERM)
-            if main
-        }
-        try:
+            # ... counted while the ranks start (they never read it): no rank waits for the advice
             write_json_atomic(RunDir(run_dir).prediction, launch_prediction(preset).to_doc())
             # the hang timeout derives from the run's own predicted step time, now that there is one
             launch.hang_timeout_s, launch.hang_detection = hang_timeout(preset, predicted_step(run_dir))
-        finally:
-            for sig, h in prev.items():
-                signal.signal(sig, h)
-        launch.held_signals = held
     return launch
 
 
@@ -499,8 +493,14 @@ def run_blocking(launch: Launch, *, on_signal=True, watch=None, interval: float 
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, handler)
-        # what arrived while the prediction was written, and a Ctrl-C whose KeyboardInterrupt was dropped
-        for signum in [*getattr(launch, "held_signals", ()), *([signal.SIGINT] if interrupts.take() else [])]:
+        unheld, held = interrupts.take_over()  # start(hold=True): restored to what was there before the hold
+        old.update(unheld)
+        # what arrived since the run exists, and a Ctrl-C whose KeyboardInterrupt was dropped
+        for signum in [
+            *getattr(launch, "held_signals", ()),
+            *held,
+            *([signal.SIGINT] if interrupts.take() else []),
+        ]:
             handler(signum, None)
     try:
         if watch is None:

@@ -70,8 +70,7 @@ AGENT_FACTS = {"pid": int, "host": str, "run_dir": str, "version": str, "python"
 
 
 def _agent_facts(msg: dict) -> dict:
-    """What an agent's hello says about it, typed: an int pid, strings of at most 500 characters on one line
-    (a value of another type is left out)."""
+    """An agent's hello, typed: an int pid, one-line strings of at most 500 characters, nothing else."""
     out = {}
     for key, typ in AGENT_FACTS.items():
         v = msg.get(key)
@@ -472,8 +471,7 @@ class SshLaunch:
             self._settle(n)
 
     def _fetch_outputs(self) -> str:
-        """model/ and tensorboard/ of the node of global rank 0 (the rendezvous picks it) copied into this run
-        directory (launch/fetch.py); what happened."""
+        """Rank 0's node's model/ and tensorboard/ copied into this run (launch/fetch.py); what happened."""
         n = self.nodes[self.rank_owner.get(0, 0)]
         if not n.agent.get("run_dir"):
             return f"node {n.index} never said where its run directory is"
@@ -622,6 +620,7 @@ def start(
     env: dict | None = None,
     ssh_config: str | None = None,
     ssh_timeout: float | None = None,
+    hold: bool = False,
 ) -> SshLaunch:
     ssh_config = ssh_config or os.environ.get("PARADVISOR_SSH_CONFIG") or None
     if ssh_config and not Path(ssh_config).is_file():
@@ -669,7 +668,8 @@ def start(
             data=data,
         )
         write_json_atomic(launch.status_path, launch.status())
-        launch._write_nodes()
+        with interrupts.held_for(launch, keep=hold):  # the run exists: hold as runner.start does
+            launch._write_nodes()
         return launch
     except BaseException as exc:  # Ctrl-C or a failure before the status: never a folder without one
         write_aborted(RunDir(run_dir).status, preset, exc)
