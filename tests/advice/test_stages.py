@@ -27,6 +27,11 @@ def test_balanced_split_counts_embedding_and_head_as_a_block_each():
     assert chunk_blocks(32, 8, "even") == [4] * 8
     assert split_problem(30, 4, 1, "even") and split_problem(30, 4, 1, "balanced") is None
     assert "does not divide the 20 layers per stage" in split_problem(80, 4, 3, "even")
+    # pp itself does not divide the layers: that is the reason given, never a fractional "7.875 layers per stage"
+    assert (
+        split_problem(126, 16, 2, "even")
+        == 'pp 16 does not divide the model\'s 126 layers (pp_split = "balanced" allows it)'
+    )
     assert "above the model's 80 layers" in split_problem(80, 100, 1, "even")
 
 

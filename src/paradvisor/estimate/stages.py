@@ -63,10 +63,9 @@ def split_problem(num_layers: int, pp: int, v: int, split: str) -> str | None:
     if pp > num_layers:
         return f"pp {pp} is above the model's {num_layers} layers"
     if split == "even" and num_layers % chunks:
-        if v > 1:
-            per_stage = num_layers / pp
+        if v > 1 and num_layers % pp == 0:  # else pp itself does not divide them: said below
             return (
-                f"pp_virtual_stages {v} does not divide the {per_stage:g} layers per stage "
+                f"pp_virtual_stages {v} does not divide the {num_layers // pp} layers per stage "
                 f"({num_layers} layers over pp {pp})"
             )
         return f'pp {pp} does not divide the model\'s {num_layers} layers (pp_split = "balanced" allows it)'
