@@ -292,3 +292,13 @@ def test_ep_families_have_transformers_ep_plans():
     for family in EP_FAMILIES:
         plan = transformers.AutoConfig.for_model(family).base_model_ep_plan or {}
         assert set(plan.values()) >= {"grouped_gemm", "ep_dispatch_experts"}, family
+
+
+def test_plan_labels_never_run_a_zero_stage_into_the_degree():
+    """'TP2 x ZeRO-3x4', not 'TP2 x ZeRO-34' (read as ZeRO-34, or ZeRO-3 over 34 ranks); FSDP and DDP beside
+    TP/PP/CP keep their short form."""
+    assert Plan(dp=4, tp=2, sharding="zero3").label() == "TP2 x ZeRO-3x4"
+    assert Plan(dp=4, cp=2, sharding="zero1").label() == "CP2 x ZeRO-1x4"
+    assert Plan(dp=4, tp=2, sharding="fsdp").label() == "TP2 x FSDP4"
+    assert Plan(dp=32, sharding="zero2").label() == "ZeRO-2x32"
+    assert Plan(dp=4, ep=2, sharding="zero2").label() == "EP2 x ZeRO-2x4"

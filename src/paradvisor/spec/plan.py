@@ -110,9 +110,10 @@ class Plan:
         if self.cp > 1:
             parts.append(f"CP{self.cp}")
         if self.dp > 1:
-            parts.append(
-                f"{shard}{self.dp}" if (self.tp > 1 or self.pp > 1 or self.cp > 1) else f"{shard}x{self.dp}"
-            )
+            # "FSDP4", "DDP4" beside TP/PP/CP, else "FSDPx32"; a ZeRO stage's digit is never run into the
+            # degree ("ZeRO-3x4", not "ZeRO-34")
+            joined = self.tp > 1 or self.pp > 1 or self.cp > 1
+            parts.append(f"{shard}{'' if joined and not shard[-1].isdigit() else 'x'}{self.dp}")
         elif self.cp > 1 and self.sharding != "none":  # dp 1: the states are sharded over the cp ranks
             parts.append(shard)
         if not parts:
