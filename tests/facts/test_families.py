@@ -73,3 +73,61 @@ def test_every_family_default_data_is_data_its_task_trains_on():
     check of dataset against task (spec/data.check_dataset_fits)."""
     for name, fam in families.registry().items():
         check_dataset_fits(fam.dataset, fam.task, name)
+
+
+def _transformers_window(c) -> tuple[int, int]:
+    """(window, layers using it) as the config class resolves it: its layer_types where it has them, else every
+    layer when sliding_window is set (Mistral, Phi-3, Mixtral, Qwen3-MoE: one mask function for all)."""
+    w = getattr(c, "sliding_window", None) or 0
+    types = getattr(c, "layer_types", None)
+    n = (
+        sum(t == "sliding_attention" for t in types)
+        if types is not None
+        else (c.num_hidden_layers if w else 0)
+    )
+    return (w, n) if w and n else (0, 0)
+
+
+WINDOW_VARIANTS = [
+    {},
+    {"num_hidden_layers": 7},
+    {"num_hidden_layers": 9, "sliding_window": 1000},
+    {"num_hidden_layers": 9, "sliding_window": None},
+    {"num_hidden_layers": 30, "use_sliding_window": True, "max_window_layers": 3},
+    {"num_hidden_layers": 30, "use_sliding_window": True},
+    {"num_hidden_layers": 30, "use_sliding_window": False, "max_window_layers": 3},
+    {"num_hidden_layers": 13, "sliding_window_pattern": 4},
+    {
+        "num_hidden_layers": 4,
+        "sliding_window": 64,
+        "layer_types": ["full_attention", "sliding_attention"] * 2,
+    },
+]
+
+
+@pytest.mark.parametrize("name", HF)
+def test_sliding_windows_are_what_transformers_resolves(name):
+    """families.window_fields reads a config dict as the family's config class does (its default window,
+    use_sliding_window, max_window_layers, sliding_window_pattern, layer_types): the step-time model times
+    those layers' attention by it (estimate/flash.core_time)."""
+    cls = _config_class(name)
+    base = cls()
+    checked = 0
+    for kw in WINDOW_VARIANTS:
+        known = {k: v for k, v in kw.items() if k == "num_hidden_layers" or hasattr(base, k)}
+        if known != kw and len(kw) > 1:
+            continue  # a switch this family's class does not have
+        c = cls(**known)
+        cfg = {"model_type": name, "num_hidden_layers": c.num_hidden_layers, **known}
+        got = families.window_fields(cfg)
+        assert (got.get("window", 0), got.get("window_layers", 0)) == _transformers_window(c), (name, kw)
+        checked += 1
+    assert checked >= 2, name
+
+
+def test_gemma3_s_window_pattern_is_read_as_its_config_class_reads_it():
+    """Gemma 3 takes sliding_window_pattern as a keyword only (no attribute): every 4th layer global here."""
+    c = _config_class("gemma3_text")(num_hidden_layers=13, sliding_window_pattern=4)
+    cfg = {"model_type": "gemma3_text", "num_hidden_layers": 13, "sliding_window_pattern": 4}
+    got = families.window_fields(cfg)
+    assert (got["window"], got["window_layers"]) == _transformers_window(c) == (4096, 10)

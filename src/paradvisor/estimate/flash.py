@@ -36,6 +36,8 @@ Parameter sources (public measurements, none fitted to experiments/validation):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 FLASH_EFF = 0.75
 FLASH_PEAK = {
     ("fa2", "hopper", True): 0.28,
@@ -76,3 +78,26 @@ def flash_head_dim_share(kernel: str, head_dim: int, arch: str = "hopper") -> fl
     else:
         low = _fwd_bwd_share("fa2")
     return low + (1.0 - low) * max(0, head_dim - 64) / 64
+
+
+def core_time(
+    bh: float, seq: int, head_dim: int, causal: bool, window: tuple, rate: Callable[[bool], float]
+) -> float:
+    """Forward seconds of a fused attention core over `bh` (batch x local heads) sequences of `seq`: 4·s·d
+    FLOPs per query and key attended, at `rate(causal)`. A causal query attends (s + 1)/2 keys on average.
+    `window` = (w, share of the layers using it, mask): a layer with a sliding window w < s attends
+    w - w(w - 1)/(2s) when the kernel is given the window (TE / cuDNN, flash-attn and flex attention skip the
+    blocks outside it). transformers instead hands SDPA an explicit mask once the sequence reaches the window
+    (`masking_utils._ignore_causal_mask_sdpa`, `mask`): no flash kernel takes one, and the kernel that does
+    computes every key block, timed at the unmasked rate (the memory-efficient kernel's own is not measured
+    here)."""
+    w, share, mask = window
+
+    def seconds(keys: float, causal_rate: bool) -> float:
+        return 4.0 * bh * seq * keys * head_dim / rate(causal_rate)
+
+    full = seconds(seq * (0.5 if causal else 1.0), causal)
+    if not (w and share and causal) or (mask and seq < w) or (not mask and w >= seq):
+        return full
+    local = seconds(seq, False) if mask else seconds(w - w * (w - 1) / (2 * seq), True)
+    return (1 - share) * full + share * local

@@ -80,7 +80,7 @@ from dataclasses import replace
 from functools import cached_property
 
 from paradvisor.estimate import comm
-from paradvisor.estimate.flash import FLASH_BWD, FLASH_EFF, FLASH_PEAK, flash_head_dim_share
+from paradvisor.estimate.flash import FLASH_BWD, FLASH_EFF, FLASH_PEAK, core_time, flash_head_dim_share
 from paradvisor.estimate.fp8 import GATHER_SHARE, casts
 from paradvisor.estimate.tp_overlap import overlapped
 from paradvisor.record import record
@@ -178,6 +178,8 @@ class LayerShape:
     # BERT). Counted only for an eager engine (fused=False).
     rms_rope: bool = True
     up_projections: tuple[tuple[int, int], ...] = ()  # MLA's (in, out) up projections, inside attn_params
+    window: int = 0  # a sliding attention window (tokens; 0: none) on `window_share` of the layers
+    window_share: float = 0.0
 
 
 def layer_forward(
@@ -192,10 +194,11 @@ def layer_forward(
     dev: Device,
     fused: bool = True,
     kernel: str = "flash",
+    window_mask: bool = False,
 ) -> dict[str, float]:
     """Forward seconds of one layer on one TP rank, split into GEMMs, the attention core and the
     memory-bound rest (+ the block's 2nd, 4th, ... GEMMs: what per-op SAC recomputes). `kernel` names the
-    flash kernel an SDPA core runs (FLASH_PEAK)."""
+    flash kernel an SDPA core runs (FLASH_PEAK); `window_mask`: a sliding window goes to SDPA as a mask."""
     h, t, ab = sh.hidden, max(1, tp), act_bytes
     d_attn = sh.heads * sh.head_dim
     kv = sh.kv_heads * sh.head_dim
@@ -203,15 +206,15 @@ def layer_forward(
     shapes = block_gemms(sh, tokens=tokens, tp=t, split=split)
     mms = [gemm_time(*mnk, dev, fp8=True) for mnk in shapes]
     # attention core per head: (s x d) @ (d x s) and (s x s) @ (s x d), for b·heads/t heads
-    heads_local = sh.heads / t
-    b = tokens / seq
+    heads_local, b = sh.heads / t, tokens / seq
     if attention == "eager":
         core = 2 * gemm_time(seq, seq, sh.head_dim, dev, batch=b * heads_local)
         probs = b * heads_local * seq * seq  # softmax in/out (+ dropout: in, out, mask)
         core += mem_time(probs * ab * 2, dev) + (mem_time(probs * (2 * ab + 1), dev) if sh.dropout else 0.0)
-    else:  # a fused flash kernel: no s x s traffic; causal masks skip half the blocks
-        fl = 4.0 * b * heads_local * seq * seq * sh.head_dim * (0.5 if sh.causal else 1.0)
-        core = max(KERNEL_LAUNCH_S, fl / dev.flash_rate(kernel, sh.causal, sh.head_dim))
+    else:  # a fused flash kernel: no s x s traffic; causal and sliding-window masks (flash.core_time)
+        win = (sh.window, sh.window_share, window_mask)
+        rate = lambda causal: dev.flash_rate(kernel, causal, sh.head_dim)  # noqa: E731
+        core = max(KERNEL_LAUNCH_S, core_time(b * heads_local, seq, sh.head_dim, sh.causal, win, rate))
     # memory-bound ops; outside the TP region each rank sees all tokens (1/t of them with SP)
     rep = tokens * h / (t if sp else 1)
     norm, rope, act = (2 * ab, 2 * ab, 3 * ab) if fused else (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, 5 * ab)
@@ -332,12 +335,13 @@ def micro_batch_time(
     moe: MoELayer | None = None,
     recompute_modules: tuple[str, ...] = (),
     tp_overlap: bool = False,
+    window_mask: bool = False,
 ) -> dict[str, float]:
     """Seconds of one micro-batch through `layers` layers (+ the LM head and loss when `head_vocab`):
     forward, backward, recompute and TP communication (forward + backward + recomputed forward). With
     `moe`, moe.layers of them are MoE layers (MoELayer) and the rest dense of FFN width sh.ffn."""
     kw = {"tokens": tokens, "seq": seq, "tp": tp, "sp": sp, "attention": attention, "act_bytes": act_bytes}
-    kw |= {"dev": dev, "fused": fused, "kernel": kernel}
+    kw |= {"dev": dev, "fused": fused, "kernel": kernel, "window_mask": window_mask}
     how = (2 if attention == "eager" else FLASH_BWD, checkpointing, selective, attention, recompute_modules)
     parts = []  # (layer count, forward, backward, recompute) per kind of layer
     n_moe = min(layers, moe.layers) if moe is not None else 0

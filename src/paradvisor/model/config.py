@@ -70,9 +70,9 @@ def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape |
         )
     ffn = get("intermediate_size", "n_inner", "d_ff", "ffn_dim", default=4 * hidden)
     head_dim = get("head_dim", default=max(1, hidden // heads))
-    moe = _moe_fields(cfg, get, layers, ffn, where)
-    if moe.get("head_dim"):
-        head_dim = moe.pop("head_dim")
+    extra = _moe_fields(cfg, get, layers, ffn, where) | families.window_fields(cfg)  # experts, sliding window
+    if extra.get("head_dim"):
+        head_dim = extra.pop("head_dim")
     return TransformerShape(
         family=str(mt),
         num_layers=layers,
@@ -88,7 +88,7 @@ def shape_from_config(cfg: dict, *, where: str = "config") -> TransformerShape |
         shared_layers=mt == "albert",
         tied_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         embedding_size=get("embedding_size"),
-        **moe,
+        **extra,
     )
 
 

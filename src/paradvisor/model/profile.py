@@ -62,6 +62,11 @@ class TransformerShape:
     kv_lora_rank: int = 0
     rope_head_dim: int = 0
     v_head_dim: int = 0
+    # sliding-window attention (Mistral, Phi-3, Gemma 2/3, GPT-OSS, Qwen2 with use_sliding_window): the window
+    # in tokens (0: none) and how many of the layers use it, the others attending to the whole sequence
+    # (families.window_fields, as transformers' config classes resolve it)
+    window: int = 0
+    window_layers: int = 0
 
     @property
     def is_moe(self) -> bool:

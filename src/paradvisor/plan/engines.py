@@ -21,6 +21,9 @@ class EngineTraits:
     tp_overlap: bool = False  # TP collectives beside the GEMMs as TE's userbuffers run them (tp_overlap.py)
     gather_forward: bool = False  # ZeRO-1/2's weight all-gather beside the next forward (plan/dp_overlap.py)
     p2p_overlap: bool = False  # interleaved pipeline sends beside the other chunks' compute (evaluate.py)
+    # the attention kernel is given a sliding window and skips the blocks outside it; False: transformers'
+    # explicit SDPA mask, every key block computed (flash.core_time)
+    window_kernel: bool = True
 
 
 # "torch": paradvisor's launcher (Hugging Face models run eagerly). "megatron": Megatron-LM of Narayanan 2021
@@ -28,7 +31,7 @@ class EngineTraits:
 # fused), loss parallel, FSDP kept across a pipeline's micro-batches, per-op SAC, FA2 in SDPA (torch#142132).
 # "llama3": Dubey et al. 2024 §3.3.2. "mcore": Megatron-Core as NVIDIA benchmarks it. "llm-foundry": MPT runs.
 ENGINES = {
-    "torch": EngineTraits(False, False, True, True, False),
+    "torch": EngineTraits(False, False, True, True, False, window_kernel=False),
     "megatron": EngineTraits(True, True, False, False),
     "torchtitan": EngineTraits(False, True, True, True, False, "every-other-mm", "fa2"),
     "torchtitan-compile": EngineTraits(False, True, True, True, True, "every-other-mm", "fa2"),

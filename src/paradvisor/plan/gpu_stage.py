@@ -37,6 +37,8 @@ def device_and_shape(mf: ModelFacts, topo: Topology, precision: str, spec) -> tu
         s.attn_params,
         not families.get(s.family).learned_positions,  # GPT-2, BERT: LayerNorm kernels, no rotary
         s.mla_up_projections,
+        s.window,
+        s.window_layers / s.num_layers if s.num_layers else 0.0,
     )
     topo._cache[key] = (dev, sh)
     return dev, sh
@@ -65,4 +67,5 @@ def stage_time(mf, wl, plan, precision, micro_batch, sh, dev, node0, layers: int
         moe=moe_step.stage_layer(mf, plan, layers),
         recompute_modules=mf.recompute_modules,
         tp_overlap=mf.traits.tp_overlap,
+        window_mask=not mf.traits.window_kernel,
     )

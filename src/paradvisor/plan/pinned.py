@@ -219,6 +219,16 @@ def estimate_pinned(
             "selective recompute re-runs the attention core only; with SDPA/flash attention the core keeps no "
             "s x s tensors, so it saves no memory over none here"
         )
+    kernel = mf.traits.window_kernel  # else transformers' SDPA mask, from a sequence as long as the window
+    if s is not None and s.window and wl.attention == "sdpa" and wl.seq_len >= s.window + kernel:
+        how = (
+            "each query attends only the keys inside it"
+            if kernel
+            else "transformers hands it to SDPA as a mask, so every key is computed"
+        )
+        e.notes.append(
+            f"sliding window ({s.window} tokens, {s.window_layers} of {s.num_layers} layers): {how}"
+        )
     if s is not None and plan.tp > s.kv_heads:
         e.notes.append(
             f"tp {plan.tp} > {s.kv_heads} KV heads: Megatron-LM replicates each KV head over tp/{s.kv_heads} ranks"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import replace
 from functools import cache
 
 from paradvisor.errors import InputError
@@ -48,8 +49,28 @@ def known(name: str) -> bool:
 
 
 def counters() -> dict:
-    """{family: config -> (layers, shape)} for the families counted without torch."""
-    return {n: f.count for n, f in registry().items() if f.count is not None}
+    """{family: config -> (layers, shape)} for the families counted without torch (the shape with its sliding
+    window, `window_fields`)."""
+    return {n: _with_window(f.count) for n, f in registry().items() if f.count is not None}
+
+
+def _with_window(count):
+    def counted(c: dict):
+        layers, shape = count(c)
+        kw = window_fields(c)
+        return layers, (replace(shape, **kw) if kw else shape)
+
+    return counted
+
+
+def window_fields(cfg: dict) -> dict:
+    """{"window": tokens, "window_layers": layers} of a config whose family has sliding-window attention
+    (base.sliding: the family's config class defaults, use_sliding_window, layer_types); {} otherwise."""
+    fam = registry().get(str(cfg.get("model_type")))
+    if fam is None or fam.window is None:
+        return {}
+    w, n = fam.window(cfg)
+    return {"window": w, "window_layers": n} if w and n else {}
 
 
 def resolve_attention(family: str, requested: str | None, *, where: str = "--attention") -> str:

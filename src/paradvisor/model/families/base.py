@@ -66,6 +66,9 @@ class Family:
     learned_positions: bool = False  # a sequence longer than max positions cannot run (plan/search.py)
     launch: bool = True
     launch_why_not: str = ""  # estimate only: why the launcher cannot run it
+    # sliding-window attention: config dict -> (window, how many layers use it), as the family's config class
+    # resolves it (`sliding`); None: no window
+    window: Callable[[dict], tuple[int, int]] | None = None
 
     @property
     def has_tp(self) -> bool:
@@ -141,6 +144,43 @@ def attention_params(c: dict, *, qkv_bias: bool = False, o_bias: bool = False) -
 
 def gated_mlp(h: int, f: int) -> int:
     return 3 * h * f  # gate, up, down (SwiGLU / GeGLU), no bias
+
+
+def sliding(default: int | None, layers: str = "all", *, switch: bool = False):
+    """A family's sliding window as its transformers config class resolves it (transformers 5's
+    configuration_<family>.py): a config dict -> (window, how many of its layers use it). `default` is the
+    class's sliding_window; `switch`: the window is on only with use_sliding_window (default False, Qwen);
+    `layers` says which layers, counted from 0 over num_hidden_layers:
+      "all"        every layer (Mistral, Phi-3, Mixtral, Qwen3-MoE: one mask function for the whole model)
+      "even"       0, 2, 4, ... ("sliding_attention" if (i + 1) % 2: Gemma 2, GPT-OSS)
+      "pattern"    all but every sliding_window_pattern-th (default 6: Gemma 3)
+      "from-max"   from max_window_layers on (default 28: Qwen2, Qwen3)
+      "even-below" the even ones below max_window_layers (Qwen2-MoE)
+    A config's own layer_types list, where it has one, says which layers instead."""
+
+    def rule(c: dict) -> tuple[int, int]:
+        w = c.get("sliding_window", default)
+        on = c.get("use_sliding_window", not switch) is not False
+        n = c.get("num_hidden_layers") or 0
+        if not on or not isinstance(w, int) or isinstance(w, bool) or w <= 0:
+            return 0, 0
+        types = c.get("layer_types")
+        if isinstance(types, list):
+            return w, sum(t == "sliding_attention" for t in types[:n])
+        mwl = c.get("max_window_layers", 28)
+        mwl = mwl if isinstance(mwl, int) and not isinstance(mwl, bool) else 28
+        pattern = c.get("sliding_window_pattern", 6)
+        pattern = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0 else 6
+        count = {
+            "all": n,
+            "even": (n + 1) // 2,
+            "pattern": n - n // pattern,
+            "from-max": max(0, n - max(0, mwl)),
+            "even-below": (min(n, max(0, mwl)) + 1) // 2,
+        }[layers]
+        return w, count
+
+    return rule
 
 
 def decoder(c: dict, blocks: list[tuple[int, int]], shape_kw: dict, *, extra_norm: int = 0):

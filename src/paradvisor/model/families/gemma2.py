@@ -10,6 +10,7 @@ from paradvisor.model.families.base import (
     attention_params,
     decoder,
     gated_mlp,
+    sliding,
 )
 
 GEMMA_SP = {
@@ -36,6 +37,7 @@ def count(c: dict):
 
 FAMILY = Family(
     name="gemma2",
+    window=sliding(4096, "even"),
     count=count,
     attentions=("eager",),
     attention_notes="attention-logit softcapping (tanh), sliding window on every other layer",

@@ -4,10 +4,11 @@ plan and no TP plan."""
 
 from __future__ import annotations
 
-from paradvisor.model.families.base import DECODER_PP, Family
+from paradvisor.model.families.base import DECODER_PP, Family, sliding
 
 FAMILY = Family(
     name="gpt_oss",
+    window=sliding(128, "even"),
     attentions=("eager",),
     attention_notes="a learned sink logit per head in the softmax, sliding window on every other layer",
     tp_source="none",

@@ -12,6 +12,7 @@ from paradvisor.model.families.base import (
     decoder,
     gated_mlp,
     moe_shape,
+    sliding,
 )
 
 MOE_TP = {
@@ -32,6 +33,7 @@ def count(c: dict):
 
 FAMILY = Family(
     name="mixtral",
+    window=sliding(None),
     count=count,
     tp_plan=MOE_TP,
     tp_why_not=MOE_TP_WHY,

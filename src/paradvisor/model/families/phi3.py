@@ -3,7 +3,7 @@ projection's column split would cut across q, k and v) and splits the following 
 
 from __future__ import annotations
 
-from paradvisor.model.families.base import DECODER_PP, Family, attention_params, decoder, gated_mlp
+from paradvisor.model.families.base import DECODER_PP, Family, attention_params, decoder, gated_mlp, sliding
 
 
 def count(c: dict):
@@ -14,6 +14,7 @@ def count(c: dict):
 
 FAMILY = Family(
     name="phi3",
+    window=sliding(None),
     count=count,
     tp_plan={
         "self_attn.qkv_proj": "colwise_gather_output",

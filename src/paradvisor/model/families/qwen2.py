@@ -10,6 +10,7 @@ from paradvisor.model.families.base import (
     attention_params,
     decoder,
     gated_mlp,
+    sliding,
 )
 
 
@@ -21,6 +22,7 @@ def count(c: dict):
 
 FAMILY = Family(
     name="qwen2",
+    window=sliding(4096, "from-max", switch=True),
     count=count,
     attention_notes="sliding window on the layers above max_window_layers (use_sliding_window)",
     tp_plan=LLAMA_TP,

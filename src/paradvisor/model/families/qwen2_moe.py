@@ -13,6 +13,7 @@ from paradvisor.model.families.base import (
     decoder,
     gated_mlp,
     moe_shape,
+    sliding,
 )
 from paradvisor.model.families.mixtral import MOE_TP
 
@@ -35,6 +36,7 @@ def count(c: dict):
 
 FAMILY = Family(
     name="qwen2_moe",
+    window=sliding(4096, "even-below", switch=True),
     count=count,
     tp_plan={**MOE_TP, **{k: v for k, v in LLAMA_TP.items() if k.startswith("mlp.")}},
     tp_why_not=MOE_TP_WHY,

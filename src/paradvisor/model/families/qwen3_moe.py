@@ -3,10 +3,19 @@ router, optional renormalised top-k) on the layers decoder_sparse_step / mlp_onl
 
 from __future__ import annotations
 
-from paradvisor.model.families.base import DECODER_PP, LLAMA_TP, MOE_EP, MOE_TP_WHY, QK_NORM_TP, Family
+from paradvisor.model.families.base import (
+    DECODER_PP,
+    LLAMA_TP,
+    MOE_EP,
+    MOE_TP_WHY,
+    QK_NORM_TP,
+    Family,
+    sliding,
+)
 
 FAMILY = Family(
     name="qwen3_moe",
+    window=sliding(4096, switch=True),
     tp_plan={
         **{k: v for k, v in QK_NORM_TP.items() if k.startswith("self_attn.")},
         "mlp.experts.gate_up_proj": "packed_colwise",
