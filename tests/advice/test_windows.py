@@ -90,3 +90,18 @@ def test_estimate_says_how_the_window_is_run(tmp_path):
     assert "sliding window (4096 tokens, 32 of 32 layers)" in at.stdout and "every key" in " ".join(
         at.stdout.split()
     )
+
+
+def test_the_cpu_path_counts_the_masked_windows_whole():
+    """estimate/compute.py (calibrated CPUs: the launcher's runs) counts a windowed layer's attention whole
+    from seq >= window on, as the GPU model does under the launcher's SDPA mask."""
+    from paradvisor.estimate.compute import transformer_flops_per_token
+
+    s = load_profile("mistral-7b").transformer
+    flat = replace(s, window=0, window_layers=0)
+    kw = dict(layers=32, lm_head=False, checkpointing="none", attention="sdpa")
+    attn = 4 * s.heads * s.head_dim * 32  # per token per unit of seq, forward, all layers
+    for seq in (4095, 4096, 8192):
+        got = transformer_flops_per_token(s, seq=seq, **kw)["forward"]
+        base = transformer_flops_per_token(flat, seq=seq, **kw)["forward"]
+        assert got - base == pytest.approx(attn * seq / 2 if seq >= 4096 else 0.0)
