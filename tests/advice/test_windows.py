@@ -105,3 +105,15 @@ def test_the_cpu_path_counts_the_masked_windows_whole():
         got = transformer_flops_per_token(s, seq=seq, **kw)["forward"]
         base = transformer_flops_per_token(flat, seq=seq, **kw)["forward"]
         assert got - base == pytest.approx(attn * seq / 2 if seq >= 4096 else 0.0)
+
+
+def test_the_model_command_shows_the_window():
+    import json
+
+    from tests.conftest import run_cli
+
+    text = " ".join(run_cli("model", "gemma-2-9b").stdout.split())
+    assert "sliding window 4096 on 21 of 42 layers" in text
+    doc = json.loads(run_cli("model", "mistral-7b", "--json").stdout)["transformer"]
+    assert (doc["window"], doc["window_layers"]) == (4096, 32)
+    assert "sliding window" not in run_cli("model", "llama-3-8b").stdout

@@ -79,6 +79,11 @@ def show(prof: ModelProfile, *, all_layers: bool = False) -> None:
             f"transformer: {s.num_layers} layers, hidden {s.hidden}, {s.heads} heads ({s.kv_heads} KV), "
             f"ffn {s.ffn}{' (gated)' if s.gated_mlp else ''}, vocab {s.vocab}, max positions {s.max_positions}, "
             f"{'causal' if s.causal else 'bidirectional'}"
+            + (
+                f", sliding window {s.window} on {s.window_layers} of {s.num_layers} layers"
+                if s.window
+                else ""
+            )
         )
     if prof.input_shape:
         con.print(f"input: {'x'.join(map(str, prof.input_shape))}")
