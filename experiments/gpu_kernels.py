@@ -10,6 +10,8 @@ The clock a training run holds (steptime.SUSTAINED_CLOCK): `--held SECONDS` runs
 for that long, sampling the SM clock and the board power through NVML, and prints the TFLOPS and clock of the
 first half second against the last quarter of the window, beside the model's multi-GPU share. One GPU and no
 collectives: the baseline that share scales, not the drop itself.
+The attention rows end with SDPA under a sliding-window mask as transformers passes it (`masked_window`),
+against the estimate's "every key at the unmasked rate" for the launcher's windowed layers.
 Without a GPU, hold today's model against stored measurements (the median of each row over the files):
     python experiments/gpu_kernels.py --replay experiments/data/h100-2026-11-26/kernels-*.json
 (three runs on one H100 80GB HBM3, 700 W, torch 2.11, through the device tool on 2026-11-26).
@@ -26,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from paradvisor.estimate import steptime as st
+from paradvisor.estimate.flash import core_time
 from paradvisor.hardware import catalog
 from paradvisor.hardware.speeds import effective_peak
 
@@ -135,7 +138,26 @@ def attention(dev: st.Device) -> list[dict]:
                 names = sorted({e.key for e in prof.key_averages() if "attn" in e.key.lower() or "fmha" in e.key.lower()
                                 or "flash" in e.key.lower() or "cudnn" in e.key.lower()})  # fmt: skip
                 print(f"attn   SDPA's default kernels here: {[n[:90] for n in names][:6]}")
-    return rows
+    return rows + [masked_window(dev)]
+
+
+def masked_window(dev: st.Device, b: int = 1, heads: int = 32, s: int = 8192, w: int = 4096) -> dict:
+    """SDPA with a sliding window as transformers hands it over once the sequence reaches the window: an
+    explicit boolean mask (no flash kernel takes one). The estimate times it as every key at the flash kernel's
+    unmasked rate (estimate/flash.core_time, mask=True); this measures the kernel SDPA really picks."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(b, heads, s, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    i = torch.arange(s, device="cuda")
+    mask = ((i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < w))[None, None]
+    g = torch.randn_like(q)
+    t = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask).backward(g), reps=5)
+    label = f"masked w{w} b{b} h{heads} s{s}"
+    pred = predict_again("attn", label, dev)
+    flops = 4 * b * heads * s * s * 128 * (1 + st.FLASH_BWD)
+    return row("attn", label, pred, t, f"{flops / t / 1e12:6.0f} TFLOP/s (every key)")
 
 
 def memory_bound(dev: st.Device) -> list[dict]:
@@ -203,6 +225,12 @@ def predict_again(kind: str, label: str, dev: st.Device) -> float | None:
         return st.mem_time(2 * 2**30, dev)
     if kind == "norm":
         return st.mem_time(st.EAGER_NORM_BYTES * 16384 * 4096, dev)
+    if kind == "attn" and label.startswith("masked"):  # every key, at the unmasked rate (flash.core_time)
+        w, b, heads, s = (int(x[1:]) for x in label.split()[1:])
+        win = (w, 1.0, True)
+        return (1 + st.FLASH_BWD) * core_time(
+            b * heads, s, 128, True, win, lambda c: dev.flash_rate("flash", c)
+        )
     if kind == "attn":
         kernel, *rest = label.split()
         causal = rest[0] != "full"
