@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.support.runs import launch_argv
+from tests.support.runs import launch_argv, rank_log_tails
 from tests.support.slurm_cluster import Slurm
 from tests.support.sshd import free_port
 from tests.support.userdata import check_user_run, user_preset
@@ -69,7 +69,9 @@ def test_a_submitted_job_of_the_users_data_finishes_with_metrics(slurm, tmp_path
         check=False,
     )
     run = the_run(tmp_path)
-    assert proc.returncode == 0, proc.stderr + "\n".join(p.read_text()[-2000:] for p in run.glob("*.out"))
+    assert proc.returncode == 0, (
+        proc.stderr + "\n".join(p.read_text()[-2000:] for p in run.glob("*.out")) + rank_log_tails(run)
+    )
     job = json.loads((run / "slurm.json").read_text())["job_id"]
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "finished" and status["engine"] == "slurm" and status["job_id"] == job

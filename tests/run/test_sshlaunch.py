@@ -23,7 +23,7 @@ import pytest
 import tomli_w
 
 from tests.conftest import REPO
-from tests.support.runs import launch_argv, wait_for
+from tests.support.runs import launch_argv, rank_log_tails, wait_for
 from tests.support.sshd import Sshd, free_port
 from tests.support.userdata import check_user_run, user_losses, user_preset
 
@@ -175,7 +175,7 @@ def test_two_ssh_nodes_train_the_users_data_with_everything_back_in_one_run_dire
     ) in dry.stderr  # the shared run's line: tests/run/test_datacopy.py
 
     proc = ssh_launch()
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:] + rank_log_tails(tmp_path / "runs", tmp_path / "nodes")
     assert "copied to each of 2 nodes" in proc.stderr
     run = the_run(tmp_path)
     status = json.loads((run / "status.json").read_text())

@@ -215,3 +215,15 @@ def assert_intact(run_dir: Path, before: str) -> None:
     now = snapshot(run_dir)
     assert now.startswith(before[: before.rfind("\n") + 1])
     assert all(json.loads(line) for line in now.splitlines())
+
+
+def rank_log_tails(*roots: Path, lines: int = 40) -> str:
+    """The end of every rank's stderr log under `roots` (run directories, an ssh run's node folders): what a
+    failed run's assertion shows, so that a rare hang's stacks (the hang detector asks each rank for them,
+    launch/diagnose.dump_stacks) reach the test report instead of leaving with the temporary folder."""
+    out = []
+    for root in roots:
+        for log in sorted(Path(root).rglob("rank-*.stderr.log")) if Path(root).exists() else []:
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"\n--- {log} ---\n" + "\n".join(text))
+    return "".join(out)
