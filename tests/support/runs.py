@@ -218,12 +218,18 @@ def assert_intact(run_dir: Path, before: str) -> None:
 
 
 def rank_log_tails(*roots: Path, lines: int = 40) -> str:
-    """The end of every rank's stderr log under `roots` (run directories, an ssh run's node folders): what a
-    failed run's assertion shows, so that a rare hang's stacks (the hang detector asks each rank for them,
-    launch/diagnose.dump_stacks) reach the test report instead of leaving with the temporary folder."""
+    """The end of every rank's stderr log and every node's launcher log (torchrun's own lines) under `roots`
+    (run directories, an ssh run's node folders): what a failed run's assertion shows, so that a rare hang's
+    stacks (the hang detector asks each rank for them, launch/diagnose.dump_stacks) reach the test report
+    instead of leaving with the temporary folder."""
     out = []
     for root in roots:
-        for log in sorted(Path(root).rglob("rank-*.stderr.log")) if Path(root).exists() else []:
+        found = (
+            [*Path(root).rglob("rank-*.stderr.log"), *Path(root).rglob("launcher*.log")]
+            if Path(root).exists()
+            else []
+        )
+        for log in sorted(found):
             text = log.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"\n--- {log} ---\n" + "\n".join(text))
     return "".join(out)
