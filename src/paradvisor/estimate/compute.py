@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from paradvisor.estimate.flash import window_binds
 from paradvisor.hardware.speeds import MAX_EFFICIENCY
 from paradvisor.model.profile import TransformerShape
 
@@ -43,7 +44,7 @@ def transformer_flops_per_token(
     if shape.causal and attention == "sdpa":
         # SDPA skips the masked half, but not on layers whose sliding window transformers hands it as an
         # explicit mask (from seq >= window on: estimate/flash.core_time): this path times the launcher's runs
-        masked = shape.window_layers / shape.num_layers if shape.window and seq >= shape.window else 0.0
+        masked = shape.window_layers / shape.num_layers if window_binds(seq, shape.window, True) else 0.0
         attn_fwd *= 0.5 * (1 - masked) + masked
     fwd = layers * (2 * mm + attn_fwd) + (2 * shape.hidden * shape.vocab if lm_head else 0)
     bwd = 2 * fwd

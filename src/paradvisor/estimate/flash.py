@@ -80,6 +80,13 @@ def flash_head_dim_share(kernel: str, head_dim: int, arch: str = "hopper") -> fl
     return low + (1.0 - low) * max(0, head_dim - 64) / 64
 
 
+def window_binds(seq: int, window: int, mask: bool) -> bool:
+    """Whether a sliding window changes what a causal layer of `seq` tokens computes: a kernel given the
+    window skips keys only when the window is shorter than the sequence; transformers turns it into an
+    explicit SDPA mask (`mask`) from a sequence as long as the window on (core_time)."""
+    return bool(window) and (seq >= window if mask else seq > window)
+
+
 def core_time(
     bh: float, seq: int, head_dim: int, causal: bool, window: tuple, rate: Callable[[bool], float]
 ) -> float:
@@ -97,7 +104,7 @@ def core_time(
         return 4.0 * bh * seq * keys * head_dim / rate(causal_rate)
 
     full = seconds(seq * (0.5 if causal else 1.0), causal)
-    if not (w and share and causal) or (mask and seq < w) or (not mask and w >= seq):
+    if not (share and causal and window_binds(seq, w, mask)):
         return full
     local = seconds(seq, False) if mask else seconds(w - w * (w - 1) / (2 * seq), True)
     return (1 - share) * full + share * local

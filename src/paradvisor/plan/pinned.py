@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from paradvisor.errors import InputError
+from paradvisor.estimate.flash import window_binds
 from paradvisor.estimate.stages import split_problem
 from paradvisor.plan.diloco import BASE_LOCAL_STEPS, diloco_estimate, diloco_problem
 from paradvisor.plan.estimate import Estimate
@@ -219,8 +220,8 @@ def estimate_pinned(
             "selective recompute re-runs the attention core only; with SDPA/flash attention the core keeps no "
             "s x s tensors, so it saves no memory over none here"
         )
-    kernel = mf.traits.window_kernel  # else transformers' SDPA mask, from a sequence as long as the window
-    if s is not None and s.window and wl.attention == "sdpa" and wl.seq_len >= s.window + kernel:
+    kernel = mf.traits.window_kernel  # else transformers' SDPA mask
+    if s is not None and wl.attention == "sdpa" and window_binds(wl.seq_len, s.window, not kernel):
         how = (
             "each query attends only the keys inside it"
             if kernel
