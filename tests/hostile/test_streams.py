@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import EXAMPLES, REPO, assert_one_line_error, run_cli
-from tests.support.runs import ONE_RANK, STACKS_ON_ABORT, finish, launch_argv, variant
+from tests.support.runs import ONE_RANK, STACKS_ON_ABORT, ctrl_c_after, finish, launch_argv, variant
 
 CLUSTER = str(EXAMPLES / "h100-8x-nvlink.toml")
 SMOKE = str(REPO / "presets" / "tiny-cpu-smoke.toml")
@@ -207,31 +207,13 @@ def test_ctrl_c_during_a_launch_start_leaves_no_folder_without_a_status(tmp_path
             assert status["status"] in ("interrupted", "cancelled", "failed"), status
 
 
-# The launcher with a Ctrl-C the moment runner.start returns (the run's ranks started, its status "running"),
-# before the command waits on the run: the exact moment the timed test above reaches only by chance.
-CTRL_C_AFTER_START = """
-import os, signal, sys
-from paradvisor.launch import runner
-real = runner.start
-def start(*args, **kw):
-    launch = real(*args, **kw)
-    os.kill(os.getpid(), signal.SIGINT)
-    return launch
-runner.start = start
-from paradvisor.entry import main
-sys.argv = ["paradvisor", *sys.argv[1:]]
-sys.exit(main())
-"""
-
-
 def test_ctrl_c_right_after_the_run_starts_cancels_it(tmp_path):
     """Between the run's start and the loop that follows it, a Ctrl-C is held for that loop (paradvisor/interrupts.py):
     the run is cancelled at a step boundary and says so (exit 1, a run that did not finish); it is never a KeyboardInterrupt that leaves a "running" status and
     ranks behind."""
     runs = tmp_path / "runs"
     p = variant(tmp_path, "held", train={"steps": 100000}, **ONE_RANK)
-    driver = tmp_path / "ctrl_c_after_start.py"
-    driver.write_text(CTRL_C_AFTER_START)
+    driver = ctrl_c_after(tmp_path, "paradvisor.launch.runner", "start")  # the exact moment, not a timed one
     argv = [sys.executable, str(driver), *launch_argv(p, runs)[3:]]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     out, err = finish(proc, 120, runs)

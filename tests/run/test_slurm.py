@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
 from tests.conftest import REPO
-from tests.support.runs import launch_argv, rank_log_tails
+from tests.support.runs import ctrl_c_after, launch_argv, rank_log_tails
 from tests.support.slurm_cluster import Slurm
 from tests.support.sshd import free_port
 from tests.support.userdata import check_user_run, user_preset
@@ -118,6 +119,27 @@ def test_ctrl_c_cancels_the_job_with_scancel(slurm, tmp_path):
     job = json.loads((run / "slurm.json").read_text())["job_id"]
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "cancelled" and "scancel" in status["reason"]
+    assert slurm.state(job) == "CANCELLED"
+    assert no_ranks_left(run)
+
+
+def test_ctrl_c_right_after_the_submission_cancels_the_job(slurm, tmp_path):
+    """A Ctrl-C the moment sbatch has the job, before the launcher follows it, is held for the loop that
+    follows (paradvisor/interrupts.py): the job is cancelled with scancel, never left in the queue with the
+    launcher gone."""
+    driver = ctrl_c_after(tmp_path, "paradvisor.launch.slurm", "submit")
+    argv = [
+        sys.executable,
+        str(driver),
+        *launch_argv(preset(tmp_path, steps=100000), tmp_path / "runs", submit="slurm")[3:],
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=slurm.env, cwd=str(tmp_path), timeout=240)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    run = the_run(tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    job = json.loads((run / "slurm.json").read_text())["job_id"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "cancelled" and "scancel" in status["reason"], status
     assert slurm.state(job) == "CANCELLED"
     assert no_ranks_left(run)
 

@@ -233,3 +233,24 @@ def rank_log_tails(*roots: Path, lines: int = 40) -> str:
             text = log.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"\n--- {log} ---\n" + "\n".join(text))
     return "".join(out)
+
+
+def ctrl_c_after(tmp_path: Path, module: str, name: str) -> Path:
+    """A script that runs `paradvisor` with a Ctrl-C sent to itself the moment `module.name` (the call that
+    makes a run or a job exist: runner.start, slurm.submit) returns, before the command waits on it: the
+    exact moment a timed signal reaches only by chance. Run it as `python SCRIPT launch ...`."""
+    script = tmp_path / f"ctrl_c_after_{name}.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        f"from {module.rpartition('.')[0]} import {module.rpartition('.')[2]} as target\n"
+        f"real = target.{name}\n"
+        "def wrapped(*args, **kw):\n"
+        "    made = real(*args, **kw)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return made\n"
+        f"target.{name} = wrapped\n"
+        "from paradvisor.entry import main\n"
+        "sys.argv = ['paradvisor', *sys.argv[1:]]\n"
+        "sys.exit(main())\n"
+    )
+    return script

@@ -347,8 +347,9 @@ def _write_final(path: Path, preset: Preset, exc: BaseException, what: str) -> N
         write_json_atomic(path, doc)
 
 
-def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> SlurmJob:
-    """Write the run directory and the script, sbatch it, record the job id: the job to follow."""
+def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None, hold: bool = False) -> SlurmJob:
+    """Write the run directory and the script, sbatch it, record the job id: the job to follow. `hold` as
+    runner.start's: SIGINT/SIGTERM since the job exists are still held on return, for run_blocking."""
     preset = checked(preset)
     run_dir, locks, held = prepare_run_dir(
         Path(run_dir).absolute() if run_dir else None,
@@ -394,12 +395,16 @@ def submit(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> Sl
             )
             job = SlurmJob(preset, run_dir, job_id, argv, locks)
             write_json_atomic(job.status_path, job.status())
+            interrupts.hold_signals()  # the job exists: a Ctrl-C is run_blocking's to answer (runner.start)
         except (
             BaseException
         ) as exc:  # the job is in the queue: never leave it there without a run to follow it
+            interrupts.unhold()
             _run(["scancel", job_id])
             _write_final(RunDir(run_dir).status, preset, exc, f"job {job_id} cancelled (scancel)")
             raise
+        if not hold:
+            job.held_signals = interrupts.unhold()
         return job
     except BaseException as exc:
         write_aborted(RunDir(run_dir).status, preset, exc)
@@ -417,15 +422,18 @@ class SubmitFailed(Exception):
 def submit_and_follow(preset: Preset, *, runs_dir: Path, run_dir: Path | None = None) -> int:
     """`launch --submit slurm`: submit, follow to the end (Ctrl-C / SIGTERM cancel the job), exit 0 / 1."""
     try:
-        job = submit(preset, runs_dir=runs_dir, run_dir=run_dir)
+        job = submit(preset, runs_dir=runs_dir, run_dir=run_dir, hold=True)
     except SubmitFailed as exc:
         sys.stderr.write(f"failed: {exc.doc['run_dir']} — {exc.doc['reason']}\n")
         print(exc.doc["run_dir"])
         return 1
-    sys.stderr.write(
-        f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shell_join(job.argv)}\n"
-    )
-    doc = runner.run_blocking(job)
+    try:  # a Ctrl-C since the job exists waits for run_blocking: it cancels the job
+        sys.stderr.write(
+            f"run directory: {job.run_dir}\nSlurm job {job.job_id} submitted: {shell_join(job.argv)}\n"
+        )
+        doc = runner.run_blocking(job)
+    finally:
+        interrupts.unhold()  # nothing once run_blocking has taken the held signals
     line = f"{doc['status']}: {job.run_dir} (Slurm job {job.job_id}, {doc.get('slurm_state')})"
     if failure_text(doc):
         line += f" — {failure_text(doc)}"
