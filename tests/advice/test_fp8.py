@@ -177,9 +177,10 @@ def test_published_fp8_runs_are_predicted_within_the_issues_goal():
     """End to end, the FP8 rows of experiments/validation/rows.toml, per source: MLPerf's GPT-3 175B (15 rows on
     256-11,616 H100 and 64 B200) and Llama 3.1 405B (5 on 512-8,192 H100, 1 on 512 GB200), Megatron-Bridge's FP8-CS
     Llama 3 rows (6 of its 14) and the torchtitan Float8 rows (5 of torchtitan's, 2 of Trainy's on H200) are each
-    within mean 10% / max 20%. MLPerf v5.1's Llama 3.1 8B rows (one micro-batch a step, 0.09-0.17 s steps) are
-    not: the estimate is fast on both, by the ~45 ms a step of the benchmark's loop it does not count
-    (docs/accuracy.md), and this test says so until that is modelled."""
+    within mean 10% / max 20%. MLPerf v5.1's Llama 3.1 8B rows (one micro-batch a step, 0.09-0.58 s steps on
+    GB200, B200 and H200) are not: the estimate is fast on all five by a near-constant 48-62 ms a step, the
+    benchmark's per-step loop it does not count (docs/accuracy.md), and this test says so until that is
+    modelled."""
     sys.path.insert(0, str(REPO / "experiments" / "validation"))
     import validate
 
@@ -195,14 +196,20 @@ def test_published_fp8_runs_are_predicted_within_the_issues_goal():
     assert {k: len(v) for k, v in errs.items()} == {
         "MLPerf Training GPT-3": 15,
         "MLPerf Training Llama 3.1 405B": 6,
-        "MLPerf Training Llama 3.1 8B": 2,
+        "MLPerf Training Llama 3.1 8B": 5,
         "Megatron-Bridge perf summary": 6,
         "torchtitan 2024-12 H100": 3,
         "torchtitan 2025-06 H100 TP": 2,
         "torchtitan 2025-06 H200 (Trainy)": 2,
     }
-    short = errs.pop("MLPerf Training Llama 3.1 8B")
-    assert all(e < -20.0 for e in short), short
+    errs.pop("MLPerf Training Llama 3.1 8B")
+    gaps = [
+        validate.measured_step(row, *validate.predict(row, data)[5:])
+        - validate.predict(row, data)[0].step_time
+        for row in data["row"]
+        if row["source"] == "MLPerf Training Llama 3.1 8B"
+    ]
+    assert all(0.040 < g < 0.070 for g in gaps), gaps  # seconds a step the estimate is short, on every system
     for src, v in errs.items():
         assert statistics.mean(map(abs, v)) <= 10.0 and max(map(abs, v)) <= 20.0, (src, v)
 
