@@ -213,3 +213,79 @@ def test_no_eta_from_a_gpu_plans_prediction_for_a_run_on_a_cpu(tmp_path):
     eta_launch = summarize_run(run).eta_s
     assert eta_cpu == 9 * 0.5  # the measured step alone
     assert eta_launch == 9 * (0.25 * 0.5 + 0.75 * 0.0008)  # one measured step weighs 1 / (1 + 3)
+
+
+def test_monitor_shows_what_a_running_run_does_while_no_step_comes(tmp_path):
+    """A save, an eval or the export logs no step for a while (rundir/phases.py): `monitor` says which, since when
+    and how long it is expected to take, until the announcing rank's next record (other ranks' records do not end
+    it); a phase name a user's script chose is shown on one line, escaped and cut short."""
+    import os
+    import re
+    import time
+
+    import psutil
+
+    from paradvisor.monitor.follower import MetricsFollower, phase_text
+
+    run = _run(tmp_path / "runs", "20260101-000000-save", status="running")
+    st = json.loads((run / "status.json").read_text())
+    me = {"launcher_pid": os.getpid(), "launcher_started": psutil.Process().create_time()}
+    (run / "status.json").write_text(json.dumps(st | me))  # its launcher: this process, alive
+    now = time.time()
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "phase", "rank": 0, "time": now - 12, "phase": "checkpoint", "step": 30,
+                            "expect_s": 41.0}) + "\n")  # fmt: skip
+        f.write(
+            json.dumps({"kind": "step", "rank": 1, "step": 30, "time": now - 11, "step_time_s": 0.1}) + "\n"
+        )
+    out = run_cli("monitor", str(run), "--once").stdout
+    assert re.search(
+        r"running, step 30/10, saving a checkpoint at step 30: 1[2-9] s so far, ~41 s expected", out
+    ), out
+
+    with open(run / "metrics.jsonl", "a") as f:  # rank 0 writes again: the save is over
+        f.write(
+            json.dumps({"kind": "checkpoint", "rank": 0, "step": 30, "time": now - 1, "path": "x"}) + "\n"
+        )
+    assert "saving a checkpoint" not in run_cli("monitor", str(run), "--once").stdout
+
+    odd = {
+        "kind": "phase",
+        "rank": 0,
+        "time": now,
+        "phase": "[b]x\nFAKE: finished" + "y" * 100,
+        "expect_s": 1e300,
+    }
+    follower = MetricsFollower(run)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(odd) + "\n")
+    follower.poll(keep=0)
+    shown = phase_text(follower.phase, now=now + 5)
+    assert shown == "phase [b]x\\nFAKE: finished" + "y" * 21 + ": 5 s so far", shown
+    assert (
+        phase_text({"phase": "eval", "time": now + 60, "expect_s": -1}, now=now) == "evaluating"
+    )  # clock skew
+
+
+def test_a_new_follower_finds_the_phase_its_index_skips(tmp_path):
+    """A days-long run's log is read from its index (metrics.index.json, kept by the launcher's reader), which
+    starts after records a new `monitor` never reads; the phase in effect is found in the log's tail."""
+    from paradvisor.monitor.follower import MetricsFollower
+
+    run = _run(tmp_path / "runs", "20260101-000000-long", status="running")
+    step = {"kind": "step", "rank": 0, "step": 3, "time": 2.0, "step_time_s": 0.1, "pad": "x" * 400}
+    with open(run / "metrics.jsonl", "a") as f:
+        f.writelines(json.dumps(step) + "\n" for _ in range(12_000))  # ~5 MB: past INDEX_EVERY
+        f.write(
+            json.dumps({"kind": "phase", "rank": 0, "time": 3.0, "phase": "export", "expect_s": 9.0}) + "\n"
+        )
+        f.write(json.dumps(step | {"rank": 1}) + "\n")  # another rank's record does not end it
+    first = MetricsFollower(run)
+    first.poll(keep=0)
+    assert first.phase["phase"] == "export" and (run / "metrics.index.json").exists()
+    again = MetricsFollower(run)
+    again.poll(keep=0)
+    assert (
+        again.reader.tally.count == first.reader.tally.count
+    )  # from the index: the log's start not read again
+    assert again.phase is not None and again.phase["phase"] == "export"

@@ -614,7 +614,8 @@ def test_validate_skips_unreadable_metrics_lines(tmp_path):
 def test_following_a_large_metrics_file_keeps_memory_bounded(tmp_path):
     import tracemalloc
 
-    from paradvisor.monitor.follow import MetricsFollower, summarize
+    from paradvisor.monitor.follow import summarize
+    from paradvisor.monitor.follower import MetricsFollower
 
     d = broken_run(tmp_path)
     line = (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,6 +104,80 @@ def test_a_hung_rank_is_found_stopped_and_its_stack_recorded(tmp_path):
     assert time.monotonic() - t0 < 150  # stopped by the timeout, not by the test's
 
 
+def test_an_announced_phase_gets_its_own_time_from_the_hang_clock(tmp_path, monkeypatch):
+    """A phase record (rundir/phases.py: a checkpoint save, an eval, the export) gives its phase HANG_FACTOR x
+    its expected seconds, until the announcing rank's next record; the other ranks' records do not end it. A
+    record with no usable expectation gives nothing. (Before, a long final export was called a hang.)"""
+    from paradvisor.launch import hang
+
+    monkeypatch.setattr(hang, "PHASE_FLOOR_S", 0.0)
+    log = tmp_path / "metrics.jsonl"
+
+    def add(**rec):
+        with open(log, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    add(rank=0, kind="step", step=1, step_time_s=0.01)
+    clock = hang.HangClock(0.05, False, log)
+    assert not clock.hung() and clock.armed
+    add(rank=0, kind="phase", phase="export", expect_s=0.08)  # 0.8 s
+    assert not clock.hung()
+    time.sleep(0.2)
+    assert not clock.hung()  # past the 0.05 s timeout, within the phase's time
+    add(rank=1, kind="eval", step=1, eval_loss=1.0)  # another rank's record: the phase goes on
+    assert not clock.hung()
+    time.sleep(0.2)
+    assert not clock.hung()
+    time.sleep(0.8)
+    assert clock.hung()  # the phase overran its time
+    add(rank=0, kind="export", bytes=1)  # the announcing rank's next record ends the phase
+    assert not clock.hung()
+    time.sleep(0.2)
+    assert clock.hung()
+    for bad in (float("nan"), float("inf"), -1.0, "10", True, None):
+        assert hang.phase_allowance({"kind": "phase", "phase": "eval", "expect_s": bad}) == 0.0
+    assert hang.phase_allowance({"kind": "eval", "expect_s": 5.0}) == 0.0
+    assert hang.phase_allowance({"kind": "phase", "phase": "eval", "expect_s": 1e12}) == hang.MAX_TIMEOUT_S
+
+
+def test_a_slow_checkpoint_is_not_a_hang(tmp_path):
+    """With a 4 s hang timeout, step 4's checkpoint taking 10 s longer (the slow-save drill) does not stop the
+    run (4 s, not less: a loaded 2-core CI machine stalls a process for over a second between two records): rank 0 announces each save and the export (phase records; the evals: test_user_training), and the
+    clock gives them their time (at least PHASE_FLOOR_S), also when the run got there before the clock's first
+    look at the log."""
+    p = variant(
+        tmp_path,
+        "slow-save",
+        train={
+            "steps": 6,
+            "log_every": 1,
+            "hang_timeout_s": 4.0,
+            "checkpoint_every": 2,
+            "checkpoint_async": False,
+        },
+    )
+    proc, run_dir = launch(
+        p, tmp_path / "runs", env={"PARADVISOR_FAULT": "rank=0,step=4,kind=slow-save,seconds=10"}
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = metrics(run_dir)
+    phases = [(r["rank"], r["phase"], r.get("step")) for r in recs if r["kind"] == "phase"]
+    assert {
+        (0, "checkpoint", 2),
+        (0, "checkpoint", 4),
+        (0, "checkpoint", 6),
+        (0, "export", None),
+    } <= set(phases), phases
+    assert all(r["expect_s"] > 0 for r in recs if r["kind"] == "phase")  # the state's and the model's bytes
+    saved = [r for r in recs if r["kind"] == "checkpoint" and r["step"] == 4]
+    assert saved and saved[0]["write_s"] >= 10  # the drill's sleep was inside the save
+    # launch's progress line says what the run does meanwhile (a line every 5 s when the step or phase moved)
+    assert re.search(
+        r"step 4/6: saving a checkpoint at step 4: (<1|\d+) s so far, ~<1 s expected", proc.stderr
+    ), proc.stderr
+    assert status_of(run_dir)["status"] == "finished"
+
+
 def test_a_malformed_fault_drill_is_bad_input(tmp_path):
     p = variant(tmp_path, "bad-drill")
     proc = run_cli(
@@ -115,6 +190,17 @@ def test_a_malformed_fault_drill_is_bad_input(tmp_path):
     )
     assert_one_line_error(proc, "PARADVISOR_FAULT: kind 'explode' is not one of raise, exit, hang")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_drill_s_seconds_are_checked():
+    from paradvisor.spec.faults import SLOW_SAVE_S, parse_fault
+
+    assert parse_fault("rank=0,step=2,kind=slow-save").seconds == SLOW_SAVE_S
+    assert parse_fault("rank=0,step=2,kind=slow-save,seconds=0.5").seconds == 0.5
+    for bad in ("kind=hang,seconds=3", "kind=slow-save,seconds=0", "kind=slow-save,seconds=nan",
+                "kind=slow-save,seconds=inf", "kind=slow-save,seconds=1e9", "kind=slow-save,seconds=x"):  # fmt: skip
+        with pytest.raises(ValueError, match="seconds is for kind=slow-save"):
+            parse_fault(bad)
 
 
 @pytest.mark.skipif(not full_matrix(), reason="full matrix only (tests/support/matrix.py)")

@@ -31,10 +31,16 @@ def test_hf_trainer_under_ddp(tmp_path):
         "4",
         "--out",
         str(out),
+        "--save-every",
+        "2",
     )
     assert proc.returncode == 0, proc.stderr
     status = json.loads((run_dir / "status.json").read_text())
     assert status["status"] == "finished" and "note" not in status
+    # each save announced to the hang clock by rank 0 first (rundir/phases.py), then recorded by every rank
+    phases = [(r["rank"], r["phase"], r["step"]) for r in metrics(run_dir) if r["kind"] == "phase"]
+    assert phases == [(0, "checkpoint", 2), (0, "checkpoint", 4)], phases
+    assert (out / "checkpoint-4").is_dir()
     assert "-m paradvisor.train.script" in " ".join(status["command"])
     recs = metrics(run_dir)
     trainer = [r for r in recs if r["kind"] == "trainer"]  # the Trainer really ran distributed over both

@@ -194,6 +194,16 @@ def test_two_ssh_nodes_train_the_users_data_with_everything_back_in_one_run_dire
         for f in ("train.bin", "eval.bin", "meta.json"):
             assert (got / f).read_bytes() == (entry / f).read_bytes()
 
+    for node in (
+        0,
+        1,
+    ):  # each node's first process announces the evals and the export to its node's hang clock
+        recs = [
+            json.loads(ln) for ln in (tmp_path / "nodes" / run.name / f"node{node}" / "metrics.jsonl").open()
+        ]
+        # which global rank a node's process gets is the rendezvous's choice: node0/ may hold rank 1
+        got = {r["phase"] for r in recs if r["kind"] == "phase" and r["node"] == node}
+        assert got >= {"eval", "export"}, (node, got)
     nodes = json.loads((run / "nodes.json").read_text())["nodes"]
     assert [n["state"] for n in nodes] == ["finished", "finished"]
     assert sorted(r for n in nodes for r in n["ranks"]) == [0, 1]

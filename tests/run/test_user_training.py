@@ -90,6 +90,9 @@ def test_model_out_loads_and_its_eval_loss_is_the_last_eval_record(runs):
     for k in ("fsdp", "tp"):
         evals = records(out[k], "eval")
         assert [e["step"] for e in evals] == [2, 4]  # eval_every = 2, the last one the final eval
+        # each announced to the hang clock first (rundir/phases.py), the export too
+        phases = [(r["phase"], r.get("step")) for r in records(out[k], "phase")]
+        assert [s for p, s in phases if p == "eval"] == [2, 4] and ("export", None) in phases, phases
         assert evals[-1]["perplexity"] == pytest.approx(2.718281828459045 ** evals[-1]["eval_loss"])
         got = hf_eval_loss(out[k] / "model", presets[k])
         assert got == pytest.approx(evals[-1]["eval_loss"], rel=1e-4), k

@@ -42,6 +42,12 @@ def test_zero3_ranks_read_only_their_partitions_start_from_the_weights_and_a_che
     assert set(read) == {0, 1}
     assert all(0 < b < 0.75 * size for b in read.values()), (read, size)
     print(f"weights file {size} bytes; read per rank {read}")
+    # the export's phase record counts the whole model, ZeRO-3's partitioned parameters at their full size
+    from paradvisor.rundir.phases import PHASE_BPS
+
+    params = next(r["params"] for r in rows if r["kind"] == "start")
+    [export] = [r for r in rows if r["kind"] == "phase" and r["phase"] == "export" and r["rank"] == 0]
+    assert export["expect_s"] * PHASE_BPS >= 2 * params, (export, params)
     first = next(r for r in rows if r["kind"] == "step" and r["rank"] == 0)
     assert first["loss"] == pytest.approx(first_batch_loss(model, p), rel=1e-5)
 

@@ -69,7 +69,12 @@ class Sshd:
                     if self.proc.poll() is not None:
                         pytest.fail(f"sshd did not start: {self.proc.stderr.read().decode()}")
                     time.sleep(0.1)
-        self.dead_port = free_port()
+        # a port no one answers on for as long as this server lives: bound here and never listened on, so a
+        # connection is refused and no other process (another worker's sshd) can take it meanwhile, as one
+        # did to a port that was only free when chosen ("Permission denied (publickey)" in place of refused)
+        self._dead = socket.socket()
+        self._dead.bind(("127.0.0.1", 0))
+        self.dead_port = self._dead.getsockname()[1]
         self.common = (
             f"  User {getpass.getuser()}\n  IdentityFile {d / 'client_key'}\n  IdentitiesOnly yes\n"
             "  UserKnownHostsFile /dev/null\n  StrictHostKeyChecking no\n  LogLevel ERROR\n"
@@ -84,3 +89,4 @@ class Sshd:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+        self._dead.close()

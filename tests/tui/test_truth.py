@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 
@@ -343,3 +344,39 @@ def test_no_ranked_plan_says_whether_nothing_fits_or_nothing_can_be_launched():
     assert not fp8.plans and fp8.plan_only and "no launchable plan" in nothing_ranked_text(fp8)
     big = recommend(load_profile("llama-2-70b"), single_node_cluster("T4", 1), Workload("llama-2-70b"))
     assert nothing_ranked_text(big).startswith("[b red]nothing fits") and "fix:" in nothing_ranked_text(big)
+
+
+def test_the_run_view_says_what_a_running_run_does_while_no_step_comes(tmp_path):
+    """The run's head line names the phase in effect (rundir/phases.py: a save, an eval, the export) with its
+    time so far and its expected time, as `launch` and `monitor` do, until the announcing rank writes again."""
+    import os
+
+    import psutil
+
+    now = time.time()
+    run = _run_dir(tmp_path, started=now - 20, ended=None, first_record=now - 10)
+    status = json.loads((run / "status.json").read_text())
+    me = {"launcher_pid": os.getpid(), "launcher_started": psutil.Process().create_time()}
+    (run / "status.json").write_text(json.dumps(status | me))  # its launcher: this process, alive
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(
+            json.dumps({"kind": "phase", "rank": 0, "time": now - 3, "phase": "export", "expect_s": 95})
+            + "\n"
+        )
+
+    async def flow():
+        app = ParadvisorApp(cluster=C000, runs_dir=str(tmp_path / "runs"), live=False, open_run=str(run))
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(app, pilot)
+            await until(pilot, lambda: app.run_summary is not None)
+            head = str(app.query_one("#run-status").render())
+            assert re.search(r"\(exporting the model: [3-9] s so far, ~1.6 min expected\)", head), head
+            with open(run / "metrics.jsonl", "a") as f:
+                f.write(
+                    json.dumps({"kind": "export", "rank": 0, "time": now, "path": "m", "bytes": 1}) + "\n"
+                )
+            app.refresh_monitor()
+            await pilot.pause(0.2)
+            assert "exporting" not in str(app.query_one("#run-status").render())
+
+    asyncio.run(flow())

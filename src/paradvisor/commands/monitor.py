@@ -35,8 +35,10 @@ def add_parser(sub) -> None:
     r.set_defaults(run=run_list)
 
 
-def _line(s: RunSummary) -> str:
-    parts = [f"{s.status}", f"step {s.step}/{s.total_steps or '?'}"]
+def _line(s: RunSummary, follower=None) -> str:
+    """The run's line; with its follower (monitor.follower), the phase in effect while it runs (a save...)."""
+    phase = follower.doing(s.status) if follower is not None else ""
+    parts = [f"{s.status}", f"step {s.step}/{s.total_steps or '?'}"] + ([phase] if phase else [])
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
     if s.eval_points:
@@ -67,7 +69,8 @@ def _follow(s: RunSummary, current, interval: float, show) -> RunSummary:
 
 
 def run(args) -> int:
-    from paradvisor.monitor.follow import MetricsFollower, node_lines, summarize_run
+    from paradvisor.monitor.follow import node_lines, summarize_run
+    from paradvisor.monitor.follower import MetricsFollower
     from paradvisor.rundir import RunDir
     from paradvisor.rundir.status import TERMINAL
 
@@ -100,10 +103,9 @@ def run(args) -> int:
             transient=False,
             console=console(),
         ) as bar:
-            task = bar.add_task(esc(s.name), total=s.total_steps or None, info=esc(_line(s)))
-            s = _follow(
-                s, current, args.interval, lambda s: bar.update(task, completed=s.step, info=esc(_line(s)))
-            )
+            info = lambda s: esc(_line(s, follower))  # noqa: E731
+            task = bar.add_task(esc(s.name), total=s.total_steps or None, info=info(s))
+            s = _follow(s, current, args.interval, lambda s: bar.update(task, completed=s.step, info=info(s)))
     elif not args.once:
         s = _follow(s, current, args.interval, lambda s: None)
     if args.json:
@@ -111,7 +113,7 @@ def run(args) -> int:
 
         emit_json(s.to_doc())
     else:
-        print(f"{s.name}: {_line(s)}")
+        print(f"{s.name}: {_line(s, follower)}")
         if s.status == RunState.FINISHED and s.reason:  # e.g. a script that never reported a step
             print(s.reason)
         if s.failure:

@@ -22,7 +22,9 @@ from typing import Any
 
 from paradvisor import runtime
 from paradvisor.launch.frameworks import checked_plan, hf_training_args
+from paradvisor.rundir.phases import node_leader, write_seconds
 from paradvisor.runtime import resolve_plan
+from paradvisor.train.metrics import whole_numel
 
 RUNTIME = "hf"
 
@@ -42,6 +44,14 @@ def model_kwargs(plan=None) -> dict[str, Any]:
     if plan.tp == 1:
         return {}
     return {"tp_plan": "auto", "device_mesh": runtime.device_mesh()["tp"]}
+
+
+def _announce_save(control, state, model) -> None:
+    """Before a Trainer's save: the phase record that gives it its time on each node's hang clock."""
+    if control.should_save and node_leader():
+        n = sum(whole_numel(p) for p in model.parameters()) if model is not None else 0
+        expect = write_seconds(16 * n)  # weights and Adam's states (rundir/phases.py)
+        runtime.record("phase", phase="checkpoint", step=state.global_step, expect_s=expect)
 
 
 def _callback_class():
@@ -83,6 +93,7 @@ def _callback_class():
         def on_log(self, args, state, control, logs=None, **kw):
             if self.pending is not None and logs and "loss" in logs:
                 self.flush(loss=logs["loss"])
+                _announce_save(control, state, kw.get("model"))
 
         def flush(self, loss=None) -> None:
             if self.pending is not None:

@@ -253,7 +253,7 @@ def hang_report(
 ) -> dict:
     d = diagnose(run_dir, world, rc, log_name=log_name)
     suspects = hang_suspects(stacks)
-    from paradvisor.monitor.follow import MetricsFollower  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
+    from paradvisor.monitor.follower import MetricsFollower  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
 
     follower = MetricsFollower(run_dir)
     follower.poll(keep=0)

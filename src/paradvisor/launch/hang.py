@@ -4,17 +4,22 @@ runner's wait loop applies it; launch/diagnose.py reports a hang (stacks, the si
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 from paradvisor.limits import MAX_TIMEOUT_S
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.phases import PhaseTracker
 from paradvisor.rundir.status import read_json_object
 from paradvisor.spec.preset import Preset
 
 HANG_FLOOR_S = 300.0  # a derived hang timeout is at least this (CPU runs are far slower than GPU predictions)
 HANG_FACTOR = (
     10.0  # ... and this many times the predicted (and, while running, the longest seen) record interval
+)
+PHASE_FLOOR_S = (
+    60.0  # an announced phase (a save, an eval, the export) gets at least this, whatever the timeout
 )
 
 
@@ -61,7 +66,10 @@ class HangClock:
     clock starts with the first step record, not with the ranks' start records: the first step carries the
     one-time costs (torch._dynamo's import in DDP and the optimizer, the first collectives, a compile) and,
     like start-up, is bounded by the process group's own timeout, so a slow first step is not called a
-    hang. A derived timeout also stays HANG_FACTOR above the slowest interval seen."""
+    hang. A derived timeout also stays HANG_FACTOR above the slowest interval seen. A phase record
+    (rundir/phases.py: a checkpoint save, an eval, the export) gives the phase it announces HANG_FACTOR times
+    its expected seconds, at least PHASE_FLOOR_S, if that is longer than the timeout; its interval does not
+    grow the timeout."""
 
     def __init__(self, timeout: float, derived: bool, metrics: Path):
         from paradvisor.rundir.metrics import MetricsReader  # noqa: PLC0415 - start-up: `paradvisor launch --dry-run` does not load it
@@ -69,11 +77,14 @@ class HangClock:
         self.timeout, self.derived, self.metrics = timeout, derived, metrics
         self.last_size, self.last_progress = 0, time.monotonic()
         self.armed = False
-        # until the first step record: the run's tolerant reader, read on from where the last poll stopped
+        self.phases = PhaseTracker()  # the phase in effect (rundir/phases.py) and its allowance (0: none)
+        self.phase_s = 0.0
+        # the run's tolerant reader, read on from where the last poll stopped: until the first step record for
+        # it, then for the phase records
         self._reader = MetricsReader(metrics)
 
     def _first_step_seen(self) -> bool:
-        self._reader.read(keep=0)
+        self._reader.read(keep=0, on_record=self._phase_of)  # a fast run may be in a phase already
         return bool(self._reader.tally.last_by_rank)  # (a rank's step, from a well-formed step record)
 
     def hung(self) -> bool:
@@ -89,8 +100,21 @@ class HangClock:
             self.last_size, self.last_progress = size, now
             return False
         if size != self.last_size:
-            if self.derived:
+            if self.derived and not self.phase_s:
                 self.timeout = min(MAX_TIMEOUT_S, max(self.timeout, HANG_FACTOR * (now - self.last_progress)))
+            self._reader.read(keep=0, on_record=self._phase_of)
             self.last_size, self.last_progress = size, now
             return False
-        return now - self.last_progress > self.timeout
+        return now - self.last_progress > max(self.timeout, self.phase_s)
+
+    def _phase_of(self, rec: dict) -> None:
+        self.phases.see(rec)
+        self.phase_s = phase_allowance(self.phases.current) if self.phases.current else 0.0
+
+
+def phase_allowance(rec: dict) -> float:
+    """Seconds a phase record's phase may run without a record (0: `rec` announces none)."""
+    expect = rec.get("expect_s") if rec.get("kind") == "phase" else None
+    if not isinstance(expect, (int, float)) or isinstance(expect, bool) or not 0 <= expect < math.inf:
+        return 0.0  # none, a wrong type, NaN, an infinity or a negative number: no allowance
+    return min(MAX_TIMEOUT_S, max(PHASE_FLOOR_S, HANG_FACTOR * expect))

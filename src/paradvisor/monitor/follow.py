@@ -11,38 +11,16 @@ from pathlib import Path
 from paradvisor.errors import InputError
 from paradvisor.hardware.nvml import GPUSample, HostSample
 from paradvisor.monitor.eta import eta
+from paradvisor.monitor.follower import MetricsFollower
 from paradvisor.monitor.predict import read_prediction, rel_error
 from paradvisor.output import one_line
 from paradvisor.rundir import PLAN, RunDir
 from paradvisor.rundir import read_tail as _read_tail
-from paradvisor.rundir.metrics import MetricsReader, MetricsTally
+from paradvisor.rundir.metrics import MetricsTally
 from paradvisor.rundir.status import TERMINAL, RunState, Status, effective_status, read_json_object
 from paradvisor.spec.preset import load_preset
 from paradvisor.typed import from_table
 from paradvisor.units import fmt_bytes, fmt_seconds
-
-
-class MetricsFollower:
-    """Follows metrics.jsonl: `poll()` reads what was appended (a partial last line is kept until it is complete,
-    lines that are not well-formed records are skipped and counted in `skipped`) and returns the newest new
-    records; `records` is the running summary (`rundir.metrics.MetricsTally`) that `summarize` takes, so memory does
-    not grow with the file."""
-
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
-        # the tally alone: the index helps
-        self.reader = MetricsReader(RunDir(self.run_dir).metrics, index=True)
-
-    def poll(self, keep: int = 1000) -> list[dict]:
-        return self.reader.read(keep)
-
-    @property
-    def records(self) -> MetricsTally:
-        return self.reader.tally
-
-    @property
-    def skipped(self) -> int:
-        return self.reader.skipped
 
 
 def plan_doc(run_dir: Path) -> dict:

@@ -8,12 +8,12 @@ import sys
 import time
 
 from paradvisor.monitor.follow import (
-    MetricsFollower,
     RunSummary,
     compare_rows,
     prediction_note,
     summarize_run,
 )
+from paradvisor.monitor.follower import MetricsFollower
 from paradvisor.output import console, esc, table
 from paradvisor.rundir import RunDir
 from paradvisor.rundir.metrics import MetricsReader
@@ -39,8 +39,9 @@ class LogIndex:
 
 class LiveProgress:
     """What `launch` shows while a run goes, from its run directory (monitor.follow): in a terminal a rich
-    progress bar with step, loss, throughput and ETA; elsewhere (a pipe, a log file) one plain line at
-    most every LINE_EVERY_S seconds, when the step moved. `summary()` prints predicted vs measured."""
+    progress bar with step, loss, throughput and ETA, and what the run is doing while no step comes (a save, an
+    eval, the export: rundir/phases.py); elsewhere (a pipe, a log file) one plain line at most every
+    LINE_EVERY_S seconds, when the step or the phase moved. `summary()` prints predicted vs measured."""
 
     LINE_EVERY_S = 5.0
 
@@ -51,6 +52,7 @@ class LiveProgress:
         self.bar = self.task = None
         self.last_line = 0.0
         self.last_step = -1
+        self.last_phase: dict | None = None
         self.s = None
 
     def current(self) -> RunSummary:
@@ -75,11 +77,17 @@ class LiveProgress:
                 )
                 self.bar.start()
                 self.task = self.bar.add_task(esc(s.name), total=s.total_steps or None, info="starting")
-            self.bar.update(self.task, completed=s.step, info=esc(progress_text(s)))
-        elif s.step != self.last_step and time.monotonic() - self.last_line >= self.LINE_EVERY_S:
-            self.last_line, self.last_step = time.monotonic(), s.step
-            sys.stderr.write(f"step {s.step}/{s.total_steps or '?'}: {progress_text(s)}\n")
+            self.bar.update(self.task, completed=s.step, info=esc(progress_text(s, self.phase())))
+        elif (s.step, self.follower.phase) != (self.last_step, self.last_phase) and (
+            time.monotonic() - self.last_line >= self.LINE_EVERY_S
+        ):
+            self.last_line, self.last_step, self.last_phase = time.monotonic(), s.step, self.follower.phase
+            sys.stderr.write(f"step {s.step}/{s.total_steps or '?'}: {progress_text(s, self.phase())}\n")
             sys.stderr.flush()
+
+    def phase(self) -> str:
+        """The phase in effect while the run goes ('' once it ended: the last records close no phase)."""
+        return self.follower.doing(self.s.status) if self.s is not None else ""
 
     def close(self) -> None:
         if self.bar is not None:
@@ -115,9 +123,10 @@ class LiveProgress:
                 )
 
 
-def progress_text(s: RunSummary) -> str:
-    """'loss 3.2733, 608.9 samples/s, ETA 4.1 s' (what is known so far)."""
-    parts = []
+def progress_text(s: RunSummary, phase: str = "") -> str:
+    """'loss 3.2733, 608.9 samples/s, ETA 4.1 s' (what is known so far), after the phase in effect if any
+    ('saving a checkpoint at step 200: 12 s so far, ~41 s expected')."""
+    parts = [phase] if phase else []
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
     if s.eval_points:

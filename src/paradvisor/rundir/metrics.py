@@ -42,6 +42,7 @@ REQUIRED = {
     "step": {k: FIELDS[k] for k in REQUIRED_FIELDS},
     "outer": {"rank": int, "round": int},
     "eval": {"step": int, "eval_loss": _NUM},
+    "phase": {"phase": str, "expect_s": _NUM},  # work ahead that logs no step for a while (rundir/phases.py)
 }
 # ... and the type of every optional field the readers use, in any record (a wrong type also skips it).
 OPTIONAL = FIELDS

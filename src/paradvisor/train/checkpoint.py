@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_leaves
 
 from paradvisor.rundir.checkpoints import (
     PIECES_ENV,
@@ -41,39 +40,17 @@ from paradvisor.rundir.checkpoints import (
     read_meta,
     temp_name,
 )
+from paradvisor.rundir.phases import announce, write_seconds
 from paradvisor.spec.faults import from_env
 from paradvisor.spec.model import resolved_config
 from paradvisor.train import dsresume
 from paradvisor.train.dsresume import DS_DIR, DS_TAG, zero_fp32
+from paradvisor.train.faults import StopRequest
+from paradvisor.train.metrics import count_bytes, whole_numel
 from paradvisor.train.rng import rng_state, set_rng_state
 
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
 RNG_DIR = "rng"
-
-
-class StopRequest:
-    """SIGTERM / SIGUSR2 -> stop at the next step boundary with a checkpoint. Under Slurm every process of
-    the step gets the signal (and torchrun forwards its own), so a repeated signal changes nothing: stopping
-    at once is the launcher's (SIGKILL after its grace period)."""
-
-    def __init__(self):
-        self.requested = False
-        self.signal = None
-        for sig in (signal.SIGTERM, signal.SIGUSR2):
-            try:
-                signal.signal(sig, self._handler)
-            except ValueError:  # not the main thread
-                pass
-
-    def _handler(self, signum, frame) -> None:
-        if self.requested:
-            return
-        self.requested, self.signal = True, signal.Signals(signum).name
-        print(
-            f"paradvisor: {self.signal}: saving a checkpoint at the next step boundary, then stopping",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def _rename(d: dict, names: dict[str, str]) -> dict:
@@ -122,6 +99,7 @@ class Checkpointer:
         self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._io_group = None
         self.pending = None  # (future, step, tmp folder, meta, started)
+        self.expect_s = 0.0  # the save in flight's expected seconds (its phase record, rundir/phases.py)
         self.last_save = time.monotonic()
         self.extra_state = None  # DiLoCo: callable -> (tensors to save, restore function)
         self.meta_extra: dict = {}
@@ -239,12 +217,16 @@ class Checkpointer:
         meta = self._meta(step, samples)
         future = None
         if self.kind == "deepspeed":
+            # 16-bit weights, fp32 master, Adam's m and v: ~16 bytes a parameter, split over the ranks
+            params = sum(whole_numel(p) for p in self.model.parameters())
+            self._announce(step, 16 * params / self.world)
             self.engine.engine.save_checkpoint(str(tmp / DS_DIR), tag=DS_TAG, save_latest=False)
             self._barrier()
         else:
             import torch.distributed.checkpoint as dcp
 
             sd, _ = self._torch_states()
+            self._announce(step, count_bytes({"state": tree_leaves(sd)})["state"])  # DTensors: local shards
             if self.t.checkpoint_async and not blocking:
                 future = dcp.async_save(sd, checkpoint_id=str(tmp / DCP_DIR), process_group=self.io_group)
             else:
@@ -254,6 +236,11 @@ class Checkpointer:
         if future is None:
             self._complete()
 
+    def _announce(self, step: int, local_bytes: int) -> None:
+        """The checkpoint phase record: every rank's share of the save, written to one folder."""
+        self.expect_s = write_seconds(local_bytes * self.world)
+        announce(self.writer, "checkpoint", self.expect_s, step)
+
     def _poll(self) -> None:
         """Finish an async save whose write is done (rank 0's future completes once every rank has written)."""
         if self.pending is not None and self.pending[0] is not None and self.pending[0].done():
@@ -261,6 +248,9 @@ class Checkpointer:
 
     def wait(self) -> None:
         if self.pending is not None:
+            future, step = self.pending[:2]
+            if future is not None and not future.done():  # waiting on an async save again
+                announce(self.writer, "checkpoint", self.expect_s, step)
             self._complete()
 
     def _complete(self) -> None:

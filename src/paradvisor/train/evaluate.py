@@ -61,6 +61,11 @@ def _forward_sum(engine, kind: str, inputs: dict, targets) -> float | None:
     return float(sum_loss(logits_of(model, inputs), targets))
 
 
+def eval_count(ds, max_samples: int = 0) -> int:
+    """The held-out samples an eval takes: all of `ds`, or its first `max_samples` (0: no limit)."""
+    return len(ds) if not max_samples else min(max_samples, len(ds))
+
+
 def evaluate(
     engine,
     kind: str,
@@ -77,7 +82,7 @@ def evaluate(
     ds = task.eval_dataset
     if ds is None:
         return None
-    n = len(ds) if not max_samples else min(max_samples, len(ds))
+    n = eval_count(ds, max_samples)
     data_rank, batches = data
     dp = len(batches)
     batch = plan.micro_batch * plan.grad_accum if kind == "pp" else max(batches)

@@ -10,12 +10,13 @@ import time
 import torch
 import torch.distributed as dist
 
+from paradvisor.rundir.phases import announce
 from paradvisor.rundir.records import StepRecord
 from paradvisor.spec.faults import from_env as fault_drill
 from paradvisor.spec.mesh import ParallelDims
 from paradvisor.spec.plan import NodeAllocation
 from paradvisor.train.data import RankStream
-from paradvisor.train.evaluate import evaluate
+from paradvisor.train.evaluate import eval_count, evaluate
 from paradvisor.train.mesh import node_mesh
 from paradvisor.train.metrics import ActivationMeter, count_bytes, cuda_peak
 
@@ -86,6 +87,7 @@ def train_sync(
     per_step = my_batch * (1 if kind == "pp" else plan.grad_accum)
     fault = fault_drill()
     start = ckpt.resume(stream) if ckpt else 0
+    slowest = 0.0  # the slowest step so far: what an eval's phase record expects a batch to take
     for step in range(start + 1, t.steps + 1):
         if fault:
             fault.at(rank, step)
@@ -113,7 +115,7 @@ def train_sync(
         engine.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
+        slowest = max(slowest, dt := time.perf_counter() - t0)
         if step % t.log_every == 0 or step == t.steps or meter:
             local_loss = loss
             loss = global_loss(loss, plan, rank, world, batches, data_rank)
@@ -142,23 +144,26 @@ def train_sync(
                 rec["act_gathered_bytes"] = meter.gathered_bytes
             writer.write(StepRecord.of(**rec))
         if t.eval_every and step % t.eval_every == 0 and step != t.steps:
-            run_eval(engine, kind, task, preset, step, device, rank, world, writer)
+            run_eval(engine, kind, task, preset, step, device, rank, world, writer, step_s=slowest)
         if progress:
             progress(step)
         if ckpt and ckpt.after_step(step, stream.samples_consumed):
             break
     if ckpt:
         ckpt.close()
-    run_eval(
-        engine, kind, task, preset, t.steps, device, rank, world, writer
-    )  # the final eval: model/'s loss
+    # the final eval: model/'s loss
+    run_eval(engine, kind, task, preset, t.steps, device, rank, world, writer, step_s=slowest)
 
 
 def run_eval(
-    engine, kind: str, task, preset, step: int, device, rank: int, world: int, writer
+    engine, kind: str, task, preset, step: int, device, rank: int, world: int, writer, step_s: float = 0.0
 ) -> dict | None:
-    """One eval over the held-out part (train/evaluate.py), recorded as a kind = "eval" record."""
+    """One eval over the held-out part (train/evaluate.py), recorded as a kind = "eval" record; announced
+    (rundir/phases.py) as a global batch's forward per `step_s`, the slowest training step."""
     t0 = time.perf_counter()
+    if task.eval_dataset is not None:
+        n = eval_count(task.eval_dataset, preset.train.eval_samples)
+        announce(writer, "eval", math.ceil(n / max(1, preset.workload.global_batch)) * step_s, step)
     data = data_layout(preset.plan, rank, world)
     res = evaluate(engine, kind, task, preset.plan, rank, world, device, data, preset.train.eval_samples)
     if res is None:

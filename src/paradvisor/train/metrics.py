@@ -37,6 +37,12 @@ def _storage_key_and_bytes(t):
         return None
 
 
+def whole_numel(p) -> int:
+    """A parameter's elements, whole: ZeRO-3 keeps a partitioned one's full count in `ds_numel` (its tensor may
+    hold only this rank's part, or nothing); a DTensor's `numel()` is already the global one."""
+    return getattr(p, "ds_numel", None) or p.numel()
+
+
 def count_bytes(groups: dict[str, list]) -> dict[str, int]:
     """Bytes per category, each storage counted once (in the first category that holds it)."""
     seen: set[int] = set()

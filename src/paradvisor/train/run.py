@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from paradvisor.rundir import RunDir
+from paradvisor.rundir.phases import announce, write_seconds
 from paradvisor.spec.model import resolved_config
 from paradvisor.spec.preset import load_preset
 from paradvisor.spec.weights import weights_folder
@@ -20,7 +21,7 @@ from paradvisor.train import context
 from paradvisor.train.checkpoint import Checkpointer
 from paradvisor.train.export import export_run_model
 from paradvisor.train.loop import train_diloco, train_sync
-from paradvisor.train.metrics import MetricsWriter
+from paradvisor.train.metrics import MetricsWriter, whole_numel
 from paradvisor.train.models import build_model, build_task
 from paradvisor.train.parallelize import build_engine, is_meta
 from paradvisor.train.tracking import Tensorboard
@@ -171,6 +172,9 @@ def run(run_dir: Path, rank: int) -> None:
             train_sync(preset, engine, kind, task, device, rank, world, writer, ckpt=ckpt)
             if preset.train.export_model:
                 t0 = time.perf_counter()
+                # the whole model gathered to rank 0 and written; the other ranks wait (rundir/phases.py)
+                whole = sum(whole_numel(p) * p.element_size() for p in model.parameters())
+                announce(writer, "export", write_seconds(whole))
                 out = export_run_model(
                     engine,
                     kind,

@@ -146,7 +146,8 @@ class RunView(Vertical):
         )
 
     # ------------------------------------------------------------------------------------- the rest
-    def show(self, s: RunSummary, log_records: list[dict]) -> None:
+    def show(self, s: RunSummary, log_records: list[dict], phase: str = "") -> None:
+        """`phase`: what the run does while no step comes (monitor.follower.phase_text), '' for nothing."""
         self.summary = s
         if s.total_rounds:
             total, done = s.total_rounds, s.round
@@ -154,6 +155,7 @@ class RunView(Vertical):
         else:
             total, done = s.total_steps or 1, s.step
             where = f"step {s.step}/{s.total_steps or '?'}"
+        where += f" ({phase})" if phase else ""
         self.query_one("#run-progress", ProgressBar).update(total=total, progress=min(done, total))
         colour = {"finished": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}.get(
             s.status, "white"
@@ -161,7 +163,7 @@ class RunView(Vertical):
         eta = f", ETA {fmt_seconds(s.eta_s)}" if s.eta_s is not None else ""
         head = [
             f"[b]{escape(s.name)}[/b] {escape(s.label or '')}: [{colour}]{escape(s.status)}"
-            f"[/{colour}] — {where}, {fmt_seconds(s.elapsed_s)}{eta}"
+            f"[/{colour}] — {escape(where)}, {fmt_seconds(s.elapsed_s)}{eta}"
         ]
         nodes = s.nodes or []
         if len(nodes) > 1 and any(n.get("host") or n.get("sample") for n in nodes):

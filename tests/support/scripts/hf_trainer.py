@@ -18,7 +18,11 @@ args = TrainingArguments(
     output_dir=sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "out",
     max_steps=steps,
     report_to=[],
-    save_strategy="no",
+    **(
+        {"save_strategy": "steps", "save_steps": int(sys.argv[sys.argv.index("--save-every") + 1])}
+        if "--save-every" in sys.argv
+        else {"save_strategy": "no"}
+    ),  # fmt: skip
     disable_tqdm=True,
     **hf.training_args(),
 )

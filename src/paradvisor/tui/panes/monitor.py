@@ -22,7 +22,8 @@ from paradvisor.tui.panes.later import LaterPane
 
 if TYPE_CHECKING:
     from paradvisor.monitor.follow import RunSummary
-from paradvisor.monitor.follow import MetricsFollower, summarize_run
+from paradvisor.monitor.follow import summarize_run
+from paradvisor.monitor.follower import MetricsFollower
 from paradvisor.tui.runview import RunView
 
 REFRESH_S = 0.5
@@ -32,7 +33,7 @@ class MonitorPane(LaterPane):
     def __init__(self, *, open_run: str | None = None) -> None:
         super().__init__("4 Monitor", id="monitor")
         self.run_dir: Path | None = None
-        self.follower = None  # monitor.follow.MetricsFollower of run_dir
+        self.follower = None  # monitor.follower.MetricsFollower of run_dir
         self.run_summary: RunSummary | None = None  # monitor.follow.summarize_run of run_dir, as last shown
         self._failure_logged: Path | None = None  # the run whose last log lines are already in the log
         self._readings: tuple[str, dict[int, dict]] | None = None  # the latest, for a view built later
@@ -102,7 +103,7 @@ class MonitorPane(LaterPane):
             self.run_dir, self.follower.records, skipped=self.follower.skipped
         )
         view = self.view
-        view.show(s, new)
+        view.show(s, new, self.follower.doing(s.status))
         if s.status == "failed" and s.last_log_lines and self._failure_logged != self.run_dir:
             self._failure_logged = self.run_dir
             view.write_log_lines([f"| {ln}" for ln in s.last_log_lines])
