@@ -26,7 +26,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     import transformers
 
     from paradvisor.model.families import resolve_attention
-    from paradvisor.train.context import CP_ATTENTION, ContextShard, register, release
+    from paradvisor.train.context import CP_ATTENTION, ContextShard, _gather, register, release
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -59,6 +59,8 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
             g /= world
             worst = max(worst, float((g - q.grad).abs().max() / q.grad.abs().max().clamp_min(1e-12)))
         results[name] = {"loss": float(mean), "ref": float(ref), "grad": worst}
+    # the K/V gather has finished when it returns (a plain tensor, no collective left in flight)
+    results["gather_type"] = type(_gather(torch.ones(1, 2, 3, 4), dist.group.WORLD)).__name__
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)
@@ -82,6 +84,7 @@ def test_cp2_equals_one_process_for_every_attention_kind(tmp_path):
     out = tmp_path / "cp.json"
     mp.start_processes(_worker, args=(2, _port(), str(out)), nprocs=2, start_method="spawn", join=True)
     results = json.loads(out.read_text())
+    assert results.pop("gather_type") == "Tensor"
     for name, r in results.items():
         assert abs(r["loss"] - r["ref"]) <= 1e-6 * r["ref"], (name, r)
         assert r["grad"] <= 1e-5, (name, r)  # fp32 sums in another order: relative to the largest gradient

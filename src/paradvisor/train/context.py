@@ -100,15 +100,32 @@ class ContextShard:
         return local, targets[:, idx]
 
 
+class _SeqGather(torch.autograd.Function):
+    """All-gather along dim 0 (forward) and reduce-scatter of the gradient (backward), both blocking: one
+    collective in flight at a time. (The async functional collective this replaces left K's and V's gathers in
+    flight together on gloo's worker threads; a CPU run aborted on a corrupted heap about once in 50.)"""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        n = dist.get_world_size(group)
+        out = t.new_empty((n * t.shape[0], *t.shape[1:]))
+        dist.all_gather_into_tensor(out, t, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous()
+        n = dist.get_world_size(ctx.group)
+        out = grad.new_empty((grad.shape[0] // n, *grad.shape[1:]))
+        dist.reduce_scatter_tensor(out, grad, group=ctx.group)
+        return out, None
+
+
 def _gather(t: torch.Tensor, group) -> torch.Tensor:
     """All-gather along the sequence dimension (2) with autograd (backward: reduce-scatter)."""
-    from torch.distributed._functional_collectives import all_gather_tensor_autograd
-
-    n = dist.get_world_size(group)
     moved = t.transpose(0, 2).contiguous()  # gather along dim 0
-    out = all_gather_tensor_autograd(moved, gather_dim=0, group=group)
-    out = out.view(n * moved.shape[0], *moved.shape[1:])
-    return out.transpose(0, 2)
+    return _SeqGather.apply(moved, group).transpose(0, 2)
 
 
 def cp_attention(
