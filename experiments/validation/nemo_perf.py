@@ -16,7 +16,6 @@ table is silent: FP8 as the estimate models it, per-tensor current scaling (24.0
 whose casts skip the separate amax pass: the estimate's casts are ~1/3 more bytes than those runs moved).
 """
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -83,21 +82,16 @@ def errors(out=print) -> list[float]:
     """Predicted against measured per row, printed through `out`."""
     errs = []
     for line in TABLE.splitlines():
-        e, meas = estimate(line), measured(line)
-        errs.append(V.pct(e.step_time, meas))
         name, gpus = line.split()[:2]
-        fits = "fits" if e.fits else "does NOT fit"
-        out(
-            f"  {name:11s} {gpus:>4s} GPUs  meas {meas:7.3f} s  pred {e.step_time:7.3f} s  {errs[-1]:+6.1f}%  {fits}"
-        )
+        err, text = V.check_line(name, gpus, measured(line), estimate(line))
+        errs.append(err)
+        out(text)
     return errs
 
 
 def main() -> int:
     print("NeMo 24.07 performance summary, FP8 pre-training on DGX H100")
-    errs = errors()
-    print(f"  {len(errs)} rows: mean {statistics.mean(errs):+.1f}%, mean abs {statistics.mean(map(abs, errs)):.1f}%,"
-          f" max abs {max(map(abs, errs)):.1f}%")  # fmt: skip
+    print(V.check_summary(errors()))
     return 0
 
 

@@ -185,6 +185,22 @@ def megatron_acts_ref(row: dict, profile: ModelProfile, seq: int) -> float | Non
     return mem / t
 
 
+def check_line(name: str, gpus: str, meas: float, e) -> tuple[float, str]:
+    """(error %, the printed line) of one row of a check script (nemo_perf.py, megatron_deepspeed.py)."""
+    err = pct(e.step_time, meas)
+    fits = "fits" if e.fits else "does NOT fit"
+    return (
+        err,
+        f"  {name:11s} {gpus:>4s} GPUs  meas {meas:7.3f} s  pred {e.step_time:7.3f} s  {err:+6.1f}%  {fits}",
+    )
+
+
+def check_summary(errs: list[float]) -> str:
+    """A check script's last line: mean, mean abs and max abs error over its rows."""
+    mean_abs, worst = sum(map(abs, errs)) / len(errs), max(map(abs, errs))
+    return f"  {len(errs)} rows: mean {sum(errs) / len(errs):+.1f}%, mean abs {mean_abs:.1f}%, max abs {worst:.1f}%"
+
+
 def fits_cell(e) -> str:
     """Whether the estimate says the plan fits its GPU: the tightest stage's bytes against the usable memory."""
     return f"{'yes' if e.fits else 'NO'} {e.memory_total / GiB:.0f} of {e.usable / GiB:.0f}"
@@ -308,6 +324,7 @@ def readme_summary(summary: dict) -> str:
 def unnamed_checks() -> str:
     """One line on the public tables read as checks of the whole model, not transcribed into rows.toml."""
     import llm_foundry
+    import megatron_deepspeed
     import megatron_readme
     import nemo_perf
 
@@ -321,13 +338,16 @@ def unnamed_checks() -> str:
     a100 = llm_foundry.run(llm_foundry.A100, "A100 80GB", "llm-foundry", quiet)
     plain, inter = megatron_readme.errors(False, quiet), megatron_readme.errors(True, quiet)
     nemo = nemo_perf.errors(quiet)
+    mds = megatron_deepspeed.errors(quiet)
     return (
         "Also checked, mean / max abs step-time error, on public tables no parameter comes from: llm-foundry's MPT"
         f" benchmarks (`experiments/validation/llm_foundry.py`) H100 {cell(h100)}, A100 {cell(a100)};"
         f" Megatron-LM's README weak scaling (`experiments/validation/megatron_readme.py`) {cell(plain)}, or"
         f" {cell(inter)} with the most interleaved pipeline (the table gives no virtual stage count); NeMo 24.07's"
         f" FP8 pre-training summary on DGX H100 (`experiments/validation/nemo_perf.py`, GPT-3 and Llama rows)"
-        f" {cell(nemo)}."
+        f" {cell(nemo)}; Megatron-DeepSpeed's BLOOM-176B and MT-NLG 530B runs"
+        f" (`experiments/validation/megatron_deepspeed.py`) {cell(mds)}, every row slower than predicted: DeepSpeed's"
+        " pipeline engine is not modelled (docs/accuracy.md)."
     )
 
 
