@@ -216,8 +216,8 @@ def test_no_eta_from_a_gpu_plans_prediction_for_a_run_on_a_cpu(tmp_path):
 
 
 def test_monitor_shows_what_a_running_run_does_while_no_step_comes(tmp_path):
-    """A save, an eval or the export logs no step for a while (rundir/phases.py): `monitor` says which, since when
-    and how long it is expected to take, until the announcing rank's next record (other ranks' records do not end
+    """A save, an eval or the export logs no step for a while (rundir/phases.py): `monitor` (and `monitor --json`'s
+    `phase`) says which, since when and how long it is expected to take, until the announcing rank's next record (other ranks' records do not end
     it); a phase name a user's script chose is shown on one line, escaped and cut short."""
     import os
     import re
@@ -242,12 +242,16 @@ def test_monitor_shows_what_a_running_run_does_while_no_step_comes(tmp_path):
     assert re.search(
         r"running, step 30/10, saving a checkpoint at step 30: 1[2-9] s so far, ~41 s expected", out
     ), out
+    phase = json.loads(run_cli("monitor", str(run), "--once", "--json").stdout)["phase"]
+    assert (phase["phase"], phase["step"], phase["expect_s"]) == ("checkpoint", 30, 41.0), phase
+    assert 12 <= phase["since_s"] < 60, phase
 
     with open(run / "metrics.jsonl", "a") as f:  # rank 0 writes again: the save is over
         f.write(
             json.dumps({"kind": "checkpoint", "rank": 0, "step": 30, "time": now - 1, "path": "x"}) + "\n"
         )
     assert "saving a checkpoint" not in run_cli("monitor", str(run), "--once").stdout
+    assert json.loads(run_cli("monitor", str(run), "--once", "--json").stdout)["phase"] is None
 
     odd = {
         "kind": "phase",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,7 @@ def _follow(s: RunSummary, current, interval: float, show) -> RunSummary:
 
 def run(args) -> int:
     from paradvisor.monitor.follow import node_lines, summarize_run
-    from paradvisor.monitor.follower import MetricsFollower
+    from paradvisor.monitor.follower import MetricsFollower, phase_doc
     from paradvisor.rundir import RunDir
     from paradvisor.rundir.status import TERMINAL
 
@@ -87,7 +88,7 @@ def run(args) -> int:
         if summary.status in TERMINAL or args.once:  # a last line without its newline stays unreadable
             follower.reader.finish()
             summary = summarize_run(run_dir, follower.records, skipped=follower.skipped)
-        return summary
+        return replace(summary, phase=None if summary.status in TERMINAL else phase_doc(follower.phase))
 
     s = current()
     if not args.once and s.status not in TERMINAL and not args.json:

@@ -36,8 +36,7 @@ def failure_text(status: dict) -> str | None:
     if status.get("status") not in (RunState.FAILED, RunState.CANCELLED, RunState.INTERRUPTED):
         return None
     rank, code = status.get("failed_rank"), status.get("exit_code")
-    # read from a file or sent by a node: never a line of its own
-    reason = one_line(status.get("reason") or "")
+    reason = one_line(status.get("reason") or "")  # from a file or sent by a node: never its own line
     if status.get("hung") or rank is None:
         return reason
     if code is None:
@@ -234,6 +233,7 @@ class RunSummary:
     errors: Errors
     skipped_lines: int
     unreadable: list[str]
+    phase: dict | None = None  # while the run is on: the phase in effect (monitor.follower.phase_doc)
 
     def to_doc(self) -> dict:
         doc = {"schema": SUMMARY_SCHEMA}

@@ -66,23 +66,39 @@ class MetricsFollower:
         return self.reader.skipped
 
 
-def phase_text(rec: dict | None, now: float | None = None) -> str:
-    """'saving a checkpoint at step 200: 12 s so far, ~41 s expected' for a phase record ('' for None). The
-    time so far is from the record's own clock (the writing node's), never below 0."""
+def _seconds(v) -> float | None:
+    """A record's seconds (a time or a duration) when they are a number in [0, 1e9), else None."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e9 else None
+
+
+def phase_doc(rec: dict | None, now: float | None = None) -> dict | None:
+    """The phase in effect as `monitor --json` gives it: its name, step, seconds so far (by the record's own
+    clock, the writing node's) and expected seconds (None where the record lacks them or has them wrong), and
+    phase_text's line; None for no phase."""
     if not rec:
-        return ""
-    name = str(rec.get("phase", ""))
-    what = PHASE_WORDS.get(name) or f"phase {one_line(name[:PHASE_NAME_MAX])}"
-    step = rec.get("step")
-    if isinstance(step, int) and not isinstance(step, bool):
-        what += f" at step {step}"
+        return None
     now = time.time() if now is None else now
-    t, expect = rec.get("time"), rec.get("expect_s")
-    parts = []
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= now - t < 1e9:
-        parts.append(f"{_about(now - t)} so far")
-    if isinstance(expect, (int, float)) and not isinstance(expect, bool) and 0 <= expect < 1e9:
-        parts.append(f"~{_about(expect)} expected")
+    step, t = rec.get("step"), rec.get("time")
+    number = isinstance(t, (int, float)) and not isinstance(t, bool)
+    return {
+        "phase": one_line(str(rec.get("phase", ""))[:PHASE_NAME_MAX]),
+        "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+        "since_s": _seconds(now - t) if number else None,
+        "expect_s": _seconds(rec.get("expect_s")),
+    }
+
+
+def phase_text(rec: dict | None, now: float | None = None) -> str:
+    """'saving a checkpoint at step 200: 12 s so far, ~41 s expected' for a phase record ('' for None)."""
+    doc = phase_doc(rec, now)
+    if doc is None:
+        return ""
+    what = PHASE_WORDS.get(doc["phase"]) or f"phase {doc['phase']}"
+    if doc["step"] is not None:
+        what += f" at step {doc['step']}"
+    parts = [f"{_about(doc['since_s'])} so far"] if doc["since_s"] is not None else []
+    if doc["expect_s"] is not None:
+        parts.append(f"~{_about(doc['expect_s'])} expected")
     return what + (f": {', '.join(parts)}" if parts else "")
 
 
