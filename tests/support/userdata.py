@@ -201,12 +201,16 @@ def _records(run: Path) -> list[dict]:
 
 
 def check_user_run(run: Path) -> None:
-    """A user_preset run finished: both ranks trained 4 steps, evaluated, and left a model/ that transformers loads."""
+    """A user_preset run finished: both ranks trained 4 steps, evaluated, announced its eval and export phases,
+    and left a model/ that transformers loads."""
     assert json.loads((run / "status.json").read_text())["status"] == "finished"
     recs = _records(run)
     steps = [r for r in recs if r["kind"] == "step"]
     assert {r["rank"] for r in steps} == {0, 1} and max(r["step"] for r in steps) == 4
     assert any(r["kind"] == "eval" for r in recs)
+    # each eval and the export announced to the hang clock and the views first (rundir/phases.py)
+    phases = {r["phase"] for r in recs if r["kind"] == "phase" and r["expect_s"] > 0}
+    assert {"eval", "export"} <= phases, phases
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     AutoModelForCausalLM.from_pretrained(str(run / "model"))
