@@ -73,8 +73,8 @@ def _seconds(v) -> float | None:
 
 def phase_doc(rec: dict | None, now: float | None = None) -> dict | None:
     """The phase in effect as `monitor --json` gives it: its name, step, seconds so far (by the record's own
-    clock, the writing node's) and expected seconds (None where the record lacks them or has them wrong), and
-    phase_text's line; None for no phase."""
+    clock, the writing node's) and expected seconds (None where the record lacks them or has them wrong); None
+    for no phase."""
     if not rec:
         return None
     now = time.time() if now is None else now

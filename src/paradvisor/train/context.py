@@ -103,7 +103,7 @@ class ContextShard:
 class _SeqGather(torch.autograd.Function):
     """All-gather along dim 0 (forward) and reduce-scatter of the gradient (backward), both blocking: one
     collective in flight at a time. (The async functional collective this replaces left K's and V's gathers in
-    flight together on gloo's worker threads; a CPU run aborted on a corrupted heap about once in 50.)"""
+    flight together on gloo's worker threads; a CI run aborted there on a corrupted heap.)"""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor, group) -> torch.Tensor:
