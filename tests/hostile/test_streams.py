@@ -226,6 +226,47 @@ def test_ctrl_c_right_after_the_run_starts_cancels_it(tmp_path):
     assert out.strip().splitlines()[-1] == str(run)
 
 
+def test_a_sigterm_while_a_node_agent_starts_its_run_stops_it(tmp_path):
+    """The ssh engine's node agent (launch/nodeagent.py) starts its run with the signals held
+    (runner.start): a SIGTERM in that window is answered once the run exists, by cancelling it, as one after the
+    start ends the agent; it is never recorded and then forgotten while the ranks train on."""
+    from tests.support.sshd import free_port
+
+    driver = tmp_path / "sigterm_in_hold.py"
+    driver.write_text(
+        "import os, signal, runpy\n"
+        "from paradvisor import interrupts\n"
+        "real = interrupts.hold_signals\n"
+        "def held():\n"
+        "    real()\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # inside the hold: the exact moment\n"
+        "interrupts.hold_signals = held\n"
+        "runpy.run_module('paradvisor.launch.nodeagent', run_name='__main__')\n"
+    )
+    plan = variant(tmp_path, "held", train={"steps": 100000}, **ONE_RANK).read_text()
+    hello = {"plan": plan, "run_name": "r1", "node": 0, "endpoint": f"127.0.0.1:{free_port()}",
+             "remote_dir": str(tmp_path / "nodes"), "env": {}}  # fmt: skip
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(driver)], stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=str(REPO)
+        )
+        proc.stdin.write((json.dumps(hello) + "\n").encode())
+        proc.stdin.flush()  # stdin stays open: its end would stop the node on its own
+        try:
+            proc.wait(timeout=60)  # cancelled at once: ~5 s; a run that trains on: killed
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        finally:
+            proc.stdin.close()
+    errs = (tmp_path / "err").read_text()[-2000:]
+    msgs = [json.loads(x) for x in (tmp_path / "out").read_text().splitlines()]
+    end = msgs[-1]
+    assert end["t"] == "end" and end["status"]["status"] == "cancelled", (end, errs)
+    assert end["status"]["reason"] == "the node agent received SIGTERM", end
+    assert proc.returncode == 1
+
+
 # ---- forged terminal lines ------------------------------------------------------------------------------------------
 
 

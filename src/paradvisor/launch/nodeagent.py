@@ -28,6 +28,7 @@ import base64
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import sys
@@ -209,6 +210,9 @@ def main() -> int:
     if isinstance(started, int):
         return started
     launch, run_dir, copy = started
+    held = getattr(launch, "held_signals", None)
+    if held:  # SIGINT/SIGTERM while the run started (runner.start held them): stop it as after its start
+        launch.cancel(f"the node agent received {signal.Signals(held[0]).name}")
     sender = Sender(checkpoint_root(run_dir), out) if copy else None
     doc = _serve(launch, Streamer(run_dir, hello["node"], out, sender), out)
     out({"t": "end", "status": doc})
