@@ -21,8 +21,9 @@ The estimate models them as the `megatron` engine (Megatron-LM of 2021-2022: the
 all-reduced after the backward pass). It is not that engine: DeepSpeed's PipelineEngine sends whole
 activations between stages with blocking broadcasts (no scatter/gather over TP), runs each pipeline
 instruction from Python, and BLOOM ran with CUDA_LAUNCH_BLOCKING=1 (the tr11 script: every kernel launch
-waits for the last). None of that is modelled: these rows are slower than the estimate, while Megatron-LM's
-own run of the same 530B shape on the same cluster (Narayanan 2021 Table 1, rows.toml) is within 2%.
+waits for the last). None of that is modelled: BLOOM is 18% slower than the estimate (MT-NLG too unless its
+micro-batch was 4), while Megatron-LM's own run of the same 530B shape on the same cluster (Narayanan 2021
+Table 1, rows.toml) is within 1.1%.
 """
 
 import sys
