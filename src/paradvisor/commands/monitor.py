@@ -36,9 +36,11 @@ def add_parser(sub) -> None:
     r.set_defaults(run=run_list)
 
 
-def _line(s: RunSummary, follower=None) -> str:
-    """The run's line; with its follower (monitor.follower), the phase in effect while it runs (a save...)."""
-    phase = follower.doing(s.status) if follower is not None else ""
+def _line(s: RunSummary) -> str:
+    """The run's line, with the phase in effect while it runs (a save, an eval, the export: s.phase)."""
+    from paradvisor.monitor.follower import describe
+
+    phase = describe(s.phase)
     parts = [f"{s.status}", f"step {s.step}/{s.total_steps or '?'}"] + ([phase] if phase else [])
     if s.loss is not None:
         parts.append(f"loss {s.loss:.4f}")
@@ -104,9 +106,10 @@ def run(args) -> int:
             transient=False,
             console=console(),
         ) as bar:
-            info = lambda s: esc(_line(s, follower))  # noqa: E731
-            task = bar.add_task(esc(s.name), total=s.total_steps or None, info=info(s))
-            s = _follow(s, current, args.interval, lambda s: bar.update(task, completed=s.step, info=info(s)))
+            task = bar.add_task(esc(s.name), total=s.total_steps or None, info=esc(_line(s)))
+            s = _follow(
+                s, current, args.interval, lambda s: bar.update(task, completed=s.step, info=esc(_line(s)))
+            )
     elif not args.once:
         s = _follow(s, current, args.interval, lambda s: None)
     if args.json:
@@ -114,7 +117,7 @@ def run(args) -> int:
 
         emit_json(s.to_doc())
     else:
-        print(f"{s.name}: {_line(s, follower)}")
+        print(f"{s.name}: {_line(s)}")
         if s.status == RunState.FINISHED and s.reason:  # e.g. a script that never reported a step
             print(s.reason)
         if s.failure:

@@ -90,7 +90,11 @@ def phase_doc(rec: dict | None, now: float | None = None) -> dict | None:
 
 def phase_text(rec: dict | None, now: float | None = None) -> str:
     """'saving a checkpoint at step 200: 12 s so far, ~41 s expected' for a phase record ('' for None)."""
-    doc = phase_doc(rec, now)
+    return describe(phase_doc(rec, now))
+
+
+def describe(doc: dict | None) -> str:
+    """phase_text of a phase_doc (as RunSummary.phase holds it): '' for None."""
     if doc is None:
         return ""
     what = PHASE_WORDS.get(doc["phase"]) or f"phase {doc['phase']}"
