@@ -24,7 +24,7 @@ from paradvisor import runtime
 from paradvisor.launch.frameworks import checked_plan, hf_training_args
 from paradvisor.rundir.phases import node_leader, write_seconds
 from paradvisor.runtime import resolve_plan
-from paradvisor.train.metrics import whole_numel
+from paradvisor.train.metrics import whole_size
 
 RUNTIME = "hf"
 
@@ -49,7 +49,7 @@ def model_kwargs(plan=None) -> dict[str, Any]:
 def _announce_save(control, state, model) -> None:
     """Before a Trainer's save: the phase record that gives it its time on each node's hang clock."""
     if control.should_save and node_leader():
-        n = sum(whole_numel(p) for p in model.parameters()) if model is not None else 0
+        n = whole_size(model) if model is not None else 0
         expect = write_seconds(16 * n)  # weights and Adam's states (rundir/phases.py)
         runtime.record("phase", phase="checkpoint", step=state.global_step, expect_s=expect)
 

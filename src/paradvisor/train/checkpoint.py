@@ -46,7 +46,7 @@ from paradvisor.spec.model import resolved_config
 from paradvisor.train import dsresume
 from paradvisor.train.dsresume import DS_DIR, DS_TAG, zero_fp32
 from paradvisor.train.faults import StopRequest
-from paradvisor.train.metrics import count_bytes, whole_numel
+from paradvisor.train.metrics import count_bytes, whole_size
 from paradvisor.train.rng import rng_state, set_rng_state
 
 DCP_DIR = "dcp"  # the DCP folder inside a checkpoint
@@ -218,7 +218,7 @@ class Checkpointer:
         future = None
         if self.kind == "deepspeed":
             # 16-bit weights, fp32 master, Adam's m and v: ~16 bytes a parameter, split over the ranks
-            params = sum(whole_numel(p) for p in self.model.parameters())
+            params = whole_size(self.model)
             self._announce(step, 16 * params / self.world)
             self.engine.engine.save_checkpoint(str(tmp / DS_DIR), tag=DS_TAG, save_latest=False)
             self._barrier()

@@ -43,6 +43,11 @@ def whole_numel(p) -> int:
     return getattr(p, "ds_numel", None) or p.numel()
 
 
+def whole_size(model, *, in_bytes: bool = False) -> int:
+    """A model's parameters, whole (whole_numel): their elements, or (`in_bytes`) their bytes."""
+    return sum(whole_numel(p) * (p.element_size() if in_bytes else 1) for p in model.parameters())
+
+
 def count_bytes(groups: dict[str, list]) -> dict[str, int]:
     """Bytes per category, each storage counted once (in the first category that holds it)."""
     seen: set[int] = set()

@@ -21,7 +21,7 @@ from paradvisor.train import context
 from paradvisor.train.checkpoint import Checkpointer
 from paradvisor.train.export import export_run_model
 from paradvisor.train.loop import train_diloco, train_sync
-from paradvisor.train.metrics import MetricsWriter, whole_numel
+from paradvisor.train.metrics import MetricsWriter, whole_size
 from paradvisor.train.models import build_model, build_task
 from paradvisor.train.parallelize import build_engine, is_meta
 from paradvisor.train.tracking import Tensorboard
@@ -173,7 +173,7 @@ def run(run_dir: Path, rank: int) -> None:
             if preset.train.export_model:
                 t0 = time.perf_counter()
                 # the whole model gathered to rank 0 and written; the other ranks wait (rundir/phases.py)
-                whole = sum(whole_numel(p) * p.element_size() for p in model.parameters())
+                whole = whole_size(model, in_bytes=True)
                 announce(writer, "export", write_seconds(whole))
                 out = export_run_model(
                     engine,
